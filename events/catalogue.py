@@ -1,0 +1,581 @@
+"""The catalogue: every event Horizon records, one frozen Struct per type.
+
+Naming: facts in the past tense (``JobScheduled``); a request to another
+party ends in ``Requested`` (``JobCancelRequested``). Units are in field
+names (``memory_bytes``, ``time_limit_s``, ``cpus_milli``). New fields always
+get a default, so an older reader and a newer writer can share the log.
+
+Two shapes of a job exist on purpose:
+
+* ``JobSubmitted`` is what a client publishes, from any language. Its fields
+  are loosely typed (``memory: "16Gi" | 17179869184``, enumerations as plain
+  strings) so that a *wrong value* decodes and earns a ``JobRejected`` with a
+  reason, rather than dying as an undecodable message.
+* ``JobSpec`` (inside ``JobAccepted``) is the validated, normalised form that
+  every service after submission reads: integers in base units, known
+  enumerations.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+from events.base import Event
+
+# --------------------------------------------------------------------------
+# Vocabulary
+# --------------------------------------------------------------------------
+
+PRIORITY_CLASSES: tuple[str, ...] = ("critical", "high", "normal", "low", "scavenger")
+RESTART_POLICIES: tuple[str, ...] = ("never", "on-failure", "always")
+DEPENDENCY_KINDS: tuple[str, ...] = ("after-ok", "after-any", "after-not-ok", "after")
+TAINT_EFFECTS: tuple[str, ...] = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+PriorityClass = Literal["critical", "high", "normal", "low", "scavenger"]
+RestartPolicy = Literal["never", "on-failure", "always"]
+DependencyKind = Literal["after-ok", "after-any", "after-not-ok", "after"]
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class _Part(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of the value objects nested inside events."""
+
+
+# --------------------------------------------------------------------------
+# Value objects
+# --------------------------------------------------------------------------
+
+
+class ResourceRequest(_Part, kw_only=True):
+    """Resources of one task, as a client writes them (validated by submission).
+
+    ``cpus``: cores (``2``, ``2.5``, ``"500m"``); ``memory``: bytes or a string
+    (``"16Gi"``, ``"8g"``); ``gpus``: whole GPUs; ``gpu_type``: ``"a100"`` or
+    ``"h100-80gb"`` (type-variant), ``None`` for any; ``gpu_memory``: minimum
+    memory per GPU.
+    """
+
+    cpus: float | str = 1
+    memory: int | str = "1Gi"
+    gpus: int = 0
+    gpu_type: str | None = None
+    gpu_memory: int | str | None = None
+
+
+class Dependency(_Part, kw_only=True):
+    kind: str = "after-ok"
+    job_id: str = ""
+
+
+class Toleration(_Part, kw_only=True):
+    """Kubernetes-style: ``key`` empty with ``operator="Exists"`` tolerates everything."""
+
+    key: str = ""
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty tolerates every effect
+
+
+class Taint(_Part, kw_only=True):
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+class AffinityTerm(_Part, kw_only=True):
+    """Inter-job (anti-)affinity: jobs whose labels match ``match_labels``, within ``topology_key``."""
+
+    match_labels: dict[str, str] = {}
+    topology_key: str = "node"
+
+
+class NodeSelectorRequirement(_Part, kw_only=True):
+    """Required node affinity: ``key`` ``operator`` (In, NotIn, Exists, DoesNotExist) ``values``."""
+
+    key: str
+    operator: str = "In"
+    values: list[str] = []
+
+
+class Affinity(_Part, kw_only=True):
+    node_required: list[NodeSelectorRequirement] = []
+    node_preferred: list[NodeSelectorRequirement] = []
+    job_affinity: list[AffinityTerm] = []
+    job_anti_affinity: list[AffinityTerm] = []
+
+
+class JobSpec(_Part, kw_only=True):
+    """A validated, normalised job: what every service after submission reads."""
+
+    tenant: str
+    account: str = "default"
+    user: str = ""
+    name: str = ""
+    command: list[str] = []
+    env: dict[str, str] = {}
+    payload: Any = None
+    # per task
+    cpus_milli: int = 1000
+    memory_bytes: int = 1 << 30
+    gpus: int = 0
+    gpu_type: str | None = None
+    gpu_variant: str | None = None
+    gpu_memory_bytes: int = 0
+    # gang shape: nodes x tasks_per_node tasks, each with the resources above
+    nodes: int = 1
+    tasks_per_node: int = 1
+    time_limit_s: float = 3600.0
+    scheduling_timeout_s: float | None = None
+    priority_class: PriorityClass = "normal"
+    nice: int = 0
+    qos: str = ""
+    profile: str = "default"
+    dependencies: list[Dependency] = []
+    array: str | None = None
+    array_index: int | None = None
+    node_selector: dict[str, str] = {}
+    affinity: Affinity | None = None
+    tolerations: list[Toleration] = []
+    restart_policy: RestartPolicy = "never"
+    max_retries: int = 0
+    preemptible: bool = True
+    min_runtime_s: float = 0.0
+    checkpoint_signal: str | None = None
+    labels: dict[str, str] = {}
+    sim_runtime_s: float | None = None
+    sim_exit_code: int = 0
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus * self.tasks_per_node * self.nodes
+
+
+class NodeAllocation(_Part, kw_only=True):
+    """What one job holds on one node: the exact devices, CPUs and memory."""
+
+    node: str
+    device_ids: list[str] = []
+    cpus_milli: int = 0
+    memory_bytes: int = 0
+    tasks: int = 1
+
+
+class GpuDevice(_Part, kw_only=True):
+    id: str
+    type: str
+    variant: str | None = None
+    memory_bytes: int = 0
+    numa_node: int = 0
+    interconnect: str = ""  # e.g. "nvlink-0": devices sharing a fabric
+
+
+class Quota(_Part, kw_only=True):
+    """Per-account limits; ``None`` means unlimited."""
+
+    gpus: int | None = None
+    cpus_milli: int | None = None
+    memory_bytes: int | None = None
+    running_jobs: int | None = None
+    gpus_by_type: dict[str, int] = {}
+
+
+class BlockReason(_Part, kw_only=True):
+    """One line of a 'could not place' explanation: ``count`` nodes rejected for ``reason``."""
+
+    reason: str
+    nodes: int = 0
+    filter: str = ""
+
+
+# --------------------------------------------------------------------------
+# Client inputs: horizon.in.<tenant>.<verb>
+# --------------------------------------------------------------------------
+
+
+class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
+    """A client asks Horizon to run a job. Subject ``horizon.in.<tenant>.submit``,
+    ``Nats-Msg-Id`` = ``job_id`` (a retried publish is a duplicate).
+
+    Version history: v1 had flat ``cpus``/``memory``/``gpus``/``gpu_type`` and
+    ``time_limit_min``; v2 nests them in ``resources`` and uses ``time_limit_s``
+    (see ``events.codec.upcast_job_submitted_v1_v2``).
+    """
+
+    VERSION: ClassVar[int] = 2
+    v: int = 2
+
+    job_id: str
+    tenant: str
+    account: str = "default"
+    user: str = ""
+    name: str = ""
+    command: list[str] = []
+    env: dict[str, str] = {}
+    payload: Any = None
+    resources: ResourceRequest = ResourceRequest()
+    nodes: int = 1
+    tasks_per_node: int = 1
+    time_limit_s: float | None = None
+    scheduling_timeout_s: float | None = None
+    priority_class: str = "normal"
+    nice: int = 0
+    qos: str = ""
+    profile: str = "default"
+    dependencies: list[Dependency] = []
+    array: str | None = None
+    node_selector: dict[str, str] = {}
+    affinity: Affinity | None = None
+    tolerations: list[Toleration] = []
+    restart_policy: str = "never"
+    max_retries: int = 0
+    preemptible: bool = True
+    min_runtime_s: float = 0.0
+    checkpoint_signal: str | None = None
+    labels: dict[str, str] = {}
+    sim_runtime_s: float | None = None
+    sim_exit_code: int = 0
+
+
+class JobCancelRequested(Event, tag="JobCancelRequested", kw_only=True):
+    """``horizon.in.<tenant>.cancel``."""
+
+    job_id: str
+    tenant: str
+    reason: str = ""
+    user: str = ""
+
+
+class JobHoldRequested(Event, tag="JobHoldRequested", kw_only=True):
+    """``horizon.in.<tenant>.hold``: keep a pending job from starting until released."""
+
+    job_id: str
+    tenant: str
+    reason: str = ""
+    user: str = ""
+
+
+class JobReleaseRequested(Event, tag="JobReleaseRequested", kw_only=True):
+    """``horizon.in.<tenant>.release``."""
+
+    job_id: str
+    tenant: str
+    user: str = ""
+
+
+class JobUpdateRequested(Event, tag="JobUpdateRequested", kw_only=True):
+    """``horizon.in.<tenant>.update``: change the priority class or nice of a pending job."""
+
+    job_id: str
+    tenant: str
+    priority_class: str | None = None
+    nice: int | None = None
+    user: str = ""
+
+
+# Operator inputs: horizon.in._admin.<verb>
+
+
+class NodeCommandIssued(Event, tag="NodeCommandIssued", kw_only=True):
+    """``horizon.in._admin.node``: an operator cordons, uncordons, drains or removes a node."""
+
+    node: str
+    action: str  # cordon | uncordon | drain | remove
+    reason: str = ""
+    user: str = ""
+
+
+class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
+    """``horizon.in._admin.account``: an account in the fair-share tree, its shares and quota."""
+
+    account: str
+    parent: str | None = None
+    shares: float = 1.0
+    quota: Quota = Quota()
+    borrowing: bool = False
+    priority_boost: float = 0.0
+
+
+class FairShareConfigured(Event, tag="FairShareConfigured", kw_only=True):
+    """``horizon.in._admin.fairshare``: decay half-life and resource weights."""
+
+    half_life_s: float = 7 * 86400.0
+    gpu_weight: float = 1.0
+    cpu_weight: float = 0.0
+    memory_weight: float = 0.0
+    dominant_share: bool = False
+
+
+# --------------------------------------------------------------------------
+# Submission's decisions: horizon.evt.submission.<Type>.<job_id>
+# --------------------------------------------------------------------------
+
+
+class JobAccepted(Event, tag="JobAccepted", kw_only=True):
+    job_id: str
+    spec: JobSpec
+    submitted_seq: int = 0
+    submitted_ts: float = 0.0
+    basis_seq: int = 0
+
+
+class JobRejected(Event, tag="JobRejected", kw_only=True):
+    job_id: str
+    tenant: str
+    reason: str
+    field: str = ""
+    submitted_seq: int = 0
+    basis_seq: int = 0
+
+
+class JobCancelled(Event, tag="JobCancelled", kw_only=True):
+    job_id: str
+    reason: str = ""
+    attempt: int = 0
+    basis_seq: int = 0
+
+
+class JobHeld(Event, tag="JobHeld", kw_only=True):
+    job_id: str
+    reason: str = ""
+    basis_seq: int = 0
+
+
+class JobReleased(Event, tag="JobReleased", kw_only=True):
+    job_id: str
+    basis_seq: int = 0
+
+
+class JobPriorityChanged(Event, tag="JobPriorityChanged", kw_only=True):
+    job_id: str
+    priority_class: str
+    nice: int = 0
+    basis_seq: int = 0
+
+
+# --------------------------------------------------------------------------
+# Scheduling and placement's decisions
+# --------------------------------------------------------------------------
+
+
+class SchedulingCycleCompleted(Event, tag="SchedulingCycleCompleted", kw_only=True):
+    """The scheduler's ordered candidates for one cycle (``horizon.evt.scheduling...<cycle>``)."""
+
+    cycle: int
+    basis_seq: int
+    candidates: list[str] = []
+    queued: int = 0
+
+
+class JobScheduled(Event, tag="JobScheduled", kw_only=True):
+    """A placement decision: the exact allocation. ``horizon.evt.placement.JobScheduled.<job_id>``."""
+
+    job_id: str
+    attempt: int = 1
+    allocations: list[NodeAllocation] = []
+    basis_seq: int = 0
+    cycle: int = 0
+    backfilled: bool = False
+    time_limit_s: float = 0.0
+
+
+class PlacementBlocked(Event, tag="PlacementBlocked", kw_only=True):
+    """Why a candidate could not be placed, per filter, and when it could start."""
+
+    job_id: str
+    cycle: int = 0
+    basis_seq: int = 0
+    reasons: list[BlockReason] = []
+    earliest_start_ts: float | None = None
+    reserved_nodes: list[str] = []
+
+
+class JobUnschedulable(Event, tag="JobUnschedulable", kw_only=True):
+    """Terminal: the job could not start within its scheduling timeout."""
+
+    job_id: str
+    reason: str
+    basis_seq: int = 0
+
+
+class JobDependencyNeverSatisfied(Event, tag="JobDependencyNeverSatisfied", kw_only=True):
+    """Terminal: a dependency ended in a way that can never satisfy this job."""
+
+    job_id: str
+    dependency: Dependency
+    reason: str
+    basis_seq: int = 0
+
+
+class JobRequeued(Event, tag="JobRequeued", kw_only=True):
+    job_id: str
+    attempt: int
+    reason: str = ""
+    not_before_ts: float = 0.0
+    basis_seq: int = 0
+    checkpoint_ref: str | None = None
+
+
+# --------------------------------------------------------------------------
+# Preemption
+# --------------------------------------------------------------------------
+
+
+class PreemptionRequested(Event, tag="PreemptionRequested", kw_only=True):
+    job_id: str
+    attempt: int
+    for_job: str
+    grace_period_s: float = 30.0
+    reason: str = ""
+    basis_seq: int = 0
+
+
+class JobPreempted(Event, tag="JobPreempted", kw_only=True):
+    job_id: str
+    attempt: int
+    for_job: str = ""
+    checkpoint_ref: str | None = None
+
+
+class JobCheckpointed(Event, tag="JobCheckpointed", kw_only=True):
+    job_id: str
+    attempt: int
+    checkpoint_ref: str
+
+
+# --------------------------------------------------------------------------
+# Node agents' reports: horizon.evt.agent.<Type>.<job_id | node>
+# --------------------------------------------------------------------------
+
+
+class JobStarted(Event, tag="JobStarted", kw_only=True):
+    job_id: str
+    attempt: int
+    node: str
+    pid: int | None = None
+
+
+class JobSucceeded(Event, tag="JobSucceeded", kw_only=True):
+    job_id: str
+    attempt: int
+    node: str = ""
+    exit_code: int = 0
+    runtime_s: float = 0.0
+
+
+class JobFailed(Event, tag="JobFailed", kw_only=True):
+    job_id: str
+    attempt: int
+    node: str = ""
+    exit_code: int | None = None
+    reason: str = ""
+    stderr_tail: str = ""
+    runtime_s: float = 0.0
+
+
+class NodeRegistered(Event, tag="NodeRegistered", kw_only=True):
+    node: str
+    cpus_milli: int
+    memory_bytes: int
+    gpus: list[GpuDevice] = []
+    labels: dict[str, str] = {}
+    taints: list[Taint] = []
+    agent: str = ""
+
+
+# --------------------------------------------------------------------------
+# Inventory's decisions: horizon.evt.inventory.<Type>.<node>
+# --------------------------------------------------------------------------
+
+
+class NodeReady(Event, tag="NodeReady", kw_only=True):
+    node: str
+    basis_seq: int = 0
+
+
+class NodeCordoned(Event, tag="NodeCordoned", kw_only=True):
+    node: str
+    reason: str = ""
+    basis_seq: int = 0
+
+
+class NodeUncordoned(Event, tag="NodeUncordoned", kw_only=True):
+    node: str
+    basis_seq: int = 0
+
+
+class NodeDraining(Event, tag="NodeDraining", kw_only=True):
+    node: str
+    reason: str = ""
+    basis_seq: int = 0
+
+
+class NodeLost(Event, tag="NodeLost", kw_only=True):
+    node: str
+    reason: str = ""
+    last_heartbeat_ts: float | None = None
+    basis_seq: int = 0
+
+
+class NodeRemoved(Event, tag="NodeRemoved", kw_only=True):
+    node: str
+    reason: str = ""
+    basis_seq: int = 0
+
+
+# --------------------------------------------------------------------------
+# Time
+# --------------------------------------------------------------------------
+
+
+class ClockTicked(Event, tag="ClockTicked", kw_only=True):
+    """Explicit time, published by a simulator at virtual time or a live ticker.
+
+    Services treat it as any other trigger: "now" becomes ``now_ts``.
+    """
+
+    now_ts: float
+
+
+AnyEvent = (
+    JobSubmitted
+    | JobCancelRequested
+    | JobHoldRequested
+    | JobReleaseRequested
+    | JobUpdateRequested
+    | NodeCommandIssued
+    | AccountConfigured
+    | FairShareConfigured
+    | JobAccepted
+    | JobRejected
+    | JobCancelled
+    | JobHeld
+    | JobReleased
+    | JobPriorityChanged
+    | SchedulingCycleCompleted
+    | JobScheduled
+    | PlacementBlocked
+    | JobUnschedulable
+    | JobDependencyNeverSatisfied
+    | JobRequeued
+    | PreemptionRequested
+    | JobPreempted
+    | JobCheckpointed
+    | JobStarted
+    | JobSucceeded
+    | JobFailed
+    | NodeRegistered
+    | NodeReady
+    | NodeCordoned
+    | NodeUncordoned
+    | NodeDraining
+    | NodeLost
+    | NodeRemoved
+    | ClockTicked
+)
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__struct_config__.tag: cls  # type: ignore[misc]
+    for cls in AnyEvent.__args__  # type: ignore[attr-defined]
+}

@@ -1,0 +1,139 @@
+"""JSON encoding and decoding of events, with upcasting of older versions.
+
+One ``Encoder`` and one typed ``Decoder`` per process (msgspec's advice:
+building them is the expensive part). Decoding:
+
+1. fast path: decode straight into the tagged union; if the event is at its
+   current version, done (unknown fields from newer producers are ignored);
+2. otherwise read just ``type`` and ``v``; an unknown type or a version newer
+   than this code knows raises ``DecodeError`` (the consumer dead-letters it);
+   an older version is decoded as a plain dict, passed through the chain of
+   upcasters ``v1 -> v2 -> ...`` for its type, and converted to the Struct.
+
+Upcasters are pure functions of a dict, registered per (type, from_version).
+Old payloads must decode forever: ``tests/data/golden`` holds real ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from events.base import Event
+from events.catalogue import EVENT_TYPES, AnyEvent
+
+__all__ = ["DecodeError", "encode", "decode", "decode_as", "upcaster", "UPCASTERS", "to_builtins"]
+
+
+class DecodeError(ValueError):
+    """Bytes that are not a Horizon event this code can read; the text says why."""
+
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+def upcaster(event_type: str, from_version: int) -> Callable[[Upcaster], Upcaster]:
+    """Register ``fn`` to turn a ``from_version`` payload of ``event_type`` into ``from_version + 1``."""
+
+    def register(fn: Upcaster) -> Upcaster:
+        UPCASTERS[(event_type, from_version)] = fn
+        return fn
+
+    return register
+
+
+@upcaster("JobSubmitted", 1)
+def upcast_job_submitted_v1_v2(old: dict[str, Any]) -> dict[str, Any]:
+    """v1 (flat resources, minutes) -> v2 (nested ``resources``, seconds).
+
+    v1: ``{"cpus": 4, "memory": "16g", "gpus": 2, "gpu_type": "a100",
+    "time_limit_min": 90, ...}``.
+    """
+    new = dict(old)
+    resources = {key: new.pop(key) for key in ("cpus", "memory", "gpus", "gpu_type") if key in new}
+    if "resources" not in new:
+        new["resources"] = resources
+    minutes = new.pop("time_limit_min", None)
+    if minutes is not None and "time_limit_s" not in new:
+        new["time_limit_s"] = minutes * 60 if isinstance(minutes, (int, float)) and not isinstance(minutes, bool) else minutes
+    new["v"] = 2
+    return new
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(AnyEvent)
+_header_decoder = msgspec.json.Decoder()
+
+
+class _Header(msgspec.Struct):
+    type: Any = None
+    v: Any = None  # absent means the current version, as the Struct default does
+
+
+_header_only = msgspec.json.Decoder(_Header)
+
+
+def encode(event: Event) -> bytes:
+    return _encoder.encode(event)
+
+
+def to_builtins(event: Event) -> dict[str, Any]:
+    """The event as plain JSON-ready Python objects (with its ``type``)."""
+    return msgspec.to_builtins(event)  # type: ignore[no-any-return]
+
+
+def decode(data: bytes | str) -> Event:
+    """Decode one event, upcasting old versions. Raises ``DecodeError`` with a readable reason."""
+    try:
+        event: Event = _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        first_error: str | None = str(exc)
+    else:
+        if event.v == type(event).VERSION:
+            return event
+        first_error = None
+    return _slow_decode(data, first_error)
+
+
+def _slow_decode(data: bytes | str, first_error: str | None) -> Event:
+    try:
+        header = _header_only.decode(data)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"not a JSON object: {exc}") from None
+    event_type = header.type
+    if not isinstance(event_type, str):
+        raise DecodeError('missing or non-string "type" field: not a Horizon event')
+    cls = EVENT_TYPES.get(event_type)
+    if cls is None:
+        raise DecodeError(f"unknown event type {event_type!r}")
+    version = cls.VERSION if header.v is None else header.v
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise DecodeError(f'{event_type}: field "v" must be an integer, got {version!r}')
+    if version > cls.VERSION:
+        raise DecodeError(f"{event_type} v{version} is newer than this Horizon understands (v{cls.VERSION})")
+    if version < 1:
+        raise DecodeError(f"{event_type}: version {version} is not valid")
+    if version == cls.VERSION:
+        # The fast path failed on a current-version event: its own error is the answer.
+        raise DecodeError(f"{event_type}: {first_error}")
+    payload = _header_decoder.decode(data)
+    for step in range(version, cls.VERSION):
+        fn = UPCASTERS.get((event_type, step))
+        if fn is None:
+            raise DecodeError(f"{event_type} v{step} has no upcaster to v{step + 1}")
+        payload = fn(payload)
+    try:
+        return msgspec.convert(payload, cls)
+    except msgspec.ValidationError as exc:
+        raise DecodeError(f"{event_type} v{version} (upcast to v{cls.VERSION}): {exc}") from None
+
+
+def decode_as(data: bytes | str, cls: type[Event]) -> Event:
+    """Decode and check the type, e.g. an input subject that admits only one event type."""
+    event = decode(data)
+    if not isinstance(event, cls):
+        raise DecodeError(f"expected {cls.__struct_config__.tag}, got {event.event_type}")
+    return event

@@ -1,0 +1,172 @@
+"""Subjects: the public contract of where every event is published.
+
+==========================================  =====================================================
+subject                                     what
+==========================================  =====================================================
+``horizon.in.<tenant>.<verb>``              client inputs; verbs ``submit cancel hold release update``
+``horizon.in._admin.<verb>``                operator inputs; verbs ``node account fairshare``
+``horizon.evt.<service>.<Type>.<id>``       service outputs; ``<id>`` is the job or node
+``horizon.query.<view>``                    request/reply read models (not in the stream)
+``horizon.hb.<node>``                       heartbeats, core NATS (not in the stream)
+``horizon.dlq.<service>``                   dead letters, stream ``HORIZON_DLQ``
+==========================================  =====================================================
+
+Tokens (tenant, ids) are restricted to ``[A-Za-z0-9_-]`` so that no value can
+smuggle a ``.``, ``*`` or ``>`` into a subject. Tenants also may not start
+with ``_`` (reserved for ``_admin``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from events import catalogue as c
+
+__all__ = [
+    "STREAM",
+    "DLQ_STREAM",
+    "INPUT_PREFIX",
+    "EVENT_PREFIX",
+    "VERBS",
+    "ADMIN_VERBS",
+    "ADMIN_TENANT",
+    "PUBLISHERS",
+    "input_subject",
+    "admin_subject",
+    "event_subject",
+    "dlq_subject",
+    "query_subject",
+    "heartbeat_subject",
+    "parse_subject",
+    "Subject",
+    "valid_token",
+    "check_token",
+]
+
+STREAM = "HORIZON"
+DLQ_STREAM = "HORIZON_DLQ"
+INPUT_PREFIX = "horizon.in"
+EVENT_PREFIX = "horizon.evt"
+STREAM_SUBJECTS = ("horizon.in.>", "horizon.evt.>")
+DLQ_SUBJECTS = ("horizon.dlq.>",)
+ADMIN_TENANT = "_admin"
+
+# verb -> the one event type admitted on it
+VERBS: dict[str, type[c.Event]] = {
+    "submit": c.JobSubmitted,
+    "cancel": c.JobCancelRequested,
+    "hold": c.JobHoldRequested,
+    "release": c.JobReleaseRequested,
+    "update": c.JobUpdateRequested,
+}
+ADMIN_VERBS: dict[str, type[c.Event]] = {
+    "node": c.NodeCommandIssued,
+    "account": c.AccountConfigured,
+    "fairshare": c.FairShareConfigured,
+}
+
+# Which service publishes each output event type (documentation, permissions, tests).
+PUBLISHERS: dict[str, tuple[str, ...]] = {
+    "JobAccepted": ("submission",),
+    "JobRejected": ("submission",),
+    "JobCancelled": ("scheduling", "agent"),
+    "JobHeld": ("submission",),
+    "JobReleased": ("submission",),
+    "JobPriorityChanged": ("submission",),
+    "SchedulingCycleCompleted": ("scheduling",),
+    "JobUnschedulable": ("scheduling",),
+    "JobDependencyNeverSatisfied": ("scheduling",),
+    "JobRequeued": ("scheduling",),
+    "JobScheduled": ("placement",),
+    "PlacementBlocked": ("placement",),
+    "PreemptionRequested": ("preemption",),
+    "JobPreempted": ("agent",),
+    "JobCheckpointed": ("agent",),
+    "JobStarted": ("agent",),
+    "JobSucceeded": ("agent",),
+    "JobFailed": ("agent", "inventory"),
+    "NodeRegistered": ("agent",),
+    "NodeReady": ("inventory",),
+    "NodeCordoned": ("inventory",),
+    "NodeUncordoned": ("inventory",),
+    "NodeDraining": ("inventory",),
+    "NodeLost": ("inventory",),
+    "NodeRemoved": ("inventory",),
+    "ClockTicked": ("clock",),
+}
+
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+def valid_token(value: str) -> bool:
+    return isinstance(value, str) and _TOKEN_RE.match(value) is not None
+
+
+def check_token(value: str, what: str) -> str:
+    if not valid_token(value):
+        raise ValueError(
+            f"{what}: {value!r} is not allowed in a subject; use 1-128 characters of letters, digits, '_' or '-'"
+        )
+    return value
+
+
+def input_subject(tenant: str, verb: str) -> str:
+    if verb not in VERBS:
+        raise ValueError(f"unknown verb {verb!r}; verbs: {', '.join(VERBS)}")
+    check_token(tenant, "tenant")
+    if tenant.startswith("_"):
+        raise ValueError(f"tenant: {tenant!r} may not start with '_' (reserved)")
+    return f"{INPUT_PREFIX}.{tenant}.{verb}"
+
+
+def admin_subject(verb: str) -> str:
+    if verb not in ADMIN_VERBS:
+        raise ValueError(f"unknown admin verb {verb!r}; verbs: {', '.join(ADMIN_VERBS)}")
+    return f"{INPUT_PREFIX}.{ADMIN_TENANT}.{verb}"
+
+
+def event_subject(service: str, event: c.Event) -> str:
+    aggregate = event.correlation_id or "_"
+    return f"{EVENT_PREFIX}.{service}.{event.event_type}.{aggregate}"
+
+
+def dlq_subject(service: str) -> str:
+    return f"horizon.dlq.{service}"
+
+
+def query_subject(view: str) -> str:
+    return f"horizon.query.{view}"
+
+
+def heartbeat_subject(node: str) -> str:
+    return f"horizon.hb.{node}"
+
+
+class Subject(NamedTuple):
+    """A parsed stream subject. ``kind`` is ``input``, ``admin`` or ``event``."""
+
+    kind: str
+    owner: str  # tenant (input), "_admin" (admin) or service (event)
+    name: str  # verb (input, admin) or event type (event)
+    aggregate: str = ""
+
+
+def parse_subject(subject: str) -> Subject | None:
+    """Parse a subject of the HORIZON stream; ``None`` for anything else."""
+    parts = subject.split(".")
+    if len(parts) == 4 and parts[0] == "horizon" and parts[1] == "in":
+        kind = "admin" if parts[2] == ADMIN_TENANT else "input"
+        return Subject(kind, parts[2], parts[3])
+    if len(parts) == 5 and parts[0] == "horizon" and parts[1] == "evt":
+        return Subject("event", parts[2], parts[3], parts[4])
+    return None
+
+
+def expected_type(subject: Subject) -> type[c.Event] | None:
+    """The event type an input subject admits (``None`` for output subjects)."""
+    if subject.kind == "input":
+        return VERBS.get(subject.name)
+    if subject.kind == "admin":
+        return ADMIN_VERBS.get(subject.name)
+    return None

@@ -1,0 +1,1 @@
+"""Read models built from the log (aiosqlite) and the query API over them."""

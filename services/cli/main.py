@@ -1,0 +1,110 @@
+"""The ``horizon`` command line.
+
+Errors a person can act on are one line on stderr and exit code 1, never a
+traceback (``HorizonCLI.invoke`` turns the known error types into that).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from events.resources import ResourceError
+from services.runtime.log import LogError
+from services.runtime.natsserver import NatsServer, NatsServerError
+
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+
+
+def default_nats_url() -> str:
+    return os.environ.get("HORIZON_NATS_URL", DEFAULT_NATS_URL)
+
+
+class CLIError(click.ClickException):
+    """A one-line error for the user."""
+
+
+class HorizonCLI(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (NatsServerError, LogError, ResourceError, ValueError, KeyError, OSError) as exc:
+            message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+            raise CLIError(str(message)) from None
+
+
+nats_option = click.option(
+    "--nats",
+    "nats_url",
+    default=default_nats_url,
+    show_default="$HORIZON_NATS_URL or nats://127.0.0.1:4222",
+    help="URL of the NATS server.",
+)
+
+
+@click.group(cls=HorizonCLI, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="horizon-scheduler")
+def cli() -> None:
+    """Horizon: a GPU/HPC job scheduler on a NATS JetStream event log."""
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM stops the foreground commands the way Ctrl-C does: in order."""
+    raise KeyboardInterrupt
+
+
+@cli.command()
+@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".horizon"), show_default=True,
+              help="Directory for the JetStream store.")
+@click.option("--port", type=int, default=4222, show_default=True, help="Client port (0 picks a free one).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--config", type=click.Path(exists=True, path_type=Path), default=None,
+              help="A nats-server config file (e.g. deploy/nats/auth.conf).")
+def nats(data_dir: Path, port: int, host: str, config: Path | None) -> None:
+    """Run the bundled nats-server with JetStream in the foreground until Ctrl-C."""
+    server = NatsServer(
+        store_dir=data_dir / "nats", port=port, host=host, config=config, log_file=data_dir / "nats-server.log"
+    )
+    signal.signal(signal.SIGTERM, _interrupt)
+    server.start()
+    click.echo(server.url)
+    click.echo(f"JetStream store: {data_dir / 'nats'}  log: {server.log_file}  pid: {server.pid}", err=True)
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+@cli.command()
+@click.option("--event", "event_type", default=None, help="Print the schema of one event type, e.g. JobSubmitted.")
+@click.option("--list", "list_types", is_flag=True, help="List the event types.")
+def schema(event_type: str | None, list_types: bool) -> None:
+    """Print the JSON Schema of the events, so other languages can publish them."""
+    from events.catalogue import EVENT_TYPES
+    from events.schema import catalogue_schema, event_schema
+
+    if list_types:
+        for name in sorted(EVENT_TYPES):
+            click.echo(name)
+        return
+    doc = event_schema(event_type) if event_type else catalogue_schema()
+    click.echo(json.dumps(doc, indent=2, sort_keys=True))
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=True)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

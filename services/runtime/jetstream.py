@@ -1,0 +1,522 @@
+"""``JetStreamLog``: the ``EventLog`` port on NATS JetStream.
+
+Choices, with the measurements behind them in ``../shared/NATS-NOTES.md``:
+
+* **Publishing one event** uses ``js.publish`` (a request per message, the
+  PubAck tells duplicate or sequence; expected-sequence errors become
+  ``LogConflict``).
+* **Publishing many** is hand-pipelined: core ``publish`` on the stream
+  subject *with a reply inbox* (never without: the server silently drops
+  un-acked ingest under load), one wildcard subscription collecting the
+  PubAcks, a bounded window in flight, and a re-publish of whatever was not
+  acked in time under the *same* ``Nats-Msg-Id`` (so a retry is a duplicate,
+  never a second copy). nats-py's ``publish_async`` does one future and task
+  per message and is about half as fast.
+* **Reading** (replay and the live tail) uses an ordered push consumer with a
+  callback that only appends to a buffer; a pump hands batches to the
+  caller. nats-py's pull ``fetch`` is capped near 41k msg/s by per-message
+  tasks; the ordered consumer reads ~190k/s decoded.
+* **Durable consumers** are pull consumers with explicit acks; they are for
+  consumers whose position must survive a restart (projections, agents).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import msgspec
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import api
+
+from events.subjects import DLQ_STREAM, DLQ_SUBJECTS, STREAM, STREAM_SUBJECTS, dlq_subject
+from services.runtime.log import (
+    DLQ_ERROR,
+    DLQ_SEQ,
+    DLQ_SUBJECT,
+    EXPECTED_LAST_SUBJECT_SEQ,
+    MSG_ID,
+    BatchHandler,
+    DeadLetter,
+    Delivery,
+    LogConflict,
+    LogError,
+    LogUnavailable,
+    Outgoing,
+    PublishAck,
+    Record,
+    clean_header,
+)
+
+__all__ = ["JetStreamLog", "StreamSettings", "connect"]
+
+log = logging.getLogger("horizon.log")
+
+WRONG_LAST_SEQUENCE = 10071  # JetStream API error code for Nats-Expected-Last-*-Sequence failures
+
+
+class StreamSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """How the HORIZON stream is created. Retention is *keep*: the log is the system of record."""
+
+    replicas: int = 1
+    duplicate_window_s: float = 120.0
+    max_msg_size: int = 1 << 20
+
+
+class _PubAckWire(msgspec.Struct):
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    error: dict[str, Any] | None = None
+
+
+_pub_ack = msgspec.json.Decoder(_PubAckWire)
+
+
+def _parse_reply(reply: str) -> tuple[int, int, int, int]:
+    """(stream seq, delivered count, timestamp ns, num pending) from a JetStream ack subject."""
+    t = reply.split(".")
+    if len(t) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
+        return int(t[5]), int(t[4]), int(t[7]), int(t[8])
+    # $JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>[.<token>]
+    return int(t[7]), int(t[6]), int(t[9]), int(t[10])
+
+
+def _record(msg: Msg) -> tuple[Record, int]:
+    seq, _delivered, ts_ns, pending = _parse_reply(msg.reply)
+    return Record(seq, msg.subject, msg.data, ts_ns / 1e9, msg.headers), pending
+
+
+async def connect(url: str, *, name: str = "horizon", connect_timeout_s: float = 5.0) -> NATS:
+    """Connect with reconnects forever once connected; a clear ``LogUnavailable`` if nothing answers."""
+
+    async def _quiet(exc: Exception) -> None:
+        log.debug("nats: %s", exc)
+
+    try:
+        return await nats.connect(
+            servers=[url],
+            name=name,
+            connect_timeout=connect_timeout_s,
+            allow_reconnect=True,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.25,
+            error_cb=_quiet,
+        )
+    except (nats.errors.NoServersError, OSError, asyncio.TimeoutError) as exc:
+        raise LogUnavailable(
+            f"cannot reach NATS at {url}: {exc or type(exc).__name__}. Start it with `horizon nats` or "
+            f"`horizon up`, or pass --nats URL"
+        ) from None
+
+
+class _Pipeline:
+    """Pipelined publishing: core publish with reply inboxes, PubAcks collected by one subscription."""
+
+    def __init__(self, nc: NATS, window: int, ack_timeout_s: float, retries: int) -> None:
+        self._nc = nc
+        self._window = window
+        self._ack_timeout_s = ack_timeout_s
+        self._retries = retries
+        self._prefix = nc.new_inbox()
+        self._sub: Any = None
+        self._next = 0
+        self._waiting: dict[int, tuple[list[bytes | None], int, asyncio.Event, list[int]]] = {}
+        self._in_flight = 0
+        self._space = asyncio.Event()
+        self._space.set()
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        self._sub = await self._nc.subscribe(self._prefix + ".*", cb=self._on_ack)
+
+    async def _on_ack(self, msg: Msg) -> None:
+        token = int(msg.subject.rsplit(".", 1)[1])
+        entry = self._waiting.pop(token, None)
+        if entry is None:
+            return  # a late ack for a message already re-published and answered
+        results, index, done, remaining = entry
+        data = msg.data
+        if not data and msg.headers and msg.headers.get("Status") == "503":
+            data = b'{"error":{"code":503,"description":"no responders: is the stream created?"}}'
+        results[index] = data
+        remaining[0] -= 1
+        self._in_flight -= 1
+        if self._in_flight < self._window:
+            self._space.set()
+        if remaining[0] == 0:
+            done.set()
+
+    async def publish(self, items: Sequence[Outgoing]) -> list[PublishAck]:
+        results: list[bytes | None] = [None] * len(items)
+        todo = list(range(len(items)))
+        for _attempt in range(self._retries + 1):
+            if not todo:
+                break
+            done = asyncio.Event()
+            remaining = [len(todo)]
+            tokens: list[int] = []
+            for index in todo:
+                while self._in_flight >= self._window:
+                    self._space.clear()
+                    await self._space.wait()
+                item = items[index]
+                token = self._next
+                self._next += 1
+                tokens.append(token)
+                self._waiting[token] = (results, index, done, remaining)
+                self._in_flight += 1
+                headers = {MSG_ID: item.msg_id}
+                if item.expected_last_subject_seq is not None:
+                    headers[EXPECTED_LAST_SUBJECT_SEQ] = str(item.expected_last_subject_seq)
+                if item.headers:
+                    headers.update(item.headers)
+                await self._nc.publish(item.subject, item.data, reply=f"{self._prefix}.{token}", headers=headers)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(done.wait(), self._ack_timeout_s)
+            # Whatever is still unanswered is forgotten and published again with the same msg id.
+            for token in tokens:
+                if self._waiting.pop(token, None) is not None:
+                    self._in_flight -= 1
+            self._space.set()
+            todo = [i for i in todo if results[i] is None]
+        if todo:
+            raise LogUnavailable(f"{len(todo)} of {len(items)} messages were not acknowledged by the log")
+        return [_ack_from(results[i], items[i]) for i in range(len(items))]  # type: ignore[arg-type]
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+
+
+def _ack_from(data: bytes, item: Outgoing) -> PublishAck:
+    ack = _pub_ack.decode(data)
+    if ack.error:
+        code = ack.error.get("err_code")
+        text = ack.error.get("description", "publish failed")
+        if code == WRONG_LAST_SEQUENCE:
+            raise LogConflict(f"{item.subject}: {text}")
+        raise LogError(f"{item.subject}: {text}")
+    return PublishAck(ack.seq, ack.duplicate)
+
+
+class _OrderedReader:
+    """An ordered push consumer whose callback buffers records for a pump."""
+
+    def __init__(self, max_buffer: int = 20_000) -> None:
+        self.buffer: list[Record] = []
+        self.pending = -1  # num_pending after the last record received
+        self.arrived = asyncio.Event()
+        self.drained = asyncio.Event()
+        self.drained.set()
+        self.max_buffer = max_buffer
+        self.sub: Any = None
+
+    async def on_msg(self, msg: Msg) -> None:
+        if not msg.reply:  # heartbeats and flow-control are handled by nats-py
+            return
+        record, pending = _record(msg)
+        self.buffer.append(record)
+        self.pending = pending
+        self.arrived.set()
+        if len(self.buffer) >= self.max_buffer:
+            # Backpressure: stall delivery until the pump takes the batch (the server
+            # then holds off too, through flow control).
+            self.drained.clear()
+            await self.drained.wait()
+
+    def take(self) -> list[Record]:
+        batch, self.buffer = self.buffer, []
+        self.arrived.clear()
+        self.drained.set()
+        return batch
+
+    async def stop(self) -> None:
+        self.drained.set()
+        if self.sub is not None:
+            with contextlib.suppress(Exception):
+                await self.sub.unsubscribe()
+            self.sub = None
+
+
+class _JsFollower:
+    def __init__(self, reader: _OrderedReader, task: asyncio.Task[None]) -> None:
+        self._reader = reader
+        self._task = task
+
+    @property
+    def done(self) -> bool:
+        return self._task.done()
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        await self._reader.stop()
+
+    async def wait(self) -> None:
+        """Wait for the pump to end (it ends only on stop or a handler error, which is raised here)."""
+        await self._task
+
+
+class _JsDurable:
+    def __init__(self, name: str, sub: Any, nc: NATS) -> None:
+        self.name = name
+        self._sub = sub
+        self._nc = nc
+
+    async def fetch(self, max_messages: int = 256, timeout_s: float = 1.0) -> list[Delivery]:
+        try:
+            msgs = await self._sub.fetch(max_messages, timeout=timeout_s)
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            return []
+        out = []
+        for msg in msgs:
+            seq, delivered, ts_ns, _pending = _parse_reply(msg.reply)
+            record = Record(seq, msg.subject, msg.data, ts_ns / 1e9, msg.headers)
+            out.append(Delivery(record, delivered, msg.ack))
+        return out
+
+    async def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._nc.flush(timeout=2)  # acks sent before we go
+        with contextlib.suppress(Exception):
+            await self._sub.unsubscribe()
+
+
+class JetStreamLog:
+    """The Horizon log on one JetStream stream (``HORIZON``), plus the dead-letter stream."""
+
+    def __init__(self, nc: NATS, *, settings: StreamSettings | None = None, window: int = 4096) -> None:
+        self.nc = nc
+        self.js = nc.jetstream(timeout=10)
+        self.settings = settings or StreamSettings()
+        self._pipeline = _Pipeline(nc, window=window, ack_timeout_s=5.0, retries=5)
+        self._pipeline_started = False
+
+    @classmethod
+    async def open(
+        cls, url: str, *, name: str = "horizon", settings: StreamSettings | None = None, create: bool = True
+    ) -> JetStreamLog:
+        nc = await connect(url, name=name)
+        self = cls(nc, settings=settings)
+        if create:
+            await self.ensure_streams()
+        return self
+
+    async def ensure_streams(self) -> None:
+        """Create or update both streams idempotently (safe to run from every service at start)."""
+        s = self.settings
+        await self._ensure(
+            api.StreamConfig(
+                name=STREAM,
+                subjects=list(STREAM_SUBJECTS),
+                storage=api.StorageType.FILE,
+                retention=api.RetentionPolicy.LIMITS,
+                discard=api.DiscardPolicy.NEW,
+                num_replicas=s.replicas,
+                duplicate_window=s.duplicate_window_s,
+                max_msg_size=s.max_msg_size,
+                allow_atomic=True,
+                allow_direct=True,
+            )
+        )
+        await self._ensure(
+            api.StreamConfig(
+                name=DLQ_STREAM,
+                subjects=list(DLQ_SUBJECTS),
+                storage=api.StorageType.FILE,
+                num_replicas=s.replicas,
+                duplicate_window=s.duplicate_window_s,
+            )
+        )
+
+    async def _ensure(self, config: api.StreamConfig) -> None:
+        try:
+            await self.js.stream_info(config.name)  # type: ignore[arg-type]
+        except nats.js.errors.NotFoundError:
+            try:
+                await self.js.add_stream(config=config)
+                return
+            except nats.js.errors.BadRequestError as exc:
+                if "already in use" not in str(exc):  # created by a racing service meanwhile
+                    raise LogError(f"cannot create stream {config.name}: {exc}") from None
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+            raise LogUnavailable(f"JetStream is not answering ({type(exc).__name__}): is -js enabled?") from None
+        try:
+            await self.js.update_stream(config=config)
+        except nats.js.errors.APIError as exc:
+            raise LogError(f"cannot update stream {config.name}: {exc}") from None
+
+    # ---------------------------------------------------------------- publishing
+
+    async def publish(
+        self,
+        subject: str,
+        data: bytes,
+        *,
+        msg_id: str,
+        expected_last_subject_seq: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> PublishAck:
+        hdrs = {MSG_ID: msg_id}
+        if expected_last_subject_seq is not None:
+            hdrs[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
+        if headers:
+            hdrs.update(headers)
+        try:
+            ack = await self.js.publish(subject, data, headers=hdrs)
+        except nats.js.errors.APIError as exc:
+            if exc.err_code == WRONG_LAST_SEQUENCE:
+                raise LogConflict(f"{subject}: {exc.description}") from None
+            raise LogError(f"{subject}: {exc.description}") from None
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError) as exc:
+            raise LogUnavailable(f"publish to {subject}: {type(exc).__name__}") from None
+        return PublishAck(ack.seq, bool(ack.duplicate))
+
+    async def publish_many(self, items: Sequence[Outgoing]) -> list[PublishAck]:
+        if not items:
+            return []
+        if not self._pipeline_started:
+            await self._pipeline.start()
+            self._pipeline_started = True
+        return await self._pipeline.publish(items)
+
+    # ---------------------------------------------------------------- reading
+
+    async def last_seq(self) -> int:
+        info = await self.js.stream_info(STREAM)
+        return int(info.state.last_seq)
+
+    async def _subscribe(
+        self, reader: _OrderedReader, stream: str, from_seq: int, subjects: Sequence[str]
+    ) -> Any:
+        config = api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE if from_seq > 1 else api.DeliverPolicy.ALL,
+            opt_start_seq=from_seq if from_seq > 1 else None,
+            filter_subjects=list(subjects) if len(subjects) > 1 else None,
+            inactive_threshold=60.0,
+        )
+        sub = await self.js.subscribe(
+            subjects[0],
+            cb=reader.on_msg,
+            stream=stream,
+            ordered_consumer=True,
+            config=config,
+            idle_heartbeat=2.0,
+            pending_msgs_limit=-1,
+            pending_bytes_limit=-1,
+        )
+        reader.sub = sub
+        return sub
+
+    async def read(
+        self,
+        from_seq: int = 1,
+        *,
+        subjects: Sequence[str] = ("horizon.>",),
+        until_seq: int | None = None,
+        stream: str = STREAM,
+    ) -> AsyncIterator[list[Record]]:
+        """Replay: batches in log order from ``from_seq`` up to the end at the time of the call."""
+        if until_seq is None:
+            info = await self.js.stream_info(stream)
+            until_seq = int(info.state.last_seq)
+        if until_seq < from_seq:
+            return
+        reader = _OrderedReader()
+        sub = await self._subscribe(reader, stream, from_seq, subjects)
+        try:
+            info = await sub.consumer_info()
+            # Nothing to deliver and nothing delivered already (a fast first delivery may
+            # have drained num_pending before this answer): the selection is empty.
+            if info.num_pending == 0 and not (info.delivered and info.delivered.consumer_seq):
+                return
+            while True:
+                await reader.arrived.wait()
+                batch = reader.take()
+                finished = reader.pending == 0 or (batch and batch[-1].seq >= until_seq)
+                if batch and batch[-1].seq > until_seq:
+                    batch = [r for r in batch if r.seq <= until_seq]
+                if batch:
+                    yield batch
+                if finished:
+                    return
+        finally:
+            await reader.stop()
+
+    async def follow(
+        self,
+        handler: BatchHandler,
+        *,
+        from_seq: int = 1,
+        subjects: Sequence[str] = ("horizon.>",),
+    ) -> _JsFollower:
+        """The live tail: ``handler`` gets every batch from ``from_seq`` on, one batch at a time."""
+        reader = _OrderedReader()
+        await self._subscribe(reader, STREAM, from_seq, subjects)
+
+        async def pump() -> None:
+            while True:
+                await reader.arrived.wait()
+                batch = reader.take()
+                if batch:
+                    await handler(batch)
+
+        return _JsFollower(reader, asyncio.create_task(pump(), name="horizon-follow"))
+
+    async def durable(self, name: str, *, subjects: Sequence[str] = ("horizon.>",)) -> _JsDurable:
+        config = api.ConsumerConfig(
+            durable_name=name,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            deliver_policy=api.DeliverPolicy.ALL,
+            ack_wait=30.0,
+            max_ack_pending=20_000,
+            filter_subject=subjects[0] if len(subjects) == 1 else None,
+            filter_subjects=list(subjects) if len(subjects) > 1 else None,
+        )
+        await self.js.add_consumer(STREAM, config=config)  # create, or update the filters
+        sub = await self.js.pull_subscribe_bind(durable=name, stream=STREAM)
+        return _JsDurable(name, sub, self.nc)
+
+    # ---------------------------------------------------------------- dead letters
+
+    async def dead_letter(self, service: str, record: Record, error: str) -> None:
+        headers = {
+            DLQ_ERROR: clean_header(error),
+            DLQ_SUBJECT: record.subject,
+            DLQ_SEQ: str(record.seq),
+        }
+        await self.publish(dlq_subject(service), record.data, msg_id=f"dlq/{service}/{record.seq}", headers=headers)
+        log.warning("dead-lettered seq %s on %s for %s: %s", record.seq, record.subject, service, error)
+
+    async def dead_letters(self, service: str | None = None) -> list[DeadLetter]:
+        subject = dlq_subject(service) if service else "horizon.dlq.>"
+        out: list[DeadLetter] = []
+        async for batch in self.read(1, subjects=(subject,), stream=DLQ_STREAM):
+            for r in batch:
+                h = r.headers or {}
+                out.append(
+                    DeadLetter(
+                        service=r.subject.rsplit(".", 1)[1],
+                        subject=h.get(DLQ_SUBJECT, ""),
+                        seq=int(h.get(DLQ_SEQ, "0") or 0),
+                        error=h.get(DLQ_ERROR, ""),
+                        data=r.data,
+                        time=r.time,
+                    )
+                )
+        return out
+
+    async def close(self) -> None:
+        await self._pipeline.stop()
+        with contextlib.suppress(Exception):
+            await self.nc.drain()

@@ -1,0 +1,190 @@
+"""The ``EventLog`` port: what every Horizon service needs from the log, and nothing more.
+
+Two implementations honour it and share one contract test suite
+(``tests/test_log_contract.py``): ``JetStreamLog`` (the real thing) and
+``MemoryLog`` (for pure-core tests and the in-process simulator).
+
+The contract:
+
+* ``publish`` stores one message under a deterministic ``msg_id``; a second
+  publish with the same id inside the duplicate window is *reported* as a
+  duplicate (``PublishAck.duplicate``) and stored once. With
+  ``expected_last_subject_seq`` it is stored only if the last message on that
+  subject has exactly that sequence (0: none yet), else ``LogConflict``.
+* ``publish_many`` does the same for many messages, pipelined; acks come back
+  in input order.
+* ``read`` yields the messages from ``from_seq`` on, in log order, in
+  batches, up to the last sequence at the time of the call (a replay).
+* ``follow`` delivers batches from ``from_seq`` on and keeps delivering new
+  ones until stopped (the live tail a service runs on).
+* ``durable`` is a named consumer with explicit acks that survives restarts:
+  a new instance with the same name resumes after the last acked message.
+* ``dead_letter`` parks an undecodable message with its error on
+  ``horizon.dlq.<service>``; ``dead_letters`` reads them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+__all__ = [
+    "LogError",
+    "LogConflict",
+    "LogUnavailable",
+    "Record",
+    "Outgoing",
+    "PublishAck",
+    "DeadLetter",
+    "Delivery",
+    "DurableConsumer",
+    "Follower",
+    "EventLog",
+    "BatchHandler",
+    "subject_matches",
+    "MSG_ID",
+    "EXPECTED_LAST_SUBJECT_SEQ",
+]
+
+MSG_ID = "Nats-Msg-Id"
+EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+DLQ_ERROR = "Horizon-Error"
+DLQ_SUBJECT = "Horizon-Original-Subject"
+DLQ_SEQ = "Horizon-Original-Seq"
+
+
+class LogError(Exception):
+    """Base of the log adapter's errors."""
+
+
+class LogConflict(LogError):
+    """An optimistic-concurrency check failed: someone else wrote that subject first."""
+
+
+class LogUnavailable(LogError):
+    """The log did not answer (server down, timeout); the operation may be retried with the same msg id."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One stored message: its stream sequence, subject, body, and the time the log stored it."""
+
+    seq: int
+    subject: str
+    data: bytes
+    time: float  # seconds since the epoch, assigned by the log (trusted "now" for inputs)
+    headers: Mapping[str, str] | None = None
+
+    @property
+    def msg_id(self) -> str | None:
+        return self.headers.get(MSG_ID) if self.headers else None
+
+
+class Outgoing(NamedTuple):
+    subject: str
+    data: bytes
+    msg_id: str
+    expected_last_subject_seq: int | None = None
+    headers: Mapping[str, str] | None = None
+
+
+class PublishAck(NamedTuple):
+    seq: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    service: str
+    subject: str  # where the message was originally
+    seq: int  # its sequence in the HORIZON stream (0 if it never was in it)
+    error: str
+    data: bytes
+    time: float
+
+
+@dataclass(slots=True)
+class Delivery:
+    """A message from a durable consumer; ``ack`` it once its effect is durable."""
+
+    record: Record
+    delivered: int  # how many times the log has delivered it (1 = first time)
+    _ack: Callable[[], Awaitable[None]]
+
+    async def ack(self) -> None:
+        await self._ack()
+
+
+class DurableConsumer(Protocol):
+    name: str
+
+    async def fetch(self, max_messages: int = 256, timeout_s: float = 1.0) -> list[Delivery]:
+        """Up to ``max_messages`` not yet acked, waiting at most ``timeout_s`` for the first."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop receiving; the consumer's position is kept by the log for the next instance."""
+        ...
+
+
+BatchHandler = Callable[[list[Record]], Awaitable[None]]
+
+
+class Follower(Protocol):
+    async def stop(self) -> None: ...
+
+    @property
+    def done(self) -> bool: ...
+
+
+class EventLog(Protocol):
+    async def publish(
+        self,
+        subject: str,
+        data: bytes,
+        *,
+        msg_id: str,
+        expected_last_subject_seq: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> PublishAck: ...
+
+    async def publish_many(self, items: Sequence[Outgoing]) -> list[PublishAck]: ...
+
+    async def last_seq(self) -> int: ...
+
+    def read(
+        self, from_seq: int = 1, *, subjects: Sequence[str] = ("horizon.>",), until_seq: int | None = None
+    ) -> AsyncIterator[list[Record]]: ...
+
+    async def follow(
+        self, handler: BatchHandler, *, from_seq: int = 1, subjects: Sequence[str] = ("horizon.>",)
+    ) -> Follower: ...
+
+    async def durable(self, name: str, *, subjects: Sequence[str] = ("horizon.>",)) -> DurableConsumer: ...
+
+    async def dead_letter(self, service: str, record: Record, error: str) -> None: ...
+
+    async def dead_letters(self, service: str | None = None) -> list[DeadLetter]: ...
+
+    async def close(self) -> None: ...
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS wildcard matching: ``*`` one token, ``>`` one or more trailing tokens."""
+    pat = pattern.split(".")
+    sub = subject.split(".")
+    for i, token in enumerate(pat):
+        if token == ">":
+            return len(sub) > i
+        if i >= len(sub):
+            return False
+        if token != "*" and token != sub[i]:
+            return False
+    return len(pat) == len(sub)
+
+
+def clean_header(text: str, limit: int = 1024) -> str:
+    """A header value: one line, bounded (NATS headers cannot carry CR/LF)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

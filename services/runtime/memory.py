@@ -1,0 +1,224 @@
+"""``MemoryLog``: the ``EventLog`` port in memory, with the same observable contract as JetStream.
+
+For pure-core tests and the in-process simulator. Time is injected (a
+callable returning seconds), so a simulation stamps records at virtual time.
+The duplicate window is honoured against that clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+
+from services.runtime.log import (
+    MSG_ID,
+    BatchHandler,
+    DeadLetter,
+    Delivery,
+    LogConflict,
+    Outgoing,
+    PublishAck,
+    Record,
+    clean_header,
+    subject_matches,
+)
+
+__all__ = ["MemoryLog"]
+
+
+def _matches_any(patterns: Sequence[str], subject: str) -> bool:
+    return any(subject_matches(p, subject) for p in patterns)
+
+
+class _MemFollower:
+    def __init__(self, task: asyncio.Task[None]) -> None:
+        self._task = task
+
+    @property
+    def done(self) -> bool:
+        return self._task.done()
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def wait(self) -> None:
+        await self._task
+
+
+class _MemDurable:
+    def __init__(self, log: MemoryLog, name: str, subjects: Sequence[str]) -> None:
+        self.name = name
+        self._log = log
+        self._subjects = tuple(subjects)
+        state = log._durables.setdefault(name, {"acked": set(), "delivered": {}})
+        self._acked: set[int] = state["acked"]  # type: ignore[assignment]
+        self._delivered: dict[int, int] = state["delivered"]  # type: ignore[assignment]
+        # A new instance starts again from the first unacked message (like a JetStream
+        # durable whose un-acked deliveries time out and are redelivered).
+        self._cursor = 0
+        self._stopped = False
+
+    async def fetch(self, max_messages: int = 256, timeout_s: float = 1.0) -> list[Delivery]:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            out: list[Delivery] = []
+            records = self._log._records
+            while self._cursor < len(records) and len(out) < max_messages:
+                record = records[self._cursor]
+                self._cursor += 1
+                if record.seq in self._acked or not _matches_any(self._subjects, record.subject):
+                    continue
+                count = self._delivered.get(record.seq, 0) + 1
+                self._delivered[record.seq] = count
+                out.append(Delivery(record, count, self._acker(record.seq)))
+            if out or self._stopped:
+                return out
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return []
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._log._wait_for_more(len(records)), remaining)
+
+    def _acker(self, seq: int):  # noqa: ANN202 - a closure
+        async def ack() -> None:
+            self._acked.add(seq)
+
+        return ack
+
+    async def stop(self) -> None:
+        self._stopped = True
+
+
+class MemoryLog:
+    def __init__(self, *, clock: Callable[[], float] = time.time, duplicate_window_s: float = 120.0) -> None:
+        self._records: list[Record] = []
+        self._clock = clock
+        self._window = duplicate_window_s
+        self._ids: dict[str, tuple[int, float]] = {}
+        self._last_by_subject: dict[str, int] = {}
+        self._durables: dict[str, dict[str, object]] = {}
+        self._dlq: list[DeadLetter] = []
+        self._grew = asyncio.Condition()
+
+    @property
+    def records(self) -> list[Record]:
+        return self._records
+
+    async def _wait_for_more(self, seen: int) -> None:
+        async with self._grew:
+            await self._grew.wait_for(lambda: len(self._records) > seen)
+
+    async def _notify(self) -> None:
+        async with self._grew:
+            self._grew.notify_all()
+
+    def append(
+        self,
+        subject: str,
+        data: bytes,
+        *,
+        msg_id: str,
+        expected_last_subject_seq: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        at: float | None = None,
+    ) -> PublishAck:
+        """Synchronous publish (for the in-process simulator and tests); wakes readers lazily."""
+        now = self._clock() if at is None else at
+        seen = self._ids.get(msg_id)
+        if seen is not None and now - seen[1] <= self._window:
+            return PublishAck(seen[0], True)
+        if expected_last_subject_seq is not None:
+            last = self._last_by_subject.get(subject, 0)
+            if last != expected_last_subject_seq:
+                raise LogConflict(f"{subject}: wrong last sequence: {last}")
+        seq = len(self._records) + 1
+        hdrs = {MSG_ID: msg_id}
+        if headers:
+            hdrs.update(headers)
+        self._records.append(Record(seq, subject, data, now, hdrs))
+        self._ids[msg_id] = (seq, now)
+        self._last_by_subject[subject] = seq
+        return PublishAck(seq, False)
+
+    async def publish(
+        self,
+        subject: str,
+        data: bytes,
+        *,
+        msg_id: str,
+        expected_last_subject_seq: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> PublishAck:
+        ack = self.append(
+            subject, data, msg_id=msg_id, expected_last_subject_seq=expected_last_subject_seq, headers=headers
+        )
+        await self._notify()
+        return ack
+
+    async def publish_many(self, items: Sequence[Outgoing]) -> list[PublishAck]:
+        acks = [
+            self.append(
+                i.subject,
+                i.data,
+                msg_id=i.msg_id,
+                expected_last_subject_seq=i.expected_last_subject_seq,
+                headers=i.headers,
+            )
+            for i in items
+        ]
+        await self._notify()
+        return acks
+
+    async def last_seq(self) -> int:
+        return len(self._records)
+
+    async def read(
+        self, from_seq: int = 1, *, subjects: Sequence[str] = ("horizon.>",), until_seq: int | None = None
+    ) -> AsyncIterator[list[Record]]:
+        end = len(self._records) if until_seq is None else min(until_seq, len(self._records))
+        batch: list[Record] = []
+        for record in self._records[max(from_seq, 1) - 1 : end]:
+            if _matches_any(subjects, record.subject):
+                batch.append(record)
+                if len(batch) >= 1000:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
+    async def follow(
+        self, handler: BatchHandler, *, from_seq: int = 1, subjects: Sequence[str] = ("horizon.>",)
+    ) -> _MemFollower:
+        async def pump() -> None:
+            position = max(from_seq, 1) - 1
+            while True:
+                end = len(self._records)
+                if position >= end:
+                    await self._wait_for_more(end)
+                    continue
+                batch = [r for r in self._records[position:end] if _matches_any(subjects, r.subject)]
+                position = end
+                if batch:
+                    await handler(batch)
+
+        return _MemFollower(asyncio.create_task(pump(), name="horizon-memory-follow"))
+
+    async def durable(self, name: str, *, subjects: Sequence[str] = ("horizon.>",)) -> _MemDurable:
+        return _MemDurable(self, name, subjects)
+
+    async def dead_letter(self, service: str, record: Record, error: str) -> None:
+        if any(d.service == service and d.seq == record.seq for d in self._dlq):
+            return  # dead-lettering is idempotent, like the msg-id on JetStream
+        self._dlq.append(
+            DeadLetter(service, record.subject, record.seq, clean_header(error), record.data, self._clock())
+        )
+
+    async def dead_letters(self, service: str | None = None) -> list[DeadLetter]:
+        return [d for d in self._dlq if service is None or d.service == service]
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,48 @@
+"""Fixtures: a real nats-server per test (bundled binary, free port, temporary store)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from services.runtime.jetstream import JetStreamLog
+from services.runtime.memory import MemoryLog
+from services.runtime.natsserver import NatsServer
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    """A fresh JetStream server on a free loopback port, stopped by PID afterwards."""
+    server = NatsServer(store_dir=tmp_path / "js", port=0)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def js_log(nats_server: NatsServer) -> AsyncIterator[JetStreamLog]:
+    log = await JetStreamLog.open(nats_server.url, name="test")
+    try:
+        yield log
+    finally:
+        await log.close()
+
+
+@pytest.fixture(params=["memory", "jetstream"])
+async def event_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[object]:
+    """The contract suite runs against both implementations of the EventLog port."""
+    if request.param == "memory":
+        yield MemoryLog()
+        return
+    server = NatsServer(store_dir=tmp_path / "js", port=0)
+    server.start()
+    log = await JetStreamLog.open(server.url, name="contract")
+    try:
+        yield log
+    finally:
+        await log.close()
+        server.stop()
