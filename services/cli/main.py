@@ -73,9 +73,9 @@ def nats(data_dir: Path, port: int, host: str, config: Path | None) -> None:
     )
     signal.signal(signal.SIGTERM, _interrupt)
     server.start()
-    click.echo(server.url)
-    click.echo(f"JetStream store: {data_dir / 'nats'}  log: {server.log_file}  pid: {server.pid}", err=True)
     try:
+        click.echo(server.url)
+        click.echo(f"JetStream store: {data_dir / 'nats'}  log: {server.log_file}  pid: {server.pid}", err=True)
         server.wait()
     except KeyboardInterrupt:
         pass
