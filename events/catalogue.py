@@ -354,6 +354,32 @@ class JobPriorityChanged(Event, tag="JobPriorityChanged", kw_only=True):
     basis_seq: int = 0
 
 
+class JobStopRequested(Event, tag="JobStopRequested", kw_only=True):
+    """Submission asks the agent running ``job_id`` to stop it (a cancel of a started job).
+
+    The agent signals the process, waits up to ``grace_period_s``, kills it,
+    and reports ``JobCancelled`` for the attempt: the job's resources are
+    released only then, so nothing else starts on its GPUs while it dies.
+    """
+
+    job_id: str
+    attempt: int
+    reason: str = ""
+    grace_period_s: float = 10.0
+    basis_seq: int = 0
+
+
+class RequestRejected(Event, tag="RequestRejected", kw_only=True):
+    """A cancel, hold, release or update that cannot be carried out, and why."""
+
+    job_id: str
+    tenant: str
+    verb: str
+    reason: str
+    request_seq: int = 0
+    basis_seq: int = 0
+
+
 # --------------------------------------------------------------------------
 # Scheduling and placement's decisions
 # --------------------------------------------------------------------------
@@ -378,6 +404,15 @@ class JobScheduled(Event, tag="JobScheduled", kw_only=True):
     cycle: int = 0
     backfilled: bool = False
     time_limit_s: float = 0.0
+
+
+class PlacementCycleCompleted(Event, tag="PlacementCycleCompleted", kw_only=True):
+    """Placement has handled scheduling cycle ``cycle``: how many it placed and how many stay blocked."""
+
+    cycle: int
+    basis_seq: int = 0
+    scheduled: int = 0
+    blocked: int = 0
 
 
 class PlacementBlocked(Event, tag="PlacementBlocked", kw_only=True):
@@ -553,7 +588,10 @@ AnyEvent = (
     | JobHeld
     | JobReleased
     | JobPriorityChanged
+    | JobStopRequested
+    | RequestRejected
     | SchedulingCycleCompleted
+    | PlacementCycleCompleted
     | JobScheduled
     | PlacementBlocked
     | JobUnschedulable

@@ -18,6 +18,7 @@ with ``_`` (reserved for ``_admin``).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import NamedTuple
 
@@ -70,10 +71,13 @@ ADMIN_VERBS: dict[str, type[c.Event]] = {
 PUBLISHERS: dict[str, tuple[str, ...]] = {
     "JobAccepted": ("submission",),
     "JobRejected": ("submission",),
-    "JobCancelled": ("scheduling", "agent"),
+    "JobCancelled": ("submission", "agent"),
     "JobHeld": ("submission",),
     "JobReleased": ("submission",),
     "JobPriorityChanged": ("submission",),
+    "JobStopRequested": ("submission",),
+    "RequestRejected": ("submission", "inventory"),
+    "PlacementCycleCompleted": ("placement",),
     "SchedulingCycleCompleted": ("scheduling",),
     "JobUnschedulable": ("scheduling",),
     "JobDependencyNeverSatisfied": ("scheduling",),
@@ -127,7 +131,11 @@ def admin_subject(verb: str) -> str:
 
 
 def event_subject(service: str, event: c.Event) -> str:
+    """``horizon.evt.<service>.<Type>.<aggregate>``; an id unfit for a subject token (a rejected
+    job id such as ``a.b``) becomes ``_invalid-<digest>`` so the event is still publishable."""
     aggregate = event.correlation_id or "_"
+    if not valid_token(aggregate):
+        aggregate = "_invalid-" + hashlib.sha1(aggregate.encode("utf-8", "replace")).hexdigest()[:16]
     return f"{EVENT_PREFIX}.{service}.{event.event_type}.{aggregate}"
 
 

@@ -99,6 +99,16 @@ def schema(event_type: str | None, list_types: bool) -> None:
     click.echo(json.dumps(doc, indent=2, sort_keys=True))
 
 
+def _register() -> None:
+    from services.cli import jobs, run
+
+    jobs.register(cli)
+    run.register(cli)
+
+
+_register()
+
+
 def main() -> None:
     try:
         cli(standalone_mode=True)

@@ -1,0 +1,325 @@
+"""The jobs read model: one row per job, its history, and the queries the CLI asks.
+
+Kept current from the log by ``JobsProjection.run``:
+
+* the position (last applied stream sequence) is stored in the table
+  ``tracking`` **in the same transaction** as the rows it produced, so a
+  projection killed at any point resumes exactly where its rows end, and a
+  restarted one is identical to one rebuilt from scratch;
+* job state follows the same fold as the services (``services.state.jobs``),
+  so the read model cannot disagree with what the scheduler believes;
+* writes are batched (one transaction per batch of events, ``executemany``),
+  WAL journal, ``synchronous=NORMAL``: SQLite is then far from the bottleneck.
+
+Served over NATS request/reply on ``horizon.query.jobs`` (a list with filters
+and paging) and ``horizon.query.job`` (one job with its history), in the
+queue group ``projections`` so several replicas can share the load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import msgspec
+
+from events import catalogue as c
+from events.base import Event
+from events.codec import DecodeError
+from services.runtime.consume import decode_record
+from services.runtime.log import EventLog, Record
+from services.scheduling.core import CLASS_RANK
+from services.state.jobs import Job, JobState, JobTable
+
+__all__ = ["JobsProjection", "QueryServer", "job_row"]
+
+log = logging.getLogger("horizon.projections")
+
+NAME = "jobs"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tracking (projection TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY,
+    tenant TEXT, account TEXT, user TEXT, name TEXT,
+    state TEXT NOT NULL,
+    priority_class TEXT, class_rank INTEGER,
+    cpus_milli INTEGER, memory_bytes INTEGER, gpus INTEGER, gpu_type TEXT,
+    nodes INTEGER, tasks_per_node INTEGER, time_limit_s REAL,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    node TEXT, allocation TEXT,
+    submitted_ts REAL, accepted_seq INTEGER, scheduled_ts REAL, started_ts REAL, ended_ts REAL,
+    exit_code INTEGER, reason TEXT,
+    spec BLOB,
+    updated_seq INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, class_rank, accepted_seq);
+CREATE TABLE IF NOT EXISTS job_events (
+    job_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, ts REAL, source TEXT, body TEXT,
+    PRIMARY KEY (job_id, seq)
+);
+"""
+
+_COLUMNS = (
+    "job_id tenant account user name state priority_class class_rank cpus_milli memory_bytes gpus gpu_type "
+    "nodes tasks_per_node time_limit_s attempt node allocation submitted_ts accepted_seq scheduled_ts "
+    "started_ts ended_ts exit_code reason spec updated_seq"
+).split()
+_UPSERT = (
+    f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
+    f"ON CONFLICT(job_id) DO UPDATE SET {', '.join(f'{col}=excluded.{col}' for col in _COLUMNS[1:])}"
+)
+_spec_encoder = msgspec.json.Encoder()
+_spec_decoder = msgspec.json.Decoder(c.JobSpec)
+_alloc_list = msgspec.json.Decoder(list[c.NodeAllocation])
+
+
+def job_row(job: Job, seq: int, tenant: str = "") -> tuple[Any, ...]:
+    spec = job.spec
+    allocation = [msgspec.to_builtins(a) for a in job.allocations]
+    return (
+        job.job_id,
+        spec.tenant if spec else tenant,
+        spec.account if spec else None,
+        spec.user if spec else None,
+        spec.name if spec else None,
+        job.state.value,
+        spec.priority_class if spec else None,
+        CLASS_RANK.get(spec.priority_class, 9) if spec else 9,
+        spec.cpus_milli if spec else None,
+        spec.memory_bytes if spec else None,
+        spec.gpus * spec.tasks_per_node * spec.nodes if spec else None,
+        (spec.gpu_type + (f"-{spec.gpu_variant}" if spec.gpu_variant else "")) if spec and spec.gpu_type else None,
+        spec.nodes if spec else None,
+        spec.tasks_per_node if spec else None,
+        spec.time_limit_s if spec else None,
+        job.attempt,
+        ",".join(a.node for a in job.allocations) or None,
+        json.dumps(allocation) if allocation else None,
+        job.accepted_ts or None,
+        job.accepted_seq or None,
+        job.scheduled_ts or None,
+        job.started_ts or None,
+        job.ended_ts or None,
+        job.exit_code,
+        job.reason or None,
+        _spec_encoder.encode(spec) if spec else None,
+        seq,
+    )
+
+
+def _summary(event: Event) -> str:
+    body = msgspec.to_builtins(event)
+    for key in ("id", "type", "v", "ts", "causation_id", "correlation_id", "source", "spec", "job_id"):
+        body.pop(key, None)
+    return json.dumps(body, sort_keys=True)
+
+
+class JobsProjection:
+    def __init__(self, log_: EventLog, path: Path | str) -> None:
+        self.log = log_
+        self.path = str(path)
+        self.db: aiosqlite.Connection | None = None
+        self.jobs = JobTable()
+        self.last_seq = 0
+        self.ready = asyncio.Event()
+        self._follower: Any = None
+        self._tenants: dict[str, str] = {}
+
+    async def open(self) -> None:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self.db = await aiosqlite.connect(self.path)
+        await self.db.execute("PRAGMA journal_mode=WAL")
+        await self.db.execute("PRAGMA synchronous=NORMAL")
+        await self.db.executescript(SCHEMA)
+        await self.db.commit()
+        async with self.db.execute("SELECT last_seq FROM tracking WHERE projection = ?", (NAME,)) as cur:
+            row = await cur.fetchone()
+        self.last_seq = row[0] if row else 0
+        # The in-memory fold is rebuilt from the rows, not from the log: rows and position agree.
+        async with self.db.execute(
+            "SELECT job_id, state, attempt, allocation, spec, accepted_seq, submitted_ts, scheduled_ts, started_ts, "
+            "ended_ts, reason, exit_code, tenant FROM jobs"
+        ) as cur:
+            async for r in cur:
+                job = Job(
+                    r[0],
+                    _spec_decoder.decode(r[4]) if r[4] else None,
+                    JobState(r[1]),
+                    accepted_seq=r[5] or 0,
+                    accepted_ts=r[6] or 0.0,
+                    attempt=r[2],
+                    allocations=_alloc_list.decode(r[3]) if r[3] else [],
+                    scheduled_ts=r[7] or 0.0,
+                    started_ts=r[8] or 0.0,
+                    ended_ts=r[9] or 0.0,
+                    reason=r[10] or "",
+                    exit_code=r[11],
+                )
+                self.jobs.jobs[job.job_id] = job
+                if r[12]:
+                    self._tenants[job.job_id] = r[12]
+
+    async def apply(self, batch: Iterable[Record]) -> None:
+        """Fold a batch and commit rows, history and position in one transaction."""
+        assert self.db is not None
+        changed: dict[str, Job] = {}
+        history: list[tuple[Any, ...]] = []
+        last = self.last_seq
+        for record in batch:
+            if record.seq <= last:
+                continue
+            last = record.seq
+            try:
+                event = decode_record(record)
+            except DecodeError:
+                continue
+            job_id = getattr(event, "job_id", None)
+            if not isinstance(job_id, str) or not job_id:
+                continue
+            if isinstance(event, c.JobRejected):
+                self._tenants[job_id] = event.tenant
+            before = self.jobs.get(job_id)
+            snapshot = (before.state, before.attempt, before.reason, before.spec) if before else None
+            self.jobs.apply(event, record.seq, record.time)
+            job = self.jobs.get(job_id)
+            if job is not None and (snapshot != (job.state, job.attempt, job.reason, job.spec)):
+                changed[job_id] = job
+            if job is not None and not isinstance(event, c.SchedulingCycleCompleted):
+                history.append((job_id, record.seq, event.event_type, record.time, event.source, _summary(event)))
+        if last == self.last_seq:
+            return
+        rows = [job_row(job, last, self._tenants.get(job_id, "")) for job_id, job in changed.items()]
+        await self.db.execute("BEGIN")
+        try:
+            if rows:
+                await self.db.executemany(_UPSERT, rows)
+            if history:
+                await self.db.executemany("INSERT OR IGNORE INTO job_events VALUES (?, ?, ?, ?, ?, ?)", history)
+            await self.db.execute(
+                "INSERT INTO tracking (projection, last_seq) VALUES (?, ?) "
+                "ON CONFLICT(projection) DO UPDATE SET last_seq = excluded.last_seq",
+                (NAME, last),
+            )
+            await self.db.commit()
+        except BaseException:
+            await self.db.rollback()
+            raise
+        self.last_seq = last
+
+    async def start(self) -> None:
+        if self.db is None:
+            await self.open()
+        self._follower = await self.log.follow(self.apply, from_seq=self.last_seq + 1, subjects=("horizon.evt.>",))
+        self.ready.set()
+
+    async def wait(self) -> None:
+        await self._follower.wait()
+
+    async def stop(self) -> None:
+        if self._follower is not None:
+            await self._follower.stop()
+        if self.db is not None:
+            await self.db.close()
+            self.db = None
+
+    # ------------------------------------------------------------------ queries
+
+    async def query_jobs(
+        self,
+        *,
+        states: list[str] | None = None,
+        tenant: str | None = None,
+        account: str | None = None,
+        user: str | None = None,
+        job_ids: list[str] | None = None,
+        limit: int = 1000,
+        offset: int = 0,
+        order: str = "submit",
+    ) -> dict[str, Any]:
+        assert self.db is not None
+        where, args = [], []
+        for column, value in (("tenant", tenant), ("account", account), ("user", user)):
+            if value:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if states:
+            where.append(f"state IN ({', '.join('?' for _ in states)})")
+            args.extend(s.upper() for s in states)
+        if job_ids:
+            where.append(f"job_id IN ({', '.join('?' for _ in job_ids)})")
+            args.extend(job_ids)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        order_by = "class_rank, accepted_seq" if order == "queue" else "COALESCE(accepted_seq, updated_seq), job_id"
+        async with self.db.execute(f"SELECT COUNT(*) FROM jobs{clause}", args) as cur:
+            total = (await cur.fetchone())[0]  # type: ignore[index]
+        cols = [col for col in _COLUMNS if col != "spec"]
+        async with self.db.execute(
+            f"SELECT {', '.join(cols)} FROM jobs{clause} ORDER BY {order_by} LIMIT ? OFFSET ?",
+            [*args, max(0, min(limit, 100_000)), max(0, offset)],
+        ) as cur:
+            rows = [dict(zip(cols, row, strict=True)) for row in await cur.fetchall()]
+        for row in rows:
+            row["allocation"] = json.loads(row["allocation"]) if row["allocation"] else []
+            row.pop("class_rank", None)
+        return {"jobs": rows, "total": total, "last_seq": self.last_seq}
+
+    async def query_job(self, job_id: str) -> dict[str, Any]:
+        assert self.db is not None
+        found = await self.query_jobs(job_ids=[job_id], limit=1)
+        async with self.db.execute(
+            "SELECT seq, type, ts, source, body FROM job_events WHERE job_id = ? ORDER BY seq", (job_id,)
+        ) as cur:
+            events = [
+                {"seq": r[0], "type": r[1], "ts": r[2], "source": r[3], "detail": json.loads(r[4])}
+                for r in await cur.fetchall()
+            ]
+        return {"job": found["jobs"][0] if found["jobs"] else None, "events": events, "last_seq": self.last_seq}
+
+
+class QueryServer:
+    """``horizon.query.jobs`` and ``horizon.query.job`` over NATS request/reply."""
+
+    def __init__(self, nc: Any, projection: JobsProjection) -> None:
+        self.nc = nc
+        self.projection = projection
+        self._subs: list[Any] = []
+
+    async def start(self) -> None:
+        self._subs.append(await self.nc.subscribe("horizon.query.jobs", queue="projections", cb=self._jobs))
+        self._subs.append(await self.nc.subscribe("horizon.query.job", queue="projections", cb=self._job))
+
+    async def stop(self) -> None:
+        for sub in self._subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def _reply(self, msg: Any, body: dict[str, Any]) -> None:
+        if msg.reply:
+            await self.nc.publish(msg.reply, json.dumps(body).encode())
+
+    async def _jobs(self, msg: Any) -> None:
+        try:
+            req = json.loads(msg.data or b"{}")
+            allowed = {"states", "tenant", "account", "user", "job_ids", "limit", "offset", "order"}
+            unknown = set(req) - allowed
+            if unknown:
+                raise ValueError(f"unknown query fields {sorted(unknown)}; allowed: {sorted(allowed)}")
+            body = await self.projection.query_jobs(**req)
+        except (ValueError, TypeError) as exc:
+            body = {"error": str(exc)}
+        await self._reply(msg, body)
+
+    async def _job(self, msg: Any) -> None:
+        try:
+            req = json.loads(msg.data or b"{}")
+            body = await self.projection.query_job(str(req["job_id"]))
+        except (ValueError, TypeError, KeyError) as exc:
+            body = {"error": f"bad request: {exc}"}
+        await self._reply(msg, body)

@@ -1,0 +1,334 @@
+"""The node agent: registers its nodes, heartbeats, runs what placement put on them, reports.
+
+One agent process can host many nodes (simulated clusters, ``horizon up``).
+It follows the log like the services, but its "decisions" are effects on the
+machine, so it is not a pure core; its reports are observations:
+``JobStarted``, ``JobSucceeded``, ``JobFailed`` (exit code, stderr tail, or
+the time limit), ``JobCancelled`` (after a ``JobStopRequested``). Every report
+has a deterministic id (``agent/<Type>/<job>/<attempt>``), so a report sent
+twice is stored once.
+
+Start-up: catch up with the log first, then
+
+* start every job SCHEDULED on its nodes that has not started;
+* report ``JobFailed`` for every job the log says is RUNNING on its nodes,
+  since a fresh agent has no such process (it died with the old agent);
+* answer stop requests that arrived while it was away.
+
+A job that ends by someone else's decision while running here (cancelled
+before it was seen to start, failed because the node was declared lost) is
+stopped without a report: the log already holds its end.
+
+A multi-node job is launched by the agent of its first node (like Slurm's
+batch host); the other nodes' agents hold the allocation and run nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from events import catalogue as c
+from events.base import Event
+from events.codec import DecodeError, encode
+from events.subjects import event_subject, heartbeat_subject
+from services.agent.executors import Execution, Executor, Outcome
+from services.runtime.consume import decode_record
+from services.runtime.log import EventLog, Record
+from services.state.jobs import HOLDS_RESOURCES, JobState, JobTable
+
+__all__ = ["NodeSpec", "NodeAgent", "local_nodes"]
+
+log = logging.getLogger("horizon.agent")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    cpus_milli: int
+    memory_bytes: int
+    gpus: tuple[c.GpuDevice, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[c.Taint, ...] = ()
+
+    def registration(self, agent: str) -> c.NodeRegistered:
+        body = c.NodeRegistered(
+            node=self.name,
+            cpus_milli=self.cpus_milli,
+            memory_bytes=self.memory_bytes,
+            gpus=list(self.gpus),
+            labels=dict(self.labels),
+            taints=list(self.taints),
+            agent=agent,
+            correlation_id=self.name,
+            source=f"agent/{self.name}",
+        )
+        digest = hashlib.sha1(encode(body)).hexdigest()[:12]
+        return msgspec.structs.replace(body, id=f"agent/NodeRegistered/{self.name}/{digest}")
+
+
+def local_nodes(
+    count: int,
+    *,
+    gpus_per_node: int = 8,
+    gpu_type: str = "a100",
+    cpus: int = 64,
+    memory_bytes: int = 512 * 1024**3,
+    gpu_memory_bytes: int = 80 * 1024**3,
+    prefix: str = "node",
+) -> list[NodeSpec]:
+    """``count`` identical nodes; GPUs split evenly over two NUMA nodes."""
+    model, _, variant = gpu_type.lower().partition("-")
+    nodes = []
+    for i in range(count):
+        gpus = tuple(
+            c.GpuDevice(
+                id=f"gpu{g}",
+                type=model,
+                variant=variant or None,
+                memory_bytes=gpu_memory_bytes,
+                numa_node=0 if g < max(1, gpus_per_node // 2) else 1,
+            )
+            for g in range(gpus_per_node)
+        )
+        width = max(2, len(str(count - 1)))
+        nodes.append(NodeSpec(f"{prefix}-{i:0{width}d}", cpus * 1000, memory_bytes, gpus))
+    return nodes
+
+
+@dataclass
+class _Running:
+    attempt: int
+    execution: Execution | None = None
+    stop_reason: str | None = None  # "cancel": report JobCancelled; "silent": no report
+    task: asyncio.Task[None] | None = None
+
+
+class NodeAgent:
+    def __init__(
+        self,
+        log_: EventLog,
+        nodes: list[NodeSpec],
+        executor: Executor,
+        *,
+        nc: Any = None,
+        name: str = "agent",
+        heartbeat_interval_s: float = 1.0,
+        grace_period_s: float = 10.0,
+    ) -> None:
+        self.log = log_
+        self.nodes = {n.name: n for n in nodes}
+        self.executor = executor
+        self.nc = nc  # core NATS connection for heartbeats (None: no heartbeats, e.g. in-memory tests)
+        self.name = name
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.grace_period_s = grace_period_s
+        self.jobs = JobTable()
+        self.running: dict[str, _Running] = {}
+        self.stop_requests: dict[str, c.JobStopRequested] = {}
+        self.caught_up = False
+        self.heartbeats_paused = False  # tests simulate a silent node with this
+        self.ready = asyncio.Event()
+        self._follower: Any = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._seq = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        for spec in self.nodes.values():
+            reg = spec.registration(self.name)
+            reg = msgspec.structs.replace(reg, ts=time.time())
+            await self.log.publish(event_subject("agent", reg), encode(reg), msg_id=reg.id)
+        if self.nc is not None:
+            self._heartbeat = asyncio.create_task(self._beat(), name=f"{self.name}-heartbeat")
+        end = await self.log.last_seq()
+        async for batch in self.log.read(1, subjects=("horizon.evt.>",), until_seq=end):
+            self._fold(batch)
+        self.caught_up = True
+        await self._resume()
+        self._follower = await self.log.follow(self._on_batch, from_seq=end + 1, subjects=("horizon.evt.>",))
+        self.ready.set()
+
+    async def stop(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+        if self._follower is not None:
+            await self._follower.stop()
+        # Processes die with the agent; the next agent reports them lost (see module doc).
+        tasks = []
+        for run in self.running.values():
+            run.stop_reason = "silent"
+            if run.execution is not None:
+                tasks.append(run.execution.stop(min(self.grace_period_s, 2.0)))
+        for coro in tasks:
+            with contextlib.suppress(Exception):
+                await coro
+        for run in self.running.values():
+            if run.task is not None:
+                run.task.cancel()
+
+    async def _beat(self) -> None:
+        while True:
+            if not self.heartbeats_paused:
+                for node in self.nodes:
+                    with contextlib.suppress(Exception):
+                        await self.nc.publish(heartbeat_subject(node), b"")
+            await asyncio.sleep(self.heartbeat_interval_s)
+
+    # ------------------------------------------------------------------ following the log
+
+    def _mine(self, allocations: list[c.NodeAllocation]) -> c.NodeAllocation | None:
+        if allocations and allocations[0].node in self.nodes:
+            return allocations[0]
+        return None
+
+    def _fold(self, batch: list[Record]) -> list[tuple[str, str]]:
+        """Fold records; return the actions they call for: (action, job id)."""
+        actions: list[tuple[str, str]] = []
+        for record in batch:
+            if record.seq <= self._seq:
+                continue
+            self._seq = record.seq
+            try:
+                event = decode_record(record)
+            except DecodeError:
+                continue  # services dead-letter what they cannot read; an agent only skips it
+            if isinstance(event, c.JobStopRequested):
+                job = self.jobs.get(event.job_id)
+                if job is not None and job.state in HOLDS_RESOURCES and self._mine(job.allocations):
+                    self.stop_requests[event.job_id] = event
+                    actions.append(("stop", event.job_id))
+                continue
+            tr = self.jobs.apply(event, record.seq, record.time)
+            if tr is None or not self._mine(tr.job.allocations):
+                continue
+            if tr.after is JobState.SCHEDULED:
+                actions.append(("start", tr.job.job_id))
+            elif tr.before in HOLDS_RESOURCES and tr.after not in HOLDS_RESOURCES:
+                self.stop_requests.pop(tr.job.job_id, None)
+                actions.append(("ended", tr.job.job_id))
+        return actions
+
+    async def _on_batch(self, batch: list[Record]) -> None:
+        for action, job_id in self._fold(batch):
+            await self._act(action, job_id)
+
+    async def _resume(self) -> None:
+        for job_id in sorted(self.jobs.jobs):
+            job = self.jobs.jobs[job_id]
+            if job.state not in HOLDS_RESOURCES or not self._mine(job.allocations):
+                continue
+            if job_id in self.stop_requests:
+                await self._report(c.JobCancelled, job_id, job.attempt, reason=self.stop_requests[job_id].reason)
+            elif job.state is JobState.SCHEDULED:
+                await self._act("start", job_id)
+            else:
+                await self._report(
+                    c.JobFailed, job_id, job.attempt, node=job.allocations[0].node,
+                    reason="the agent restarted and the job's process was lost",
+                )
+
+    async def _act(self, action: str, job_id: str) -> None:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return
+        if action == "start" and job_id not in self.running and job.state is JobState.SCHEDULED:
+            alloc = self._mine(job.allocations)
+            assert alloc is not None and job.spec is not None
+            run = _Running(job.attempt)
+            self.running[job_id] = run
+            run.task = asyncio.create_task(self._run(job_id, job.attempt, job.spec, alloc, run), name=f"job-{job_id}")
+        elif action == "stop":
+            run = self.running.get(job_id)
+            request = self.stop_requests.get(job_id)
+            if run is None or run.execution is None:
+                if run is not None:
+                    run.stop_reason = "cancel"  # stopped as soon as it has started
+                elif request is not None:
+                    await self._report(c.JobCancelled, job_id, job.attempt, reason=request.reason)
+                return
+            run.stop_reason = "cancel"
+            grace = request.grace_period_s if request else self.grace_period_s
+            asyncio.create_task(run.execution.stop(grace))
+        elif action == "ended":
+            run = self.running.get(job_id)
+            if run is not None and run.stop_reason is None:
+                run.stop_reason = "silent"
+                if run.execution is not None:
+                    asyncio.create_task(run.execution.stop(self.grace_period_s))
+
+    # ------------------------------------------------------------------ running one job
+
+    async def _run(self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, run: _Running) -> None:
+        try:
+            try:
+                run.execution = await self.executor.start(job_id, attempt, spec, alloc)
+            except Exception as exc:  # noqa: BLE001 - any failure to start is the job's failure
+                await self._report(c.JobFailed, job_id, attempt, node=alloc.node, reason=f"could not start: {exc}")
+                return
+            if run.stop_reason == "silent":
+                await run.execution.stop(0)
+                return
+            await self._report(c.JobStarted, job_id, attempt, node=alloc.node, pid=run.execution.pid)
+            if run.stop_reason == "cancel":
+                asyncio.create_task(run.execution.stop(self.grace_period_s))
+            started = time.monotonic()
+            timed_out = False
+            try:
+                outcome = await asyncio.wait_for(asyncio.shield(run.execution.wait()), spec.time_limit_s)
+            except asyncio.TimeoutError:
+                timed_out = True
+                outcome = await run.execution.stop(self.grace_period_s)
+            runtime = time.monotonic() - started
+            await self._finish(job_id, attempt, alloc, run, outcome, runtime, timed_out, spec)
+        finally:
+            self.running.pop(job_id, None)
+
+    async def _finish(
+        self, job_id: str, attempt: int, alloc: c.NodeAllocation, run: _Running, outcome: Outcome,
+        runtime: float, timed_out: bool, spec: c.JobSpec,
+    ) -> None:
+        if run.stop_reason == "silent":
+            return
+        if run.stop_reason == "cancel":
+            request = self.stop_requests.get(job_id)
+            await self._report(c.JobCancelled, job_id, attempt, reason=request.reason if request else "cancelled")
+        elif timed_out:
+            await self._report(
+                c.JobFailed, job_id, attempt, node=alloc.node, exit_code=outcome.exit_code,
+                reason=f"time limit of {spec.time_limit_s:g} s exceeded", stderr_tail=outcome.stderr_tail,
+                runtime_s=round(runtime, 3),
+            )
+        elif outcome.exit_code == 0:
+            await self._report(c.JobSucceeded, job_id, attempt, node=alloc.node, exit_code=0, runtime_s=round(runtime, 3))
+        else:
+            await self._report(
+                c.JobFailed, job_id, attempt, node=alloc.node, exit_code=outcome.exit_code,
+                reason=f"exit code {outcome.exit_code}", stderr_tail=outcome.stderr_tail, runtime_s=round(runtime, 3),
+            )
+
+    async def _report(self, cls: type[Event], job_id: str, attempt: int, **fields: Any) -> None:
+        node = fields.get("node") or (self.jobs.get(job_id).allocations[0].node if self.jobs.get(job_id) else "")  # type: ignore[union-attr]
+        event = cls(
+            id=f"agent/{cls.__struct_config__.tag}/{job_id}/{attempt}",
+            ts=time.time(),
+            correlation_id=job_id,
+            source=f"agent/{node}" if node else "agent",
+            job_id=job_id,
+            attempt=attempt,
+            **fields,
+        )
+        try:
+            await self.log.publish(event_subject("agent", event), encode(event), msg_id=event.id)
+        except Exception:  # noqa: BLE001 - a report that cannot be published is retried by the next agent
+            log.exception("could not report %s for %s", event.event_type, job_id)

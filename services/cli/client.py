@@ -1,0 +1,78 @@
+"""What the CLI's client commands share: a connection, publishing an input, asking a query."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import nats
+import nats.errors
+
+from events.base import Event
+from events.codec import encode
+from services.runtime.jetstream import connect
+from services.runtime.log import MSG_ID, LogError
+
+__all__ = ["session", "publish_input", "query", "default_tenant", "default_user", "await_answer"]
+
+
+def default_tenant() -> str:
+    return os.environ.get("HORIZON_TENANT", "default")
+
+
+def default_user() -> str:
+    return os.environ.get("USER") or os.environ.get("LOGNAME") or "anonymous"
+
+
+@asynccontextmanager
+async def session(url: str) -> AsyncIterator[Any]:
+    nc = await connect(url, name="horizon-cli", connect_timeout_s=3.0)
+    try:
+        yield nc
+    finally:
+        await nc.close()
+
+
+async def publish_input(nc: Any, subject: str, event: Event, msg_id: str) -> int:
+    """Publish a client input into the log; returns its sequence (a retried publish is a duplicate)."""
+    js = nc.jetstream(timeout=5)
+    try:
+        ack = await js.publish(subject, encode(event), headers={MSG_ID: msg_id})
+    except nats.errors.NoRespondersError:
+        raise LogError("the Horizon stream does not exist on this server: start Horizon with `horizon up`") from None
+    except nats.errors.TimeoutError:
+        raise LogError("the log did not acknowledge the publish in time; retry (it is safe: same Nats-Msg-Id)") from None
+    return int(ack.seq)
+
+
+async def await_answer(sub: Any, types: set[str], timeout_s: float) -> dict[str, Any] | None:
+    """The first event of one of ``types`` arriving on ``sub`` within the timeout, as JSON."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return None
+        try:
+            msg = await sub.next_msg(timeout=remaining)
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            return None
+        body = json.loads(msg.data)
+        if body.get("type") in types:
+            return body
+
+
+async def query(nc: Any, view: str, request: dict[str, Any], timeout_s: float = 5.0) -> dict[str, Any]:
+    try:
+        msg = await nc.request(f"horizon.query.{view}", json.dumps(request).encode(), timeout=timeout_s)
+    except nats.errors.NoRespondersError:
+        raise LogError(f"nothing serves horizon.query.{view}: is `horizon up` (or the projections service) running?") from None
+    except nats.errors.TimeoutError:
+        raise LogError(f"horizon.query.{view} did not answer within {timeout_s:g} s") from None
+    body = json.loads(msg.data)
+    if "error" in body:
+        raise LogError(f"query {view}: {body['error']}")
+    return body  # type: ignore[no-any-return]

@@ -1,0 +1,123 @@
+"""Inventory's adapter: the pure core on the shared runner, plus the heartbeat watch.
+
+Heartbeats are frequent and not history, so they never enter the log: agents
+publish an empty message on ``horizon.hb.<node>`` (core NATS) every second or
+so. This adapter remembers when it last heard from each node (monotonic wall
+clock: an *observation*, which is why it lives here and not in the core) and
+records the two state changes that matter:
+
+* ``NodeLost`` when a ready node has been silent for ``timeout_s`` (msg id
+  ``inventory/NodeLost/<node>/<ready seq>``: one loss per ready period, however
+  many inventory instances notice it);
+* ``NodeReady`` when a lost node is heard from again
+  (``inventory/NodeReady/<node>/back/<lost seq>``).
+
+A freshly started inventory gives every node a full timeout of grace before
+judging it, since it has not had the chance to hear anyone yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from events import catalogue as c
+from events.codec import encode
+from events.subjects import event_subject
+from services.inventory.core import InventoryCore, InventoryState
+from services.runtime.log import EventLog
+from services.runtime.service import ServiceRunner
+
+__all__ = ["HeartbeatWatch", "InventoryService"]
+
+log = logging.getLogger("horizon.inventory")
+
+
+class HeartbeatWatch:
+    def __init__(self, runner: ServiceRunner[InventoryState], nc: Any, *, timeout_s: float = 10.0) -> None:
+        self.runner = runner
+        self.nc = nc
+        self.timeout_s = timeout_s
+        self.last_seen: dict[str, float] = {}
+        self.lost_marked: dict[str, float] = {}
+        self._started = time.monotonic()
+        self._sub: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        async def on_beat(msg: Any) -> None:
+            self.last_seen[msg.subject.rsplit(".", 1)[1]] = time.monotonic()
+
+        self._sub = await self.nc.subscribe("horizon.hb.*", cb=on_beat)
+        self._task = asyncio.create_task(self._watch(), name="inventory-heartbeats")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(max(0.05, self.timeout_s / 5))
+            try:
+                await self.check(time.monotonic())
+            except Exception:  # noqa: BLE001 - keep watching; the next round retries
+                log.exception("heartbeat check failed")
+
+    async def check(self, now: float) -> None:
+        state = self.runner.state
+        for node in state.cluster.sorted_nodes():
+            if node.removed:
+                continue
+            seen = self.last_seen.get(node.name, self._started)
+            if node.ready and not node.lost and now - seen > self.timeout_s:
+                event = c.NodeLost(
+                    id=f"inventory/NodeLost/{node.name}/{node.ready_seq}",
+                    ts=time.time(),
+                    correlation_id=node.name,
+                    source="inventory",
+                    node=node.name,
+                    reason=f"no heartbeat for {now - seen:.1f} s (timeout {self.timeout_s:g} s)",
+                    last_heartbeat_ts=time.time() - (now - seen) if node.name in self.last_seen else None,
+                    basis_seq=state.seq,
+                )
+                self.lost_marked[node.name] = now
+                await self.runner.log.publish(event_subject("inventory", event), encode(event), msg_id=event.id)
+                log.warning("node %s lost: %s", node.name, event.reason)
+            elif node.lost and seen > self.lost_marked.get(node.name, self._started) and now - seen < self.timeout_s:
+                event = c.NodeReady(
+                    id=f"inventory/NodeReady/{node.name}/back/{node.lost_seq}",
+                    ts=time.time(),
+                    correlation_id=node.name,
+                    source="inventory",
+                    node=node.name,
+                    basis_seq=state.seq,
+                )
+                await self.runner.log.publish(event_subject("inventory", event), encode(event), msg_id=event.id)
+                log.info("node %s is back", node.name)
+
+
+class InventoryService:
+    """The runner and the heartbeat watch, started and stopped together."""
+
+    def __init__(self, log_: EventLog, nc: Any, *, heartbeat_timeout_s: float = 10.0, core: InventoryCore | None = None) -> None:
+        self.runner = ServiceRunner(log_, core or InventoryCore())
+        self.watch = HeartbeatWatch(self.runner, nc, timeout_s=heartbeat_timeout_s) if nc is not None else None
+
+    async def run(self) -> None:
+        await self.runner.start()
+        if self.watch is not None:
+            await self.watch.start()
+        try:
+            await self.runner.wait()
+        finally:
+            if self.watch is not None:
+                await self.watch.stop()
+            await self.runner.stop()

@@ -1,0 +1,175 @@
+"""Running Horizon's parts: one service alone, or the whole stack on one machine.
+
+Each part gets its own NATS connection, as it would in its own process, so
+the in-process stack (``horizon up``, the end-to-end tests) exercises the same
+paths as the distributed shape (``horizon service NAME --nats URL``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from services.agent.app import NodeAgent, NodeSpec
+from services.agent.executors import Executor, ProcessExecutor, SimExecutor
+from services.inventory.app import InventoryService
+from services.inventory.core import InventoryCore
+from services.placement.core import PlacementCore
+from services.preemption.core import PreemptionCore
+from services.runtime.jetstream import JetStreamLog, StreamSettings
+from services.runtime.service import ServiceRunner
+from services.scheduling.core import SchedulingCore
+from services.submission.core import SubmissionCore
+
+__all__ = ["SERVICES", "Part", "Stack", "make_core"]
+
+log = logging.getLogger("horizon.stack")
+
+SERVICES: dict[str, Callable[[], Any]] = {
+    "submission": SubmissionCore,
+    "scheduling": SchedulingCore,
+    "placement": PlacementCore,
+    "preemption": PreemptionCore,
+    "inventory": InventoryCore,
+}
+
+
+def make_core(name: str) -> Any:
+    try:
+        return SERVICES[name]()
+    except KeyError:
+        raise ValueError(f"unknown service {name!r}; services: {', '.join(SERVICES)}") from None
+
+
+@dataclass
+class Part:
+    """One running part: its log connection, the object that runs, and its task."""
+
+    name: str
+    log: JetStreamLog
+    obj: Any
+    task: asyncio.Task[None]
+
+
+@dataclass
+class Stack:
+    url: str
+    data_dir: Path
+    nodes: list[NodeSpec] = field(default_factory=list)
+    executor: str = "process"  # or "sim"
+    heartbeat_timeout_s: float = 10.0
+    heartbeat_interval_s: float = 1.0
+    settings: StreamSettings = field(default_factory=StreamSettings)
+    parts: dict[str, Part] = field(default_factory=dict)
+
+    async def start(self) -> None:
+        setup = await JetStreamLog.open(self.url, name="horizon-setup", settings=self.settings)
+        await setup.close()
+        for name in SERVICES:
+            await self.start_service(name)
+        await self.start_projection()
+        if self.nodes:
+            await self.start_agent()
+
+    async def start_service(self, name: str) -> Part:
+        log_ = await JetStreamLog.open(self.url, name=f"horizon-{name}", settings=self.settings, create=False)
+        if name == "inventory":
+            obj: Any = InventoryService(log_, log_.nc, heartbeat_timeout_s=self.heartbeat_timeout_s)
+            runner = obj.runner
+        else:
+            obj = runner = ServiceRunner(log_, make_core(name))
+        task = asyncio.create_task(obj.run(), name=f"horizon-{name}")
+        await _until_ready(runner.ready, task, name)
+        part = Part(name, log_, obj, task)
+        self.parts[name] = part
+        return part
+
+    async def start_projection(self) -> Part:
+        from projections.jobs import JobsProjection, QueryServer
+
+        log_ = await JetStreamLog.open(self.url, name="horizon-projections", settings=self.settings, create=False)
+        projection = JobsProjection(log_, self.data_dir / "projections" / "jobs.sqlite")
+        await projection.open()
+        server = QueryServer(log_.nc, projection)
+        await server.start()
+
+        async def run() -> None:
+            await projection.start()
+            try:
+                await projection.wait()
+            finally:
+                await server.stop()
+                await projection.stop()
+
+        task = asyncio.create_task(run(), name="horizon-projections")
+        await _until_ready(projection.ready, task, "projections")
+        part = Part("projections", log_, projection, task)
+        self.parts["projections"] = part
+        return part
+
+    async def start_agent(self) -> Part:
+        log_ = await JetStreamLog.open(self.url, name="horizon-agent", settings=self.settings, create=False)
+        executor: Executor = SimExecutor() if self.executor == "sim" else ProcessExecutor(self.data_dir / "jobs")
+        agent = NodeAgent(log_, self.nodes, executor, nc=log_.nc, heartbeat_interval_s=self.heartbeat_interval_s)
+
+        async def run() -> None:
+            await agent.start()
+            try:
+                await asyncio.Event().wait()
+            finally:
+                await agent.stop()
+
+        task = asyncio.create_task(run(), name="horizon-agent")
+        await _until_ready(agent.ready, task, "agent")
+        part = Part("agent", log_, agent, task)
+        self.parts["agent"] = part
+        return part
+
+    async def kill(self, name: str) -> None:
+        """Cancel one part abruptly (a crash, as far as the log can tell) and close its connection."""
+        part = self.parts.pop(name)
+        part.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await part.task
+        with contextlib.suppress(Exception):
+            await part.log.nc.close()
+
+    async def restart(self, name: str) -> Part:
+        if name in self.parts:
+            await self.kill(name)
+        if name == "projections":
+            return await self.start_projection()
+        if name == "agent":
+            return await self.start_agent()
+        return await self.start_service(name)
+
+    async def stop(self) -> None:
+        for name in reversed(list(self.parts)):
+            part = self.parts.pop(name)
+            part.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await part.task
+            with contextlib.suppress(Exception):
+                await part.log.close()
+
+    def failed(self) -> list[str]:
+        """Parts whose task ended on its own (a bug or a lost server): name and error."""
+        out = []
+        for name, part in self.parts.items():
+            if part.task.done() and not part.task.cancelled():
+                out.append(f"{name}: {part.task.exception()!r}")
+        return out
+
+
+async def _until_ready(ready: asyncio.Event, task: asyncio.Task[None], name: str) -> None:
+    waiter = asyncio.create_task(ready.wait())
+    done, _ = await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        waiter.cancel()
+        exc = task.exception()
+        raise RuntimeError(f"{name} stopped during start-up: {exc}") from exc

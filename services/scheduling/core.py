@@ -1,0 +1,171 @@
+"""Scheduling: the queue, its order, and when to run a cycle. Pure.
+
+The queue is every PENDING job (held jobs wait aside). Order: priority class
+(critical, high, normal, low, scavenger), then first come first served by the
+sequence at which the job was accepted; the log sequence is a total order, so
+ties cannot happen and replays cannot disagree.
+
+A **cycle** is the scheduler's decision "these are the candidates, in this
+order" (``SchedulingCycleCompleted``). Placement then places every candidate
+that fits and skips those that do not, so a job that does not fit never
+blocks the jobs behind it (seed 003's lesson). Cycles are triggered by
+events, and batched:
+
+1. a new cycle is decided only once placement has finished the previous one
+   (``PlacementCycleCompleted``), so a burst of 10,000 submissions that
+   arrives while a cycle is being placed becomes the next single cycle;
+2. and only if something that could change the outcome has happened since
+   the last cycle's basis: a job became pending (accepted, released,
+   requeued, re-prioritised), resources were freed, a node changed, or the
+   last cycle was cut at ``max_candidates`` and placed something.
+
+Restarts: a failed job whose restart policy allows another attempt is
+requeued (``JobRequeued``) until ``max_retries`` retries are used.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import ClassVar
+
+from events import catalogue as c
+from events.base import Event
+from services.runtime.log import Record
+from services.runtime.service import CoreState
+from services.state.jobs import HOLDS_RESOURCES, Job, JobState, JobTable, Transition
+
+__all__ = ["SchedulingCore", "SchedulingState", "CLASS_RANK", "queue_key"]
+
+CLASS_RANK = {name: rank for rank, name in enumerate(c.PRIORITY_CLASSES)}
+
+_NODE_EVENTS = (
+    c.NodeRegistered,
+    c.NodeReady,
+    c.NodeUncordoned,
+    c.NodeRemoved,
+    c.NodeLost,
+    c.NodeCordoned,
+    c.NodeDraining,
+)
+
+
+def queue_key(job: Job) -> tuple[int, int]:
+    assert job.spec is not None
+    return (CLASS_RANK[job.spec.priority_class], job.accepted_seq)
+
+
+class SchedulingState(CoreState):
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs = JobTable()
+        self.pending: dict[str, Job] = {}
+        self.to_requeue: dict[str, Job] = {}
+        self.cycle = 0  # last cycle decided (folded from our own events)
+        self.cycle_basis = 0
+        self.cycle_truncated = False
+        self.placed_cycle = 0  # last cycle placement reported done
+        self.dirty_seq = 0  # last sequence that could change a cycle's outcome
+
+
+@dataclass
+class SchedulingCore:
+    name: ClassVar[str] = "scheduling"
+    max_candidates: int = 2000
+    virtual_time: bool = False
+    subjects: tuple[str, ...] = ("horizon.evt.>",)
+
+    def initial(self) -> SchedulingState:
+        return SchedulingState()
+
+    def evolve(self, state: SchedulingState, event: Event, record: Record) -> SchedulingState:
+        seq = record.seq
+        match event:
+            case c.SchedulingCycleCompleted(cycle=cycle, basis_seq=basis):
+                state.cycle = max(state.cycle, cycle)
+                state.cycle_basis = basis
+                state.cycle_truncated = event.queued > len(event.candidates)
+                return state
+            case c.PlacementCycleCompleted(cycle=cycle, scheduled=scheduled):
+                state.placed_cycle = max(state.placed_cycle, cycle)
+                if scheduled and state.cycle_truncated and cycle == state.cycle:
+                    state.dirty_seq = seq
+                return state
+            case c.JobRequeued(job_id=job_id):
+                state.to_requeue.pop(job_id, None)
+        if isinstance(event, _NODE_EVENTS):
+            state.dirty_seq = seq
+            return state
+        tr = state.jobs.apply(event, seq, record.time)
+        if tr is not None:
+            self._track(state, tr, seq)
+        elif isinstance(event, c.JobPriorityChanged) and event.job_id in state.pending:
+            state.dirty_seq = seq  # the order changed
+        return state
+
+    def _track(self, state: SchedulingState, tr: Transition, seq: int) -> None:
+        job = tr.job
+        if tr.after is JobState.PENDING:
+            state.pending[job.job_id] = job
+            state.dirty_seq = seq
+        elif tr.before is JobState.PENDING:
+            state.pending.pop(job.job_id, None)
+        if isinstance(tr.before, JobState) and tr.before in HOLDS_RESOURCES and tr.after not in HOLDS_RESOURCES:
+            state.dirty_seq = seq  # capacity freed
+        if tr.after in (JobState.FAILED, JobState.SUCCEEDED, JobState.PREEMPTED) and self._may_retry(job, tr.after):
+            state.to_requeue[job.job_id] = job
+
+    @staticmethod
+    def _may_retry(job: Job, outcome: JobState) -> bool:
+        spec = job.spec
+        if spec is None:
+            return False
+        if outcome is JobState.PREEMPTED:
+            return True
+        if job.attempt > spec.max_retries:
+            return False
+        if outcome is JobState.FAILED:
+            return spec.restart_policy in ("on-failure", "always")
+        return spec.restart_policy == "always"
+
+    def ordered_queue(self, state: SchedulingState, limit: int | None = None) -> list[Job]:
+        jobs = state.pending.values()
+        if limit is None or limit >= len(state.pending):
+            return sorted(jobs, key=queue_key)
+        return heapq.nsmallest(limit, jobs, key=queue_key)
+
+    def decide(self, state: SchedulingState) -> list[Event]:
+        out: list[Event] = []
+        # 1. requeue what the restart policy allows (in job order, deterministic)
+        for job_id in sorted(state.to_requeue):
+            job = state.to_requeue[job_id]
+            out.append(
+                c.JobRequeued(
+                    id=f"scheduling/JobRequeued/{job_id}/{job.attempt}",
+                    ts=state.now,
+                    correlation_id=job_id,
+                    source=self.name,
+                    job_id=job_id,
+                    attempt=job.attempt,
+                    reason=f"attempt {job.attempt} {job.state.value.lower()}: {job.reason}".rstrip(": "),
+                    not_before_ts=state.now,
+                    basis_seq=state.seq,
+                )
+            )
+        # 2. a cycle, if placement is done with the last one and something changed since
+        if state.placed_cycle >= state.cycle and state.dirty_seq > state.cycle_basis and state.pending:
+            candidates = self.ordered_queue(state, self.max_candidates)
+            cycle = state.cycle + 1
+            out.append(
+                c.SchedulingCycleCompleted(
+                    id=f"scheduling/SchedulingCycleCompleted/{cycle}",
+                    ts=state.now,
+                    correlation_id=str(cycle),
+                    source=self.name,
+                    cycle=cycle,
+                    basis_seq=state.seq,
+                    candidates=[j.job_id for j in candidates],
+                    queued=len(state.pending),
+                )
+            )
+        return out

@@ -1,0 +1,250 @@
+"""The cluster: nodes and the allocation ledger, folded from the log. Pure.
+
+The ledger is never incremented by hand: a node's used devices, CPUs and
+memory are exactly the allocations of the jobs that the job table says hold
+resources (SCHEDULED or RUNNING) on it. ``Cluster.on_transition`` keeps the
+two in step, and ``Cluster.check`` recomputes the ledger from the jobs to
+prove it (used by the invariant checker and the property tests).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from events import catalogue as c
+from services.state.jobs import HOLDS_RESOURCES, Job, JobTable, Transition
+
+__all__ = ["Node", "Cluster", "device_sort_key", "Request", "request_of"]
+
+
+def device_sort_key(device_id: str) -> tuple[object, ...]:
+    """Natural order: gpu2 before gpu10 (deterministic, and what people expect)."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", device_id))
+
+
+@dataclass(slots=True)
+class Node:
+    name: str
+    cpus_milli: int
+    memory_bytes: int
+    gpus: dict[str, c.GpuDevice]
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[c.Taint] = field(default_factory=list)
+    registered_seq: int = 0
+    ready_seq: int = 0
+    lost_seq: int = 0
+    ready: bool = False
+    cordoned: bool = False
+    draining: bool = False
+    lost: bool = False
+    removed: bool = False
+    used_cpus_milli: int = 0
+    used_memory_bytes: int = 0
+    used_devices: dict[str, str] = field(default_factory=dict)  # device id -> job id
+    jobs: dict[str, c.NodeAllocation] = field(default_factory=dict)
+
+    @property
+    def schedulable(self) -> bool:
+        return self.ready and not (self.cordoned or self.draining or self.lost or self.removed)
+
+    @property
+    def status(self) -> str:
+        if self.removed:
+            return "removed"
+        if self.lost:
+            return "lost"
+        if self.draining:
+            return "draining" if self.jobs else "drained"
+        if self.cordoned:
+            return "cordoned"
+        if not self.ready:
+            return "registered"
+        if not self.jobs:
+            return "idle"
+        return "allocated" if self.free_cpus_milli == 0 or not self.free_devices() and self.gpus else "mixed"
+
+    @property
+    def free_cpus_milli(self) -> int:
+        return self.cpus_milli - self.used_cpus_milli
+
+    @property
+    def free_memory_bytes(self) -> int:
+        return self.memory_bytes - self.used_memory_bytes
+
+    def free_devices(self) -> list[c.GpuDevice]:
+        return [d for i, d in sorted(self.gpus.items(), key=lambda kv: device_sort_key(kv[0])) if i not in self.used_devices]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What a job needs on each of its nodes."""
+
+    cpus_milli: int
+    memory_bytes: int
+    gpus: int
+    gpu_type: str | None
+    gpu_variant: str | None
+    gpu_memory_bytes: int
+    nodes: int
+    tasks_per_node: int
+
+
+def request_of(spec: c.JobSpec) -> Request:
+    per_node = spec.tasks_per_node
+    return Request(
+        cpus_milli=spec.cpus_milli * per_node,
+        memory_bytes=spec.memory_bytes * per_node,
+        gpus=spec.gpus * per_node,
+        gpu_type=spec.gpu_type,
+        gpu_variant=spec.gpu_variant,
+        gpu_memory_bytes=spec.gpu_memory_bytes,
+        nodes=spec.nodes,
+        tasks_per_node=per_node,
+    )
+
+
+def device_matches(device: c.GpuDevice, req: Request) -> bool:
+    if req.gpu_type is not None and device.type != req.gpu_type:
+        return False
+    if req.gpu_variant is not None and device.variant != req.gpu_variant:
+        return False
+    return device.memory_bytes >= req.gpu_memory_bytes
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+
+    def sorted_nodes(self) -> list[Node]:
+        return [self.nodes[name] for name in sorted(self.nodes)]
+
+    def gpu_models(self) -> set[tuple[str, str | None]]:
+        return {(d.type, d.variant) for n in self.nodes.values() if not n.removed for d in n.gpus.values()}
+
+    # ---------------------------------------------------------------- folding
+
+    def apply(self, event: c.Event, seq: int) -> bool:
+        """Fold a node event; returns True if the set of usable capacity may have changed."""
+        match event:
+            case c.NodeRegistered(node=name):
+                old = self.nodes.get(name)
+                node = Node(
+                    name=name,
+                    cpus_milli=event.cpus_milli,
+                    memory_bytes=event.memory_bytes,
+                    gpus={d.id: d for d in event.gpus},
+                    labels=dict(event.labels),
+                    taints=list(event.taints),
+                    registered_seq=seq,
+                )
+                if old is not None and not old.removed:
+                    # Re-registration (an agent restarted): keep the node's state and ledger.
+                    node.ready, node.cordoned, node.draining, node.lost = old.ready, old.cordoned, old.draining, old.lost
+                    node.ready_seq, node.lost_seq = old.ready_seq, old.lost_seq
+                    node.used_cpus_milli, node.used_memory_bytes = old.used_cpus_milli, old.used_memory_bytes
+                    node.used_devices, node.jobs = old.used_devices, old.jobs
+                self.nodes[name] = node
+                return True
+            case c.NodeReady(node=name):
+                node = self.nodes.get(name)
+                if node is not None and not node.removed:
+                    node.ready, node.lost, node.ready_seq = True, False, seq
+                    return True
+            case c.NodeLost(node=name):
+                node = self.nodes.get(name)
+                if node is not None:
+                    node.lost, node.lost_seq = True, seq
+                    return True
+            case c.NodeCordoned(node=name):
+                node = self.nodes.get(name)
+                if node is not None:
+                    node.cordoned = True
+                    return True
+            case c.NodeUncordoned(node=name):
+                node = self.nodes.get(name)
+                if node is not None:
+                    node.cordoned, node.draining = False, False
+                    return True
+            case c.NodeDraining(node=name):
+                node = self.nodes.get(name)
+                if node is not None:
+                    node.draining = True
+                    return True
+            case c.NodeRemoved(node=name):
+                node = self.nodes.get(name)
+                if node is not None:
+                    node.removed, node.ready = True, False
+                    return True
+        return False
+
+    def on_transition(self, tr: Transition) -> bool:
+        """Keep the ledger in step with the job table; True if capacity was freed."""
+        was = tr.before in HOLDS_RESOURCES
+        now = tr.after in HOLDS_RESOURCES
+        if now and not was:
+            for alloc in tr.job.allocations:
+                self._take(tr.job.job_id, alloc)
+            return False
+        if was and not now:
+            for alloc in tr.job.allocations:
+                self._give_back(tr.job.job_id, alloc)
+            return True
+        return False
+
+    def _take(self, job_id: str, alloc: c.NodeAllocation) -> None:
+        node = self.nodes.get(alloc.node)
+        if node is None:
+            return
+        node.jobs[job_id] = alloc
+        node.used_cpus_milli += alloc.cpus_milli
+        node.used_memory_bytes += alloc.memory_bytes
+        for device in alloc.device_ids:
+            node.used_devices[device] = job_id
+
+    def _give_back(self, job_id: str, alloc: c.NodeAllocation) -> None:
+        node = self.nodes.get(alloc.node)
+        if node is None or node.jobs.pop(job_id, None) is None:
+            return
+        node.used_cpus_milli -= alloc.cpus_milli
+        node.used_memory_bytes -= alloc.memory_bytes
+        for device in alloc.device_ids:
+            if node.used_devices.get(device) == job_id:
+                del node.used_devices[device]
+
+    # ---------------------------------------------------------------- checking
+
+    def check(self, jobs: JobTable) -> list[str]:
+        """Recompute the ledger from the jobs; return every discrepancy or over-allocation."""
+        problems: list[str] = []
+        expected: dict[str, dict[str, str]] = {name: {} for name in self.nodes}
+        cpus: dict[str, int] = dict.fromkeys(self.nodes, 0)
+        mem: dict[str, int] = dict.fromkeys(self.nodes, 0)
+        for job in sorted(jobs.jobs.values(), key=lambda j: j.job_id):
+            if job.state not in HOLDS_RESOURCES:
+                continue
+            for alloc in job.allocations:
+                if alloc.node not in self.nodes:
+                    problems.append(f"{job.job_id}: allocated on unknown node {alloc.node}")
+                    continue
+                cpus[alloc.node] += alloc.cpus_milli
+                mem[alloc.node] += alloc.memory_bytes
+                for device in alloc.device_ids:
+                    other = expected[alloc.node].get(device)
+                    if other is not None:
+                        problems.append(f"{alloc.node}/{device}: allocated to both {other} and {job.job_id}")
+                    expected[alloc.node][device] = job.job_id
+                    if device not in self.nodes[alloc.node].gpus:
+                        problems.append(f"{job.job_id}: device {device} does not exist on {alloc.node}")
+        for name, node in sorted(self.nodes.items()):
+            if cpus[name] > node.cpus_milli:
+                problems.append(f"{name}: {cpus[name]} millicores allocated of {node.cpus_milli}")
+            if mem[name] > node.memory_bytes:
+                problems.append(f"{name}: {mem[name]} bytes allocated of {node.memory_bytes}")
+            if expected[name] != node.used_devices:
+                problems.append(f"{name}: ledger {sorted(node.used_devices)} != jobs {sorted(expected[name])}")
+        return problems
+
+
+def holders(jobs: JobTable, node: str) -> list[Job]:
+    return [j for j in jobs.jobs.values() if j.state in HOLDS_RESOURCES and any(a.node == node for a in j.allocations)]

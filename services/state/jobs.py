@@ -1,0 +1,207 @@
+"""The job table: every job's state, folded from the log. Pure; shared by the service cores.
+
+States and the events that move a job between them (anything else is
+ignored, so replays, duplicates and races settle by log order alone):
+
+=============  ==========================================================
+from           event -> to
+=============  ==========================================================
+(none)         JobAccepted -> PENDING;  JobRejected -> REJECTED
+PENDING        JobHeld -> HELD;  JobScheduled(attempt+1) -> SCHEDULED
+HELD           JobReleased -> PENDING
+SCHEDULED      JobStarted -> RUNNING
+SCHEDULED,     JobSucceeded -> SUCCEEDED;  JobFailed -> FAILED;
+RUNNING        JobPreempted -> PREEMPTED  (each only for the current attempt)
+FAILED,        JobRequeued -> PENDING (the next JobScheduled is attempt+1)
+PREEMPTED
+any live       JobCancelled -> CANCELLED;  JobUnschedulable -> UNSCHEDULABLE;
+               JobDependencyNeverSatisfied -> DEPENDENCY_NEVER_SATISFIED
+=============  ==========================================================
+
+``JobCancelled`` applies whatever the attempt: a cancel is about the job,
+and a cancel decided while the job looked pending must still win if a
+``JobScheduled`` slipped in before it in the log (the agent then stops the
+process it may have started).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import msgspec
+
+from events import catalogue as c
+
+__all__ = ["JobState", "Job", "JobTable", "Transition", "LIVE", "TERMINAL", "HOLDS_RESOURCES"]
+
+
+class JobState(str, Enum):
+    PENDING = "PENDING"
+    HELD = "HELD"
+    SCHEDULED = "SCHEDULED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    PREEMPTED = "PREEMPTED"
+    CANCELLED = "CANCELLED"
+    REJECTED = "REJECTED"
+    UNSCHEDULABLE = "UNSCHEDULABLE"
+    DEPENDENCY_NEVER_SATISFIED = "DEPENDENCY_NEVER_SATISFIED"
+
+
+HOLDS_RESOURCES = frozenset({JobState.SCHEDULED, JobState.RUNNING})
+LIVE = frozenset({JobState.PENDING, JobState.HELD, JobState.SCHEDULED, JobState.RUNNING})
+# FAILED and PREEMPTED are terminal unless a JobRequeued follows.
+TERMINAL = frozenset(
+    {
+        JobState.SUCCEEDED,
+        JobState.FAILED,
+        JobState.PREEMPTED,
+        JobState.CANCELLED,
+        JobState.REJECTED,
+        JobState.UNSCHEDULABLE,
+        JobState.DEPENDENCY_NEVER_SATISFIED,
+    }
+)
+
+
+@dataclass(slots=True)
+class Job:
+    job_id: str
+    spec: c.JobSpec | None
+    state: JobState
+    accepted_seq: int = 0
+    accepted_ts: float = 0.0
+    attempt: int = 0
+    allocations: list[c.NodeAllocation] = field(default_factory=list)
+    scheduled_ts: float = 0.0
+    started_ts: float = 0.0
+    ended_ts: float = 0.0
+    reason: str = ""
+    exit_code: int | None = None
+    last_block: tuple[c.BlockReason, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    job: Job
+    before: JobState | None
+    after: JobState
+
+
+class JobTable:
+    """``apply`` folds one event and returns the transition it caused, or ``None``."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, Job] = {}
+
+    def get(self, job_id: str) -> Job | None:
+        return self.jobs.get(job_id)
+
+    def apply(self, event: c.Event, seq: int, time: float) -> Transition | None:
+        match event:
+            case c.JobAccepted(job_id=job_id, spec=spec):
+                if job_id in self.jobs:
+                    return None
+                job = Job(job_id, spec, JobState.PENDING, accepted_seq=seq, accepted_ts=event.submitted_ts or time)
+                self.jobs[job_id] = job
+                return Transition(job, None, JobState.PENDING)
+            case c.JobRejected(job_id=job_id, reason=reason):
+                if job_id in self.jobs:
+                    return None
+                job = Job(job_id, None, JobState.REJECTED, reason=reason, ended_ts=time)
+                self.jobs[job_id] = job
+                return Transition(job, None, JobState.REJECTED)
+            case c.JobHeld(job_id=job_id):
+                return self._move(job_id, {JobState.PENDING}, JobState.HELD, time)
+            case c.JobReleased(job_id=job_id):
+                return self._move(job_id, {JobState.HELD}, JobState.PENDING, time)
+            case c.JobPriorityChanged(job_id=job_id, priority_class=pc, nice=nice):
+                job = self.jobs.get(job_id)
+                if job is not None and job.state in LIVE and job.spec is not None:
+                    job.spec = _with(job.spec, priority_class=pc, nice=nice)
+                return None
+            case c.JobScheduled(job_id=job_id, attempt=attempt, allocations=allocs):
+                job = self.jobs.get(job_id)
+                if job is None or job.state is not JobState.PENDING or attempt != job.attempt + 1:
+                    return None
+                job.attempt = attempt
+                job.allocations = list(allocs)
+                job.scheduled_ts = time
+                job.reason = ""
+                job.last_block = ()
+                return self._set(job, JobState.SCHEDULED)
+            case c.JobStarted(job_id=job_id, attempt=attempt):
+                job = self.jobs.get(job_id)
+                if job is None or job.state is not JobState.SCHEDULED or attempt != job.attempt:
+                    return None
+                job.started_ts = time
+                return self._set(job, JobState.RUNNING)
+            case c.JobSucceeded(job_id=job_id, attempt=attempt, exit_code=code):
+                return self._end(job_id, attempt, JobState.SUCCEEDED, time, "", code)
+            case c.JobFailed(job_id=job_id, attempt=attempt, exit_code=code, reason=reason):
+                return self._end(job_id, attempt, JobState.FAILED, time, reason, code)
+            case c.JobPreempted(job_id=job_id, attempt=attempt):
+                return self._end(job_id, attempt, JobState.PREEMPTED, time, f"preempted for {event.for_job}", None)
+            case c.JobRequeued(job_id=job_id, attempt=attempt, reason=reason):
+                job = self.jobs.get(job_id)
+                if job is None or job.state not in (JobState.FAILED, JobState.PREEMPTED) or attempt != job.attempt:
+                    return None
+                job.reason = reason
+                job.allocations = []
+                return self._set(job, JobState.PENDING)
+            case c.JobCancelled(job_id=job_id, reason=reason):
+                job = self.jobs.get(job_id)
+                if job is None or job.state not in LIVE:
+                    return None
+                job.reason = reason or "cancelled"
+                job.ended_ts = time
+                return self._set(job, JobState.CANCELLED)
+            case c.JobUnschedulable(job_id=job_id, reason=reason):
+                return self._terminal(job_id, JobState.UNSCHEDULABLE, reason, time)
+            case c.JobDependencyNeverSatisfied(job_id=job_id, reason=reason):
+                return self._terminal(job_id, JobState.DEPENDENCY_NEVER_SATISFIED, reason, time)
+            case c.PlacementBlocked(job_id=job_id, reasons=reasons):
+                job = self.jobs.get(job_id)
+                if job is not None and job.state is JobState.PENDING:
+                    job.last_block = tuple(reasons)
+                    job.reason = "; ".join(f"{r.nodes} nodes: {r.reason}" for r in reasons)
+                return None
+        return None
+
+    # -- helpers
+
+    def _set(self, job: Job, state: JobState) -> Transition:
+        before = job.state
+        job.state = state
+        return Transition(job, before, state)
+
+    def _move(self, job_id: str, allowed: set[JobState], to: JobState, time: float) -> Transition | None:
+        job = self.jobs.get(job_id)
+        if job is None or job.state not in allowed:
+            return None
+        return self._set(job, to)
+
+    def _end(
+        self, job_id: str, attempt: int, to: JobState, time: float, reason: str, code: int | None
+    ) -> Transition | None:
+        job = self.jobs.get(job_id)
+        if job is None or job.state not in HOLDS_RESOURCES or attempt != job.attempt:
+            return None
+        job.ended_ts = time
+        job.reason = reason
+        job.exit_code = code
+        return self._set(job, to)
+
+    def _terminal(self, job_id: str, to: JobState, reason: str, time: float) -> Transition | None:
+        job = self.jobs.get(job_id)
+        if job is None or job.state not in (JobState.PENDING, JobState.HELD):
+            return None
+        job.reason = reason
+        job.ended_ts = time
+        return self._set(job, to)
+
+
+def _with(spec: c.JobSpec, **changes: object) -> c.JobSpec:
+    return msgspec.structs.replace(spec, **changes)

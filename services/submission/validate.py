@@ -1,0 +1,188 @@
+"""Validation and normalisation of a ``JobSubmitted`` into a ``JobSpec``. Pure.
+
+Every problem is a ``Rejection`` naming the field, what was wrong and what is
+allowed, so ``JobRejected.reason`` can be shown to the person who submitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from events import catalogue as c
+from events.resources import ResourceError, parse_count, parse_cpus, parse_duration, parse_gpu_model, parse_memory
+from events.subjects import valid_token
+
+__all__ = ["Limits", "Rejection", "normalise"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Admission limits of the cluster (configuration of the submission core)."""
+
+    max_gpus_per_job: int = 512
+    max_nodes_per_job: int = 1024
+    max_time_limit_s: float = 30 * 86400.0
+    default_time_limit_s: float = 3600.0
+    max_name_length: int = 256
+    max_command_bytes: int = 128 * 1024
+    max_env_entries: int = 1024
+
+
+class Rejection(Exception):
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+def _choice(value: str, allowed: tuple[str, ...], field: str) -> str:
+    if value not in allowed:
+        raise Rejection(field, f"{value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def normalise(
+    sub: c.JobSubmitted,
+    *,
+    subject_tenant: str,
+    gpu_models: set[tuple[str, str | None]],
+    known_jobs: set[str] | frozenset[str] = frozenset(),
+    limits: Limits = Limits(),
+) -> c.JobSpec:
+    """Return the validated spec, or raise ``Rejection``.
+
+    ``gpu_models``: the (type, variant) pairs the cluster has; a request for a
+    type (and variant, if given) that no node has is rejected, since it could
+    never run. An empty set means "no GPU nodes known": any GPU request is
+    then rejected with that explanation.
+    """
+    # 1. identity and tenancy
+    if not valid_token(sub.job_id):
+        raise Rejection("job_id", f"{sub.job_id!r} must be 1-128 letters, digits, '_' or '-'")
+    if sub.tenant != subject_tenant:
+        raise Rejection(
+            "tenant", f"{sub.tenant!r} does not match the subject's tenant {subject_tenant!r}; "
+            f"publish to horizon.in.{sub.tenant}.submit or fix the tenant"
+        )
+    for name in ("account", "user"):
+        value = getattr(sub, name)
+        if value and not valid_token(value):
+            raise Rejection(name, f"{value!r} must be 1-128 letters, digits, '_' or '-'")
+    if len(sub.name) > limits.max_name_length:
+        raise Rejection("name", f"is {len(sub.name)} characters long; at most {limits.max_name_length}")
+    if sum(len(part) for part in sub.command) > limits.max_command_bytes:
+        raise Rejection("command", f"is longer than {limits.max_command_bytes} bytes")
+    if len(sub.env) > limits.max_env_entries:
+        raise Rejection("env", f"has {len(sub.env)} entries; at most {limits.max_env_entries}")
+
+    # 2. resources (ResourceError already names the field and the accepted forms)
+    r = sub.resources
+    try:
+        cpus_milli = parse_cpus(r.cpus, "resources.cpus")
+        memory_bytes = parse_memory(r.memory, "resources.memory")
+        gpus = parse_count(r.gpus, "resources.gpus", minimum=0, maximum=limits.max_gpus_per_job)
+        gpu_memory = 0 if r.gpu_memory is None else parse_memory(r.gpu_memory, "resources.gpu_memory")
+        nodes = parse_count(sub.nodes, "nodes", minimum=1, maximum=limits.max_nodes_per_job)
+        tasks_per_node = parse_count(sub.tasks_per_node, "tasks_per_node", minimum=1, maximum=4096)
+        model = parse_gpu_model(r.gpu_type, "resources.gpu_type") if r.gpu_type else None
+        time_limit = (
+            limits.default_time_limit_s if sub.time_limit_s is None else parse_duration(sub.time_limit_s, "time_limit_s")
+        )
+        timeout = None if sub.scheduling_timeout_s is None else parse_duration(sub.scheduling_timeout_s, "scheduling_timeout_s")
+        min_runtime = parse_duration(sub.min_runtime_s, "min_runtime_s")
+        max_retries = parse_count(sub.max_retries, "max_retries", minimum=0, maximum=100)
+    except ResourceError as exc:
+        raise Rejection(exc.field, f"{exc.value!r} {exc.problem}; accepted: {exc.accepted}") from None
+    if cpus_milli == 0:
+        raise Rejection("resources.cpus", "must be more than 0 (e.g. 1, 0.5, \"250m\")")
+    if memory_bytes == 0:
+        raise Rejection("resources.memory", "must be more than 0 (e.g. \"512m\", \"8g\", \"16Gi\")")
+    total_gpus = gpus * tasks_per_node * nodes
+    if total_gpus > limits.max_gpus_per_job:
+        raise Rejection("resources.gpus", f"{total_gpus} GPUs in total is above the limit of {limits.max_gpus_per_job} per job")
+    if time_limit <= 0:
+        raise Rejection("time_limit_s", f"{sub.time_limit_s!r} must be more than 0 seconds")
+    if time_limit > limits.max_time_limit_s:
+        raise Rejection("time_limit_s", f"{time_limit:g} s is above the maximum of {limits.max_time_limit_s:g} s")
+    if timeout is not None and timeout <= 0:
+        raise Rejection("scheduling_timeout_s", "must be more than 0 seconds, or omitted to wait forever")
+    if model is None and (r.gpu_memory is not None) and gpus == 0:
+        raise Rejection("resources.gpu_memory", "is set but no GPUs are requested")
+    if gpus > 0:
+        _check_gpu_model(model, gpu_models)
+    elif model is not None:
+        raise Rejection("resources.gpu_type", f"{r.gpu_type!r} is set but resources.gpus is 0")
+
+    # 3. policy fields
+    priority_class = _choice(sub.priority_class, c.PRIORITY_CLASSES, "priority_class")
+    restart_policy = _choice(sub.restart_policy, c.RESTART_POLICIES, "restart_policy")
+    if not -10000 <= sub.nice <= 10000:
+        raise Rejection("nice", f"{sub.nice} is outside -10000..10000")
+    for i, dep in enumerate(sub.dependencies):
+        _choice(dep.kind, c.DEPENDENCY_KINDS, f"dependencies[{i}].kind")
+        if not valid_token(dep.job_id):
+            raise Rejection(f"dependencies[{i}].job_id", f"{dep.job_id!r} is not a job id")
+        if dep.job_id == sub.job_id:
+            raise Rejection(f"dependencies[{i}].job_id", "a job cannot depend on itself")
+        if dep.job_id not in known_jobs:
+            raise Rejection(f"dependencies[{i}].job_id", f"no job {dep.job_id!r} has been accepted")
+    for i, tol in enumerate(sub.tolerations):
+        if tol.effect and tol.effect not in c.TAINT_EFFECTS:
+            raise Rejection(f"tolerations[{i}].effect", f"{tol.effect!r} is not one of {', '.join(c.TAINT_EFFECTS)}")
+        _choice(tol.operator, ("Equal", "Exists"), f"tolerations[{i}].operator")
+    if sub.sim_runtime_s is not None and not (sub.sim_runtime_s >= 0):
+        raise Rejection("sim_runtime_s", "must be 0 or more seconds")
+
+    return c.JobSpec(
+        tenant=sub.tenant,
+        account=sub.account or "default",
+        user=sub.user,
+        name=sub.name or sub.job_id,
+        command=list(sub.command),
+        env=dict(sub.env),
+        payload=sub.payload,
+        cpus_milli=cpus_milli,
+        memory_bytes=memory_bytes,
+        gpus=gpus,
+        gpu_type=model.type if model else None,
+        gpu_variant=model.variant if model else None,
+        gpu_memory_bytes=gpu_memory,
+        nodes=nodes,
+        tasks_per_node=tasks_per_node,
+        time_limit_s=time_limit,
+        scheduling_timeout_s=timeout,
+        priority_class=priority_class,  # type: ignore[arg-type]
+        nice=sub.nice,
+        qos=sub.qos,
+        profile=sub.profile or "default",
+        dependencies=list(sub.dependencies),
+        array=sub.array,
+        node_selector=dict(sub.node_selector),
+        affinity=sub.affinity,
+        tolerations=list(sub.tolerations),
+        restart_policy=restart_policy,  # type: ignore[arg-type]
+        max_retries=max_retries,
+        preemptible=sub.preemptible,
+        min_runtime_s=min_runtime,
+        checkpoint_signal=sub.checkpoint_signal,
+        labels=dict(sub.labels),
+        sim_runtime_s=sub.sim_runtime_s,
+        sim_exit_code=sub.sim_exit_code,
+    )
+
+
+def _check_gpu_model(model: object, gpu_models: set[tuple[str, str | None]]) -> None:
+    if not gpu_models:
+        raise Rejection("resources.gpus", "no node with GPUs is registered in this cluster")
+    if model is None:
+        return
+    known = sorted({f"{t}-{v}" if v else t for t, v in gpu_models} | {t for t, _ in gpu_models})
+    gpu_type, variant = model  # type: ignore[misc]
+    if not any(t == gpu_type and (variant is None or v == variant) for t, v in gpu_models):
+        raise Rejection("resources.gpu_type", f"{str(model)!r} is not a GPU model of this cluster; known: {', '.join(known)}")
+
+
+def spec_replace(spec: c.JobSpec, **changes: object) -> c.JobSpec:
+    return msgspec.structs.replace(spec, **changes)
