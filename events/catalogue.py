@@ -507,6 +507,7 @@ class JobFailed(Event, tag="JobFailed", kw_only=True):
     reason: str = ""
     stderr_tail: str = ""
     runtime_s: float = 0.0
+    basis_seq: int = 0  # set when a service decides the failure (e.g. node lost); 0 for an agent's report
 
 
 class NodeRegistered(Event, tag="NodeRegistered", kw_only=True):

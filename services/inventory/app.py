@@ -4,7 +4,9 @@ Heartbeats are frequent and not history, so they never enter the log: agents
 publish an empty message on ``horizon.hb.<node>`` (core NATS) every second or
 so. This adapter remembers when it last heard from each node (monotonic wall
 clock: an *observation*, which is why it lives here and not in the core) and
-records the two state changes that matter:
+records the two state changes that matter (as observations, with
+``basis_seq`` 0: they are inputs from the outside world, not decisions a
+replay of the log could reproduce):
 
 * ``NodeLost`` when a ready node has been silent for ``timeout_s`` (msg id
   ``inventory/NodeLost/<node>/<ready seq>``: one loss per ready period, however
@@ -86,7 +88,6 @@ class HeartbeatWatch:
                     node=node.name,
                     reason=f"no heartbeat for {now - seen:.1f} s (timeout {self.timeout_s:g} s)",
                     last_heartbeat_ts=time.time() - (now - seen) if node.name in self.last_seen else None,
-                    basis_seq=state.seq,
                 )
                 self.lost_marked[node.name] = now
                 await self.runner.log.publish(event_subject("inventory", event), encode(event), msg_id=event.id)
@@ -98,7 +99,6 @@ class HeartbeatWatch:
                     correlation_id=node.name,
                     source="inventory",
                     node=node.name,
-                    basis_seq=state.seq,
                 )
                 await self.runner.log.publish(event_subject("inventory", event), encode(event), msg_id=event.id)
                 log.info("node %s is back", node.name)

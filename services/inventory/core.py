@@ -96,6 +96,7 @@ class InventoryCore:
                             attempt=job.attempt,
                             node=node.name,
                             reason=f"node {node.name} {why}",
+                            basis_seq=state.seq,
                         )
                     )
         for seq in sorted(state.commands):

@@ -1,0 +1,69 @@
+"""Scheduling's pure core: order, cycle batching, requeue."""
+
+from __future__ import annotations
+
+from events import catalogue as c
+from services.scheduling.core import SchedulingCore
+from tests.helpers import Feed, accepted, node
+
+
+def test_order_is_class_then_first_come_first_served():
+    f = Feed(SchedulingCore())
+    f.evt("agent", node("n1"))
+    f.evt("submission", accepted("low-1", priority_class="low"))
+    f.evt("submission", accepted("norm-1"))
+    f.evt("submission", accepted("crit-1", priority_class="critical"))
+    f.evt("submission", accepted("norm-2"))
+    [cycle] = f.settle()
+    assert isinstance(cycle, c.SchedulingCycleCompleted)
+    assert cycle.candidates == ["crit-1", "norm-1", "norm-2", "low-1"]
+    assert (cycle.cycle, cycle.queued, cycle.basis_seq) == (1, 4, 5)
+
+
+def test_a_burst_waits_for_placement_and_becomes_one_cycle():
+    f = Feed(SchedulingCore())
+    f.evt("submission", accepted("j0"))
+    [first] = f.settle()
+    for i in range(1, 1001):
+        f.evt("submission", accepted(f"j{i}"))
+        assert f.decide() == []  # placement has not finished cycle 1
+    f.evt("placement", c.PlacementCycleCompleted(cycle=1, scheduled=1, basis_seq=3))
+    f.evt("placement", c.JobScheduled(job_id="j0", attempt=1, allocations=[c.NodeAllocation(node="n1")]))
+    [second] = f.settle()
+    assert second.cycle == 2 and len(second.candidates) == 1000 and second.candidates[0] == "j1"
+    f.evt("placement", c.PlacementCycleCompleted(cycle=2, scheduled=0, basis_seq=second.basis_seq))
+    assert f.decide() == []  # nothing changed since: no third cycle
+
+
+def test_candidates_are_capped_and_a_capped_cycle_that_placed_something_continues():
+    f = Feed(SchedulingCore(max_candidates=10))
+    for i in range(25):
+        f.evt("submission", accepted(f"j{i:02d}"))
+    [cycle] = f.settle()
+    assert len(cycle.candidates) == 10 and cycle.queued == 25
+    for i in range(10):
+        f.evt("placement", c.JobScheduled(job_id=f"j{i:02d}", attempt=1, allocations=[c.NodeAllocation(node="n1")]))
+    f.evt("placement", c.PlacementCycleCompleted(cycle=1, scheduled=10))
+    [nxt] = f.settle()
+    assert nxt.candidates[0] == "j10" and len(nxt.candidates) == 10
+
+
+def test_freed_capacity_triggers_a_cycle_and_failures_requeue_by_policy():
+    f = Feed(SchedulingCore())
+    f.evt("submission", accepted("retry", restart_policy="on-failure", max_retries=1))
+    f.evt("submission", accepted("waiting"))
+    f.settle()
+    f.evt("placement", c.JobScheduled(job_id="retry", attempt=1, allocations=[c.NodeAllocation(node="n1")]))
+    f.evt("placement", c.PlacementCycleCompleted(cycle=1, scheduled=1))
+    assert f.decide() == []
+    f.evt("agent", c.JobFailed(job_id="retry", attempt=1, exit_code=2, reason="exit code 2"))
+    out = f.settle()
+    assert isinstance(out[0], c.JobRequeued) and out[0].attempt == 1
+    assert isinstance(out[1], c.SchedulingCycleCompleted) and out[1].candidates == ["waiting"]
+    # the requeue folds back: the job is pending again and the next cycle offers it first (older)
+    f.evt("placement", c.PlacementCycleCompleted(cycle=2, scheduled=0))
+    [cycle3] = f.settle()
+    assert cycle3.candidates == ["retry", "waiting"]
+    f.evt("placement", c.JobScheduled(job_id="retry", attempt=2, allocations=[c.NodeAllocation(node="n1")]))
+    f.evt("agent", c.JobFailed(job_id="retry", attempt=2, exit_code=2))
+    assert not any(isinstance(e, c.JobRequeued) for e in f.settle())  # retries used up
