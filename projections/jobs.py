@@ -1,6 +1,6 @@
 """The jobs read model: one row per job, its history, and the queries the CLI asks.
 
-Kept current from the log by ``JobsProjection.run``:
+Kept current from the log by ``JobsProjection.start`` (a follower from the stored position):
 
 * the position (last applied stream sequence) is stored in the table
   ``tracking`` **in the same transaction** as the rows it produced, so a

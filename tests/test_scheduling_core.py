@@ -67,3 +67,23 @@ def test_freed_capacity_triggers_a_cycle_and_failures_requeue_by_policy():
     f.evt("placement", c.JobScheduled(job_id="retry", attempt=2, allocations=[c.NodeAllocation(node="n1")]))
     f.evt("agent", c.JobFailed(job_id="retry", attempt=2, exit_code=2))
     assert not any(isinstance(e, c.JobRequeued) for e in f.settle())  # retries used up
+
+
+def test_certainly_blocked_jobs_do_not_crowd_out_the_queue_behind_them():
+    f = Feed(SchedulingCore(max_candidates=3))
+    for i in range(3):
+        f.evt("submission", accepted(f"big{i}", gpus=64, priority_class="high"))
+    f.evt("submission", accepted("small"))
+    [first] = f.settle()
+    assert first.candidates == ["big0", "big1", "big2"]
+    for i in range(3):
+        f.evt("placement", c.PlacementBlocked(job_id=f"big{i}", cycle=1, basis_seq=first.basis_seq + 1,
+                                              reasons=[c.BlockReason(reason="has 8 GPUs, needs 64", nodes=1)]))
+    f.evt("placement", c.PlacementCycleCompleted(cycle=1, scheduled=0, blocked=3))
+    f.evt("submission", accepted("newer"))  # something changed, but no capacity was added
+    [second] = f.settle()
+    assert second.candidates == ["small", "newer"]
+    f.evt("placement", c.PlacementCycleCompleted(cycle=2, scheduled=0, blocked=2))
+    f.evt("inventory", c.NodeReady(node="n9"))  # capacity added: the big jobs are candidates again
+    [third] = f.settle()
+    assert third.candidates[:3] == ["big0", "big1", "big2"]

@@ -210,6 +210,16 @@ class NodeAgent:
                     actions.append(("stop", event.job_id))
                 continue
             tr = self.jobs.apply(event, record.seq, record.time)
+            if tr is None and isinstance(event, c.JobCancelled):
+                # A cancel decided before this attempt was scheduled: stop the attempt and
+                # report its cancellation (the job table left the attempt running for that).
+                job = self.jobs.get(event.job_id)
+                if job is not None and job.state in HOLDS_RESOURCES and self._mine(job.allocations):
+                    self.stop_requests[job.job_id] = c.JobStopRequested(
+                        job_id=job.job_id, attempt=job.attempt, reason=event.reason or "cancelled"
+                    )
+                    actions.append(("stop", job.job_id))
+                continue
             if tr is None or not self._mine(tr.job.allocations):
                 continue
             if tr.after is JobState.SCHEDULED:
@@ -228,6 +238,8 @@ class NodeAgent:
             job = self.jobs.jobs[job_id]
             if job.state not in HOLDS_RESOURCES or not self._mine(job.allocations):
                 continue
+            if self.executor.reap_orphan(job_id, job.attempt):
+                log.warning("killed the process of %s attempt %d left by a previous agent", job_id, job.attempt)
             if job_id in self.stop_requests:
                 await self._report(c.JobCancelled, job_id, job.attempt, reason=self.stop_requests[job_id].reason)
             elif job.state is JobState.SCHEDULED:
@@ -328,7 +340,14 @@ class NodeAgent:
             attempt=attempt,
             **fields,
         )
-        try:
-            await self.log.publish(event_subject("agent", event), encode(event), msg_id=event.id)
-        except Exception:  # noqa: BLE001 - a report that cannot be published is retried by the next agent
-            log.exception("could not report %s for %s", event.event_type, job_id)
+        # A report is a fact only this agent knows: retry until the log takes it (the
+        # deterministic id makes every retry after a lost ack a harmless duplicate).
+        delay = 0.2
+        while True:
+            try:
+                await self.log.publish(event_subject("agent", event), encode(event), msg_id=event.id)
+                return
+            except Exception as exc:  # noqa: BLE001 - the log is unavailable: wait and retry
+                log.warning("could not report %s for %s (%s); retrying in %.1f s", event.event_type, job_id, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)

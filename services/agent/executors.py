@@ -41,6 +41,10 @@ class Execution(Protocol):
 class Executor(Protocol):
     async def start(self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation) -> Execution: ...
 
+    def reap_orphan(self, job_id: str, attempt: int) -> bool:
+        """Kill what a dead agent left of this attempt (True if something was killed)."""
+        ...
+
 
 def job_environment(job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation) -> dict[str, str]:
     """The variables a job sees: its own ``env``, plus where it runs (Slurm-like names alongside ours)."""
@@ -60,14 +64,17 @@ def job_environment(job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAll
 
 
 class _Process:
-    def __init__(self, proc: asyncio.subprocess.Process, stderr_path: Path) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, stderr_path: Path, pid_path: Path) -> None:
         self._proc = proc
         self._stderr_path = stderr_path
+        self._pid_path = pid_path
         self.pid: int | None = proc.pid
         self._stopping = False
 
     async def wait(self) -> Outcome:
         code = await self._proc.wait()
+        with contextlib.suppress(OSError):
+            self._pid_path.unlink()
         return Outcome(code, self._tail(), signalled=code < 0 or self._stopping)
 
     def _tail(self) -> str:
@@ -108,6 +115,8 @@ class ProcessExecutor:
         err_path = self.output_dir / f"{job_id}.{attempt}.err"
         env = dict(os.environ)
         env.update(job_environment(job_id, attempt, spec, alloc))
+        pid_path = self.output_dir / f"{job_id}.{attempt}.pid"
+        self.reap_orphan(job_id, attempt)
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             proc = await asyncio.create_subprocess_exec(
                 *spec.command,
@@ -117,7 +126,24 @@ class ProcessExecutor:
                 env=env,
                 start_new_session=True,  # its own process group: stop() signals the whole job
             )
-        return _Process(proc, err_path)
+        # The job outlives a SIGKILLed agent (its own session); the pid file lets the
+        # next agent find and end it before reporting or restarting the attempt.
+        pid_path.write_text(str(proc.pid))
+        return _Process(proc, err_path, pid_path)
+
+    def reap_orphan(self, job_id: str, attempt: int) -> bool:
+        pid_path = self.output_dir / f"{job_id}.{attempt}.pid"
+        try:
+            pid = int(pid_path.read_text())
+        except (OSError, ValueError):
+            return False
+        killed = False
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)  # the job's own process group, named by its leader's pid
+            killed = True
+        with contextlib.suppress(OSError):
+            pid_path.unlink()
+        return killed
 
 
 class _Simulated:
@@ -142,6 +168,9 @@ class _Simulated:
 
 class SimExecutor:
     """A job "runs" for its ``sim_runtime_s`` (else its time limit) and exits with ``sim_exit_code``."""
+
+    def reap_orphan(self, job_id: str, attempt: int) -> bool:
+        return False  # a simulated job dies with its agent
 
     async def start(self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation) -> _Simulated:
         runtime = spec.sim_runtime_s if spec.sim_runtime_s is not None else spec.time_limit_s

@@ -30,7 +30,7 @@ def default_user() -> str:
 
 @asynccontextmanager
 async def session(url: str) -> AsyncIterator[Any]:
-    nc = await connect(url, name="horizon-cli", connect_timeout_s=3.0)
+    nc = await connect(url, name="horizon-cli", connect_timeout_s=3.0, max_attempts=2)
     try:
         yield nc
     finally:

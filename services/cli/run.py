@@ -90,23 +90,13 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list, executor: st
             f"Ctrl-C stops everything.",
             err=True,
         )
-        watcher = asyncio.create_task(_watch_parts(stack))
-        signalled = asyncio.create_task(_until_signalled())
-        done, _ = await asyncio.wait({watcher, signalled}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (watcher, signalled):
-            task.cancel()
-        if watcher in done and not watcher.cancelled() and watcher.exception() is not None:
-            raise click.ClickException(str(watcher.exception()))
+        supervisor = asyncio.create_task(stack.supervise())
+        try:
+            await _until_signalled()
+        finally:
+            supervisor.cancel()
     finally:
         await stack.stop()
-
-
-async def _watch_parts(stack: Stack) -> None:
-    while True:
-        await asyncio.sleep(1.0)
-        failed = stack.failed()
-        if failed:
-            raise RuntimeError("a Horizon part stopped: " + "; ".join(failed))
 
 
 @click.command()
@@ -139,10 +129,16 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int,
         else:
             await stack.start_service(name)
         click.echo(f"{name} running against {nats_url}; Ctrl-C stops it", err=True)
+        part = stack.parts[name]
+        signalled = asyncio.create_task(_until_signalled())
         try:
-            await _until_signalled()
+            await asyncio.wait({part.task, signalled}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            signalled.cancel()
+            failed = stack.failed()
             await stack.stop()
+        if failed:  # exit non-zero so a supervisor (systemd, Kubernetes) restarts us
+            raise click.ClickException("; ".join(failed))
 
     asyncio.run(go())
 

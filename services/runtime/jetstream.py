@@ -16,8 +16,9 @@ Choices, with the measurements behind them in ``../shared/NATS-NOTES.md``:
   callback that only appends to a buffer; a pump hands batches to the
   caller. nats-py's pull ``fetch`` is capped near 41k msg/s by per-message
   tasks; the ordered consumer reads ~190k/s decoded.
-* **Durable consumers** are pull consumers with explicit acks; they are for
-  consumers whose position must survive a restart (projections, agents).
+* **Durable consumers** are pull consumers with explicit acks, for consumers
+  whose position must live in the server. (The services rebuild from the log
+  and the jobs projection keeps its position in SQLite, so neither needs one.)
 """
 
 from __future__ import annotations
@@ -94,8 +95,15 @@ def _record(msg: Msg) -> tuple[Record, int]:
     return Record(seq, msg.subject, msg.data, ts_ns / 1e9, msg.headers), pending
 
 
-async def connect(url: str, *, name: str = "horizon", connect_timeout_s: float = 5.0) -> NATS:
-    """Connect with reconnects forever once connected; a clear ``LogUnavailable`` if nothing answers."""
+async def connect(
+    url: str, *, name: str = "horizon", connect_timeout_s: float = 5.0, max_attempts: int = -1
+) -> NATS:
+    """Connect, reconnecting forever once connected.
+
+    ``max_attempts``: connection attempts before giving up with ``LogUnavailable``
+    (-1, the default for services, waits for the server as long as it takes; the
+    CLI passes a small number so a person gets an answer).
+    """
 
     async def _quiet(exc: Exception) -> None:
         log.debug("nats: %s", exc)
@@ -106,7 +114,7 @@ async def connect(url: str, *, name: str = "horizon", connect_timeout_s: float =
             name=name,
             connect_timeout=connect_timeout_s,
             allow_reconnect=True,
-            max_reconnect_attempts=-1,
+            max_reconnect_attempts=max_attempts,
             reconnect_time_wait=0.25,
             error_cb=_quiet,
         )
@@ -132,7 +140,6 @@ class _Pipeline:
         self._in_flight = 0
         self._space = asyncio.Event()
         self._space.set()
-        self._lock = asyncio.Lock()
 
     async def start(self) -> None:
         self._sub = await self._nc.subscribe(self._prefix + ".*", cb=self._on_ack)

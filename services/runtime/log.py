@@ -134,6 +134,10 @@ BatchHandler = Callable[[list[Record]], Awaitable[None]]
 class Follower(Protocol):
     async def stop(self) -> None: ...
 
+    async def wait(self) -> None:
+        """Until the follower ends: only by ``stop`` or a handler error, which is raised here."""
+        ...
+
     @property
     def done(self) -> bool: ...
 

@@ -107,6 +107,7 @@ class ServiceRunner(Generic[S]):
         # them (submission); everyone dead-letters output events it cannot read.
         self.dead_letter_inputs = core.name == "submission" if dead_letter_inputs is None else dead_letter_inputs
         self.ready = asyncio.Event()
+        self._dead_lettered: set[int] = set()
         self._follower: Any = None
         self._lock = asyncio.Lock()
 
@@ -128,6 +129,9 @@ class ServiceRunner(Generic[S]):
         if is_input and not self.dead_letter_inputs:
             log.debug("%s: skipping undecodable input seq %s: %s", self.name, record.seq, error)
             return
+        if record.seq in self._dead_lettered:
+            return  # parked by an earlier incarnation; a catch-up does not park it again
+        self._dead_lettered.add(record.seq)
         self.stats.dead_letters += 1
         await self.log.dead_letter(self.name, record, error)
 
@@ -159,6 +163,7 @@ class ServiceRunner(Generic[S]):
 
     async def start(self) -> None:
         """Catch up with the log, decide once, then follow it (returns once following)."""
+        self._dead_lettered = {d.seq for d in await self.log.dead_letters(self.name)}
         end = await self.log.last_seq()
         async for batch in self.log.read(1, subjects=self.core.subjects, until_seq=end):
             await self._apply(batch)

@@ -142,6 +142,8 @@ class Stack:
     async def restart(self, name: str) -> Part:
         if name in self.parts:
             await self.kill(name)
+        if name == "inventory" or name in SERVICES:
+            return await self.start_service(name)
         if name == "projections":
             return await self.start_projection()
         if name == "agent":
@@ -156,6 +158,24 @@ class Stack:
                 await part.task
             with contextlib.suppress(Exception):
                 await part.log.close()
+
+    async def supervise(self, interval_s: float = 1.0, max_delay_s: float = 30.0) -> None:
+        """Restart any part whose task ended on its own (e.g. the log was unreachable for too
+        long), with a growing delay per part; runs until cancelled."""
+        delays: dict[str, float] = {}
+        while True:
+            await asyncio.sleep(interval_s)
+            for name, part in list(self.parts.items()):
+                if not part.task.done() or part.task.cancelled():
+                    continue
+                log.error("%s stopped (%r); restarting it in %.1f s", name, part.task.exception(),
+                          delays.get(name, interval_s))
+                await asyncio.sleep(delays.get(name, 0.0))
+                delays[name] = min(max_delay_s, 2 * delays.get(name, interval_s))
+                try:
+                    await self.restart(name)
+                except Exception as exc:  # noqa: BLE001 - try again next round
+                    log.error("could not restart %s: %s", name, exc)
 
     def failed(self) -> list[str]:
         """Parts whose task ended on its own (a bug or a lost server): name and error."""

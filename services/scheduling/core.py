@@ -19,6 +19,12 @@ events, and batched:
    requeued, re-prioritised), resources were freed, a node changed, or the
    last cycle was cut at ``max_candidates`` and placed something.
 
+Jobs that cannot fit are left out of the candidates: a job that placement
+reported blocked at basis ``b`` is skipped while no capacity has been added
+since ``b`` (no job ended, no node changed), since it would certainly be
+blocked again. So a head of unplaceable jobs never pushes placeable ones past
+``max_candidates``, and the cap never starves the queue behind it.
+
 Restarts: a failed job whose restart policy allows another attempt is
 requeued (``JobRequeued``) until ``max_retries`` retries are used.
 """
@@ -66,6 +72,8 @@ class SchedulingState(CoreState):
         self.cycle_truncated = False
         self.placed_cycle = 0  # last cycle placement reported done
         self.dirty_seq = 0  # last sequence that could change a cycle's outcome
+        self.capacity_seq = 0  # last sequence at which capacity was added (a job ended, a node changed)
+        self.blocked_basis: dict[str, int] = {}  # pending job -> basis of its last "blocked" outcome
 
 
 @dataclass
@@ -93,8 +101,11 @@ class SchedulingCore:
                 return state
             case c.JobRequeued(job_id=job_id):
                 state.to_requeue.pop(job_id, None)
+            case c.PlacementBlocked(job_id=job_id, basis_seq=basis):
+                if job_id in state.pending:
+                    state.blocked_basis[job_id] = basis
         if isinstance(event, _NODE_EVENTS):
-            state.dirty_seq = seq
+            state.dirty_seq = state.capacity_seq = seq
             return state
         tr = state.jobs.apply(event, seq, record.time)
         if tr is not None:
@@ -110,8 +121,9 @@ class SchedulingCore:
             state.dirty_seq = seq
         elif tr.before is JobState.PENDING:
             state.pending.pop(job.job_id, None)
+            state.blocked_basis.pop(job.job_id, None)
         if isinstance(tr.before, JobState) and tr.before in HOLDS_RESOURCES and tr.after not in HOLDS_RESOURCES:
-            state.dirty_seq = seq  # capacity freed
+            state.dirty_seq = state.capacity_seq = seq  # capacity freed
         if tr.after in (JobState.FAILED, JobState.SUCCEEDED, JobState.PREEMPTED) and self._may_retry(job, tr.after):
             state.to_requeue[job.job_id] = job
 
@@ -129,10 +141,21 @@ class SchedulingCore:
         return spec.restart_policy == "always"
 
     def ordered_queue(self, state: SchedulingState, limit: int | None = None) -> list[Job]:
+        """Pending jobs in scheduling order (all of them, or the first ``limit``)."""
         jobs = state.pending.values()
         if limit is None or limit >= len(state.pending):
             return sorted(jobs, key=queue_key)
         return heapq.nsmallest(limit, jobs, key=queue_key)
+
+    def candidates(self, state: SchedulingState) -> list[Job]:
+        """The first ``max_candidates`` pending jobs in order, leaving out the certainly blocked."""
+        blocked, cap = state.blocked_basis, state.capacity_seq
+        if not blocked:
+            return self.ordered_queue(state, self.max_candidates)
+        eligible = [j for j in state.pending.values() if blocked.get(j.job_id, -1) < cap]
+        if len(eligible) <= self.max_candidates:
+            return sorted(eligible, key=queue_key)
+        return heapq.nsmallest(self.max_candidates, eligible, key=queue_key)
 
     def decide(self, state: SchedulingState) -> list[Event]:
         out: list[Event] = []
@@ -154,8 +177,10 @@ class SchedulingCore:
             )
         # 2. a cycle, if placement is done with the last one and something changed since
         if state.placed_cycle >= state.cycle and state.dirty_seq > state.cycle_basis and state.pending:
-            candidates = self.ordered_queue(state, self.max_candidates)
+            candidates = self.candidates(state)
             cycle = state.cycle + 1
+            if not candidates:
+                return out
             out.append(
                 c.SchedulingCycleCompleted(
                     id=f"scheduling/SchedulingCycleCompleted/{cycle}",

@@ -241,6 +241,11 @@ class Cluster:
                 problems.append(f"{name}: {cpus[name]} millicores allocated of {node.cpus_milli}")
             if mem[name] > node.memory_bytes:
                 problems.append(f"{name}: {mem[name]} bytes allocated of {node.memory_bytes}")
+            if (cpus[name], mem[name]) != (node.used_cpus_milli, node.used_memory_bytes):
+                problems.append(
+                    f"{name}: ledger holds {node.used_cpus_milli} millicores / {node.used_memory_bytes} bytes, "
+                    f"jobs hold {cpus[name]} / {mem[name]}"
+                )
             if expected[name] != node.used_devices:
                 problems.append(f"{name}: ledger {sorted(node.used_devices)} != jobs {sorted(expected[name])}")
         return problems

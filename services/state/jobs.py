@@ -13,15 +13,19 @@ SCHEDULED      JobStarted -> RUNNING
 SCHEDULED,     JobSucceeded -> SUCCEEDED;  JobFailed -> FAILED;
 RUNNING        JobPreempted -> PREEMPTED  (each only for the current attempt)
 FAILED,        JobRequeued -> PENDING (the next JobScheduled is attempt+1)
-PREEMPTED
-any live       JobCancelled -> CANCELLED;  JobUnschedulable -> UNSCHEDULABLE;
+PREEMPTED,
+SUCCEEDED
+PENDING, HELD  JobCancelled -> CANCELLED;  JobUnschedulable -> UNSCHEDULABLE;
                JobDependencyNeverSatisfied -> DEPENDENCY_NEVER_SATISFIED
+SCHEDULED,     JobCancelled(current attempt) -> CANCELLED
+RUNNING
 =============  ==========================================================
 
-``JobCancelled`` applies whatever the attempt: a cancel is about the job,
-and a cancel decided while the job looked pending must still win if a
-``JobScheduled`` slipped in before it in the log (the agent then stops the
-process it may have started).
+A ``JobCancelled`` decided while the job looked pending (attempt N) can land
+after a ``JobScheduled`` of attempt N+1 that slipped in before it. It does
+not end that attempt here (its devices would be freed while the process may
+still run); the agent of that attempt treats it as a stop request, stops the
+process and reports ``JobCancelled`` for attempt N+1, which ends the job.
 """
 
 from __future__ import annotations
@@ -146,15 +150,18 @@ class JobTable:
                 return self._end(job_id, attempt, JobState.PREEMPTED, time, f"preempted for {event.for_job}", None)
             case c.JobRequeued(job_id=job_id, attempt=attempt, reason=reason):
                 job = self.jobs.get(job_id)
-                if job is None or job.state not in (JobState.FAILED, JobState.PREEMPTED) or attempt != job.attempt:
+                requeueable = (JobState.FAILED, JobState.PREEMPTED, JobState.SUCCEEDED)
+                if job is None or job.state not in requeueable or attempt != job.attempt:
                     return None
                 job.reason = reason
                 job.allocations = []
                 return self._set(job, JobState.PENDING)
-            case c.JobCancelled(job_id=job_id, reason=reason):
+            case c.JobCancelled(job_id=job_id, reason=reason, attempt=attempt):
                 job = self.jobs.get(job_id)
                 if job is None or job.state not in LIVE:
                     return None
+                if job.state in HOLDS_RESOURCES and attempt != job.attempt:
+                    return None  # a stale cancel: the agent stops the running attempt (see above)
                 job.reason = reason or "cancelled"
                 job.ended_ts = time
                 return self._set(job, JobState.CANCELLED)

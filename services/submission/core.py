@@ -108,7 +108,7 @@ class SubmissionCore:
         sub: c.JobSubmitted = pending.event  # type: ignore[assignment]
         common = {
             "ts": state.now,
-            "causation_id": sub.id or f"seq:{pending.seq}",
+            "causation_id": f"seq:{pending.seq}",
             "correlation_id": sub.job_id,
             "source": self.name,
         }
