@@ -69,3 +69,30 @@ def test_client_commands_without_a_server_fail_in_one_line():
     assert out.returncode == 1
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().startswith("Error: cannot reach NATS at")
+
+
+def test_nodes_and_node_commands(tmp_path):
+    port = free_port()
+    up = subprocess.Popen([*HORIZON, "up", "--port", str(port), "--data-dir", str(tmp_path / "h"), "--nodes", "2",
+                           "--gpus-per-node", "4", "--executor", "sim"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    url = f"nats://127.0.0.1:{port}"
+    try:
+        assert up.stdout.readline().strip() == url
+        out = horizon("node", "cordon", "node-01", url=url)
+        assert out.returncode == 0 and "node-01: cordoned" in out.stdout, out.stderr
+        bad = horizon("node", "drain", "node-77", url=url)
+        assert bad.returncode == 1 and "no node 'node-77'" in bad.stderr
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            rows = {n["node"]: n for n in json.loads(horizon("nodes", "--json", url=url).stdout)}
+            if rows.get("node-01", {}).get("state") == "cordoned":
+                break
+            time.sleep(0.2)
+        assert rows["node-00"]["state"] == "idle" and rows["node-00"]["gpus"] == 4
+        assert rows["node-01"]["state"] == "cordoned"
+        table = horizon("nodes", url=url)
+        assert "node-00" in table.stdout and "0/4" in table.stdout
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(timeout=30)

@@ -100,9 +100,10 @@ def schema(event_type: str | None, list_types: bool) -> None:
 
 
 def _register() -> None:
-    from services.cli import jobs, run
+    from services.cli import jobs, nodes, run
 
     jobs.register(cli)
+    nodes.register(cli)
     run.register(cli)
 
 

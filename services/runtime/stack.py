@@ -91,18 +91,22 @@ class Stack:
 
     async def start_projection(self) -> Part:
         from projections.jobs import JobsProjection, QueryServer
+        from projections.nodes import NodesView
 
         log_ = await JetStreamLog.open(self.url, name="horizon-projections", settings=self.settings, create=False)
         projection = JobsProjection(log_, self.data_dir / "projections" / "jobs.sqlite")
         await projection.open()
         server = QueryServer(log_.nc, projection)
         await server.start()
+        nodes = NodesView(log_, log_.nc)
 
         async def run() -> None:
             await projection.start()
+            await nodes.start()
             try:
                 await projection.wait()
             finally:
+                await nodes.stop()
                 await server.stop()
                 await projection.stop()
 
