@@ -24,6 +24,7 @@ from typing import ClassVar
 
 from events import catalogue as c
 from events.base import Event
+from events.subjects import STREAM_SUBJECTS
 from events.subjects import parse_subject
 from services.runtime.log import Record
 from services.runtime.service import CoreState
@@ -47,7 +48,7 @@ class InventoryState(CoreState):
 class InventoryCore:
     name: ClassVar[str] = "inventory"
     virtual_time: bool = False
-    subjects: tuple[str, ...] = ("horizon.in._admin.>", "horizon.evt.>")
+    subjects: tuple[str, ...] = STREAM_SUBJECTS
 
     def initial(self) -> InventoryState:
         return InventoryState()
@@ -62,7 +63,7 @@ class InventoryCore:
             state.commands.pop(int(event.causation_id[4:]), None)
         if state.cluster.apply(event, record.seq):
             return state
-        tr = state.jobs.apply(event, record.seq, record.time)
+        tr = state.jobs.apply(event, record.seq, state.now)
         if tr is not None:
             state.cluster.on_transition(tr)
         return state

@@ -23,6 +23,7 @@ from typing import ClassVar
 
 from events import catalogue as c
 from events.base import Event
+from events.subjects import STREAM_SUBJECTS
 from services.placement.fit import Fit, Overlay, fit_node
 from services.runtime.log import Record
 from services.runtime.service import CoreState
@@ -72,7 +73,7 @@ def place_job(cluster: Cluster, spec: c.JobSpec, overlay: Overlay) -> tuple[list
 class PlacementCore:
     name: ClassVar[str] = "placement"
     virtual_time: bool = False
-    subjects: tuple[str, ...] = ("horizon.evt.>",)
+    subjects: tuple[str, ...] = STREAM_SUBJECTS
 
     def initial(self) -> PlacementState:
         return PlacementState()
@@ -88,7 +89,7 @@ class PlacementCore:
                 return state
         if state.cluster.apply(event, record.seq):
             return state
-        tr = state.jobs.apply(event, record.seq, record.time)
+        tr = state.jobs.apply(event, record.seq, state.now)
         if tr is not None:
             state.cluster.on_transition(tr)
         return state

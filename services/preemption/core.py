@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from events import catalogue as c
 from events.base import Event
+from events.subjects import STREAM_SUBJECTS
 from services.runtime.log import Record
 from services.runtime.service import CoreState
 from services.state.cluster import Cluster
@@ -35,7 +36,7 @@ class PreemptionState(CoreState):
 class PreemptionCore:
     name: ClassVar[str] = "preemption"
     virtual_time: bool = False
-    subjects: tuple[str, ...] = ("horizon.evt.>",)
+    subjects: tuple[str, ...] = STREAM_SUBJECTS
 
     def initial(self) -> PreemptionState:
         return PreemptionState()
@@ -45,7 +46,7 @@ class PreemptionCore:
             state.blocked[event.job_id] = event
         if state.cluster.apply(event, record.seq):
             return state
-        tr = state.jobs.apply(event, record.seq, record.time)
+        tr = state.jobs.apply(event, record.seq, state.now)
         if tr is not None:
             state.cluster.on_transition(tr)
             if tr.after is not JobState.PENDING:

@@ -59,7 +59,7 @@ S = TypeVar("S", bound=CoreState)
 
 class Core(Protocol[S]):
     name: ClassVar[str]  # the service name: the <service> token of its subjects
-    subjects: tuple[str, ...]  # what it folds
+    subjects: tuple[str, ...]  # what it folds: the whole stream, so every basis is comparable
     virtual_time: bool  # True: only ClockTicked moves "now" (simulation)
 
     def initial(self) -> S: ...
@@ -79,9 +79,13 @@ def fold_record(core: Core[S], state: S, record: Record) -> tuple[S, Event | Non
         event = decode_record(record)
     except DecodeError as exc:
         return state, None, str(exc)
+    # "now": live, the time the log stored the record (a client's ts is not trusted);
+    # at virtual time the whole log is the simulator's, so event times are the clock.
     if isinstance(event, c.ClockTicked):
         state.now = max(state.now, event.now_ts)
-    elif not core.virtual_time:
+    elif core.virtual_time:
+        state.now = max(state.now, event.ts)
+    else:
         state.now = max(state.now, record.time)
     return core.evolve(state, event, record), event, None
 

@@ -37,6 +37,7 @@ from typing import ClassVar
 
 from events import catalogue as c
 from events.base import Event
+from events.subjects import STREAM_SUBJECTS
 from services.runtime.log import Record
 from services.runtime.service import CoreState
 from services.state.jobs import HOLDS_RESOURCES, Job, JobState, JobTable, Transition
@@ -81,7 +82,7 @@ class SchedulingCore:
     name: ClassVar[str] = "scheduling"
     max_candidates: int = 2000
     virtual_time: bool = False
-    subjects: tuple[str, ...] = ("horizon.evt.>",)
+    subjects: tuple[str, ...] = STREAM_SUBJECTS
 
     def initial(self) -> SchedulingState:
         return SchedulingState()
@@ -107,7 +108,7 @@ class SchedulingCore:
         if isinstance(event, _NODE_EVENTS):
             state.dirty_seq = state.capacity_seq = seq
             return state
-        tr = state.jobs.apply(event, seq, record.time)
+        tr = state.jobs.apply(event, seq, state.now)
         if tr is not None:
             self._track(state, tr, seq)
         elif isinstance(event, c.JobPriorityChanged) and event.job_id in state.pending:

@@ -25,6 +25,7 @@ from typing import ClassVar
 
 from events import catalogue as c
 from events.base import Event
+from events.subjects import STREAM_SUBJECTS
 from events.subjects import parse_subject
 from services.runtime.log import Record
 from services.runtime.service import CoreState
@@ -58,7 +59,7 @@ class SubmissionCore:
     limits: Limits = field(default_factory=Limits)
     gpu_vocabulary: tuple[str, ...] = ()  # models known before any node registers, e.g. ("a100", "h100-80gb")
     virtual_time: bool = False
-    subjects: tuple[str, ...] = ("horizon.in.>", "horizon.evt.>")
+    subjects: tuple[str, ...] = STREAM_SUBJECTS
 
     def initial(self) -> SubmissionState:
         state = SubmissionState()
@@ -74,9 +75,9 @@ class SubmissionCore:
         if subject is not None and subject.kind == "input":
             if isinstance(event, c.JobSubmitted):
                 if event.job_id not in state.verdicts and event.job_id not in state.submissions:
-                    state.submissions[event.job_id] = _Pending(record.seq, record.time, subject.owner, event)
+                    state.submissions[event.job_id] = _Pending(record.seq, state.now, subject.owner, event)
             else:
-                state.requests[record.seq] = _Pending(record.seq, record.time, subject.owner, event)
+                state.requests[record.seq] = _Pending(record.seq, state.now, subject.owner, event)
             return state
         if isinstance(event, (c.JobAccepted, c.JobRejected)):
             state.verdicts.add(event.job_id)
@@ -85,7 +86,7 @@ class SubmissionCore:
             state.gpu_models.update((d.type, d.variant) for d in event.gpus)
         if event.source == self.name and event.causation_id and event.causation_id.startswith("seq:"):
             state.requests.pop(int(event.causation_id[4:]), None)
-        state.jobs.apply(event, record.seq, record.time)
+        state.jobs.apply(event, record.seq, state.now)
         return state
 
     # ------------------------------------------------------------------ decide
