@@ -122,7 +122,14 @@ async def test_killing_scheduling_and_placement_mid_burst_loses_and_repeats_noth
     await stack.restart("placement")
     await stack.restart("scheduling")
     await publisher
-    await wait_until(lambda: tally.count("JobSucceeded") == 2000, 150, "all 2,000 jobs to finish")
+    try:
+        await wait_until(lambda: tally.count("JobSucceeded") == 2000, 150, "all 2,000 jobs to finish")
+    except AssertionError:
+        sched, place = stack.parts["scheduling"].obj.state, stack.parts["placement"].obj.state
+        raise AssertionError(
+            f"{tally.by_type}; scheduling: pending={len(sched.pending)} cycle={sched.cycle} placed={sched.placed_cycle} "
+            f"dirty={sched.dirty_seq} basis={sched.cycle_basis} seq={sched.seq}; placement: cycle={place.cycle} "
+            f"done={place.done_cycle} seq={place.seq}; failed={stack.failed()}") from None
     await nc.close()
     records = await read_log(nats_server.url)
     scheduled = Counter(e.job_id for e in events_of(records) if isinstance(e, c.JobScheduled))

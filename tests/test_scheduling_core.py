@@ -73,17 +73,45 @@ def test_certainly_blocked_jobs_do_not_crowd_out_the_queue_behind_them():
     f = Feed(SchedulingCore(max_candidates=3))
     for i in range(3):
         f.evt("submission", accepted(f"big{i}", gpus=64, priority_class="high"))
+    for i in range(2):
+        f.evt("submission", accepted(f"wide{i}", gpus=8, priority_class="high"))
     f.evt("submission", accepted("small"))
     [first] = f.settle()
     assert first.candidates == ["big0", "big1", "big2"]
-    for i in range(3):
-        f.evt("placement", c.PlacementBlocked(job_id=f"big{i}", cycle=1, basis_seq=first.basis_seq + 1,
+    for i in range(3):  # no node has 64 GPUs: they fit nowhere
+        f.evt("placement", c.PlacementBlocked(job_id=f"big{i}", cycle=1, basis_seq=first.basis_seq + 1, fits_nowhere=True,
                                               reasons=[c.BlockReason(reason="has 8 GPUs, needs 64", nodes=1)]))
     f.evt("placement", c.PlacementCycleCompleted(cycle=1, scheduled=0, blocked=3))
     f.evt("submission", accepted("newer"))  # something changed, but no capacity was added
     [second] = f.settle()
-    assert second.candidates == ["small", "newer"]
-    f.evt("placement", c.PlacementCycleCompleted(cycle=2, scheduled=0, blocked=2))
-    f.evt("inventory", c.NodeReady(node="n9"))  # capacity added: the big jobs are candidates again
+    assert second.candidates == ["wide0", "wide1", "small"]
+    for i in range(2):  # they could fit, but not now: only the first stays, as the head to reserve for
+        f.evt("placement", c.PlacementBlocked(job_id=f"wide{i}", cycle=2, basis_seq=second.basis_seq + 1,
+                                              reasons=[c.BlockReason(reason="too few free GPUs (needs 8)", nodes=1)]))
+    f.evt("placement", c.PlacementCycleCompleted(cycle=2, scheduled=0, blocked=3))
+    f.evt("submission", accepted("newest"))
     [third] = f.settle()
-    assert third.candidates[:3] == ["big0", "big1", "big2"]
+    assert third.candidates == ["wide0", "small", "newer"]
+    f.evt("placement", c.PlacementCycleCompleted(cycle=3, scheduled=0, blocked=3))
+    f.evt("inventory", c.NodeReady(node="n9"))  # a node changed: everyone is a candidate again
+    [fourth] = f.settle()
+    assert fourth.candidates == ["big0", "big1", "big2"]
+
+
+def test_policies_order_within_a_class():
+    from services.scheduling.policy import make_policy
+    from services.state.jobs import Job, JobState
+    from tests.helpers import spec
+
+    def job(job_id, seq, submit, est, gpus):
+        return Job(job_id, spec(gpus=gpus, time_limit_s=est), JobState.PENDING, accepted_seq=seq, accepted_ts=submit)
+
+    jobs = [job("a", 1, 100.0, 3600, 4), job("b", 2, 200.0, 60, 64), job("c", 3, 300.0, 600, 1)]
+    order = {name: [j.job_id for j in sorted(jobs, key=lambda j: make_policy(name).key(j, 1000.0))]
+             for name in ("fcfs", "sjf", "f1", "multifactor")}
+    assert order["fcfs"] == ["a", "b", "c"]
+    assert order["sjf"] == ["b", "c", "a"]
+    # F1 = log10(est)*size + 870*log10(submit): a 1740+14.2=1754.2, b 2001.9+113.8=2115.7, c 2155.1+2.8=2157.9
+    assert order["f1"] == ["a", "b", "c"]
+    # multifactor: b (short) 50000+9.3+983.6+28.6, c 50000+8.1+857.1+200, a 50000+10.4+500+66.7
+    assert order["multifactor"] == ["c", "b", "a"]

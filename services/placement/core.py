@@ -1,24 +1,44 @@
-"""Placement: where each candidate of a scheduling cycle runs. Pure.
+"""Placement: where each candidate of a scheduling cycle runs, and what waits. Pure.
 
 For the latest cycle it has not handled, placement walks the candidates in
-the scheduler's order and, for each job still pending:
+the scheduler's order. For each job still pending:
 
-1. evaluates every node with ``fit_node`` against the ledger plus what this
-   same decision has already placed (the ``Overlay``);
-2. if at least ``nodes`` nodes fit, takes the best-scoring ones (all or
-   nothing for a multi-node gang) and emits ``JobScheduled`` with the exact
-   allocation and the ``basis_seq``;
-3. otherwise groups the nodes' reasons ("4 nodes: has 8 GPUs, needs 16") and
-   emits ``PlacementBlocked`` when the explanation differs from the last one
-   recorded for that job (an unchanged explanation is not repeated);
+1. it evaluates every node with ``fit_node`` against the ledger plus what
+   this decision has already placed (the ``Overlay``);
+2. if enough nodes fit (all of a multi-node gang, or none), it takes the
+   best-scoring ones and emits ``JobScheduled`` with the exact allocation;
+3. otherwise it emits ``PlacementBlocked`` with the reasons grouped per node
+   ("4 nodes: has 8 GPUs, needs 16"), when they differ from the job's last
+   explanation;
 
-and closes with ``PlacementCycleCompleted``. A candidate that does not fit
-is skipped, never waited for: the jobs behind it are still placed.
+and closes with ``PlacementCycleCompleted``.
+
+What a job that does not fit means for the jobs behind it is the
+``backfill`` mode:
+
+``none``
+    strict order: the first job that does not fit now stops the cycle (what
+    "FCFS without backfilling" means in the literature).
+``easy`` (default)
+    EASY backfilling. The first job that does not fit now (the head) gets a
+    reservation: the earliest time, by the running jobs' time limits, at which
+    enough nodes would fit it, and the nodes they would be. A later job starts
+    now only if it does not delay that reservation: it ends (by its own time
+    limit) by the reservation's time, or after it starts enough nodes still
+    fit the head at that time. Jobs after the head that do not fit simply
+    wait.
+``greedy``
+    every job that fits starts, in order, with no reservation (fast, but a big
+    job can starve behind a stream of small ones).
+
+In every mode a job that fits on no node even when the cluster is empty
+(``fits_nowhere``: 16 GPUs on 8-GPU nodes) blocks nobody and gets no
+reservation: it waits for the set of nodes to change.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from events import catalogue as c
@@ -27,10 +47,13 @@ from events.subjects import STREAM_SUBJECTS
 from services.placement.fit import Fit, Overlay, fit_node
 from services.runtime.log import Record
 from services.runtime.service import CoreState
-from services.state.cluster import Cluster, request_of
+from services.state.cluster import Cluster, Request, request_of
 from services.state.jobs import JobState, JobTable
 
-__all__ = ["PlacementCore", "PlacementState", "place_job"]
+__all__ = ["PlacementCore", "PlacementState", "place_job", "Reservation", "BACKFILL_MODES"]
+
+BACKFILL_MODES = ("none", "easy", "greedy")
+_CAPACITY_FILTERS = frozenset({"GpuCapacity", "CpuCapacity", "MemoryCapacity"})
 
 
 class PlacementState(CoreState):
@@ -43,11 +66,18 @@ class PlacementState(CoreState):
         self.done_cycle = 0
 
 
-def place_job(cluster: Cluster, spec: c.JobSpec, overlay: Overlay) -> tuple[list[c.NodeAllocation] | None, list[c.BlockReason]]:
-    """Allocations for one job on the best nodes, or ``None`` and the reasons per node group."""
-    req = request_of(spec)
+@dataclass
+class Placed:
+    allocations: list[c.NodeAllocation] | None
+    reasons: list[c.BlockReason] = field(default_factory=list)
+    fits_nowhere: bool = False
+
+
+def place_job(cluster: Cluster, req: Request, overlay: Overlay) -> Placed:
+    """Allocations for one job on the best nodes, or the reasons per node group."""
     fits: list[Fit] = []
     failures: dict[tuple[str, str], int] = {}
+    usable = 0
     for node in cluster.sorted_nodes():
         if node.removed:
             continue
@@ -57,23 +87,62 @@ def place_job(cluster: Cluster, spec: c.JobSpec, overlay: Overlay) -> tuple[list
         else:
             key = (fit.filter, fit.reason)
             failures[key] = failures.get(key, 0) + 1
+        if fit.filter not in _CAPACITY_FILTERS:
+            usable += 1  # this node could hold the job if it were empty (and ready)
     if len(fits) >= req.nodes:
         fits.sort(key=lambda f: f.score)
-        return [f.allocation for f in fits[: req.nodes]], []  # type: ignore[misc]
+        return Placed([f.allocation for f in fits[: req.nodes]])  # type: ignore[misc]
     reasons = [c.BlockReason(reason=reason, nodes=count, filter=flt) for (flt, reason), count in sorted(failures.items())]
     if req.nodes > 1 and fits:
         reasons.append(c.BlockReason(reason=f"only {len(fits)} of the {req.nodes} nodes the gang needs fit",
                                      nodes=len(fits), filter="Gang"))
     if not reasons:
         reasons.append(c.BlockReason(reason="no nodes registered", nodes=0, filter="NodeReady"))
-    return None, reasons
+    return Placed(None, reasons, fits_nowhere=usable < req.nodes)
+
+
+@dataclass
+class Reservation:
+    """The head job's reservation: at ``start_ts``, ``fitting`` nodes could hold it (it needs ``need``).
+
+    ``at_start`` is the ledger as it is expected to be at ``start_ts`` (running
+    jobs that will have ended given back, backfilled jobs still running taken).
+    """
+
+    job_id: str
+    req: Request
+    start_ts: float
+    at_start: Overlay
+    fitting: set[str]
+    need: int
+
+    def admits(self, cluster: Cluster, allocs: list[c.NodeAllocation], end_ts: float) -> bool:
+        """Can a job holding ``allocs`` until ``end_ts`` start now without delaying the head?"""
+        if end_ts <= self.start_ts:
+            return True
+        trial = self.at_start.copy()
+        for alloc in allocs:
+            trial.take(alloc)
+        still = set(self.fitting)
+        for alloc in allocs:
+            if alloc.node in still and fit_node(cluster.nodes[alloc.node], self.req, trial).allocation is None:
+                still.discard(alloc.node)
+        if len(still) < self.need:
+            return False
+        self.at_start, self.fitting = trial, still
+        return True
 
 
 @dataclass
 class PlacementCore:
     name: ClassVar[str] = "placement"
+    backfill: str = "easy"
     virtual_time: bool = False
     subjects: tuple[str, ...] = STREAM_SUBJECTS
+
+    def __post_init__(self) -> None:
+        if self.backfill not in BACKFILL_MODES:
+            raise ValueError(f"unknown backfill mode {self.backfill!r}; modes: {', '.join(BACKFILL_MODES)}")
 
     def initial(self) -> PlacementState:
         return PlacementState()
@@ -94,73 +163,103 @@ class PlacementCore:
             state.cluster.on_transition(tr)
         return state
 
+    # ------------------------------------------------------------------ reservations
+
+    def reserve(
+        self, state: PlacementState, job_id: str, req: Request, overlay: Overlay,
+        placed_now: list[tuple[float, str, list[c.NodeAllocation]]],
+    ) -> Reservation | None:
+        """The earliest time the head fits, walking running jobs' expected ends in order."""
+        now = state.now
+        ending: list[tuple[float, str, list[c.NodeAllocation]]] = list(placed_now)
+        seen: set[str] = set()
+        for node in state.cluster.sorted_nodes():
+            for holder in node.jobs:
+                if holder in seen:
+                    continue
+                seen.add(holder)
+                job = state.jobs.get(holder)
+                if job is None or job.spec is None:
+                    continue
+                ending.append((max(now, job.scheduled_ts + job.spec.time_limit_s), holder, job.allocations))
+        ending.sort(key=lambda e: (e[0], e[1]))
+        hyp = overlay.copy()
+        nodes = [n for n in state.cluster.sorted_nodes() if not n.removed]
+        fitting = {n.name for n in nodes if fit_node(n, req, hyp).allocation is not None}
+        for end, _holder, allocations in ending:
+            for alloc in allocations:
+                hyp.give(alloc)
+            for alloc in allocations:
+                node = state.cluster.nodes.get(alloc.node)
+                if node is not None and not node.removed and fit_node(node, req, hyp).allocation is not None:
+                    fitting.add(alloc.node)
+            if len(fitting) >= req.nodes:
+                return Reservation(job_id, req, end, hyp, fitting, req.nodes)
+        return None
+
+    # ------------------------------------------------------------------ decide
+
     def decide(self, state: PlacementState) -> list[Event]:
         if state.cycle <= state.done_cycle:
             return []
         out: list[Event] = []
         overlay = Overlay()
         cycle = state.cycle
+        now = state.now
         scheduled = blocked = 0
+        reservation: Reservation | None = None
+        placed_now: list[tuple[float, str, list[c.NodeAllocation]]] = []
         # Within one decision free capacity only shrinks, so a request shape that did
         # not fit stays unfit for the rest of the cycle: remember it, skip the scan.
-        unfit: dict[object, list[c.BlockReason]] = {}
+        unfit: dict[Request, Placed] = {}
+        stopped_by: str | None = None
+        common = {"ts": now, "source": self.name, "causation_id": f"scheduling/SchedulingCycleCompleted/{cycle}"}
         for job_id in state.candidates:
             job = state.jobs.get(job_id)
             if job is None or job.state is not JobState.PENDING or job.spec is None:
                 continue
-            shape = request_of(job.spec)
-            if shape in unfit:
-                allocations, reasons = None, unfit[shape]
-            else:
-                allocations, reasons = place_job(state.cluster, job.spec, overlay)
-                if allocations is None:
-                    unfit[shape] = reasons
-            if allocations is not None:
-                for alloc in allocations:
-                    overlay.take(alloc)
-                attempt = job.attempt + 1
-                out.append(
-                    c.JobScheduled(
-                        id=f"placement/JobScheduled/{job_id}/{attempt}",
-                        ts=state.now,
-                        causation_id=f"scheduling/SchedulingCycleCompleted/{cycle}",
-                        correlation_id=job_id,
-                        source=self.name,
-                        job_id=job_id,
-                        attempt=attempt,
-                        allocations=allocations,
-                        basis_seq=state.seq,
-                        cycle=cycle,
-                        time_limit_s=job.spec.time_limit_s,
-                    )
-                )
-                scheduled += 1
-                continue
+            if stopped_by is not None:
+                continue  # strict order: nothing passes the blocked head
+            req = request_of(job.spec)
+            placed = unfit.get(req) or place_job(state.cluster, req, overlay)
+            if placed.allocations is None:
+                unfit[req] = placed
+            reasons, earliest, reserved = placed.reasons, None, []
+            if placed.allocations is not None:
+                end = now + job.spec.time_limit_s
+                if reservation is None or reservation.admits(state.cluster, placed.allocations, end):
+                    for alloc in placed.allocations:
+                        overlay.take(alloc)
+                    placed_now.append((end, job_id, placed.allocations))
+                    attempt = job.attempt + 1
+                    out.append(c.JobScheduled(
+                        id=f"placement/JobScheduled/{job_id}/{attempt}", correlation_id=job_id, job_id=job_id,
+                        attempt=attempt, allocations=placed.allocations, basis_seq=state.seq, cycle=cycle,
+                        time_limit_s=job.spec.time_limit_s, backfilled=reservation is not None, **common,
+                    ))
+                    scheduled += 1
+                    continue
+                reasons = [c.BlockReason(
+                    reason=f"starting now would delay the reservation of {reservation.job_id} "
+                           f"at {reservation.start_ts:.0f}", nodes=len(placed.allocations), filter="Backfill")]
+            elif not placed.fits_nowhere:
+                if self.backfill == "none":
+                    stopped_by = job_id
+                elif self.backfill == "easy" and reservation is None:
+                    reservation = self.reserve(state, job_id, req, overlay, placed_now)
+                    if reservation is not None:
+                        earliest = reservation.start_ts
+                        reserved = sorted(reservation.fitting)[: req.nodes]
             blocked += 1
-            if tuple(reasons) != job.last_block:
-                out.append(
-                    c.PlacementBlocked(
-                        id=f"placement/PlacementBlocked/{job_id}/{cycle}",
-                        ts=state.now,
-                        causation_id=f"scheduling/SchedulingCycleCompleted/{cycle}",
-                        correlation_id=job_id,
-                        source=self.name,
-                        job_id=job_id,
-                        cycle=cycle,
-                        basis_seq=state.seq,
-                        reasons=reasons,
-                    )
-                )
-        out.append(
-            c.PlacementCycleCompleted(
-                id=f"placement/PlacementCycleCompleted/{cycle}",
-                ts=state.now,
-                correlation_id=str(cycle),
-                source=self.name,
-                cycle=cycle,
-                basis_seq=state.seq,
-                scheduled=scheduled,
-                blocked=blocked,
-            )
-        )
+            explanation = tuple(reasons)
+            if explanation != job.last_block or earliest is not None:
+                out.append(c.PlacementBlocked(
+                    id=f"placement/PlacementBlocked/{job_id}/{cycle}", correlation_id=job_id, job_id=job_id,
+                    cycle=cycle, basis_seq=state.seq, reasons=reasons, earliest_start_ts=earliest,
+                    reserved_nodes=reserved, fits_nowhere=placed.fits_nowhere, **common,
+                ))
+        out.append(c.PlacementCycleCompleted(
+            id=f"placement/PlacementCycleCompleted/{cycle}", correlation_id=str(cycle), cycle=cycle,
+            basis_seq=state.seq, scheduled=scheduled, blocked=blocked, ts=now, source=self.name,
+        ))
         return out

@@ -32,17 +32,39 @@ __all__ = ["Overlay", "Fit", "fit_node", "describe_gpus"]
 
 @dataclass(slots=True)
 class Overlay:
-    """Resources taken by earlier placements in the same decision, not yet in the ledger."""
+    """Changes to the ledger that a decision is considering: resources taken by placements
+    made earlier in the same decision, and (for reservations) resources given back by
+    running jobs expected to have ended by some future time."""
 
-    cpus_milli: dict[str, int] = field(default_factory=dict)
+    cpus_milli: dict[str, int] = field(default_factory=dict)  # net taken (negative: freed)
     memory_bytes: dict[str, int] = field(default_factory=dict)
-    devices: dict[str, set[str]] = field(default_factory=dict)
+    devices: dict[str, set[str]] = field(default_factory=dict)  # taken
+    freed: dict[str, set[str]] = field(default_factory=dict)  # in the ledger, but given back
 
     def take(self, alloc: c.NodeAllocation) -> None:
         n = alloc.node
         self.cpus_milli[n] = self.cpus_milli.get(n, 0) + alloc.cpus_milli
         self.memory_bytes[n] = self.memory_bytes.get(n, 0) + alloc.memory_bytes
         self.devices.setdefault(n, set()).update(alloc.device_ids)
+
+    def give(self, alloc: c.NodeAllocation) -> None:
+        n = alloc.node
+        self.cpus_milli[n] = self.cpus_milli.get(n, 0) - alloc.cpus_milli
+        self.memory_bytes[n] = self.memory_bytes.get(n, 0) - alloc.memory_bytes
+        taken = self.devices.get(n)
+        for device in alloc.device_ids:
+            if taken is not None and device in taken:
+                taken.discard(device)  # placed in this decision, ended by then
+            else:
+                self.freed.setdefault(n, set()).add(device)
+
+    def copy(self) -> Overlay:
+        return Overlay(
+            dict(self.cpus_milli),
+            dict(self.memory_bytes),
+            {n: set(s) for n, s in self.devices.items()},
+            {n: set(s) for n, s in self.freed.items()},
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +101,11 @@ def fit_node(node: Node, req: Request, overlay: Overlay) -> Fit:
                    filter="MemoryCapacity")
     # 3. free now
     taken = overlay.devices.get(node.name, ())
+    freed = overlay.freed.get(node.name, ())
     free_cpus = node.free_cpus_milli - overlay.cpus_milli.get(node.name, 0)
     free_mem = node.free_memory_bytes - overlay.memory_bytes.get(node.name, 0)
-    free_all = [d for d in node.gpus.values() if d.id not in node.used_devices and d.id not in taken]
+    used = node.used_devices
+    free_all = [d for d in node.gpus.values() if (d.id not in used or d.id in freed) and d.id not in taken]
     free_matching = [d for d in free_all if device_matches(d, req)] if req.gpus else []
     if req.gpus > len(free_matching):
         return Fit(None, reason=f"too few free {describe_gpus(req)} (needs {req.gpus})", filter="GpuFree")

@@ -1,9 +1,10 @@
 """Scheduling: the queue, its order, and when to run a cycle. Pure.
 
-The queue is every PENDING job (held jobs wait aside). Order: priority class
-(critical, high, normal, low, scavenger), then first come first served by the
-sequence at which the job was accepted; the log sequence is a total order, so
-ties cannot happen and replays cannot disagree.
+The queue is every PENDING job (held jobs wait aside). Order: the configured
+``Policy`` (``services.scheduling.policy``): priority class first (critical,
+high, normal, low, scavenger), then first come first served by default, or
+SJF, F1 or the multifactor priority; the acceptance sequence breaks every
+tie, so replays cannot disagree.
 
 A **cycle** is the scheduler's decision "these are the candidates, in this
 order" (``SchedulingCycleCompleted``). Placement then places every candidate
@@ -19,11 +20,18 @@ events, and batched:
    requeued, re-prioritised), resources were freed, a node changed, or the
    last cycle was cut at ``max_candidates`` and placed something.
 
-Jobs that cannot fit are left out of the candidates: a job that placement
-reported blocked at basis ``b`` is skipped while no capacity has been added
-since ``b`` (no job ended, no node changed), since it would certainly be
-blocked again. So a head of unplaceable jobs never pushes placeable ones past
-``max_candidates``, and the cap never starves the queue behind it.
+Jobs that certainly cannot start are left out of the candidates, so a head
+of unplaceable jobs never pushes placeable ones past ``max_candidates``:
+
+* a job that fits on no node at all (``PlacementBlocked.fits_nowhere``) until
+  the set of nodes changes;
+* a job reported blocked at basis ``b`` while no capacity has been added since
+  ``b`` (no job ended, no node changed), except the first such job in order:
+  it is the head whose reservation backfilling must respect.
+
+At virtual time (simulation) a cycle also waits for a ``ClockTicked``: the
+simulator publishes everything that happens at an instant, then the tick, so
+one cycle sees the whole instant, however the events were batched.
 
 Restarts: a failed job whose restart policy allows another attempt is
 requeued (``JobRequeued``) until ``max_retries`` retries are used.
@@ -40,6 +48,7 @@ from events.base import Event
 from events.subjects import STREAM_SUBJECTS
 from services.runtime.log import Record
 from services.runtime.service import CoreState
+from services.scheduling.policy import make_policy
 from services.state.jobs import HOLDS_RESOURCES, Job, JobState, JobTable, Transition
 
 __all__ = ["SchedulingCore", "SchedulingState", "CLASS_RANK", "queue_key"]
@@ -58,6 +67,7 @@ _NODE_EVENTS = (
 
 
 def queue_key(job: Job) -> tuple[int, int]:
+    """Class, then acceptance order (the ``fcfs`` policy without the submit time)."""
     assert job.spec is not None
     return (CLASS_RANK[job.spec.priority_class], job.accepted_seq)
 
@@ -74,15 +84,22 @@ class SchedulingState(CoreState):
         self.placed_cycle = 0  # last cycle placement reported done
         self.dirty_seq = 0  # last sequence that could change a cycle's outcome
         self.capacity_seq = 0  # last sequence at which capacity was added (a job ended, a node changed)
+        self.nodes_seq = 0  # last node event
+        self.tick_seq = 0  # last ClockTicked
         self.blocked_basis: dict[str, int] = {}  # pending job -> basis of its last "blocked" outcome
+        self.fits_nowhere: dict[str, int] = {}  # pending job -> basis at which no node could ever hold it
 
 
 @dataclass
 class SchedulingCore:
     name: ClassVar[str] = "scheduling"
     max_candidates: int = 2000
+    policy: str = "fcfs"
     virtual_time: bool = False
     subjects: tuple[str, ...] = STREAM_SUBJECTS
+
+    def __post_init__(self) -> None:
+        self._policy = make_policy(self.policy)
 
     def initial(self) -> SchedulingState:
         return SchedulingState()
@@ -105,8 +122,15 @@ class SchedulingCore:
             case c.PlacementBlocked(job_id=job_id, basis_seq=basis):
                 if job_id in state.pending:
                     state.blocked_basis[job_id] = basis
+                    if event.fits_nowhere:
+                        state.fits_nowhere[job_id] = basis
+                    else:
+                        state.fits_nowhere.pop(job_id, None)
+            case c.ClockTicked():
+                state.tick_seq = seq
+                return state
         if isinstance(event, _NODE_EVENTS):
-            state.dirty_seq = state.capacity_seq = seq
+            state.dirty_seq = state.capacity_seq = state.nodes_seq = seq
             return state
         tr = state.jobs.apply(event, seq, state.now)
         if tr is not None:
@@ -123,6 +147,7 @@ class SchedulingCore:
         elif tr.before is JobState.PENDING:
             state.pending.pop(job.job_id, None)
             state.blocked_basis.pop(job.job_id, None)
+            state.fits_nowhere.pop(job.job_id, None)
         if isinstance(tr.before, JobState) and tr.before in HOLDS_RESOURCES and tr.after not in HOLDS_RESOURCES:
             state.dirty_seq = state.capacity_seq = seq  # capacity freed
         if tr.after in (JobState.FAILED, JobState.SUCCEEDED, JobState.PREEMPTED) and self._may_retry(job, tr.after):
@@ -143,20 +168,31 @@ class SchedulingCore:
 
     def ordered_queue(self, state: SchedulingState, limit: int | None = None) -> list[Job]:
         """Pending jobs in scheduling order (all of them, or the first ``limit``)."""
+        now, key = state.now, self._policy.key
         jobs = state.pending.values()
         if limit is None or limit >= len(state.pending):
-            return sorted(jobs, key=queue_key)
-        return heapq.nsmallest(limit, jobs, key=queue_key)
+            return sorted(jobs, key=lambda j: key(j, now))
+        return heapq.nsmallest(limit, jobs, key=lambda j: key(j, now))
 
     def candidates(self, state: SchedulingState) -> list[Job]:
         """The first ``max_candidates`` pending jobs in order, leaving out the certainly blocked."""
-        blocked, cap = state.blocked_basis, state.capacity_seq
+        blocked, nowhere = state.blocked_basis, state.fits_nowhere
         if not blocked:
             return self.ordered_queue(state, self.max_candidates)
-        eligible = [j for j in state.pending.values() if blocked.get(j.job_id, -1) < cap]
-        if len(eligible) <= self.max_candidates:
-            return sorted(eligible, key=queue_key)
-        return heapq.nsmallest(self.max_candidates, eligible, key=queue_key)
+        out: list[Job] = []
+        head_kept = False
+        for job in self.ordered_queue(state):
+            job_id = job.job_id
+            if nowhere.get(job_id, -1) >= state.nodes_seq:
+                continue
+            if blocked.get(job_id, -1) >= state.capacity_seq:
+                if head_kept:
+                    continue
+                head_kept = True
+            out.append(job)
+            if len(out) >= self.max_candidates:
+                break
+        return out
 
     def decide(self, state: SchedulingState) -> list[Event]:
         out: list[Event] = []
@@ -177,7 +213,8 @@ class SchedulingCore:
                 )
             )
         # 2. a cycle, if placement is done with the last one and something changed since
-        if state.placed_cycle >= state.cycle and state.dirty_seq > state.cycle_basis and state.pending:
+        ticked = not self.virtual_time or state.tick_seq > state.cycle_basis
+        if state.placed_cycle >= state.cycle and state.dirty_seq > state.cycle_basis and state.pending and ticked:
             candidates = self.candidates(state)
             cycle = state.cycle + 1
             if not candidates:
