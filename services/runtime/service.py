@@ -38,7 +38,7 @@ from events.subjects import event_subject
 from services.runtime.consume import decode_record
 from services.runtime.log import EventLog, Outgoing, Record
 
-__all__ = ["CoreState", "Core", "ServiceRunner", "fold_record", "RunnerStats"]
+__all__ = ["CoreState", "Core", "ServiceRunner", "fold_record", "fold_event", "RunnerStats"]
 
 log = logging.getLogger("horizon.service")
 
@@ -74,11 +74,17 @@ def fold_record(core: Core[S], state: S, record: Record) -> tuple[S, Event | Non
 
     Returns the new state, the decoded event (or None) and the decode error (or None).
     """
-    state.seq = record.seq
     try:
         event = decode_record(record)
     except DecodeError as exc:
+        state.seq = record.seq
         return state, None, str(exc)
+    return fold_event(core, state, record, event), event, None
+
+
+def fold_event(core: Core[S], state: S, record: Record, event: Event) -> S:
+    """Fold an already decoded event (the in-process simulator decodes nothing)."""
+    state.seq = record.seq
     # "now": live, the time the log stored the record (a client's ts is not trusted);
     # at virtual time the whole log is the simulator's, so event times are the clock.
     if isinstance(event, c.ClockTicked):
@@ -87,7 +93,7 @@ def fold_record(core: Core[S], state: S, record: Record) -> tuple[S, Event | Non
         state.now = max(state.now, event.ts)
     else:
         state.now = max(state.now, record.time)
-    return core.evolve(state, event, record), event, None
+    return core.evolve(state, event, record)
 
 
 @dataclass
@@ -111,6 +117,10 @@ class ServiceRunner(Generic[S]):
         # them (submission); everyone dead-letters output events it cannot read.
         self.dead_letter_inputs = core.name == "submission" if dead_letter_inputs is None else dead_letter_inputs
         self.ready = asyncio.Event()
+        # The last sequence at which this service had applied everything it published and
+        # found nothing to decide; ``progress`` is set whenever it moves (the simulator's barrier).
+        self.idle_seq = 0
+        self.progress = asyncio.Event()
         self._dead_lettered: set[int] = set()
         self._follower: Any = None
         self._lock = asyncio.Lock()
@@ -160,10 +170,17 @@ class ServiceRunner(Generic[S]):
         self.awaiting = max(self.awaiting, highest)
         return decisions
 
+    async def _decide_or_rest(self) -> None:
+        if self.state.seq < self.awaiting:
+            return
+        if not await self.decide_now():
+            self.idle_seq = self.state.seq
+            self.progress.set()
+
     async def _on_batch(self, batch: list[Record]) -> None:
         async with self._lock:
             await self._apply(batch)
-            await self.decide_now()
+            await self._decide_or_rest()
 
     async def start(self) -> None:
         """Catch up with the log, decide once, then follow it (returns once following)."""
@@ -175,7 +192,7 @@ class ServiceRunner(Generic[S]):
         self.stats.caught_up_seq = end
         log.info("%s caught up to seq %d", self.name, end)
         async with self._lock:
-            await self.decide_now()
+            await self._decide_or_rest()
         self._follower = await self.log.follow(self._on_batch, from_seq=end + 1, subjects=self.core.subjects)
         self.ready.set()
 

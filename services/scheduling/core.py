@@ -29,9 +29,10 @@ of unplaceable jobs never pushes placeable ones past ``max_candidates``:
   ``b`` (no job ended, no node changed), except the first such job in order:
   it is the head whose reservation backfilling must respect.
 
-At virtual time (simulation) a cycle also waits for a ``ClockTicked``: the
-simulator publishes everything that happens at an instant, then the tick, so
-one cycle sees the whole instant, however the events were batched.
+At virtual time (simulation) a cycle is decided only on a ``ClockTicked``
+(when the tick is the last event applied): the simulator publishes
+everything that happens at an instant, then the tick, so one cycle sees the
+whole instant, however the events were batched.
 
 Restarts: a failed job whose restart policy allows another attempt is
 requeued (``JobRequeued``) until ``max_retries`` retries are used.
@@ -213,7 +214,9 @@ class SchedulingCore:
                 )
             )
         # 2. a cycle, if placement is done with the last one and something changed since
-        ticked = not self.virtual_time or state.tick_seq > state.cycle_basis
+        # At virtual time a cycle is decided on the tick itself: the simulator has
+        # published everything of the instant before it, and nothing follows it.
+        ticked = not self.virtual_time or state.tick_seq == state.seq
         if state.placed_cycle >= state.cycle and state.dirty_seq > state.cycle_basis and state.pending and ticked:
             candidates = self.candidates(state)
             cycle = state.cycle + 1

@@ -1,0 +1,316 @@
+"""Trace simulation at virtual time, through the real service cores.
+
+The driver plays the outside world: it publishes the trace's arrivals
+(``JobSubmitted``), the cluster's nodes (``NodeRegistered``), the clock
+(``ClockTicked``) and, as the node agents would, each job's start and end
+(``JobStarted``, ``JobSucceeded`` after its run time). Everything else, the
+admission, the order, the placement and backfilling, is decided by the same
+five cores that run live, configured with ``virtual_time=True``.
+
+One step of virtual time ``T`` (the next arrival or completion):
+
+1. publish the completions at ``T``, then the arrivals at ``T``;
+2. **barrier**: wait until the system is quiescent;
+3. publish ``ClockTicked(T)``: the scheduler runs a cycle only on a tick (at
+   virtual time), so a cycle always sees the whole instant;
+4. barrier; every ``JobScheduled`` decided meanwhile starts at ``T``: the
+   driver publishes its ``JobStarted`` and schedules its end at ``T + run``.
+
+Two buses, one driver (``InProcessBus`` and ``NatsBus``), so the decisions
+can be compared:
+
+* in process, the cores are called directly; "quiescent" is a fixpoint: every
+  core is asked to decide, in a fixed order, until none has anything to say;
+* over NATS, the services are the real ``ServiceRunner``s following the
+  JetStream log. The barrier: read the stream's last sequence ``L``; wait
+  until every runner reports it is idle at ``L`` or later (it has applied
+  everything up to ``L``, all its own publications have come back, and its
+  ``decide`` returned nothing); read the last sequence again: if it is still
+  ``L``, nothing is in flight anywhere, else repeat with the new ``L``. A
+  runner cannot report idle at ``L`` while it is publishing decisions based
+  on ``L``, so an unchanged ``L`` after everyone reported means quiescence.
+
+Both buses see the same events in the same causal order at every barrier,
+and decisions at a tick depend only on the state at the tick, so per-job
+start times and allocations are identical (tested); only sequence numbers
+and decision batching inside an instant differ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from events import catalogue as c
+from events.base import Event
+from events.codec import decode, encode
+from events.subjects import event_subject, input_subject
+from services.agent.app import NodeSpec
+from services.runtime.log import Outgoing, Record
+from services.runtime.service import fold_event
+from services.sim.traces import SimJob
+
+__all__ = ["SimSettings", "Bus", "InProcessBus", "NatsBus", "simulate", "JobResult", "submission_for", "make_cores"]
+
+TENANT = "sim"
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    policy: str = "fcfs"
+    backfill: str = "none"  # none | easy | greedy
+    procs_per_node: int = 1  # cores per node of a CPU cluster
+    gpus_per_node: int = 0  # GPUs per node of a GPU cluster (trace processors become GPUs)
+    gpu_type: str = "a100"
+
+
+def make_cores(settings: SimSettings) -> list[Any]:
+    from services.inventory.core import InventoryCore
+    from services.placement.core import PlacementCore
+    from services.preemption.core import PreemptionCore
+    from services.scheduling.core import SchedulingCore
+    from services.submission.core import SubmissionCore
+
+    return [
+        SubmissionCore(virtual_time=True),
+        SchedulingCore(policy=settings.policy, virtual_time=True, max_candidates=100_000),
+        PlacementCore(backfill=settings.backfill, virtual_time=True),
+        PreemptionCore(virtual_time=True),
+        InventoryCore(virtual_time=True),
+    ]
+
+
+def submission_for(job: SimJob, settings: SimSettings, at: float) -> c.JobSubmitted:
+    """A trace job as a submission: all-or-nothing over as many nodes as its processors need."""
+    if settings.gpus_per_node:
+        total = job.gpus or job.procs
+        per = settings.gpus_per_node
+        nodes = job.nodes or max(1, math.ceil(total / per))
+        resources = c.ResourceRequest(cpus=1, memory="1Mi", gpus=math.ceil(total / nodes), gpu_type=job.gpu_type)
+        tasks_per_node = 1
+    else:
+        per = settings.procs_per_node
+        nodes = job.nodes or max(1, math.ceil(job.procs / per))
+        tasks_per_node = math.ceil(job.procs / nodes)
+        resources = c.ResourceRequest(cpus=1, memory="1Mi")
+    return c.JobSubmitted(
+        ts=at, source="simulator", correlation_id=job.job_id, job_id=job.job_id, tenant=TENANT,
+        account=job.account, user=job.user, resources=resources, nodes=nodes, tasks_per_node=tasks_per_node,
+        time_limit_s=job.estimate_s, priority_class=job.priority_class, sim_runtime_s=job.runtime_s,
+    )
+
+
+class Bus(Protocol):
+    async def publish(self, items: Sequence[tuple[str, Event]]) -> None: ...
+
+    async def settle(self) -> list[c.JobScheduled]:
+        """Wait for quiescence; return the JobScheduled decided since the last call."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class InProcessBus:
+    """The cores called directly: no I/O, no encoding round trip beyond one ``encode`` per event."""
+
+    def __init__(self, cores: list[Any], keep_records: bool = False) -> None:
+        self.cores = [(core, core.initial()) for core in cores]
+        self.seq = 0
+        self.keep_records = keep_records
+        self.records: list[Record] = []
+        self._scheduled: list[c.JobScheduled] = []
+
+    def _fold(self, subject: str, event: Event) -> None:
+        self.seq += 1
+        record = Record(self.seq, subject, encode(event) if self.keep_records else b"", event.ts)
+        if self.keep_records:
+            self.records.append(record)
+        for i, (core, state) in enumerate(self.cores):
+            self.cores[i] = (core, fold_event(core, state, record, event))
+        if isinstance(event, c.JobScheduled):
+            self._scheduled.append(event)
+
+    async def publish(self, items: Sequence[tuple[str, Event]]) -> None:
+        for subject, event in items:
+            self._fold(subject, event)
+
+    async def settle(self) -> list[c.JobScheduled]:
+        quiet = False
+        while not quiet:
+            quiet = True
+            for core, state in list(self.cores):
+                decisions = core.decide(state)
+                for event in decisions:
+                    self._fold(event_subject(core.name, event), event)
+                quiet = quiet and not decisions
+        out, self._scheduled = self._scheduled, []
+        return out
+
+    async def close(self) -> None:
+        return None
+
+
+class NatsBus:
+    """The real service runners, each on its own connection, following the JetStream log."""
+
+    def __init__(self, url: str, cores: list[Any], settle_timeout_s: float = 120.0) -> None:
+        self.url = url
+        self.cores = cores
+        self.settle_timeout_s = settle_timeout_s
+        self.runners: list[Any] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.log: Any = None
+        self._read_to = 0
+
+    async def start(self) -> None:
+        from services.runtime.jetstream import JetStreamLog
+        from services.runtime.service import ServiceRunner
+
+        self.log = await JetStreamLog.open(self.url, name="horizon-simulator")
+        self._read_to = await self.log.last_seq()
+        for core in self.cores:
+            runner_log = await JetStreamLog.open(self.url, name=f"horizon-sim-{core.name}", create=False)
+            runner = ServiceRunner(runner_log, core)
+            self.runners.append(runner)
+            self.tasks.append(asyncio.create_task(runner.run(), name=f"sim-{core.name}"))
+        for runner, task in zip(self.runners, self.tasks, strict=True):
+            waiter = asyncio.ensure_future(runner.ready.wait())
+            await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                raise RuntimeError(f"{runner.name} failed to start: {task.exception()!r}")
+
+    async def publish(self, items: Sequence[tuple[str, Event]]) -> None:
+        if items:
+            await self.log.publish_many([Outgoing(s, encode(e), e.id) for s, e in items])
+
+    async def _barrier(self) -> None:
+        deadline = asyncio.get_running_loop().time() + self.settle_timeout_s
+        while True:
+            last = await self.log.last_seq()
+            for runner, task in zip(self.runners, self.tasks, strict=True):
+                while runner.idle_seq < last:
+                    if task.done():
+                        raise RuntimeError(f"{runner.name} stopped: {task.exception()!r}")
+                    runner.progress.clear()
+                    remaining = deadline - asyncio.get_running_loop().time()
+                    if remaining <= 0:
+                        raise TimeoutError(f"{runner.name} did not settle (idle at {runner.idle_seq}, log at {last})")
+                    try:
+                        await asyncio.wait_for(runner.progress.wait(), min(remaining, 1.0))
+                    except asyncio.TimeoutError:
+                        pass
+            if await self.log.last_seq() == last:
+                return
+
+    async def settle(self) -> list[c.JobScheduled]:
+        await self._barrier()
+        out: list[c.JobScheduled] = []
+        async for batch in self.log.read(self._read_to + 1, subjects=("horizon.evt.placement.JobScheduled.>",)):
+            for record in batch:
+                event = decode(record.data)
+                if isinstance(event, c.JobScheduled):
+                    out.append(event)
+        self._read_to = await self.log.last_seq()
+        return out
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down
+                pass
+        for runner in self.runners:
+            await runner.log.close()
+        if self.log is not None:
+            await self.log.close()
+
+
+@dataclass
+class JobResult:
+    job: SimJob
+    start_s: float | None = None
+    allocation: list[str] = field(default_factory=list)  # node names
+    backfilled: bool = False
+
+    @property
+    def end_s(self) -> float | None:
+        return None if self.start_s is None else self.start_s + self.job.runtime_s
+
+
+@dataclass
+class SimRun:
+    results: dict[str, JobResult]
+    nodes: list[NodeSpec]
+    wall_s: float
+    steps: int
+    rejected: list[str]
+
+
+async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSettings, bus: Bus) -> SimRun:
+    started_wall = time.perf_counter()
+    results = {j.job_id: JobResult(j) for j in jobs}
+    arrivals = sorted(jobs, key=lambda j: j.submit_s)  # stable: file order within an instant
+    ends: list[tuple[float, str]] = []
+    t0 = arrivals[0].submit_s if arrivals else 0.0
+    registrations = []
+    for spec in nodes:
+        reg = spec.registration("simulator")
+        registrations.append((event_subject("agent", reg), _at(reg, t0)))
+    await bus.publish(registrations)
+    await bus.settle()
+    i = steps = 0
+    while i < len(arrivals) or ends:
+        now = min(arrivals[i].submit_s if i < len(arrivals) else math.inf, ends[0][0] if ends else math.inf)
+        steps += 1
+        batch: list[tuple[str, Event]] = []
+        while ends and ends[0][0] == now:
+            _, job_id = heapq.heappop(ends)
+            result = results[job_id]
+            done = c.JobSucceeded(id=f"agent/JobSucceeded/{job_id}/1", ts=now, correlation_id=job_id,
+                                  source="agent/sim", job_id=job_id, attempt=1, runtime_s=result.job.runtime_s)
+            batch.append((event_subject("agent", done), done))
+        while i < len(arrivals) and arrivals[i].submit_s == now:
+            sub = submission_for(arrivals[i], settings, now)
+            batch.append((input_subject(TENANT, "submit"), _with_id(sub, arrivals[i].job_id)))
+            i += 1
+        await bus.publish(batch)
+        decided = await bus.settle()
+        tick = c.ClockTicked(id=f"clock/ClockTicked/{steps}", ts=now, correlation_id="sim", source="clock", now_ts=now)
+        await bus.publish([(event_subject("clock", tick), tick)])
+        decided += await bus.settle()
+        started = []
+        for decision in decided:
+            result = results.get(decision.job_id)
+            if result is None or result.start_s is not None:
+                continue
+            result.start_s = now
+            result.allocation = sorted(a.node for a in decision.allocations)
+            result.backfilled = decision.backfilled
+            heapq.heappush(ends, (now + result.job.runtime_s, decision.job_id))
+            begin = c.JobStarted(id=f"agent/JobStarted/{decision.job_id}/1", ts=now, correlation_id=decision.job_id,
+                                 source="agent/sim", job_id=decision.job_id, attempt=1, node=result.allocation[0])
+            started.append((event_subject("agent", begin), begin))
+        await bus.publish(started)
+        if i >= len(arrivals) and not ends:
+            break  # nothing will ever happen again: what has not started never will
+    rejected = [job_id for job_id, r in results.items() if r.start_s is None]
+    return SimRun(results, nodes, time.perf_counter() - started_wall, steps, rejected)
+
+
+def _at(event: Event, ts: float) -> Event:
+    import msgspec
+
+    return msgspec.structs.replace(event, ts=ts)
+
+
+def _with_id(event: c.JobSubmitted, msg_id: str) -> c.JobSubmitted:
+    import msgspec
+
+    return msgspec.structs.replace(event, id=msg_id)
