@@ -44,7 +44,7 @@ from typing import ClassVar
 from events import catalogue as c
 from events.base import Event
 from events.subjects import STREAM_SUBJECTS
-from services.placement.fit import Fit, Overlay, fit_node
+from services.placement.fit import Fit, Overlay, explain, fit_node
 from services.runtime.log import Record
 from services.runtime.service import CoreState
 from services.state.cluster import Cluster, Request, request_of
@@ -76,23 +76,27 @@ class Placed:
 def place_job(cluster: Cluster, req: Request, overlay: Overlay) -> Placed:
     """Allocations for one job on the best nodes, or the reasons per node group."""
     fits: list[Fit] = []
-    failures: dict[tuple[str, str], int] = {}
+    failures: dict[tuple[str, tuple[object, ...]], int] = {}
     usable = 0
     for node in cluster.sorted_nodes():
         if node.removed:
             continue
         fit = fit_node(node, req, overlay)
-        if fit.allocation is not None:
+        if fit.devices is not None:
             fits.append(fit)
         else:
-            key = (fit.filter, fit.reason)
+            key = (fit.filter, fit.detail)
             failures[key] = failures.get(key, 0) + 1
         if fit.filter not in _CAPACITY_FILTERS:
             usable += 1  # this node could hold the job if it were empty (and ready)
     if len(fits) >= req.nodes:
         fits.sort(key=lambda f: f.score)
         return Placed([f.allocation for f in fits[: req.nodes]])  # type: ignore[misc]
-    reasons = [c.BlockReason(reason=reason, nodes=count, filter=flt) for (flt, reason), count in sorted(failures.items())]
+    grouped: dict[tuple[str, str], int] = {}
+    for (flt, detail), count in failures.items():
+        key = (flt, explain(flt, detail, req))
+        grouped[key] = grouped.get(key, 0) + count
+    reasons = [c.BlockReason(reason=reason, nodes=count, filter=flt) for (flt, reason), count in sorted(grouped.items())]
     if req.nodes > 1 and fits:
         reasons.append(c.BlockReason(reason=f"only {len(fits)} of the {req.nodes} nodes the gang needs fit",
                                      nodes=len(fits), filter="Gang"))
@@ -125,7 +129,7 @@ class Reservation:
             trial.take(alloc)
         still = set(self.fitting)
         for alloc in allocs:
-            if alloc.node in still and fit_node(cluster.nodes[alloc.node], self.req, trial).allocation is None:
+            if alloc.node in still and not fit_node(cluster.nodes[alloc.node], self.req, trial).ok:
                 still.discard(alloc.node)
         if len(still) < self.need:
             return False
@@ -185,13 +189,13 @@ class PlacementCore:
         ending.sort(key=lambda e: (e[0], e[1]))
         hyp = overlay.copy()
         nodes = [n for n in state.cluster.sorted_nodes() if not n.removed]
-        fitting = {n.name for n in nodes if fit_node(n, req, hyp).allocation is not None}
+        fitting = {n.name for n in nodes if fit_node(n, req, hyp).ok}
         for end, _holder, allocations in ending:
             for alloc in allocations:
                 hyp.give(alloc)
             for alloc in allocations:
                 node = state.cluster.nodes.get(alloc.node)
-                if node is not None and not node.removed and fit_node(node, req, hyp).allocation is not None:
+                if node is not None and not node.removed and fit_node(node, req, hyp).ok:
                     fitting.add(alloc.node)
             if len(fitting) >= req.nodes:
                 return Reservation(job_id, req, end, hyp, fitting, req.nodes)

@@ -22,6 +22,7 @@ lands on the node with the fewest free GPUs, keeping GPU nodes for GPU work.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from events import catalogue as c
 from events.resources import format_cpus, format_memory
@@ -67,14 +68,42 @@ class Overlay:
         )
 
 
-@dataclass(frozen=True, slots=True)
 class Fit:
-    allocation: c.NodeAllocation | None
-    score: tuple[object, ...] = ()
-    reason: str = ""
-    filter: str = ""
+    """One node's answer for one request: fits (with devices and a score), or the first failure.
+
+    The failure text is built only when asked for (``reason``): most failures
+    of a large cluster are counted per group, never shown one by one.
+    """
+
+    __slots__ = ("node", "req", "devices", "score", "filter", "detail")
+
+    def __init__(self, node: str, req: Request, devices: list[str] | None = None, score: tuple[object, ...] = (),
+                 filter: str = "", detail: tuple[object, ...] = ()) -> None:
+        self.node = node
+        self.req = req
+        self.devices = devices
+        self.score = score
+        self.filter = filter
+        self.detail = detail
+
+    @property
+    def ok(self) -> bool:
+        return self.devices is not None
+
+    @property
+    def allocation(self) -> c.NodeAllocation | None:
+        if self.devices is None:
+            return None
+        req = self.req
+        return c.NodeAllocation(node=self.node, device_ids=self.devices, cpus_milli=req.cpus_milli,
+                                memory_bytes=req.memory_bytes, tasks=req.tasks_per_node)
+
+    @property
+    def reason(self) -> str:
+        return explain(self.filter, self.detail, self.req)
 
 
+@lru_cache(maxsize=4096)
 def describe_gpus(req: Request) -> str:
     model = req.gpu_type or ""
     if req.gpu_variant:
@@ -85,44 +114,62 @@ def describe_gpus(req: Request) -> str:
     return what
 
 
+def explain(filter: str, detail: tuple[object, ...], req: Request) -> str:
+    """The text of a failure: what the node has against what the job needs."""
+    if filter == "NodeReady":
+        return f"node {detail[0]}"
+    if filter == "GpuCapacity":
+        return f"has {detail[0]} {describe_gpus(req)}, needs {req.gpus}"
+    if filter == "CpuCapacity":
+        return f"has {format_cpus(detail[0])} CPUs, needs {format_cpus(req.cpus_milli)}"  # type: ignore[arg-type]
+    if filter == "MemoryCapacity":
+        return f"has {format_memory(detail[0])} memory, needs {format_memory(req.memory_bytes)}"  # type: ignore[arg-type]
+    if filter == "GpuFree":
+        return f"too few free {describe_gpus(req)} (needs {req.gpus})"
+    if filter == "CpuFree":
+        return f"too few free CPUs (needs {format_cpus(req.cpus_milli)})"
+    if filter == "MemoryFree":
+        return f"too little free memory (needs {format_memory(req.memory_bytes)})"
+    return filter
+
+
 def fit_node(node: Node, req: Request, overlay: Overlay) -> Fit:
+    name = node.name
     # 1. usable
     if not node.schedulable:
-        return Fit(None, reason=f"node {node.status}", filter="NodeReady")
+        return Fit(name, req, filter="NodeReady", detail=(node.status,))
     # 2. capacity in total
-    matching = [d for d in node.gpus.values() if device_matches(d, req)] if req.gpus else []
-    if req.gpus > len(matching):
-        return Fit(None, reason=f"has {len(matching)} {describe_gpus(req)}, needs {req.gpus}", filter="GpuCapacity")
+    gpus = node.gpus
+    if req.gpus:
+        matching = sum(1 for d in gpus.values() if device_matches(d, req))
+        if req.gpus > matching:
+            return Fit(name, req, filter="GpuCapacity", detail=(matching,))
     if req.cpus_milli > node.cpus_milli:
-        return Fit(None, reason=f"has {format_cpus(node.cpus_milli)} CPUs, needs {format_cpus(req.cpus_milli)}",
-                   filter="CpuCapacity")
+        return Fit(name, req, filter="CpuCapacity", detail=(node.cpus_milli,))
     if req.memory_bytes > node.memory_bytes:
-        return Fit(None, reason=f"has {format_memory(node.memory_bytes)} memory, needs {format_memory(req.memory_bytes)}",
-                   filter="MemoryCapacity")
+        return Fit(name, req, filter="MemoryCapacity", detail=(node.memory_bytes,))
     # 3. free now
-    taken = overlay.devices.get(node.name, ())
-    freed = overlay.freed.get(node.name, ())
-    free_cpus = node.free_cpus_milli - overlay.cpus_milli.get(node.name, 0)
-    free_mem = node.free_memory_bytes - overlay.memory_bytes.get(node.name, 0)
-    used = node.used_devices
-    free_all = [d for d in node.gpus.values() if (d.id not in used or d.id in freed) and d.id not in taken]
-    free_matching = [d for d in free_all if device_matches(d, req)] if req.gpus else []
-    if req.gpus > len(free_matching):
-        return Fit(None, reason=f"too few free {describe_gpus(req)} (needs {req.gpus})", filter="GpuFree")
+    free_cpus = node.cpus_milli - node.used_cpus_milli - overlay.cpus_milli.get(name, 0)
+    free_mem = node.memory_bytes - node.used_memory_bytes - overlay.memory_bytes.get(name, 0)
+    if gpus:
+        taken = overlay.devices.get(name, ())
+        freed = overlay.freed.get(name, ())
+        used = node.used_devices
+        free_all = [d for d in gpus.values() if (d.id not in used or d.id in freed) and d.id not in taken]
+    else:
+        free_all = []
+    if req.gpus:
+        free_matching = [d for d in free_all if device_matches(d, req)]
+        if req.gpus > len(free_matching):
+            return Fit(name, req, filter="GpuFree")
+    else:
+        free_matching = []
     if req.cpus_milli > free_cpus:
-        return Fit(None, reason=f"too few free CPUs (needs {format_cpus(req.cpus_milli)})", filter="CpuFree")
+        return Fit(name, req, filter="CpuFree")
     if req.memory_bytes > free_mem:
-        return Fit(None, reason=f"too little free memory (needs {format_memory(req.memory_bytes)})", filter="MemoryFree")
-    devices = _choose_devices(free_matching, req.gpus)
-    alloc = c.NodeAllocation(
-        node=node.name,
-        device_ids=devices,
-        cpus_milli=req.cpus_milli,
-        memory_bytes=req.memory_bytes,
-        tasks=req.tasks_per_node,
-    )
-    score = (len(free_all) - req.gpus, free_cpus - req.cpus_milli, node.name)
-    return Fit(alloc, score=score)
+        return Fit(name, req, filter="MemoryFree")
+    devices = _choose_devices(free_matching, req.gpus) if req.gpus else []
+    return Fit(name, req, devices=devices, score=(len(free_all) - req.gpus, free_cpus - req.cpus_milli, name))
 
 
 def _choose_devices(free: list[c.GpuDevice], count: int) -> list[str]:
