@@ -100,11 +100,12 @@ def schema(event_type: str | None, list_types: bool) -> None:
 
 
 def _register() -> None:
-    from services.cli import jobs, nodes, run
+    from services.cli import jobs, nodes, run, simulate
 
     jobs.register(cli)
     nodes.register(cli)
     run.register(cli)
+    simulate.register(cli)
 
 
 _register()

@@ -1,0 +1,75 @@
+"""The Lublin-1 table: our policies on RLScheduler's 10 windows, beside the published figures.
+
+Runs in process (the pure cores, identical decisions to the NATS mode, see
+``services/sim/driver.py``), one window after another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from services.agent.app import NodeSpec
+from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
+from services.sim.metrics import report
+from services.sim.traces import read_trace, window
+
+__all__ = ["lublin_table", "POLICIES"]
+
+POLICIES = ("fcfs", "sjf", "f1", "multifactor")
+PUBLISHED_NAMES = {"fcfs": "FCFS", "sjf": "SJF", "f1": "F1"}
+
+
+def _reference(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+async def _one(jobs: list, backfill: bool, policy: str) -> dict[str, Any]:
+    nodes = [NodeSpec(f"n{i:03d}", 1000, 1 << 40) for i in range(256)]
+    settings = SimSettings(policy=policy, backfill="easy" if backfill else "none")
+    run = await simulate(jobs, nodes, settings, InProcessBus(make_cores(settings)))
+    return report(run)
+
+
+def lublin_table(trace: Path, reference: Path, policies: tuple[str, ...] = POLICIES,
+                 progress: Any = None) -> dict[str, Any]:
+    ref = _reference(reference)
+    starts = ref["windows_0based_start_index"]
+    length = ref["window_length"]
+    data = read_trace(trace)
+    out: dict[str, Any] = {"windows": starts, "window_length": length, "results": {}}
+    for backfill in (False, True):
+        mode = "backfill" if backfill else "no_backfill"
+        for policy in policies:
+            rows = []
+            for start in starts:
+                r = asyncio.run(_one(window(data, start, length), backfill, policy))
+                rows.append(r)
+                if progress:
+                    progress(mode, policy, start, r)
+            published = ref["results"][f"Lublin-1/bsld/{mode}"].get(PUBLISHED_NAMES.get(policy, ""), None)
+            published_util = ref["results"][f"Lublin-1/utilization/{mode}"].get(PUBLISHED_NAMES.get(policy, ""), None)
+            out["results"][f"{mode}/{policy}"] = {
+                "bsld_per_window": [r["mean_bounded_slowdown"] for r in rows],
+                "bsld_mean": sum(r["mean_bounded_slowdown"] for r in rows) / len(rows),
+                "utilization_per_window": [r["utilization"] for r in rows],
+                "utilization_mean": sum(r["utilization"] for r in rows) / len(rows),
+                "published_bsld_per_window": published["per_window"] if published else None,
+                "published_bsld_mean": published["mean"] if published else None,
+                "published_utilization_mean": published_util["mean"] if published_util else None,
+                "jobs_per_s": sum(r["jobs"] for r in rows) / sum(r["wall_s"] for r in rows),
+            }
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    def show(mode: str, policy: str, start: int, r: dict[str, Any]) -> None:
+        print(f"{mode:12} {policy:12} {start:5d} bsld={r['mean_bounded_slowdown']:.2f} util={r['utilization']:.3f} "
+              f"wall={r['wall_s']:.1f}s", file=sys.stderr, flush=True)
+
+    result = lublin_table(Path(sys.argv[1]), Path(sys.argv[2]), progress=show)
+    print(json.dumps(result, indent=1))

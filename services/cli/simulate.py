@@ -1,0 +1,124 @@
+"""``horizon simulate TRACE``: a workload trace through the real services at virtual time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from events.resources import parse_memory
+from services.agent.app import NodeSpec, local_nodes
+from services.sim.driver import InProcessBus, NatsBus, SimSettings, make_cores, simulate
+from services.sim.metrics import report
+from services.sim.traces import Trace, read_trace, window
+
+__all__ = ["register", "cluster_for", "run_simulation"]
+
+
+def cluster_for(trace: Trace, nodes: int | None, gpus_per_node: int, gpu_type: str,
+                cpus_per_node: int | None) -> tuple[list[NodeSpec], SimSettings]:
+    """The cluster from flags, else from the trace header (MaxNodes nodes of MaxProcs/MaxNodes cores)."""
+    if nodes is None:
+        count = trace.max_nodes or trace.max_procs
+        if not count:
+            raise click.UsageError("the trace has no MaxNodes/MaxProcs header: give --nodes")
+        per = max(1, (trace.max_procs or count) // count)
+        specs = [NodeSpec(f"n{i:04d}", per * 1000, parse_memory("1Ti")) for i in range(count)]
+        return specs, SimSettings(procs_per_node=per)
+    if gpus_per_node:
+        specs = local_nodes(nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type, cpus=cpus_per_node or 64,
+                            memory_bytes=parse_memory("1Ti"), prefix="n")
+        return specs, SimSettings(gpus_per_node=gpus_per_node, gpu_type=gpu_type)
+    per = cpus_per_node or 1
+    specs = [NodeSpec(f"n{i:04d}", per * 1000, parse_memory("1Ti")) for i in range(nodes)]
+    return specs, SimSettings(procs_per_node=per)
+
+
+async def run_simulation(trace_path: str, *, start: int = 0, length: int | None = None, policy: str = "fcfs",
+                         backfill: bool = False, in_process: bool = False, nodes: int | None = None,
+                         gpus_per_node: int = 0, gpu_type: str = "a100", cpus_per_node: int | None = None,
+                         nats_url: str | None = None) -> tuple[dict[str, Any], Any]:
+    trace = read_trace(trace_path)
+    jobs = window(trace, start, length or len(trace.jobs))
+    specs, base = cluster_for(trace, nodes, gpus_per_node, gpu_type, cpus_per_node)
+    settings = SimSettings(policy=policy, backfill="easy" if backfill else "none", procs_per_node=base.procs_per_node,
+                           gpus_per_node=base.gpus_per_node, gpu_type=base.gpu_type)
+    cores = make_cores(settings)
+    if in_process:
+        run = await simulate(jobs, specs, settings, InProcessBus(cores))
+    else:
+        from services.runtime.natsserver import NatsServer
+
+        with tempfile.TemporaryDirectory(prefix="horizon-sim-") as tmp:
+            server = None
+            if nats_url is None:  # an empty log of its own: a simulation is not history
+                server = NatsServer(store_dir=Path(tmp) / "js", port=0).start()
+                nats_url = server.url
+            bus = NatsBus(nats_url, cores)
+            try:
+                await bus.start()
+                run = await simulate(jobs, specs, settings, bus)
+            finally:
+                await bus.close()
+                if server is not None:
+                    server.stop()
+    out = report(run, gpus=bool(settings.gpus_per_node))
+    out.update({"trace": str(trace_path), "window": f"{start}:{len(jobs)}", "policy": policy,
+                "backfill": backfill, "mode": "in-process" if in_process else "nats", "nodes": len(specs)})
+    return out, run
+
+
+@click.command()
+@click.argument("trace", type=click.Path(exists=True, dir_okay=False))
+@click.option("--window", "window_spec", default=None, help="START:LEN, 0-based in file order (default: all).")
+@click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="fcfs", show_default=True)
+@click.option("--backfill", is_flag=True, help="EASY backfilling in placement (else strict order).")
+@click.option("--in-process", is_flag=True, help="Drive the pure cores directly (fast); default: real services over NATS.")
+@click.option("--nodes", type=int, default=None, help="Cluster size (default: from the trace header).")
+@click.option("--gpus-per-node", type=int, default=0, help="Make a GPU cluster: trace processors become GPUs.")
+@click.option("--gpu-type", default="a100", show_default=True)
+@click.option("--cpus-per-node", type=int, default=None)
+@click.option("--nats", "nats_url", default=None, help="Use this NATS server (default: a private bundled one).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@click.option("--starts", "starts_file", type=click.Path(dir_okay=False), default=None,
+              help="Also write each job's start time and nodes (JSON) to this file.")
+def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: bool, in_process: bool, nodes: int | None,
+                 gpus_per_node: int, gpu_type: str, cpus_per_node: int | None, nats_url: str | None, as_json: bool,
+                 starts_file: str | None) -> None:
+    """Run TRACE (SWF, CSV or JSON) through Horizon's services at virtual time and report."""
+    start, length = 0, None
+    if window_spec:
+        try:
+            a, b = window_spec.split(":")
+            start, length = int(a), int(b)
+        except ValueError:
+            raise click.BadParameter("use START:LEN, e.g. 1981:1024", param_hint="--window") from None
+    out, run = asyncio.run(run_simulation(trace, start=start, length=length, policy=policy, backfill=backfill,
+                                          in_process=in_process, nodes=nodes, gpus_per_node=gpus_per_node,
+                                          gpu_type=gpu_type, cpus_per_node=cpus_per_node, nats_url=nats_url))
+    if starts_file:
+        Path(starts_file).write_text(json.dumps(
+            {j: {"start_s": r.start_s, "nodes": r.allocation} for j, r in sorted(run.results.items())}))
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    click.echo(f"{out['trace']} window {out['window']}  policy {policy}{' + EASY backfill' if backfill else ''}  "
+               f"({out['mode']}, {out['nodes']} nodes)")
+    if not out.get("jobs"):
+        click.echo("no job started")
+        return
+    for key, label in (("jobs", "jobs"), ("mean_wait_s", "mean wait (s)"), ("p50_wait_s", "p50 wait (s)"),
+                       ("p90_wait_s", "p90 wait (s)"), ("p99_wait_s", "p99 wait (s)"),
+                       ("mean_bounded_slowdown", "mean bounded slowdown"), ("utilization", "utilisation"),
+                       ("makespan_s", "makespan (s)"), ("backfilled", "backfilled jobs"),
+                       ("jobs_per_s", "jobs simulated per second")):
+        value = out[key]
+        click.echo(f"  {label:<28} {value:,.3f}" if isinstance(value, float) else f"  {label:<28} {value:,}")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(simulate_cmd, name="simulate")
