@@ -50,6 +50,10 @@ DLQ_STREAM = "HORIZON_DLQ"
 INPUT_PREFIX = "horizon.in"
 EVENT_PREFIX = "horizon.evt"
 STREAM_SUBJECTS = ("horizon.in.>", "horizon.evt.>")
+# The filter that reads the whole HORIZON stream. One wildcard, not STREAM_SUBJECTS: a consumer
+# with two filter subjects over interleaved inputs and outputs is read ~10x slower by the server
+# (measured: 3,000 vs 34,000 msg/s, see services/runtime/pullreader.py).
+WHOLE_LOG = ("horizon.>",)
 DLQ_SUBJECTS = ("horizon.dlq.>",)
 ADMIN_TENANT = "_admin"
 

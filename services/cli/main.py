@@ -100,8 +100,9 @@ def schema(event_type: str | None, list_types: bool) -> None:
 
 
 def _register() -> None:
-    from services.cli import jobs, nodes, run, simulate
+    from services.cli import bench, jobs, nodes, run, simulate
 
+    bench.register(cli)
     jobs.register(cli)
     nodes.register(cli)
     run.register(cli)

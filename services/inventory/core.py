@@ -24,7 +24,7 @@ from typing import ClassVar
 
 from events import catalogue as c
 from events.base import Event
-from events.subjects import STREAM_SUBJECTS
+from events.subjects import WHOLE_LOG
 from events.subjects import parse_subject
 from services.runtime.log import Record
 from services.runtime.service import CoreState
@@ -48,7 +48,7 @@ class InventoryState(CoreState):
 class InventoryCore:
     name: ClassVar[str] = "inventory"
     virtual_time: bool = False
-    subjects: tuple[str, ...] = STREAM_SUBJECTS
+    subjects: tuple[str, ...] = WHOLE_LOG
 
     def initial(self) -> InventoryState:
         return InventoryState()

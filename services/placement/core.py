@@ -43,7 +43,7 @@ from typing import ClassVar
 
 from events import catalogue as c
 from events.base import Event
-from events.subjects import STREAM_SUBJECTS
+from events.subjects import WHOLE_LOG
 from services.placement.fit import Fit, Overlay, explain, fit_node
 from services.runtime.log import Record
 from services.runtime.service import CoreState
@@ -142,7 +142,7 @@ class PlacementCore:
     name: ClassVar[str] = "placement"
     backfill: str = "easy"
     virtual_time: bool = False
-    subjects: tuple[str, ...] = STREAM_SUBJECTS
+    subjects: tuple[str, ...] = WHOLE_LOG
 
     def __post_init__(self) -> None:
         if self.backfill not in BACKFILL_MODES:

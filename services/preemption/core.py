@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from events import catalogue as c
 from events.base import Event
-from events.subjects import STREAM_SUBJECTS
+from events.subjects import WHOLE_LOG
 from services.runtime.log import Record
 from services.runtime.service import CoreState
 from services.state.cluster import Cluster
@@ -36,7 +36,7 @@ class PreemptionState(CoreState):
 class PreemptionCore:
     name: ClassVar[str] = "preemption"
     virtual_time: bool = False
-    subjects: tuple[str, ...] = STREAM_SUBJECTS
+    subjects: tuple[str, ...] = WHOLE_LOG
 
     def initial(self) -> PreemptionState:
         return PreemptionState()

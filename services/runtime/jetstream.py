@@ -12,10 +12,11 @@ Choices, with the measurements behind them in ``../shared/NATS-NOTES.md``:
   acked in time under the *same* ``Nats-Msg-Id`` (so a retry is a duplicate,
   never a second copy). nats-py's ``publish_async`` does one future and task
   per message and is about half as fast.
-* **Reading** (replay and the live tail) uses an ordered push consumer with a
-  callback that only appends to a buffer; a pump hands batches to the
-  caller. nats-py's pull ``fetch`` is capped near 41k msg/s by per-message
-  tasks; the ordered consumer reads ~190k/s decoded.
+* **Reading** (replay and the live tail) uses ``PullReader``: an ephemeral
+  consumer driven by our own pull requests, deliveries appended to a buffer
+  by one callback, a pump handing batches to the caller. (nats-py's ordered
+  push consumer answers flow control from a 250 ms polling loop, and its
+  ``fetch`` makes a task per message; see ``services/runtime/pullreader.py``.)
 * **Durable consumers** are pull consumers with explicit acks, for consumers
   whose position must live in the server. (The services rebuild from the log
   and the jobs projection keeps its position in SQLite, so neither needs one.)
@@ -38,6 +39,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from events.subjects import DLQ_STREAM, DLQ_SUBJECTS, STREAM, STREAM_SUBJECTS, dlq_subject
+from services.runtime.pullreader import PullReader, _parse_reply
 from services.runtime.log import (
     DLQ_ERROR,
     DLQ_SEQ,
@@ -79,20 +81,6 @@ class _PubAckWire(msgspec.Struct):
 
 
 _pub_ack = msgspec.json.Decoder(_PubAckWire)
-
-
-def _parse_reply(reply: str) -> tuple[int, int, int, int]:
-    """(stream seq, delivered count, timestamp ns, num pending) from a JetStream ack subject."""
-    t = reply.split(".")
-    if len(t) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
-        return int(t[5]), int(t[4]), int(t[7]), int(t[8])
-    # $JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>[.<token>]
-    return int(t[7]), int(t[6]), int(t[9]), int(t[10])
-
-
-def _record(msg: Msg) -> tuple[Record, int]:
-    seq, _delivered, ts_ns, pending = _parse_reply(msg.reply)
-    return Record(seq, msg.subject, msg.data, ts_ns / 1e9, msg.headers), pending
 
 
 async def connect(
@@ -215,47 +203,8 @@ def _ack_from(data: bytes, item: Outgoing) -> PublishAck:
     return PublishAck(ack.seq, ack.duplicate)
 
 
-class _OrderedReader:
-    """An ordered push consumer whose callback buffers records for a pump."""
-
-    def __init__(self, max_buffer: int = 20_000) -> None:
-        self.buffer: list[Record] = []
-        self.pending = -1  # num_pending after the last record received
-        self.arrived = asyncio.Event()
-        self.drained = asyncio.Event()
-        self.drained.set()
-        self.max_buffer = max_buffer
-        self.sub: Any = None
-
-    async def on_msg(self, msg: Msg) -> None:
-        if not msg.reply:  # heartbeats and flow-control are handled by nats-py
-            return
-        record, pending = _record(msg)
-        self.buffer.append(record)
-        self.pending = pending
-        self.arrived.set()
-        if len(self.buffer) >= self.max_buffer:
-            # Backpressure: stall delivery until the pump takes the batch (the server
-            # then holds off too, through flow control).
-            self.drained.clear()
-            await self.drained.wait()
-
-    def take(self) -> list[Record]:
-        batch, self.buffer = self.buffer, []
-        self.arrived.clear()
-        self.drained.set()
-        return batch
-
-    async def stop(self) -> None:
-        self.drained.set()
-        if self.sub is not None:
-            with contextlib.suppress(Exception):
-                await self.sub.unsubscribe()
-            self.sub = None
-
-
 class _JsFollower:
-    def __init__(self, reader: _OrderedReader, task: asyncio.Task[None]) -> None:
+    def __init__(self, reader: PullReader, task: asyncio.Task[None]) -> None:
         self._reader = reader
         self._task = task
 
@@ -403,27 +352,10 @@ class JetStreamLog:
         info = await self.js.stream_info(STREAM)
         return int(info.state.last_seq)
 
-    async def _subscribe(
-        self, reader: _OrderedReader, stream: str, from_seq: int, subjects: Sequence[str]
-    ) -> Any:
-        config = api.ConsumerConfig(
-            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE if from_seq > 1 else api.DeliverPolicy.ALL,
-            opt_start_seq=from_seq if from_seq > 1 else None,
-            filter_subjects=list(subjects) if len(subjects) > 1 else None,
-            inactive_threshold=60.0,
-        )
-        sub = await self.js.subscribe(
-            subjects[0],
-            cb=reader.on_msg,
-            stream=stream,
-            ordered_consumer=True,
-            config=config,
-            idle_heartbeat=2.0,
-            pending_msgs_limit=-1,
-            pending_bytes_limit=-1,
-        )
-        reader.sub = sub
-        return sub
+    async def _reader(self, stream: str, from_seq: int, subjects: Sequence[str]) -> PullReader:
+        reader = PullReader(self.nc, self.js, stream, from_seq, subjects)
+        await reader.start()
+        return reader
 
     async def read(
         self,
@@ -439,14 +371,10 @@ class JetStreamLog:
             until_seq = int(info.state.last_seq)
         if until_seq < from_seq:
             return
-        reader = _OrderedReader()
-        sub = await self._subscribe(reader, stream, from_seq, subjects)
+        reader = await self._reader(stream, from_seq, subjects)
         try:
-            info = await sub.consumer_info()
-            # Nothing to deliver and nothing delivered already (a fast first delivery may
-            # have drained num_pending before this answer): the selection is empty.
-            if info.num_pending == 0 and not (info.delivered and info.delivered.consumer_seq):
-                return
+            if reader.initial_pending == 0:
+                return  # the selection is empty (nothing is delivered before we ask)
             while True:
                 await reader.arrived.wait()
                 batch = reader.take()
@@ -468,8 +396,7 @@ class JetStreamLog:
         subjects: Sequence[str] = ("horizon.>",),
     ) -> _JsFollower:
         """The live tail: ``handler`` gets every batch from ``from_seq`` on, one batch at a time."""
-        reader = _OrderedReader()
-        await self._subscribe(reader, STREAM, from_seq, subjects)
+        reader = await self._reader(STREAM, from_seq, subjects)
 
         async def pump() -> None:
             while True:

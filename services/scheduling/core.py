@@ -46,7 +46,7 @@ from typing import ClassVar
 
 from events import catalogue as c
 from events.base import Event
-from events.subjects import STREAM_SUBJECTS
+from events.subjects import WHOLE_LOG
 from services.runtime.log import Record
 from services.runtime.service import CoreState
 from services.scheduling.policy import make_policy
@@ -97,7 +97,7 @@ class SchedulingCore:
     max_candidates: int = 2000
     policy: str = "fcfs"
     virtual_time: bool = False
-    subjects: tuple[str, ...] = STREAM_SUBJECTS
+    subjects: tuple[str, ...] = WHOLE_LOG
 
     def __post_init__(self) -> None:
         self._policy = make_policy(self.policy)

@@ -25,7 +25,7 @@ from typing import ClassVar
 
 from events import catalogue as c
 from events.base import Event
-from events.subjects import STREAM_SUBJECTS
+from events.subjects import WHOLE_LOG
 from events.subjects import parse_subject
 from services.runtime.log import Record
 from services.runtime.service import CoreState
@@ -59,7 +59,7 @@ class SubmissionCore:
     limits: Limits = field(default_factory=Limits)
     gpu_vocabulary: tuple[str, ...] = ()  # models known before any node registers, e.g. ("a100", "h100-80gb")
     virtual_time: bool = False
-    subjects: tuple[str, ...] = STREAM_SUBJECTS
+    subjects: tuple[str, ...] = WHOLE_LOG
 
     def initial(self) -> SubmissionState:
         state = SubmissionState()
