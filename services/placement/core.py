@@ -45,6 +45,7 @@ from events import catalogue as c
 from events.base import Event
 from events.subjects import WHOLE_LOG
 from services.placement.fit import Fit, Overlay, explain, fit_node
+from services.placement.index import NodeIndex
 from services.runtime.log import Record
 from services.runtime.service import CoreState
 from services.state.cluster import Cluster, Request, request_of
@@ -73,33 +74,42 @@ class Placed:
     fits_nowhere: bool = False
 
 
-def place_job(cluster: Cluster, req: Request, overlay: Overlay) -> Placed:
-    """Allocations for one job on the best nodes, or the reasons per node group."""
-    fits: list[Fit] = []
+def place_job(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex | None = None) -> Placed:
+    """Allocations for one job on the best nodes, or the reasons per node group.
+
+    With an ``index`` (built on the same overlay), nodes are evaluated once per
+    kind; without one, one by one. Both give the same answer.
+    """
+    if index is None:
+        index = NodeIndex(cluster, overlay)
+    fitting: list[tuple[Fit, list[str]]] = []
     failures: dict[tuple[str, tuple[object, ...]], int] = {}
-    usable = 0
-    for node in cluster.sorted_nodes():
-        if node.removed:
-            continue
-        fit = fit_node(node, req, overlay)
+    usable = total = 0
+    for fit, members in index.evaluate(req):
+        total += len(members)
         if fit.devices is not None:
-            fits.append(fit)
+            fitting.append((fit, members))
         else:
             key = (fit.filter, fit.detail)
-            failures[key] = failures.get(key, 0) + 1
+            failures[key] = failures.get(key, 0) + len(members)
         if fit.filter not in _CAPACITY_FILTERS:
-            usable += 1  # this node could hold the job if it were empty (and ready)
-    if len(fits) >= req.nodes:
-        fits.sort(key=lambda f: f.score)
-        return Placed([f.allocation for f in fits[: req.nodes]])  # type: ignore[misc]
+            usable += len(members)  # these nodes could hold the job if they were empty (and ready)
+    fit_count = sum(len(m) for _, m in fitting)
+    if fit_count >= req.nodes:
+        chosen = NodeIndex.best(fitting, req.nodes)
+        return Placed([
+            c.NodeAllocation(node=name, device_ids=list(fit.devices or []), cpus_milli=req.cpus_milli,
+                             memory_bytes=req.memory_bytes, tasks=req.tasks_per_node)
+            for name, fit in chosen
+        ])
     grouped: dict[tuple[str, str], int] = {}
     for (flt, detail), count in failures.items():
         key = (flt, explain(flt, detail, req))
         grouped[key] = grouped.get(key, 0) + count
     reasons = [c.BlockReason(reason=reason, nodes=count, filter=flt) for (flt, reason), count in sorted(grouped.items())]
-    if req.nodes > 1 and fits:
-        reasons.append(c.BlockReason(reason=f"only {len(fits)} of the {req.nodes} nodes the gang needs fit",
-                                     nodes=len(fits), filter="Gang"))
+    if req.nodes > 1 and fit_count:
+        reasons.append(c.BlockReason(reason=f"only {fit_count} of the {req.nodes} nodes the gang needs fit",
+                                     nodes=fit_count, filter="Gang"))
     if not reasons:
         reasons.append(c.BlockReason(reason="no nodes registered", nodes=0, filter="NodeReady"))
     return Placed(None, reasons, fits_nowhere=usable < req.nodes)
@@ -208,6 +218,7 @@ class PlacementCore:
             return []
         out: list[Event] = []
         overlay = Overlay()
+        index = NodeIndex(state.cluster, overlay)
         cycle = state.cycle
         now = state.now
         scheduled = blocked = 0
@@ -225,7 +236,7 @@ class PlacementCore:
             if stopped_by is not None:
                 continue  # strict order: nothing passes the blocked head
             req = request_of(job.spec)
-            placed = unfit.get(req) or place_job(state.cluster, req, overlay)
+            placed = unfit.get(req) or place_job(state.cluster, req, overlay, index)
             if placed.allocations is None:
                 unfit[req] = placed
             reasons, earliest, reserved = placed.reasons, None, []
@@ -234,6 +245,7 @@ class PlacementCore:
                 if reservation is None or reservation.admits(state.cluster, placed.allocations, end):
                     for alloc in placed.allocations:
                         overlay.take(alloc)
+                        index.moved(alloc.node)
                     placed_now.append((end, job_id, placed.allocations))
                     attempt = job.attempt + 1
                     out.append(c.JobScheduled(
