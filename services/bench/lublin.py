@@ -26,9 +26,10 @@ def _reference(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-async def _one(jobs: list, backfill: bool, policy: str) -> dict[str, Any]:
+async def _one(jobs: list, backfill: bool | str, policy: str) -> dict[str, Any]:
     nodes = [NodeSpec(f"n{i:03d}", 1000, 1 << 40) for i in range(256)]
-    settings = SimSettings(policy=policy, backfill="easy" if backfill else "none")
+    mode = backfill if isinstance(backfill, str) else ("easy" if backfill else "none")
+    settings = SimSettings(policy=policy, backfill=mode)
     run = await simulate(jobs, nodes, settings, InProcessBus(make_cores(settings)))
     return report(run)
 
@@ -64,8 +65,23 @@ def lublin_table(trace: Path, reference: Path, policies: tuple[str, ...] = POLIC
     return out
 
 
+def shadow_comparison(trace: Path, reference: Path, policy: str = "fcfs") -> dict[str, Any]:
+    """``policy`` with RLScheduler-style backfilling (``shadow`` mode) beside textbook EASY and theirs."""
+    ref = _reference(reference)
+    data = read_trace(trace)
+    rows = [asyncio.run(_one(window(data, s, ref["window_length"]), "shadow", policy))
+            for s in ref["windows_0based_start_index"]]
+    return {"policy": policy, "mode": "shadow",
+            "bsld_per_window": [r["mean_bounded_slowdown"] for r in rows],
+            "bsld_mean": sum(r["mean_bounded_slowdown"] for r in rows) / len(rows)}
+
+
 if __name__ == "__main__":
     import sys
+
+    if len(sys.argv) > 3 and sys.argv[3] == "--shadow":
+        print(json.dumps({p: shadow_comparison(Path(sys.argv[1]), Path(sys.argv[2]), p) for p in ("fcfs", "sjf", "f1")}))
+        raise SystemExit(0)
 
     def show(mode: str, policy: str, start: int, r: dict[str, Any]) -> None:
         print(f"{mode:12} {policy:12} {start:5d} bsld={r['mean_bounded_slowdown']:.2f} util={r['utilization']:.3f} "

@@ -27,6 +27,10 @@ What a job that does not fit means for the jobs behind it is the
     limit) by the reservation's time, or after it starts enough nodes still
     fit the head at that time. Jobs after the head that do not fit simply
     wait.
+``shadow``
+    EASY without the "extra nodes" rule: a later job starts now only if it
+    ends strictly before the head's reservation time (what RLScheduler's
+    simulator calls backfilling; kept to compare with their published table).
 ``greedy``
     every job that fits starts, in order, with no reservation (fast, but a big
     job can starve behind a stream of small ones).
@@ -53,7 +57,7 @@ from services.state.jobs import JobState, JobTable
 
 __all__ = ["PlacementCore", "PlacementState", "place_job", "Reservation", "BACKFILL_MODES"]
 
-BACKFILL_MODES = ("none", "easy", "greedy")
+BACKFILL_MODES = ("none", "easy", "shadow", "greedy")
 _CAPACITY_FILTERS = frozenset({"GpuCapacity", "CpuCapacity", "MemoryCapacity"})
 
 
@@ -129,9 +133,12 @@ class Reservation:
     at_start: Overlay
     fitting: set[str]
     need: int
+    shadow_only: bool = False
 
     def admits(self, cluster: Cluster, allocs: list[c.NodeAllocation], end_ts: float) -> bool:
         """Can a job holding ``allocs`` until ``end_ts`` start now without delaying the head?"""
+        if self.shadow_only:
+            return end_ts < self.start_ts
         if end_ts <= self.start_ts:
             return True
         trial = self.at_start.copy()
@@ -261,9 +268,10 @@ class PlacementCore:
             elif not placed.fits_nowhere:
                 if self.backfill == "none":
                     stopped_by = job_id
-                elif self.backfill == "easy" and reservation is None:
+                elif self.backfill in ("easy", "shadow") and reservation is None:
                     reservation = self.reserve(state, job_id, req, overlay, placed_now)
                     if reservation is not None:
+                        reservation.shadow_only = self.backfill == "shadow"
                         earliest = reservation.start_ts
                         reserved = sorted(reservation.fitting)[: req.nodes]
             blocked += 1
