@@ -93,3 +93,12 @@ def test_windows_are_checked():
         pytest.skip("no trace")
     with pytest.raises(ValueError, match="the trace has 10000 jobs"):
         window(trace, 10000, 5)
+
+
+def test_the_benchmark_harness_runs_from_one_command():
+    out = subprocess.run([sys.executable, "-m", "services.cli.main", "bench", "--quick", "--only", "replay", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    body = json.loads(out.stdout)
+    assert {"events_per_s", "raw_read_per_s", "snapshot_restart_s"} <= set(body["replay"])
+    assert body["replay"]["events"] == 50_000

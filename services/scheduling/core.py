@@ -94,7 +94,7 @@ class SchedulingState(CoreState):
 @dataclass
 class SchedulingCore:
     name: ClassVar[str] = "scheduling"
-    max_candidates: int = 2000
+    max_candidates: int = 10_000
     policy: str = "fcfs"
     virtual_time: bool = False
     subjects: tuple[str, ...] = WHOLE_LOG
