@@ -14,7 +14,7 @@ from typing import Any
 from events.codec import DecodeError
 from services.runtime.consume import decode_record
 from services.runtime.log import EventLog, Record
-from services.state.cluster import Cluster
+from services.state.cluster import Cluster, fold_cluster
 from services.state.jobs import JobTable
 
 __all__ = ["NodesView"]
@@ -39,11 +39,7 @@ class NodesView:
                 event = decode_record(record)
             except DecodeError:
                 continue
-            if self.cluster.apply(event, record.seq):
-                continue
-            tr = self.jobs.apply(event, record.seq, record.time)
-            if tr is not None:
-                self.cluster.on_transition(tr)
+            fold_cluster(self.cluster, self.jobs, event, record.seq, record.time)
 
     def rows(self) -> list[dict[str, Any]]:
         out = []

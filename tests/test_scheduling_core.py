@@ -76,26 +76,29 @@ def test_certainly_blocked_jobs_do_not_crowd_out_the_queue_behind_them():
     for i in range(2):
         f.evt("submission", accepted(f"wide{i}", gpus=8, priority_class="high"))
     f.evt("submission", accepted("small"))
+    f.evt("submission", accepted("tiny"))
     [first] = f.settle()
     assert first.candidates == ["big0", "big1", "big2"]
-    for i in range(3):  # no node has 64 GPUs: they fit nowhere
+    for i in range(3):  # no node has 64 GPUs: they fit nowhere, until the set of nodes changes
         f.evt("placement", c.PlacementBlocked(job_id=f"big{i}", cycle=1, basis_seq=first.basis_seq + 1, fits_nowhere=True,
                                               reasons=[c.BlockReason(reason="has 8 GPUs, needs 64", nodes=1)]))
-    f.evt("placement", c.PlacementCycleCompleted(cycle=1, scheduled=0, blocked=3))
-    f.evt("submission", accepted("newer"))  # something changed, but no capacity was added
+    f.evt("placement", c.PlacementCycleCompleted(cycle=1, scheduled=0, blocked=3, basis_seq=first.basis_seq + 1))
+    f.evt("submission", accepted("newer", priority_class="low"))
     [second] = f.settle()
     assert second.candidates == ["wide0", "wide1", "small"]
-    for i in range(2):  # they could fit, but not now: only the first stays, as the head to reserve for
-        f.evt("placement", c.PlacementBlocked(job_id=f"wide{i}", cycle=2, basis_seq=second.basis_seq + 1,
-                                              reasons=[c.BlockReason(reason="too few free GPUs (needs 8)", nodes=1)]))
-    f.evt("placement", c.PlacementCycleCompleted(cycle=2, scheduled=0, blocked=3))
-    f.evt("submission", accepted("newest"))
-    [third] = f.settle()
-    assert third.candidates == ["wide0", "small", "newer"]
-    f.evt("placement", c.PlacementCycleCompleted(cycle=3, scheduled=0, blocked=3))
-    f.evt("inventory", c.NodeReady(node="n9"))  # a node changed: everyone is a candidate again
+    # placement starts "small"; the wide ones stay pending: blocked at placement's basis
+    f.evt("placement", c.JobScheduled(job_id="small", attempt=1, allocations=[c.NodeAllocation(node="n1")]))
+    f.evt("placement", c.PlacementCycleCompleted(cycle=2, scheduled=1, blocked=2, basis_seq=f.seq))
+    [third] = f.settle()  # the cut cycle placed something: go on; only the first blocked job stays, as the head
+    assert third.candidates == ["wide0", "tiny", "newer"]
+    f.evt("placement", c.PlacementCycleCompleted(cycle=3, scheduled=0, blocked=3, basis_seq=f.seq))
+    f.evt("agent", c.JobSucceeded(job_id="small", attempt=1))  # capacity comes back: all but the nowhere-fitting
     [fourth] = f.settle()
-    assert fourth.candidates == ["big0", "big1", "big2"]
+    assert fourth.candidates == ["wide0", "wide1", "tiny"]
+    f.evt("placement", c.PlacementCycleCompleted(cycle=4, scheduled=0, blocked=3, basis_seq=f.seq))
+    f.evt("inventory", c.NodeReady(node="n9"))  # a node changed: the big ones are candidates again
+    [fifth] = f.settle()
+    assert fifth.candidates == ["big0", "big1", "big2"]
 
 
 def test_policies_order_within_a_class():

@@ -128,22 +128,34 @@ class ProcessExecutor:
             )
         # The job outlives a SIGKILLed agent (its own session); the pid file lets the
         # next agent find and end it before reporting or restarting the attempt.
-        pid_path.write_text(str(proc.pid))
+        pid_path.write_text(f"{proc.pid} {_start_time(proc.pid)}")
         return _Process(proc, err_path, pid_path)
 
     def reap_orphan(self, job_id: str, attempt: int) -> bool:
         pid_path = self.output_dir / f"{job_id}.{attempt}.pid"
         try:
-            pid = int(pid_path.read_text())
+            pid_text, _, started = pid_path.read_text().partition(" ")
+            pid = int(pid_text)
         except (OSError, ValueError):
             return False
         killed = False
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)  # the job's own process group, named by its leader's pid
-            killed = True
+        # Only if that pid is still the process we started (a pid can be reused).
+        if started and _start_time(pid) == started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)  # the job's own process group, named by its leader's pid
+                killed = True
         with contextlib.suppress(OSError):
             pid_path.unlink()
         return killed
+
+
+def _start_time(pid: int) -> str:
+    """The kernel's start time of ``pid`` (field 22 of /proc/<pid>/stat), "" if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
 
 
 class _Simulated:

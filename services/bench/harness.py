@@ -17,7 +17,8 @@ the figures that matter are ratios that survive a noisy machine.
    as seen by a subscriber).
 3. **replay**: a log of ``events`` job-lifecycle events; the scheduling
    service's catch-up from sequence 1 (decoding and folding everything)
-   against a raw ordered read of the same stream.
+   against a raw read of the same stream in order (the same pull reader,
+   no decoding).
 4. **latency**: ``horizon up --executor sim`` as a separate process on an idle
    cluster; one job at a time: submit -> ``JobScheduled`` received by an
    external subscriber.
@@ -73,11 +74,32 @@ def _submitted(i: int, prefix: str = "b") -> tuple[str, bytes, str]:
 
 
 def _service_process(url: str, *names: str) -> list[subprocess.Popen[bytes]]:
-    return [subprocess.Popen([*HORIZON, "service", name, "--nats", url], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL) for name in names]
+    logs = Path(tempfile.mkdtemp(prefix="horizon-bench-logs-"))
+    procs = []
+    for name in names:
+        with open(logs / f"{name}.log", "wb") as out:
+            proc = subprocess.Popen([*HORIZON, "service", name, "--nats", url], stdout=out, stderr=out)
+        proc.log_path = logs / f"{name}.log"  # type: ignore[attr-defined]
+        procs.append(proc)
+    _RUNNING.extend(procs)
+    return procs
+
+
+_RUNNING: list[subprocess.Popen[bytes]] = []
+
+
+def _check_alive() -> None:
+    """A service that died ends the benchmark with its last words, rather than a long wait."""
+    for proc in _RUNNING:
+        if proc.poll() is not None:
+            tail = Path(proc.log_path).read_text(errors="replace").strip().splitlines()[-5:]  # type: ignore[attr-defined]
+            raise RuntimeError(f"{' '.join(map(str, proc.args[3:4]))} exited with {proc.returncode}: " + " | ".join(tail))
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc in _RUNNING:
+            _RUNNING.remove(proc)
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -94,6 +116,7 @@ async def _wait(predicate: Callable[[], bool], timeout_s: float, what: str) -> N
     while not predicate():
         if time.monotonic() > deadline:
             raise TimeoutError(f"benchmark: timed out waiting for {what}")
+        _check_alive()
         await asyncio.sleep(0.01)
 
 
@@ -127,7 +150,7 @@ async def bench_intake(url: str, sizes: Sizes) -> dict[str, Any]:
 
     await nc.subscribe("horizon.evt.submission.*.*", cb=on_accept)
     try:
-        # the service has caught up (it accepts nothing of the raw payloads: they are ahead of the wait)
+        # the service first accepts the raw payloads already in the log (its catch-up); then the clock starts
         await _wait(lambda: accepted >= sizes.intake_jobs, 300, "the raw payloads to be accepted too")
         accepted = 0
         items = [Outgoing(s, d, m) for s, d, m in (_submitted(i, "in") for i in range(sizes.intake_jobs))]
@@ -200,7 +223,16 @@ async def bench_scheduling(url: str, sizes: Sizes) -> dict[str, Any]:
             if out:
                 await log.publish_many(out)
 
+    async def heartbeats() -> None:
+        # The nodes' agents would heartbeat; without it inventory rightly declares them lost.
+        names = [f"bn-{i:0{max(2, len(str(sizes.nodes - 1)))}d}" for i in range(sizes.nodes)]
+        while True:
+            for name in names:
+                await nc.publish(f"horizon.hb.{name}", b"")
+            await asyncio.sleep(1.0)
+
     await nc.subscribe("horizon.evt.>", cb=on_event)
+    beats = asyncio.create_task(heartbeats())
     task = asyncio.create_task(completer())
     started = time.perf_counter()
     procs = _service_process(url, "inventory", "scheduling", "placement")
@@ -209,6 +241,7 @@ async def bench_scheduling(url: str, sizes: Sizes) -> dict[str, Any]:
         elapsed = last[0] - started
     finally:
         task.cancel()
+        beats.cancel()
         await nc.close()
         _stop(procs)
         await log.close()

@@ -65,7 +65,7 @@ def _interrupt(signum: int, frame: object) -> None:
 @click.option("--port", type=int, default=4222, show_default=True, help="Client port (0 picks a free one).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--config", type=click.Path(exists=True, path_type=Path), default=None,
-              help="A nats-server config file (e.g. deploy/nats/auth.conf).")
+              help="A nats-server config file (e.g. deploy/nats/single.conf).")
 def nats(data_dir: Path, port: int, host: str, config: Path | None) -> None:
     """Run the bundled nats-server with JetStream in the foreground until Ctrl-C."""
     server = NatsServer(

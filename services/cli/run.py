@@ -55,9 +55,14 @@ def _logging(verbose: bool, log_file: Path | None = None) -> None:
 @click.option("--executor", type=click.Choice(["process", "sim"]), default="process", show_default=True,
               help="process: run the commands for real; sim: jobs only take their sim runtime.")
 @click.option("--heartbeat-timeout", type=float, default=10.0, show_default=True, help="Seconds before a silent node is lost.")
+@click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="fcfs", show_default=True,
+              help="Queue order within a priority class.")
+@click.option("--backfill-mode", type=click.Choice(["easy", "shadow", "greedy", "none"]), default="easy",
+              show_default=True, help="What a job that does not fit means for the jobs behind it.")
 @click.option("--verbose", is_flag=True)
 def up(data_dir: Path, port: int, nodes: int, gpus_per_node: int, gpu_type: str, cpus_per_node: str,
-       memory_per_node: str, executor: str, heartbeat_timeout: float, verbose: bool) -> None:
+       memory_per_node: str, executor: str, heartbeat_timeout: float, policy: str, backfill_mode: str,
+       verbose: bool) -> None:
     """Start everything on this machine: nats-server, the five services, projections, local nodes."""
     node_specs = local_nodes(
         nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type, cpus=parse_cpus(cpus_per_node, "--cpus-per-node") // 1000,
@@ -67,15 +72,17 @@ def up(data_dir: Path, port: int, nodes: int, gpus_per_node: int, gpu_type: str,
     server = NatsServer(store_dir=data_dir / "nats", port=port, log_file=data_dir / "nats-server.log")
     server.start()
     try:
-        asyncio.run(_up(server, data_dir, node_specs, executor, heartbeat_timeout, nodes, gpus_per_node, gpu_type))
+        asyncio.run(_up(server, data_dir, node_specs, executor, heartbeat_timeout, nodes, gpus_per_node, gpu_type,
+                        policy, backfill_mode))
     finally:
         server.stop()
         click.echo("stopped", err=True)
 
 
 async def _up(server: NatsServer, data_dir: Path, node_specs: list, executor: str, heartbeat_timeout: float,
-              nodes: int, gpus_per_node: int, gpu_type: str) -> None:
-    stack = Stack(server.url, data_dir, nodes=node_specs, executor=executor, heartbeat_timeout_s=heartbeat_timeout)
+              nodes: int, gpus_per_node: int, gpu_type: str, policy: str, backfill: str) -> None:
+    stack = Stack(server.url, data_dir, nodes=node_specs, executor=executor, heartbeat_timeout_s=heartbeat_timeout,
+                  policy=policy, backfill=backfill)
     try:
         await stack.start()
         click.echo(server.url, nl=True)
@@ -110,15 +117,20 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list, executor: st
 @click.option("--gpu-type", default="a100", show_default=True)
 @click.option("--executor", type=click.Choice(["process", "sim"]), default="process", show_default=True)
 @click.option("--heartbeat-timeout", type=float, default=10.0, show_default=True)
+@click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="fcfs", show_default=True)
+@click.option("--backfill-mode", type=click.Choice(["easy", "shadow", "greedy", "none"]), default="easy",
+              show_default=True)
 @click.option("--verbose", is_flag=True)
 def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int, node_prefix: str,
-            gpus_per_node: int, gpu_type: str, executor: str, heartbeat_timeout: float, verbose: bool) -> None:
+            gpus_per_node: int, gpu_type: str, executor: str, heartbeat_timeout: float, policy: str,
+            backfill_mode: str, verbose: bool) -> None:
     """Run one part alone against any NATS (the distributed shape)."""
     _logging(verbose)
     settings = StreamSettings(replicas=replicas)
 
     async def go() -> None:
-        stack = Stack(nats_url, data_dir, executor=executor, heartbeat_timeout_s=heartbeat_timeout, settings=settings)
+        stack = Stack(nats_url, data_dir, executor=executor, heartbeat_timeout_s=heartbeat_timeout, settings=settings,
+                      policy=policy, backfill=backfill_mode)
         setup = await JetStreamLog.open(nats_url, name=f"horizon-{name}-setup", settings=settings)
         await setup.close()
         if name == "agent":

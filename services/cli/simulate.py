@@ -39,13 +39,14 @@ def cluster_for(trace: Trace, nodes: int | None, gpus_per_node: int, gpu_type: s
 
 
 async def run_simulation(trace_path: str, *, start: int = 0, length: int | None = None, policy: str = "fcfs",
-                         backfill: bool = False, in_process: bool = False, nodes: int | None = None,
+                         backfill: bool | str = False, in_process: bool = False, nodes: int | None = None,
                          gpus_per_node: int = 0, gpu_type: str = "a100", cpus_per_node: int | None = None,
                          nats_url: str | None = None) -> tuple[dict[str, Any], Any]:
     trace = read_trace(trace_path)
     jobs = window(trace, start, length or len(trace.jobs))
     specs, base = cluster_for(trace, nodes, gpus_per_node, gpu_type, cpus_per_node)
-    settings = SimSettings(policy=policy, backfill="easy" if backfill else "none", procs_per_node=base.procs_per_node,
+    mode = backfill if isinstance(backfill, str) else ("easy" if backfill else "none")
+    settings = SimSettings(policy=policy, backfill=mode, procs_per_node=base.procs_per_node,
                            gpus_per_node=base.gpus_per_node, gpu_type=base.gpu_type)
     cores = make_cores(settings)
     if in_process:
@@ -61,6 +62,8 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
             bus = NatsBus(nats_url, cores)
             try:
                 await bus.start()
+                if bus._read_to:  # noqa: SLF001 - the simulator must not write into a live cluster's log
+                    raise click.UsageError(f"the log at {nats_url} is not empty: simulate into an empty server")
                 run = await simulate(jobs, specs, settings, bus)
             finally:
                 await bus.close()
@@ -68,7 +71,7 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
                     server.stop()
     out = report(run, gpus=bool(settings.gpus_per_node))
     out.update({"trace": str(trace_path), "window": f"{start}:{len(jobs)}", "policy": policy,
-                "backfill": backfill, "mode": "in-process" if in_process else "nats", "nodes": len(specs)})
+                "backfill": bool(backfill), "backfill_mode": mode, "mode": "in-process" if in_process else "nats", "nodes": len(specs)})
     return out, run
 
 
@@ -76,7 +79,9 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False))
 @click.option("--window", "window_spec", default=None, help="START:LEN, 0-based in file order (default: all).")
 @click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="fcfs", show_default=True)
-@click.option("--backfill", is_flag=True, help="EASY backfilling in placement (else strict order).")
+@click.option("--backfill", is_flag=True, help="Backfilling in placement (else strict order).")
+@click.option("--backfill-mode", type=click.Choice(["easy", "shadow", "greedy"]), default="easy", show_default=True,
+              help="With --backfill: textbook EASY, RLScheduler-style 'shadow', or greedy.")
 @click.option("--in-process", is_flag=True, help="Drive the pure cores directly (fast); default: real services over NATS.")
 @click.option("--nodes", type=int, default=None, help="Cluster size (default: from the trace header).")
 @click.option("--gpus-per-node", type=int, default=0, help="Make a GPU cluster: trace processors become GPUs.")
@@ -86,7 +91,8 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 @click.option("--starts", "starts_file", type=click.Path(dir_okay=False), default=None,
               help="Also write each job's start time and nodes (JSON) to this file.")
-def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: bool, in_process: bool, nodes: int | None,
+def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: bool, backfill_mode: str,
+                 in_process: bool, nodes: int | None,
                  gpus_per_node: int, gpu_type: str, cpus_per_node: int | None, nats_url: str | None, as_json: bool,
                  starts_file: str | None) -> None:
     """Run TRACE (SWF, CSV or JSON) through Horizon's services at virtual time and report."""
@@ -97,7 +103,8 @@ def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: boo
             start, length = int(a), int(b)
         except ValueError:
             raise click.BadParameter("use START:LEN, e.g. 1981:1024", param_hint="--window") from None
-    out, run = asyncio.run(run_simulation(trace, start=start, length=length, policy=policy, backfill=backfill,
+    out, run = asyncio.run(run_simulation(trace, start=start, length=length, policy=policy,
+                                          backfill=backfill_mode if backfill else False,
                                           in_process=in_process, nodes=nodes, gpus_per_node=gpus_per_node,
                                           gpu_type=gpu_type, cpus_per_node=cpus_per_node, nats_url=nats_url))
     if starts_file:

@@ -28,7 +28,7 @@ from events.subjects import WHOLE_LOG
 from events.subjects import parse_subject
 from services.runtime.log import Record
 from services.runtime.service import CoreState
-from services.state.cluster import Cluster
+from services.state.cluster import Cluster, fold_cluster
 from services.state.jobs import HOLDS_RESOURCES, JobTable
 
 __all__ = ["InventoryCore", "InventoryState", "NODE_ACTIONS"]
@@ -61,11 +61,7 @@ class InventoryCore:
             return state
         if event.source == self.name and event.causation_id and event.causation_id.startswith("seq:"):
             state.commands.pop(int(event.causation_id[4:]), None)
-        if state.cluster.apply(event, record.seq):
-            return state
-        tr = state.jobs.apply(event, record.seq, state.now)
-        if tr is not None:
-            state.cluster.on_transition(tr)
+        fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)
         return state
 
     def decide(self, state: InventoryState) -> list[Event]:

@@ -52,7 +52,7 @@ from services.placement.fit import Fit, Overlay, explain, fit_node
 from services.placement.index import NodeIndex
 from services.runtime.log import Record
 from services.runtime.service import CoreState
-from services.state.cluster import Cluster, Request, request_of
+from services.state.cluster import Cluster, Request, fold_cluster, request_of
 from services.state.jobs import JobState, JobTable
 
 __all__ = ["PlacementCore", "PlacementState", "place_job", "Reservation", "BACKFILL_MODES"]
@@ -177,11 +177,7 @@ class PlacementCore:
             case c.PlacementCycleCompleted(cycle=cycle):
                 state.done_cycle = max(state.done_cycle, cycle)
                 return state
-        if state.cluster.apply(event, record.seq):
-            return state
-        tr = state.jobs.apply(event, record.seq, state.now)
-        if tr is not None:
-            state.cluster.on_transition(tr)
+        fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)
         return state
 
     # ------------------------------------------------------------------ reservations

@@ -18,7 +18,7 @@ from events.base import Event
 from events.subjects import WHOLE_LOG
 from services.runtime.log import Record
 from services.runtime.service import CoreState
-from services.state.cluster import Cluster
+from services.state.cluster import Cluster, fold_cluster
 from services.state.jobs import JobState, JobTable
 
 __all__ = ["PreemptionCore", "PreemptionState"]
@@ -44,11 +44,8 @@ class PreemptionCore:
     def evolve(self, state: PreemptionState, event: Event, record: Record) -> PreemptionState:
         if isinstance(event, c.PlacementBlocked):
             state.blocked[event.job_id] = event
-        if state.cluster.apply(event, record.seq):
-            return state
-        tr = state.jobs.apply(event, record.seq, state.now)
+        tr = fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)
         if tr is not None:
-            state.cluster.on_transition(tr)
             if tr.after is not JobState.PENDING:
                 state.blocked.pop(tr.job.job_id, None)
         return state

@@ -55,6 +55,7 @@ from services.runtime.log import (
     Outgoing,
     PublishAck,
     Record,
+    TaskFollower,
     clean_header,
 )
 
@@ -201,26 +202,6 @@ def _ack_from(data: bytes, item: Outgoing) -> PublishAck:
             raise LogConflict(f"{item.subject}: {text}")
         raise LogError(f"{item.subject}: {text}")
     return PublishAck(ack.seq, ack.duplicate)
-
-
-class _JsFollower:
-    def __init__(self, reader: PullReader, task: asyncio.Task[None]) -> None:
-        self._reader = reader
-        self._task = task
-
-    @property
-    def done(self) -> bool:
-        return self._task.done()
-
-    async def stop(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        await self._reader.stop()
-
-    async def wait(self) -> None:
-        """Wait for the pump to end (it ends only on stop or a handler error, which is raised here)."""
-        await self._task
 
 
 class _JsDurable:
@@ -394,7 +375,7 @@ class JetStreamLog:
         *,
         from_seq: int = 1,
         subjects: Sequence[str] = ("horizon.>",),
-    ) -> _JsFollower:
+    ) -> TaskFollower:
         """The live tail: ``handler`` gets every batch from ``from_seq`` on, one batch at a time."""
         reader = await self._reader(STREAM, from_seq, subjects)
 
@@ -405,7 +386,7 @@ class JetStreamLog:
                 if batch:
                     await handler(batch)
 
-        return _JsFollower(reader, asyncio.create_task(pump(), name="horizon-follow"))
+        return TaskFollower(asyncio.create_task(pump(), name="horizon-follow"), reader.stop)
 
     async def durable(self, name: str, *, subjects: Sequence[str] = ("horizon.>",)) -> _JsDurable:
         config = api.ConsumerConfig(

@@ -25,6 +25,9 @@ The contract:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -42,6 +45,7 @@ __all__ = [
     "Follower",
     "EventLog",
     "BatchHandler",
+    "TaskFollower",
     "subject_matches",
     "MSG_ID",
     "EXPECTED_LAST_SUBJECT_SEQ",
@@ -172,6 +176,29 @@ class EventLog(Protocol):
     async def dead_letters(self, service: str | None = None) -> list[DeadLetter]: ...
 
     async def close(self) -> None: ...
+
+
+class TaskFollower:
+    """A follower whose pump is one asyncio task (both implementations use it)."""
+
+    def __init__(self, task: asyncio.Task[None], on_stop: Callable[[], Awaitable[None]] | None = None) -> None:
+        self._task = task
+        self._on_stop = on_stop
+
+    @property
+    def done(self) -> bool:
+        return self._task.done()
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        if self._on_stop is not None:
+            await self._on_stop()
+
+    async def wait(self) -> None:
+        """Until the pump ends (only on stop, or a handler error, which is raised here)."""
+        await self._task
 
 
 def subject_matches(pattern: str, subject: str) -> bool:

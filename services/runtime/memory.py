@@ -1,6 +1,6 @@
 """``MemoryLog``: the ``EventLog`` port in memory, with the same observable contract as JetStream.
 
-For pure-core tests and the in-process simulator. Time is injected (a
+For tests of the pure cores on the real runner without NATS. Time is injected (a
 callable returning seconds), so a simulation stamps records at virtual time.
 The duplicate window is honoured against that clock.
 """
@@ -21,6 +21,7 @@ from services.runtime.log import (
     Outgoing,
     PublishAck,
     Record,
+    TaskFollower,
     clean_header,
     subject_matches,
 )
@@ -30,23 +31,6 @@ __all__ = ["MemoryLog"]
 
 def _matches_any(patterns: Sequence[str], subject: str) -> bool:
     return any(subject_matches(p, subject) for p in patterns)
-
-
-class _MemFollower:
-    def __init__(self, task: asyncio.Task[None]) -> None:
-        self._task = task
-
-    @property
-    def done(self) -> bool:
-        return self._task.done()
-
-    async def stop(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-    async def wait(self) -> None:
-        await self._task
 
 
 class _MemDurable:
@@ -192,7 +176,7 @@ class MemoryLog:
 
     async def follow(
         self, handler: BatchHandler, *, from_seq: int = 1, subjects: Sequence[str] = ("horizon.>",)
-    ) -> _MemFollower:
+    ) -> TaskFollower:
         async def pump() -> None:
             position = max(from_seq, 1) - 1
             while True:
@@ -205,7 +189,7 @@ class MemoryLog:
                 if batch:
                     await handler(batch)
 
-        return _MemFollower(asyncio.create_task(pump(), name="horizon-memory-follow"))
+        return TaskFollower(asyncio.create_task(pump(), name="horizon-memory-follow"))
 
     async def durable(self, name: str, *, subjects: Sequence[str] = ("horizon.>",)) -> _MemDurable:
         return _MemDurable(self, name, subjects)

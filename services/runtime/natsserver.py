@@ -56,6 +56,24 @@ def find_nats_server() -> Path:
     )
 
 
+def _die_with_parent() -> None:
+    """In the child: ask Linux to SIGTERM the server if the process that started it dies.
+
+    A server is stopped by its PID in the normal course; this covers the owner
+    being killed outright (a test run cut short by a timeout, a SIGKILLed
+    ``horizon up``), which would otherwise leave a server behind.
+    """
+    if sys.platform != "linux":
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def port_is_free(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -133,6 +151,7 @@ class NatsServer:
                 stdout=log,
                 stderr=log,
                 start_new_session=True,  # a terminal's Ctrl-C reaches us; we stop it in order
+                preexec_fn=_die_with_parent,
             )
         try:
             self._wait_ready()

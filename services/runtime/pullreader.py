@@ -158,8 +158,15 @@ class PullReader:
 
     async def _watch(self) -> None:
         while not self._stopped:
+            slept = time.monotonic()
             await asyncio.sleep(self.expires_s)
-            if time.monotonic() - self._last_activity > 2 * self.expires_s + 1:
+            now = time.monotonic()
+            if now - slept > self.expires_s + 1.0 or (self._sub is not None and self._sub.pending_msgs):
+                # The event loop was busy (a long decision) or deliveries wait to be handled:
+                # the silence was ours, not the server's.
+                self._last_activity = now
+                continue
+            if now - self._last_activity > 2 * self.expires_s + 1:
                 log.info("pull reader on %s: silent for %.0f s, recreating its consumer at %d",
                          self.stream, time.monotonic() - self._last_activity, self.next_seq)
                 self._last_activity = time.monotonic()

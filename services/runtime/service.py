@@ -85,12 +85,11 @@ def fold_record(core: Core[S], state: S, record: Record) -> tuple[S, Event | Non
 def fold_event(core: Core[S], state: S, record: Record, event: Event) -> S:
     """Fold an already decoded event (the in-process simulator decodes nothing)."""
     state.seq = record.seq
-    # "now": live, the time the log stored the record (a client's ts is not trusted);
-    # at virtual time the whole log is the simulator's, so event times are the clock.
-    if isinstance(event, c.ClockTicked):
-        state.now = max(state.now, event.now_ts)
-    elif core.virtual_time:
-        state.now = max(state.now, event.ts)
+    # "now": live, the time the log stored the record (neither a client's ts nor a
+    # ClockTicked is trusted); at virtual time the whole log is the simulator's, so its
+    # event times and ticks are the clock.
+    if core.virtual_time:
+        state.now = max(state.now, event.now_ts if isinstance(event, c.ClockTicked) else event.ts)
     else:
         state.now = max(state.now, record.time)
     return core.evolve(state, event, record)

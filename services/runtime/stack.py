@@ -39,11 +39,15 @@ SERVICES: dict[str, Callable[[], Any]] = {
 }
 
 
-def make_core(name: str) -> Any:
-    try:
-        return SERVICES[name]()
-    except KeyError:
-        raise ValueError(f"unknown service {name!r}; services: {', '.join(SERVICES)}") from None
+def make_core(name: str, *, policy: str = "fcfs", backfill: str = "easy") -> Any:
+    """A service's core with the cluster's policy configuration (queue policy, backfill mode)."""
+    if name not in SERVICES:
+        raise ValueError(f"unknown service {name!r}; services: {', '.join(SERVICES)}")
+    if name == "scheduling":
+        return SchedulingCore(policy=policy)
+    if name == "placement":
+        return PlacementCore(backfill=backfill)
+    return SERVICES[name]()
 
 
 @dataclass
@@ -64,6 +68,8 @@ class Stack:
     executor: str = "process"  # or "sim"
     heartbeat_timeout_s: float = 10.0
     heartbeat_interval_s: float = 1.0
+    policy: str = "fcfs"
+    backfill: str = "easy"
     settings: StreamSettings = field(default_factory=StreamSettings)
     parts: dict[str, Part] = field(default_factory=dict)
 
@@ -82,7 +88,7 @@ class Stack:
             obj: Any = InventoryService(log_, log_.nc, heartbeat_timeout_s=self.heartbeat_timeout_s)
             runner = obj.runner
         else:
-            obj = runner = ServiceRunner(log_, make_core(name))
+            obj = runner = ServiceRunner(log_, make_core(name, policy=self.policy, backfill=self.backfill))
         task = asyncio.create_task(obj.run(), name=f"horizon-{name}")
         await _until_ready(runner.ready, task, name)
         part = Part(name, log_, obj, task)
@@ -172,10 +178,10 @@ class Stack:
             for name, part in list(self.parts.items()):
                 if not part.task.done() or part.task.cancelled():
                     continue
-                log.error("%s stopped (%r); restarting it in %.1f s", name, part.task.exception(),
-                          delays.get(name, interval_s))
-                await asyncio.sleep(delays.get(name, 0.0))
-                delays[name] = min(max_delay_s, 2 * delays.get(name, interval_s))
+                delay = delays.get(name, 0.0)
+                log.error("%s stopped (%r); restarting it in %.1f s", name, part.task.exception(), delay)
+                await asyncio.sleep(delay)
+                delays[name] = min(max_delay_s, max(interval_s, 2 * delay))
                 try:
                     await self.restart(name)
                 except Exception as exc:  # noqa: BLE001 - try again next round

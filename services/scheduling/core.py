@@ -25,9 +25,11 @@ of unplaceable jobs never pushes placeable ones past ``max_candidates``:
 
 * a job that fits on no node at all (``PlacementBlocked.fits_nowhere``) until
   the set of nodes changes;
-* a job reported blocked at basis ``b`` while no capacity has been added since
-  ``b`` (no job ended, no node changed), except the first such job in order:
-  it is the head whose reservation backfilling must respect.
+* a job that was a candidate and stayed pending at basis ``b`` (placement's
+  basis for that cycle), while nothing that could let it start has happened
+  since ``b`` (no job ended or left the queue, no node changed, no job joined
+  the queue and so possibly changed the head), except the first such job in
+  order: it is the head whose reservation backfilling must respect.
 
 At virtual time (simulation) a cycle is decided only on a ``ClockTicked``
 (when the tick is the last event applied): the simulator publishes
@@ -82,6 +84,7 @@ class SchedulingState(CoreState):
         self.cycle = 0  # last cycle decided (folded from our own events)
         self.cycle_basis = 0
         self.cycle_truncated = False
+        self.cycle_candidates: list[str] = []
         self.placed_cycle = 0  # last cycle placement reported done
         self.dirty_seq = 0  # last sequence that could change a cycle's outcome
         self.capacity_seq = 0  # last sequence at which capacity was added (a job ended, a node changed)
@@ -111,12 +114,21 @@ class SchedulingCore:
             case c.SchedulingCycleCompleted(cycle=cycle, basis_seq=basis):
                 state.cycle = max(state.cycle, cycle)
                 state.cycle_basis = basis
-                state.cycle_truncated = event.queued > len(event.candidates)
+                state.cycle_truncated = len(event.candidates) >= self.max_candidates
+                state.cycle_candidates = list(event.candidates)
                 return state
-            case c.PlacementCycleCompleted(cycle=cycle, scheduled=scheduled):
+            case c.PlacementCycleCompleted(cycle=cycle, scheduled=scheduled, basis_seq=basis):
                 state.placed_cycle = max(state.placed_cycle, cycle)
-                if scheduled and state.cycle_truncated and cycle == state.cycle:
-                    state.dirty_seq = seq
+                if cycle == state.cycle:
+                    # Every candidate still pending was blocked at placement's basis: it stays
+                    # certainly blocked until capacity is added (placement repeats no unchanged
+                    # explanation, so this is where the scheduler learns it).
+                    for job_id in state.cycle_candidates:
+                        if job_id in state.pending:
+                            state.blocked_basis[job_id] = max(state.blocked_basis.get(job_id, 0), basis)
+                    state.cycle_candidates = []
+                    if scheduled and state.cycle_truncated:
+                        state.dirty_seq = seq
                 return state
             case c.JobRequeued(job_id=job_id):
                 state.to_requeue.pop(job_id, None)
@@ -144,11 +156,17 @@ class SchedulingCore:
         job = tr.job
         if tr.after is JobState.PENDING:
             state.pending[job.job_id] = job
-            state.dirty_seq = seq
+            # A newcomer may rank before the head and take over the reservation, which can
+            # let jobs through that the old head held back: reconsider them all.
+            state.dirty_seq = state.capacity_seq = seq
         elif tr.before is JobState.PENDING:
             state.pending.pop(job.job_id, None)
             state.blocked_basis.pop(job.job_id, None)
             state.fits_nowhere.pop(job.job_id, None)
+            if tr.after is not JobState.SCHEDULED:
+                # Held or ended while waiting: if it was the head, its reservation is gone and
+                # jobs that were held back by it may start now.
+                state.dirty_seq = state.capacity_seq = seq
         if isinstance(tr.before, JobState) and tr.before in HOLDS_RESOURCES and tr.after not in HOLDS_RESOURCES:
             state.dirty_seq = state.capacity_seq = seq  # capacity freed
         if tr.after in (JobState.FAILED, JobState.SUCCEEDED, JobState.PREEMPTED) and self._may_retry(job, tr.after):

@@ -63,7 +63,7 @@ TENANT = "sim"
 @dataclass(frozen=True)
 class SimSettings:
     policy: str = "fcfs"
-    backfill: str = "none"  # none | easy | greedy
+    backfill: str = "none"  # none | easy | shadow | greedy (services/placement/core.py)
     procs_per_node: int = 1  # cores per node of a CPU cluster
     gpus_per_node: int = 0  # GPUs per node of a GPU cluster (trace processors become GPUs)
     gpu_type: str = "a100"
@@ -250,7 +250,7 @@ class SimRun:
     nodes: list[NodeSpec]
     wall_s: float
     steps: int
-    rejected: list[str]
+    unstarted: list[str]  # rejected by submission, or never placed
 
 
 async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSettings, bus: Bus) -> SimRun:
@@ -300,8 +300,8 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
         await bus.publish(started)
         if i >= len(arrivals) and not ends:
             break  # nothing will ever happen again: what has not started never will
-    rejected = [job_id for job_id, r in results.items() if r.start_s is None]
-    return SimRun(results, nodes, time.perf_counter() - started_wall, steps, rejected)
+    unstarted = [job_id for job_id, r in results.items() if r.start_s is None]
+    return SimRun(results, nodes, time.perf_counter() - started_wall, steps, unstarted)
 
 
 def _at(event: Event, ts: float) -> Event:

@@ -34,7 +34,7 @@ def _capacity(nodes: list[NodeSpec], gpus: bool) -> float:
 def report(run: SimRun, *, gpus: bool = False) -> dict[str, Any]:
     done = [r for r in run.results.values() if r.start_s is not None]
     if not done:
-        return {"jobs": 0, "unstarted": len(run.rejected)}
+        return {"jobs": 0, "unstarted": len(run.unstarted)}
     waits = [r.start_s - r.job.submit_s for r in done]  # type: ignore[operator]
     bsld = [max(1.0, (w + r.job.runtime_s) / max(r.job.runtime_s, 10.0)) for w, r in zip(waits, done, strict=True)]
     first_submit = min(r.job.submit_s for r in done)
@@ -45,7 +45,7 @@ def report(run: SimRun, *, gpus: bool = False) -> dict[str, Any]:
     capacity = _capacity(run.nodes, gpus)
     return {
         "jobs": len(done),
-        "unstarted": len(run.rejected),
+        "unstarted": len(run.unstarted),
         "mean_wait_s": sum(waits) / len(waits),
         "p50_wait_s": percentile(waits, 50),
         "p90_wait_s": percentile(waits, 90),

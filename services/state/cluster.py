@@ -10,14 +10,16 @@ prove it (used by the invariant checker and the property tests).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from dataclasses import dataclass, field
 
 from events import catalogue as c
 from services.state.jobs import HOLDS_RESOURCES, Job, JobTable, Transition
 
-__all__ = ["Node", "Cluster", "device_sort_key", "Request", "request_of"]
+__all__ = ["Node", "Cluster", "device_sort_key", "Request", "request_of", "fold_cluster"]
 
 
+@lru_cache(maxsize=65536)
 def device_sort_key(device_id: str) -> tuple[object, ...]:
     """Natural order: gpu2 before gpu10 (deterministic, and what people expect)."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", device_id))
@@ -249,6 +251,19 @@ class Cluster:
             if expected[name] != node.used_devices:
                 problems.append(f"{name}: ledger {sorted(node.used_devices)} != jobs {sorted(expected[name])}")
         return problems
+
+
+def fold_cluster(cluster: Cluster, jobs: JobTable, event: c.Event, seq: int, now: float) -> Transition | None:
+    """Fold one event into the cluster and the job table together, the ledger following the jobs.
+
+    Returns the job transition it caused (``None`` for node events and no-ops).
+    """
+    if cluster.apply(event, seq):
+        return None
+    tr = jobs.apply(event, seq, now)
+    if tr is not None:
+        cluster.on_transition(tr)
+    return tr
 
 
 def holders(jobs: JobTable, node: str) -> list[Job]:

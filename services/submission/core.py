@@ -209,6 +209,8 @@ class SubmissionCore:
                 if pc not in c.PRIORITY_CLASSES:
                     return reject(f"priority_class: {pc!r} is not one of {', '.join(c.PRIORITY_CLASSES)}")
                 nice = job.spec.nice if req.nice is None else req.nice  # type: ignore[attr-defined]
+                if isinstance(nice, bool) or not isinstance(nice, int) or not -10000 <= nice <= 10000:
+                    return reject(f"nice: {nice!r} is outside -10000..10000")
                 return c.JobPriorityChanged(
                     id=f"submission/JobPriorityChanged/{suffix}", job_id=job_id, priority_class=pc, nice=nice, **base
                 )
