@@ -121,6 +121,10 @@ class ServiceRunner(Generic[S]):
         self.idle_seq = 0
         self.progress = asyncio.Event()
         self._dead_lettered: set[int] = set()
+        # Decisions published and not yet folded back, by msg id: when one comes back through
+        # the log it is folded from this object instead of being decoded again (a round trip
+        # through msgspec is exact, so the state is the same either way; replay decodes).
+        self._own: dict[str, Event] = {}
         self._follower: Any = None
         self._lock = asyncio.Lock()
 
@@ -132,6 +136,10 @@ class ServiceRunner(Generic[S]):
         for record in batch:
             if record.seq <= self.state.seq:
                 continue  # already folded (a reader restart may repeat the tail)
+            own = self._own.pop(record.msg_id, None) if self._own and record.headers else None
+            if own is not None and record.subject == event_subject(self.name, own):
+                self.state = fold_event(self.core, self.state, record, own)
+                continue
             self.state, _event, error = fold_record(self.core, self.state, record)
             if error is not None:
                 await self._undecodable(record, error)
@@ -158,6 +166,9 @@ class ServiceRunner(Generic[S]):
         self.stats.decide_rounds += 1
         items = [Outgoing(event_subject(self.name, e), encode(e), e.id) for e in decisions]
         acks = await self.log.publish_many(items)
+        for event, ack in zip(decisions, acks, strict=True):
+            if not ack.duplicate and ack.seq > self.state.seq:
+                self._own[event.id] = event
         self.stats.decisions += sum(1 for a in acks if not a.duplicate)
         self.stats.duplicates += sum(1 for a in acks if a.duplicate)
         highest = max(a.seq for a in acks)
