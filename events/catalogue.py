@@ -107,13 +107,18 @@ class Affinity(_Part, kw_only=True):
 
 
 class JobSpec(_Part, kw_only=True):
-    """A validated, normalised job: what every service after submission reads."""
+    """A validated, normalised job: what every service after submission reads.
+
+    Sequences are tuples: immutable like the spec, and an empty one is a single
+    shared object, which keeps a queued job's state small (it is held once per
+    job by every service).
+    """
 
     tenant: str
     account: str = "default"
     user: str = ""
     name: str = ""
-    command: list[str] = []
+    command: tuple[str, ...] = ()
     env: dict[str, str] = {}
     payload: Any = None
     # per task
@@ -132,12 +137,12 @@ class JobSpec(_Part, kw_only=True):
     nice: int = 0
     qos: str = ""
     profile: str = "default"
-    dependencies: list[Dependency] = []
+    dependencies: tuple[Dependency, ...] = ()
     array: str | None = None
     array_index: int | None = None
     node_selector: dict[str, str] = {}
     affinity: Affinity | None = None
-    tolerations: list[Toleration] = []
+    tolerations: tuple[Toleration, ...] = ()
     restart_policy: RestartPolicy = "never"
     max_retries: int = 0
     preemptible: bool = True

@@ -155,7 +155,7 @@ class JobsProjection:
                     accepted_seq=r[5] or 0,
                     accepted_ts=r[6] or 0.0,
                     attempt=r[2],
-                    allocations=_alloc_list.decode(r[3]) if r[3] else [],
+                    allocations=tuple(_alloc_list.decode(r[3])) if r[3] else (),
                     scheduled_ts=r[7] or 0.0,
                     started_ts=r[8] or 0.0,
                     ended_ts=r[9] or 0.0,

@@ -41,6 +41,8 @@ def strategy_for(t: msgspec.inspect.Type) -> st.SearchStrategy[Any]:
         return st.one_of(*[strategy_for(x) for x in t.types])
     if isinstance(t, mi.ListType):
         return st.lists(strategy_for(t.item_type), max_size=3)
+    if isinstance(t, mi.VarTupleType):
+        return st.lists(strategy_for(t.item_type), max_size=3).map(tuple)
     if isinstance(t, mi.DictType):
         return st.dictionaries(strategy_for(t.key_type), strategy_for(t.value_type), max_size=3)
     if isinstance(t, mi.StructType):
