@@ -28,7 +28,7 @@ tenant_option = click.option(
 )
 
 
-def _console() -> Console:
+def console() -> Console:
     """A console that does not squeeze tables to 80 columns when output is piped."""
     import sys
 
@@ -229,7 +229,7 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
                       row["priority_class"] or "", _gpus(row), format_cpus(row["cpus_milli"] or 0),
                       format_memory(row["memory_bytes"] or 0), row["state"], _age(row["submitted_ts"]),
                       row["reason"] or ("held" if row["state"] == "HELD" else "waiting for a cycle"))
-    _console().print(table)
+    console().print(table)
     click.echo(f"{body['total']} queued (log seq {body['last_seq']})")
 
 
@@ -261,7 +261,7 @@ def jobs(nats_url: str, states: tuple[str, ...], tenant: str | None, account: st
         table.add_row(row["job_id"], row["name"] or "", row["user"] or "", row["state"], row["priority_class"] or "",
                       _gpus(row), _devices(row), "" if row["exit_code"] is None else str(row["exit_code"]),
                       row["reason"] or "")
-    _console().print(table)
+    console().print(table)
 
 
 @click.command()

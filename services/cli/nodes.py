@@ -15,7 +15,7 @@ from events import catalogue as c
 from events.resources import format_cpus, format_memory
 from events.subjects import admin_subject
 from services.cli.client import await_answer, default_user, publish_input, query, session
-from services.cli.jobs import _console, nats_option
+from services.cli.jobs import console, nats_option
 from services.inventory.core import NODE_ACTIONS
 
 __all__ = ["register"]
@@ -42,7 +42,7 @@ def nodes(nats_url: str, as_json: bool) -> None:
         table.add_row(n["node"], n["state"], f"{format_cpus(n['cpus_used_milli'])}/{format_cpus(n['cpus_milli'])}",
                       f"{format_memory(n['memory_used_bytes'])}/{format_memory(n['memory_bytes'])}",
                       f"{n['gpus_used']}/{n['gpus']}", ",".join(n["gpu_types"]) or "-", str(len(n["jobs"])))
-    _console().print(table)
+    console().print(table)
 
 
 @click.command()

@@ -158,21 +158,26 @@ class InProcessBus:
 class NatsBus:
     """The real service runners, each on its own connection, following the JetStream log."""
 
-    def __init__(self, url: str, cores: list[Any], settle_timeout_s: float = 120.0) -> None:
+    def __init__(self, url: str, cores: list[Any], settle_timeout_s: float = 120.0, require_empty: bool = True) -> None:
         self.url = url
         self.cores = cores
         self.settle_timeout_s = settle_timeout_s
+        self.require_empty = require_empty
         self.runners: list[Any] = []
         self.tasks: list[asyncio.Task[None]] = []
         self.log: Any = None
         self._read_to = 0
+        self._started_at = 0
 
     async def start(self) -> None:
         from services.runtime.jetstream import JetStreamLog
         from services.runtime.service import ServiceRunner
 
         self.log = await JetStreamLog.open(self.url, name="horizon-simulator")
-        self._read_to = await self.log.last_seq()
+        self._read_to = self._started_at = await self.log.last_seq()
+        if self.require_empty and self._started_at:
+            raise ValueError(f"the log at {self.url} is not empty ({self._started_at} events): a simulation "
+                             f"needs a server of its own (omit --nats to get one)")
         for core in self.cores:
             runner_log = await JetStreamLog.open(self.url, name=f"horizon-sim-{core.name}", create=False)
             runner = ServiceRunner(runner_log, core)
