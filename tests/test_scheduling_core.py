@@ -118,3 +118,36 @@ def test_policies_order_within_a_class():
     assert order["f1"] == ["a", "b", "c"]
     # multifactor: b (short) 50000+9.3+983.6+28.6, c 50000+8.1+857.1+200, a 50000+10.4+500+66.7
     assert order["multifactor"] == ["c", "b", "a"]
+
+
+def test_dependencies_gate_candidates_and_end_jobs_they_can_never_satisfy():
+    from events import catalogue as c
+    from tests.helpers import spec
+
+    def acc(job_id, *deps):
+        return c.JobAccepted(id=f"submission/JobAccepted/{job_id}", job_id=job_id, correlation_id=job_id,
+                             source="submission", basis_seq=1,
+                             spec=spec(dependencies=tuple(c.Dependency(kind=k, job_id=d) for k, d in deps)))
+
+    f = Feed(SchedulingCore())
+    f.evt("submission", acc("a"))
+    f.evt("submission", acc("ok", ("after-ok", "a")))
+    f.evt("submission", acc("notok", ("after-not-ok", "a")))
+    f.evt("submission", acc("any", ("after-any", "a")))
+    f.evt("submission", acc("started", ("after", "a")))
+    [cycle] = f.settle()
+    assert cycle.candidates == ["a"]
+    f.evt("placement", c.JobScheduled(job_id="a", attempt=1, allocations=[c.NodeAllocation(node="n1")]))
+    f.evt("placement", c.PlacementCycleCompleted(cycle=1, scheduled=1, basis_seq=f.seq))
+    f.evt("agent", c.JobStarted(job_id="a", attempt=1, node="n1"))
+    [second] = f.settle()
+    assert second.candidates == ["started"]  # "after" is met once a has started
+    f.evt("placement", c.PlacementCycleCompleted(cycle=2, scheduled=0, basis_seq=f.seq))
+    f.evt("agent", c.JobFailed(job_id="a", attempt=1, exit_code=1, reason="exit code 1"))
+    out = f.settle()
+    never = [e for e in out if isinstance(e, c.JobDependencyNeverSatisfied)]
+    assert [(e.job_id, e.reason) for e in never] == [("ok", "a ended FAILED, not SUCCEEDED (after-ok)")]
+    cycles = [e for e in out if isinstance(e, c.SchedulingCycleCompleted)]
+    assert cycles[0].candidates == ["notok", "any", "started"]
+    assert f.state.jobs.get("ok").state.value == "DEPENDENCY_NEVER_SATISFIED"
+    assert f.decide() == []

@@ -36,6 +36,10 @@ At virtual time (simulation) a cycle is decided only on a ``ClockTicked``
 everything that happens at an instant, then the tick, so one cycle sees the
 whole instant, however the events were batched.
 
+Dependencies (``services.scheduling.dependencies``): a job is a candidate only
+once all its dependencies are met; one that can never be met ends the job
+with ``JobDependencyNeverSatisfied`` and the reason.
+
 Restarts: a failed job whose restart policy allows another attempt is
 requeued (``JobRequeued``) until ``max_retries`` retries are used.
 """
@@ -51,6 +55,7 @@ from events.base import Event
 from events.subjects import WHOLE_LOG
 from services.runtime.log import Record
 from services.runtime.service import CoreState
+from services.scheduling.dependencies import MET, NEVER, dependency_status
 from services.scheduling.policy import make_policy
 from services.state.jobs import HOLDS_RESOURCES, Job, JobState, JobTable, Transition
 
@@ -92,6 +97,8 @@ class SchedulingState(CoreState):
         self.tick_seq = 0  # last ClockTicked
         self.blocked_basis: dict[str, int] = {}  # pending job -> basis of its last "blocked" outcome
         self.fits_nowhere: dict[str, int] = {}  # pending job -> basis at which no node could ever hold it
+        self.dependents: dict[str, set[str]] = {}  # job -> jobs that depend on it
+        self.gated: set[str] = set()  # pending jobs that have dependencies
 
 
 @dataclass
@@ -154,13 +161,21 @@ class SchedulingCore:
 
     def _track(self, state: SchedulingState, tr: Transition, seq: int) -> None:
         job = tr.job
+        if tr.before is None and job.spec is not None:
+            for dep in job.spec.dependencies:
+                state.dependents.setdefault(dep.job_id, set()).add(job.job_id)
+        if job.job_id in state.dependents:
+            state.dirty_seq = seq  # its dependants may now be ready, or never
         if tr.after is JobState.PENDING:
             state.pending[job.job_id] = job
+            if job.spec is not None and job.spec.dependencies:
+                state.gated.add(job.job_id)
             # A newcomer may rank before the head and take over the reservation, which can
             # let jobs through that the old head held back: reconsider them all.
             state.dirty_seq = state.capacity_seq = seq
         elif tr.before is JobState.PENDING:
             state.pending.pop(job.job_id, None)
+            state.gated.discard(job.job_id)
             state.blocked_basis.pop(job.job_id, None)
             state.fits_nowhere.pop(job.job_id, None)
             if tr.after is not JobState.SCHEDULED:
@@ -193,15 +208,24 @@ class SchedulingCore:
             return sorted(jobs, key=lambda j: key(j, now))
         return heapq.nsmallest(limit, jobs, key=lambda j: key(j, now))
 
+    def ready(self, state: SchedulingState, job: Job) -> bool:
+        """All of the job's dependencies are met."""
+        deps = job.spec.dependencies if job.spec else ()
+        return all(dependency_status(d, state.jobs, state.to_requeue)[0] == MET for d in deps)
+
     def candidates(self, state: SchedulingState) -> list[Job]:
-        """The first ``max_candidates`` pending jobs in order, leaving out the certainly blocked."""
+        """The first ``max_candidates`` pending jobs in order, leaving out the certainly blocked
+        and those whose dependencies are not met yet."""
         blocked, nowhere = state.blocked_basis, state.fits_nowhere
-        if not blocked:
+        gated = state.gated
+        if not blocked and not gated:
             return self.ordered_queue(state, self.max_candidates)
         out: list[Job] = []
         head_kept = False
         for job in self.ordered_queue(state):
             job_id = job.job_id
+            if job_id in gated and not self.ready(state, job):
+                continue
             if nowhere.get(job_id, -1) >= state.nodes_seq:
                 continue
             if blocked.get(job_id, -1) >= state.capacity_seq:
@@ -231,7 +255,18 @@ class SchedulingCore:
                     basis_seq=state.seq,
                 )
             )
-        # 2. a cycle, if placement is done with the last one and something changed since
+        # 2. pending jobs a dependency can never satisfy end now, with the reason
+        for job_id in sorted(state.gated):
+            job = state.pending[job_id]
+            for dep in job.spec.dependencies if job.spec else ():
+                status, why = dependency_status(dep, state.jobs, state.to_requeue)
+                if status == NEVER:
+                    out.append(c.JobDependencyNeverSatisfied(
+                        id=f"scheduling/JobDependencyNeverSatisfied/{job_id}", ts=state.now, correlation_id=job_id,
+                        source=self.name, job_id=job_id, dependency=dep, reason=why, basis_seq=state.seq,
+                    ))
+                    break
+        # 3. a cycle, if placement is done with the last one and something changed since
         # At virtual time a cycle is decided on the tick itself: the simulator has
         # published everything of the instant before it, and nothing follows it.
         ticked = not self.virtual_time or state.tick_seq == state.seq
