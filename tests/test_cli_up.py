@@ -96,3 +96,17 @@ def test_nodes_and_node_commands(tmp_path):
     finally:
         up.send_signal(signal.SIGINT)
         up.wait(timeout=30)
+
+
+def test_tables_show_data_literally():
+    from rich.table import Table
+
+    from services.cli.jobs import console
+
+    table = Table()
+    table.add_column("NODE[DEVICES]")
+    table.add_row("node-00[gpu0,gpu1]")
+    c = console()
+    with c.capture() as cap:
+        c.print(table)
+    assert "node-00[gpu0,gpu1]" in cap.get()

@@ -32,7 +32,9 @@ def console() -> Console:
     """A console that does not squeeze tables to 80 columns when output is piped."""
     import sys
 
-    return Console() if sys.stdout.isatty() else Console(width=400)
+    # markup off: job names, reasons and "node[gpu0,gpu1]" are data, not rich markup
+    return Console(markup=False, highlight=False) if sys.stdout.isatty() else Console(width=400, markup=False,
+                                                                                      highlight=False)
 
 
 def _run(coro: Any) -> Any:
