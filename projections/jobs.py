@@ -34,7 +34,7 @@ from events.base import Event
 from events.codec import DecodeError
 from services.runtime.consume import decode_record
 from services.runtime.log import EventLog, Record
-from services.scheduling.core import CLASS_RANK
+from services.scheduling.policy import CLASS_RANK
 from services.state.jobs import Job, JobState, JobTable
 
 __all__ = ["JobsProjection", "QueryServer", "job_row"]

@@ -133,7 +133,6 @@ class NodeAgent:
         self.jobs = JobTable()
         self.running: dict[str, _Running] = {}
         self.stop_requests: dict[str, c.JobStopRequested] = {}
-        self.caught_up = False
         self.heartbeats_paused = False  # tests simulate a silent node with this
         self.ready = asyncio.Event()
         self._follower: Any = None
@@ -152,7 +151,6 @@ class NodeAgent:
         end = await self.log.last_seq()
         async for batch in self.log.read(1, subjects=("horizon.evt.>",), until_seq=end):
             self._fold(batch)
-        self.caught_up = True
         await self._resume()
         self._follower = await self.log.follow(self._on_batch, from_seq=end + 1, subjects=("horizon.evt.>",))
         self.ready.set()

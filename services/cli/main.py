@@ -7,7 +7,6 @@ traceback (``HorizonCLI.invoke`` turns the known error types into that).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 from pathlib import Path
@@ -19,11 +18,6 @@ from events.resources import ResourceError
 from services.runtime.log import LogError
 from services.runtime.natsserver import NatsServer, NatsServerError
 
-DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
-
-
-def default_nats_url() -> str:
-    return os.environ.get("HORIZON_NATS_URL", DEFAULT_NATS_URL)
 
 
 class CLIError(click.ClickException):
@@ -38,14 +32,6 @@ class HorizonCLI(click.Group):
             message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
             raise CLIError(str(message)) from None
 
-
-nats_option = click.option(
-    "--nats",
-    "nats_url",
-    default=default_nats_url,
-    show_default="$HORIZON_NATS_URL or nats://127.0.0.1:4222",
-    help="URL of the NATS server.",
-)
 
 
 @click.group(cls=HorizonCLI, context_settings={"help_option_names": ["-h", "--help"]})

@@ -90,7 +90,7 @@ class HeartbeatWatch:
                     last_heartbeat_ts=time.time() - (now - seen) if node.name in self.last_seen else None,
                 )
                 self.lost_marked[node.name] = now
-                await self.runner.log.publish(event_subject("inventory", event), encode(event), msg_id=event.id)
+                await self._record(event)
                 log.warning("node %s lost: %s", node.name, event.reason)
             elif node.lost and seen > self.lost_marked.get(node.name, self._started) and now - seen < self.timeout_s:
                 event = c.NodeReady(
@@ -100,8 +100,12 @@ class HeartbeatWatch:
                     source="inventory",
                     node=node.name,
                 )
-                await self.runner.log.publish(event_subject("inventory", event), encode(event), msg_id=event.id)
+                await self._record(event)
                 log.info("node %s is back", node.name)
+
+    async def _record(self, event: c.Event) -> None:
+        """Put an observation into the log (its deterministic id makes a second observer a duplicate)."""
+        await self.runner.log.publish(event_subject("inventory", event), encode(event), msg_id=event.id)
 
 
 class InventoryService:

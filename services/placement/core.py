@@ -101,11 +101,7 @@ def place_job(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex
     fit_count = sum(len(m) for _, m in fitting)
     if fit_count >= req.nodes:
         chosen = NodeIndex.best(fitting, req.nodes)
-        return Placed([
-            c.NodeAllocation(node=name, device_ids=list(fit.devices or []), cpus_milli=req.cpus_milli,
-                             memory_bytes=req.memory_bytes, tasks=req.tasks_per_node)
-            for name, fit in chosen
-        ])
+        return Placed([fit.allocation_on(name) for name, fit in chosen])
     grouped: dict[tuple[str, str], int] = {}
     for (flt, detail), count in failures.items():
         key = (flt, explain(flt, detail, req))

@@ -90,17 +90,11 @@ class Fit:
     def ok(self) -> bool:
         return self.devices is not None
 
-    @property
-    def allocation(self) -> c.NodeAllocation | None:
-        if self.devices is None:
-            return None
+    def allocation_on(self, node: str) -> c.NodeAllocation:
+        """This fit's allocation on ``node`` (the node it was computed on, or any node of its kind)."""
         req = self.req
-        return c.NodeAllocation(node=self.node, device_ids=self.devices, cpus_milli=req.cpus_milli,
+        return c.NodeAllocation(node=node, device_ids=list(self.devices or ()), cpus_milli=req.cpus_milli,
                                 memory_bytes=req.memory_bytes, tasks=req.tasks_per_node)
-
-    @property
-    def reason(self) -> str:
-        return explain(self.filter, self.detail, self.req)
 
 
 @lru_cache(maxsize=4096)

@@ -39,7 +39,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from events.subjects import DLQ_STREAM, DLQ_SUBJECTS, STREAM, STREAM_SUBJECTS, dlq_subject
-from services.runtime.pullreader import PullReader, _parse_reply
+from services.runtime.pullreader import PullReader, parse_ack_subject
 from services.runtime.log import (
     DLQ_ERROR,
     DLQ_SEQ,
@@ -217,7 +217,7 @@ class _JsDurable:
             return []
         out = []
         for msg in msgs:
-            seq, delivered, ts_ns, _pending = _parse_reply(msg.reply)
+            seq, delivered, ts_ns, _pending = parse_ack_subject(msg.reply)
             record = Record(seq, msg.subject, msg.data, ts_ns / 1e9, msg.headers)
             out.append(Delivery(record, delivered, msg.ack))
         return out

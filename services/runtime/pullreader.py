@@ -35,12 +35,12 @@ from nats.js import api
 
 from services.runtime.log import Record
 
-__all__ = ["PullReader"]
+__all__ = ["PullReader", "parse_ack_subject"]
 
 log = logging.getLogger("horizon.reader")
 
 
-def _parse_reply(reply: str) -> tuple[int, int, int, int]:
+def parse_ack_subject(reply: str) -> tuple[int, int, int, int]:
     """(stream seq, delivered count, timestamp ns, num pending) from a JetStream ack subject."""
     t = reply.split(".")
     if len(t) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
@@ -125,7 +125,7 @@ class PullReader:
         self._last_activity = time.monotonic()
         reply = msg.reply
         if reply and reply.startswith("$JS.ACK."):
-            seq, _delivered, ts_ns, pending = _parse_reply(reply)
+            seq, _delivered, ts_ns, pending = parse_ack_subject(reply)
             self._outstanding -= 1
             if seq >= self.next_seq:  # below it: a repeat after a reset
                 self.next_seq = seq + 1

@@ -82,24 +82,31 @@ class Stack:
         if self.nodes:
             await self.start_agent()
 
+    async def _connect(self, name: str) -> JetStreamLog:
+        return await JetStreamLog.open(self.url, name=f"horizon-{name}", settings=self.settings, create=False)
+
+    async def _launch(self, name: str, log_: JetStreamLog, obj: Any, run: Any, ready: asyncio.Event) -> Part:
+        """Run ``run`` as the part's task, wait until ``ready`` (or its failure), and register it."""
+        task = asyncio.create_task(run, name=f"horizon-{name}")
+        await _until_ready(ready, task, name)
+        part = Part(name, log_, obj, task)
+        self.parts[name] = part
+        return part
+
     async def start_service(self, name: str) -> Part:
-        log_ = await JetStreamLog.open(self.url, name=f"horizon-{name}", settings=self.settings, create=False)
+        log_ = await self._connect(name)
         if name == "inventory":
             obj: Any = InventoryService(log_, log_.nc, heartbeat_timeout_s=self.heartbeat_timeout_s)
             runner = obj.runner
         else:
             obj = runner = ServiceRunner(log_, make_core(name, policy=self.policy, backfill=self.backfill))
-        task = asyncio.create_task(obj.run(), name=f"horizon-{name}")
-        await _until_ready(runner.ready, task, name)
-        part = Part(name, log_, obj, task)
-        self.parts[name] = part
-        return part
+        return await self._launch(name, log_, obj, obj.run(), runner.ready)
 
     async def start_projection(self) -> Part:
         from projections.jobs import JobsProjection, QueryServer
         from projections.nodes import NodesView
 
-        log_ = await JetStreamLog.open(self.url, name="horizon-projections", settings=self.settings, create=False)
+        log_ = await self._connect("projections")
         projection = JobsProjection(log_, self.data_dir / "projections" / "jobs.sqlite")
         await projection.open()
         server = QueryServer(log_.nc, projection)
@@ -116,14 +123,10 @@ class Stack:
                 await server.stop()
                 await projection.stop()
 
-        task = asyncio.create_task(run(), name="horizon-projections")
-        await _until_ready(projection.ready, task, "projections")
-        part = Part("projections", log_, projection, task)
-        self.parts["projections"] = part
-        return part
+        return await self._launch("projections", log_, projection, run(), projection.ready)
 
     async def start_agent(self) -> Part:
-        log_ = await JetStreamLog.open(self.url, name="horizon-agent", settings=self.settings, create=False)
+        log_ = await self._connect("agent")
         executor: Executor = SimExecutor() if self.executor == "sim" else ProcessExecutor(self.data_dir / "jobs")
         agent = NodeAgent(log_, self.nodes, executor, nc=log_.nc, heartbeat_interval_s=self.heartbeat_interval_s)
 
@@ -134,11 +137,7 @@ class Stack:
             finally:
                 await agent.stop()
 
-        task = asyncio.create_task(run(), name="horizon-agent")
-        await _until_ready(agent.ready, task, "agent")
-        part = Part("agent", log_, agent, task)
-        self.parts["agent"] = part
-        return part
+        return await self._launch("agent", log_, agent, run(), agent.ready)
 
     async def kill(self, name: str) -> None:
         """Cancel one part abruptly (a crash, as far as the log can tell) and close its connection."""

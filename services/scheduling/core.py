@@ -59,9 +59,7 @@ from services.scheduling.dependencies import MET, NEVER, dependency_status
 from services.scheduling.policy import make_policy
 from services.state.jobs import HOLDS_RESOURCES, Job, JobState, JobTable, Transition
 
-__all__ = ["SchedulingCore", "SchedulingState", "CLASS_RANK", "queue_key"]
-
-CLASS_RANK = {name: rank for rank, name in enumerate(c.PRIORITY_CLASSES)}
+__all__ = ["SchedulingCore", "SchedulingState"]
 
 _NODE_EVENTS = (
     c.NodeRegistered,
@@ -72,12 +70,6 @@ _NODE_EVENTS = (
     c.NodeCordoned,
     c.NodeDraining,
 )
-
-
-def queue_key(job: Job) -> tuple[int, int]:
-    """Class, then acceptance order (the ``fcfs`` policy without the submit time)."""
-    assert job.spec is not None
-    return (CLASS_RANK[job.spec.priority_class], job.accepted_seq)
 
 
 class SchedulingState(CoreState):

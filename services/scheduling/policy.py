@@ -27,7 +27,7 @@ from typing import Protocol
 from events import catalogue as c
 from services.state.jobs import Job
 
-__all__ = ["Policy", "POLICIES", "make_policy", "job_size", "Multifactor"]
+__all__ = ["Policy", "POLICIES", "make_policy", "job_size", "Multifactor", "CLASS_RANK"]
 
 CLASS_RANK = {name: rank for rank, name in enumerate(c.PRIORITY_CLASSES)}
 

@@ -14,7 +14,7 @@ from functools import lru_cache
 from dataclasses import dataclass, field
 
 from events import catalogue as c
-from services.state.jobs import HOLDS_RESOURCES, Job, JobTable, Transition
+from services.state.jobs import HOLDS_RESOURCES, JobTable, Transition
 
 __all__ = ["Node", "Cluster", "device_sort_key", "Request", "request_of", "fold_cluster"]
 
@@ -120,9 +120,6 @@ class Cluster:
 
     def sorted_nodes(self) -> list[Node]:
         return [self.nodes[name] for name in sorted(self.nodes)]
-
-    def gpu_models(self) -> set[tuple[str, str | None]]:
-        return {(d.type, d.variant) for n in self.nodes.values() if not n.removed for d in n.gpus.values()}
 
     # ---------------------------------------------------------------- folding
 
@@ -265,6 +262,3 @@ def fold_cluster(cluster: Cluster, jobs: JobTable, event: c.Event, seq: int, now
         cluster.on_transition(tr)
     return tr
 
-
-def holders(jobs: JobTable, node: str) -> list[Job]:
-    return [j for j in jobs.jobs.values() if j.state in HOLDS_RESOURCES and any(a.node == node for a in j.allocations)]
