@@ -328,7 +328,8 @@ class NodeAgent:
             )
 
     async def _report(self, cls: type[Event], job_id: str, attempt: int, **fields: Any) -> None:
-        node = fields.get("node") or (self.jobs.get(job_id).allocations[0].node if self.jobs.get(job_id) else "")  # type: ignore[union-attr]
+        job = self.jobs.get(job_id)
+        node = fields.get("node") or (job.allocations[0].node if job is not None and job.allocations else "")
         event = cls(
             id=f"agent/{cls.__struct_config__.tag}/{job_id}/{attempt}",
             ts=time.time(),

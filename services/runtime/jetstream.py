@@ -38,7 +38,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import api
 
-from events.subjects import DLQ_STREAM, DLQ_SUBJECTS, STREAM, STREAM_SUBJECTS, dlq_subject
+from events.subjects import DLQ_STREAM, DLQ_SUBJECTS, STREAM, STREAM_SUBJECTS, WHOLE_LOG, dlq_subject
 from services.runtime.pullreader import PullReader, parse_ack_subject
 from services.runtime.log import (
     DLQ_ERROR,
@@ -342,7 +342,7 @@ class JetStreamLog:
         self,
         from_seq: int = 1,
         *,
-        subjects: Sequence[str] = ("horizon.>",),
+        subjects: Sequence[str] = WHOLE_LOG,
         until_seq: int | None = None,
         stream: str = STREAM,
     ) -> AsyncIterator[list[Record]]:
@@ -374,7 +374,7 @@ class JetStreamLog:
         handler: BatchHandler,
         *,
         from_seq: int = 1,
-        subjects: Sequence[str] = ("horizon.>",),
+        subjects: Sequence[str] = WHOLE_LOG,
     ) -> TaskFollower:
         """The live tail: ``handler`` gets every batch from ``from_seq`` on, one batch at a time."""
         reader = await self._reader(STREAM, from_seq, subjects)
@@ -388,7 +388,7 @@ class JetStreamLog:
 
         return TaskFollower(asyncio.create_task(pump(), name="horizon-follow"), reader.stop)
 
-    async def durable(self, name: str, *, subjects: Sequence[str] = ("horizon.>",)) -> _JsDurable:
+    async def durable(self, name: str, *, subjects: Sequence[str] = WHOLE_LOG) -> _JsDurable:
         config = api.ConsumerConfig(
             durable_name=name,
             ack_policy=api.AckPolicy.EXPLICIT,

@@ -32,6 +32,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from events.subjects import WHOLE_LOG
+
 __all__ = [
     "LogError",
     "LogConflict",
@@ -162,14 +164,14 @@ class EventLog(Protocol):
     async def last_seq(self) -> int: ...
 
     def read(
-        self, from_seq: int = 1, *, subjects: Sequence[str] = ("horizon.>",), until_seq: int | None = None
+        self, from_seq: int = 1, *, subjects: Sequence[str] = WHOLE_LOG, until_seq: int | None = None
     ) -> AsyncIterator[list[Record]]: ...
 
     async def follow(
-        self, handler: BatchHandler, *, from_seq: int = 1, subjects: Sequence[str] = ("horizon.>",)
+        self, handler: BatchHandler, *, from_seq: int = 1, subjects: Sequence[str] = WHOLE_LOG
     ) -> Follower: ...
 
-    async def durable(self, name: str, *, subjects: Sequence[str] = ("horizon.>",)) -> DurableConsumer: ...
+    async def durable(self, name: str, *, subjects: Sequence[str] = WHOLE_LOG) -> DurableConsumer: ...
 
     async def dead_letter(self, service: str, record: Record, error: str) -> None: ...
 

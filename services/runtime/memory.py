@@ -12,6 +12,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
+from events.subjects import WHOLE_LOG
 from services.runtime.log import (
     MSG_ID,
     BatchHandler,
@@ -161,7 +162,7 @@ class MemoryLog:
         return len(self._records)
 
     async def read(
-        self, from_seq: int = 1, *, subjects: Sequence[str] = ("horizon.>",), until_seq: int | None = None
+        self, from_seq: int = 1, *, subjects: Sequence[str] = WHOLE_LOG, until_seq: int | None = None
     ) -> AsyncIterator[list[Record]]:
         end = len(self._records) if until_seq is None else min(until_seq, len(self._records))
         batch: list[Record] = []
@@ -175,7 +176,7 @@ class MemoryLog:
             yield batch
 
     async def follow(
-        self, handler: BatchHandler, *, from_seq: int = 1, subjects: Sequence[str] = ("horizon.>",)
+        self, handler: BatchHandler, *, from_seq: int = 1, subjects: Sequence[str] = WHOLE_LOG
     ) -> TaskFollower:
         async def pump() -> None:
             position = max(from_seq, 1) - 1
@@ -191,7 +192,7 @@ class MemoryLog:
 
         return TaskFollower(asyncio.create_task(pump(), name="horizon-memory-follow"))
 
-    async def durable(self, name: str, *, subjects: Sequence[str] = ("horizon.>",)) -> _MemDurable:
+    async def durable(self, name: str, *, subjects: Sequence[str] = WHOLE_LOG) -> _MemDurable:
         return _MemDurable(self, name, subjects)
 
     async def dead_letter(self, service: str, record: Record, error: str) -> None:
