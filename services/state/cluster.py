@@ -114,6 +114,9 @@ def device_matches(device: c.GpuDevice, req: Request) -> bool:
     return device.memory_bytes >= req.gpu_memory_bytes
 
 
+_NODE_STATE_EVENTS = (c.NodeReady, c.NodeLost, c.NodeCordoned, c.NodeUncordoned, c.NodeDraining, c.NodeRemoved)
+
+
 class Cluster:
     def __init__(self) -> None:
         self.nodes: dict[str, Node] = {}
@@ -125,57 +128,48 @@ class Cluster:
 
     def apply(self, event: c.Event, seq: int) -> bool:
         """Fold a node event; returns True if the set of usable capacity may have changed."""
+        if isinstance(event, c.NodeRegistered):
+            self._register(event, seq)
+            return True
+        if not isinstance(event, _NODE_STATE_EVENTS):
+            return False
+        node = self.nodes.get(event.node)  # type: ignore[attr-defined]
+        if node is None or (node.removed and isinstance(event, c.NodeReady)):
+            return False
         match event:
-            case c.NodeRegistered(node=name):
-                old = self.nodes.get(name)
-                node = Node(
-                    name=name,
-                    cpus_milli=event.cpus_milli,
-                    memory_bytes=event.memory_bytes,
-                    gpus={d.id: d for d in event.gpus},
-                    labels=dict(event.labels),
-                    taints=list(event.taints),
-                    registered_seq=seq,
-                )
-                if old is not None and not old.removed:
-                    # Re-registration (an agent restarted): keep the node's state and ledger.
-                    node.ready, node.cordoned, node.draining, node.lost = old.ready, old.cordoned, old.draining, old.lost
-                    node.ready_seq, node.lost_seq = old.ready_seq, old.lost_seq
-                    node.used_cpus_milli, node.used_memory_bytes = old.used_cpus_milli, old.used_memory_bytes
-                    node.used_devices, node.jobs = old.used_devices, old.jobs
-                self.nodes[name] = node
-                return True
-            case c.NodeReady(node=name):
-                node = self.nodes.get(name)
-                if node is not None and not node.removed:
-                    node.ready, node.lost, node.ready_seq = True, False, seq
-                    return True
-            case c.NodeLost(node=name):
-                node = self.nodes.get(name)
-                if node is not None:
-                    node.lost, node.lost_seq = True, seq
-                    return True
-            case c.NodeCordoned(node=name):
-                node = self.nodes.get(name)
-                if node is not None:
-                    node.cordoned = True
-                    return True
-            case c.NodeUncordoned(node=name):
-                node = self.nodes.get(name)
-                if node is not None:
-                    node.cordoned, node.draining = False, False
-                    return True
-            case c.NodeDraining(node=name):
-                node = self.nodes.get(name)
-                if node is not None:
-                    node.draining = True
-                    return True
-            case c.NodeRemoved(node=name):
-                node = self.nodes.get(name)
-                if node is not None:
-                    node.removed, node.ready = True, False
-                    return True
-        return False
+            case c.NodeReady():
+                node.ready, node.lost, node.ready_seq = True, False, seq
+            case c.NodeLost():
+                node.lost, node.lost_seq = True, seq
+            case c.NodeCordoned():
+                node.cordoned = True
+            case c.NodeUncordoned():
+                node.cordoned, node.draining = False, False
+            case c.NodeDraining():
+                node.draining = True
+            case c.NodeRemoved():
+                node.removed, node.ready = True, False
+        return True
+
+    def _register(self, event: c.NodeRegistered, seq: int) -> None:
+        name = event.node
+        old = self.nodes.get(name)
+        node = Node(
+            name=name,
+            cpus_milli=event.cpus_milli,
+            memory_bytes=event.memory_bytes,
+            gpus={d.id: d for d in event.gpus},
+            labels=dict(event.labels),
+            taints=list(event.taints),
+            registered_seq=seq,
+        )
+        if old is not None and not old.removed:
+            # Re-registration (an agent restarted): keep the node's state and ledger.
+            node.ready, node.cordoned, node.draining, node.lost = old.ready, old.cordoned, old.draining, old.lost
+            node.ready_seq, node.lost_seq = old.ready_seq, old.lost_seq
+            node.used_cpus_milli, node.used_memory_bytes = old.used_cpus_milli, old.used_memory_bytes
+            node.used_devices, node.jobs = old.used_devices, old.jobs
+        self.nodes[name] = node
 
     def on_transition(self, tr: Transition) -> bool:
         """Keep the ledger in step with the job table; True if capacity was freed."""
