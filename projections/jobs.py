@@ -31,8 +31,7 @@ import msgspec
 
 from events import catalogue as c
 from events.base import Event
-from events.codec import DecodeError
-from services.runtime.consume import decode_record
+from services.runtime.consume import readable
 from services.runtime.log import EventLog, Record
 from services.scheduling.policy import CLASS_RANK
 from services.state.jobs import Job, JobState, JobTable
@@ -172,13 +171,9 @@ class JobsProjection:
         changed: dict[str, Job] = {}
         history: list[tuple[Any, ...]] = []
         last = self.last_seq
-        for record in batch:
-            if record.seq <= last:
-                continue
+        for record, event in readable(batch, last):
             last = record.seq
-            try:
-                event = decode_record(record)
-            except DecodeError:
+            if event is None:
                 continue
             job_id = getattr(event, "job_id", None)
             if not isinstance(job_id, str) or not job_id:

@@ -11,8 +11,7 @@ import contextlib
 import json
 from typing import Any
 
-from events.codec import DecodeError
-from services.runtime.consume import decode_record
+from services.runtime.consume import readable
 from services.runtime.log import EventLog, Record
 from services.state.cluster import Cluster, fold_cluster
 from services.state.jobs import JobTable
@@ -31,15 +30,10 @@ class NodesView:
         self._sub: Any = None
 
     async def apply(self, batch: list[Record]) -> None:
-        for record in batch:
-            if record.seq <= self.last_seq:
-                continue
+        for record, event in readable(batch, self.last_seq):
             self.last_seq = record.seq
-            try:
-                event = decode_record(record)
-            except DecodeError:
-                continue
-            fold_cluster(self.cluster, self.jobs, event, record.seq, record.time)
+            if event is not None:
+                fold_cluster(self.cluster, self.jobs, event, record.seq, record.time)
 
     def rows(self) -> list[dict[str, Any]]:
         out = []

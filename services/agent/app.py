@@ -37,10 +37,10 @@ import msgspec
 
 from events import catalogue as c
 from events.base import Event
-from events.codec import DecodeError, encode
+from events.codec import encode
 from events.subjects import event_subject, heartbeat_subject
 from services.agent.executors import Execution, Executor, Outcome
-from services.runtime.consume import decode_record
+from services.runtime.consume import readable
 from services.runtime.log import EventLog, Record
 from services.state.jobs import HOLDS_RESOURCES, JobState, JobTable
 
@@ -193,13 +193,9 @@ class NodeAgent:
     def _fold(self, batch: list[Record]) -> list[tuple[str, str]]:
         """Fold records; return the actions they call for: (action, job id)."""
         actions: list[tuple[str, str]] = []
-        for record in batch:
-            if record.seq <= self._seq:
-                continue
+        for record, event in readable(batch, self._seq):
             self._seq = record.seq
-            try:
-                event = decode_record(record)
-            except DecodeError:
+            if event is None:
                 continue  # services dead-letter what they cannot read; an agent only skips it
             if isinstance(event, c.JobStopRequested):
                 job = self.jobs.get(event.job_id)

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 
 from events.base import Event
 from events.codec import DecodeError, decode
 from events.subjects import expected_type, parse_subject
 from services.runtime.log import EventLog, Record
 
-__all__ = ["decode_record", "run_durable", "Handler"]
+__all__ = ["decode_record", "readable", "run_durable", "Handler"]
 
 log = logging.getLogger("horizon.consume")
 
@@ -50,6 +50,18 @@ def decode_record(record: Record) -> Event:
     elif parsed.name != event.event_type:
         raise DecodeError(f"{event.event_type} published on a {parsed.name} subject ({record.subject})")
     return event
+
+
+def readable(batch: Iterable[Record], after_seq: int) -> Iterator[tuple[Record, Event | None]]:
+    """The records past ``after_seq``, in order, each with its event, or ``None`` if it cannot be
+    decoded (services dead-letter those; read models and agents only skip them)."""
+    for record in batch:
+        if record.seq <= after_seq:
+            continue  # already folded: a reader restart may repeat the tail
+        try:
+            yield record, decode_record(record)
+        except DecodeError:
+            yield record, None
 
 
 async def run_durable(
