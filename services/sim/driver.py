@@ -166,18 +166,34 @@ class NatsBus:
         self.runners: list[Any] = []
         self.tasks: list[asyncio.Task[None]] = []
         self.log: Any = None
-        self._read_to = 0
         self._started_at = 0
+        # One follower of the log collects the decisions (as any subscriber would), instead
+        # of a new consumer per step; ``_seen_seq`` says how far it has read.
+        self._follower: Any = None
+        self._seen_seq = 0
+        self._seen = asyncio.Event()
+        self._decided: list[c.JobScheduled] = []
 
     async def start(self) -> None:
         from services.runtime.jetstream import JetStreamLog
         from services.runtime.service import ServiceRunner
 
         self.log = await JetStreamLog.open(self.url, name="horizon-simulator")
-        self._read_to = self._started_at = await self.log.last_seq()
+        self._seen_seq = self._started_at = await self.log.last_seq()
         if self.require_empty and self._started_at:
             raise ValueError(f"the log at {self.url} is not empty ({self._started_at} events): a simulation "
                              f"needs a server of its own (omit --nats to get one)")
+
+        async def collect(batch: list[Record]) -> None:
+            for record in batch:
+                if record.subject.startswith("horizon.evt.placement.JobScheduled."):
+                    event = decode(record.data)
+                    if isinstance(event, c.JobScheduled):
+                        self._decided.append(event)
+            self._seen_seq = batch[-1].seq
+            self._seen.set()
+
+        self._follower = await self.log.follow(collect, from_seq=self._started_at + 1)
         for core in self.cores:
             runner_log = await JetStreamLog.open(self.url, name=f"horizon-sim-{core.name}", create=False)
             runner = ServiceRunner(runner_log, core)
@@ -193,7 +209,8 @@ class NatsBus:
         if items:
             await self.log.publish_many([Outgoing(s, encode(e), e.id) for s, e in items])
 
-    async def _barrier(self) -> None:
+    async def _barrier(self) -> int:
+        """Wait for quiescence; return the log's last sequence at that point."""
         deadline = asyncio.get_running_loop().time() + self.settle_timeout_s
         while True:
             last = await self.log.last_seq()
@@ -210,20 +227,19 @@ class NatsBus:
                     except asyncio.TimeoutError:
                         pass
             if await self.log.last_seq() == last:
-                return
+                return last
 
     async def settle(self) -> list[c.JobScheduled]:
-        await self._barrier()
-        out: list[c.JobScheduled] = []
-        async for batch in self.log.read(self._read_to + 1, subjects=("horizon.evt.placement.JobScheduled.>",)):
-            for record in batch:
-                event = decode(record.data)
-                if isinstance(event, c.JobScheduled):
-                    out.append(event)
-        self._read_to = await self.log.last_seq()
+        last = await self._barrier()
+        while self._seen_seq < last:
+            self._seen.clear()
+            await asyncio.wait_for(self._seen.wait(), self.settle_timeout_s)
+        out, self._decided = self._decided, []
         return out
 
     async def close(self) -> None:
+        if self._follower is not None:
+            await self._follower.stop()
         for task in self.tasks:
             task.cancel()
         for task in self.tasks:
