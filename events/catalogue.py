@@ -138,8 +138,9 @@ class JobSpec(_Part, kw_only=True):
     qos: str = ""
     profile: str = "default"
     dependencies: tuple[Dependency, ...] = ()
-    array: str | None = None
-    array_index: int | None = None
+    array: str | None = None  # the array's job id (the submitted id) when this job is one task of an array
+    array_index: int | None = None  # this task's index in the array
+    array_max_running: int = 0  # the array's "%N": at most N of its tasks hold resources at once (0: no limit)
     node_selector: dict[str, str] = {}
     affinity: Affinity | None = None
     tolerations: tuple[Toleration, ...] = ()
@@ -292,7 +293,14 @@ class NodeCommandIssued(Event, tag="NodeCommandIssued", kw_only=True):
 
 
 class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
-    """``horizon.in._admin.account``: an account in the fair-share tree, its shares and quota."""
+    """``horizon.in._admin.account``: an account in the fair-share tree, its shares and quota.
+
+    ``parent`` None puts the account under the root. ``borrowing``: jobs of this
+    account may run beyond its quota on the unused quota of idle sibling accounts
+    (a Kueue cohort); such jobs are marked ``borrowed`` and are the first to be
+    reclaimed. ``priority_boost`` is added to its jobs' multifactor priority.
+    Configuring an account again replaces its whole configuration.
+    """
 
     account: str
     parent: str | None = None
@@ -300,6 +308,7 @@ class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
     quota: Quota = Quota()
     borrowing: bool = False
     priority_boost: float = 0.0
+    user: str = ""
 
 
 class FairShareConfigured(Event, tag="FairShareConfigured", kw_only=True):
@@ -308,8 +317,28 @@ class FairShareConfigured(Event, tag="FairShareConfigured", kw_only=True):
     half_life_s: float = 7 * 86400.0
     gpu_weight: float = 1.0
     cpu_weight: float = 0.0
-    memory_weight: float = 0.0
+    memory_weight: float = 0.0  # per GiB-second
     dominant_share: bool = False
+    user: str = ""
+
+
+class PolicyConfigured(Event, tag="PolicyConfigured", kw_only=True):
+    """``horizon.in._admin.policy``: the queue policy and its parameters.
+
+    Unset (None / empty) fields keep their current value. ``weights`` keys:
+    ``class``, ``fairshare``, ``age``, ``estimate``, ``size``, ``qos``.
+    ``qos_boost``: QOS name -> factor in [0, 1] (times the ``qos`` weight).
+    Restarts wait ``backoff_base_s * 2**(retry-1)``, at most ``backoff_max_s``.
+    """
+
+    policy: str | None = None
+    weights: dict[str, float] = {}
+    max_age_s: float | None = None
+    estimate_ref_s: float | None = None
+    qos_boost: dict[str, float] = {}
+    backoff_base_s: float | None = None
+    backoff_max_s: float | None = None
+    user: str = ""
 
 
 # --------------------------------------------------------------------------
@@ -397,6 +426,7 @@ class SchedulingCycleCompleted(Event, tag="SchedulingCycleCompleted", kw_only=Tr
     basis_seq: int
     candidates: list[str] = []
     queued: int = 0
+    borrowing: list[str] = []  # the candidates admitted only by borrowing idle quota of sibling accounts
 
 
 class JobScheduled(Event, tag="JobScheduled", kw_only=True):
@@ -409,6 +439,7 @@ class JobScheduled(Event, tag="JobScheduled", kw_only=True):
     cycle: int = 0
     backfilled: bool = False
     time_limit_s: float = 0.0
+    borrowed: bool = False  # admitted beyond its account's quota, on an idle sibling's (reclaimable)
 
 
 class PlacementCycleCompleted(Event, tag="PlacementCycleCompleted", kw_only=True):
@@ -446,6 +477,15 @@ class JobDependencyNeverSatisfied(Event, tag="JobDependencyNeverSatisfied", kw_o
     job_id: str
     dependency: Dependency
     reason: str
+    basis_seq: int = 0
+
+
+class ConfigRejected(Event, tag="ConfigRejected", kw_only=True):
+    """An operator's configuration input (account, fair share, policy) that was not applied, and why."""
+
+    verb: str
+    reason: str
+    request_seq: int = 0
     basis_seq: int = 0
 
 
@@ -514,6 +554,7 @@ class JobFailed(Event, tag="JobFailed", kw_only=True):
     stderr_tail: str = ""
     runtime_s: float = 0.0
     basis_seq: int = 0  # set when a service decides the failure (e.g. node lost); 0 for an agent's report
+    node_lost: bool = False  # the node was lost or removed under the job: requeued whatever its restart policy
 
 
 class NodeRegistered(Event, tag="NodeRegistered", kw_only=True):
@@ -589,6 +630,7 @@ AnyEvent = (
     | NodeCommandIssued
     | AccountConfigured
     | FairShareConfigured
+    | PolicyConfigured
     | JobAccepted
     | JobRejected
     | JobCancelled
@@ -602,6 +644,7 @@ AnyEvent = (
     | JobScheduled
     | PlacementBlocked
     | JobUnschedulable
+    | ConfigRejected
     | JobDependencyNeverSatisfied
     | JobRequeued
     | PreemptionRequested

@@ -4,7 +4,8 @@
 subject                                     what
 ==========================================  =====================================================
 ``horizon.in.<tenant>.<verb>``              client inputs; verbs ``submit cancel hold release update``
-``horizon.in._admin.<verb>``                operator inputs; verbs ``node account fairshare``
+``horizon.in._admin.<verb>``                operator inputs; ``node account fairshare policy``
+                                            and ``cancel hold release update`` of any job
 ``horizon.evt.<service>.<Type>.<id>``       service outputs; ``<id>`` is the job or node
 ``horizon.query.<view>``                    request/reply read models (not in the stream)
 ``horizon.hb.<node>``                       heartbeats, core NATS (not in the stream)
@@ -69,6 +70,12 @@ ADMIN_VERBS: dict[str, type[c.Event]] = {
     "node": c.NodeCommandIssued,
     "account": c.AccountConfigured,
     "fairshare": c.FairShareConfigured,
+    "policy": c.PolicyConfigured,
+    # an operator's requests about any tenant's job (owners use horizon.in.<tenant>.<verb>)
+    "cancel": c.JobCancelRequested,
+    "hold": c.JobHoldRequested,
+    "release": c.JobReleaseRequested,
+    "update": c.JobUpdateRequested,
 }
 
 # Which service publishes each output event type (documentation, permissions, tests).
@@ -85,6 +92,7 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
     "SchedulingCycleCompleted": ("scheduling",),
     "JobUnschedulable": ("scheduling",),
     "JobDependencyNeverSatisfied": ("scheduling",),
+    "ConfigRejected": ("scheduling",),
     "JobRequeued": ("scheduling",),
     "JobScheduled": ("placement",),
     "PlacementBlocked": ("placement",),

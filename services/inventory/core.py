@@ -94,6 +94,7 @@ class InventoryCore:
                             node=node.name,
                             reason=f"node {node.name} {why}",
                             basis_seq=state.seq,
+                            node_lost=True,
                         )
                     )
         for seq in sorted(state.commands):
