@@ -86,6 +86,8 @@ class Job:
     reason: str = ""
     exit_code: int | None = None
     last_block: tuple[c.BlockReason, ...] = ()
+    borrowed: bool = False  # the current attempt runs on quota borrowed from an idle sibling account
+    not_before_ts: float = 0.0  # a requeued job waits until then (restart backoff)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,7 @@ class JobTable:
 
     def __init__(self) -> None:
         self.jobs: dict[str, Job] = {}
+        self.arrays: dict[str, list[str]] = {}  # array job id -> its tasks' job ids, in acceptance order
 
     def get(self, job_id: str) -> Job | None:
         return self.jobs.get(job_id)
@@ -112,6 +115,8 @@ class JobTable:
                 spec = compact(spec)
                 job = Job(job_id, spec, JobState.PENDING, accepted_seq=seq, accepted_ts=event.submitted_ts or time)
                 self.jobs[job_id] = job
+                if spec.array is not None:
+                    self.arrays.setdefault(spec.array, []).append(job_id)
                 return Transition(job, None, JobState.PENDING)
             case c.JobRejected(job_id=job_id, reason=reason):
                 if job_id in self.jobs:
@@ -137,6 +142,7 @@ class JobTable:
                 job.scheduled_ts = time
                 job.reason = ""
                 job.last_block = ()
+                job.borrowed = event.borrowed
                 return self._set(job, JobState.SCHEDULED)
             case c.JobStarted(job_id=job_id, attempt=attempt):
                 job = self.jobs.get(job_id)
@@ -157,6 +163,8 @@ class JobTable:
                     return None
                 job.reason = reason
                 job.allocations = ()
+                job.borrowed = False
+                job.not_before_ts = event.not_before_ts
                 return self._set(job, JobState.PENDING)
             case c.JobCancelled(job_id=job_id, reason=reason, attempt=attempt):
                 job = self.jobs.get(job_id)
