@@ -59,18 +59,24 @@ def test_freed_capacity_triggers_a_cycle_and_failures_requeue_by_policy():
     f.evt("agent", c.JobFailed(job_id="retry", attempt=1, exit_code=2, reason="exit code 2"))
     out = f.settle()
     assert isinstance(out[0], c.JobRequeued) and out[0].attempt == 1
+    assert out[0].not_before_ts == out[0].ts + 10.0  # first retry: the base backoff
     assert isinstance(out[1], c.SchedulingCycleCompleted) and out[1].candidates == ["waiting"]
-    # the requeue folds back: the job is pending again and the next cycle offers it first (older)
+    # the requeue folds back: pending again, but in backoff: not a candidate until 10 s later
     f.evt("placement", c.PlacementCycleCompleted(cycle=2, scheduled=0))
     [cycle3] = f.settle()
-    assert cycle3.candidates == ["retry", "waiting"]
+    assert cycle3.candidates == ["waiting"]
+    f.evt("placement", c.PlacementCycleCompleted(cycle=3, scheduled=0))
+    assert f.decide() == []
+    f.evt("clock", c.ClockTicked(now_ts=0.0), dt=10.0)  # time passes: the backoff is over
+    [cycle4] = f.settle()
+    assert cycle4.candidates == ["retry", "waiting"]  # first again: older
     f.evt("placement", c.JobScheduled(job_id="retry", attempt=2, allocations=[c.NodeAllocation(node="n1")]))
     f.evt("agent", c.JobFailed(job_id="retry", attempt=2, exit_code=2))
     assert not any(isinstance(e, c.JobRequeued) for e in f.settle())  # retries used up
 
 
 def test_certainly_blocked_jobs_do_not_crowd_out_the_queue_behind_them():
-    f = Feed(SchedulingCore(max_candidates=3))
+    f = Feed(SchedulingCore(max_candidates=3, policy="fcfs"))
     for i in range(3):
         f.evt("submission", accepted(f"big{i}", gpus=64, priority_class="high"))
     for i in range(2):
@@ -102,7 +108,7 @@ def test_certainly_blocked_jobs_do_not_crowd_out_the_queue_behind_them():
 
 
 def test_policies_order_within_a_class():
-    from services.scheduling.policy import make_policy
+    from services.scheduling.policy import Context, make_policy
     from services.state.jobs import Job, JobState
     from tests.helpers import spec
 
@@ -110,14 +116,17 @@ def test_policies_order_within_a_class():
         return Job(job_id, spec(gpus=gpus, time_limit_s=est), JobState.PENDING, accepted_seq=seq, accepted_ts=submit)
 
     jobs = [job("a", 1, 100.0, 3600, 4), job("b", 2, 200.0, 60, 64), job("c", 3, 300.0, 600, 1)]
-    order = {name: [j.job_id for j in sorted(jobs, key=lambda j: make_policy(name).key(j, 1000.0))]
+    order = {name: [j.job_id for j in sorted(jobs, key=lambda j: make_policy(name).key(j, Context(1000.0)))]
              for name in ("fcfs", "sjf", "f1", "multifactor")}
     assert order["fcfs"] == ["a", "b", "c"]
     assert order["sjf"] == ["b", "c", "a"]
     # F1 = log10(est)*size + 870*log10(submit): a 1740+14.2=1754.2, b 2001.9+113.8=2115.7, c 2155.1+2.8=2157.9
     assert order["f1"] == ["a", "b", "c"]
-    # multifactor: b (short) 50000+9.3+983.6+28.6, c 50000+8.1+857.1+200, a 50000+10.4+500+66.7
-    assert order["multifactor"] == ["c", "b", "a"]
+    # multifactor (default weights; class and fair share equal for all three), age + estimate + size:
+    # b 1.32 + 4000*3600/3660 + 500/(1+log2 64) = 1.32+3934.43+71.43 = 4007.2
+    # c 0.99 + 4000*3600/4200 + 500/1 = 0.99+3428.57+500 = 3929.6
+    # a 1.49 + 4000*3600/7200 + 500/(1+2) = 1.49+2000+166.67 = 2168.2
+    assert order["multifactor"] == ["b", "c", "a"]
 
 
 def test_dependencies_gate_candidates_and_end_jobs_they_can_never_satisfy():

@@ -55,7 +55,7 @@ def _logging(verbose: bool, log_file: Path | None = None) -> None:
 @click.option("--executor", type=click.Choice(["process", "sim"]), default="process", show_default=True,
               help="process: run the commands for real; sim: jobs only take their sim runtime.")
 @click.option("--heartbeat-timeout", type=float, default=10.0, show_default=True, help="Seconds before a silent node is lost.")
-@click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="fcfs", show_default=True,
+@click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="multifactor", show_default=True,
               help="Queue order within a priority class.")
 @click.option("--backfill-mode", type=click.Choice(["easy", "shadow", "greedy", "none"]), default="easy",
               show_default=True, help="What a job that does not fit means for the jobs behind it.")
@@ -117,7 +117,7 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list, executor: st
 @click.option("--gpu-type", default="a100", show_default=True)
 @click.option("--executor", type=click.Choice(["process", "sim"]), default="process", show_default=True)
 @click.option("--heartbeat-timeout", type=float, default=10.0, show_default=True)
-@click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="fcfs", show_default=True)
+@click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="multifactor", show_default=True)
 @click.option("--backfill-mode", type=click.Choice(["easy", "shadow", "greedy", "none"]), default="easy",
               show_default=True)
 @click.option("--verbose", is_flag=True)

@@ -68,6 +68,7 @@ class PlacementState(CoreState):
         self.cluster = Cluster()
         self.cycle = 0
         self.candidates: list[str] = []
+        self.borrowing: frozenset[str] = frozenset()  # candidates the scheduler admitted by borrowing quota
         self.done_cycle = 0
 
 
@@ -169,6 +170,7 @@ class PlacementCore:
             case c.SchedulingCycleCompleted(cycle=cycle, candidates=candidates):
                 if cycle > state.cycle:
                     state.cycle, state.candidates = cycle, list(candidates)
+                    state.borrowing = frozenset(event.borrowing)
                 return state
             case c.PlacementCycleCompleted(cycle=cycle):
                 state.done_cycle = max(state.done_cycle, cycle)
@@ -250,7 +252,8 @@ class PlacementCore:
                     out.append(c.JobScheduled(
                         id=f"placement/JobScheduled/{job_id}/{attempt}", correlation_id=job_id, job_id=job_id,
                         attempt=attempt, allocations=placed.allocations, basis_seq=state.seq, cycle=cycle,
-                        time_limit_s=job.spec.time_limit_s, backfilled=reservation is not None, **common,
+                        time_limit_s=job.spec.time_limit_s, backfilled=reservation is not None,
+                        borrowed=job_id in state.borrowing, **common,
                     ))
                     scheduled += 1
                     continue

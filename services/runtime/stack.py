@@ -39,7 +39,7 @@ SERVICES: dict[str, Callable[[], Any]] = {
 }
 
 
-def make_core(name: str, *, policy: str = "fcfs", backfill: str = "easy") -> Any:
+def make_core(name: str, *, policy: str = "multifactor", backfill: str = "easy") -> Any:
     """A service's core with the cluster's policy configuration (queue policy, backfill mode)."""
     if name not in SERVICES:
         raise ValueError(f"unknown service {name!r}; services: {', '.join(SERVICES)}")
@@ -68,7 +68,7 @@ class Stack:
     executor: str = "process"  # or "sim"
     heartbeat_timeout_s: float = 10.0
     heartbeat_interval_s: float = 1.0
-    policy: str = "fcfs"
+    policy: str = "multifactor"
     backfill: str = "easy"
     settings: StreamSettings = field(default_factory=StreamSettings)
     parts: dict[str, Part] = field(default_factory=dict)

@@ -41,25 +41,54 @@ once all its dependencies are met; one that can never be met ends the job
 with ``JobDependencyNeverSatisfied`` and the reason.
 
 Restarts: a failed job whose restart policy allows another attempt is
-requeued (``JobRequeued``) until ``max_retries`` retries are used.
+requeued (``JobRequeued``) until ``max_retries`` retries are used, not before
+``backoff_base_s * 2**(retry-1)`` (capped at ``backoff_max_s``) after the
+failure; a job whose node was lost or that was preempted is requeued at once
+and that does not count as a retry.
+
+Fair share and quotas (``services.scheduling.fairshare``,
+``services.scheduling.quotas``): the scheduler charges each attempt's billing
+rate to its association from ``JobScheduled`` until the attempt ends, ranks
+associations by Fair Tree for the multifactor priority, and admits a
+candidate only within its accounts' quotas (or by borrowing, marked in the
+cycle's ``borrowing`` list). Arrays: at most ``array_max_running`` tasks of an
+array hold resources or are candidates at once.
+
+Scheduling timeout: a job still pending ``scheduling_timeout_s`` after it was
+accepted (or requeued) ends ``UNSCHEDULABLE`` with the reason it was waiting.
+Time moves with the log; a live cluster's ticker (``ClockTicked``, published
+by inventory) makes sure it moves when nothing else happens.
+
+Configuration: ``AccountConfigured``, ``FairShareConfigured`` and
+``PolicyConfigured`` on ``horizon.in._admin.*`` are folded here; one that
+cannot be applied is answered with ``ConfigRejected`` and the reason.
+
+Snapshots: ``dump``/``load`` write and read the whole state (format version
+and configuration checked), so a restart replays only the tail of the log.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
+
+import msgspec
 
 from events import catalogue as c
 from events.base import Event
-from events.subjects import WHOLE_LOG
+from events.subjects import WHOLE_LOG, parse_subject
 from services.runtime.log import Record
 from services.runtime.service import CoreState
 from services.scheduling.dependencies import MET, NEVER, dependency_status
-from services.scheduling.policy import make_policy
-from services.state.jobs import HOLDS_RESOURCES, Job, JobState, JobTable, Transition
+from services.scheduling.fairshare import Account, FairShare, association
+from services.scheduling.policy import Context, PolicyConfig, make_policy
+from services.scheduling.quotas import BLOCKED, BORROW, Amount, Quotas, amount_of
+from services.state.jobs import HOLDS_RESOURCES, TERMINAL, Job, JobState, JobTable, Transition, compact
 
-__all__ = ["SchedulingCore", "SchedulingState"]
+__all__ = ["SchedulingCore", "SchedulingState", "SNAPSHOT_FORMAT"]
+
+SNAPSHOT_FORMAT = 1
 
 _NODE_EVENTS = (
     c.NodeRegistered,
@@ -70,14 +99,25 @@ _NODE_EVENTS = (
     c.NodeCordoned,
     c.NodeDraining,
 )
+_CONFIG_VERBS = {c.AccountConfigured: "account", c.FairShareConfigured: "fairshare", c.PolicyConfigured: "policy"}
+
+
+@dataclass(slots=True)
+class Charge:
+    """What one running attempt is charged: to which association, at which rate, how much."""
+
+    leaf: str
+    rate: float
+    amount: Amount
 
 
 class SchedulingState(CoreState):
-    def __init__(self) -> None:
+    def __init__(self, config: PolicyConfig | None = None) -> None:
         super().__init__()
         self.jobs = JobTable()
-        self.pending: dict[str, Job] = {}
-        self.to_requeue: dict[str, Job] = {}
+        self.config = config or PolicyConfig()
+        self.fairshare = FairShare()
+        self.quotas = Quotas()
         self.cycle = 0  # last cycle decided (folded from our own events)
         self.cycle_basis = 0
         self.cycle_truncated = False
@@ -89,23 +129,63 @@ class SchedulingState(CoreState):
         self.tick_seq = 0  # last ClockTicked
         self.blocked_basis: dict[str, int] = {}  # pending job -> basis of its last "blocked" outcome
         self.fits_nowhere: dict[str, int] = {}  # pending job -> basis at which no node could ever hold it
-        self.dependents: dict[str, set[str]] = {}  # job -> jobs that depend on it
+        self.charges: dict[str, Charge] = {}  # job holding resources -> its charge
+        self.retries: dict[str, int] = {}  # job -> retries used (failures, or restarts of "always")
+        self.requeue_now: set[str] = set()  # ended jobs to requeue without counting a retry (node lost, preempted)
+        self.to_requeue: dict[str, Job] = {}
+        self.deadlines: dict[str, float] = {}  # pending job -> when its scheduling timeout expires
+        self.config_rejections: dict[int, tuple[str, str]] = {}  # request seq -> (verb, reason)
+        # Derived from the above (rebuilt after a snapshot is loaded):
+        self.pending: dict[str, Job] = {}
         self.gated: set[str] = set()  # pending jobs that have dependencies
+        self.dependents: dict[str, set[str]] = {}  # job -> jobs that depend on it
+        self.array_running: dict[str, int] = {}  # array -> tasks holding resources
+        self.throttled: set[str] = set()  # pending tasks of arrays with a running limit
+        self.deadline_heap: list[tuple[float, str]] = []
+        self.wakeups: list[tuple[float, str]] = []  # (not before, job) of requeued jobs in backoff
+
+
+class _Snapshot(msgspec.Struct, array_like=True):
+    format: int
+    fingerprint: str
+    seq: int
+    now: float
+    config: dict[str, object]
+    jobs: list[Job]
+    accounts: list[Account]
+    fairshare: dict[str, object]
+    in_use: dict[str, Amount]
+    waiting: dict[str, int]
+    counters: list[int]
+    cycle_candidates: list[str]
+    blocked_basis: dict[str, int]
+    fits_nowhere: dict[str, int]
+    charges: dict[str, Charge]
+    retries: dict[str, int]
+    requeue_now: list[str]
+    to_requeue: list[str]
+    deadlines: dict[str, float]
+    config_rejections: dict[int, tuple[str, str]]
 
 
 @dataclass
 class SchedulingCore:
     name: ClassVar[str] = "scheduling"
     max_candidates: int = 10_000
-    policy: str = "fcfs"
+    policy: str = "multifactor"  # until a PolicyConfigured says otherwise
     virtual_time: bool = False
     subjects: tuple[str, ...] = WHOLE_LOG
+    snapshot_every: int = 50_000  # events between snapshots (0: never)
+    _config: PolicyConfig = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._policy = make_policy(self.policy)
+        make_policy(self.policy)  # fail early on an unknown name
+        self._config = PolicyConfig(policy=self.policy)
 
     def initial(self) -> SchedulingState:
-        return SchedulingState()
+        return SchedulingState(self._config)
+
+    # ------------------------------------------------------------------ evolve
 
     def evolve(self, state: SchedulingState, event: Event, record: Record) -> SchedulingState:
         seq = record.seq
@@ -131,6 +211,7 @@ class SchedulingCore:
                 return state
             case c.JobRequeued(job_id=job_id):
                 state.to_requeue.pop(job_id, None)
+                state.requeue_now.discard(job_id)
             case c.PlacementBlocked(job_id=job_id, basis_seq=basis):
                 if job_id in state.pending:
                     state.blocked_basis[job_id] = basis
@@ -140,7 +221,22 @@ class SchedulingCore:
                         state.fits_nowhere.pop(job_id, None)
             case c.ClockTicked():
                 state.tick_seq = seq
+                self._wake(state, seq)
                 return state
+            case c.ConfigRejected(request_seq=request_seq) if event.source == self.name:
+                state.config_rejections.pop(request_seq, None)
+                return state
+            case c.AccountConfigured() | c.FairShareConfigured() | c.PolicyConfigured():
+                self._configure(state, event, record)
+                return state
+            case c.JobFailed(job_id=job_id, node_lost=True):
+                job = state.jobs.get(job_id)
+                if job is not None and job.attempt == event.attempt and job.state in HOLDS_RESOURCES:
+                    state.requeue_now.add(job_id)
+            case c.JobPreempted(job_id=job_id):
+                job = state.jobs.get(job_id)
+                if job is not None and job.attempt == event.attempt and job.state in HOLDS_RESOURCES:
+                    state.requeue_now.add(job_id)
         if isinstance(event, _NODE_EVENTS):
             state.dirty_seq = state.capacity_seq = state.nodes_seq = seq
             return state
@@ -149,91 +245,263 @@ class SchedulingCore:
             self._track(state, tr, seq)
         elif isinstance(event, c.JobPriorityChanged) and event.job_id in state.pending:
             state.dirty_seq = seq  # the order changed
+        self._wake(state, seq)
         return state
+
+    def _wake(self, state: SchedulingState, seq: int) -> None:
+        """A requeued job whose backoff is over joins the candidates again: that needs a cycle."""
+        while state.wakeups and state.wakeups[0][0] <= state.now:
+            _, job_id = heapq.heappop(state.wakeups)
+            if job_id in state.pending:
+                state.dirty_seq = seq
+
+    def _configure(self, state: SchedulingState, event: Event, record: Record) -> None:
+        subject = parse_subject(record.subject)
+        verb = _CONFIG_VERBS[type(event)]
+        if subject is None or subject.kind != "admin":
+            state.config_rejections[record.seq] = (verb, f"{type(event).__name__} is accepted only on "
+                                                         f"horizon.in._admin.{verb}, not {record.subject}")
+            return
+        fs = state.fairshare
+        match event:
+            case c.AccountConfigured():
+                why = fs.check_account(event)
+                if why is None:
+                    fs.configure_account(event, state.now)
+                    self._recount_quotas(state)  # the account may have moved in the tree
+            case c.FairShareConfigured():
+                why = fs.check_settings(event)
+                if why is None:
+                    fs.configure(event, state.now)
+            case c.PolicyConfigured():
+                why = state.config.check(event)
+                if why is None:
+                    state.config = state.config.updated(event)
+        if why is not None:
+            state.config_rejections[record.seq] = (verb, why)
+        else:
+            state.dirty_seq = state.capacity_seq = record.seq  # standings or limits changed
+
+    @staticmethod
+    def _recount_quotas(state: SchedulingState) -> None:
+        quotas, fs = state.quotas, state.fairshare
+        quotas.in_use, quotas.waiting = {}, {}
+        for charge in state.charges.values():
+            quotas.charge(fs, charge.leaf, charge.amount, +1)
+        for job in state.pending.values():
+            assert job.spec is not None
+            quotas.wait(fs, association(job.spec), +1)
 
     def _track(self, state: SchedulingState, tr: Transition, seq: int) -> None:
         job = tr.job
-        if tr.before is None and job.spec is not None:
-            for dep in job.spec.dependencies:
+        spec = job.spec
+        if tr.before is None and spec is not None:
+            for dep in spec.dependencies:
                 state.dependents.setdefault(dep.job_id, set()).add(job.job_id)
-        if job.job_id in state.dependents:
+        if job.job_id in state.dependents or (spec is not None and spec.array in state.dependents):
             state.dirty_seq = seq  # its dependants may now be ready, or never
+        if spec is None:
+            return
         if tr.after is JobState.PENDING:
-            state.pending[job.job_id] = job
-            if job.spec is not None and job.spec.dependencies:
-                state.gated.add(job.job_id)
+            self._enter_pending(state, job, tr.before)
             # A newcomer may rank before the head and take over the reservation, which can
             # let jobs through that the old head held back: reconsider them all.
             state.dirty_seq = state.capacity_seq = seq
         elif tr.before is JobState.PENDING:
-            state.pending.pop(job.job_id, None)
-            state.gated.discard(job.job_id)
-            state.blocked_basis.pop(job.job_id, None)
-            state.fits_nowhere.pop(job.job_id, None)
-            if tr.after is not JobState.SCHEDULED:
+            self._leave_pending(state, job)
+            if tr.after is JobState.SCHEDULED:
+                self._charge(state, job)
+            else:
                 # Held or ended while waiting: if it was the head, its reservation is gone and
                 # jobs that were held back by it may start now.
                 state.dirty_seq = state.capacity_seq = seq
         if isinstance(tr.before, JobState) and tr.before in HOLDS_RESOURCES and tr.after not in HOLDS_RESOURCES:
+            self._uncharge(state, job)
             state.dirty_seq = state.capacity_seq = seq  # capacity freed
-        if tr.after in (JobState.FAILED, JobState.SUCCEEDED, JobState.PREEMPTED) and self._may_retry(job, tr.after):
-            state.to_requeue[job.job_id] = job
+        if tr.after in TERMINAL:
+            state.deadlines.pop(job.job_id, None)
+        if tr.after in (JobState.FAILED, JobState.SUCCEEDED, JobState.PREEMPTED):
+            if job.job_id in state.requeue_now:
+                state.to_requeue[job.job_id] = job
+            elif self._may_retry(state, job, tr.after):
+                state.retries[job.job_id] = state.retries.get(job.job_id, 0) + 1
+                state.to_requeue[job.job_id] = job
+
+    def _enter_pending(self, state: SchedulingState, job: Job, before: JobState | None) -> None:
+        spec = job.spec
+        assert spec is not None
+        state.pending[job.job_id] = job
+        leaf = state.fairshare.leaf_for(spec, state.now).name
+        state.quotas.wait(state.fairshare, leaf, +1)
+        if spec.dependencies:
+            state.gated.add(job.job_id)
+        if spec.array_max_running:
+            state.throttled.add(job.job_id)
+        if job.not_before_ts > state.now:
+            heapq.heappush(state.wakeups, (job.not_before_ts, job.job_id))
+        if spec.scheduling_timeout_s is not None:
+            if before is not JobState.HELD:  # the clock runs from acceptance or requeue, through holds
+                state.deadlines[job.job_id] = state.now + spec.scheduling_timeout_s
+            heapq.heappush(state.deadline_heap, (state.deadlines[job.job_id], job.job_id))
+
+    def _leave_pending(self, state: SchedulingState, job: Job) -> None:
+        assert job.spec is not None
+        state.pending.pop(job.job_id, None)
+        state.quotas.wait(state.fairshare, association(job.spec), -1)
+        state.gated.discard(job.job_id)
+        state.throttled.discard(job.job_id)
+        state.blocked_basis.pop(job.job_id, None)
+        state.fits_nowhere.pop(job.job_id, None)
+        if job.state is not JobState.HELD:
+            state.deadlines.pop(job.job_id, None)
+        while state.deadline_heap and state.deadline_heap[0][1] not in state.pending:
+            heapq.heappop(state.deadline_heap)
+
+    def _charge(self, state: SchedulingState, job: Job) -> None:
+        spec = job.spec
+        assert spec is not None
+        fs = state.fairshare
+        charge = Charge(fs.leaf_for(spec, state.now).name, fs.rate_of(spec), amount_of(spec))
+        state.charges[job.job_id] = charge
+        fs.start(charge.leaf, charge.rate, state.now)
+        state.quotas.charge(fs, charge.leaf, charge.amount, +1)
+        if spec.array is not None:
+            state.array_running[spec.array] = state.array_running.get(spec.array, 0) + 1
+
+    def _uncharge(self, state: SchedulingState, job: Job) -> None:
+        charge = state.charges.pop(job.job_id, None)
+        if charge is None:
+            return
+        fs = state.fairshare
+        fs.stop(charge.leaf, charge.rate, state.now)
+        state.quotas.charge(fs, charge.leaf, charge.amount, -1)
+        array = job.spec.array if job.spec else None
+        if array is not None:
+            left = state.array_running.get(array, 0) - 1
+            if left > 0:
+                state.array_running[array] = left
+            else:
+                state.array_running.pop(array, None)
 
     @staticmethod
-    def _may_retry(job: Job, outcome: JobState) -> bool:
+    def _may_retry(state: SchedulingState, job: Job, outcome: JobState) -> bool:
         spec = job.spec
-        if spec is None:
-            return False
-        if outcome is JobState.PREEMPTED:
-            return True
-        if job.attempt > spec.max_retries:
+        if spec is None or outcome is JobState.PREEMPTED:
+            return outcome is JobState.PREEMPTED
+        if state.retries.get(job.job_id, 0) >= spec.max_retries:
             return False
         if outcome is JobState.FAILED:
             return spec.restart_policy in ("on-failure", "always")
         return spec.restart_policy == "always"
 
-    def ordered_queue(self, state: SchedulingState, limit: int | None = None) -> list[Job]:
+    # ------------------------------------------------------------------ order and candidates
+
+    def context(self, state: SchedulingState) -> Context:
+        """The cycle's context: "now", the configuration, fair-share factors and account boosts."""
+        policy = make_policy(state.config.policy)
+        if not policy.dynamic:
+            return Context(state.now, state.config)
+        fs = state.fairshare
+        boosts = {a.name: a.priority_boost for a in fs.accounts.values() if a.priority_boost}
+        return Context(state.now, state.config, fs.factors(state.now), boosts)
+
+    def ordered_queue(self, state: SchedulingState, limit: int | None = None,
+                      ctx: Context | None = None) -> list[Job]:
         """Pending jobs in scheduling order (all of them, or the first ``limit``)."""
-        now, key = state.now, self._policy.key
+        ctx = ctx or self.context(state)
+        key = make_policy(state.config.policy).key
         jobs = state.pending.values()
         if limit is None or limit >= len(state.pending):
-            return sorted(jobs, key=lambda j: key(j, now))
-        return heapq.nsmallest(limit, jobs, key=lambda j: key(j, now))
+            return sorted(jobs, key=lambda j: key(j, ctx))
+        return heapq.nsmallest(limit, jobs, key=lambda j: key(j, ctx))
 
     def ready(self, state: SchedulingState, job: Job) -> bool:
         """All of the job's dependencies are met."""
         deps = job.spec.dependencies if job.spec else ()
         return all(dependency_status(d, state.jobs, state.to_requeue)[0] == MET for d in deps)
 
-    def candidates(self, state: SchedulingState) -> list[Job]:
-        """The first ``max_candidates`` pending jobs in order, leaving out the certainly blocked
-        and those whose dependencies are not met yet."""
-        blocked, nowhere = state.blocked_basis, state.fits_nowhere
-        gated = state.gated
-        if not blocked and not gated:
-            return self.ordered_queue(state, self.max_candidates)
+    def candidates(self, state: SchedulingState) -> tuple[list[Job], list[str]]:
+        """The first ``max_candidates`` pending jobs in order that may start now, and which of them
+        only by borrowing. Left out: jobs certainly blocked (but the head), jobs whose
+        dependencies are not met, in restart backoff, over their array's running limit, or over
+        a quota."""
+        ctx = self.context(state)
+        blocked, nowhere, gated = state.blocked_basis, state.fits_nowhere, state.gated
+        fs, quotas = state.fairshare, state.quotas
+        limited = quotas.limited(fs)
+        backoff = bool(state.wakeups)
+        if not blocked and not gated and not limited and not backoff and not state.throttled:
+            return self.ordered_queue(state, self.max_candidates, ctx), []
         out: list[Job] = []
+        borrowing: list[str] = []
+        cycle_use: dict[str, Amount] = {}
+        array_use: dict[str, int] = {}
         head_kept = False
-        for job in self.ordered_queue(state):
-            job_id = job.job_id
+        for job in self.ordered_queue(state, ctx=ctx):
+            job_id, spec = job.job_id, job.spec
+            assert spec is not None
+            if backoff and job.not_before_ts > state.now:
+                continue
             if job_id in gated and not self.ready(state, job):
                 continue
             if nowhere.get(job_id, -1) >= state.nodes_seq:
                 continue
+            if job_id in state.throttled:
+                array = spec.array or ""
+                if state.array_running.get(array, 0) + array_use.get(array, 0) >= spec.array_max_running:
+                    continue
+            verdict = ""
+            if limited:
+                x = amount_of(spec)
+                verdict, _why = quotas.admit(fs, association(spec), x, cycle_use)
+                if verdict == BLOCKED:
+                    continue
             if blocked.get(job_id, -1) >= state.capacity_seq:
                 if head_kept:
                     continue
                 head_kept = True
             out.append(job)
+            if verdict == BORROW:
+                borrowing.append(job_id)
+            if limited:
+                quotas.add_cycle(fs, association(spec), x, cycle_use)
+            if job_id in state.throttled:
+                array_use[spec.array or ""] = array_use.get(spec.array or "", 0) + 1
             if len(out) >= self.max_candidates:
                 break
-        return out
+        return out, borrowing
+
+    def why_waiting(self, state: SchedulingState, job: Job) -> str:
+        """Why a pending job has not started (the reason a timeout or ``horizon show`` gives)."""
+        spec = job.spec
+        if spec is None:
+            return ""
+        if job.state is JobState.HELD:
+            return f"held: {job.reason}" if job.reason else "held"
+        for dep in spec.dependencies:
+            status, why = dependency_status(dep, state.jobs, state.to_requeue)
+            if status != MET:
+                return why
+        if job.not_before_ts > state.now:
+            return f"restart backoff until t={job.not_before_ts:.0f}"
+        if spec.array_max_running and state.array_running.get(spec.array or "", 0) >= spec.array_max_running:
+            return f"array {spec.array}: {spec.array_max_running} tasks running, the array's limit"
+        if state.quotas.limited(state.fairshare):
+            verdict, why = state.quotas.admit(state.fairshare, association(spec), amount_of(spec), {})
+            if verdict == BLOCKED:
+                return why
+        return job.reason or "waiting for resources or for jobs ahead of it"
+
+    # ------------------------------------------------------------------ decide
 
     def decide(self, state: SchedulingState) -> list[Event]:
         out: list[Event] = []
         # 1. requeue what the restart policy allows (in job order, deterministic)
         for job_id in sorted(state.to_requeue):
             job = state.to_requeue[job_id]
+            delay = 0.0
+            if job.state is JobState.FAILED and job_id not in state.requeue_now:
+                delay = state.config.backoff_s(state.retries.get(job_id, 1))
             out.append(
                 c.JobRequeued(
                     id=f"scheduling/JobRequeued/{job_id}/{job.attempt}",
@@ -243,7 +511,7 @@ class SchedulingCore:
                     job_id=job_id,
                     attempt=job.attempt,
                     reason=f"attempt {job.attempt} {job.state.value.lower()}: {job.reason}".rstrip(": "),
-                    not_before_ts=state.now,
+                    not_before_ts=state.now + delay,
                     basis_seq=state.seq,
                 )
             )
@@ -258,12 +526,31 @@ class SchedulingCore:
                         source=self.name, job_id=job_id, dependency=dep, reason=why, basis_seq=state.seq,
                     ))
                     break
-        # 3. a cycle, if placement is done with the last one and something changed since
+        # 3. scheduling timeouts
+        if state.deadline_heap and state.deadline_heap[0][0] <= state.now:
+            for deadline, job_id in sorted(e for e in state.deadline_heap if e[0] <= state.now):
+                job = state.pending.get(job_id)
+                if job is None or state.deadlines.get(job_id) != deadline or job.spec is None:
+                    continue
+                out.append(c.JobUnschedulable(
+                    id=f"scheduling/JobUnschedulable/{job_id}/{job.attempt}", ts=state.now, correlation_id=job_id,
+                    source=self.name, job_id=job_id, basis_seq=state.seq,
+                    reason=f"not started within {job.spec.scheduling_timeout_s:g} s: {self.why_waiting(state, job)}",
+                ))
+        # 4. configuration that could not be applied
+        for request_seq in sorted(state.config_rejections):
+            verb, reason = state.config_rejections[request_seq]
+            out.append(c.ConfigRejected(
+                id=f"scheduling/ConfigRejected/{request_seq}", ts=state.now, correlation_id=f"seq-{request_seq}",
+                causation_id=f"seq:{request_seq}", source=self.name, verb=verb, reason=reason,
+                request_seq=request_seq, basis_seq=state.seq,
+            ))
+        # 5. a cycle, if placement is done with the last one and something changed since
         # At virtual time a cycle is decided on the tick itself: the simulator has
         # published everything of the instant before it, and nothing follows it.
         ticked = not self.virtual_time or state.tick_seq == state.seq
         if state.placed_cycle >= state.cycle and state.dirty_seq > state.cycle_basis and state.pending and ticked:
-            candidates = self.candidates(state)
+            candidates, borrowing = self.candidates(state)
             cycle = state.cycle + 1
             if not candidates:
                 return out
@@ -277,6 +564,88 @@ class SchedulingCore:
                     basis_seq=state.seq,
                     candidates=[j.job_id for j in candidates],
                     queued=len(state.pending),
+                    borrowing=borrowing,
                 )
             )
         return out
+
+    # ------------------------------------------------------------------ snapshots
+
+    def _fingerprint(self) -> str:
+        return f"scheduling/{SNAPSHOT_FORMAT}/{self.policy}/{self.max_candidates}/{int(self.virtual_time)}"
+
+    def dump(self, state: SchedulingState) -> bytes:
+        """The whole state, as bytes (derived indexes are rebuilt by ``load``)."""
+        fs = state.fairshare
+        snap = _Snapshot(
+            format=SNAPSHOT_FORMAT, fingerprint=self._fingerprint(), seq=state.seq, now=state.now,
+            config=msgspec.structs.asdict(state.config) if isinstance(state.config, msgspec.Struct)
+            else dict(vars(state.config)),
+            jobs=list(state.jobs.jobs.values()), accounts=list(fs.accounts.values()),
+            fairshare={"half_life_s": fs.half_life_s, "gpu_weight": fs.gpu_weight, "cpu_weight": fs.cpu_weight,
+                       "memory_weight": fs.memory_weight, "dominant_share": fs.dominant_share},
+            in_use=state.quotas.in_use, waiting=state.quotas.waiting,
+            counters=[state.cycle, state.cycle_basis, int(state.cycle_truncated), state.placed_cycle, state.dirty_seq,
+                      state.capacity_seq, state.nodes_seq, state.tick_seq],
+            cycle_candidates=state.cycle_candidates, blocked_basis=state.blocked_basis,
+            fits_nowhere=state.fits_nowhere, charges=state.charges, retries=state.retries,
+            requeue_now=sorted(state.requeue_now), to_requeue=list(state.to_requeue),
+            deadlines=state.deadlines, config_rejections=state.config_rejections,
+        )
+        return msgspec.msgpack.encode(snap)
+
+    def load(self, data: bytes) -> SchedulingState | None:
+        """The state a ``dump`` wrote, or None when it is from another format or configuration."""
+        try:
+            snap = msgspec.msgpack.decode(data, type=_Snapshot)
+        except msgspec.DecodeError:
+            return None  # another format's layout
+        if snap.format != SNAPSHOT_FORMAT or snap.fingerprint != self._fingerprint():
+            return None
+        state = SchedulingState(PolicyConfig(**snap.config))  # type: ignore[arg-type]
+        state.seq, state.now = snap.seq, snap.now
+        for job in snap.jobs:
+            if job.spec is not None:
+                job.spec = compact(job.spec)
+            state.jobs.jobs[job.job_id] = job
+            if job.spec is not None and job.spec.array is not None:
+                state.jobs.arrays.setdefault(job.spec.array, []).append(job.job_id)
+        fs = state.fairshare
+        fs.accounts = {a.name: a for a in snap.accounts}
+        for name, value in snap.fairshare.items():
+            setattr(fs, name, value)
+        state.quotas.in_use, state.quotas.waiting = snap.in_use, snap.waiting
+        (state.cycle, state.cycle_basis, truncated, state.placed_cycle, state.dirty_seq, state.capacity_seq,
+         state.nodes_seq, state.tick_seq) = snap.counters
+        state.cycle_truncated = bool(truncated)
+        state.cycle_candidates, state.blocked_basis, state.fits_nowhere = (
+            snap.cycle_candidates, snap.blocked_basis, snap.fits_nowhere)
+        state.charges, state.retries, state.requeue_now = snap.charges, snap.retries, set(snap.requeue_now)
+        state.to_requeue = {j: state.jobs.jobs[j] for j in snap.to_requeue}
+        state.deadlines, state.config_rejections = snap.deadlines, snap.config_rejections
+        self._rebuild(state)
+        return state
+
+    @staticmethod
+    def _rebuild(state: SchedulingState) -> None:
+        for job in state.jobs.jobs.values():
+            spec = job.spec
+            if spec is None:
+                continue
+            for dep in spec.dependencies:
+                state.dependents.setdefault(dep.job_id, set()).add(job.job_id)
+            if job.state is JobState.PENDING:
+                state.pending[job.job_id] = job
+                if spec.dependencies:
+                    state.gated.add(job.job_id)
+                if spec.array_max_running:
+                    state.throttled.add(job.job_id)
+                if job.not_before_ts > state.now:
+                    state.wakeups.append((job.not_before_ts, job.job_id))
+            if job.job_id in state.charges and spec.array is not None:
+                state.array_running[spec.array] = state.array_running.get(spec.array, 0) + 1
+        for job_id, deadline in state.deadlines.items():
+            if job_id in state.pending:
+                state.deadline_heap.append((deadline, job_id))
+        heapq.heapify(state.wakeups)
+        heapq.heapify(state.deadline_heap)

@@ -11,8 +11,14 @@ scavenger); within a class:
     the F1 heuristic of Carastan-Santos and de Camargo, as used by RLScheduler:
     ``log10(estimate) * size + 870 * log10(submit)``, smallest first, where
     size is the job's processors (GPUs if it asks for GPUs, else cores).
-``multifactor``
-    Slurm-style weighted sum, largest first (see ``Multifactor``).
+``multifactor`` (the default)
+    Slurm-style weighted sum, largest first (see ``Multifactor``), with the
+    Fair Tree fair-share factor (``services.scheduling.fairshare``).
+
+The parameters (weights, maximum age, QOS boosts, restart backoff) are a
+``PolicyConfig``, set by ``PolicyConfigured`` events, so their history is in
+the log; a key is computed against a ``Context``: "now", the fair-share
+factors of the cycle, the account boosts and the configuration.
 
 A key is a tuple; ties can only be broken by the acceptance sequence, so no
 two jobs ever compare equal and the order never depends on hashing.
@@ -21,13 +27,14 @@ two jobs ever compare equal and the order never depends on hashing.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from events import catalogue as c
 from services.state.jobs import Job
 
-__all__ = ["Policy", "POLICIES", "make_policy", "job_size", "Multifactor", "CLASS_RANK"]
+__all__ = ["Policy", "POLICIES", "make_policy", "job_size", "Multifactor", "CLASS_RANK", "PolicyConfig", "Context",
+           "WEIGHT_NAMES"]
 
 CLASS_RANK = {name: rank for rank, name in enumerate(c.PRIORITY_CLASSES)}
 
@@ -40,11 +47,70 @@ def job_size(spec: c.JobSpec) -> float:
     return spec.cpus_milli * tasks / 1000.0
 
 
+WEIGHT_NAMES = ("class", "fairshare", "age", "estimate", "size", "qos")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """The queue policy and its parameters (defaults, then each ``PolicyConfigured`` on top)."""
+
+    policy: str = "multifactor"
+    weights: dict[str, float] = field(default_factory=lambda: {
+        "class": 100_000.0, "fairshare": 10_000.0, "age": 1_000.0, "estimate": 4_000.0, "size": 500.0, "qos": 2_000.0})
+    max_age_s: float = 7 * 86_400.0
+    estimate_ref_s: float = 3_600.0
+    qos_boost: dict[str, float] = field(default_factory=dict)
+    backoff_base_s: float = 10.0
+    backoff_max_s: float = 600.0
+
+    def check(self, ev: c.PolicyConfigured) -> str | None:
+        """Why ``ev`` cannot be applied, or None."""
+        if ev.policy is not None and ev.policy not in POLICIES:
+            return f"policy: {ev.policy!r} is not one of {', '.join(POLICIES)}"
+        for name, value in ev.weights.items():
+            if name not in WEIGHT_NAMES:
+                return f"weights: {name!r} is not one of {', '.join(WEIGHT_NAMES)}"
+            if not (value >= 0 and math.isfinite(value)):
+                return f"weights.{name}: {value!r} must be 0 or more"
+        for name in ("max_age_s", "estimate_ref_s", "backoff_base_s", "backoff_max_s"):
+            value = getattr(ev, name)
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                return f"{name}: {value!r} must be a positive number of seconds"
+        for qos, value in ev.qos_boost.items():
+            if not (0 <= value <= 1):
+                return f"qos_boost.{qos}: {value!r} must be between 0 and 1"
+        return None
+
+    def updated(self, ev: c.PolicyConfigured) -> PolicyConfig:
+        changes: dict[str, object] = {name: getattr(ev, name) for name in
+                                      ("policy", "max_age_s", "estimate_ref_s", "backoff_base_s", "backoff_max_s")
+                                      if getattr(ev, name) is not None}
+        if ev.weights:
+            changes["weights"] = {**self.weights, **ev.weights}
+        if ev.qos_boost:
+            changes["qos_boost"] = {**self.qos_boost, **ev.qos_boost}
+        return replace(self, **changes)
+
+    def backoff_s(self, failures: int) -> float:
+        """The wait before retry number ``failures`` (1 for the first): base, doubling, capped."""
+        return min(self.backoff_max_s, self.backoff_base_s * 2.0 ** max(0, failures - 1))
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a key may depend on besides the job: the cycle's "now" and standings."""
+
+    now: float
+    config: PolicyConfig = PolicyConfig()
+    fairshare: dict[str, float] = field(default_factory=dict)  # association -> factor
+    boosts: dict[str, float] = field(default_factory=dict)  # account -> priority boost
+
+
 class Policy(Protocol):
     name: str
-    dynamic: bool  # True when the key depends on "now" (recomputed every cycle)
+    dynamic: bool  # True when the key depends on the context (recomputed every cycle)
 
-    def key(self, job: Job, now: float) -> tuple[float | int, ...]: ...
+    def key(self, job: Job, ctx: Context) -> tuple[float | int, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -52,7 +118,7 @@ class Fcfs:
     name: str = "fcfs"
     dynamic: bool = False
 
-    def key(self, job: Job, now: float) -> tuple[float | int, ...]:
+    def key(self, job: Job, ctx: Context) -> tuple[float | int, ...]:
         assert job.spec is not None
         return (CLASS_RANK[job.spec.priority_class], job.accepted_ts, job.accepted_seq)
 
@@ -62,7 +128,7 @@ class Sjf:
     name: str = "sjf"
     dynamic: bool = False
 
-    def key(self, job: Job, now: float) -> tuple[float | int, ...]:
+    def key(self, job: Job, ctx: Context) -> tuple[float | int, ...]:
         assert job.spec is not None
         return (CLASS_RANK[job.spec.priority_class], job.spec.time_limit_s, job.accepted_ts, job.accepted_seq)
 
@@ -72,7 +138,7 @@ class F1:
     name: str = "f1"
     dynamic: bool = False
 
-    def key(self, job: Job, now: float) -> tuple[float | int, ...]:
+    def key(self, job: Job, ctx: Context) -> tuple[float | int, ...]:
         spec = job.spec
         assert spec is not None
         score = math.log10(max(spec.time_limit_s, 1.0)) * job_size(spec) + 870.0 * math.log10(max(job.accepted_ts, 1.0))
@@ -81,49 +147,53 @@ class F1:
 
 @dataclass(frozen=True)
 class Multifactor:
-    """``P = w_class*f_class + w_age*f_age + w_est*f_est + w_size*f_size - nice``, largest first.
+    """``P = sum(w_f * f) + account boost - nice``, largest first; weights from ``PolicyConfig``.
 
     Factors, each in [0, 1]:
 
-    * ``f_class = (4 - rank) / 4``: critical 1, high 0.75, normal 0.5, low 0.25, scavenger 0;
-    * ``f_age = min(1, wait / max_age_s)``: grows linearly while the job waits, capped;
-    * ``f_est = ref / (ref + estimate)``: short estimates first (1 for 0 s, 0.5 at ``ref``);
-    * ``f_size = 1 / (1 + log2(size))``: small jobs slightly first (1 for one processor).
+    * ``class = (4 - rank) / 4``: critical 1, high 0.75, normal 0.5, low 0.25, scavenger 0;
+    * ``fairshare``: the Fair Tree factor of the job's association (1 = most under-served);
+    * ``age = min(1, wait / max_age_s)``: grows while the job waits, capped, so nothing starves;
+    * ``estimate = ref / (ref + time_limit)``: short estimates first (1 for 0 s, 1/2 at ``ref``);
+    * ``size = 1 / (1 + log2(processors))``: small jobs slightly first (1 for one processor);
+    * ``qos``: the boost of the job's QOS (0 unless configured).
 
-    Worked example (defaults): a normal job waiting 2 h with a 1 h estimate on 4
-    processors has ``100000*0.5 + 1000*(7200/86400) + 1000*(3600/7200) + 200/(1+2)``
-    = 50000 + 83.3 + 500 + 66.7 = 50650.0. Class dominates (weights far apart);
-    age eventually lifts any job past shorter newcomers, so nothing starves.
+    Worked example (default weights class 100,000, fairshare 10,000, age 1,000,
+    estimate 4,000, size 500, qos 2,000; max age 7 days, ref 1 h): a normal job
+    of a user with factor 0.5, waiting 12 h, estimate 1 h, 4 GPUs, no QOS, nice 0:
+    ``100000*0.5 + 10000*0.5 + 1000*(43200/604800) + 4000*(3600/7200) + 500/(1+2)``
+    = 50000 + 5000 + 71.4 + 2000 + 166.7 = 57238.1. The class dominates (the
+    weights are far apart), then fair share; age lifts any job past newcomers
+    in time.
     """
 
     name: str = "multifactor"
     dynamic: bool = True
-    w_class: float = 100_000.0
-    w_age: float = 1_000.0
-    w_est: float = 1_000.0
-    w_size: float = 200.0
-    max_age_s: float = 86_400.0
-    est_ref_s: float = 3_600.0
 
-    def factors(self, job: Job, now: float) -> dict[str, float]:
+    @staticmethod
+    def factors(job: Job, ctx: Context) -> dict[str, float]:
         spec = job.spec
         assert spec is not None
+        cfg = ctx.config
         size = max(job_size(spec), 1.0)
         return {
             "class": (4 - CLASS_RANK[spec.priority_class]) / 4,
-            "age": min(1.0, max(0.0, now - job.accepted_ts) / self.max_age_s),
-            "estimate": self.est_ref_s / (self.est_ref_s + spec.time_limit_s),
+            "fairshare": ctx.fairshare.get(f"{spec.account}/{spec.user or '-'}", 1.0),
+            "age": min(1.0, max(0.0, ctx.now - job.accepted_ts) / cfg.max_age_s),
+            "estimate": cfg.estimate_ref_s / (cfg.estimate_ref_s + spec.time_limit_s),
             "size": 1.0 / (1.0 + math.log2(size)),
+            "qos": cfg.qos_boost.get(spec.qos, 0.0),
         }
 
-    def priority(self, job: Job, now: float) -> float:
-        f = self.factors(job, now)
-        nice = job.spec.nice if job.spec else 0
-        return (self.w_class * f["class"] + self.w_age * f["age"] + self.w_est * f["estimate"]
-                + self.w_size * f["size"] - nice)
+    def priority(self, job: Job, ctx: Context) -> float:
+        f = self.factors(job, ctx)
+        w = ctx.config.weights
+        spec = job.spec
+        assert spec is not None
+        return sum(w[name] * f[name] for name in WEIGHT_NAMES) + ctx.boosts.get(spec.account, 0.0) - spec.nice
 
-    def key(self, job: Job, now: float) -> tuple[float | int, ...]:
-        return (-self.priority(job, now), job.accepted_seq)
+    def key(self, job: Job, ctx: Context) -> tuple[float | int, ...]:
+        return (-self.priority(job, ctx), job.accepted_seq)
 
 
 POLICIES: dict[str, type] = {"fcfs": Fcfs, "sjf": Sjf, "f1": F1, "multifactor": Multifactor}
