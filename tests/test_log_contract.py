@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 
+import msgspec
 import pytest
 
 from services.runtime.log import LogConflict, Outgoing, Record
+from services.runtime.snapshots import split
 
 
 async def collect(log, **kw) -> list[Record]:
@@ -113,3 +117,60 @@ async def test_dead_letters_keep_the_error(event_log):
     assert letters[0].data == b"junk" and letters[0].seq == ack.seq
     assert letters[0].subject == "horizon.in.acme.submit"
     assert letters[0].error == "not a JSON object: line two"
+
+
+# ---------------------------------------------------------------- snapshots
+# A partial or corrupt snapshot is simulated with the two steps of a save, which both
+# implementations expose for these tests: ``_write_snapshot_chunks`` then ``_commit_snapshot``.
+
+
+async def test_snapshot_round_trip(event_log):
+    assert await event_log.load_snapshot("scheduling") is None
+    await event_log.save_snapshot("scheduling", 42, b"state at 42")
+    await event_log.save_snapshot("placement", 7, b"")
+    assert await event_log.load_snapshot("scheduling") == (42, b"state at 42")
+    assert await event_log.load_snapshot("placement") == (7, b"")
+    assert await event_log.load_snapshot("inventory") is None
+
+
+async def test_the_latest_snapshot_saved_wins(event_log):
+    for seq in (10, 30, 20):
+        await event_log.save_snapshot("scheduling", seq, f"state {seq}".encode())
+    assert await event_log.load_snapshot("scheduling") == (20, b"state 20")
+
+
+async def test_a_snapshot_larger_than_a_message(event_log):
+    data = os.urandom(3 * 1024 * 1024 + 17)  # over the 1 MiB max_payload: chunked
+    await event_log.save_snapshot("scheduling", 99, data)
+    assert await event_log.load_snapshot("scheduling") == (99, data)
+    data2 = os.urandom(2 * 1024 * 1024)
+    await event_log.save_snapshot("scheduling", 120, data2)
+    assert await event_log.load_snapshot("scheduling") == (120, data2)
+
+
+async def test_a_partially_written_snapshot_is_never_loaded(event_log):
+    await event_log.save_snapshot("scheduling", 10, b"complete")
+    # a writer that died after storing chunks, before its manifest
+    await event_log._write_snapshot_chunks("scheduling", "20-deadbeef", [b"half of ", b"it"])
+    assert await event_log.load_snapshot("scheduling") == (10, b"complete")
+
+
+async def test_a_corrupt_snapshot_is_ignored_with_a_warning(event_log, caplog):
+    await event_log.save_snapshot("scheduling", 10, os.urandom(1_500_000))
+    good = await event_log._snapshot_manifest("scheduling")
+    bad_manifests = {
+        "sha256": msgspec.structs.replace(good, id="11-a", sha256="0" * 64),
+        "chunks missing": msgspec.structs.replace(good, id="12-b", chunks=good.chunks + 1),
+        "another log": msgspec.structs.replace(good, id="13-c", log_id="HORIZON@another"),
+    }
+    for reason, manifest in bad_manifests.items():
+        garbage = split(b"z" * good.size)  # as many chunks and bytes as the good one, other bytes
+        first = await event_log._write_snapshot_chunks("scheduling", manifest.id, garbage)
+        await event_log._commit_snapshot(msgspec.structs.replace(manifest, first_chunk_seq=first))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert await event_log.load_snapshot("scheduling") is None
+        assert reason in caplog.text
+    # a good one after them is trusted again
+    await event_log.save_snapshot("scheduling", 30, b"fine")
+    assert await event_log.load_snapshot("scheduling") == (30, b"fine")

@@ -21,6 +21,11 @@ The contract:
   a new instance with the same name resumes after the last acked message.
 * ``dead_letter`` parks an undecodable message with its error on
   ``horizon.dlq.<service>``; ``dead_letters`` reads them back.
+* ``save_snapshot`` stores a service's state as of a sequence, of any size;
+  ``load_snapshot`` returns the latest one *saved* (not the highest seq), or
+  None if there is none or it cannot be trusted: partially written, corrupt,
+  or folded from another log (a warning says which). Never a half-written
+  one: see ``services/runtime/snapshots.py``.
 """
 
 from __future__ import annotations
@@ -176,6 +181,10 @@ class EventLog(Protocol):
     async def dead_letter(self, service: str, record: Record, error: str) -> None: ...
 
     async def dead_letters(self, service: str | None = None) -> list[DeadLetter]: ...
+
+    async def save_snapshot(self, name: str, seq: int, data: bytes) -> None: ...
+
+    async def load_snapshot(self, name: str) -> tuple[int, bytes] | None: ...
 
     async def close(self) -> None: ...
 

@@ -2,13 +2,18 @@
 
 For tests of the pure cores on the real runner without NATS. Time is injected (a
 callable returning seconds), so a simulation stamps records at virtual time.
-The duplicate window is honoured against that clock.
+The duplicate window is honoured against that clock. Snapshots are kept as
+chunks and a manifest, like on JetStream, and checked by the same
+``assemble``, so the contract tests of partial and corrupt snapshots mean the
+same on both.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
@@ -26,8 +31,18 @@ from services.runtime.log import (
     clean_header,
     subject_matches,
 )
+from services.runtime.snapshots import (
+    Manifest,
+    SnapshotInvalid,
+    assemble,
+    make_manifest,
+    new_snapshot_id,
+    split,
+)
 
 __all__ = ["MemoryLog"]
+
+log = logging.getLogger("horizon.log")
 
 
 def _matches_any(patterns: Sequence[str], subject: str) -> bool:
@@ -88,6 +103,10 @@ class MemoryLog:
         self._durables: dict[str, dict[str, object]] = {}
         self._dlq: list[DeadLetter] = []
         self._grew = asyncio.Condition()
+        # Snapshots: chunks by (name, snapshot id) and index; the committed manifest by name.
+        self.log_id = f"memory-{os.urandom(6).hex()}"
+        self._snap_chunks: dict[tuple[str, str], dict[int, bytes]] = {}
+        self._snap_manifests: dict[str, Manifest] = {}
 
     @property
     def records(self) -> list[Record]:
@@ -204,6 +223,40 @@ class MemoryLog:
 
     async def dead_letters(self, service: str | None = None) -> list[DeadLetter]:
         return [d for d in self._dlq if service is None or d.service == service]
+
+    # ---------------------------------------------------------------- snapshots
+
+    async def save_snapshot(self, name: str, seq: int, data: bytes) -> None:
+        snap_id = new_snapshot_id(seq)
+        parts = split(bytes(data))
+        await self._write_snapshot_chunks(name, snap_id, parts)
+        await self._commit_snapshot(make_manifest(name, snap_id, seq, data, len(parts), self.log_id))
+
+    async def load_snapshot(self, name: str) -> tuple[int, bytes] | None:
+        manifest = self._snap_manifests.get(name)
+        if manifest is None:
+            return None
+        parts = self._snap_chunks.get((name, manifest.id), {})
+        try:
+            data = assemble(manifest, list(parts.items()), name=name, log_id=self.log_id)
+        except SnapshotInvalid as exc:
+            log.warning("%s: ignoring its snapshot at seq %d: %s", name, manifest.seq, exc)
+            return None
+        return manifest.seq, data
+
+    async def _write_snapshot_chunks(self, name: str, snap_id: str, parts: list[bytes]) -> int:
+        """Step 1 of a save (public to the contract tests, which simulate a writer dying after it)."""
+        self._snap_chunks[(name, snap_id)] = dict(enumerate(parts))
+        return 0
+
+    async def _commit_snapshot(self, manifest: Manifest) -> None:
+        """Step 2: the manifest makes the snapshot the latest; other chunk sets of the name are pruned."""
+        self._snap_manifests[manifest.name] = manifest
+        for key in [k for k in self._snap_chunks if k[0] == manifest.name and k[1] != manifest.id]:
+            del self._snap_chunks[key]
+
+    async def _snapshot_manifest(self, name: str) -> Manifest | None:
+        return self._snap_manifests.get(name)
 
     async def close(self) -> None:
         return None

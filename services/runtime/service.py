@@ -21,6 +21,16 @@ does all the I/O:
 ``decide`` must never return a decision that the state already reflects
 (otherwise every batch would publish it again); each core's tests check
 that ``decide`` after folding its own output returns nothing.
+
+**Snapshots** (optional, duck-typed: a core with ``snapshot_every`` K > 0,
+``dump(state) -> bytes`` and ``load(bytes) -> state | None``). At start the
+runner loads the latest snapshot and catches up from its ``seq + 1`` instead
+of 1; the core's ``load`` returns None for a snapshot another version or
+configuration wrote (it embeds its own fingerprint), and the runner then
+folds the whole log. While following, once the state is K records past the
+last dump, it dumps synchronously (the next batch mutates the state) and
+uploads in the background (``SnapshotUploader``). A snapshot is a cache of a
+fold, never a source of truth: any doubt about it means a full replay.
 """
 
 from __future__ import annotations
@@ -37,8 +47,18 @@ from events.codec import DecodeError, encode
 from events.subjects import event_subject
 from services.runtime.consume import decode_record
 from services.runtime.log import EventLog, Outgoing, Record
+from services.runtime.snapshots import SnapshotUploader
 
-__all__ = ["CoreState", "Core", "ServiceRunner", "fold_record", "fold_event", "RunnerStats"]
+__all__ = [
+    "CoreState",
+    "Core",
+    "SnapshotCore",
+    "ServiceRunner",
+    "fold_record",
+    "fold_event",
+    "RunnerStats",
+    "snapshot_interval",
+]
 
 log = logging.getLogger("horizon.service")
 
@@ -67,6 +87,28 @@ class Core(Protocol[S]):
     def evolve(self, state: S, event: Event, record: Record) -> S: ...
 
     def decide(self, state: S) -> list[Event]: ...
+
+
+class SnapshotCore(Core[S], Protocol[S]):
+    """A core that can be snapshotted: ``load(dump(state))`` must fold on exactly like ``state``."""
+
+    snapshot_every: int  # records between snapshots; 0 disables them
+
+    def dump(self, state: S) -> bytes: ...
+
+    def load(self, data: bytes) -> S | None:
+        """The state in ``data``, or None if this core cannot trust it (another version or configuration)."""
+        ...
+
+
+def snapshot_interval(core: object) -> int:
+    """K if ``core`` has the snapshot capability (``snapshot_every`` > 0, ``dump``, ``load``), else 0."""
+    every = getattr(core, "snapshot_every", 0)
+    if not isinstance(every, int) or every <= 0:
+        return 0
+    if not (callable(getattr(core, "dump", None)) and callable(getattr(core, "load", None))):
+        return 0
+    return every
 
 
 def fold_record(core: Core[S], state: S, record: Record) -> tuple[S, Event | None, str | None]:
@@ -103,10 +145,16 @@ class RunnerStats:
     decisions: int = 0
     duplicates: int = 0
     dead_letters: int = 0
+    restored_from_seq: int = 0  # the snapshot the last start began from (0: folded from seq 1)
+    snapshots_saved: int = 0
+    snapshot_failures: int = 0
+    snapshot_seq: int = 0  # seq of the last snapshot stored by this runner
 
 
 class ServiceRunner(Generic[S]):
-    def __init__(self, log_: EventLog, core: Core[S], *, dead_letter_inputs: bool | None = None) -> None:
+    def __init__(
+        self, log_: EventLog, core: Core[S], *, dead_letter_inputs: bool | None = None, snapshots: bool = True
+    ) -> None:
         self.log = log_
         self.core = core
         self.state: S = core.initial()
@@ -127,6 +175,10 @@ class ServiceRunner(Generic[S]):
         self._own: dict[str, Event] = {}
         self._follower: Any = None
         self._lock = asyncio.Lock()
+        # Snapshots (``snapshots=False`` turns them off, e.g. to measure a full replay).
+        self.snapshot_every = snapshot_interval(core) if snapshots else 0
+        self._dumped_seq = 0  # seq of the last dump (or of the snapshot started from)
+        self._uploader = SnapshotUploader(core.name, self._save_snapshot) if self.snapshot_every else None
 
     @property
     def name(self) -> str:
@@ -191,18 +243,92 @@ class ServiceRunner(Generic[S]):
         async with self._lock:
             await self._apply(batch)
             await self._decide_or_rest()
+            self._maybe_snapshot()
+
+    # ---------------------------------------------------------------- snapshots
+
+    async def _restore(self, end: int) -> int:
+        """Load the latest snapshot into the state if it can be trusted; the seq to catch up after (0: none)."""
+        if not self.snapshot_every:
+            return 0
+        core: Any = self.core
+        try:
+            found = await self.log.load_snapshot(self.name)
+        except Exception as exc:  # noqa: BLE001 - the log itself is still there to fold
+            log.warning("%s: cannot read its snapshot (%s: %s): folding the whole log", self.name,
+                        type(exc).__name__, exc)
+            return 0
+        if found is None:
+            log.info("%s: no snapshot: folding the whole log", self.name)
+            return 0
+        seq, data = found
+        why = ""
+        state = None
+        if seq > end:
+            why = f"it is at seq {seq}, past the end of the log ({end})"
+        else:
+            try:
+                state = core.load(data)
+            except Exception as exc:  # noqa: BLE001 - a snapshot this code cannot read is not trusted
+                why = f"load failed: {type(exc).__name__}: {exc}"
+            else:
+                if state is None:
+                    why = "the core does not accept it (another version or configuration)"
+                elif state.seq != seq:
+                    why = f"its state is at seq {state.seq}, the snapshot says {seq}"
+        if why:
+            log.warning("%s: ignoring the snapshot at seq %d: %s; folding the whole log", self.name, seq, why)
+            return 0
+        self.state = state
+        self._dumped_seq = seq
+        self.stats.restored_from_seq = seq
+        self.stats.applied_seq = seq
+        log.info("%s: restored from the snapshot at seq %d (%d bytes)", self.name, seq, len(data))
+        return seq
+
+    def _maybe_snapshot(self) -> None:
+        """Dump the state once it is ``snapshot_every`` records past the last dump; upload in the background."""
+        if self._uploader is None or self.state.seq - self._dumped_seq < self.snapshot_every:
+            return
+        self._dumped_seq = self.state.seq
+        core: Any = self.core
+        try:
+            data = core.dump(self.state)
+        except Exception:  # noqa: BLE001 - a snapshot is an optimisation; the service goes on without it
+            log.exception("%s: dump of the state at seq %d failed", self.name, self.state.seq)
+            self.stats.snapshot_failures += 1
+            return
+        self._uploader.offer(self.state.seq, data)
+
+    async def _save_snapshot(self, name: str, seq: int, data: bytes) -> None:
+        try:
+            await self.log.save_snapshot(name, seq, data)
+        except Exception:
+            self.stats.snapshot_failures += 1
+            raise
+        self.stats.snapshots_saved += 1
+        self.stats.snapshot_seq = seq
+
+    async def flush_snapshots(self) -> None:
+        """Until the snapshot being uploaded, if any, is stored (tests, benchmarks, a graceful stop)."""
+        if self._uploader is not None:
+            await self._uploader.flush()
+
+    # ---------------------------------------------------------------- life cycle
 
     async def start(self) -> None:
-        """Catch up with the log, decide once, then follow it (returns once following)."""
+        """Catch up with the log (from the latest snapshot, if any), decide once, then follow it."""
         self._dead_lettered = {d.seq for d in await self.log.dead_letters(self.name)}
         end = await self.log.last_seq()
-        async for batch in self.log.read(1, subjects=self.core.subjects, until_seq=end):
+        restored = await self._restore(end)
+        async for batch in self.log.read(restored + 1, subjects=self.core.subjects, until_seq=end):
             await self._apply(batch)
         self.state.seq = max(self.state.seq, end)
         self.stats.caught_up_seq = end
         log.info("%s caught up to seq %d", self.name, end)
         async with self._lock:
             await self._decide_or_rest()
+            self._maybe_snapshot()
         self._follower = await self.log.follow(self._on_batch, from_seq=end + 1, subjects=self.core.subjects)
         self.ready.set()
 
@@ -221,3 +347,5 @@ class ServiceRunner(Generic[S]):
     async def stop(self) -> None:
         if self._follower is not None:
             await self._follower.stop()
+        if self._uploader is not None:
+            await self._uploader.close()
