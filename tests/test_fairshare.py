@@ -1,0 +1,177 @@
+"""Fair share: the decay maths by hand, Fair Tree by hand, and fairness through the simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from events import catalogue as c
+from events.subjects import admin_subject
+from services.agent.app import local_nodes
+from services.scheduling.fairshare import FairShare
+from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
+from services.sim.traces import SimJob
+
+H = 3600.0  # a one-hour half-life keeps the hand arithmetic short
+
+
+def spec(account: str, user: str, gpus: int = 8) -> c.JobSpec:
+    return c.JobSpec(tenant="t", account=account, user=user, gpus=gpus, cpus_milli=1000)
+
+
+def test_decay_worked_by_hand():
+    fs = FairShare(half_life_s=H, cpu_weight=0.0)
+    leaf = fs.leaf_for(spec("a", "u"), 0.0).name
+    assert leaf == "a/u"
+    rate = fs.rate_of(spec("a", "u", gpus=8))
+    assert rate == 8.0  # 8 GPUs x weight 1 (CPU weight 0 here)
+    fs.start(leaf, rate, 0.0)
+    # lambda = ln2/H. Running at R for one half-life from 0: U = R(1 - e^(-ln2))/lambda = 8 * 1/2 * H/ln2
+    expected = 8 * 0.5 * H / math.log(2)
+    assert expected == pytest.approx(20774.81, abs=0.01)  # 4 * 3600 / 0.693147 GPU-seconds
+    assert fs.usage_at(fs.accounts[leaf], H) == pytest.approx(expected, rel=1e-12)
+    fs.stop(leaf, rate, H)
+    assert fs.accounts[leaf].usage == pytest.approx(expected, rel=1e-12)
+    # idle for another half-life: half of it is gone; the account above holds the same
+    assert fs.usage_at(fs.accounts[leaf], 2 * H) == pytest.approx(expected / 2, rel=1e-12)
+    assert fs.usage_at(fs.accounts["a"], 2 * H) == pytest.approx(expected / 2, rel=1e-12)
+    # and the limit of a job that never stops is R/lambda = 8 * H / ln2 (twice the one-half-life figure)
+    fs.start(leaf, rate, 2 * H)
+    assert fs.usage_at(fs.accounts[leaf], 100 * H) == pytest.approx(8 * H / math.log(2), rel=1e-9)
+
+
+def test_usage_read_at_any_time_equals_usage_advanced_in_steps():
+    """Reading does not change the ledger: replay (advanced only at rate changes) agrees with reads."""
+    fs = FairShare(half_life_s=H)
+    leaf = fs.leaf_for(spec("a", "u"), 0.0).name
+    fs.start(leaf, 4.0, 0.0)
+    before = fs.usage_at(fs.accounts[leaf], 5000.0)
+    assert fs.accounts[leaf].usage == 0.0 and fs.accounts[leaf].usage_ts == 0.0
+    assert fs.usage_at(fs.accounts[leaf], 5000.0) == before
+
+
+def test_fair_tree_by_hand():
+    """A (2 shares) and B (1 share) have used 100 each: LF_A = (2/3)/(1/2) = 4/3, LF_B = (1/3)/(1/2) = 2/3,
+    so every user of A ranks above every user of B, whatever their own standing in A."""
+    fs = FairShare(half_life_s=1e12)  # no decay within the test
+    fs.configure_account(c.AccountConfigured(account="A", shares=2), 0.0)
+    fs.configure_account(c.AccountConfigured(account="B", shares=1), 0.0)
+    for account, user, used in (("A", "x", 90.0), ("A", "y", 10.0), ("B", "z", 100.0)):
+        leaf = fs.leaf_for(spec(account, user), 0.0)
+        leaf.usage = used
+        for acc in fs.path(leaf.name)[1:]:
+            acc.usage += used
+    lf = fs.level_fairshare(0.0)
+    assert lf["A"] == pytest.approx(4 / 3) and lf["B"] == pytest.approx(2 / 3)
+    # inside A: x and y have one share each; x used 90% -> LF 0.5/0.9, y -> 0.5/0.1
+    assert lf["A/x"] == pytest.approx(0.5 / 0.9) and lf["A/y"] == pytest.approx(5.0)
+    # depth-first: A/y, A/x, then B/z; three leaves -> 3/3, 2/3, 1/3
+    assert fs.factors(0.0) == {"A/y": 1.0, "A/x": pytest.approx(2 / 3), "B/z": pytest.approx(1 / 3)}
+    # a newcomer of B with no usage is first in B but still after all of A
+    fs.leaf_for(spec("B", "new"), 0.0)
+    f = fs.factors(0.0)
+    assert f["A/y"] > f["A/x"] > f["B/new"] > f["B/z"]
+
+
+def test_account_configuration_is_checked():
+    fs = FairShare()
+    assert "positive" in fs.check_account(c.AccountConfigured(account="a", shares=0))
+    assert "configure it first" in fs.check_account(c.AccountConfigured(account="a", parent="nope"))
+    fs.configure_account(c.AccountConfigured(account="org"), 0.0)
+    fs.configure_account(c.AccountConfigured(account="proj", parent="org"), 0.0)
+    assert "tree" in fs.check_account(c.AccountConfigured(account="org", parent="proj"))
+    assert fs.check_account(c.AccountConfigured(account="proj", parent=None)) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the simulator (the real cores at virtual time)
+
+HOUR = 3600.0
+
+
+def _jobs(account: str, user: str, count: int, at: float, gpus: int = 4, hours: float = 1.0) -> list[SimJob]:
+    return [SimJob(f"{account}-{user}-{i:04d}", at, hours * HOUR, hours * HOUR, gpus=gpus, account=account, user=user)
+            for i in range(count)]
+
+
+def _run(jobs: list[SimJob], config: list[tuple[str, c.Event]]) -> dict:
+    settings = SimSettings(policy="multifactor", backfill="easy", gpus_per_node=8)
+    nodes = local_nodes(8, gpus_per_node=8, prefix="n")  # 64 GPUs
+    bus = InProcessBus(make_cores(settings))
+
+    async def go():
+        await bus.publish([(admin_subject(verb), ev) for verb, ev in config])
+        return await simulate(jobs, nodes, settings, bus)
+
+    return asyncio.run(go()).results
+
+
+def _gpu_seconds(results, who, start: float, end: float) -> dict[str, float]:
+    """GPU-seconds each key delivered within [start, end)."""
+    out: dict[str, float] = {}
+    for r in results.values():
+        if r.start_s is None:
+            continue
+        a, b = max(start, r.start_s), min(end, r.end_s)
+        if b > a:
+            out[who(r.job)] = out.get(who(r.job), 0.0) + (b - a) * r.job.gpus
+    return out
+
+
+def _decayed_usage(results, who, at: float, half_life: float) -> dict[str, float]:
+    """The test's own oracle of decayed usage: sum of gpus * integral of 2^(-(at-t)/H) over the run."""
+    lam = math.log(2) / half_life
+    out: dict[str, float] = {}
+    for r in results.values():
+        if r.start_s is None or r.start_s >= at:
+            continue
+        end = min(at, r.end_s)
+        value = r.job.gpus * (math.exp(-lam * (at - end)) - math.exp(-lam * (at - r.start_s))) / lam
+        out[who(r.job)] = out.get(who(r.job), 0.0) + value
+    return out
+
+
+def _account(job: SimJob) -> str:
+    return job.account
+
+
+def test_shares_2_to_1_deliver_2_to_1_and_a_late_account_reaches_its_share_within_a_half_life():
+    half_life = 6 * HOUR
+    config = [
+        ("fairshare", c.FairShareConfigured(half_life_s=half_life, gpu_weight=1.0, cpu_weight=0.0)),
+        ("account", c.AccountConfigured(account="A", shares=2)),
+        ("account", c.AccountConfigured(account="B", shares=1)),
+        ("account", c.AccountConfigured(account="C", shares=1)),
+    ]
+    # A and B each have far more work than the 64 GPUs can do in a day; C arrives after the day
+    jobs = _jobs("A", "a", 800, 0.0) + _jobs("B", "b", 800, 0.0) + _jobs("C", "c", 400, 24 * HOUR)
+    results = _run(jobs, config)
+    day = _gpu_seconds(results, _account, 0.0, 24 * HOUR)
+    assert sum(day.values()) == pytest.approx(64 * 24 * HOUR, rel=0.01)  # saturated
+    assert day["A"] / day["B"] == pytest.approx(2.0, rel=0.05)
+    # C's shares are 1 of 4: within one half-life of its arrival its decayed usage reaches a quarter
+    later = _decayed_usage(results, _account, 24 * HOUR + half_life, half_life)
+    assert later["C"] / sum(later.values()) >= 0.25 * 0.95
+    # and A keeps twice B meanwhile
+    assert later["A"] / later["B"] == pytest.approx(2.0, rel=0.1)
+
+
+def test_a_user_with_a_huge_history_yields_to_a_new_user_and_recovers_as_it_decays():
+    half_life = 6 * HOUR
+    config = [
+        ("fairshare", c.FairShareConfigured(half_life_s=half_life, gpu_weight=1.0, cpu_weight=0.0)),
+        ("account", c.AccountConfigured(account="lab", shares=1)),
+    ]
+    # "old" has the cluster to itself for a day, then "new" (same account) arrives with as much work
+    jobs = _jobs("lab", "old", 1000, 0.0) + _jobs("lab", "new", 600, 24 * HOUR)
+    results = _run(jobs, config)
+
+    def user(job: SimJob) -> str:
+        return job.user
+
+    first = _gpu_seconds(results, user, 25 * HOUR, 28 * HOUR)
+    assert first.get("new", 0.0) / sum(first.values()) > 0.9  # the newcomer takes every freed GPU
+    late = _gpu_seconds(results, user, 40 * HOUR, 48 * HOUR)
+    assert 0.4 <= late.get("old", 0.0) / sum(late.values()) <= 0.6  # old's history has decayed: even again
