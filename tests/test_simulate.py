@@ -102,3 +102,64 @@ def test_the_benchmark_harness_runs_from_one_command():
     body = json.loads(out.stdout)
     assert {"events_per_s", "raw_read_per_s", "snapshot_restart_s"} <= set(body["replay"])
     assert body["replay"]["events"] == 50_000
+
+
+WORKFLOW = {
+    "config": [{"type": "AccountConfigured", "account": "a", "shares": 2},
+               {"type": "AccountConfigured", "account": "b", "shares": 1}],
+    "jobs": [
+        {"job_id": "prep", "submit_s": 0, "runtime_s": 30, "gpus": 2, "account": "a"},
+        {"job_id": "sweep", "submit_s": 0, "runtime_s": 20, "gpus": 1, "array": "0-11%3", "account": "a",
+         "dependencies": ["after-ok:prep"]},
+        {"job_id": "report", "submit_s": 1, "runtime_s": 5, "gpus": 1, "dependencies": [["after-any", "sweep"]]},
+        {"job_id": "flaky", "submit_s": 2, "runtime_s": 10, "gpus": 4, "account": "b", "fail_attempts": 1,
+         "restart_policy": "on-failure", "max_retries": 2},
+        {"job_id": "broken", "submit_s": 3, "runtime_s": 10, "gpus": 1, "account": "b", "exit_code": 2},
+        {"job_id": "after-broken", "submit_s": 3, "runtime_s": 10, "gpus": 1,
+         "dependencies": [{"kind": "after-ok", "job_id": "broken"}]},
+        {"job_id": "filler", "submit_s": 4, "runtime_s": 15, "gpus": 2, "nice": 100, "qos": "batch"},
+    ],
+}
+
+
+def test_job_lists_carry_arrays_dependencies_failures_and_configuration(tmp_path):
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(WORKFLOW))
+    trace = read_trace(path)
+    assert [e.event_type for e in trace.config] == ["AccountConfigured", "AccountConfigured"]
+    assert trace.config[0].shares == 2
+    by_id = {j.job_id: j for j in trace.jobs}
+    assert by_id["sweep"].array == "0-11%3" and by_id["sweep"].dependencies == (("after-ok", "prep"),)
+    assert by_id["report"].dependencies == (("after-any", "sweep"),)
+    assert (by_id["flaky"].fail_attempts, by_id["flaky"].restart_policy, by_id["flaky"].max_retries) == (1, "on-failure", 2)
+    assert [by_id["flaky"].outcome(n) for n in (1, 2)] == [1, 0] and by_id["broken"].outcome(3) == 2
+    csv_path = tmp_path / "wf.csv"
+    csv_path.write_text("job_id,submit_s,runtime_s,dependencies,array\nx,0,5,,0-3%2\ny,1,5,after-ok:x,\n")
+    x, y = read_trace(csv_path).jobs
+    assert (x.array, x.dependencies, y.array, y.dependencies) == ("0-3%2", (), None, (("after-ok", "x"),))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"config": [{"type": "JobScheduled", "job_id": "x"}], "jobs": []}))
+    with pytest.raises(ValueError, match="config\\[0\\] has type 'JobScheduled'; operator events: AccountConfigured"):
+        read_trace(bad)
+
+
+@pytest.mark.timeout(120)
+def test_a_workflow_decides_identically_in_process_and_over_nats(tmp_path):
+    path = tmp_path / "wf.json"
+    path.write_text(json.dumps(WORKFLOW))
+    common = {"nodes": 2, "gpus_per_node": 4, "backfill": True}
+    out, fast = asyncio.run(run_simulation(str(path), in_process=True, **common))
+    _, real = asyncio.run(run_simulation(str(path), in_process=False, **common))
+
+    def story(run):
+        return {j: (r.state, r.reason, [(a.attempt, a.start_s, a.end_s, a.nodes, a.outcome) for a in r.attempts])
+                for j, r in run.results.items()}
+
+    assert story(fast) == story(real)
+    r = fast.results
+    assert r["sweep_0"].start_s == 30 and max(x.end_s for j, x in r.items() if j.startswith("sweep_")) == 110
+    assert r["report"].start_s == 110
+    assert [a.outcome for a in r["flaky"].attempts] == ["FAILED", "SUCCEEDED"]
+    assert r["after-broken"].state == "DEPENDENCY_NEVER_SATISFIED"
+    assert out["outcomes"] == {"DEPENDENCY_NEVER_SATISFIED": 1, "FAILED": 1, "SUCCEEDED": 16}
+    assert out["retries"] == 1 and out["jobs"] == 17

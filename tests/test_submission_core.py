@@ -77,9 +77,9 @@ def test_cancel_hold_release_update():
     f.input("acme", "hold", c.JobHoldRequested(job_id="j1", tenant="acme"))
     [again] = f.settle()
     assert isinstance(again, c.RequestRejected) and "only a pending job can be held" in again.reason
-    f.input("acme", "update", c.JobUpdateRequested(job_id="j1", tenant="acme", priority_class="high"))
+    f.input("acme", "update", c.JobUpdateRequested(job_id="j1", tenant="acme", priority_class="low"))
     [changed] = f.settle()
-    assert isinstance(changed, c.JobPriorityChanged) and changed.priority_class == "high"
+    assert isinstance(changed, c.JobPriorityChanged) and changed.priority_class == "low"
     f.input("acme", "release", c.JobReleaseRequested(job_id="j1", tenant="acme"))
     assert isinstance(f.settle()[0], c.JobReleased)
     f.input("globex", "cancel", c.JobCancelRequested(job_id="j1", tenant="globex"))
@@ -100,3 +100,61 @@ def test_cancelling_a_running_job_asks_its_agent_to_stop_it():
     f.input("acme", "cancel", c.JobCancelRequested(job_id="j1", tenant="acme", reason="wrong data"))
     [stop] = f.settle()
     assert isinstance(stop, c.JobStopRequested) and stop.attempt == 1 and stop.reason == "wrong data"
+
+
+def test_an_owner_may_only_lower_a_priority_and_an_operator_may_change_it_either_way():
+    f = feed_with_cluster()
+    f.input("acme", "submit", submit("j1", priority_class="normal", nice=10))
+    f.settle()
+    f.input("acme", "update", c.JobUpdateRequested(job_id="j1", tenant="acme", priority_class="high"))
+    [up] = f.settle()
+    assert isinstance(up, c.RequestRejected) and up.verb == "update"
+    assert up.reason.startswith("priority_class: raising j1 from 'normal' to 'high' needs an operator")
+    f.input("acme", "update", c.JobUpdateRequested(job_id="j1", tenant="acme", nice=5))
+    [less_nice] = f.settle()
+    assert isinstance(less_nice, c.RequestRejected)
+    assert less_nice.reason.startswith("nice: lowering j1's nice from 10 to 5 raises its priority")
+    # lower class and higher nice together: allowed
+    f.input("acme", "update", c.JobUpdateRequested(job_id="j1", tenant="acme", priority_class="low", nice=20))
+    [down] = f.settle()
+    assert isinstance(down, c.JobPriorityChanged) and (down.priority_class, down.nice) == ("low", 20)
+    # an operator raises it back, beyond where it started; the answer names no tenant but _admin's request
+    f.admin("update", c.JobUpdateRequested(job_id="j1", tenant="_admin", priority_class="critical", nice=-100))
+    [raised] = f.settle()
+    assert isinstance(raised, c.JobPriorityChanged) and (raised.priority_class, raised.nice) == ("critical", -100)
+    assert raised.id == f"submission/JobPriorityChanged/j1/{f.seq - 1}"
+    assert f.state.jobs.get("j1").spec.priority_class == "critical"
+    # two owner updates in one round: the second is judged against the first
+    f.input("acme", "update", c.JobUpdateRequested(job_id="j1", tenant="acme", priority_class="low"))
+    f.input("acme", "update", c.JobUpdateRequested(job_id="j1", tenant="acme", priority_class="normal"))
+    lowered, refused = f.settle()
+    assert isinstance(lowered, c.JobPriorityChanged) and isinstance(refused, c.RequestRejected)
+    assert "from 'low' to 'normal'" in refused.reason
+    assert f.decide() == []
+
+
+def test_operators_act_on_any_tenants_jobs_on_the_admin_subjects():
+    f = feed_with_cluster()
+    f.input("acme", "submit", submit("j1"))
+    f.input("globex", "submit", submit("g1", tenant="globex"))
+    f.settle()
+    f.admin("hold", c.JobHoldRequested(job_id="j1", tenant="_admin", user="ops"))
+    f.admin("cancel", c.JobCancelRequested(job_id="g1", tenant="globex", reason="maintenance"))
+    held, cancelled = f.settle()
+    assert isinstance(held, c.JobHeld) and held.reason == "hold requested by ops"
+    assert isinstance(cancelled, c.JobCancelled) and cancelled.reason == "maintenance"
+    f.admin("release", c.JobReleaseRequested(job_id="j1", tenant="globex"))  # neither _admin nor j1's tenant
+    [wrong] = f.settle()
+    assert isinstance(wrong, c.RequestRejected) and wrong.tenant == "_admin"
+    assert wrong.reason == "tenant 'globex' is neither '_admin' nor the job's tenant 'acme'"
+    f.admin("release", c.JobReleaseRequested(job_id="nope", tenant="_admin"))
+    [unknown] = f.settle()
+    assert isinstance(unknown, c.RequestRejected) and unknown.reason == "no job 'nope' in tenant '_admin'"
+    # node and configuration commands share the admin subjects: not submission's to answer
+    f.admin("node", c.NodeCommandIssued(node="n1", action="cordon"))
+    f.admin("account", c.AccountConfigured(account="a", shares=2))
+    assert f.decide() == []
+    # an owner still cannot touch another tenant's job
+    f.input("globex", "release", c.JobReleaseRequested(job_id="j1", tenant="globex"))
+    [foreign] = f.settle()
+    assert isinstance(foreign, c.RequestRejected) and foreign.reason == "no job 'j1' in tenant 'globex'"

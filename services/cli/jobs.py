@@ -1,4 +1,10 @@
-"""Client commands about jobs: submit, cancel, hold, release, queue, jobs, watch."""
+"""Client commands about jobs: submit, cancel, hold, release, update, queue, jobs, watch.
+
+Requests (cancel, hold, release, update) go to ``horizon.in.<tenant>.<verb>``
+about one's own jobs, or with ``--admin`` to ``horizon.in._admin.<verb>``
+about anyone's. A job id naming an array asks for every live task, and the
+command reports the answers together.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +20,8 @@ from rich.table import Table
 
 from events import catalogue as c
 from events.resources import format_cpus, format_memory, parse_cpus, parse_duration, parse_gpu_model, parse_memory
-from events.subjects import input_subject, valid_token
+from events.arrays import parse_array
+from events.subjects import ADMIN_TENANT, admin_subject, input_subject, valid_token
 from services.cli.client import await_answer, default_tenant, default_user, publish_input, query, session
 
 __all__ = ["register"]
@@ -71,6 +78,13 @@ def _key_values(pairs: tuple[str, ...], what: str) -> dict[str, str]:
 @click.option("--restart-policy", default="never", show_default=True, type=click.Choice(list(c.RESTART_POLICIES)))
 @click.option("--max-retries", type=int, default=0, show_default=True)
 @click.option("--scheduling-timeout", default=None, help="Give up if not started within this duration.")
+@click.option("--nice", type=int, default=0, show_default=True, help="Priority adjustment: higher is lower priority.")
+@click.option("--array", "array", default=None,
+              help="A job array, as Slurm's --array: 0-99, 0-99%10 (at most 10 at once), 1,3,5-7, 0-15:4. "
+                   "Tasks are <job id>_<index>.")
+@click.option("--dependency", "dependency", default=None,
+              help="Start only after other jobs, as Slurm: afterok:a:b,afterany:c (also after, afternotok). "
+                   "They may be submitted later.")
 @click.option("--env", "env", multiple=True, help="KEY=VALUE for the job's environment (repeatable).")
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE label (repeatable).")
 @click.option("--sim-runtime", type=float, default=None, help="Seconds a simulated job runs (sim executor).")
@@ -81,8 +95,8 @@ def submit(
     nats_url: str, tenant: str, job_id: str | None, name: str, account: str, user: str, gpus: int,
     gpu_type: str | None, gpu_memory: str | None, cpus: str, memory: str, nodes: int, tasks_per_node: int,
     time_limit: str | None, priority_class: str, restart_policy: str, max_retries: int,
-    scheduling_timeout: str | None, env: tuple[str, ...], labels: tuple[str, ...], sim_runtime: float | None,
-    no_wait: bool, as_json: bool, command: tuple[str, ...],
+    scheduling_timeout: str | None, nice: int, array: str | None, dependency: str | None, env: tuple[str, ...],
+    labels: tuple[str, ...], sim_runtime: float | None, no_wait: bool, as_json: bool, command: tuple[str, ...],
 ) -> None:
     """Submit a job: horizon submit --gpus 2 -- python train.py"""
     # Catch what we can here, with the same messages the submission service would give.
@@ -92,6 +106,7 @@ def submit(
         parse_gpu_model(gpu_type, "--gpu-type")
     if gpu_memory:
         parse_memory(gpu_memory, "--gpu-memory")
+    first_index = parse_array(array, "--array").indices[0] if array is not None else None
     job_id = job_id or f"{user if valid_token(user) else 'job'}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     event = c.JobSubmitted(
         ts=time.time(),
@@ -111,15 +126,23 @@ def submit(
         time_limit_s=parse_duration(time_limit, "--time") if time_limit else None,
         scheduling_timeout_s=parse_duration(scheduling_timeout, "--scheduling-timeout") if scheduling_timeout else None,
         priority_class=priority_class,
+        nice=nice,
+        array=array,
+        dependencies=parse_dependency_option(dependency) if dependency else [],
         restart_policy=restart_policy,
         max_retries=max_retries,
         sim_runtime_s=sim_runtime,
     )
     subject = input_subject(tenant, "submit")
+    # An array's verdict: JobRejected about the array, or a JobAccepted per task (the first is enough).
+    answer_subjects = [f"horizon.evt.submission.*.{job_id}"]
+    if first_index is not None:
+        answer_subjects = [f"horizon.evt.submission.JobRejected.{job_id}",
+                           f"horizon.evt.submission.JobAccepted.{job_id}_{first_index}"]
 
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
-            sub = await nc.subscribe(f"horizon.evt.submission.*.{job_id}") if valid_token(job_id) else None
+            sub = await _Inbox.open(nc, answer_subjects) if valid_token(job_id) else None
             seq = await publish_input(nc, subject, event, msg_id=job_id)
             result: dict[str, Any] = {"job_id": job_id, "state": "SUBMITTED", "seq": seq}
             if no_wait or sub is None:
@@ -144,44 +167,165 @@ def submit(
         raise click.ClickException(f"job {job_id} rejected: {result['reason']}")
 
 
-def _request(verb: str, cls: type[c.Event], answers: set[str]) -> click.Command:
-    @click.command(name=verb, help=f"{verb.capitalize()} a job.")
+class _Inbox:
+    """Messages of several subjects, read one at a time like a subscription's ``next_msg``."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    @classmethod
+    async def open(cls, nc: Any, subjects: list[str]) -> _Inbox:
+        inbox = cls()
+
+        async def put(msg: Any) -> None:
+            inbox.queue.put_nowait(msg)
+
+        for subject in subjects:
+            await nc.subscribe(subject, cb=put)
+        return inbox
+
+    async def next_msg(self, timeout: float) -> Any:
+        return await asyncio.wait_for(self.queue.get(), timeout)
+
+
+admin_option = click.option(
+    "--admin", is_flag=True,
+    help="Ask as an operator (horizon.in._admin.<verb>): any tenant's job, and priority either way.",
+)
+_DONE = {"JobCancelled": "cancelled", "JobStopRequested": "stopping", "JobHeld": "held", "JobReleased": "released",
+         "JobPriorityChanged": "priority changed", "RequestRejected": "rejected"}
+
+
+async def _await_answers(sub: Any, seq: int, job_id: str, timeout_s: float = 10.0,
+                         quiet_s: float = 0.5) -> list[dict[str, Any]]:
+    """Submission's answers to the request stored at ``seq`` (they carry ``causation_id = seq:<seq>``).
+
+    A job gets one answer, about itself; an array one per task, so once the first has come
+    the others are collected until ``quiet_s`` passes without one.
+    """
+    import nats.errors
+
+    cause = f"seq:{seq}"
+    answers: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        remaining = deadline - loop.time()
+        if answers:
+            remaining = min(remaining, quiet_s)
+        if remaining <= 0:
+            return answers
+        try:
+            msg = await sub.next_msg(timeout=remaining)
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            return answers
+        body = json.loads(msg.data)
+        if body.get("causation_id") != cause:
+            continue
+        answers.append(body)
+        if body.get("job_id") == job_id:
+            return answers  # about the job itself: a job, or an array with no live task
+
+
+def _ask(nats_url: str, verb: str, event: c.Event, job_id: str, admin: bool, tenant: str,
+         as_json: bool) -> None:
+    """Publish a request about a job (or an array), print the answers, fail if none carried it out."""
+    subject = admin_subject(verb) if admin else input_subject(tenant, verb)
+
+    async def go() -> list[dict[str, Any]]:
+        async with session(nats_url) as nc:
+            sub = await nc.subscribe("horizon.evt.submission.*.*")
+            seq = await publish_input(nc, subject, event, msg_id=f"{verb}/{job_id}/{uuid.uuid4().hex}")
+            return await _await_answers(sub, seq, job_id)
+
+    answers = _run(go())
+    if as_json:
+        click.echo(json.dumps(answers if len(answers) != 1 else answers[0]))
+    if not answers:
+        raise click.ClickException(f"no answer about {job_id} within 10 s (the request is in the log)")
+    refused = [a for a in answers if a["type"] == "RequestRejected"]
+    if not as_json:
+        if len(answers) == 1 and not refused:
+            click.echo(f"{job_id}: {_DONE.get(answers[0]['type'], answers[0]['type'])}")
+        elif len(answers) > 1:
+            counts: dict[str, int] = {}
+            for a in answers:
+                counts[_DONE.get(a["type"], a["type"])] = counts.get(_DONE.get(a["type"], a["type"]), 0) + 1
+            click.echo(f"{job_id}: {len(answers)} tasks: " + ", ".join(f"{n} {what}" for what, n in sorted(counts.items())))
+            for a in refused[:10]:
+                click.echo(f"  {a['job_id']}: {a['reason']}", err=True)
+            if len(refused) > 10:
+                click.echo(f"  ... and {len(refused) - 10} more", err=True)
+    if len(refused) == len(answers):
+        raise click.ClickException(f"{verb} {job_id}: {refused[0]['reason']}")
+
+
+def _request(verb: str, cls: type[c.Event]) -> click.Command:
+    @click.command(name=verb, help=f"{verb.capitalize()} a job, or every task of an array (its job id).")
     @nats_option
     @tenant_option
+    @admin_option
     @click.option("--reason", default="", help="Why (kept in the log).")
     @click.option("--json", "as_json", is_flag=True)
     @click.argument("job_id")
-    def command(nats_url: str, tenant: str, reason: str, as_json: bool, job_id: str) -> None:
+    def command(nats_url: str, tenant: str, admin: bool, reason: str, as_json: bool, job_id: str) -> None:
         if not valid_token(job_id):
             raise click.BadParameter(f"{job_id!r} is not a job id", param_hint="JOB_ID")
-        fields: dict[str, Any] = {"job_id": job_id, "tenant": tenant, "user": default_user()}
+        fields: dict[str, Any] = {"job_id": job_id, "tenant": ADMIN_TENANT if admin else tenant, "user": default_user()}
         if "reason" in cls.__struct_fields__:
             fields["reason"] = reason
         event = cls(ts=time.time(), source="horizon-cli", correlation_id=job_id, **fields)
-
-        async def go() -> dict[str, Any] | None:
-            async with session(nats_url) as nc:
-                sub = await nc.subscribe(f"horizon.evt.*.*.{job_id}")
-                await publish_input(nc, input_subject(tenant, verb), event, msg_id=f"{verb}/{job_id}/{uuid.uuid4().hex}")
-                return await await_answer(sub, answers | {"RequestRejected"}, timeout_s=10.0)
-
-        answer = _run(go())
-        if as_json:
-            click.echo(json.dumps(answer or {"job_id": job_id, "type": None}))
-        if answer is None:
-            raise click.ClickException(f"no answer about {job_id} within 10 s (the request is in the log)")
-        if answer["type"] == "RequestRejected":
-            raise click.ClickException(f"{verb} {job_id}: {answer['reason']}")
-        if not as_json:
-            click.echo({"JobCancelled": f"{job_id} cancelled", "JobStopRequested": f"{job_id}: stopping",
-                        "JobHeld": f"{job_id} held", "JobReleased": f"{job_id} released"}.get(answer["type"], answer["type"]))
+        _ask(nats_url, verb, event, job_id, admin, tenant, as_json)
 
     return command
 
 
-cancel = _request("cancel", c.JobCancelRequested, {"JobCancelled", "JobStopRequested"})
-hold = _request("hold", c.JobHoldRequested, {"JobHeld"})
-release = _request("release", c.JobReleaseRequested, {"JobReleased"})
+cancel = _request("cancel", c.JobCancelRequested)
+hold = _request("hold", c.JobHoldRequested)
+release = _request("release", c.JobReleaseRequested)
+
+
+@click.command()
+@nats_option
+@tenant_option
+@admin_option
+@click.option("--priority-class", default=None, type=click.Choice(list(c.PRIORITY_CLASSES)),
+              help="The new class (an owner may only lower it).")
+@click.option("--nice", type=int, default=None, help="The new nice value (an owner may only raise it).")
+@click.option("--json", "as_json", is_flag=True)
+@click.argument("job_id")
+def update(nats_url: str, tenant: str, admin: bool, priority_class: str | None, nice: int | None, as_json: bool,
+           job_id: str) -> None:
+    """Change the priority of a pending or held job, or of every task of an array."""
+    if not valid_token(job_id):
+        raise click.BadParameter(f"{job_id!r} is not a job id", param_hint="JOB_ID")
+    if priority_class is None and nice is None:
+        raise click.UsageError("give --priority-class, --nice or both")
+    event = c.JobUpdateRequested(ts=time.time(), source="horizon-cli", correlation_id=job_id, job_id=job_id,
+                                 tenant=ADMIN_TENANT if admin else tenant, priority_class=priority_class, nice=nice,
+                                 user=default_user())
+    _ask(nats_url, "update", event, job_id, admin, tenant, as_json)
+
+
+_SLURM_KINDS = {"after": "after", "afterok": "after-ok", "afternotok": "after-not-ok", "afterany": "after-any"}
+
+
+def parse_dependency_option(text: str) -> list[c.Dependency]:
+    """Slurm's ``--dependency``: ``afterok:a:b,afterany:c`` (Horizon's ``after-ok`` spelling too).
+
+    Every listed dependency must be met (Slurm's ``,``); Slurm's ``?`` (any one of them) is
+    not supported.
+    """
+    out = []
+    for part in text.split(","):
+        kind, _, ids = part.strip().partition(":")
+        kind = _SLURM_KINDS.get(kind.strip().lower(), kind.strip().lower())
+        if kind not in c.DEPENDENCY_KINDS or not ids:
+            raise click.BadParameter(
+                f"{part!r} is not KIND:JOB[:JOB...]; kinds: {', '.join(_SLURM_KINDS)} (or {', '.join(c.DEPENDENCY_KINDS)})",
+                param_hint="--dependency")
+        out.extend(c.Dependency(kind=kind, job_id=job) for job in ids.split(":") if job)
+    return out
 
 
 def _gpus(row: dict[str, Any]) -> str:
@@ -312,6 +456,6 @@ def _line(body: dict[str, Any]) -> str:
 
 
 def register(group: click.Group) -> None:
-    for command in (submit, cancel, hold, release, queue, jobs, watch):
+    for command in (submit, cancel, hold, release, update, queue, jobs, watch):
         group.add_command(command)
 

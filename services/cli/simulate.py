@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
                            gpus_per_node=base.gpus_per_node, gpu_type=base.gpu_type)
     cores = make_cores(settings)
     if in_process:
-        run = await simulate(jobs, specs, settings, InProcessBus(cores))
+        run = await simulate(jobs, specs, settings, InProcessBus(cores), config=trace.config)
     else:
         from services.runtime.natsserver import NatsServer
 
@@ -62,12 +63,15 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
             bus = NatsBus(nats_url, cores)
             try:
                 await bus.start()  # refuses a log that is not empty: never mix a simulation with history
-                run = await simulate(jobs, specs, settings, bus)
+                run = await simulate(jobs, specs, settings, bus, config=trace.config)
             finally:
                 await bus.close()
                 if server is not None:
                     server.stop()
     out = report(run, gpus=bool(settings.gpus_per_node))
+    # How jobs ended (SUCCEEDED, FAILED, DEPENDENCY_NEVER_SATISFIED, ...; "" = never started) and extra attempts.
+    out["outcomes"] = dict(sorted(Counter(r.state or "NOT_STARTED" for r in run.results.values()).items()))
+    out["retries"] = sum(max(0, len(r.attempts) - 1) for r in run.results.values())
     out.update({"trace": str(trace_path), "window": f"{start}:{len(jobs)}", "policy": policy,
                 "backfill": bool(backfill), "backfill_mode": mode, "mode": "in-process" if in_process else "nats", "nodes": len(specs)})
     return out, run
@@ -93,7 +97,11 @@ def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: boo
                  in_process: bool, nodes: int | None,
                  gpus_per_node: int, gpu_type: str, cpus_per_node: int | None, nats_url: str | None, as_json: bool,
                  starts_file: str | None) -> None:
-    """Run TRACE (SWF, CSV or JSON) through Horizon's services at virtual time and report."""
+    """Run TRACE (SWF, CSV or JSON) through Horizon's services at virtual time and report.
+
+    A JSON job list may carry arrays, dependencies, failures and retries per job, and
+    operator configuration ({"config": [...], "jobs": [...]}); see services/sim/traces.py.
+    """
     start, length = 0, None
     if window_spec:
         try:
@@ -107,7 +115,9 @@ def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: boo
                                           gpu_type=gpu_type, cpus_per_node=cpus_per_node, nats_url=nats_url))
     if starts_file:
         Path(starts_file).write_text(json.dumps(
-            {j: {"start_s": r.start_s, "nodes": r.allocation} for j, r in sorted(run.results.items())}))
+            {j: {"start_s": r.start_s, "nodes": r.allocation, "state": r.state,
+                 "attempts": [[a.start_s, a.end_s, a.outcome] for a in r.attempts]}
+             for j, r in sorted(run.results.items())}))
     if as_json:
         click.echo(json.dumps(out))
         return
@@ -119,10 +129,12 @@ def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: boo
     for key, label in (("jobs", "jobs"), ("mean_wait_s", "mean wait (s)"), ("p50_wait_s", "p50 wait (s)"),
                        ("p90_wait_s", "p90 wait (s)"), ("p99_wait_s", "p99 wait (s)"),
                        ("mean_bounded_slowdown", "mean bounded slowdown"), ("utilization", "utilisation"),
-                       ("makespan_s", "makespan (s)"), ("backfilled", "backfilled jobs"),
+                       ("makespan_s", "makespan (s)"), ("backfilled", "backfilled jobs"), ("retries", "retried attempts"),
                        ("jobs_per_s", "jobs simulated per second")):
         value = out[key]
         click.echo(f"  {label:<28} {value:,.3f}" if isinstance(value, float) else f"  {label:<28} {value:,}")
+    if set(out["outcomes"]) != {"SUCCEEDED"}:
+        click.echo(f"  {'outcomes':<28} " + ", ".join(f"{k} {v:,}" for k, v in out["outcomes"].items()))
 
 
 def register(group: click.Group) -> None:

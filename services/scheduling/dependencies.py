@@ -11,12 +11,29 @@ kind               met when the other job       can never be met when it
 
 "For good": a failed or preempted job that its restart policy will requeue
 has not ended yet (``requeue_pending``), so its dependants keep waiting.
+
+The other job may not be submitted yet: a workflow can arrive in any order,
+so the dependant waits for it ("not submitted yet"). A job that was rejected
+never runs, so a dependency on it can never be met.
+
+A dependency on an **array** (its submitted id, ``jobs.arrays``) is on all
+its tasks, as if the array were one job that succeeded only if every task
+did (Slurm's rule for a whole array):
+
+=================  ===========================  ====================================
+kind               met when                     can never be met when
+=================  ===========================  ====================================
+``after``          every task has started       a task ended without starting
+``after-ok``       every task succeeded         a task ended otherwise, for good
+``after-not-ok``   every task ended, one not ok every task succeeded, for good
+``after-any``      every task ended             (always met in the end)
+=================  ===========================  ====================================
 """
 
 from __future__ import annotations
 
 from events import catalogue as c
-from services.state.jobs import JobState, JobTable, TERMINAL
+from services.state.jobs import Job, JobState, JobTable, TERMINAL
 
 __all__ = ["dependency_status", "MET", "WAITING", "NEVER"]
 
@@ -27,10 +44,15 @@ _NOT_OK = TERMINAL - {JobState.SUCCEEDED}
 
 def dependency_status(dep: c.Dependency, jobs: JobTable, requeue_pending: set[str] | dict[str, object]) -> tuple[str, str]:
     """(MET | WAITING | NEVER, reason) for one dependency."""
+    tasks = jobs.arrays.get(dep.job_id)
+    if tasks:
+        return _array_status(dep, [jobs.jobs[t] for t in tasks], requeue_pending)
     other = jobs.get(dep.job_id)
     if other is None:
-        return NEVER, f"{dep.job_id} is unknown"
+        return WAITING, f"waiting for {dep.job_id}: not submitted yet"
     state = other.state
+    if state is JobState.REJECTED:
+        return NEVER, f"{dep.job_id} was rejected"
     ended = state in TERMINAL and dep.job_id not in requeue_pending
     started = other.started_ts > 0 or state is JobState.RUNNING
     match dep.kind:
@@ -53,3 +75,32 @@ def dependency_status(dep: c.Dependency, jobs: JobTable, requeue_pending: set[st
             if ended:
                 return MET, ""
     return WAITING, f"waiting for {dep.job_id} ({dep.kind})"
+
+
+def _array_status(dep: c.Dependency, tasks: list[Job], requeue_pending: set[str] | dict[str, object]) -> tuple[str, str]:
+    """The array's status: the first task (in index order) that decides it names the reason."""
+    ended = [t.state in TERMINAL and t.job_id not in requeue_pending for t in tasks]
+    count = len(tasks)
+    left = count - sum(ended)
+    match dep.kind:
+        case "after":
+            for task, over in zip(tasks, ended, strict=True):
+                if over and not task.started_ts > 0:
+                    return NEVER, f"{task.job_id} ended {task.state.value} without starting (after on array {dep.job_id})"
+            waiting = sum(1 for t in tasks if not (t.started_ts > 0 or t.state is JobState.RUNNING))
+            if not waiting:
+                return MET, ""
+            return WAITING, f"waiting for {dep.job_id}: {waiting} of {count} tasks not started (after)"
+        case "after-ok":
+            for task, over in zip(tasks, ended, strict=True):
+                if over and task.state is not JobState.SUCCEEDED:
+                    return NEVER, (f"{task.job_id} ended {task.state.value}, not SUCCEEDED "
+                                   f"(after-ok on array {dep.job_id})")
+        case "after-not-ok":
+            if not left:
+                if any(t.state is not JobState.SUCCEEDED for t in tasks):
+                    return MET, ""
+                return NEVER, f"all {count} tasks of {dep.job_id} SUCCEEDED (after-not-ok)"
+    if not left:
+        return MET, ""
+    return WAITING, f"waiting for {dep.job_id}: {left} of {count} tasks not ended ({dep.kind})"

@@ -14,7 +14,19 @@ One step of virtual time ``T`` (the next arrival or completion):
 3. publish ``ClockTicked(T)``: the scheduler runs a cycle only on a tick (at
    virtual time), so a cycle always sees the whole instant;
 4. barrier; every ``JobScheduled`` decided meanwhile starts at ``T``: the
-   driver publishes its ``JobStarted`` and schedules its end at ``T + run``.
+   driver publishes its ``JobStarted`` for that attempt and schedules its end
+   at ``T + run``: ``JobSucceeded``, or ``JobFailed`` for an attempt the job
+   says fails (``SimJob.exit_code``, ``fail_attempts``). A requeued job is
+   scheduled again, with the next attempt number, and starts again.
+
+Time also stops where nothing arrives or ends but a decision may fall due: a
+requeued job's backoff (``JobRequeued.not_before_ts``) and a pending job's
+scheduling timeout. Such a step is a tick alone; it changes nothing when
+nothing is due. Operator configuration (``Trace.config``) is published on its
+admin subject with the node registrations, before the first arrival. An
+array (``SimJob.array``) is one submission; the driver expands its indices
+with the parser submission uses and follows each task ``<job_id>_<index>``
+as a job of its own.
 
 Two buses, one driver (``InProcessBus`` and ``NatsBus``), so the decisions
 can be compared:
@@ -46,18 +58,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
+
 from events import catalogue as c
+from events.arrays import parse_array, task_id
 from events.base import Event
 from events.codec import decode, encode
-from events.subjects import event_subject, input_subject
+from events.resources import ResourceError
+from events.subjects import admin_subject, event_subject, input_subject
 from services.agent.app import NodeSpec
 from services.runtime.log import Outgoing, Record
 from services.runtime.service import fold_event
-from services.sim.traces import SimJob
+from services.sim.traces import SimJob, admin_verb
 
-__all__ = ["SimSettings", "Bus", "InProcessBus", "NatsBus", "simulate", "JobResult", "submission_for", "make_cores"]
+__all__ = ["SimSettings", "Bus", "InProcessBus", "NatsBus", "simulate", "JobResult", "Attempt", "submission_for",
+           "make_cores", "WATCHED"]
 
 TENANT = "sim"
+# The decisions the driver acts on or records, collected by every bus at each barrier.
+WATCHED = frozenset({"JobScheduled", "JobRequeued", "JobRejected", "JobDependencyNeverSatisfied", "JobUnschedulable",
+                     "JobCancelled"})
 
 
 @dataclass(frozen=True)
@@ -102,14 +122,28 @@ def submission_for(job: SimJob, settings: SimSettings, at: float) -> c.JobSubmit
         ts=at, source="simulator", correlation_id=job.job_id, job_id=job.job_id, tenant=TENANT,
         account=job.account, user=job.user, resources=resources, nodes=nodes, tasks_per_node=tasks_per_node,
         time_limit_s=job.estimate_s, priority_class=job.priority_class, sim_runtime_s=job.runtime_s,
+        nice=job.nice, qos=job.qos, array=job.array, restart_policy=job.restart_policy, max_retries=job.max_retries,
+        scheduling_timeout_s=job.scheduling_timeout_s, sim_exit_code=job.exit_code,
+        dependencies=[c.Dependency(kind=kind, job_id=dep) for kind, dep in job.dependencies],
     )
+
+
+def task_ids(job: SimJob) -> list[str]:
+    """The job ids one trace job becomes: itself, or each task of its array (as submission names them).
+    An array spec submission will reject stays one id, which then never starts."""
+    if job.array is None:
+        return [job.job_id]
+    try:
+        return [task_id(job.job_id, i) for i in parse_array(job.array).indices]
+    except ResourceError:
+        return [job.job_id]
 
 
 class Bus(Protocol):
     async def publish(self, items: Sequence[tuple[str, Event]]) -> None: ...
 
-    async def settle(self) -> list[c.JobScheduled]:
-        """Wait for quiescence; return the JobScheduled decided since the last call."""
+    async def settle(self) -> list[Event]:
+        """Wait for quiescence; return the decisions of the ``WATCHED`` types made since the last call."""
         ...
 
     async def close(self) -> None: ...
@@ -123,7 +157,7 @@ class InProcessBus:
         self.seq = 0
         self.keep_records = keep_records
         self.records: list[Record] = []
-        self._scheduled: list[c.JobScheduled] = []
+        self._decided: list[Event] = []
 
     def _fold(self, subject: str, event: Event) -> None:
         self.seq += 1
@@ -132,14 +166,14 @@ class InProcessBus:
             self.records.append(record)
         for i, (core, state) in enumerate(self.cores):
             self.cores[i] = (core, fold_event(core, state, record, event))
-        if isinstance(event, c.JobScheduled):
-            self._scheduled.append(event)
+        if event.event_type in WATCHED:
+            self._decided.append(event)
 
     async def publish(self, items: Sequence[tuple[str, Event]]) -> None:
         for subject, event in items:
             self._fold(subject, event)
 
-    async def settle(self) -> list[c.JobScheduled]:
+    async def settle(self) -> list[Event]:
         quiet = False
         while not quiet:
             quiet = True
@@ -148,7 +182,7 @@ class InProcessBus:
                 for event in decisions:
                     self._fold(event_subject(core.name, event), event)
                 quiet = quiet and not decisions
-        out, self._scheduled = self._scheduled, []
+        out, self._decided = self._decided, []
         return out
 
     async def close(self) -> None:
@@ -172,7 +206,7 @@ class NatsBus:
         self._follower: Any = None
         self._seen_seq = 0
         self._seen = asyncio.Event()
-        self._decided: list[c.JobScheduled] = []
+        self._decided: list[Event] = []
 
     async def start(self) -> None:
         from services.runtime.jetstream import JetStreamLog
@@ -186,9 +220,10 @@ class NatsBus:
 
         async def collect(batch: list[Record]) -> None:
             for record in batch:
-                if record.subject.startswith("horizon.evt.placement.JobScheduled."):
+                parts = record.subject.split(".", 4)
+                if len(parts) == 5 and parts[1] == "evt" and parts[3] in WATCHED:
                     event = decode(record.data)
-                    if isinstance(event, c.JobScheduled):
+                    if event.event_type == parts[3]:
                         self._decided.append(event)
             self._seen_seq = batch[-1].seq
             self._seen.set()
@@ -229,7 +264,7 @@ class NatsBus:
             if await self.log.last_seq() == last:
                 return last
 
-    async def settle(self) -> list[c.JobScheduled]:
+    async def settle(self) -> list[Event]:
         last = await self._barrier()
         while self._seen_seq < last:
             self._seen.clear()
@@ -254,15 +289,36 @@ class NatsBus:
 
 
 @dataclass
+class Attempt:
+    """One run of a job: when and where, and how it ended."""
+
+    attempt: int
+    start_s: float
+    end_s: float
+    nodes: list[str]
+    outcome: str  # SUCCEEDED | FAILED
+    exit_code: int = 0
+
+
+@dataclass
 class JobResult:
+    """What happened to one job (one task of an array): its attempts and how it ended.
+
+    ``start_s`` and ``allocation`` are the first attempt's, which is what the
+    metrics and the bus comparison read; ``end_s`` is the last attempt's end.
+    """
+
     job: SimJob
     start_s: float | None = None
     allocation: list[str] = field(default_factory=list)  # node names
     backfilled: bool = False
+    attempts: list[Attempt] = field(default_factory=list)
+    state: str = ""  # the last known: SUCCEEDED, FAILED, PENDING (requeued), REJECTED, CANCELLED, ...
+    reason: str = ""
 
     @property
     def end_s(self) -> float | None:
-        return None if self.start_s is None else self.start_s + self.job.runtime_s
+        return self.attempts[-1].end_s if self.attempts else None
 
 
 @dataclass
@@ -271,35 +327,59 @@ class SimRun:
     nodes: list[NodeSpec]
     wall_s: float
     steps: int
-    unstarted: list[str]  # rejected by submission, or never placed
+    unstarted: list[str]  # rejected by submission, ended by a decision, or never placed
 
 
-async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSettings, bus: Bus) -> SimRun:
+async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSettings, bus: Bus,
+                   config: Sequence[Event] = ()) -> SimRun:
     started_wall = time.perf_counter()
-    results = {j.job_id: JobResult(j) for j in jobs}
+    results: dict[str, JobResult] = {}
+    tasks: dict[str, list[str]] = {}  # submitted id -> the job ids it became
+    for job in jobs:
+        tasks[job.job_id] = task_ids(job)
+        for job_id in tasks[job.job_id]:
+            results[job_id] = JobResult(job)
     arrivals = sorted(jobs, key=lambda j: j.submit_s)  # stable: file order within an instant
-    ends: list[tuple[float, str]] = []
+    ends: list[tuple[float, str, int]] = []  # (time, job id, attempt)
+    wakes: list[float] = []  # times a decision may fall due (backoff, scheduling timeout)
     t0 = arrivals[0].submit_s if arrivals else 0.0
-    registrations = []
+    start: list[tuple[str, Event]] = []
     for spec in nodes:
         reg = spec.registration("simulator")
-        registrations.append((event_subject("agent", reg), _at(reg, t0)))
-    await bus.publish(registrations)
+        start.append((event_subject("agent", reg), _at(reg, t0)))
+    for n, event in enumerate(config):
+        start.append((admin_subject(admin_verb(event)),
+                      msgspec.structs.replace(event, ts=t0, id=event.id or f"sim/config/{n}", source="simulator")))
+    await bus.publish(start)
     await bus.settle()
     i = steps = 0
-    while i < len(arrivals) or ends:
-        now = min(arrivals[i].submit_s if i < len(arrivals) else math.inf, ends[0][0] if ends else math.inf)
+    while i < len(arrivals) or ends or wakes:
+        now = min(arrivals[i].submit_s if i < len(arrivals) else math.inf, ends[0][0] if ends else math.inf,
+                  wakes[0] if wakes else math.inf)
+        while wakes and wakes[0] <= now:
+            heapq.heappop(wakes)
         steps += 1
         batch: list[tuple[str, Event]] = []
         while ends and ends[0][0] == now:
-            _, job_id = heapq.heappop(ends)
+            _, job_id, attempt = heapq.heappop(ends)
             result = results[job_id]
-            done = c.JobSucceeded(id=f"agent/JobSucceeded/{job_id}/1", ts=now, correlation_id=job_id,
-                                  source="agent/sim", job_id=job_id, attempt=1, runtime_s=result.job.runtime_s)
+            run = result.attempts[-1]
+            if run.exit_code == 0:
+                done: Event = c.JobSucceeded(id=f"agent/JobSucceeded/{job_id}/{attempt}", ts=now,
+                                             correlation_id=job_id, source="agent/sim", job_id=job_id,
+                                             attempt=attempt, runtime_s=result.job.runtime_s)
+            else:
+                done = c.JobFailed(id=f"agent/JobFailed/{job_id}/{attempt}", ts=now, correlation_id=job_id,
+                                   source="agent/sim", job_id=job_id, attempt=attempt, exit_code=run.exit_code,
+                                   reason=f"exit code {run.exit_code}", runtime_s=result.job.runtime_s)
+            result.state, result.reason = run.outcome, "" if run.exit_code == 0 else f"exit code {run.exit_code}"
             batch.append((event_subject("agent", done), done))
         while i < len(arrivals) and arrivals[i].submit_s == now:
-            sub = submission_for(arrivals[i], settings, now)
-            batch.append((input_subject(TENANT, "submit"), _with_id(sub, arrivals[i].job_id)))
+            job = arrivals[i]
+            sub = submission_for(job, settings, now)
+            batch.append((input_subject(TENANT, "submit"), _with_id(sub, job.job_id)))
+            if job.scheduling_timeout_s is not None:
+                heapq.heappush(wakes, now + job.scheduling_timeout_s)
             i += 1
         await bus.publish(batch)
         decided = await bus.settle()
@@ -308,30 +388,72 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
         decided += await bus.settle()
         started = []
         for decision in decided:
-            result = results.get(decision.job_id)
-            if result is None or result.start_s is not None:
-                continue
-            result.start_s = now
-            result.allocation = sorted(a.node for a in decision.allocations)
-            result.backfilled = decision.backfilled
-            heapq.heappush(ends, (now + result.job.runtime_s, decision.job_id))
-            begin = c.JobStarted(id=f"agent/JobStarted/{decision.job_id}/1", ts=now, correlation_id=decision.job_id,
-                                 source="agent/sim", job_id=decision.job_id, attempt=1, node=result.allocation[0])
-            started.append((event_subject("agent", begin), begin))
+            if isinstance(decision, c.JobScheduled):
+                begin = _start(results, decision, now, ends)
+                if begin is not None:
+                    started.append((event_subject("agent", begin), begin))
+            else:
+                _record(results, tasks, decision, now, wakes)
         await bus.publish(started)
-        if i >= len(arrivals) and not ends:
+        if i >= len(arrivals) and not ends and not _waiting(results, wakes):
             break  # nothing will ever happen again: what has not started never will
     unstarted = [job_id for job_id, r in results.items() if r.start_s is None]
     return SimRun(results, nodes, time.perf_counter() - started_wall, steps, unstarted)
 
 
-def _at(event: Event, ts: float) -> Event:
-    import msgspec
+def _start(results: dict[str, JobResult], decision: c.JobScheduled, now: float,
+           ends: list[tuple[float, str, int]]) -> c.JobStarted | None:
+    """The node agent's part: start the attempt now, and know when and how it will end."""
+    result = results.get(decision.job_id)
+    if result is None or any(a.attempt >= decision.attempt for a in result.attempts):
+        return None
+    nodes = sorted(a.node for a in decision.allocations)
+    code = result.job.outcome(decision.attempt)
+    end = now + result.job.runtime_s
+    result.attempts.append(Attempt(decision.attempt, now, end, nodes, "SUCCEEDED" if code == 0 else "FAILED", code))
+    result.state = "RUNNING"
+    if result.start_s is None:
+        result.start_s = now
+        result.allocation = nodes
+        result.backfilled = decision.backfilled
+    heapq.heappush(ends, (end, decision.job_id, decision.attempt))
+    return c.JobStarted(id=f"agent/JobStarted/{decision.job_id}/{decision.attempt}", ts=now,
+                        correlation_id=decision.job_id, source="agent/sim", job_id=decision.job_id,
+                        attempt=decision.attempt, node=nodes[0])
 
+
+def _record(results: dict[str, JobResult], tasks: dict[str, list[str]], decision: Event, now: float,
+            wakes: list[float]) -> None:
+    """A decision about a job that is not a start: how it ended, or when to look at it again."""
+    job_id: str = decision.job_id  # type: ignore[attr-defined]
+    if isinstance(decision, c.JobRejected):  # an array is rejected as one
+        for member in tasks.get(job_id, [job_id]):
+            if member in results:
+                results[member].state, results[member].reason = "REJECTED", decision.reason
+        return
+    result = results.get(job_id)
+    if result is None:
+        return
+    if isinstance(decision, c.JobRequeued):
+        result.state, result.reason = "PENDING", decision.reason
+        if decision.not_before_ts > now:
+            heapq.heappush(wakes, decision.not_before_ts)
+        if result.job.scheduling_timeout_s is not None:  # the timeout runs again from the requeue
+            heapq.heappush(wakes, max(now, decision.not_before_ts) + result.job.scheduling_timeout_s)
+        return
+    result.state = {c.JobDependencyNeverSatisfied: "DEPENDENCY_NEVER_SATISFIED", c.JobUnschedulable: "UNSCHEDULABLE",
+                    c.JobCancelled: "CANCELLED"}.get(type(decision), result.state)
+    result.reason = getattr(decision, "reason", "")
+
+
+def _waiting(results: dict[str, JobResult], wakes: list[float]) -> bool:
+    """Whether a wake-up could still change something: some job has not ended."""
+    return bool(wakes) and any(r.state in ("", "PENDING") for r in results.values())
+
+
+def _at(event: Event, ts: float) -> Event:
     return msgspec.structs.replace(event, ts=ts)
 
 
 def _with_id(event: c.JobSubmitted, msg_id: str) -> c.JobSubmitted:
-    import msgspec
-
     return msgspec.structs.replace(event, id=msg_id)

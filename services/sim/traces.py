@@ -12,7 +12,19 @@ the request is -1.
 Job lists: CSV with a header, or a JSON list of objects, with the fields
 ``submit_s``, ``runtime_s`` and optionally ``job_id``, ``estimate_s`` (default
 the run time), ``procs`` (cores), ``gpus``, ``gpu_type``, ``nodes``,
-``account``, ``user``, ``priority_class``.
+``account``, ``user``, ``priority_class``, ``nice``, ``qos``, ``array``
+(Slurm's ``--array``: ``"0-99%10"``), ``dependencies`` (``"after-ok:a,after-any:b"``,
+or in JSON a list of such strings, of ``[kind, job_id]`` pairs or of
+``{"kind": ..., "job_id": ...}`` objects), ``exit_code`` (non-zero: every
+attempt fails with it), ``fail_attempts`` (the first k attempts fail, later
+ones succeed), ``restart_policy``, ``max_retries`` and ``scheduling_timeout_s``.
+Values are passed to submission as a client would write them, so a bad one is
+rejected there, with its reason, like any submission.
+
+A JSON job list may also be an object ``{"config": [...], "jobs": [...]}``:
+``config`` holds operator events as JSON objects with their ``"type"``
+(``{"type": "AccountConfigured", "account": "a", "shares": 2}``), which the
+simulator publishes on their admin subject before the first arrival.
 """
 
 from __future__ import annotations
@@ -23,9 +35,13 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from events.base import Event
+from events.codec import DecodeError, decode
 from events.resources import ResourceError
+from events.subjects import ADMIN_VERBS
 
-__all__ = ["SimJob", "Trace", "read_trace", "read_swf", "read_job_list", "window"]
+__all__ = ["SimJob", "Trace", "read_trace", "read_swf", "read_job_list", "read_config", "parse_dependencies",
+           "admin_verb", "window"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +57,21 @@ class SimJob:
     account: str = "default"
     user: str = ""
     priority_class: str = "normal"
+    nice: int = 0
+    qos: str = ""
+    dependencies: tuple[tuple[str, str], ...] = ()  # (kind, job id)
+    array: str | None = None  # Slurm's --array spec: tasks <job_id>_<index>
+    exit_code: int = 0  # non-zero: every attempt fails with this code
+    fail_attempts: int = 0  # the first k attempts fail (exit code 1 unless exit_code says otherwise)
+    restart_policy: str = "never"
+    max_retries: int = 0
+    scheduling_timeout_s: float | None = None
+
+    def outcome(self, attempt: int) -> int:
+        """The exit code attempt ``attempt`` (1, 2, ...) ends with."""
+        if attempt <= self.fail_attempts:
+            return self.exit_code or 1
+        return self.exit_code
 
 
 @dataclass
@@ -50,6 +81,7 @@ class Trace:
     max_procs: int | None = None
     source: str = ""
     header: dict[str, str] = field(default_factory=dict)
+    config: list[Event] = field(default_factory=list)  # operator events published before the first arrival
 
 
 def read_trace(path: str | Path) -> Trace:
@@ -102,15 +134,24 @@ def read_swf(path: Path) -> Trace:
 
 
 def read_job_list(path: Path) -> Trace:
+    config: list[Event] = []
     if path.suffix.lower() == ".json":
         rows = json.loads(path.read_text())
+        if isinstance(rows, dict):
+            unknown = sorted(set(rows) - {"config", "jobs"})
+            if unknown:
+                raise ValueError(f"{path}: unknown key(s) {', '.join(unknown)}; a job list object has config and jobs")
+            config = read_config(rows.get("config", []), str(path))
+            rows = rows.get("jobs", [])
         if not isinstance(rows, list):
-            raise ValueError(f"{path}: a JSON job list is a list of objects")
+            raise ValueError(f"{path}: a JSON job list is a list of objects, or {{\"config\": [...], \"jobs\": [...]}}")
     else:
         with open(path, newline="", encoding="utf-8") as fh:
             rows = list(csv.DictReader(fh))
     jobs = []
     for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: job {i} is not an object")
         try:
             submit = float(row["submit_s"])
             runtime = float(row["runtime_s"])
@@ -123,15 +164,74 @@ def read_job_list(path: Path) -> Trace:
         if runtime < 0 or estimate <= 0 or not math.isfinite(submit):
             raise ResourceError(f"job {i}", row, "has a negative run time or a non-positive estimate", "seconds >= 0")
         nodes = opt("nodes", None)
-        jobs.append(SimJob(
-            str(opt("job_id", f"job-{i}")), submit, runtime, estimate,
-            procs=int(opt("procs", 1)), gpus=int(opt("gpus", 0)),  # type: ignore[arg-type]
-            gpu_type=opt("gpu_type", None),  # type: ignore[arg-type]
-            nodes=int(nodes) if nodes is not None else None,  # type: ignore[arg-type]
-            account=str(opt("account", "default")), user=str(opt("user", "")),
-            priority_class=str(opt("priority_class", "normal")),
-        ))
-    return Trace(jobs, source=str(path))  # file order: windows count in it; arrivals are sorted later
+        timeout = opt("scheduling_timeout_s", None)
+        array = opt("array", None)
+        try:
+            jobs.append(SimJob(
+                str(opt("job_id", f"job-{i}")), submit, runtime, estimate,
+                procs=int(opt("procs", 1)), gpus=int(opt("gpus", 0)),  # type: ignore[arg-type]
+                gpu_type=opt("gpu_type", None),  # type: ignore[arg-type]
+                nodes=int(nodes) if nodes is not None else None,  # type: ignore[arg-type]
+                account=str(opt("account", "default")), user=str(opt("user", "")),
+                priority_class=str(opt("priority_class", "normal")),
+                nice=int(opt("nice", 0)), qos=str(opt("qos", "")),  # type: ignore[arg-type]
+                dependencies=parse_dependencies(opt("dependencies", ())),
+                array=str(array) if array is not None else None,
+                exit_code=int(opt("exit_code", 0)), fail_attempts=int(opt("fail_attempts", 0)),  # type: ignore[arg-type]
+                restart_policy=str(opt("restart_policy", "never")),
+                max_retries=int(opt("max_retries", 0)),  # type: ignore[arg-type]
+                scheduling_timeout_s=float(timeout) if timeout is not None else None,  # type: ignore[arg-type]
+            ))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: job {i}: {exc}") from None
+    return Trace(jobs, source=str(path), config=config)  # file order: windows count in it; arrivals are sorted later
+
+
+def parse_dependencies(value: object) -> tuple[tuple[str, str], ...]:
+    """``"after-ok:a,after-any:b"``, or a list of such strings, ``[kind, id]`` pairs or
+    ``{"kind", "job_id"}`` objects -> ((kind, job id), ...). The kinds are submission's to check."""
+    if isinstance(value, str):
+        value = [part for part in value.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"dependencies: {value!r} is not a list or \"kind:job_id,...\"")
+    out = []
+    for item in value:
+        if isinstance(item, str):
+            kind, sep, job_id = item.strip().partition(":")
+            if not sep:
+                raise ValueError(f"dependencies: {item!r} is not kind:job_id (e.g. after-ok:prep)")
+        elif isinstance(item, dict):
+            kind, job_id = item.get("kind", "after-ok"), item.get("job_id", "")
+        elif isinstance(item, (list, tuple)) and len(item) == 2:
+            kind, job_id = item
+        else:
+            raise ValueError(f"dependencies: {item!r} is not kind:job_id, [kind, job_id] or an object")
+        out.append((str(kind), str(job_id)))
+    return tuple(out)
+
+
+_CONFIG_TYPES = {cls.__struct_config__.tag: verb for verb, cls in ADMIN_VERBS.items()}  # type: ignore[attr-defined]
+
+
+def read_config(entries: object, where: str = "config") -> list[Event]:
+    """Operator events from JSON objects with a ``"type"`` (checked and decoded as the services would)."""
+    if not isinstance(entries, list):
+        raise ValueError(f"{where}: config is a list of operator events")
+    out = []
+    for i, entry in enumerate(entries):
+        kind = entry.get("type") if isinstance(entry, dict) else None
+        if kind not in _CONFIG_TYPES:
+            raise ValueError(f"{where}: config[{i}] has type {kind!r}; operator events: {', '.join(sorted(_CONFIG_TYPES))}")
+        try:
+            out.append(decode(json.dumps(entry)))
+        except DecodeError as exc:
+            raise ValueError(f"{where}: config[{i}]: {exc}") from None
+    return out
+
+
+def admin_verb(event: Event) -> str:
+    """The admin verb an operator event is published under (``horizon.in._admin.<verb>``)."""
+    return _CONFIG_TYPES[event.event_type]
 
 
 def window(trace: Trace, start: int, length: int) -> list[SimJob]:

@@ -1,21 +1,35 @@
 """Submission: admission of jobs and of requests about them. Pure.
 
-Folds client inputs (``horizon.in.>``), its own verdicts, the job lifecycle
-(to know whether a job is pending, running or over) and node registrations
-(the cluster's GPU vocabulary). ``decide`` answers every input not yet
-answered, in log order:
+Folds client and operator inputs (``horizon.in.>``), its own verdicts, the job
+lifecycle (to know whether a job is pending, running or over) and node
+registrations (the cluster's GPU vocabulary). ``decide`` answers every input
+not yet answered, in log order:
 
 * ``JobSubmitted`` -> ``JobAccepted`` (with the normalised ``JobSpec``) or
   ``JobRejected`` (field and reason). A second submission of a known job id
-  is the same job: it gets no second verdict.
+  is the same job: it gets no second verdict. An array (``array: "0-99%10"``)
+  becomes one ``JobAccepted`` per task, ``<job_id>_<index>``, in one round;
+  the array id itself is not a job.
 * cancel -> ``JobCancelled`` (not started), ``JobStopRequested`` (scheduled or
   running: the agent stops it and reports ``JobCancelled``), or
   ``RequestRejected``; hold / release / update -> ``JobHeld`` /
-  ``JobReleased`` / ``JobPriorityChanged`` or ``RequestRejected``.
+  ``JobReleased`` / ``JobPriorityChanged`` or ``RequestRejected``. A request
+  naming an array answers for each of its tasks that were live when the
+  request was folded. Owners ask on ``horizon.in.<tenant>.<verb>`` about their
+  own jobs and may only lower a priority; operators ask on
+  ``horizon.in._admin.<verb>`` about anyone's, either way.
+
+Dependencies may name a job not submitted yet (a workflow can arrive in any
+order, from several clients); the scheduler keeps the dependant waiting. What
+submission refuses: a dependency on a job that was rejected (it will never
+run), and one that would close a cycle among jobs still waiting for their
+dependencies, named in the reason ("cycle c -> a -> b -> c").
 
 A request's answer carries ``causation_id = "seq:<n>"`` of the request; folding
-that answer is what marks the request handled, so a restart answers exactly
-the requests still unanswered.
+the answers is what marks the request handled (an array request once every
+task it named is answered), so a restart answers exactly what is still
+unanswered. Likewise an array's submission stays open until every task's
+``JobAccepted`` is in the log: a round cut short by a crash is finished.
 """
 
 from __future__ import annotations
@@ -23,24 +37,40 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import msgspec
+
 from events import catalogue as c
+from events.arrays import parse_array, task_id
 from events.base import Event
-from events.subjects import WHOLE_LOG
-from events.subjects import parse_subject
+from events.subjects import ADMIN_TENANT, WHOLE_LOG, parse_subject
 from services.runtime.log import Record
 from services.runtime.service import CoreState
 from services.state.jobs import LIVE, JobState, JobTable
-from services.submission.validate import Limits, Rejection, normalise
+from services.submission.validate import Limits, Rejection, admit
 
 __all__ = ["SubmissionCore", "SubmissionState"]
+
+_VERBS: dict[type[Event], str] = {
+    c.JobCancelRequested: "cancel",
+    c.JobHoldRequested: "hold",
+    c.JobReleaseRequested: "release",
+    c.JobUpdateRequested: "update",
+}
+_RANK = {name: rank for rank, name in enumerate(c.PRIORITY_CLASSES)}  # 0 = critical: a lower rank runs first
 
 
 @dataclass(slots=True)
 class _Pending:
     seq: int
     time: float
-    tenant: str  # from the subject
+    tenant: str  # from the subject; "_admin" for an operator
     event: Event
+    admin: bool = False
+    # A request: the jobs it names (the job, or the live tasks of an array when it was folded)
+    # and those still unanswered. An array submission: how many tasks it makes.
+    targets: tuple[str, ...] = ()
+    unanswered: set[str] = field(default_factory=set)
+    tasks: int = 0
 
 
 class SubmissionState(CoreState):
@@ -50,7 +80,8 @@ class SubmissionState(CoreState):
         self.gpu_models: set[tuple[str, str | None]] = set()
         self.submissions: dict[str, _Pending] = {}  # job id -> unanswered submission
         self.requests: dict[int, _Pending] = {}  # request seq -> unanswered request
-        self.verdicts: set[str] = set()  # job ids with an accept/reject in the log
+        self.verdicts: set[str] = set()  # job and array ids with their verdict in the log
+        self.referenced: set[str] = set()  # ids that accepted jobs depend on (only those can close a cycle)
 
 
 @dataclass
@@ -72,160 +103,304 @@ class SubmissionCore:
 
     def evolve(self, state: SubmissionState, event: Event, record: Record) -> SubmissionState:
         subject = parse_subject(record.subject)
-        if subject is not None and subject.kind == "input":
+        if subject is not None and subject.kind in ("input", "admin"):
             if isinstance(event, c.JobSubmitted):
                 if event.job_id not in state.verdicts and event.job_id not in state.submissions:
                     state.submissions[event.job_id] = _Pending(record.seq, state.now, subject.owner, event)
-            else:
-                state.requests[record.seq] = _Pending(record.seq, state.now, subject.owner, event)
+            elif type(event) in _VERBS:  # the admin subjects also carry node and configuration commands
+                state.requests[record.seq] = self._request(state, record.seq, subject.owner, event,
+                                                           admin=subject.kind == "admin")
             return state
-        if isinstance(event, (c.JobAccepted, c.JobRejected)):
+        if event.source == self.name and event.causation_id and event.causation_id.startswith("seq:"):
+            pending = state.requests.get(int(event.causation_id[4:]))
+            if pending is not None:
+                pending.unanswered.discard(getattr(event, "job_id", ""))
+                if not pending.unanswered:
+                    del state.requests[pending.seq]
+        if isinstance(event, c.NodeRegistered):
+            state.gpu_models.update((d.type, d.variant) for d in event.gpus)
+        state.jobs.apply(event, record.seq, state.now)
+        if isinstance(event, c.JobAccepted):
             state.verdicts.add(event.job_id)
             state.submissions.pop(event.job_id, None)
-        elif isinstance(event, c.NodeRegistered):
-            state.gpu_models.update((d.type, d.variant) for d in event.gpus)
-        if event.source == self.name and event.causation_id and event.causation_id.startswith("seq:"):
-            state.requests.pop(int(event.causation_id[4:]), None)
-        state.jobs.apply(event, record.seq, state.now)
+            state.referenced.update(d.job_id for d in event.spec.dependencies)
+            if event.spec.array is not None:
+                self._array_accepted(state, event.spec.array)
+        elif isinstance(event, c.JobRejected):
+            state.verdicts.add(event.job_id)
+            state.submissions.pop(event.job_id, None)
         return state
+
+    @staticmethod
+    def _request(state: SubmissionState, seq: int, owner: str, event: Event, admin: bool) -> _Pending:
+        job_id: str = event.job_id  # type: ignore[attr-defined]
+        pending = _Pending(seq, state.now, owner, event, admin=admin, targets=(job_id,))
+        tasks = state.jobs.arrays.get(job_id)
+        if tasks is not None:
+            # The tasks live now: later changes are judged per task when answering, and a
+            # restart in the middle of the answers finishes exactly this list.
+            live = tuple(t for t in tasks if state.jobs.jobs[t].state in LIVE)
+            pending.targets = live or (job_id,)
+        pending.unanswered = set(pending.targets)
+        return pending
+
+    @staticmethod
+    def _array_accepted(state: SubmissionState, array_id: str) -> None:
+        """An array's submission is answered once all its tasks are accepted."""
+        pending = state.submissions.get(array_id)
+        if pending is None:
+            state.verdicts.add(array_id)
+            return
+        if not pending.tasks:
+            pending.tasks = len(parse_array(pending.event.array).indices)  # type: ignore[attr-defined]
+        if len(state.jobs.arrays.get(array_id, ())) >= pending.tasks:
+            state.verdicts.add(array_id)
+            del state.submissions[array_id]
 
     # ------------------------------------------------------------------ decide
 
     def decide(self, state: SubmissionState) -> list[Event]:
         out: list[Event] = []
-        # Accepted in this round, so a later submission in the same round may depend on it.
-        accepted_now: set[str] = set()
-        known = _KnownJobs(state.jobs, accepted_now)
+        round_ = _Round()
         for pending in sorted(state.submissions.values(), key=lambda p: p.seq):
-            out.append(self._admit(state, pending, known))
-            if isinstance(out[-1], c.JobAccepted):
-                accepted_now.add(pending.event.job_id)  # type: ignore[attr-defined]
-        shadow: dict[str, JobState] = {}
+            if pending.event.job_id in round_.decided:  # type: ignore[attr-defined]
+                continue  # a task id an array took earlier in this round: the same job, no second verdict
+            out.extend(self._admit(state, pending, round_))
+        shadow: dict[str, _Shadow] = {}
         for seq in sorted(state.requests):
-            out.append(self._answer(state, state.requests[seq], shadow))
+            out.extend(self._answer(state, state.requests[seq], shadow))
         return out
 
-    def _admit(self, state: SubmissionState, pending: _Pending, known: _KnownJobs) -> Event:
+    # -- admission
+
+    def _admit(self, state: SubmissionState, pending: _Pending, round_: _Round) -> list[Event]:
         sub: c.JobSubmitted = pending.event  # type: ignore[assignment]
         common = {
             "ts": state.now,
             "causation_id": f"seq:{pending.seq}",
-            "correlation_id": sub.job_id,
-            "source": self.name,
-        }
-        try:
-            spec = normalise(
-                sub,
-                subject_tenant=pending.tenant,
-                gpu_models=state.gpu_models,
-                known_jobs=known,  # type: ignore[arg-type]
-                limits=self.limits,
-            )
-        except Rejection as rej:
-            return c.JobRejected(
-                id=f"submission/JobRejected/{sub.job_id}",
-                job_id=sub.job_id,
-                tenant=sub.tenant,
-                reason=str(rej),
-                field=rej.field,
-                submitted_seq=pending.seq,
-                basis_seq=state.seq,
-                **common,
-            )
-        return c.JobAccepted(
-            id=f"submission/JobAccepted/{sub.job_id}",
-            job_id=sub.job_id,
-            spec=spec,
-            submitted_seq=pending.seq,
-            submitted_ts=pending.time,
-            basis_seq=state.seq,
-            **common,
-        )
-
-    def _answer(self, state: SubmissionState, pending: _Pending, shadow: dict[str, JobState]) -> Event:
-        req = pending.event
-        job_id: str = req.job_id  # type: ignore[attr-defined]
-        verb = {
-            c.JobCancelRequested: "cancel",
-            c.JobHoldRequested: "hold",
-            c.JobReleaseRequested: "release",
-            c.JobUpdateRequested: "update",
-        }.get(type(req), "unknown")
-        base = {
-            "ts": state.now,
-            "causation_id": f"seq:{pending.seq}",
-            "correlation_id": job_id,
-            "source": self.name,
+            "submitted_seq": pending.seq,
             "basis_seq": state.seq,
+            "source": self.name,
         }
-        suffix = f"{job_id}/{pending.seq}"
+        done = state.jobs.arrays.get(sub.job_id)
+        try:
+            jobs = admit(sub, subject_tenant=pending.tenant, gpu_models=state.gpu_models, limits=self.limits)
+            if done:
+                # A round cut short (a crash between the tasks' publications): finish it. The log
+                # checks passed when the first tasks were accepted, and the rest are the same job.
+                jobs = [(job_id, spec) for job_id, spec in jobs if job_id not in state.jobs.jobs]
+            else:
+                self._check_against_log(state, sub, jobs, round_)
+        except Rejection as rej:
+            if done:  # the limits changed since the first tasks were accepted: finish with their spec
+                jobs = self._remaining_tasks(state, sub)
+            else:
+                round_.decided.add(sub.job_id)
+                round_.rejected.add(sub.job_id)
+                return [c.JobRejected(id=f"submission/JobRejected/{sub.job_id}", job_id=sub.job_id, tenant=sub.tenant,
+                                      reason=str(rej), field=rej.field, correlation_id=sub.job_id, **common)]
+        round_.add(sub.job_id, jobs)
+        return [
+            c.JobAccepted(id=f"submission/JobAccepted/{job_id}", job_id=job_id, spec=spec, submitted_ts=pending.time,
+                          correlation_id=job_id, **common)
+            for job_id, spec in jobs
+        ]
 
-        def reject(reason: str) -> Event:
-            return c.RequestRejected(
-                id=f"submission/RequestRejected/{suffix}",
-                job_id=job_id,
-                tenant=pending.tenant,
-                verb=verb,
-                reason=reason,
-                request_seq=pending.seq,
-                **base,
-            )
+    @staticmethod
+    def _remaining_tasks(state: SubmissionState, sub: c.JobSubmitted) -> list[tuple[str, c.JobSpec]]:
+        template = state.jobs.jobs[state.jobs.arrays[sub.job_id][0]].spec
+        assert template is not None
+        return [(task_id(sub.job_id, i), msgspec.structs.replace(template, array_index=i))
+                for i in parse_array(sub.array).indices if task_id(sub.job_id, i) not in state.jobs.jobs]
 
-        job = state.jobs.get(job_id)
-        if job is None or job.spec is None or job.spec.tenant != pending.tenant:
+    def _check_against_log(self, state: SubmissionState, sub: c.JobSubmitted, jobs: list[tuple[str, c.JobSpec]],
+                           round_: _Round) -> None:
+        """What one submission cannot tell alone: rejected dependencies, task ids taken, cycles."""
+        for i, dep in enumerate(sub.dependencies):
+            other = state.jobs.get(dep.job_id)
+            if dep.job_id in round_.rejected or (other is not None and other.state is JobState.REJECTED):
+                raise Rejection(f"dependencies[{i}].job_id", f"{dep.job_id!r} was rejected, so it will never run")
+        if sub.array is not None:
+            for job_id, _ in jobs:
+                if job_id in state.verdicts or job_id in round_.decided or job_id in state.jobs.jobs:
+                    raise Rejection("array", f"task {job_id!r} would take the id of an existing job; "
+                                    "submit the array under another job id")
+        targets = {job_id for job_id, _ in jobs} | {sub.job_id}
+        deps = tuple(d.job_id for d in sub.dependencies)
+        cycle = _find_cycle(state, round_, sub.job_id, deps, targets)
+        if cycle is not None:
+            last = cycle[-1]
+            tail = "" if last == sub.job_id else f" (a task of {sub.job_id})"
+            raise Rejection("dependencies", f"cycle {' -> '.join(cycle)}{tail}: each job depends on the next, "
+                            "so none of them could ever start")
+
+    # -- requests
+
+    def _answer(self, state: SubmissionState, pending: _Pending, shadow: dict[str, _Shadow]) -> list[Event]:
+        req = pending.event
+        named: str = req.job_id  # type: ignore[attr-defined]
+        verb = _VERBS[type(req)]
+        out: list[Event] = []
+        for job_id in pending.targets:
+            if job_id not in pending.unanswered:
+                continue  # answered before a restart
+            base = {
+                "ts": state.now,
+                "causation_id": f"seq:{pending.seq}",
+                "correlation_id": job_id,
+                "source": self.name,
+                "basis_seq": state.seq,
+            }
+            suffix = f"{job_id}/{pending.seq}"
+            why = self._judge(state, pending, verb, job_id, named, shadow)
+            if isinstance(why, str):
+                out.append(c.RequestRejected(id=f"submission/RequestRejected/{suffix}", job_id=job_id,
+                                             tenant=pending.tenant, verb=verb, reason=why, request_seq=pending.seq,
+                                             **base))
+                continue
+            job, current = why
+            who = getattr(req, "user", "") or ("an operator" if pending.admin else pending.tenant)
+            reason = getattr(req, "reason", "") or f"{verb} requested by {who}"
+            match verb:
+                case "cancel":
+                    shadow[job_id] = _Shadow(JobState.CANCELLED, current.priority_class, current.nice)
+                    if current.state in (JobState.PENDING, JobState.HELD):
+                        out.append(c.JobCancelled(id=f"submission/JobCancelled/{suffix}", job_id=job_id,
+                                                  reason=reason, attempt=job.attempt, **base))
+                    else:
+                        out.append(c.JobStopRequested(id=f"submission/JobStopRequested/{suffix}", job_id=job_id,
+                                                      attempt=job.attempt, reason=reason, **base))
+                case "hold":
+                    shadow[job_id] = _Shadow(JobState.HELD, current.priority_class, current.nice)
+                    out.append(c.JobHeld(id=f"submission/JobHeld/{suffix}", job_id=job_id, reason=reason, **base))
+                case "release":
+                    shadow[job_id] = _Shadow(JobState.PENDING, current.priority_class, current.nice)
+                    out.append(c.JobReleased(id=f"submission/JobReleased/{suffix}", job_id=job_id, **base))
+                case "update":
+                    pc = req.priority_class or current.priority_class  # type: ignore[attr-defined]
+                    nice = current.nice if req.nice is None else req.nice  # type: ignore[attr-defined]
+                    shadow[job_id] = _Shadow(current.state, pc, nice)
+                    out.append(c.JobPriorityChanged(id=f"submission/JobPriorityChanged/{suffix}", job_id=job_id,
+                                                    priority_class=pc, nice=nice, **base))
+        return out
+
+    @staticmethod
+    def _judge(state: SubmissionState, pending: _Pending, verb: str, job_id: str, named: str,
+               shadow: dict[str, _Shadow]) -> str | tuple[object, _Shadow]:
+        """Why the request cannot be carried out for ``job_id``, or (the job, its state in this round)."""
+        req = pending.event
+        tasks = state.jobs.arrays.get(named)
+        job = state.jobs.get(tasks[0] if tasks and job_id == named else job_id)
+        if job is None or job.spec is None or not (pending.admin or job.spec.tenant == pending.tenant):
             # The same answer whether the job does not exist or belongs to someone else.
-            return reject(f"no job {job_id!r} in tenant {pending.tenant!r}")
-        if getattr(req, "tenant", pending.tenant) != pending.tenant:
-            return reject(f"tenant {req.tenant!r} does not match the subject's tenant {pending.tenant!r}")  # type: ignore[attr-defined]
-        current = shadow.get(job_id, job.state)
-        if current not in LIVE:
-            return reject(f"job {job_id} has already ended ({current.value})")
-        reason = getattr(req, "reason", "") or f"{verb} requested by {getattr(req, 'user', '') or pending.tenant}"
-        match verb:
-            case "cancel":
-                if current in (JobState.PENDING, JobState.HELD):
-                    shadow[job_id] = JobState.CANCELLED
-                    return c.JobCancelled(
-                        id=f"submission/JobCancelled/{suffix}", job_id=job_id, reason=reason, attempt=job.attempt, **base
-                    )
-                shadow[job_id] = JobState.CANCELLED
-                return c.JobStopRequested(
-                    id=f"submission/JobStopRequested/{suffix}", job_id=job_id, attempt=job.attempt, reason=reason, **base
-                )
-            case "hold":
-                if current is not JobState.PENDING:
-                    return reject(f"only a pending job can be held; {job_id} is {current.value}")
-                shadow[job_id] = JobState.HELD
-                return c.JobHeld(id=f"submission/JobHeld/{suffix}", job_id=job_id, reason=reason, **base)
-            case "release":
-                if current is not JobState.HELD:
-                    return reject(f"only a held job can be released; {job_id} is {current.value}")
-                shadow[job_id] = JobState.PENDING
-                return c.JobReleased(id=f"submission/JobReleased/{suffix}", job_id=job_id, **base)
-            case "update":
-                if current not in (JobState.PENDING, JobState.HELD):
-                    return reject(f"only a pending or held job can change priority; {job_id} is {current.value}")
-                pc = req.priority_class or job.spec.priority_class  # type: ignore[attr-defined]
-                if pc not in c.PRIORITY_CLASSES:
-                    return reject(f"priority_class: {pc!r} is not one of {', '.join(c.PRIORITY_CLASSES)}")
-                nice = job.spec.nice if req.nice is None else req.nice  # type: ignore[attr-defined]
-                if isinstance(nice, bool) or not isinstance(nice, int) or not -10000 <= nice <= 10000:
-                    return reject(f"nice: {nice!r} is outside -10000..10000")
-                return c.JobPriorityChanged(
-                    id=f"submission/JobPriorityChanged/{suffix}", job_id=job_id, priority_class=pc, nice=nice, **base
-                )
-        return reject(f"unknown request {type(req).__name__}")
+            return f"no job {named!r} in tenant {pending.tenant!r}"
+        if tasks and job_id == named:
+            return f"array {named} has no live task: all {len(tasks)} have ended"
+        body_tenant = getattr(req, "tenant", pending.tenant)
+        if pending.admin:
+            if body_tenant not in (ADMIN_TENANT, job.spec.tenant):
+                return (f"tenant {body_tenant!r} is neither {ADMIN_TENANT!r} nor the job's tenant "
+                        f"{job.spec.tenant!r}")
+        elif body_tenant != pending.tenant:
+            return f"tenant {body_tenant!r} does not match the subject's tenant {pending.tenant!r}"
+        current = shadow.get(job_id) or _Shadow(job.state, job.spec.priority_class, job.spec.nice)
+        if current.state not in LIVE:
+            return f"job {job_id} has already ended ({current.state.value})"
+        if verb == "hold" and current.state is not JobState.PENDING:
+            return f"only a pending job can be held; {job_id} is {current.state.value}"
+        if verb == "release" and current.state is not JobState.HELD:
+            return f"only a held job can be released; {job_id} is {current.state.value}"
+        if verb == "update":
+            if current.state not in (JobState.PENDING, JobState.HELD):
+                return f"only a pending or held job can change priority; {job_id} is {current.state.value}"
+            pc = req.priority_class or current.priority_class  # type: ignore[attr-defined]
+            if pc not in c.PRIORITY_CLASSES:
+                return f"priority_class: {pc!r} is not one of {', '.join(c.PRIORITY_CLASSES)}"
+            nice = current.nice if req.nice is None else req.nice  # type: ignore[attr-defined]
+            if isinstance(nice, bool) or not isinstance(nice, int) or not -10000 <= nice <= 10000:
+                return f"nice: {nice!r} is outside -10000..10000"
+            if not pending.admin:
+                if _RANK[pc] < _RANK[current.priority_class]:
+                    return (f"priority_class: raising {job_id} from {current.priority_class!r} to {pc!r} needs an "
+                            "operator (horizon.in._admin.update); an owner may only lower a job's priority")
+                if nice < current.nice:
+                    return (f"nice: lowering {job_id}'s nice from {current.nice} to {nice} raises its priority and "
+                            "needs an operator (horizon.in._admin.update); an owner may only raise nice")
+        return job, current
 
 
-class _KnownJobs:
-    """Membership test over accepted jobs, without copying the table each round."""
+@dataclass(slots=True)
+class _Shadow:
+    """A job as this round's earlier answers left it (they are not folded yet)."""
 
-    def __init__(self, jobs: JobTable, extra: set[str]) -> None:
-        self._jobs = jobs
-        self._extra = extra
+    state: JobState
+    priority_class: str
+    nice: int
 
-    def __contains__(self, job_id: object) -> bool:
-        if job_id in self._extra:
-            return True
-        job = self._jobs.get(job_id)  # type: ignore[arg-type]
-        return job is not None and job.state is not JobState.REJECTED
+
+@dataclass
+class _Round:
+    """What one decision round has admitted so far, for the submissions after it in the same round."""
+
+    decided: set[str] = field(default_factory=set)  # job, task and array ids given a verdict
+    rejected: set[str] = field(default_factory=set)
+    deps: dict[str, tuple[str, ...]] = field(default_factory=dict)  # accepted id -> what it depends on
+    referenced: set[str] = field(default_factory=set)
+
+    def add(self, submitted_id: str, jobs: list[tuple[str, c.JobSpec]]) -> None:
+        if not jobs:
+            return
+        deps = tuple(d.job_id for d in jobs[0][1].dependencies)
+        self.decided.add(submitted_id)
+        self.deps[submitted_id] = deps
+        for job_id, _ in jobs:
+            self.decided.add(job_id)
+            self.deps[job_id] = deps
+        self.referenced.update(deps)
+
+
+def _waiting_edges(state: SubmissionState, round_: _Round, job_id: str) -> tuple[str, ...]:
+    """The dependencies of ``job_id`` if it still waits for them, else none.
+
+    Only a job that has not started yet can wait for ever: one that started had its
+    dependencies met, one that ended no longer waits, and an id not submitted yet
+    depends on nothing so far. An array waits while any of its tasks does.
+    """
+    if job_id in round_.deps:
+        return round_.deps[job_id]
+    jobs = state.jobs
+    members = [job_id] if job_id in jobs.jobs else jobs.arrays.get(job_id, [])
+    for member in members:
+        job = jobs.jobs[member]
+        if job.spec is not None and job.attempt == 0 and job.state in (JobState.PENDING, JobState.HELD):
+            return tuple(d.job_id for d in job.spec.dependencies)
+    return ()
+
+
+def _find_cycle(state: SubmissionState, round_: _Round, job_id: str, deps: tuple[str, ...],
+                targets: set[str]) -> list[str] | None:
+    """A path ``job_id -> d -> ... -> t`` (t in ``targets``: the job or one of its tasks), or None.
+
+    Depth first in dependency order, so the cycle named is the same in every replay. Only
+    an id something already depends on (a forward reference) can close a cycle, so the
+    usual submission, naming jobs older than itself, costs one set lookup.
+    """
+    if not any(t in state.referenced or t in round_.referenced for t in targets):
+        return None
+    path = [job_id]
+    stack = [iter(deps)]
+    seen: set[str] = set()
+    while stack:
+        nxt = next(stack[-1], None)
+        if nxt is None:
+            stack.pop()
+            path.pop()
+            continue
+        if nxt in targets:
+            return [*path, nxt]
+        if nxt in seen:
+            continue
+        seen.add(nxt)
+        path.append(nxt)
+        stack.append(iter(_waiting_edges(state, round_, nxt)))
+    return None

@@ -2,6 +2,10 @@
 
 Every problem is a ``Rejection`` naming the field, what was wrong and what is
 allowed, so ``JobRejected.reason`` can be shown to the person who submitted.
+
+What needs the rest of the log (whether a dependency was rejected, whether it
+would close a cycle, whether an array task's id is taken) is the core's part
+(``services.submission.core``); this module looks at one submission alone.
 """
 
 from __future__ import annotations
@@ -11,10 +15,11 @@ from dataclasses import dataclass
 import msgspec
 
 from events import catalogue as c
+from events.arrays import parse_array, task_id
 from events.resources import ResourceError, parse_count, parse_cpus, parse_duration, parse_gpu_model, parse_memory
 from events.subjects import valid_token
 
-__all__ = ["Limits", "Rejection", "normalise"]
+__all__ = ["Limits", "Rejection", "normalise", "admit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +33,12 @@ class Limits:
     max_name_length: int = 256
     max_command_bytes: int = 128 * 1024
     max_env_entries: int = 1024
+    # Tasks per array. One submission becomes this many JobAccepted in one decision round
+    # (~1 KB each: 10 MB, a fraction of a second for publish_many) and this many queued jobs
+    # in every service (~0.9 KB each). It is also the scheduler's default number of candidates
+    # per cycle, so a whole array can be offered at once. Slurm's default MaxArraySize is 1001;
+    # larger sweeps are split into several arrays.
+    max_array_tasks: int = 10_000
 
 
 class Rejection(Exception):
@@ -48,10 +59,13 @@ def normalise(
     *,
     subject_tenant: str,
     gpu_models: set[tuple[str, str | None]],
-    known_jobs: set[str] | frozenset[str] = frozenset(),
     limits: Limits = Limits(),
 ) -> c.JobSpec:
     """Return the validated spec, or raise ``Rejection``.
+
+    For an array (``sub.array`` set) this is the template of its tasks:
+    ``array`` is the submitted job id, ``array_max_running`` the ``%N``, and
+    ``array_index`` is left unset (``admit`` makes the tasks).
 
     ``gpu_models``: the (type, variant) pairs the cluster has; a request for a
     type (and variant, if given) that no node has is rejected, since it could
@@ -126,8 +140,22 @@ def normalise(
             raise Rejection(f"dependencies[{i}].job_id", f"{dep.job_id!r} is not a job id")
         if dep.job_id == sub.job_id:
             raise Rejection(f"dependencies[{i}].job_id", "a job cannot depend on itself")
-        if dep.job_id not in known_jobs:
-            raise Rejection(f"dependencies[{i}].job_id", f"no job {dep.job_id!r} has been accepted")
+    # 4. array: Slurm's --array, tasks <job_id>_<index>
+    array = None
+    if sub.array is not None:
+        try:
+            array = parse_array(sub.array, "array", max_tasks=limits.max_array_tasks)
+        except ResourceError as exc:
+            raise Rejection(exc.field, f"{exc.value!r} {exc.problem}; accepted: {exc.accepted}") from None
+        longest = task_id(sub.job_id, array.indices[-1])
+        if not valid_token(longest):
+            raise Rejection("array", f"task ids such as {longest!r} would be longer than 128 characters; "
+                            f"use a shorter job id or smaller indices")
+        own = {task_id(sub.job_id, i) for i in array.indices}
+        for i, dep in enumerate(sub.dependencies):
+            if dep.job_id in own:
+                raise Rejection(f"dependencies[{i}].job_id", f"{dep.job_id!r} is a task of this array; "
+                                "an array cannot depend on its own tasks")
     for i, tol in enumerate(sub.tolerations):
         if tol.effect and tol.effect not in c.TAINT_EFFECTS:
             raise Rejection(f"tolerations[{i}].effect", f"{tol.effect!r} is not one of {', '.join(c.TAINT_EFFECTS)}")
@@ -158,7 +186,8 @@ def normalise(
         qos=sub.qos,
         profile=sub.profile or "default",
         dependencies=tuple(sub.dependencies),
-        array=sub.array,
+        array=sub.job_id if array is not None else None,
+        array_max_running=array.max_running if array is not None else 0,
         node_selector=dict(sub.node_selector),
         affinity=sub.affinity,
         tolerations=tuple(sub.tolerations),
@@ -171,6 +200,22 @@ def normalise(
         sim_runtime_s=sub.sim_runtime_s,
         sim_exit_code=sub.sim_exit_code,
     )
+
+
+def admit(
+    sub: c.JobSubmitted,
+    *,
+    subject_tenant: str,
+    gpu_models: set[tuple[str, str | None]],
+    limits: Limits = Limits(),
+) -> list[tuple[str, c.JobSpec]]:
+    """The jobs one submission makes, as (job id, spec): the job itself, or each task of an array
+    in index order. Raises ``Rejection`` like ``normalise``."""
+    spec = normalise(sub, subject_tenant=subject_tenant, gpu_models=gpu_models, limits=limits)
+    if spec.array is None:
+        return [(sub.job_id, spec)]
+    indices = parse_array(sub.array, "array", max_tasks=limits.max_array_tasks).indices  # valid: normalise checked it
+    return [(task_id(sub.job_id, i), spec_replace(spec, array_index=i)) for i in indices]
 
 
 def _check_gpu_model(model: object, gpu_models: set[tuple[str, str | None]]) -> None:
