@@ -86,11 +86,12 @@ def schema(event_type: str | None, list_types: bool) -> None:
 
 
 def _register() -> None:
-    from services.cli import bench, jobs, nodes, run, simulate
+    from services.cli import bench, jobs, nodes, policy, run, simulate
 
     bench.register(cli)
     jobs.register(cli)
     nodes.register(cli)
+    policy.register(cli)
     run.register(cli)
     simulate.register(cli)
 

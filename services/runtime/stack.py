@@ -105,6 +105,7 @@ class Stack:
     async def start_projection(self) -> Part:
         from projections.jobs import JobsProjection, QueryServer
         from projections.nodes import NodesView
+        from projections.scheduling import SchedulerView
 
         log_ = await self._connect("projections")
         projection = JobsProjection(log_, self.data_dir / "projections" / "jobs.sqlite")
@@ -112,13 +113,16 @@ class Stack:
         server = QueryServer(log_.nc, projection)
         await server.start()
         nodes = NodesView(log_, log_.nc)
+        scheduler = SchedulerView(log_, log_.nc, SchedulingCore(policy=self.policy))
 
         async def run() -> None:
             await projection.start()
             await nodes.start()
+            await scheduler.start()
             try:
                 await projection.wait()
             finally:
+                await scheduler.stop()
                 await nodes.stop()
                 await server.stop()
                 await projection.stop()

@@ -267,7 +267,7 @@ class FairShare:
                 "account": account, "user": user if acc.leaf else "", "depth": depth, "parent": acc.parent,
                 "raw_shares": acc.shares, "norm_shares": acc.shares / total_shares if total_shares else 0.0,
                 "raw_usage": usage, "norm_usage": usage / total_usage if total_usage else 0.0,
-                "level_fs": lf.get(name), "fairshare": fs.get(name), "running": acc.running,
+                "level_fs": None if math.isinf(lf[name]) else lf[name], "fairshare": fs.get(name), "running": acc.running,
                 "quota": _quota_dict(acc.quota), "borrowing": acc.borrowing,
             })
             for kid in sorted(acc.children, key=lambda k: (-lf[k], k)):

@@ -1,0 +1,151 @@
+"""The scheduler's standing as a read model: fair-share usage (like sshare) and each job's priority.
+
+This view folds the log through the scheduling core itself (``evolve`` only,
+never ``decide``), so the shares, usage, factors and reasons it shows are
+exactly the ones the scheduler decides on, as of the last event it applied.
+It is in memory: the state is the scheduler's, rebuilt from the log (or,
+later, from its snapshot) at start.
+
+Served on:
+
+* ``horizon.query.usage`` -> ``{"rows": [...], "now", "half_life_s", "weights", "last_seq"}``: one
+  row per account and user association, depth first (``FairShare.report``);
+* ``horizon.query.priority`` with ``{"job_id": J}`` -> the job's priority factor
+  by factor (value, weight, weighted), its position among the pending jobs,
+  why it waits, its deadline and restart backoff; with ``{"limit": N}`` the first
+  N pending jobs in order with their priorities;
+* ``horizon.query.config`` with ``{"seq": N}`` -> whether the operator input at
+  sequence N has been seen, and the reason if it was rejected
+  (``{"seen": bool, "rejected": reason | null, "last_seq"}``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from events import catalogue as c
+from services.runtime.consume import readable
+from services.runtime.log import EventLog, Record
+from services.runtime.service import fold_event
+from services.scheduling.core import SchedulingCore, SchedulingState
+from services.scheduling.fairshare import association
+from services.scheduling.policy import WEIGHT_NAMES, Multifactor, make_policy
+from services.state.jobs import JobState
+
+__all__ = ["SchedulerView", "priority_report", "usage_report"]
+
+
+def usage_report(core: SchedulingCore, state: SchedulingState) -> dict[str, Any]:
+    fs = state.fairshare
+    return {
+        "rows": fs.report(state.now), "now": state.now, "half_life_s": fs.half_life_s,
+        "weights": {"gpu": fs.gpu_weight, "cpu": fs.cpu_weight, "memory_gib": fs.memory_weight,
+                    "dominant_share": fs.dominant_share},
+        "last_seq": state.seq,
+    }
+
+
+def priority_report(core: SchedulingCore, state: SchedulingState, job_id: str | None = None,
+                    limit: int = 50) -> dict[str, Any]:
+    ctx = core.context(state)
+    policy = make_policy(state.config.policy)
+    ordered = core.ordered_queue(state, ctx=ctx)
+    base = {"policy": state.config.policy, "now": state.now, "last_seq": state.seq, "queued": len(ordered)}
+    if job_id is None:
+        rows = [_row(core, state, job, ctx, i + 1) for i, job in enumerate(ordered[:limit])]
+        return {**base, "jobs": rows}
+    job = state.jobs.get(job_id)
+    if job is None:
+        return {**base, "error": f"no job {job_id!r} is known to the scheduler"}
+    position = next((i + 1 for i, j in enumerate(ordered) if j.job_id == job_id), None)
+    row = _row(core, state, job, ctx, position)
+    if isinstance(policy, Multifactor) and job.spec is not None:
+        factors = policy.factors(job, ctx)
+        weights = ctx.config.weights
+        row["factors"] = [{"factor": name, "value": factors[name], "weight": weights[name],
+                           "weighted": factors[name] * weights[name]} for name in WEIGHT_NAMES]
+        row["account_boost"] = ctx.boosts.get(job.spec.account, 0.0)
+        row["nice"] = job.spec.nice
+    return {**base, **row}
+
+
+def _row(core: SchedulingCore, state: SchedulingState, job: Any, ctx: Any, position: int | None) -> dict[str, Any]:
+    spec = job.spec
+    policy = make_policy(state.config.policy)
+    out: dict[str, Any] = {"job_id": job.job_id, "state": job.state.value, "position": position}
+    if spec is None:
+        return out
+    out.update(account=spec.account, user=spec.user, association=association(spec),
+               priority_class=spec.priority_class, borrowed=job.borrowed)
+    if isinstance(policy, Multifactor):
+        out["priority"] = policy.priority(job, ctx)
+    if job.state in (JobState.PENDING, JobState.HELD):
+        out["why"] = core.why_waiting(state, job)
+        if job.job_id in state.deadlines:
+            out["deadline_ts"] = state.deadlines[job.job_id]
+        if job.not_before_ts > state.now:
+            out["not_before_ts"] = job.not_before_ts
+    return out
+
+
+class SchedulerView:
+    def __init__(self, log_: EventLog, nc: Any, core: SchedulingCore | None = None) -> None:
+        self.log = log_
+        self.nc = nc
+        self.core = core or SchedulingCore()
+        self.state = self.core.initial()
+        self.rejected: dict[int, str] = {}  # operator input seq -> why it was not applied
+        self._follower: Any = None
+        self._subs: list[Any] = []
+
+    async def apply(self, batch: list[Record]) -> None:
+        for record, event in readable(batch, self.state.seq):
+            if event is None:
+                self.state.seq = record.seq
+            else:
+                self.state = fold_event(self.core, self.state, record, event)
+                if isinstance(event, c.ConfigRejected):
+                    self.rejected[event.request_seq] = event.reason
+
+    def config_status(self, seq: int) -> dict[str, Any]:
+        pending = self.state.config_rejections.get(seq)
+        reason = self.rejected.get(seq) or (pending[1] if pending else None)
+        return {"seen": self.state.seq >= seq, "rejected": reason, "last_seq": self.state.seq}
+
+    async def start(self) -> None:
+        self._follower = await self.log.follow(self.apply, from_seq=1)
+        self._subs.append(await self.nc.subscribe("horizon.query.usage", queue="projections", cb=self._usage))
+        self._subs.append(await self.nc.subscribe("horizon.query.priority", queue="projections", cb=self._priority))
+        self._subs.append(await self.nc.subscribe("horizon.query.config", queue="projections", cb=self._config))
+
+    async def _config(self, msg: Any) -> None:
+        await self._reply(msg, lambda request: self.config_status(int(request["seq"])))
+
+    async def _usage(self, msg: Any) -> None:
+        await self._reply(msg, lambda request: usage_report(self.core, self.state))
+
+    async def _priority(self, msg: Any) -> None:
+        await self._reply(msg, lambda request: priority_report(
+            self.core, self.state, request.get("job_id"), int(request.get("limit", 50))))
+
+    async def _reply(self, msg: Any, answer: Any) -> None:
+        if not msg.reply:
+            return
+        try:
+            request = json.loads(msg.data or b"{}")
+            if not isinstance(request, dict):
+                raise ValueError("the request must be a JSON object")
+            body = answer(request)
+        except (ValueError, TypeError, KeyError) as exc:
+            body = {"error": str(exc)}
+        await self.nc.publish(msg.reply, json.dumps(body).encode())
+
+    async def stop(self) -> None:
+        for sub in self._subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        if self._follower is not None:
+            await self._follower.stop()
+

@@ -1,0 +1,268 @@
+"""Operator and user commands about scheduling policy.
+
+* ``horizon account set NAME`` — an account of the fair-share tree: parent, shares, quota, borrowing, boost;
+* ``horizon fairshare set`` — decay half-life and the resource weights of usage;
+* ``horizon policy set`` — queue policy, multifactor weights, maximum age, QOS boosts, restart backoff;
+* ``horizon usage`` — shares, usage and fair-share factor per account and user (like sshare);
+* ``horizon show JOB`` — one job: its state, resources, priority factor by factor and why it waits.
+
+Configuration goes into the log on ``horizon.in._admin.<verb>``; the command
+then asks the scheduler's read model whether it was applied or rejected (and
+why), so an operator sees the answer, not just "published".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+
+import click
+from rich.table import Table
+
+from events import catalogue as c
+from events.resources import ResourceError, format_cpus, format_memory, parse_cpus, parse_duration, parse_memory
+from events.subjects import admin_subject
+from services.cli.client import default_user, publish_input, query, session
+from services.cli.jobs import console, nats_option
+from services.runtime.log import LogError
+from services.scheduling.policy import POLICIES, WEIGHT_NAMES
+
+__all__ = ["register"]
+
+
+def _parse(fn: Any, value: str | None, hint: str) -> Any:
+    if value is None:
+        return None
+    try:
+        return fn(value, hint)
+    except ResourceError as exc:
+        raise click.BadParameter(f"{exc.value!r} {exc.problem}; accepted: {exc.accepted}", param_hint=hint) from None
+
+
+def _pairs(items: tuple[str, ...], hint: str, cast: Any = float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint=hint)
+        try:
+            out[key] = cast(value)
+        except ValueError:
+            raise click.BadParameter(f"{value!r} in {item!r} is not a number", param_hint=hint) from None
+    return out
+
+
+def _configure(nats_url: str, verb: str, event: c.Event, wait_s: float = 10.0) -> dict[str, Any]:
+    """Publish an operator input and wait until the scheduler's view has seen it: applied or rejected."""
+
+    async def go() -> dict[str, Any]:
+        async with session(nats_url) as nc:
+            seq = await publish_input(nc, admin_subject(verb), event, msg_id=f"{verb}/{uuid.uuid4().hex}")
+            deadline = asyncio.get_running_loop().time() + wait_s
+            while True:
+                try:
+                    status = await query(nc, "config", {"seq": seq}, timeout_s=2.0)
+                except LogError:
+                    status = {"seen": False}
+                if status.get("seen"):
+                    return {"seq": seq, "applied": not status.get("rejected"), "reason": status.get("rejected")}
+                if asyncio.get_running_loop().time() > deadline:
+                    return {"seq": seq, "applied": None, "reason": "the scheduler has not seen it yet"}
+                await asyncio.sleep(0.1)
+
+    return asyncio.run(go())
+
+
+def _report(result: dict[str, Any], what: str, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(result))
+    elif result["applied"]:
+        click.echo(f"{what} applied (log seq {result['seq']})")
+    elif result["applied"] is None:
+        click.echo(f"{what} published (log seq {result['seq']}); {result['reason']}")
+    if result["applied"] is False:
+        raise click.ClickException(f"{what} rejected: {result['reason']}")
+
+
+@click.group()
+def account() -> None:
+    """Accounts of the fair-share tree (operators)."""
+
+
+@account.command(name="set")
+@nats_option
+@click.argument("name")
+@click.option("--parent", default=None, help="Parent account (default: top level). Configure parents first.")
+@click.option("--shares", type=float, default=1.0, show_default=True, help="Shares among its siblings.")
+@click.option("--quota-gpus", type=int, default=None, help="At most this many GPUs held at once.")
+@click.option("--quota-cpus", default=None, help="At most this many CPUs (2, 2.5, 500m).")
+@click.option("--quota-mem", default=None, help="At most this much memory (64Gi, 512g).")
+@click.option("--quota-jobs", type=int, default=None, help="At most this many running jobs.")
+@click.option("--quota-gpu-type", "gpu_types", multiple=True, help="TYPE=N: at most N GPUs of a type (repeatable).")
+@click.option("--borrowing/--no-borrowing", default=False, show_default=True,
+              help="May run beyond the quota on idle siblings' unused quota (reclaimable).")
+@click.option("--boost", type=float, default=0.0, show_default=True, help="Added to its jobs' priority.")
+@click.option("--json", "as_json", is_flag=True)
+def account_set(nats_url: str, name: str, parent: str | None, shares: float, quota_gpus: int | None,
+                quota_cpus: str | None, quota_mem: str | None, quota_jobs: int | None, gpu_types: tuple[str, ...],
+                borrowing: bool, boost: float, as_json: bool) -> None:
+    """Create or replace account NAME: its place in the tree, shares and quota."""
+    quota = c.Quota(gpus=quota_gpus, cpus_milli=_parse(parse_cpus, quota_cpus, "--quota-cpus"),
+                    memory_bytes=_parse(parse_memory, quota_mem, "--quota-mem"), running_jobs=quota_jobs,
+                    gpus_by_type=_pairs(gpu_types, "--quota-gpu-type", int))
+    event = c.AccountConfigured(ts=time.time(), source="horizon-cli", correlation_id=name, account=name,
+                                parent=parent, shares=shares, quota=quota, borrowing=borrowing,
+                                priority_boost=boost, user=default_user())
+    _report(_configure(nats_url, "account", event), f"account {name}", as_json)
+
+
+@click.group()
+def fairshare() -> None:
+    """Fair-share settings (operators)."""
+
+
+@fairshare.command(name="set")
+@nats_option
+@click.option("--half-life", required=True, help="Usage decay half-life (7d, 12h, 3600).")
+@click.option("--gpu-weight", type=float, default=1.0, show_default=True, help="Usage per GPU-second.")
+@click.option("--cpu-weight", type=float, default=0.0625, show_default=True, help="Usage per core-second.")
+@click.option("--memory-weight", type=float, default=0.0, show_default=True, help="Usage per GiB-second.")
+@click.option("--dominant", is_flag=True, help="Bill the largest weighted resource, not the sum (MAX_TRES).")
+@click.option("--json", "as_json", is_flag=True)
+def fairshare_set(nats_url: str, half_life: str, gpu_weight: float, cpu_weight: float, memory_weight: float,
+                  dominant: bool, as_json: bool) -> None:
+    """Set how usage is counted and how fast it is forgotten."""
+    event = c.FairShareConfigured(ts=time.time(), source="horizon-cli", correlation_id="fairshare",
+                                  half_life_s=_parse(parse_duration, half_life, "--half-life"),
+                                  gpu_weight=gpu_weight, cpu_weight=cpu_weight, memory_weight=memory_weight,
+                                  dominant_share=dominant, user=default_user())
+    _report(_configure(nats_url, "fairshare", event), "fair-share settings", as_json)
+
+
+@click.group()
+def policy() -> None:
+    """The queue policy (operators)."""
+
+
+@policy.command(name="set")
+@nats_option
+@click.option("--policy", "name", type=click.Choice(list(POLICIES)), default=None, help="The queue policy.")
+@click.option("--weight", "weights", multiple=True,
+              help=f"NAME=VALUE multifactor weight, NAME one of {', '.join(WEIGHT_NAMES)} (repeatable).")
+@click.option("--max-age", default=None, help="Age at which the age factor is full (7d).")
+@click.option("--estimate-ref", default=None, help="Estimate at which the estimate factor is 1/2 (1h).")
+@click.option("--qos-boost", "qos", multiple=True, help="QOS=VALUE in [0, 1] (repeatable).")
+@click.option("--backoff-base", default=None, help="Wait before the first retry of a failed job (10s).")
+@click.option("--backoff-max", default=None, help="Longest wait between retries (10m).")
+@click.option("--json", "as_json", is_flag=True)
+def policy_set(nats_url: str, name: str | None, weights: tuple[str, ...], max_age: str | None,
+               estimate_ref: str | None, qos: tuple[str, ...], backoff_base: str | None, backoff_max: str | None,
+               as_json: bool) -> None:
+    """Change the queue policy or its parameters; what is not given stays as it is."""
+    event = c.PolicyConfigured(
+        ts=time.time(), source="horizon-cli", correlation_id="policy", policy=name,
+        weights=_pairs(weights, "--weight"), max_age_s=_parse(parse_duration, max_age, "--max-age"),
+        estimate_ref_s=_parse(parse_duration, estimate_ref, "--estimate-ref"), qos_boost=_pairs(qos, "--qos-boost"),
+        backoff_base_s=_parse(parse_duration, backoff_base, "--backoff-base"),
+        backoff_max_s=_parse(parse_duration, backoff_max, "--backoff-max"), user=default_user(),
+    )
+    _report(_configure(nats_url, "policy", event), "policy", as_json)
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+@click.command()
+@nats_option
+@click.option("--json", "as_json", is_flag=True)
+def usage(nats_url: str, as_json: bool) -> None:
+    """Shares, decayed usage and fair-share factor per account and user (like sshare)."""
+
+    async def go() -> dict[str, Any]:
+        async with session(nats_url) as nc:
+            return await query(nc, "usage", {})
+
+    body = asyncio.run(go())
+    if as_json:
+        click.echo(json.dumps(body))
+        return
+    table = Table(box=None, header_style="bold")
+    for col in ("ACCOUNT", "USER", "RAWSHARES", "NORMSHARES", "RAWUSAGE(GPU-h)", "NORMUSAGE", "LEVELFS",
+                "FAIRSHARE", "RUNNING", "QUOTA"):
+        table.add_column(col)
+    for row in body["rows"]:
+        indent = " " * row["depth"]
+        quota = ",".join(f"{k}={v}" for k, v in row["quota"].items())
+        table.add_row(indent + (row["account"] if not row["user"] else ""), row["user"], f"{row['raw_shares']:g}",
+                      _num(row["norm_shares"]), f"{row['raw_usage'] / 3600:.2f}", _num(row["norm_usage"]),
+                      "inf" if row["level_fs"] is None else _num(row["level_fs"]), _num(row["fairshare"]),
+                      str(row["running"]), quota + (" +borrow" if row["borrowing"] else ""))
+    console().print(table)
+    click.echo(f"half-life {body['half_life_s'] / 86400:g} d; usage billed per second: "
+               f"{body['weights']['gpu']:g}/GPU + {body['weights']['cpu']:g}/core + "
+               f"{body['weights']['memory_gib']:g}/GiB{' (dominant)' if body['weights']['dominant_share'] else ''}; "
+               f"log seq {body['last_seq']}")
+
+
+@click.command()
+@nats_option
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True)
+def show(nats_url: str, job_id: str, as_json: bool) -> None:
+    """Everything about one job: state, resources, priority factor by factor, why it waits, its events."""
+
+    async def go() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with session(nats_url) as nc:
+            job = await query(nc, "job", {"job_id": job_id})
+            try:
+                prio = await query(nc, "priority", {"job_id": job_id})
+            except LogError as exc:
+                prio = {"error": str(exc)}
+            return job, prio
+
+    job, prio = asyncio.run(go())
+    if as_json:
+        click.echo(json.dumps({"job": job, "priority": prio}))
+        return
+    row = job.get("job") or {}
+    if not row:
+        raise click.ClickException(f"no job {job_id!r}")
+    out = [f"Job {row['job_id']} ({row.get('name') or ''})  state {row['state']}",
+           f"  tenant {row.get('tenant')}  account {row.get('account')}  user {row.get('user') or '-'}  "
+           f"class {row.get('priority_class')}",
+           f"  resources: {row.get('nodes', 1)} node(s) x {row.get('tasks_per_node', 1)} task(s) of "
+           f"{format_cpus(row.get('cpus_milli') or 0)} CPUs, {format_memory(row.get('memory_bytes') or 0)}, "
+           f"{row.get('gpus') or 0} GPU(s){' ' + row['gpu_type'] if row.get('gpu_type') else ''}"]
+    if "error" not in prio:
+        if prio.get("position"):
+            out.append(f"  queue position {prio['position']} of {prio['queued']} ({prio['policy']})")
+        if prio.get("priority") is not None:
+            out.append(f"  priority {prio['priority']:.1f} = sum of weight x factor"
+                       f"{' + boost ' + format(prio['account_boost'], 'g') if prio.get('account_boost') else ''}"
+                       f"{' - nice ' + str(prio['nice']) if prio.get('nice') else ''}:")
+            for f in prio.get("factors", []):
+                out.append(f"    {f['factor']:<10} {f['value']:.4f} x {f['weight']:>9g} = {f['weighted']:10.1f}")
+        if prio.get("why"):
+            out.append(f"  waiting: {prio['why']}")
+        if prio.get("deadline_ts"):
+            out.append(f"  gives up (UNSCHEDULABLE) at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(prio['deadline_ts']))}")
+        if prio.get("borrowed"):
+            out.append("  runs on borrowed quota (may be reclaimed)")
+    if row.get("reason") and row["state"] not in ("PENDING", "HELD"):
+        out.append(f"  reason: {row['reason']}")
+    events = job.get("events") or []
+    if events:
+        out.append("  events:")
+        for ev in events[-20:]:
+            out.append(f"    {ev['seq']:>8}  {time.strftime('%H:%M:%S', time.localtime(ev['ts']))}  {ev['type']}")
+    for line in out:
+        click.echo(line)
+
+
+def register(group: click.Group) -> None:
+    for command in (account, fairshare, policy, usage, show):
+        group.add_command(command)

@@ -1,0 +1,83 @@
+"""Operators configure accounts, fair share and policy from the CLI and see the answer; users see
+their job's priority factor by factor (`horizon show`) and the fair-share standings (`horizon usage`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import nats
+import pytest
+
+from services.agent.app import local_nodes
+from services.runtime.stack import Stack
+from tests.e2e import read_log
+from tests.test_e2e_services import assert_replays, job_json, publish_all
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def horizon(url: str, *args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.cli.main", args[0], *args[1:], "--nats", url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_configuration_from_the_cli_and_what_users_see(nats_server, tmp_path):
+    stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(1, gpus_per_node=4), executor="sim")
+    await stack.start()
+    url = nats_server.url
+    try:
+        code, out, err = await horizon(url, "account", "set", "research", "--shares", "2", "--quota-gpus", "4")
+        assert code == 0 and "account research applied" in out, err
+        code, out, err = await horizon(url, "account", "set", "ml", "--parent", "research", "--quota-gpu-type",
+                                       "a100=2", "--boost", "5")
+        assert code == 0, err
+        code, out, err = await horizon(url, "account", "set", "lost", "--parent", "nowhere")
+        assert code == 1 and "rejected: parent: account 'nowhere' is not configured" in err
+        assert "Traceback" not in err
+        code, out, err = await horizon(url, "fairshare", "set", "--half-life", "1d", "--json")
+        assert code == 0 and json.loads(out)["applied"] is True, err
+        code, out, err = await horizon(url, "policy", "set", "--weight", "fairshare=20000", "--backoff-base", "5s")
+        assert code == 0 and "policy applied" in out, err
+        code, out, err = await horizon(url, "policy", "set", "--weight", "speed=1")
+        assert code == 1 and "weights: 'speed' is not one of class, fairshare, age" in err
+
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        await publish_all(js, [
+            ("horizon.in.acme.submit", job_json("big", account="ml", user="ann", resources={"gpus": 2, "gpu_type": "a100"},
+                                                sim_runtime_s=600), "big"),
+            ("horizon.in.acme.submit", job_json("next", account="ml", user="bob", resources={"gpus": 2, "gpu_type": "a100"},
+                                                sim_runtime_s=1), "next"),
+        ])
+        await nc.close()
+
+        async def waiting_on_quota() -> bool:
+            code, out, _ = await horizon(url, "show", "next", "--json")
+            body = json.loads(out) if code == 0 else {}
+            return "quota" in (body.get("priority") or {}).get("why", "")
+
+        deadline = asyncio.get_running_loop().time() + 30
+        while not await waiting_on_quota():
+            assert asyncio.get_running_loop().time() < deadline, "next never waited on the a100 quota"
+            await asyncio.sleep(0.3)
+        code, out, err = await horizon(url, "show", "next")
+        assert code == 0, err
+        assert "priority" in out and "fairshare" in out and "age" in out
+        assert "waiting: account ml quota: 2 a100 GPUs in use + 2 a100 GPUs > limit 2 a100 GPUs" in out
+        assert "boost 5" in out
+        code, out, err = await horizon(url, "usage", "--json")
+        assert code == 0, err
+        rows = {(r["account"], r["user"]): r for r in json.loads(out)["rows"]}
+        assert rows[("research", "")]["raw_shares"] == 2 and rows[("ml", "")]["parent"] == "research"
+        assert rows[("ml", "ann")]["running"] == 1 and rows[("research", "")]["quota"] == {"gpus": 4}
+        assert json.loads(out)["half_life_s"] == 86400
+        code, out, err = await horizon(url, "usage")
+        assert code == 0 and "research" in out and "ann" in out and "half-life 1 d" in out, err
+    finally:
+        await stack.stop()
+    assert_replays(await read_log(url))
