@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 
 from events import catalogue as c
 
-__all__ = ["Account", "FairShare", "ROOT", "association", "billing_rate", "decayed"]
+__all__ = ["Account", "FairShare", "ROOT", "association", "decayed"]
 
 ROOT = "root"
 GIB = float(1 << 30)
