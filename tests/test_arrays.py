@@ -314,3 +314,38 @@ async def test_an_array_and_a_dependency_pair_through_the_services(nats_server, 
     result = check_log(records)
     assert result.ok, result.problems[:5]
     assert_replays(records)
+
+
+@pytest.mark.timeout(120)
+async def test_the_cli_holds_reprioritises_and_cancels_an_array_as_owner_and_operator(nats_server, tmp_path):
+    from click.testing import CliRunner
+
+    from services.cli.main import cli
+    from services.runtime.stack import Stack
+
+    stack = Stack(nats_server.url, tmp_path / "stack", executor="sim", nodes=local_nodes(1, gpus_per_node=1))
+    await stack.start()
+
+    async def horizon(*args: str):
+        result = await asyncio.to_thread(CliRunner().invoke, cli, [args[0], "--nats", nats_server.url, *args[1:]])
+        return result.exit_code, result.output
+
+    try:
+        # two GPUs per task on a one-GPU node: the tasks stay pending, whatever the timing
+        code, out = await horizon("submit", "--tenant", "acme", "--job-id", "sweep", "--array", "0-3%2", "--gpus", "2",
+                                  "--", "true")
+        assert (code, out.strip()) == (0, "sweep")
+        code, out = await horizon("submit", "--tenant", "acme", "--job-id", "after", "--dependency",
+                                  "afterok:sweep:prep", "--", "true")
+        assert code == 0, out
+        assert await horizon("hold", "--tenant", "acme", "sweep") == (0, "sweep: 4 tasks: 4 held\n")
+        code, out = await horizon("update", "--tenant", "acme", "sweep", "--priority-class", "high")
+        assert code == 1 and "update sweep: priority_class: raising sweep_0 from 'normal' to 'high' needs an operator" in out
+        assert await horizon("update", "--admin", "sweep", "--priority-class", "high") == (
+            0, "sweep: 4 tasks: 4 priority changed\n")
+        assert await horizon("cancel", "--admin", "sweep", "--reason", "wrong data") == (
+            0, "sweep: 4 tasks: 4 cancelled\n")
+        code, out = await horizon("release", "--tenant", "acme", "sweep")
+        assert code == 1 and "release sweep: array sweep has no live task: all 4 have ended" in out
+    finally:
+        await stack.stop()
