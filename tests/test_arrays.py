@@ -156,6 +156,9 @@ def test_requests_about_an_array_answer_for_every_live_task():
     f.evt("agent", c.JobStarted(job_id="sweep_0", attempt=1, node="n1"))
     f.evt("agent", c.JobSucceeded(job_id="sweep_0", attempt=1))
     f.evt("placement", c.JobScheduled(job_id="sweep_1", attempt=1, allocations=[c.NodeAllocation(node="n1")]))
+    f.input("globex", "hold", c.JobHoldRequested(job_id="sweep", tenant="globex"))
+    [foreign] = f.settle()  # another tenant learns nothing about the array, not even its tasks
+    assert (foreign.job_id, foreign.reason) == ("sweep", "no job 'sweep' in tenant 'globex'")
     f.input("acme", "hold", c.JobHoldRequested(job_id="sweep", tenant="acme"))
     out = f.settle()  # sweep_0 has ended: not named; sweep_1 runs: it cannot be held
     assert [(type(e).__name__, e.job_id) for e in out] == [

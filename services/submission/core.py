@@ -136,9 +136,11 @@ class SubmissionCore:
         job_id: str = event.job_id  # type: ignore[attr-defined]
         pending = _Pending(seq, state.now, owner, event, admin=admin, targets=(job_id,))
         tasks = state.jobs.arrays.get(job_id)
-        if tasks is not None:
+        owner_spec = state.jobs.jobs[tasks[0]].spec if tasks else None
+        if tasks and owner_spec is not None and (admin or owner_spec.tenant == owner):
             # The tasks live now: later changes are judged per task when answering, and a
-            # restart in the middle of the answers finishes exactly this list.
+            # restart in the middle of the answers finishes exactly this list. (Someone else's
+            # array gets the one answer an unknown job gets: it does not learn the tasks.)
             live = tuple(t for t in tasks if state.jobs.jobs[t].state in LIVE)
             pending.targets = live or (job_id,)
         pending.unanswered = set(pending.targets)
