@@ -160,3 +160,87 @@ def test_dependencies_gate_candidates_and_end_jobs_they_can_never_satisfy():
     assert cycles[0].candidates == ["notok", "any", "started"]
     assert f.state.jobs.get("ok").state.value == "DEPENDENCY_NEVER_SATISFIED"
     assert f.decide() == []
+
+
+def _alloc(node: str = "n1") -> list[c.NodeAllocation]:
+    return [c.NodeAllocation(node=node)]
+
+
+def test_scheduling_timeout_ends_the_job_unschedulable_with_its_last_reason():
+    f = Feed(SchedulingCore())
+    f.evt("agent", node("n1", gpus=8))
+    f.evt("submission", accepted("wide", gpus=8, scheduling_timeout_s=60.0))
+    f.evt("submission", accepted("patient", gpus=8))
+    [cycle] = f.settle()
+    f.evt("placement", c.JobScheduled(job_id="patient", attempt=1, allocations=_alloc()))
+    f.evt("placement", c.PlacementBlocked(job_id="wide", cycle=1, reasons=[
+        c.BlockReason(reason="only 0 free GPUs", nodes=1, filter="GpuCapacity")]))
+    f.evt("placement", c.PlacementCycleCompleted(cycle=1, scheduled=1, blocked=1))
+    assert f.decide() == []
+    f.evt("clock", c.ClockTicked(now_ts=0.0), dt=50.0)  # 55 s after acceptance: not yet
+    assert f.decide() == []
+    f.evt("clock", c.ClockTicked(now_ts=0.0), dt=10.0)  # 65 s
+    [gone] = f.settle()
+    assert isinstance(gone, c.JobUnschedulable) and gone.job_id == "wide"
+    assert gone.reason == "not started within 60 s: 1 nodes: only 0 free GPUs"
+    assert f.state.jobs.get("wide").state.value == "UNSCHEDULABLE"
+    assert f.decide() == []
+
+
+def test_restart_backoff_doubles_and_node_loss_requeues_without_using_a_retry():
+    f = Feed(SchedulingCore())
+    f.evt("agent", node("n1"))
+    f.evt("submission", accepted("flaky", restart_policy="on-failure", max_retries=3))
+    f.evt("submission", accepted("once", restart_policy="never"))
+    f.settle()
+    delays = []
+    for attempt in (1, 2, 3, 4):
+        f.evt("placement", c.JobScheduled(job_id="flaky", attempt=attempt, allocations=_alloc()))
+        f.evt("agent", c.JobFailed(job_id="flaky", attempt=attempt, exit_code=1))
+        requeues = [e for e in f.settle() if isinstance(e, c.JobRequeued)]
+        delays.append(requeues[0].not_before_ts - requeues[0].ts if requeues else None)
+        f.evt("clock", c.ClockTicked(now_ts=0.0), dt=100.0)
+    assert delays == [10.0, 20.0, 40.0, None]  # three retries, doubling; then it stays FAILED
+    # a lost node requeues even a "never" job, at once, and that is not a retry
+    f.evt("placement", c.JobScheduled(job_id="once", attempt=1, allocations=_alloc()))
+    f.evt("inventory", c.JobFailed(job_id="once", attempt=1, reason="node n1 lost", node_lost=True))
+    [requeued] = [e for e in f.settle() if isinstance(e, c.JobRequeued)]
+    assert requeued.not_before_ts == requeued.ts and "node n1 lost" in requeued.reason
+    f.evt("placement", c.JobScheduled(job_id="once", attempt=2, allocations=_alloc()))
+    f.evt("agent", c.JobFailed(job_id="once", attempt=2, exit_code=1))
+    assert not [e for e in f.settle() if isinstance(e, c.JobRequeued)]
+
+
+def test_an_array_never_has_more_candidates_and_running_tasks_than_its_limit():
+    f = Feed(SchedulingCore(policy="fcfs"))
+    f.evt("agent", node("n1"))
+    for i in range(5):
+        f.evt("submission", accepted(f"arr_{i}", array="arr", array_index=i, array_max_running=2))
+    f.evt("submission", accepted("other"))
+    [cycle] = f.settle()
+    assert cycle.candidates == ["arr_0", "arr_1", "other"]
+    f.evt("placement", c.JobScheduled(job_id="arr_0", attempt=1, allocations=_alloc()))
+    f.evt("placement", c.PlacementCycleCompleted(cycle=1, scheduled=1))
+    assert f.decide() == []  # arr_1 and "other" did not fit: nothing changed since
+    assert f.state.array_running == {"arr": 1}
+    f.evt("agent", c.JobSucceeded(job_id="arr_0", attempt=1))  # capacity back, and a task slot
+    [cycle2] = f.settle()
+    assert cycle2.candidates == ["arr_1", "arr_2", "other"]
+
+
+def test_a_snapshot_loads_into_the_same_state_and_a_foreign_one_is_refused():
+    core = SchedulingCore()
+    f = Feed(core)
+    f.evt("agent", node("n1"))
+    f.admin("account", c.AccountConfigured(account="a", quota=c.Quota(gpus=4), borrowing=True))
+    for i in range(4):
+        f.evt("submission", accepted(f"j{i}", account="a", user="u", scheduling_timeout_s=600.0))
+    f.settle()
+    f.evt("placement", c.JobScheduled(job_id="j0", attempt=1, allocations=_alloc()))
+    data = core.dump(f.state)
+    restored = core.load(data)
+    assert restored is not None and core.dump(restored) == data
+    assert restored.pending.keys() == f.state.pending.keys() and restored.deadline_heap == sorted(f.state.deadline_heap)
+    assert core.decide(restored) == core.decide(f.state)
+    assert SchedulingCore(policy="fcfs").load(data) is None  # another configuration: full replay instead
+    assert core.load(b"\x93\x01\x02") is None

@@ -16,6 +16,13 @@ replay of the log could reproduce):
 
 A freshly started inventory gives every node a full timeout of grace before
 judging it, since it has not had the chance to hear anyone yet.
+
+The **clock**: decisions take "now" from the log, so when nothing happens,
+time does not move for them, and a scheduling timeout or a restart backoff
+would wait for the next unrelated event. ``Ticker`` publishes a
+``ClockTicked`` every ``interval_s`` seconds (msg id
+``clock/ClockTicked/<wall time // interval>``, so several inventories tick
+once); the tick carries no decision, it only moves the log's time forward.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from services.inventory.core import InventoryCore, InventoryState
 from services.runtime.log import EventLog
 from services.runtime.service import ServiceRunner
 
-__all__ = ["HeartbeatWatch", "InventoryService"]
+__all__ = ["HeartbeatWatch", "InventoryService", "Ticker"]
 
 log = logging.getLogger("horizon.inventory")
 
@@ -108,20 +115,51 @@ class HeartbeatWatch:
         await self.runner.log.publish(event_subject("inventory", event), encode(event), msg_id=event.id)
 
 
-class InventoryService:
-    """The runner and the heartbeat watch, started and stopped together."""
+class Ticker:
+    """Publishes ``ClockTicked`` into the log every ``interval_s`` seconds of wall time."""
 
-    def __init__(self, log_: EventLog, nc: Any, *, heartbeat_timeout_s: float = 10.0, core: InventoryCore | None = None) -> None:
+    def __init__(self, log_: EventLog, interval_s: float = 5.0) -> None:
+        self.log = log_
+        self.interval_s = interval_s
+        self.ticks = 0
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s - time.time() % self.interval_s)
+            try:
+                await self.tick(time.time())
+            except Exception as exc:  # noqa: BLE001 - the next tick retries; a missed tick only delays
+                log.warning("clock tick not published: %s", exc)
+
+    async def tick(self, wall: float) -> None:
+        bucket = int(wall // self.interval_s)
+        event = c.ClockTicked(id=f"clock/ClockTicked/{bucket}", ts=wall, correlation_id=str(bucket),
+                              source="clock", now_ts=wall)
+        await self.log.publish(event_subject("clock", event), encode(event), msg_id=event.id)
+        self.ticks += 1
+
+
+class InventoryService:
+    """The runner, the heartbeat watch and the clock, started and stopped together."""
+
+    def __init__(self, log_: EventLog, nc: Any, *, heartbeat_timeout_s: float = 10.0, core: InventoryCore | None = None,
+                 tick_interval_s: float | None = 5.0) -> None:
         self.runner = ServiceRunner(log_, core or InventoryCore())
         self.watch = HeartbeatWatch(self.runner, nc, timeout_s=heartbeat_timeout_s) if nc is not None else None
+        self.ticker = Ticker(log_, tick_interval_s) if tick_interval_s else None
 
     async def run(self) -> None:
         await self.runner.start()
         if self.watch is not None:
             await self.watch.start()
+        ticking = asyncio.create_task(self.ticker.run(), name="inventory-clock") if self.ticker else None
         try:
             await self.runner.wait()
         finally:
+            if ticking is not None:
+                ticking.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ticking
             if self.watch is not None:
                 await self.watch.stop()
             await self.runner.stop()

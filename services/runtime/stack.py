@@ -68,6 +68,7 @@ class Stack:
     executor: str = "process"  # or "sim"
     heartbeat_timeout_s: float = 10.0
     heartbeat_interval_s: float = 1.0
+    tick_interval_s: float | None = 5.0  # the log's clock (see services/inventory/app.py); None: no ticks
     policy: str = "multifactor"
     backfill: str = "easy"
     settings: StreamSettings = field(default_factory=StreamSettings)
@@ -96,7 +97,8 @@ class Stack:
     async def start_service(self, name: str) -> Part:
         log_ = await self._connect(name)
         if name == "inventory":
-            obj: Any = InventoryService(log_, log_.nc, heartbeat_timeout_s=self.heartbeat_timeout_s)
+            obj: Any = InventoryService(log_, log_.nc, heartbeat_timeout_s=self.heartbeat_timeout_s,
+                                        tick_interval_s=self.tick_interval_s)
             runner = obj.runner
         else:
             obj = runner = ServiceRunner(log_, make_core(name, policy=self.policy, backfill=self.backfill))
