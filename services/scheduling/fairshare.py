@@ -104,6 +104,8 @@ class FairShare:
     memory_weight: float = 0.0  # per GiB
     dominant_share: bool = False
     accounts: dict[str, Account] = field(default_factory=lambda: {ROOT: Account(ROOT, None, configured=True)})
+    # node -> its path up to the root (derived; dropped whenever an account is configured)
+    _paths: dict[str, tuple[Account, ...]] = field(default_factory=dict, repr=False)
 
     @property
     def lam(self) -> float:
@@ -140,6 +142,7 @@ class FairShare:
     def configure_account(self, ev: c.AccountConfigured, now: float) -> None:
         """Apply a checked ``AccountConfigured`` (``check_account`` returned None)."""
         parent = ev.parent or ROOT
+        self._paths.clear()
         acc = self.accounts.get(ev.account)
         if acc is None:
             acc = self._create(ev.account, parent, leaf=False, now=now)
@@ -189,14 +192,18 @@ class FairShare:
             acc = self._create(key, spec.account, leaf=True, now=now)
         return acc
 
-    def path(self, name: str) -> list[Account]:
+    def path(self, name: str) -> tuple[Account, ...]:
         """From the node up to (excluding) the root."""
+        found = self._paths.get(name)
+        if found is not None:
+            return found
         out = []
         acc = self.accounts[name]
         while acc.parent is not None:
             out.append(acc)
             acc = self.accounts[acc.parent]
-        return out
+        self._paths[name] = path = tuple(out)
+        return path
 
     def start(self, leaf: str, rate: float, now: float) -> None:
         for acc in self.path(leaf):
@@ -287,8 +294,8 @@ class FairShare:
 
     def _move(self, acc: Account, parent: str, now: float) -> None:
         """Re-parent an account: its usage and running jobs move with it."""
-        old = self.path(acc.parent) if acc.parent and acc.parent != ROOT else []
-        new = self.path(parent) if parent != ROOT else []
+        old = self.path(acc.parent) if acc.parent and acc.parent != ROOT else ()
+        new = self.path(parent) if parent != ROOT else ()
         usage, rate, running = self.usage_at(acc, now), acc.rate, acc.running
         for node in old:
             self._advance(node, now)

@@ -186,11 +186,26 @@ class Multifactor:
         }
 
     def priority(self, job: Job, ctx: Context) -> float:
-        f = self.factors(job, ctx)
-        w = ctx.config.weights
+        """The same sum as ``factors`` weighted, computed inline (it is the sort key of every cycle)."""
         spec = job.spec
         assert spec is not None
-        return sum(w[name] * f[name] for name in WEIGHT_NAMES) + ctx.boosts.get(spec.account, 0.0) - spec.nice
+        cfg = ctx.config
+        w = cfg.weights
+        tasks = spec.nodes * spec.tasks_per_node
+        size = spec.gpus * tasks if spec.gpus else spec.cpus_milli * tasks / 1000.0
+        p = (w["class"] * (4 - CLASS_RANK[spec.priority_class]) / 4
+             + w["age"] * min(1.0, max(0.0, ctx.now - job.accepted_ts) / cfg.max_age_s)
+             + w["estimate"] * cfg.estimate_ref_s / (cfg.estimate_ref_s + spec.time_limit_s)
+             + w["size"] / (1.0 + math.log2(size if size > 1.0 else 1.0)))
+        if ctx.fairshare:
+            p += w["fairshare"] * ctx.fairshare.get(f"{spec.account}/{spec.user or '-'}", 1.0)
+        else:
+            p += w["fairshare"]
+        if spec.qos and cfg.qos_boost:
+            p += w["qos"] * cfg.qos_boost.get(spec.qos, 0.0)
+        if ctx.boosts:
+            p += ctx.boosts.get(spec.account, 0.0)
+        return p - spec.nice
 
     def key(self, job: Job, ctx: Context) -> tuple[float | int, ...]:
         return (-self.priority(job, ctx), job.accepted_seq)

@@ -108,8 +108,9 @@ class Quotas:
         self.waiting: dict[str, int] = {}  # account -> pending jobs under it
 
     @staticmethod
-    def _accounts(fs: FairShare, leaf: str) -> list[Account]:
-        return [a for a in fs.path(leaf) if not a.leaf]
+    def _accounts(fs: FairShare, leaf: str) -> tuple[Account, ...]:
+        path = fs.path(leaf)
+        return path[1:] if path and path[0].leaf else path
 
     def charge(self, fs: FairShare, leaf: str, amount: Amount, sign: int) -> None:
         for acc in self._accounts(fs, leaf):
