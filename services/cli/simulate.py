@@ -39,7 +39,7 @@ def cluster_for(trace: Trace, nodes: int | None, gpus_per_node: int, gpu_type: s
     return specs, SimSettings(procs_per_node=per)
 
 
-async def run_simulation(trace_path: str, *, start: int = 0, length: int | None = None, policy: str = "fcfs",
+async def run_simulation(trace_path: str, *, start: int = 0, length: int | None = None, policy: str = "multifactor",
                          backfill: bool | str = False, in_process: bool = False, nodes: int | None = None,
                          gpus_per_node: int = 0, gpu_type: str = "a100", cpus_per_node: int | None = None,
                          nats_url: str | None = None) -> tuple[dict[str, Any], Any]:
@@ -80,7 +80,7 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
 @click.command()
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False))
 @click.option("--window", "window_spec", default=None, help="START:LEN, 0-based in file order (default: all).")
-@click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="fcfs", show_default=True)
+@click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="multifactor", show_default=True)
 @click.option("--backfill", is_flag=True, help="Backfilling in placement (else strict order).")
 @click.option("--backfill-mode", type=click.Choice(["easy", "shadow", "greedy"]), default="easy", show_default=True,
               help="With --backfill: textbook EASY, RLScheduler-style 'shadow', or greedy.")

@@ -82,7 +82,7 @@ WATCHED = frozenset({"JobScheduled", "JobRequeued", "JobRejected", "JobDependenc
 
 @dataclass(frozen=True)
 class SimSettings:
-    policy: str = "fcfs"
+    policy: str = "multifactor"
     backfill: str = "none"  # none | easy | shadow | greedy (services/placement/core.py)
     procs_per_node: int = 1  # cores per node of a CPU cluster
     gpus_per_node: int = 0  # GPUs per node of a GPU cluster (trace processors become GPUs)
