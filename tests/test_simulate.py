@@ -45,7 +45,8 @@ def test_job_lists_and_a_gpu_cluster(tmp_path):
         {"submit_s": 6, "runtime_s": 10, "gpus": 2, "estimate_s": 10},
         {"submit_s": 7, "runtime_s": 100, "gpus": 2},
     ]))
-    out, run = asyncio.run(run_simulation(str(path), in_process=True, nodes=2, gpus_per_node=4, backfill=True))
+    out, run = asyncio.run(run_simulation(str(path), in_process=True, nodes=2, gpus_per_node=4, backfill=True,
+                                          policy="fcfs"))
     starts = {j: r.start_s for j, r in run.results.items()}
     # job-1 (two whole nodes) waits for job-0 and holds a reservation at 50; job-2 ends by then, so it
     # backfills at once; job-3 would still run at 50 on a reserved node, so it waits until job-1 ends.
