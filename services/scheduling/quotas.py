@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from events import catalogue as c
+from events.resources import format_cpus, format_memory
 from services.scheduling.fairshare import ROOT, Account, FairShare
 
 __all__ = ["Amount", "Quotas", "amount_of", "OK", "BORROW", "BLOCKED"]
@@ -90,9 +91,9 @@ def _dims(quota: c.Quota) -> list[str]:
 
 def _unit(dim: str, value: int) -> str:
     if dim == "cpus_milli":
-        return f"{value / 1000:g} CPUs"
+        return f"{format_cpus(value)} CPUs"
     if dim == "memory_bytes":
-        return f"{value / (1 << 30):.3g} GiB memory"
+        return f"{format_memory(value)} memory"
     if dim == "running_jobs":
         return f"{value} running jobs"
     if dim.startswith("type:"):
