@@ -284,12 +284,16 @@ class JobUpdateRequested(Event, tag="JobUpdateRequested", kw_only=True):
 
 
 class NodeCommandIssued(Event, tag="NodeCommandIssued", kw_only=True):
-    """``horizon.in._admin.node``: an operator cordons, uncordons, drains or removes a node."""
+    """``horizon.in._admin.node``: an operator cordons, uncordons, drains, removes, taints or untaints a node.
+
+    ``taint`` / ``untaint`` carry the ``taint`` (untaint matches by key and effect).
+    """
 
     node: str
-    action: str  # cordon | uncordon | drain | remove
+    action: str  # cordon | uncordon | drain | remove | taint | untaint
     reason: str = ""
     user: str = ""
+    taint: Taint | None = None
 
 
 class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
@@ -319,6 +323,39 @@ class FairShareConfigured(Event, tag="FairShareConfigured", kw_only=True):
     cpu_weight: float = 0.0
     memory_weight: float = 0.0  # per GiB-second
     dominant_share: bool = False
+    user: str = ""
+
+
+class ProfileConfigured(Event, tag="ProfileConfigured", kw_only=True):
+    """``horizon.in._admin.profile``: a placement profile (a job names one in ``JobSpec.profile``).
+
+    ``weights``: score plugin -> weight (``binpack``, ``spread``, ``numa``,
+    ``interconnect``, ``fragmentation``; unset ones keep their defaults).
+    ``backfill``: ``none``, ``easy``, ``shadow``, ``greedy`` or ``conservative``
+    (a reservation for each of the first ``reservation_depth`` blocked jobs).
+    Configuring a profile again replaces it.
+    """
+
+    name: str
+    weights: dict[str, float] = {}
+    backfill: str = "easy"
+    reservation_depth: int = 16
+    user: str = ""
+
+
+class ReservationConfigured(Event, tag="ReservationConfigured", kw_only=True):
+    """``horizon.in._admin.reservation``: an advance reservation of ``nodes`` for ``account``
+    from ``start_ts`` to ``end_ts``: in that window only the account's jobs use those nodes,
+    and other jobs may use them before it only if they end (by their time limit) before it
+    starts. ``cancelled`` withdraws the reservation of that name.
+    """
+
+    name: str
+    account: str
+    nodes: list[str] = []
+    start_ts: float = 0.0
+    end_ts: float = 0.0
+    cancelled: bool = False
     user: str = ""
 
 
@@ -601,6 +638,16 @@ class NodeLost(Event, tag="NodeLost", kw_only=True):
     basis_seq: int = 0
 
 
+class NodeTaintsChanged(Event, tag="NodeTaintsChanged", kw_only=True):
+    """The node's taints now (an operator's taint/untaint). A ``NoExecute`` taint evicts the jobs
+    on the node that do not tolerate it (``PreemptionRequested`` by inventory)."""
+
+    node: str
+    taints: list[Taint] = []
+    reason: str = ""
+    basis_seq: int = 0
+
+
 class NodeRemoved(Event, tag="NodeRemoved", kw_only=True):
     node: str
     reason: str = ""
@@ -631,6 +678,8 @@ AnyEvent = (
     | AccountConfigured
     | FairShareConfigured
     | PolicyConfigured
+    | ProfileConfigured
+    | ReservationConfigured
     | JobAccepted
     | JobRejected
     | JobCancelled
@@ -658,6 +707,7 @@ AnyEvent = (
     | NodeCordoned
     | NodeUncordoned
     | NodeDraining
+    | NodeTaintsChanged
     | NodeLost
     | NodeRemoved
     | ClockTicked

@@ -4,7 +4,7 @@
 subject                                     what
 ==========================================  =====================================================
 ``horizon.in.<tenant>.<verb>``              client inputs; verbs ``submit cancel hold release update``
-``horizon.in._admin.<verb>``                operator inputs; ``node account fairshare policy``
+``horizon.in._admin.<verb>``                operator inputs; ``node account fairshare policy profile reservation``
                                             and ``cancel hold release update`` of any job
 ``horizon.evt.<service>.<Type>.<id>``       service outputs; ``<id>`` is the job or node
 ``horizon.query.<view>``                    request/reply read models (not in the stream)
@@ -71,6 +71,8 @@ ADMIN_VERBS: dict[str, type[c.Event]] = {
     "account": c.AccountConfigured,
     "fairshare": c.FairShareConfigured,
     "policy": c.PolicyConfigured,
+    "profile": c.ProfileConfigured,
+    "reservation": c.ReservationConfigured,
     # an operator's requests about any tenant's job (owners use horizon.in.<tenant>.<verb>)
     "cancel": c.JobCancelRequested,
     "hold": c.JobHoldRequested,
@@ -92,11 +94,11 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
     "SchedulingCycleCompleted": ("scheduling",),
     "JobUnschedulable": ("scheduling",),
     "JobDependencyNeverSatisfied": ("scheduling",),
-    "ConfigRejected": ("scheduling",),
+    "ConfigRejected": ("scheduling", "placement"),
     "JobRequeued": ("scheduling",),
     "JobScheduled": ("placement",),
     "PlacementBlocked": ("placement",),
-    "PreemptionRequested": ("preemption",),
+    "PreemptionRequested": ("preemption", "inventory"),
     "JobPreempted": ("agent",),
     "JobCheckpointed": ("agent",),
     "JobStarted": ("agent",),
@@ -107,6 +109,7 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
     "NodeCordoned": ("inventory",),
     "NodeUncordoned": ("inventory",),
     "NodeDraining": ("inventory",),
+    "NodeTaintsChanged": ("inventory",),
     "NodeLost": ("inventory",),
     "NodeRemoved": ("inventory",),
     "ClockTicked": ("clock",),

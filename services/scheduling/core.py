@@ -98,6 +98,9 @@ _NODE_EVENTS = (
     c.NodeLost,
     c.NodeCordoned,
     c.NodeDraining,
+    c.NodeTaintsChanged,
+    c.ProfileConfigured,  # placement's configuration: what fits where may change
+    c.ReservationConfigured,
 )
 _CONFIG_VERBS = {c.AccountConfigured: "account", c.FairShareConfigured: "fairshare", c.PolicyConfigured: "policy"}
 

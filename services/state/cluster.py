@@ -114,7 +114,8 @@ def device_matches(device: c.GpuDevice, req: Request) -> bool:
     return device.memory_bytes >= req.gpu_memory_bytes
 
 
-_NODE_STATE_EVENTS = (c.NodeReady, c.NodeLost, c.NodeCordoned, c.NodeUncordoned, c.NodeDraining, c.NodeRemoved)
+_NODE_STATE_EVENTS = (c.NodeReady, c.NodeLost, c.NodeCordoned, c.NodeUncordoned, c.NodeDraining, c.NodeRemoved,
+                      c.NodeTaintsChanged)
 
 
 class Cluster:
@@ -149,6 +150,8 @@ class Cluster:
                 node.draining = True
             case c.NodeRemoved():
                 node.removed, node.ready = True, False
+            case c.NodeTaintsChanged(taints=taints):
+                node.taints = list(taints)
         return True
 
     def _register(self, event: c.NodeRegistered, seq: int) -> None:
@@ -169,6 +172,7 @@ class Cluster:
             node.ready_seq, node.lost_seq = old.ready_seq, old.lost_seq
             node.used_cpus_milli, node.used_memory_bytes = old.used_cpus_milli, old.used_memory_bytes
             node.used_devices, node.jobs = old.used_devices, old.jobs
+            node.taints = old.taints  # taints set by operators since outlive an agent restart
         self.nodes[name] = node
 
     def on_transition(self, tr: Transition) -> bool:
