@@ -1,34 +1,34 @@
 """Does a job fit on a node, with which devices, and how well. Pure.
 
-``fit_node`` checks, in this order, and stops at the first failure (that
-failure is the node's reason in a "blocked" explanation):
-
-1. the node is usable (ready, not cordoned, draining, lost or removed);
-2. it has enough CPUs, memory and matching GPUs *in total* (else the job can
-   never run there, whatever finishes);
-3. it has enough of them *free* now.
+``fit_node`` runs the filter plugins of ``services.placement.plugins`` in
+order and stops at the first failure (that failure is the node's reason in a
+"blocked" explanation): usable, node selector, required node affinity,
+taints, advance reservations, capacity in total (else the job can never run
+there, whatever finishes), inter-job affinity and anti-affinity, free now.
 
 Device choice: among the free devices that match (type, variant, memory),
-take them from one NUMA node if one has enough (the NUMA node with the fewest
-such devices that still suffices, so larger groups stay whole), else in
-(NUMA, id) order.
+take them from one interconnect (NVLink) group if one has enough, the
+smallest such group; within the chosen set, from one NUMA node if one has
+enough (the NUMA node with the fewest such devices that still suffices, so
+larger groups stay whole), else in (NUMA, id) order.
 
-Best fit (the score, lower is better): free GPUs left on the node after
-placing, then free CPUs left, then the node name. Packing GPU jobs onto the
-fullest node that fits keeps whole nodes free for large jobs; a CPU-only job
-lands on the node with the fewest free GPUs, keeping GPU nodes for GPU work.
+The score of a fitting node is the profile's weighted sum of the score
+plugins (``Fit.parts``); the node index ranks by it, then by node name.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from events import catalogue as c
 from events.resources import format_cpus, format_memory
-from services.state.cluster import Node, Request, device_matches, device_sort_key
+from services.placement.plugins import (Profile, describe_requirement, describe_taint, requirement_holds,
+                                        untolerated)
+from services.state.cluster import Cluster, Node, Request, device_matches, device_sort_key
 
-__all__ = ["Overlay", "Fit", "fit_node", "describe_gpus"]
+__all__ = ["Overlay", "Fit", "fit_node", "describe_gpus", "Context", "AdvanceReservation", "Topology", "explain"]
 
 
 @dataclass(slots=True)
@@ -75,16 +75,17 @@ class Fit:
     of a large cluster are counted per group, never shown one by one.
     """
 
-    __slots__ = ("node", "req", "devices", "score", "filter", "detail")
+    __slots__ = ("node", "req", "devices", "score", "filter", "detail", "parts")
 
     def __init__(self, node: str, req: Request, devices: list[str] | None = None, score: tuple[object, ...] = (),
-                 filter: str = "", detail: tuple[object, ...] = ()) -> None:
+                 filter: str = "", detail: tuple[object, ...] = (), parts: dict[str, float] | None = None) -> None:
         self.node = node
         self.req = req
         self.devices = devices
-        self.score = score
+        self.score = score  # (-weighted sum, node): smallest first
         self.filter = filter
         self.detail = detail
+        self.parts = parts or {}  # score plugin -> its score in [0, 1]
 
     @property
     def ok(self) -> bool:
@@ -108,10 +109,109 @@ def describe_gpus(req: Request) -> str:
     return what
 
 
+@dataclass(frozen=True, slots=True)
+class AdvanceReservation:
+    """Nodes held for ``account`` from ``start_ts`` to ``end_ts`` (``ReservationConfigured``)."""
+
+    name: str
+    account: str
+    nodes: frozenset[str]
+    start_ts: float
+    end_ts: float
+
+    def excludes(self, account: str, start: float, end: float) -> bool:
+        """Whether a job of ``account`` running from ``start`` to ``end`` may not use these nodes."""
+        return account != self.account and start < self.end_ts and end > self.start_ts
+
+
+class Topology:
+    """Which jobs run in which topology domain (a node, or the nodes sharing a label value), for the
+    inter-job affinity filters; jobs placed earlier in the same decision count."""
+
+    def __init__(self, cluster: Cluster, specs: dict[str, c.JobSpec]) -> None:
+        self.cluster = cluster
+        self.on_node: dict[str, list[c.JobSpec]] = {}
+        for name in sorted(cluster.nodes):
+            node = cluster.nodes[name]
+            self.on_node[name] = [specs[j] for j in node.jobs if j in specs]
+        self._domains: dict[str, dict[str, list[c.JobSpec]]] = {}
+
+    def add(self, node: str, spec: c.JobSpec) -> None:
+        self.on_node.setdefault(node, []).append(spec)
+        self._domains.clear()
+
+    @property
+    def has_anti_affinity(self) -> bool:
+        return any(s.affinity and s.affinity.job_anti_affinity for specs in self.on_node.values() for s in specs)
+
+    def domain(self, node: str, key: str) -> str | None:
+        if key == "node":
+            return node
+        found = self.cluster.nodes.get(node)
+        return found.labels.get(key) if found is not None else None
+
+    def members(self, key: str, value: str) -> list[c.JobSpec]:
+        by_value = self._domains.get(key)
+        if by_value is None:
+            by_value = {}
+            for name, specs in self.on_node.items():
+                d = self.domain(name, key)
+                if d is not None and specs:
+                    by_value.setdefault(d, []).extend(specs)
+            self._domains[key] = by_value
+        return by_value.get(value, [])
+
+    def anyone(self, labels: tuple[tuple[str, str], ...]) -> bool:
+        return any(_matches(s.labels, labels) for specs in self.on_node.values() for s in specs)
+
+    def anti_terms(self) -> list[tuple[str, tuple[tuple[str, str], ...], str]]:
+        """(node, labels to match, topology key) of every anti-affinity term of a running job."""
+        out = []
+        for name, specs in self.on_node.items():
+            for s in specs:
+                for t in (s.affinity.job_anti_affinity if s.affinity else ()):
+                    out.append((name, tuple(sorted(t.match_labels.items())), t.topology_key))
+        return out
+
+
+def _matches(labels: dict[str, str] | tuple[tuple[str, str], ...], wanted: tuple[tuple[str, str], ...]) -> bool:
+    have = dict(labels) if isinstance(labels, tuple) else labels
+    return all(have.get(k) == v for k, v in wanted)
+
+
+@dataclass(slots=True)
+class Context:
+    """What a placement knows besides the node and the request: the profile, when the job would
+    run (now or a reservation's time, until its time limit), its account, the advance
+    reservations and, for inter-job (anti-)affinity, where jobs run."""
+
+    profile: Profile = field(default_factory=Profile)
+    start_ts: float = 0.0
+    end_ts: float = math.inf
+    account: str = ""
+    reservations: tuple[AdvanceReservation, ...] = ()
+    topology: Topology | None = None
+
+
+DEFAULT_CONTEXT = Context()
+
+
 def explain(filter: str, detail: tuple[object, ...], req: Request) -> str:
     """The text of a failure: what the node has against what the job needs."""
     if filter == "NodeReady":
         return f"node {detail[0]}"
+    if filter == "NodeSelector":
+        return f"labels do not match the node selector {detail[0]}={detail[1]}"
+    if filter == "NodeAffinity":
+        return f"node affinity {describe_requirement(detail[0])} not met"  # type: ignore[arg-type]
+    if filter == "Taints":
+        return f"taint {detail[0]} not tolerated"
+    if filter == "Reservation":
+        return f"reserved for account {detail[0]} ({detail[1]})"
+    if filter == "JobAffinity":
+        return f"no job with {detail[0]} in its {detail[1]}"
+    if filter == "JobAntiAffinity":
+        return f"a job with {detail[0]} runs in its {detail[1]}"
     if filter == "GpuCapacity":
         return f"has {detail[0]} {describe_gpus(req)}, needs {req.gpus}"
     if filter == "CpuCapacity":
@@ -127,12 +227,31 @@ def explain(filter: str, detail: tuple[object, ...], req: Request) -> str:
     return filter
 
 
-def fit_node(node: Node, req: Request, overlay: Overlay) -> Fit:
+def _labels_text(labels: tuple[tuple[str, str], ...]) -> str:
+    return ",".join(f"{k}={v}" for k, v in labels) or "any labels"
+
+
+def fit_node(node: Node, req: Request, overlay: Overlay, ctx: Context = DEFAULT_CONTEXT) -> Fit:
     name = node.name
     # 1. usable
     if not node.schedulable:
         return Fit(name, req, filter="NodeReady", detail=(node.status,))
-    # 2. capacity in total
+    # 2. where it may go
+    labels = node.labels
+    for key, value in req.selector:
+        if labels.get(key) != value:
+            return Fit(name, req, filter="NodeSelector", detail=(key, value))
+    for requirement in req.required:
+        if not requirement_holds(labels, requirement):
+            return Fit(name, req, filter="NodeAffinity", detail=(requirement,))
+    if node.taints:
+        bad = untolerated(req.tolerations, node.taints, ("NoSchedule", "NoExecute"))
+        if bad:
+            return Fit(name, req, filter="Taints", detail=(describe_taint(bad[0]),))
+    for held in ctx.reservations:
+        if name in held.nodes and held.excludes(ctx.account, ctx.start_ts, ctx.end_ts):
+            return Fit(name, req, filter="Reservation", detail=(held.account, held.name))
+    # 3. capacity in total
     gpus = node.gpus
     if req.gpus:
         matching = sum(1 for d in gpus.values() if device_matches(d, req))
@@ -142,7 +261,13 @@ def fit_node(node: Node, req: Request, overlay: Overlay) -> Fit:
         return Fit(name, req, filter="CpuCapacity", detail=(node.cpus_milli,))
     if req.memory_bytes > node.memory_bytes:
         return Fit(name, req, filter="MemoryCapacity", detail=(node.memory_bytes,))
-    # 3. free now
+    # 4. who runs nearby
+    topo = ctx.topology
+    if topo is not None:
+        failed = _topology_filters(topo, name, req)
+        if failed is not None:
+            return Fit(name, req, filter=failed[0], detail=failed[1])
+    # 5. free now
     free_cpus = node.cpus_milli - node.used_cpus_milli - overlay.cpus_milli.get(name, 0)
     free_mem = node.memory_bytes - node.used_memory_bytes - overlay.memory_bytes.get(name, 0)
     if gpus:
@@ -162,20 +287,76 @@ def fit_node(node: Node, req: Request, overlay: Overlay) -> Fit:
         return Fit(name, req, filter="CpuFree")
     if req.memory_bytes > free_mem:
         return Fit(name, req, filter="MemoryFree")
-    devices = _choose_devices(free_matching, req.gpus) if req.gpus else []
-    return Fit(name, req, devices=devices, score=(len(free_all) - req.gpus, free_cpus - req.cpus_milli, name))
+    chosen = _choose_devices(free_matching, req.gpus) if req.gpus else []
+    parts = _scores(node, req, chosen, len(free_all), free_cpus)
+    w = ctx.profile.weights
+    total = (w["binpack"] * parts["binpack"] + w["spread"] * parts["spread"] + w["numa"] * parts["numa"]
+             + w["interconnect"] * parts["interconnect"] + w["fragmentation"] * parts["fragmentation"]
+             + w["taints"] * parts["taints"] + w["node_affinity"] * parts["node_affinity"])
+    devices = sorted((d.id for d in chosen), key=device_sort_key)
+    return Fit(name, req, devices=devices, score=(-total, name), parts=parts)
 
 
-def _choose_devices(free: list[c.GpuDevice], count: int) -> list[str]:
+def _topology_filters(topo: Topology, name: str, req: Request) -> tuple[str, tuple[object, ...]] | None:
+    for wanted, key in req.affinity:
+        domain = topo.domain(name, key)
+        if domain is not None and any(_matches(s.labels, wanted) for s in topo.members(key, domain)):
+            continue
+        if not topo.anyone(wanted) and _matches(req.labels, wanted):
+            continue  # the first of its group: nothing to be near yet
+        return "JobAffinity", (_labels_text(wanted), key)
+    for wanted, key in req.anti_affinity:
+        domain = topo.domain(name, key)
+        if domain is not None and any(_matches(s.labels, wanted) for s in topo.members(key, domain)):
+            return "JobAntiAffinity", (_labels_text(wanted), key)
+    for other, wanted, key in topo.anti_terms():
+        if _matches(req.labels, wanted):
+            mine, theirs = topo.domain(name, key), topo.domain(other, key)
+            if mine is not None and mine == theirs:
+                return "JobAntiAffinity", (_labels_text(wanted), key)
+    return None
+
+
+def _scores(node: Node, req: Request, chosen: list[c.GpuDevice], free_gpus: int, free_cpus: int) -> dict[str, float]:
+    total_gpus = len(node.gpus)
+    gpus_after = free_gpus - req.gpus
+    cpus_after = free_cpus - req.cpus_milli
+    if req.gpus:
+        binpack = (total_gpus - gpus_after) / total_gpus
+    else:
+        binpack = (node.cpus_milli - cpus_after) / node.cpus_milli if node.cpus_milli else 1.0
+    idle = free_gpus == total_gpus and free_cpus == node.cpus_milli
+    fills = gpus_after == 0 if total_gpus else cpus_after == 0
+    fragmentation = 1.0 - (0.5 if idle and not fills else 0.0) - (0.5 if not req.gpus and gpus_after > 0 else 0.0)
+    single = len(chosen) <= 1
+    numa = 1.0 if single or len({d.numa_node for d in chosen}) == 1 else 0.0
+    links = {d.interconnect for d in chosen}
+    interconnect = 1.0 if single or (len(links) == 1 and "" not in links) else 0.0
+    taints = 0.0 if node.taints and untolerated(req.tolerations, node.taints, ("PreferNoSchedule",)) else 1.0
+    if req.preferred:
+        node_affinity = sum(1 for r in req.preferred if requirement_holds(node.labels, r)) / len(req.preferred)
+    else:
+        node_affinity = 1.0
+    return {"binpack": binpack, "spread": 1.0 - binpack, "numa": numa, "interconnect": interconnect,
+            "fragmentation": fragmentation, "taints": taints, "node_affinity": node_affinity}
+
+
+def _choose_devices(free: list[c.GpuDevice], count: int) -> list[c.GpuDevice]:
     if count == 0:
         return []
+    by_link: dict[str, list[c.GpuDevice]] = {}
+    for d in free:
+        if d.interconnect:
+            by_link.setdefault(d.interconnect, []).append(d)
+    linked = [(len(ds), link) for link, ds in by_link.items() if len(ds) >= count]
+    if linked:
+        _, link = min(linked)
+        free = by_link[link]
     by_numa: dict[int, list[c.GpuDevice]] = {}
     for d in free:
         by_numa.setdefault(d.numa_node, []).append(d)
     fitting = [(len(ds), numa) for numa, ds in by_numa.items() if len(ds) >= count]
     if fitting:
         _, numa = min(fitting)
-        chosen = sorted(by_numa[numa], key=lambda d: device_sort_key(d.id))[:count]
-    else:
-        chosen = sorted(free, key=lambda d: (d.numa_node, device_sort_key(d.id)))[:count]
-    return sorted((d.id for d in chosen), key=device_sort_key)
+        return sorted(by_numa[numa], key=lambda d: device_sort_key(d.id))[:count]
+    return sorted(free, key=lambda d: (d.numa_node, device_sort_key(d.id)))[:count]

@@ -1,10 +1,14 @@
 """The node index: placement asks one node per *kind of node*, not every node per job.
 
 Two nodes with the same hardware (CPUs, memory, GPU devices with their ids,
-models, memory and NUMA layout) and the same free resources right now (free
+models, memory, NUMA and interconnect layout), the same labels and taints,
+the same advance reservations and the same free resources right now (free
 CPUs, free memory, the same set of free device ids) and the same state
 (ready, cordoned, ...) answer every request identically: same fit, same
-devices, same score except the node name that breaks ties. The index keeps
+devices, same score except the node name that breaks ties. (A request with
+inter-job affinity, or any request while some running job has an
+anti-affinity term, depends on which jobs run where: it is evaluated node by
+node.) The index keeps
 nodes grouped by that signature, so ``place`` evaluates ``fit_node`` once per
 group, and a cluster of 1,000 identical 8-GPU nodes is a handful of groups
 (the idle ones, and one per distinct fill level) instead of 1,000 scans.
@@ -22,21 +26,32 @@ import bisect
 import heapq
 from collections.abc import Iterator
 
-from services.placement.fit import Fit, Overlay, fit_node
+from services.placement.fit import DEFAULT_CONTEXT, Context, Fit, Overlay, fit_node
 from services.state.cluster import Cluster, Node, Request
 
 __all__ = ["NodeIndex"]
 
 
-def _hardware(node: Node) -> tuple[object, ...]:
-    devices = tuple(sorted((d.id, d.type, d.variant, d.memory_bytes, d.numa_node) for d in node.gpus.values()))
-    return (node.cpus_milli, node.memory_bytes, devices)
+def _hardware(node: Node, held: frozenset[str]) -> tuple[object, ...]:
+    kind = node.kind
+    if kind is None:  # computed once per node (and again when its taints change)
+        devices = tuple(sorted((d.id, d.type, d.variant, d.memory_bytes, d.numa_node, d.interconnect)
+                               for d in node.gpus.values()))
+        labels = tuple(sorted(node.labels.items()))
+        taints = tuple(sorted((t.key, t.value, t.effect) for t in node.taints))
+        node.kind = kind = (node.cpus_milli, node.memory_bytes, devices, labels, taints)
+    return (kind, held) if held else kind
 
 
 class NodeIndex:
-    def __init__(self, cluster: Cluster, overlay: Overlay) -> None:
+    def __init__(self, cluster: Cluster, overlay: Overlay, ctx: Context = DEFAULT_CONTEXT) -> None:
         self.cluster = cluster
         self.overlay = overlay
+        self.ctx = ctx
+        held_by: dict[str, set[str]] = {}
+        for r in ctx.reservations:
+            for name in r.nodes:
+                held_by.setdefault(name, set()).add(r.name)
         self._hardware: dict[str, tuple[object, ...]] = {}
         self._key_of: dict[str, tuple[object, ...]] = {}
         self.groups: dict[tuple[object, ...], list[str]] = {}  # key -> node names, sorted
@@ -44,7 +59,7 @@ class NodeIndex:
             node = cluster.nodes[name]
             if node.removed:
                 continue
-            self._hardware[name] = _hardware(node)
+            self._hardware[name] = _hardware(node, frozenset(held_by.get(name, ())))
             key = self._key(node)
             self._key_of[name] = key
             self.groups.setdefault(key, []).append(name)
@@ -80,10 +95,18 @@ class NodeIndex:
         bisect.insort(self.groups.setdefault(new, []), name)
         self._key_of[name] = new
 
-    def evaluate(self, req: Request) -> Iterator[tuple[Fit, list[str]]]:
-        """One ``Fit`` per group (computed on its first node), with the group's nodes."""
+    def evaluate(self, req: Request, ctx: Context | None = None) -> Iterator[tuple[Fit, list[str]]]:
+        """One ``Fit`` per group (computed on its first node), with the group's nodes; node by node
+        when the answer depends on the jobs around each node."""
+        ctx = ctx or self.ctx
+        topo = ctx.topology
+        one_by_one = topo is not None and (req.topological or topo.has_anti_affinity)
         for members in self.groups.values():
-            yield fit_node(self.cluster.nodes[members[0]], req, self.overlay), members
+            if one_by_one:
+                for name in members:
+                    yield fit_node(self.cluster.nodes[name], req, self.overlay, ctx), [name]
+            else:
+                yield fit_node(self.cluster.nodes[members[0]], req, self.overlay, ctx), members
 
     @staticmethod
     def best(fitting: list[tuple[Fit, list[str]]], count: int) -> list[tuple[str, Fit]]:

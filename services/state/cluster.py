@@ -45,6 +45,7 @@ class Node:
     used_memory_bytes: int = 0
     used_devices: dict[str, str] = field(default_factory=dict)  # device id -> job id
     jobs: dict[str, c.NodeAllocation] = field(default_factory=dict)
+    kind: tuple[object, ...] | None = None  # cached by the node index: hardware, labels, taints (see index.py)
 
     @property
     def schedulable(self) -> bool:
@@ -78,9 +79,14 @@ class Node:
         return [d for i, d in sorted(self.gpus.items(), key=lambda kv: device_sort_key(kv[0])) if i not in self.used_devices]
 
 
+Requirement = tuple[str, str, tuple[str, ...]]  # node label key, operator, values
+Term = tuple[tuple[tuple[str, str], ...], str]  # job labels to match, topology key
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
-    """What a job needs on each of its nodes."""
+    """What a job needs on each of its nodes, and where it may go: a hashable value, so that
+    jobs of one shape share one evaluation per kind of node."""
 
     cpus_milli: int
     memory_bytes: int
@@ -90,10 +96,32 @@ class Request:
     gpu_memory_bytes: int
     nodes: int
     tasks_per_node: int
+    selector: tuple[tuple[str, str], ...] = ()
+    required: tuple[Requirement, ...] = ()
+    preferred: tuple[Requirement, ...] = ()
+    tolerations: tuple[c.Toleration, ...] = ()
+    affinity: tuple[Term, ...] = ()
+    anti_affinity: tuple[Term, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    profile: str = "default"
+
+    @property
+    def topological(self) -> bool:
+        """Whether the answer depends on which jobs run where (evaluated node by node)."""
+        return bool(self.affinity or self.anti_affinity)
+
+
+def _requirements(items: object) -> tuple[Requirement, ...]:
+    return tuple((r.key, r.operator, tuple(r.values)) for r in items)  # type: ignore[attr-defined]
+
+
+def _terms(items: object) -> tuple[Term, ...]:
+    return tuple((tuple(sorted(t.match_labels.items())), t.topology_key) for t in items)  # type: ignore[attr-defined]
 
 
 def request_of(spec: c.JobSpec) -> Request:
     per_node = spec.tasks_per_node
+    aff = spec.affinity
     return Request(
         cpus_milli=spec.cpus_milli * per_node,
         memory_bytes=spec.memory_bytes * per_node,
@@ -103,6 +131,14 @@ def request_of(spec: c.JobSpec) -> Request:
         gpu_memory_bytes=spec.gpu_memory_bytes,
         nodes=spec.nodes,
         tasks_per_node=per_node,
+        selector=tuple(sorted(spec.node_selector.items())),
+        required=_requirements(aff.node_required) if aff else (),
+        preferred=_requirements(aff.node_preferred) if aff else (),
+        tolerations=tuple(spec.tolerations),
+        affinity=_terms(aff.job_affinity) if aff else (),
+        anti_affinity=_terms(aff.job_anti_affinity) if aff else (),
+        labels=tuple(sorted(spec.labels.items())),
+        profile=spec.profile,
     )
 
 
@@ -152,6 +188,7 @@ class Cluster:
                 node.removed, node.ready = True, False
             case c.NodeTaintsChanged(taints=taints):
                 node.taints = list(taints)
+                node.kind = None
         return True
 
     def _register(self, event: c.NodeRegistered, seq: int) -> None:
