@@ -51,6 +51,7 @@ class NodesView:
                 "gpu_types": models,
                 "jobs": sorted(node.jobs),
                 "labels": node.labels,
+                "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints],
             })
         return out
 

@@ -4,16 +4,35 @@ One agent process can host many nodes (simulated clusters, ``horizon up``).
 It follows the log like the services, but its "decisions" are effects on the
 machine, so it is not a pure core; its reports are observations:
 ``JobStarted``, ``JobSucceeded``, ``JobFailed`` (exit code, stderr tail, or
-the time limit), ``JobCancelled`` (after a ``JobStopRequested``). Every report
-has a deterministic id (``agent/<Type>/<job>/<attempt>``), so a report sent
-twice is stored once.
+the time limit), ``JobCancelled`` (after a ``JobStopRequested``),
+``JobCheckpointed`` and ``JobPreempted`` (after a ``PreemptionRequested``).
+Every report has a deterministic id (``agent/<Type>/<job>/<attempt>``), so a
+report sent twice is stored once.
+
+Stopping a job, for whatever reason, is one path (``_stop_job``): SIGTERM to
+its process group, SIGKILL after the grace period. A cancel
+(``JobStopRequested``) takes it at once and is reported ``JobCancelled``. A
+preemption or eviction (``PreemptionRequested``, from preemption or from
+inventory for a NoExecute taint) first sends the job its
+``checkpoint_signal``, if it declares one, and waits for a checkpoint
+reference (``services/agent/executors.py``) within the grace period, which
+covers checkpoint and exit together, as Kubernetes counts a preStop hook
+against the termination grace period; SIGTERM follows at once when the
+checkpoint is written, and SIGKILL at the end of the period, but never
+sooner than ``MIN_STOP_GRACE_S`` after SIGTERM. The agent reports
+``JobCheckpointed`` for a reference it got and, once the process is gone,
+``JobPreempted`` with the reference, and only then are the resources free.
+A preemption is carried out once per attempt; one for an attempt that has
+ended, or a second one, is ignored, and a cancel overrides it (the job ends
+CANCELLED, not requeued).
 
 Start-up: catch up with the log first, then
 
 * start every job SCHEDULED on its nodes that has not started;
 * report ``JobFailed`` for every job the log says is RUNNING on its nodes,
   since a fresh agent has no such process (it died with the old agent);
-* answer stop requests that arrived while it was away.
+* answer stop requests that arrived while it was away: ``JobCancelled`` for
+  a cancel, ``JobPreempted`` for a preemption (the process is gone either way).
 
 A job that ends by someone else's decision while running here (cancelled
 before it was seen to start, failed because the node was declared lost) is
@@ -44,9 +63,12 @@ from services.runtime.consume import readable
 from services.runtime.log import EventLog, Record
 from services.state.jobs import HOLDS_RESOURCES, JobState, JobTable
 
-__all__ = ["NodeSpec", "NodeAgent", "local_nodes"]
+__all__ = ["NodeSpec", "NodeAgent", "local_nodes", "MIN_STOP_GRACE_S"]
 
 log = logging.getLogger("horizon.agent")
+
+# SIGTERM to SIGKILL when a checkpoint used up the grace period (Kubernetes gives 2 s after a preStop hook).
+MIN_STOP_GRACE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -107,8 +129,12 @@ def local_nodes(
 class _Running:
     attempt: int
     execution: Execution | None = None
-    stop_reason: str | None = None  # "cancel": report JobCancelled; "silent": no report
+    # "cancel": report JobCancelled; "preempt": report JobPreempted; "silent": no report
+    stop_reason: str | None = None
     task: asyncio.Task[None] | None = None
+    stoppers: list[asyncio.Task[None]] = field(default_factory=list)  # _stop_job, once it is being stopped
+    preemption: c.PreemptionRequested | None = None
+    checkpoint_ref: str | None = None  # what this attempt reported in JobCheckpointed
 
 
 class NodeAgent:
@@ -133,6 +159,8 @@ class NodeAgent:
         self.jobs = JobTable()
         self.running: dict[str, _Running] = {}
         self.stop_requests: dict[str, c.JobStopRequested] = {}
+        self.preemptions: dict[str, c.PreemptionRequested] = {}  # job -> the request for its current attempt
+        self.checkpoints: dict[str, tuple[int, str]] = {}  # job -> (attempt, latest checkpoint reference)
         self.heartbeats_paused = False  # tests simulate a silent node with this
         self.ready = asyncio.Event()
         self._follower: Any = None
@@ -203,6 +231,17 @@ class NodeAgent:
                     self.stop_requests[event.job_id] = event
                     actions.append(("stop", event.job_id))
                 continue
+            if isinstance(event, c.PreemptionRequested):
+                job = self.jobs.get(event.job_id)
+                if (job is not None and job.state in HOLDS_RESOURCES and job.attempt == event.attempt
+                        and self._mine(job.allocations) and event.job_id not in self.preemptions):
+                    self.preemptions[event.job_id] = event  # dropped when the attempt ends: one per attempt
+                    actions.append(("preempt", event.job_id))
+                continue
+            if isinstance(event, (c.JobCheckpointed, c.JobPreempted, c.JobRequeued)):
+                ref = event.checkpoint_ref
+                if ref is not None:
+                    self.checkpoints[event.job_id] = (event.attempt, ref)
             tr = self.jobs.apply(event, record.seq, record.time)
             if tr is None and isinstance(event, c.JobCancelled):
                 # A cancel decided before this attempt was scheduled: stop the attempt and
@@ -220,6 +259,7 @@ class NodeAgent:
                 actions.append(("start", tr.job.job_id))
             elif tr.before in HOLDS_RESOURCES and tr.after not in HOLDS_RESOURCES:
                 self.stop_requests.pop(tr.job.job_id, None)
+                self.preemptions.pop(tr.job.job_id, None)
                 actions.append(("ended", tr.job.job_id))
         return actions
 
@@ -236,6 +276,8 @@ class NodeAgent:
                 log.warning("killed the process of %s attempt %d left by a previous agent", job_id, job.attempt)
             if job_id in self.stop_requests:
                 await self._report(c.JobCancelled, job_id, job.attempt, reason=self.stop_requests[job_id].reason)
+            elif job_id in self.preemptions:
+                await self._report_preempted(job_id, job.attempt, self.preemptions[job_id], None)
             elif job.state is JobState.SCHEDULED:
                 await self._act("start", job_id)
             else:
@@ -257,15 +299,31 @@ class NodeAgent:
         elif action == "stop":
             run = self.running.get(job_id)
             request = self.stop_requests.get(job_id)
-            if run is None or run.execution is None:
-                if run is not None:
-                    run.stop_reason = "cancel"  # stopped as soon as it has started
-                elif request is not None:
+            if run is None:
+                if request is not None:
                     await self._report(c.JobCancelled, job_id, job.attempt, reason=request.reason)
                 return
-            run.stop_reason = "cancel"
-            grace = request.grace_period_s if request else self.grace_period_s
-            asyncio.create_task(run.execution.stop(grace))
+            if run.stop_reason == "silent":
+                return
+            before, run.stop_reason = run.stop_reason, "cancel"  # also over a preemption: the job ends, not requeued
+            if run.execution is not None and (not run.stoppers or before == "preempt"):
+                self._begin_stop(job_id, run)  # a cancel does not wait for the checkpoint under way
+            # else: stopped as soon as it has started (_run), or a cancel's stop is under way
+        elif action == "preempt":
+            run = self.running.get(job_id)
+            request = self.preemptions.get(job_id)
+            if request is None:
+                return  # the attempt ended in the same batch
+            if run is None:
+                # Nothing runs (it ended by itself a moment ago, and that report is already in the
+                # log ahead of this one, which the job table will then ignore).
+                await self._report_preempted(job_id, job.attempt, request, None)
+                return
+            if run.stop_reason is not None:
+                return  # being cancelled, or the agent is stopping
+            run.stop_reason, run.preemption = "preempt", request
+            if run.execution is not None:
+                self._begin_stop(job_id, run)
         elif action == "ended":
             run = self.running.get(job_id)
             if run is not None and run.stop_reason is None:
@@ -275,10 +333,35 @@ class NodeAgent:
 
     # ------------------------------------------------------------------ running one job
 
+    def _begin_stop(self, job_id: str, run: _Running) -> None:
+        run.stoppers.append(asyncio.create_task(self._stop_job(job_id, run), name=f"stop-{job_id}"))
+
+    async def _stop_job(self, job_id: str, run: _Running) -> None:
+        """Stop a started job: checkpoint first if it is preempted and can, then SIGTERM, then SIGKILL."""
+        execution = run.execution
+        assert execution is not None
+        job = self.jobs.get(job_id)
+        request = run.preemption
+        if run.stop_reason == "preempt" and request is not None:
+            grace = request.grace_period_s
+            signal_name = job.spec.checkpoint_signal if job is not None and job.spec is not None else None
+            if signal_name:
+                started = time.monotonic()
+                ref = await execution.checkpoint(signal_name, grace)
+                if ref is not None:
+                    run.checkpoint_ref = ref
+                    await self._report(c.JobCheckpointed, job_id, run.attempt, checkpoint_ref=ref)
+                grace = max(grace - (time.monotonic() - started), MIN_STOP_GRACE_S)
+        else:
+            stop = self.stop_requests.get(job_id)
+            grace = stop.grace_period_s if stop is not None else self.grace_period_s
+        await execution.stop(grace)
+
     async def _run(self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, run: _Running) -> None:
         try:
+            known = self.checkpoints.get(job_id)
             try:
-                run.execution = await self.executor.start(job_id, attempt, spec, alloc)
+                run.execution = await self.executor.start(job_id, attempt, spec, alloc, known[1] if known else None)
             except Exception as exc:  # noqa: BLE001 - any failure to start is the job's failure
                 await self._report(c.JobFailed, job_id, attempt, node=alloc.node, reason=f"could not start: {exc}")
                 return
@@ -286,8 +369,8 @@ class NodeAgent:
                 await run.execution.stop(0)
                 return
             await self._report(c.JobStarted, job_id, attempt, node=alloc.node, pid=run.execution.pid)
-            if run.stop_reason == "cancel":
-                asyncio.create_task(run.execution.stop(self.grace_period_s))
+            if run.stop_reason in ("cancel", "preempt"):
+                self._begin_stop(job_id, run)  # asked to stop while it was starting
             started = time.monotonic()
             timed_out = False
             try:
@@ -304,11 +387,17 @@ class NodeAgent:
         self, job_id: str, attempt: int, alloc: c.NodeAllocation, run: _Running, outcome: Outcome,
         runtime: float, timed_out: bool, spec: c.JobSpec,
     ) -> None:
+        for stopper in run.stoppers:
+            # The process is gone; let the stop finish its reports (JobCheckpointed comes first).
+            with contextlib.suppress(Exception):
+                await stopper
         if run.stop_reason == "silent":
             return
         if run.stop_reason == "cancel":
             request = self.stop_requests.get(job_id)
             await self._report(c.JobCancelled, job_id, attempt, reason=request.reason if request else "cancelled")
+        elif run.stop_reason == "preempt" and run.preemption is not None:
+            await self._report_preempted(job_id, attempt, run.preemption, run)
         elif timed_out:
             await self._report(
                 c.JobFailed, job_id, attempt, node=alloc.node, exit_code=outcome.exit_code,
@@ -322,6 +411,21 @@ class NodeAgent:
                 c.JobFailed, job_id, attempt, node=alloc.node, exit_code=outcome.exit_code,
                 reason=f"exit code {outcome.exit_code}", stderr_tail=outcome.stderr_tail, runtime_s=round(runtime, 3),
             )
+
+    async def _report_preempted(
+        self, job_id: str, attempt: int, request: c.PreemptionRequested, run: _Running | None
+    ) -> None:
+        """``JobPreempted`` with the checkpoint the attempt left: the one it wrote last (also on
+        SIGTERM, after the checkpoint signal), else one reported earlier (before an agent restart)."""
+        ref = None
+        if run is not None and run.execution is not None:
+            ref = run.execution.checkpoint_ref() or run.checkpoint_ref
+        if ref is None:
+            known = self.checkpoints.get(job_id)
+            ref = known[1] if known is not None and known[0] == attempt else None
+        if run is not None and ref is not None and run.checkpoint_ref is None:
+            await self._report(c.JobCheckpointed, job_id, attempt, checkpoint_ref=ref)
+        await self._report(c.JobPreempted, job_id, attempt, for_job=request.for_job, checkpoint_ref=ref)
 
     async def _report(self, cls: type[Event], job_id: str, attempt: int, **fields: Any) -> None:
         job = self.jobs.get(job_id)

@@ -1,4 +1,4 @@
-"""Client commands about nodes: ``horizon nodes`` (like sinfo) and ``horizon node ACTION NODE``."""
+"""Client commands about nodes: ``horizon nodes`` (like sinfo) and ``horizon node ACTION NODE [TAINT]``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from events.subjects import admin_subject
 from services.cli.client import await_answer, default_user, publish_input, query, session
 from services.cli.jobs import console, nats_option
 from services.inventory.core import NODE_ACTIONS
+from services.state.taints import TaintSyntaxError, parse_taint, taint_text
 
 __all__ = ["register"]
 
@@ -36,37 +37,74 @@ def nodes(nats_url: str, as_json: bool) -> None:
         click.echo(json.dumps(body["nodes"]))
         return
     table = Table(box=None, header_style="bold")
-    for col in ("NODE", "STATE", "CPUS(used/total)", "MEMORY(used/total)", "GPUS(used/total)", "GPU TYPES", "JOBS"):
+    for col in ("NODE", "STATE", "CPUS(used/total)", "MEMORY(used/total)", "GPUS(used/total)", "GPU TYPES", "JOBS",
+                "TAINTS"):
         table.add_column(col)
     for n in body["nodes"]:
+        taints = ",".join(taint_text(c.Taint(**t)) for t in n.get("taints", []))
         table.add_row(n["node"], n["state"], f"{format_cpus(n['cpus_used_milli'])}/{format_cpus(n['cpus_milli'])}",
                       f"{format_memory(n['memory_used_bytes'])}/{format_memory(n['memory_bytes'])}",
-                      f"{n['gpus_used']}/{n['gpus']}", ",".join(n["gpu_types"]) or "-", str(len(n["jobs"])))
+                      f"{n['gpus_used']}/{n['gpus']}", ",".join(n["gpu_types"]) or "-", str(len(n["jobs"])),
+                      taints or "-")
     console().print(table)
+
+
+_ANSWERS = {"NodeCordoned", "NodeUncordoned", "NodeDraining", "NodeRemoved", "NodeTaintsChanged", "RequestRejected"}
 
 
 @click.command()
 @nats_option
 @click.argument("action", type=click.Choice(list(NODE_ACTIONS)))
 @click.argument("node")
+@click.argument("taint", required=False)
 @click.option("--reason", default="")
-def node(nats_url: str, action: str, node: str, reason: str) -> None:
-    """Cordon, uncordon, drain or remove a node (an operator command)."""
+def node(nats_url: str, action: str, node: str, taint: str | None, reason: str) -> None:
+    """Cordon, uncordon, drain, remove, taint or untaint a node (an operator command).
+
+    \b
+    horizon node taint NODE KEY[=VALUE]:EFFECT     EFFECT: NoSchedule, PreferNoSchedule or NoExecute;
+                                                   a taint with the same key and effect is replaced
+    horizon node untaint NODE KEY[=VALUE][:EFFECT] without VALUE or EFFECT: whatever the value or effect
+
+    A NoExecute taint also evicts the jobs on the node that do not tolerate it: they are stopped
+    (checkpoint signal first, if they have one) and requeued.
+    """
+    if action in ("taint", "untaint"):
+        if taint is None:
+            raise click.UsageError(f"node {action} needs a taint: KEY[=VALUE]:EFFECT")
+        try:
+            parsed = parse_taint(taint, effect_required=action == "taint")
+        except TaintSyntaxError as exc:
+            raise click.BadParameter(str(exc), param_hint="TAINT") from None
+    elif taint is not None:
+        raise click.UsageError(f"node {action} takes no taint")
+    else:
+        parsed = None
     event = c.NodeCommandIssued(ts=time.time(), source="horizon-cli", correlation_id=node, node=node, action=action,
-                                reason=reason, user=default_user())
+                                reason=reason, user=default_user(), taint=parsed)
 
     async def go() -> dict[str, Any] | None:
         async with session(nats_url) as nc:
             sub = await nc.subscribe(f"horizon.evt.inventory.*.{node}")
-            await publish_input(nc, admin_subject("node"), event, msg_id=f"node/{node}/{action}/{uuid.uuid4().hex}")
-            return await await_answer(sub, {"NodeCordoned", "NodeUncordoned", "NodeDraining", "NodeRemoved",
-                                            "RequestRejected"}, timeout_s=10.0)
+            seq = await publish_input(nc, admin_subject("node"), event, msg_id=f"node/{node}/{action}/{uuid.uuid4().hex}")
+            # The answer names its request (causation seq:<n>): another operator's command about
+            # the same node, answered meanwhile, is not ours.
+            deadline = asyncio.get_running_loop().time() + 10.0
+            while (left := deadline - asyncio.get_running_loop().time()) > 0:
+                answer = await await_answer(sub, _ANSWERS, timeout_s=left)
+                if answer is None or answer.get("causation_id") == f"seq:{seq}":
+                    return answer
+            return None
 
     answer = asyncio.run(go())
     if answer is None:
         raise click.ClickException(f"no answer about {node} within 10 s (the command is in the log)")
     if answer["type"] == "RequestRejected":
         raise click.ClickException(f"node {action} {node}: {answer['reason']}")
+    if answer["type"] == "NodeTaintsChanged":
+        taints = ", ".join(taint_text(c.Taint(**t)) for t in answer["taints"])
+        click.echo(f"{node}: taints {taints}" if taints else f"{node}: no taints")
+        return
     click.echo(f"{node}: {answer['type'][4:].lower()}")
 
 

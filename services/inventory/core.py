@@ -7,11 +7,29 @@ allocations, never counted by hand). ``decide``:
 * a registered node whose registration is newer than its last loss becomes
   ``NodeReady``;
 * a node command becomes ``NodeCordoned`` / ``NodeUncordoned`` /
-  ``NodeDraining`` / ``NodeRemoved`` (or ``RequestRejected`` for an unknown
-  node or action);
+  ``NodeDraining`` / ``NodeRemoved`` / ``NodeTaintsChanged`` (or
+  ``RequestRejected`` for an unknown node or action, a malformed taint, or
+  the untaint of a taint the node does not have);
 * every job still holding resources on a lost or removed node is ended with
   ``JobFailed`` ("node lost"), which frees its devices in every service's
-  ledger; its restart policy then decides whether it is requeued.
+  ledger; its restart policy then decides whether it is requeued;
+* every job holding resources on a node with a ``NoExecute`` taint it does
+  not tolerate is **evicted**: ``PreemptionRequested`` (``for_job`` empty),
+  once per attempt. Its agent stops it (checkpoint signal first, if the job
+  has one) and reports ``JobPreempted``, which frees the resources; scheduling
+  requeues a preempted job at once, without counting a retry.
+
+Taint commands answer with the node's whole new taint list, so a reader
+needs no history to know a node's taints. A taint replaces the node's taint
+with the same key and effect (a new value); an untaint names a key and
+optionally a value and an effect, and removes every taint it matches.
+
+Why 30 s of grace for an eviction: it is Kubernetes' default
+``terminationGracePeriodSeconds``, which is what a NoExecute eviction there
+gives a pod, and ``PreemptionRequested``'s default. A job that checkpoints
+on a signal gets it at the start of that period, so it is long enough to
+write a checkpoint of modest size and short enough that an operator who
+marks a node broken sees it emptied within a minute.
 
 ``NodeLost`` itself is an *observation* (heartbeats stopped, measured by the
 wall clock in ``services.inventory.app``), not a decision of this core.
@@ -28,12 +46,14 @@ from events.subjects import WHOLE_LOG
 from events.subjects import parse_subject
 from services.runtime.log import Record
 from services.runtime.service import CoreState
-from services.state.cluster import Cluster, fold_cluster
+from services.state.cluster import Cluster, Node, fold_cluster
 from services.state.jobs import HOLDS_RESOURCES, JobTable
+from services.state.taints import check_taint, taint_text, untolerated
 
-__all__ = ["InventoryCore", "InventoryState", "NODE_ACTIONS"]
+__all__ = ["InventoryCore", "InventoryState", "NODE_ACTIONS", "EVICTION_GRACE_S"]
 
-NODE_ACTIONS = ("cordon", "uncordon", "drain", "remove")
+NODE_ACTIONS = ("cordon", "uncordon", "drain", "remove", "taint", "untaint")
+EVICTION_GRACE_S = 30.0  # Kubernetes' default terminationGracePeriodSeconds (see the module doc)
 
 
 class InventoryState(CoreState):
@@ -42,6 +62,8 @@ class InventoryState(CoreState):
         self.jobs = JobTable()
         self.cluster = Cluster()
         self.commands: dict[int, c.NodeCommandIssued] = {}  # request seq -> unanswered command
+        # job -> the attempt whose stop was last requested (by anyone): an eviction is asked once
+        self.preemptions: dict[str, int] = {}
 
 
 @dataclass
@@ -49,6 +71,7 @@ class InventoryCore:
     name: ClassVar[str] = "inventory"
     virtual_time: bool = False
     subjects: tuple[str, ...] = WHOLE_LOG
+    eviction_grace_s: float = EVICTION_GRACE_S
 
     def initial(self) -> InventoryState:
         return InventoryState()
@@ -61,6 +84,9 @@ class InventoryCore:
             return state
         if event.source == self.name and event.causation_id and event.causation_id.startswith("seq:"):
             state.commands.pop(int(event.causation_id[4:]), None)
+        if isinstance(event, c.PreemptionRequested):
+            # Whoever asked (this core evicting, or preemption), the attempt is being stopped.
+            state.preemptions[event.job_id] = max(event.attempt, state.preemptions.get(event.job_id, 0))
         fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)
         return state
 
@@ -97,18 +123,78 @@ class InventoryCore:
                             node_lost=True,
                         )
                     )
+        out.extend(self._evictions(state, {e.job_id for e in out if isinstance(e, c.JobFailed)}))
+        taints: dict[str, list[c.Taint]] = {}  # this round's taint answers, so two commands compose
         for seq in sorted(state.commands):
-            out.append(self._command(state, seq, state.commands[seq], base))
+            out.append(self._command(state, seq, state.commands[seq], base, taints))
         return out
 
-    def _command(self, state: InventoryState, seq: int, cmd: c.NodeCommandIssued, base: dict[str, object]) -> Event:
+    def _evictions(self, state: InventoryState, failing: set[str]) -> list[Event]:
+        """``PreemptionRequested`` for each job on a node with a NoExecute taint it does not tolerate.
+
+        Once per attempt: an attempt already asked to stop (by this core or by preemption) is left
+        to that request. A gang job on several such nodes is named by the first in node order.
+        """
+        out: list[Event] = []
+        asked = set(failing)
+        for node in state.cluster.sorted_nodes():
+            if node.lost or node.removed or not node.jobs:
+                continue  # a lost or removed node's jobs are failed instead (above)
+            no_execute = [t for t in node.taints if t.effect == "NoExecute"]
+            if not no_execute:
+                continue
+            for job_id in sorted(node.jobs):
+                job = state.jobs.get(job_id)
+                if job is None or job.spec is None or job.state not in HOLDS_RESOURCES or job_id in asked:
+                    continue
+                if state.preemptions.get(job_id, 0) >= job.attempt:
+                    continue
+                bad = untolerated(job.spec.tolerations, no_execute, ("NoExecute",))
+                if not bad:
+                    continue
+                asked.add(job_id)
+                out.append(
+                    c.PreemptionRequested(
+                        id=f"inventory/PreemptionRequested/{job_id}/{job.attempt}",
+                        ts=state.now,
+                        source=self.name,
+                        correlation_id=job_id,
+                        job_id=job_id,
+                        attempt=job.attempt,
+                        for_job="",
+                        grace_period_s=self.eviction_grace_s,
+                        reason=f"node {node.name} taint {taint_text(bad[0])} is not tolerated",
+                        basis_seq=state.seq,
+                    )
+                )
+        return out
+
+    def _command(
+        self, state: InventoryState, seq: int, cmd: c.NodeCommandIssued, base: dict[str, object],
+        taints: dict[str, list[c.Taint]],
+    ) -> Event:
         common = {"correlation_id": cmd.node, "causation_id": f"seq:{seq}", **base}
         node = state.cluster.nodes.get(cmd.node)
         reason = cmd.reason or f"{cmd.action} by {cmd.user or 'an operator'}"
-        if node is None or node.removed:
+
+        def reject(why: str, verb: str = f"node {cmd.action}") -> Event:
             return c.RequestRejected(
-                id=f"inventory/RequestRejected/{cmd.node}/{seq}", job_id="", tenant="_admin", verb=f"node {cmd.action}",
-                reason=f"no node {cmd.node!r}", request_seq=seq, **common,  # type: ignore[arg-type]
+                id=f"inventory/RequestRejected/{cmd.node}/{seq}", job_id="", tenant="_admin", verb=verb,
+                reason=why, request_seq=seq, **common,  # type: ignore[arg-type]
+            )
+
+        if node is None or node.removed:
+            return reject(f"no node {cmd.node!r}")
+        if cmd.action in ("taint", "untaint"):
+            current = taints.get(node.name, node.taints)
+            new, why = self._retaint(node, current, cmd)
+            if why:
+                return reject(why)
+            taints[node.name] = new
+            text = _pattern_text(cmd.taint)  # type: ignore[arg-type]
+            return c.NodeTaintsChanged(
+                id=f"inventory/NodeTaintsChanged/{cmd.node}/{seq}", node=cmd.node, taints=new,
+                reason=cmd.reason or f"{cmd.action} {text} by {cmd.user or 'an operator'}", **common,  # type: ignore[arg-type]
             )
         match cmd.action:
             case "cordon":
@@ -119,7 +205,48 @@ class InventoryCore:
                 return c.NodeDraining(id=f"inventory/NodeDraining/{cmd.node}/{seq}", node=cmd.node, reason=reason, **common)  # type: ignore[arg-type]
             case "remove":
                 return c.NodeRemoved(id=f"inventory/NodeRemoved/{cmd.node}/{seq}", node=cmd.node, reason=reason, **common)  # type: ignore[arg-type]
-        return c.RequestRejected(
-            id=f"inventory/RequestRejected/{cmd.node}/{seq}", job_id="", tenant="_admin", verb="node",
-            reason=f"action {cmd.action!r} is not one of {', '.join(NODE_ACTIONS)}", request_seq=seq, **common,  # type: ignore[arg-type]
-        )
+        return reject(f"action {cmd.action!r} is not one of {', '.join(NODE_ACTIONS)}", verb="node")
+
+    @staticmethod
+    def _retaint(node: Node, current: list[c.Taint], cmd: c.NodeCommandIssued) -> tuple[list[c.Taint], str]:
+        """The node's taints after a taint or untaint command, or why the command is refused.
+
+        ``taint`` replaces the taint with the same key and effect (in place) or appends;
+        ``untaint`` removes every taint of the key, and of the value and effect if given.
+        """
+        taint = cmd.taint
+        if taint is None:
+            return current, f"{cmd.action} needs a taint (key, value, effect)"
+        if cmd.action == "taint":
+            why = check_taint(taint)
+            if why:
+                return current, why
+            new, replaced = [], False
+            for t in current:
+                if (t.key, t.effect) == (taint.key, taint.effect):
+                    if not replaced:
+                        new.append(taint)
+                    replaced = True
+                else:
+                    new.append(t)
+            return (new if replaced else [*current, taint]), ""
+        why = check_taint(taint, effect_required=False)
+        if why:
+            return current, why
+        kept = [t for t in current if not _covers(taint, t)]
+        if len(kept) == len(current):
+            has = ", ".join(taint_text(t) for t in current) or "none"
+            return current, f"node {node.name} has no taint {_pattern_text(taint)} (its taints: {has})"
+        return kept, ""
+
+
+def _covers(pattern: c.Taint, taint: c.Taint) -> bool:
+    """An untaint's pattern matches ``taint``: same key, and same value and effect where given."""
+    return (pattern.key == taint.key and (not pattern.value or pattern.value == taint.value)
+            and (not pattern.effect or pattern.effect == taint.effect))
+
+
+def _pattern_text(taint: c.Taint) -> str:
+    """``key[=value][:Effect]``: a taint, or an untaint's pattern that may leave parts out."""
+    text = f"{taint.key}={taint.value}" if taint.value else taint.key
+    return f"{text}:{taint.effect}" if taint.effect else text
