@@ -387,6 +387,9 @@ class PlacementCore:
                     specs = {j: state.jobs.jobs[j].spec for n in state.cluster.nodes.values() for j in n.jobs
                              if j in state.jobs.jobs and state.jobs.jobs[j].spec is not None}
                     topology = Topology(state.cluster, specs)  # type: ignore[arg-type]
+                    for _end, placed_id, allocations in placed_now:  # placed earlier in this decision
+                        for alloc in allocations:
+                            topology.add(alloc.node, state.jobs.jobs[placed_id].spec)  # type: ignore[arg-type]
                 ctx = self._context(state, spec, profile, topology, advance)
                 cacheable = not req.topological and not advance and topology is None
                 placed = (unfit.get(req) if cacheable else None) or place_job(state.cluster, req, overlay, index, ctx)
