@@ -83,6 +83,10 @@ def _row(core: SchedulingCore, state: SchedulingState, job: Any, ctx: Any, posit
         out["priority"] = policy.priority(job, ctx)
     if job.state in (JobState.PENDING, JobState.HELD):
         out["why"] = core.why_waiting(state, job)
+        out["reasons"] = [{"filter": r.filter, "nodes": r.nodes, "reason": r.reason} for r in job.last_block]
+        if job.reserved_at is not None:
+            out["reserved_at"] = job.reserved_at
+            out["reserved_nodes"] = list(job.reserved_nodes)
         if job.job_id in state.deadlines:
             out["deadline_ts"] = state.deadlines[job.job_id]
         if job.not_before_ts > state.now:

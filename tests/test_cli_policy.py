@@ -19,8 +19,13 @@ pytestmark = pytest.mark.timeout(120)
 
 
 async def horizon(url: str, *args: str) -> tuple[int, str, str]:
+    if "--" in args:  # options before the job's command
+        cut = args.index("--")
+        args = (*args[:cut], "--nats", url, *args[cut:])
+    else:
+        args = (*args, "--nats", url)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.cli.main", args[0], *args[1:], "--nats", url,
+        sys.executable, "-m", "services.cli.main", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     return proc.returncode or 0, out.decode(), err.decode()
@@ -78,6 +83,48 @@ async def test_configuration_from_the_cli_and_what_users_see(nats_server, tmp_pa
         assert json.loads(out)["half_life_s"] == 86400
         code, out, err = await horizon(url, "usage")
         assert code == 0 and "research" in out and "ann" in out and "half-life 1 d" in out, err
+    finally:
+        await stack.stop()
+    assert_replays(await read_log(url))
+
+
+async def test_profiles_reservations_and_why_a_job_waits_from_the_cli(nats_server, tmp_path):
+    stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(2, gpus_per_node=4), executor="sim")
+    await stack.start()
+    url = nats_server.url
+    try:
+        code, out, err = await horizon(url, "profile", "set", "wide", "--weight", "spread=10", "--weight", "binpack=0",
+                                       "--backfill", "conservative", "--depth", "4")
+        assert code == 0 and "profile wide applied" in out, err
+        code, out, err = await horizon(url, "profile", "set", "bad", "--weight", "speed=1")
+        assert code == 2 and "weights: 'speed' is not one of binpack" in err
+        code, out, err = await horizon(url, "reservation", "create", "late", "--account", "vip", "--nodes", "node-01",
+                                       "--start", "+2h", "--end", "+1h")
+        assert code == 2 and "the window must end after it starts" in err
+        code, out, err = await horizon(url, "reservation", "create", "demo", "--account", "vip", "--nodes", "node-01",
+                                       "--start", "+1d", "--end", "+2d")
+        assert code == 0 and "reservation demo applied" in out, err
+        for i in range(2):
+            code, out, err = await horizon(url, "submit", "--gpus", "4", "--sim-runtime", "600", "--time", "10m",
+                                           "--job-id", f"hog{i}", "--priority-class", "high", "--", "x")
+            assert code == 0, err
+        code, out, err = await horizon(url, "submit", "--gpus", "4", "--job-id", "next", "--profile", "wide", "--", "x")
+        assert code == 0, err
+        code, out, err = await horizon(url, "submit", "--gpus", "1", "--job-id", "picky", "--node-selector", "zone=eu",
+                                       "--", "x")
+        assert code == 0, err
+
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            code, out, err = await horizon(url, "queue", "--why")
+            if "reserved on nodes node-0" in out and "NodeSelector" in out:
+                break
+            assert asyncio.get_running_loop().time() < deadline, out + err
+            await asyncio.sleep(0.3)
+        assert "GpuFree" in out and "too few free GPUs (needs 4)" in out
+        assert "2 nodes  NodeSelector     labels do not match the node selector zone=eu" in out
+        code, out, err = await horizon(url, "show", "next")
+        assert code == 0 and "reserved on nodes node-0" in out, err
     finally:
         await stack.stop()
     assert_replays(await read_log(url))

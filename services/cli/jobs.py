@@ -87,6 +87,10 @@ def _key_values(pairs: tuple[str, ...], what: str) -> dict[str, str]:
                    "They may be submitted later.")
 @click.option("--env", "env", multiple=True, help="KEY=VALUE for the job's environment (repeatable).")
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE label (repeatable).")
+@click.option("--profile", default="default", show_default=True, help="Placement profile (horizon profile set).")
+@click.option("--node-selector", "selector", multiple=True, help="KEY=VALUE the node must have (repeatable).")
+@click.option("--toleration", "tolerations", multiple=True,
+              help="Tolerate a taint: KEY (any value), KEY=VALUE, optionally :EFFECT (repeatable).")
 @click.option("--sim-runtime", type=float, default=None, help="Seconds a simulated job runs (sim executor).")
 @click.option("--no-wait", is_flag=True, help="Do not wait for acceptance.")
 @click.option("--json", "as_json", is_flag=True, help="Print {\"job_id\": …, \"state\": …} as JSON.")
@@ -96,7 +100,8 @@ def submit(
     gpu_type: str | None, gpu_memory: str | None, cpus: str, memory: str, nodes: int, tasks_per_node: int,
     time_limit: str | None, priority_class: str, restart_policy: str, max_retries: int,
     scheduling_timeout: str | None, nice: int, array: str | None, dependency: str | None, env: tuple[str, ...],
-    labels: tuple[str, ...], sim_runtime: float | None, no_wait: bool, as_json: bool, command: tuple[str, ...],
+    labels: tuple[str, ...], profile: str, selector: tuple[str, ...], tolerations: tuple[str, ...],
+    sim_runtime: float | None, no_wait: bool, as_json: bool, command: tuple[str, ...],
 ) -> None:
     """Submit a job: horizon submit --gpus 2 -- python train.py"""
     # Catch what we can here, with the same messages the submission service would give.
@@ -120,6 +125,9 @@ def submit(
         command=list(command),
         env=_key_values(env, "--env"),
         labels=_key_values(labels, "--label"),
+        profile=profile,
+        node_selector=_key_values(selector, "--node-selector"),
+        tolerations=[_toleration(t) for t in tolerations],
         resources=c.ResourceRequest(cpus=cpus, memory=memory, gpus=gpus, gpu_type=gpu_type, gpu_memory=gpu_memory),
         nodes=nodes,
         tasks_per_node=tasks_per_node,
@@ -165,6 +173,17 @@ def submit(
         click.echo(job_id)
     if result["state"] == "REJECTED":
         raise click.ClickException(f"job {job_id} rejected: {result['reason']}")
+
+
+def _toleration(text: str) -> c.Toleration:
+    body, _, effect = text.partition(":")
+    key, sep, value = body.partition("=")
+    if not key:
+        raise click.BadParameter(f"{text!r}: give KEY, KEY=VALUE, KEY:EFFECT or KEY=VALUE:EFFECT",
+                                 param_hint="--toleration")
+    if effect and effect not in c.TAINT_EFFECTS:
+        raise click.BadParameter(f"{effect!r} is not one of {', '.join(c.TAINT_EFFECTS)}", param_hint="--toleration")
+    return c.Toleration(key=key, operator="Equal" if sep else "Exists", value=value, effect=effect)
 
 
 class _Inbox:
@@ -354,18 +373,41 @@ def _age(ts: float | None) -> str:
 @click.option("--account", default=None)
 @click.option("--user", default=None)
 @click.option("--limit", type=int, default=1000, show_default=True)
+@click.option("--why", is_flag=True, help="Under each job, every filter's verdict: how many nodes and why, and "
+                                          "its reservation (from the scheduler's view).")
 @click.option("--json", "as_json", is_flag=True)
-def queue(nats_url: str, tenant: str | None, account: str | None, user: str | None, limit: int, as_json: bool) -> None:
+def queue(nats_url: str, tenant: str | None, account: str | None, user: str | None, limit: int, why: bool,
+          as_json: bool) -> None:
     """Pending and held jobs in scheduling order, with why each waits (like squeue)."""
 
-    async def go() -> dict[str, Any]:
+    async def go() -> tuple[dict[str, Any], dict[str, Any]]:
         async with session(nats_url) as nc:
-            return await query(nc, "jobs", {"states": ["PENDING", "HELD"], "tenant": tenant, "account": account,
+            body = await query(nc, "jobs", {"states": ["PENDING", "HELD"], "tenant": tenant, "account": account,
                                             "user": user, "limit": limit, "order": "queue"})
+            details: dict[str, Any] = {}
+            if why:
+                for row in body["jobs"]:
+                    details[row["job_id"]] = await query(nc, "priority", {"job_id": row["job_id"]})
+            return body, details
 
-    body = _run(go())
+    body, details = _run(go())
+    if why:
+        for row in body["jobs"]:
+            row["why"] = details.get(row["job_id"], {})
     if as_json:
         click.echo(json.dumps(body["jobs"]))
+        return
+    if why:
+        for pos, row in enumerate(body["jobs"], 1):
+            detail = row["why"]
+            click.echo(f"{pos:>4}  {row['job_id']}  {row['state']}  {row['account'] or ''}/{row['user'] or '-'}  "
+                       f"{_gpus(row)} GPUs  waiting {_age(row['submitted_ts'])}: {detail.get('why', row['reason'] or '')}")
+            for reason in detail.get("reasons", []):
+                click.echo(f"        {reason['nodes']:>5} nodes  {reason['filter']:<16} {reason['reason']}")
+            if detail.get("reserved_at") is not None:
+                click.echo(f"        reserved on nodes {','.join(detail['reserved_nodes'])} at "
+                           f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(detail['reserved_at']))}")
+        click.echo(f"{body['total']} queued (log seq {body['last_seq']})")
         return
     table = Table(box=None, header_style="bold")
     for col in ("POS", "JOBID", "NAME", "USER", "ACCOUNT", "CLASS", "GPUS", "CPUS", "MEM", "STATE", "WAITING", "REASON"):

@@ -4,7 +4,10 @@
 * ``horizon fairshare set`` — decay half-life and the resource weights of usage;
 * ``horizon policy set`` — queue policy, multifactor weights, maximum age, QOS boosts, restart backoff;
 * ``horizon usage`` — shares, usage and fair-share factor per account and user (like sshare);
-* ``horizon show JOB`` — one job: its state, resources, priority factor by factor and why it waits.
+* ``horizon profile set NAME`` — a placement profile: score weights, backfilling mode and depth;
+* ``horizon reservation create|cancel NAME`` — advance reservations of nodes for an account;
+* ``horizon show JOB`` — one job: its state, resources, priority factor by factor, why it waits
+  (every filter's verdict) and its reservation.
 
 Configuration goes into the log on ``horizon.in._admin.<verb>``; the command
 then asks the scheduler's read model whether it was applied or rejected (and
@@ -28,6 +31,8 @@ from events.subjects import admin_subject
 from services.cli.client import default_user, publish_input, query, session
 from services.cli.jobs import console, nats_option
 from services.runtime.log import LogError
+from services.placement.core import check_reservation
+from services.placement.plugins import BACKFILL_MODES, SCORE_PLUGINS, check_profile
 from services.scheduling.policy import POLICIES, WEIGHT_NAMES
 
 __all__ = ["register"]
@@ -172,6 +177,86 @@ def policy_set(nats_url: str, name: str | None, weights: tuple[str, ...], max_ag
     _report(_configure(nats_url, "policy", event), "policy", as_json)
 
 
+@click.group()
+def profile() -> None:
+    """Placement profiles: score weights and backfilling (operators)."""
+
+
+@profile.command(name="set")
+@nats_option
+@click.argument("name")
+@click.option("--weight", "weights", multiple=True,
+              help=f"PLUGIN=VALUE score weight, PLUGIN one of {', '.join(SCORE_PLUGINS)} (repeatable).")
+@click.option("--backfill", type=click.Choice(list(BACKFILL_MODES)), default="easy", show_default=True)
+@click.option("--depth", "reservation_depth", type=int, default=16, show_default=True,
+              help="With --backfill conservative: how many blocked jobs get a reservation.")
+@click.option("--json", "as_json", is_flag=True)
+def profile_set(nats_url: str, name: str, weights: tuple[str, ...], backfill: str, reservation_depth: int,
+                as_json: bool) -> None:
+    """Create or replace placement profile NAME (jobs choose it with their profile field)."""
+    event = c.ProfileConfigured(ts=time.time(), source="horizon-cli", correlation_id=name, name=name,
+                                weights=_pairs(weights, "--weight"), backfill=backfill,
+                                reservation_depth=reservation_depth, user=default_user())
+    why = check_profile(event)
+    if why:
+        raise click.BadParameter(why)
+    _report(_configure(nats_url, "profile", event), f"profile {name}", as_json)
+
+
+def _when(text: str, hint: str, now: float) -> float:
+    """``+2h`` (from now), an ISO date-time (``2026-12-01T09:00``, local time), or epoch seconds."""
+    if text.startswith("+"):
+        return now + _parse(parse_duration, text[1:], hint)  # type: ignore[no-any-return]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        from datetime import datetime
+
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not +DURATION, an ISO date-time or epoch seconds",
+                                 param_hint=hint) from None
+
+
+@click.group()
+def reservation() -> None:
+    """Advance reservations: nodes held for one account over a window (operators)."""
+
+
+@reservation.command(name="create")
+@nats_option
+@click.argument("name")
+@click.option("--account", required=True, help="The account whose jobs may use the nodes in the window.")
+@click.option("--nodes", "node_list", required=True, help="Comma-separated node names.")
+@click.option("--start", required=True, help="+DURATION from now, an ISO date-time, or epoch seconds.")
+@click.option("--end", required=True, help="Same forms; after --start.")
+@click.option("--json", "as_json", is_flag=True)
+def reservation_create(nats_url: str, name: str, account: str, node_list: str, start: str, end: str,
+                       as_json: bool) -> None:
+    """Hold NODES for ACCOUNT from START to END (replaces a reservation of the same name)."""
+    now = time.time()
+    event = c.ReservationConfigured(ts=now, source="horizon-cli", correlation_id=name, name=name, account=account,
+                                    nodes=[n for n in node_list.split(",") if n], start_ts=_when(start, "--start", now),
+                                    end_ts=_when(end, "--end", now), user=default_user())
+    why = check_reservation(event)
+    if why:
+        raise click.BadParameter(why)
+    _report(_configure(nats_url, "reservation", event), f"reservation {name}", as_json)
+
+
+@reservation.command(name="cancel")
+@nats_option
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+def reservation_cancel(nats_url: str, name: str, as_json: bool) -> None:
+    """Withdraw reservation NAME."""
+    event = c.ReservationConfigured(ts=time.time(), source="horizon-cli", correlation_id=name, name=name,
+                                    account="-", cancelled=True, user=default_user())
+    _report(_configure(nats_url, "reservation", event), f"reservation {name} cancel", as_json)
+
+
 def _num(value: Any, digits: int = 3) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
@@ -248,6 +333,11 @@ def show(nats_url: str, job_id: str, as_json: bool) -> None:
                 out.append(f"    {f['factor']:<10} {f['value']:.4f} x {f['weight']:>9g} = {f['weighted']:10.1f}")
         if prio.get("why"):
             out.append(f"  waiting: {prio['why']}")
+        for reason in prio.get("reasons", []):
+            out.append(f"    {reason['nodes']:>5} nodes  {reason['filter']:<16} {reason['reason']}")
+        if prio.get("reserved_at") is not None:
+            out.append(f"  reserved on nodes {','.join(prio['reserved_nodes'])} at "
+                       f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(prio['reserved_at']))}")
         if prio.get("deadline_ts"):
             out.append(f"  gives up (UNSCHEDULABLE) at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(prio['deadline_ts']))}")
         if prio.get("borrowed"):
@@ -264,5 +354,5 @@ def show(nats_url: str, job_id: str, as_json: bool) -> None:
 
 
 def register(group: click.Group) -> None:
-    for command in (account, fairshare, policy, usage, show):
+    for command in (account, fairshare, policy, profile, reservation, usage, show):
         group.add_command(command)

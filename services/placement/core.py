@@ -72,7 +72,7 @@ from services.runtime.service import CoreState
 from services.state.cluster import Cluster, Request, fold_cluster, request_of
 from services.state.jobs import HOLDS_RESOURCES, JobState, JobTable
 
-__all__ = ["PlacementCore", "PlacementState", "place_job", "Reservation", "BACKFILL_MODES"]
+__all__ = ["PlacementCore", "PlacementState", "place_job", "Reservation", "BACKFILL_MODES", "check_reservation"]
 
 _CONFIG_VERBS = {c.ProfileConfigured: "profile", c.ReservationConfigured: "reservation"}
 
@@ -249,7 +249,7 @@ class PlacementCore:
                 state.profiles[event.name] = profile_from(event)
         else:
             assert isinstance(event, c.ReservationConfigured)
-            why = _check_reservation(event)
+            why = check_reservation(event)
             if why is None:
                 if event.cancelled:
                     state.advance.pop(event.name, None)
@@ -434,7 +434,7 @@ class PlacementCore:
                         reserved = sorted(a.node for a in held.allocations) or sorted(held.fitting)[: req.nodes]
             blocked += 1
             explanation = tuple(reasons)
-            if explanation != job.last_block or earliest is not None:
+            if explanation != job.last_block or earliest is not None or job.reserved_at is not None:
                 out.append(c.PlacementBlocked(
                     id=f"placement/PlacementBlocked/{job_id}/{cycle}", correlation_id=job_id, job_id=job_id,
                     cycle=cycle, basis_seq=state.seq, reasons=reasons, earliest_start_ts=earliest,
@@ -447,7 +447,7 @@ class PlacementCore:
         return out
 
 
-def _check_reservation(ev: c.ReservationConfigured) -> str | None:
+def check_reservation(ev: c.ReservationConfigured) -> str | None:
     if not valid_token(ev.name):
         return f"name: {ev.name!r} must be 1-128 letters, digits, '_' or '-'"
     if ev.cancelled:
@@ -457,5 +457,12 @@ def _check_reservation(ev: c.ReservationConfigured) -> str | None:
     if not ev.nodes:
         return "nodes: name at least one node"
     if not (math.isfinite(ev.start_ts) and math.isfinite(ev.end_ts) and ev.end_ts > ev.start_ts):
-        return f"end_ts: the window must end after it starts ({ev.start_ts:g} .. {ev.end_ts:g})"
+        return (f"end_ts: the window must end after it starts (from {_utc(ev.start_ts)} to {_utc(ev.end_ts)})"
+                if math.isfinite(ev.start_ts) and math.isfinite(ev.end_ts) else "start_ts/end_ts: must be finite")
     return None
+
+
+def _utc(ts: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))

@@ -531,7 +531,8 @@ class SchedulingCore:
                     break
         # 3. scheduling timeouts
         if state.deadline_heap and state.deadline_heap[0][0] <= state.now:
-            for deadline, job_id in sorted(e for e in state.deadline_heap if e[0] <= state.now):
+            # (a job held and released has two entries for its one deadline: answer it once)
+            for deadline, job_id in sorted({e for e in state.deadline_heap if e[0] <= state.now}):
                 job = state.pending.get(job_id)
                 if job is None or state.deadlines.get(job_id) != deadline or job.spec is None:
                     continue
@@ -578,7 +579,8 @@ class SchedulingCore:
         return f"scheduling/{SNAPSHOT_FORMAT}/{self.policy}/{self.max_candidates}/{int(self.virtual_time)}"
 
     def dump(self, state: SchedulingState) -> bytes:
-        """The whole state, as bytes (derived indexes are rebuilt by ``load``)."""
+        """The whole state, as bytes (derived indexes are rebuilt by ``load``). Maps whose order
+        means nothing are written sorted, so equal states give equal bytes however they were built."""
         fs = state.fairshare
         snap = _Snapshot(
             format=SNAPSHOT_FORMAT, fingerprint=self._fingerprint(), seq=state.seq, now=state.now,
@@ -587,13 +589,13 @@ class SchedulingCore:
             jobs=list(state.jobs.jobs.values()), accounts=list(fs.accounts.values()),
             fairshare={"half_life_s": fs.half_life_s, "gpu_weight": fs.gpu_weight, "cpu_weight": fs.cpu_weight,
                        "memory_weight": fs.memory_weight, "dominant_share": fs.dominant_share},
-            in_use=state.quotas.in_use, waiting=state.quotas.waiting,
+            in_use=_sorted(state.quotas.in_use), waiting=_sorted(state.quotas.waiting),
             counters=[state.cycle, state.cycle_basis, int(state.cycle_truncated), state.placed_cycle, state.dirty_seq,
                       state.capacity_seq, state.nodes_seq, state.tick_seq],
-            cycle_candidates=state.cycle_candidates, blocked_basis=state.blocked_basis,
-            fits_nowhere=state.fits_nowhere, charges=state.charges, retries=state.retries,
-            requeue_now=sorted(state.requeue_now), to_requeue=list(state.to_requeue),
-            deadlines=state.deadlines, config_rejections=state.config_rejections,
+            cycle_candidates=state.cycle_candidates, blocked_basis=_sorted(state.blocked_basis),
+            fits_nowhere=_sorted(state.fits_nowhere), charges=_sorted(state.charges), retries=_sorted(state.retries),
+            requeue_now=sorted(state.requeue_now), to_requeue=sorted(state.to_requeue),
+            deadlines=_sorted(state.deadlines), config_rejections=_sorted(state.config_rejections),
         )
         return msgspec.msgpack.encode(snap)
 
@@ -652,3 +654,7 @@ class SchedulingCore:
                 state.deadline_heap.append((deadline, job_id))
         heapq.heapify(state.wakeups)
         heapq.heapify(state.deadline_heap)
+
+
+def _sorted(mapping: dict) -> dict:  # type: ignore[type-arg]
+    return dict(sorted(mapping.items()))

@@ -87,6 +87,8 @@ class Job:
     exit_code: int | None = None
     last_block: tuple[c.BlockReason, ...] = ()
     borrowed: bool = False  # the current attempt runs on quota borrowed from an idle sibling account
+    reserved_at: float | None = None  # placement's reservation for it (backfilling): when ...
+    reserved_nodes: tuple[str, ...] = ()  # ... and on which nodes
     not_before_ts: float = 0.0  # a requeued job waits until then (restart backoff)
 
 
@@ -142,6 +144,7 @@ class JobTable:
                 job.scheduled_ts = time
                 job.reason = ""
                 job.last_block = ()
+                job.reserved_at, job.reserved_nodes = None, ()
                 job.borrowed = event.borrowed
                 return self._set(job, JobState.SCHEDULED)
             case c.JobStarted(job_id=job_id, attempt=attempt):
@@ -184,6 +187,8 @@ class JobTable:
                 if job is not None and job.state is JobState.PENDING:
                     job.last_block = tuple(reasons)
                     job.reason = "; ".join(f"{r.nodes} nodes: {r.reason}" for r in reasons)
+                    job.reserved_at = event.earliest_start_ts
+                    job.reserved_nodes = tuple(event.reserved_nodes)
                 return None
         return None
 
