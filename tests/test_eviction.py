@@ -88,8 +88,13 @@ async def test_no_execute_taint_evicts_checkpoints_and_requeues_elsewhere(nats_s
 
         await wait_until(lambda: restarted("victim") and restarted("ckpt"), 30, "both evicted jobs to start again")
         assert started_on(tally, "victim") == started_on(tally, "ckpt") == "node-01"
-        code, out, err = await horizon(url, "nodes", "--json")
-        rows = {n["node"]: n for n in json.loads(out)}
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:  # the nodes view follows the log a moment behind our subscription
+            code, out, err = await horizon(url, "nodes", "--json")
+            rows = {n["node"]: n for n in json.loads(out)}
+            if rows["node-00"]["jobs"] == ["tolerant"] or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.2)
         assert rows["node-00"]["taints"] == [{"key": "gpu", "value": "broken", "effect": "NoExecute"}]
         assert rows["node-00"]["jobs"] == ["tolerant"] and rows["node-01"]["taints"] == []
         code, out, err = await horizon(url, "nodes")
