@@ -53,9 +53,11 @@ from types import MappingProxyType
 from typing import Mapping
 
 from events import catalogue as c
+from services.state.taints import taint_text as describe_taint
+from services.state.taints import tolerates, untolerated
 
 __all__ = ["Profile", "SCORE_PLUGINS", "DEFAULT_WEIGHTS", "BACKFILL_MODES", "check_profile", "profile_from",
-           "tolerates", "untolerated", "requirement_holds", "TOPOLOGY_LABELS", "NEVER_FILTERS"]
+           "tolerates", "untolerated", "describe_taint", "requirement_holds", "TOPOLOGY_LABELS", "NEVER_FILTERS"]
 
 SCORE_PLUGINS = ("binpack", "spread", "numa", "interconnect", "fragmentation", "taints", "node_affinity")
 DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType({
@@ -95,32 +97,6 @@ def check_profile(ev: c.ProfileConfigured) -> str | None:
 
 def profile_from(ev: c.ProfileConfigured) -> Profile:
     return Profile(ev.name, MappingProxyType({**DEFAULT_WEIGHTS, **ev.weights}), ev.backfill, ev.reservation_depth)
-
-
-# ---------------------------------------------------------------------------------------- taints
-
-
-def tolerates(tolerations: tuple[c.Toleration, ...] | list[c.Toleration], taint: c.Taint) -> bool:
-    """Kubernetes semantics: a toleration matches a taint if its effect is empty or equal, and its
-    key is empty with ``Exists`` (everything), or equal with ``Exists`` or with an equal value."""
-    for tol in tolerations:
-        if tol.effect and tol.effect != taint.effect:
-            continue
-        if tol.operator == "Exists":
-            if not tol.key or tol.key == taint.key:
-                return True
-        elif tol.key == taint.key and tol.value == taint.value:
-            return True
-    return False
-
-
-def untolerated(tolerations: tuple[c.Toleration, ...] | list[c.Toleration], taints: list[c.Taint],
-                effects: tuple[str, ...]) -> list[c.Taint]:
-    return [t for t in taints if t.effect in effects and not tolerates(tolerations, t)]
-
-
-def describe_taint(taint: c.Taint) -> str:
-    return f"{taint.key}{'=' + taint.value if taint.value else ''}:{taint.effect}"
 
 
 # ---------------------------------------------------------------------------------------- node affinity

@@ -516,6 +516,7 @@ class SchedulingCore:
                     reason=f"attempt {job.attempt} {job.state.value.lower()}: {job.reason}".rstrip(": "),
                     not_before_ts=state.now + delay,
                     basis_seq=state.seq,
+                    checkpoint_ref=job.checkpoint_ref,
                 )
             )
         # 2. pending jobs a dependency can never satisfy end now, with the reason

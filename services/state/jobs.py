@@ -89,6 +89,7 @@ class Job:
     borrowed: bool = False  # the current attempt runs on quota borrowed from an idle sibling account
     reserved_at: float | None = None  # placement's reservation for it (backfilling): when ...
     reserved_nodes: tuple[str, ...] = ()  # ... and on which nodes
+    checkpoint_ref: str | None = None  # the latest checkpoint an attempt reported (kept across requeues)
     not_before_ts: float = 0.0  # a requeued job waits until then (restart backoff)
 
 
@@ -158,7 +159,16 @@ class JobTable:
             case c.JobFailed(job_id=job_id, attempt=attempt, exit_code=code, reason=reason):
                 return self._end(job_id, attempt, JobState.FAILED, time, reason, code)
             case c.JobPreempted(job_id=job_id, attempt=attempt):
-                return self._end(job_id, attempt, JobState.PREEMPTED, time, f"preempted for {event.for_job}", None)
+                job = self.jobs.get(job_id)
+                if job is not None and event.checkpoint_ref and attempt == job.attempt:
+                    job.checkpoint_ref = event.checkpoint_ref
+                why = f"preempted for {event.for_job}" if event.for_job else "evicted"
+                return self._end(job_id, attempt, JobState.PREEMPTED, time, why, None)
+            case c.JobCheckpointed(job_id=job_id, attempt=attempt, checkpoint_ref=ref):
+                job = self.jobs.get(job_id)
+                if job is not None and attempt == job.attempt and ref:
+                    job.checkpoint_ref = ref
+                return None
             case c.JobRequeued(job_id=job_id, attempt=attempt, reason=reason):
                 job = self.jobs.get(job_id)
                 requeueable = (JobState.FAILED, JobState.PREEMPTED, JobState.SUCCEEDED)
