@@ -359,6 +359,22 @@ class ReservationConfigured(Event, tag="ReservationConfigured", kw_only=True):
     user: str = ""
 
 
+class PreemptionConfigured(Event, tag="PreemptionConfigured", kw_only=True):
+    """``horizon.in._admin.preemption``: who may preempt whom and how gently. Unset fields keep
+    their value. ``rules``: priority class -> the classes it may preempt. ``victims``: the victim
+    order, ``cheapest`` (Horizon's cost) or ``lowest-priority-youngest`` (Kueue's default order,
+    kept for comparison). ``max_preemptions``: a job preempted that often is never chosen again.
+    """
+
+    rules: dict[str, list[str]] = {}
+    victims: str | None = None
+    grace_period_s: float | None = None
+    max_preemptions: int | None = None
+    per_minute: int | None = None  # cluster-wide
+    per_account_per_minute: int | None = None  # per victim account
+    user: str = ""
+
+
 class PolicyConfigured(Event, tag="PolicyConfigured", kw_only=True):
     """``horizon.in._admin.policy``: the queue policy and its parameters.
 
@@ -678,6 +694,7 @@ AnyEvent = (
     | AccountConfigured
     | FairShareConfigured
     | PolicyConfigured
+    | PreemptionConfigured
     | ProfileConfigured
     | ReservationConfigured
     | JobAccepted

@@ -4,7 +4,7 @@
 subject                                     what
 ==========================================  =====================================================
 ``horizon.in.<tenant>.<verb>``              client inputs; verbs ``submit cancel hold release update``
-``horizon.in._admin.<verb>``                operator inputs; ``node account fairshare policy profile reservation``
+``horizon.in._admin.<verb>``                operator inputs; ``node account fairshare policy profile reservation preemption``
                                             and ``cancel hold release update`` of any job
 ``horizon.evt.<service>.<Type>.<id>``       service outputs; ``<id>`` is the job or node
 ``horizon.query.<view>``                    request/reply read models (not in the stream)
@@ -72,6 +72,7 @@ ADMIN_VERBS: dict[str, type[c.Event]] = {
     "fairshare": c.FairShareConfigured,
     "policy": c.PolicyConfigured,
     "profile": c.ProfileConfigured,
+    "preemption": c.PreemptionConfigured,
     "reservation": c.ReservationConfigured,
     # an operator's requests about any tenant's job (owners use horizon.in.<tenant>.<verb>)
     "cancel": c.JobCancelRequested,
@@ -94,7 +95,7 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
     "SchedulingCycleCompleted": ("scheduling",),
     "JobUnschedulable": ("scheduling",),
     "JobDependencyNeverSatisfied": ("scheduling",),
-    "ConfigRejected": ("scheduling", "placement"),
+    "ConfigRejected": ("scheduling", "placement", "preemption"),
     "JobRequeued": ("scheduling",),
     "JobScheduled": ("placement",),
     "PlacementBlocked": ("placement",),
