@@ -56,6 +56,7 @@ from the start with this core's ``backfill``) and ``ReservationConfigured``
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -90,6 +91,7 @@ class PlacementState(CoreState):
         self.advance: dict[str, AdvanceReservation] = {}  # advance reservations by name
         self.config_rejections: dict[int, tuple[str, str]] = {}  # request seq -> (verb, reason)
         self.anti_affinity_running = 0  # jobs holding resources that have anti-affinity terms
+        self.held: dict[str, frozenset[str]] = {}  # node -> pending preemptors its victims' room is held for
 
 
 @dataclass
@@ -231,7 +233,21 @@ class PlacementCore:
             case c.ConfigRejected(request_seq=request_seq) if event.source == self.name:
                 state.config_rejections.pop(request_seq, None)
                 return state
+            case c.PreemptionRequested(job_id=victim, for_job=for_job) if for_job:
+                job, pre = state.jobs.get(victim), state.jobs.get(for_job)
+                if job is not None and pre is not None and pre.state is JobState.PENDING:
+                    for alloc in job.allocations:
+                        state.held[alloc.node] = state.held.get(alloc.node, frozenset()) | {for_job}
+                return state
         tr = fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)
+        if tr is not None and tr.before is JobState.PENDING and state.held:
+            gone = tr.job.job_id  # a preemptor that starts (or ends) releases what was held for it
+            for node in [n for n, ps in state.held.items() if gone in ps]:
+                rest = state.held[node] - {gone}
+                if rest:
+                    state.held[node] = rest
+                else:
+                    del state.held[node]
         if tr is not None and tr.job.spec is not None and tr.job.spec.affinity is not None \
                 and tr.job.spec.affinity.job_anti_affinity:
             was, now = tr.before in HOLDS_RESOURCES, tr.after in HOLDS_RESOURCES
@@ -296,7 +312,7 @@ class PlacementCore:
                     if node is not None and not node.removed and fit_node(node, req, hyp, ctx).ok:
                         fitting.add(alloc.node)
                 if len(fitting) >= req.nodes:
-                    at = Context(ctx.profile, end, end + time_limit_s, ctx.account, ctx.reservations, ctx.topology)
+                    at = dataclasses.replace(ctx, start_ts=end, end_ts=end + time_limit_s)
                     return Reservation(job_id, req, end, hyp, fitting, req.nodes, end_ts=end + time_limit_s,
                                        allocations=self._where(state, req, hyp, at, fitting) if concrete else [],
                                        ctx=at)
@@ -308,7 +324,7 @@ class PlacementCore:
                 for alloc in ending[done][2]:
                     hyp.give(alloc)
                 done += 1
-            at = Context(ctx.profile, t, t + time_limit_s, ctx.account, ctx.reservations, ctx.topology)
+            at = dataclasses.replace(ctx, start_ts=t, end_ts=t + time_limit_s)
             trial = hyp
             overlapping = [r for r in earlier if r.start_ts < t + time_limit_s and r.end_ts > t]
             if overlapping:
@@ -336,10 +352,11 @@ class PlacementCore:
 
     # ------------------------------------------------------------------ decide
 
-    def _context(self, state: PlacementState, spec: c.JobSpec, profile: Profile,
+    def _context(self, state: PlacementState, job_id: str, spec: c.JobSpec, profile: Profile,
                  topology: Topology | None, advance: tuple[AdvanceReservation, ...]) -> Context:
         now = state.now
-        return Context(profile, now, now + spec.time_limit_s, spec.account, advance, topology)
+        return Context(profile, now, now + spec.time_limit_s, spec.account, advance, topology, job_id=job_id,
+                       held=state.held)
 
     def decide(self, state: PlacementState) -> list[Event]:
         out: list[Event] = []
@@ -355,7 +372,8 @@ class PlacementCore:
         overlay = Overlay()
         now = state.now
         advance = tuple(sorted((r for r in state.advance.values() if r.end_ts > now), key=lambda r: r.name))
-        index = NodeIndex(state.cluster, overlay, Context(reservations=advance))
+        held = dict(state.held)
+        index = NodeIndex(state.cluster, overlay, Context(reservations=advance, held=held))
         cycle = state.cycle
         scheduled = blocked = 0
         reservations: list[Reservation] = []
@@ -390,8 +408,8 @@ class PlacementCore:
                     for _end, placed_id, allocations in placed_now:  # placed earlier in this decision
                         for alloc in allocations:
                             topology.add(alloc.node, state.jobs.jobs[placed_id].spec)  # type: ignore[arg-type]
-                ctx = self._context(state, spec, profile, topology, advance)
-                cacheable = not req.topological and not advance and topology is None
+                ctx = self._context(state, job_id, spec, profile, topology, advance)
+                cacheable = not req.topological and not advance and topology is None and not state.held
                 placed = (unfit.get(req) if cacheable else None) or place_job(state.cluster, req, overlay, index, ctx)
                 if placed.allocations is None and cacheable:
                     unfit[req] = placed

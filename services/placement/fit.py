@@ -19,6 +19,7 @@ plugins (``Fit.parts``); the node index ranks by it, then by node name.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -191,6 +192,8 @@ class Context:
     account: str = ""
     reservations: tuple[AdvanceReservation, ...] = ()
     topology: Topology | None = None
+    job_id: str = ""
+    held: Mapping[str, frozenset[str]] = field(default_factory=dict)  # node -> preemptors its freed room is held for
 
 
 DEFAULT_CONTEXT = Context()
@@ -206,6 +209,8 @@ def explain(filter: str, detail: tuple[object, ...], req: Request) -> str:
         return f"node affinity {describe_requirement(detail[0])} not met"  # type: ignore[arg-type]
     if filter == "Taints":
         return f"taint {detail[0]} not tolerated"
+    if filter == "Preemption":
+        return f"held for {detail[0]}, which preempted jobs there"
     if filter == "Reservation":
         return f"reserved for account {detail[0]} ({detail[1]})"
     if filter == "JobAffinity":
@@ -236,6 +241,9 @@ def fit_node(node: Node, req: Request, overlay: Overlay, ctx: Context = DEFAULT_
     # 1. usable
     if not node.schedulable:
         return Fit(name, req, filter="NodeReady", detail=(node.status,))
+    holders = ctx.held.get(name)
+    if holders and ctx.job_id not in holders:
+        return Fit(name, req, filter="Preemption", detail=(", ".join(sorted(holders)),))
     # 2. where it may go
     labels = node.labels
     for key, value in req.selector:

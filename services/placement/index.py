@@ -52,6 +52,8 @@ class NodeIndex:
         for r in ctx.reservations:
             for name in r.nodes:
                 held_by.setdefault(name, set()).add(r.name)
+        for name, preemptors in ctx.held.items():
+            held_by.setdefault(name, set()).update(f"preemption:{p}" for p in preemptors)
         self._hardware: dict[str, tuple[object, ...]] = {}
         self._key_of: dict[str, tuple[object, ...]] = {}
         self.groups: dict[tuple[object, ...], list[str]] = {}  # key -> node names, sorted

@@ -51,6 +51,7 @@ and decision batching inside an instant differ.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import math
 import time
@@ -77,7 +78,7 @@ __all__ = ["SimSettings", "Bus", "InProcessBus", "NatsBus", "simulate", "JobResu
 TENANT = "sim"
 # The decisions the driver acts on or records, collected by every bus at each barrier.
 WATCHED = frozenset({"JobScheduled", "JobRequeued", "JobRejected", "JobDependencyNeverSatisfied", "JobUnschedulable",
-                     "JobCancelled"})
+                     "JobCancelled", "PreemptionRequested"})
 
 
 @dataclass(frozen=True)
@@ -296,7 +297,7 @@ class Attempt:
     start_s: float
     end_s: float
     nodes: list[str]
-    outcome: str  # SUCCEEDED | FAILED
+    outcome: str  # SUCCEEDED | FAILED | PREEMPTED
     exit_code: int = 0
 
 
@@ -364,6 +365,8 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
             _, job_id, attempt = heapq.heappop(ends)
             result = results[job_id]
             run = result.attempts[-1]
+            if run.attempt != attempt or run.outcome == "PREEMPTED":
+                continue  # stopped earlier by a preemption
             if run.exit_code == 0:
                 done: Event = c.JobSucceeded(id=f"agent/JobSucceeded/{job_id}/{attempt}", ts=now,
                                              correlation_id=job_id, source="agent/sim", job_id=job_id,
@@ -386,15 +389,28 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
         tick = c.ClockTicked(id=f"clock/ClockTicked/{steps}", ts=now, correlation_id="sim", source="clock", now_ts=now)
         await bus.publish([(event_subject("clock", tick), tick)])
         decided += await bus.settle()
-        started = []
-        for decision in decided:
-            if isinstance(decision, c.JobScheduled):
-                begin = _start(results, decision, now, ends)
-                if begin is not None:
-                    started.append((event_subject("agent", begin), begin))
-            else:
-                _record(results, tasks, decision, now, wakes)
-        await bus.publish(started)
+        while decided:  # preemptions stop their victims now; what they free is decided in the same instant
+            reports = []
+            for decision in decided:
+                if isinstance(decision, c.JobScheduled):
+                    begin = _start(results, decision, now, ends)
+                    if begin is not None:
+                        reports.append((event_subject("agent", begin), begin))
+                elif isinstance(decision, c.PreemptionRequested):
+                    stop = _preempt(results, decision, now)
+                    if stop is not None:
+                        reports.append((event_subject("agent", stop), stop))
+                else:
+                    _record(results, tasks, decision, now, wakes)
+            await bus.publish(reports)
+            decided = []
+            if any(isinstance(e, c.JobPreempted) for _, e in reports):
+                decided = await bus.settle()
+                steps += 1
+                tick = c.ClockTicked(id=f"clock/ClockTicked/{steps}", ts=now, correlation_id="sim", source="clock",
+                                     now_ts=now)
+                await bus.publish([(event_subject("clock", tick), tick)])
+                decided += await bus.settle()
         if i >= len(arrivals) and not ends and not _waiting(results, wakes):
             break  # nothing will ever happen again: what has not started never will
     unstarted = [job_id for job_id, r in results.items() if r.start_s is None]
@@ -420,6 +436,21 @@ def _start(results: dict[str, JobResult], decision: c.JobScheduled, now: float,
     return c.JobStarted(id=f"agent/JobStarted/{decision.job_id}/{decision.attempt}", ts=now,
                         correlation_id=decision.job_id, source="agent/sim", job_id=decision.job_id,
                         attempt=decision.attempt, node=nodes[0])
+
+
+def _preempt(results: dict[str, JobResult], decision: c.PreemptionRequested, now: float) -> c.JobPreempted | None:
+    """The node agent's part of a preemption: a simulated job stops at once (no grace, no checkpoint)."""
+    result = results.get(decision.job_id)
+    if result is None or not result.attempts:
+        return None
+    run = result.attempts[-1]
+    if run.attempt != decision.attempt or run.outcome == "PREEMPTED" or run.end_s <= now:
+        return None
+    result.attempts[-1] = dataclasses.replace(run, end_s=now, outcome="PREEMPTED", exit_code=0)
+    result.state = "PENDING"
+    return c.JobPreempted(id=f"agent/JobPreempted/{decision.job_id}/{decision.attempt}", ts=now,
+                          correlation_id=decision.job_id, source="agent/sim", job_id=decision.job_id,
+                          attempt=decision.attempt, for_job=decision.for_job)
 
 
 def _record(results: dict[str, JobResult], tasks: dict[str, list[str]], decision: Event, now: float,
