@@ -19,10 +19,18 @@ the figures that matter are ratios that survive a noisy machine.
    service's catch-up from sequence 1 (decoding and folding everything)
    against a raw read of the same stream in order (the same pull reader,
    no decoding).
+   Then the state is snapshotted and the service restarted from it
+   (``snapshot_restart_s``).
 4. **latency**: ``horizon up --executor sim`` as a separate process on an idle
    cluster; one job at a time: submit -> ``JobScheduled`` received by an
    external subscriber.
 5. **memory**: resident bytes per queued job in the scheduling core's state.
+6. **snapshot**: the scheduling service's restart time as its log grows
+   (``snapshot_events``), through the real ``ServiceRunner``: a full replay,
+   from a snapshot ``snapshot_tail`` records before the end (load + tail), and
+   from a snapshot at the end; with the snapshot's size and the time to dump,
+   store and load it. Also the snapshot store's speed against nats-py's
+   object store on one blob (``snapshot_blob_mb``), written and read back.
 """
 
 from __future__ import annotations
@@ -64,6 +72,9 @@ class Sizes:
         self.replay_events = 50_000 if quick else 1_000_000
         self.latency_jobs = 200 if quick else 2_000
         self.memory_jobs = (10_000, 100_000) if quick else (100_000, 1_000_000)
+        self.snapshot_events = (5_000, 10_000) if quick else (20_000, 50_000, 100_000, 200_000)
+        self.snapshot_tail = 1_000 if quick else 10_000
+        self.snapshot_blob_mb = 4 if quick else 50
 
 
 def _submitted(i: int, prefix: str = "b") -> tuple[str, bytes, str]:
@@ -254,16 +265,11 @@ async def bench_scheduling(url: str, sizes: Sizes) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- 3. replay
 
 
-async def bench_replay(url: str, sizes: Sizes) -> dict[str, Any]:
-    from services.runtime.service import ServiceRunner
-    from services.scheduling.core import SchedulingCore
-
-    log = await JetStreamLog.open(url, name="bench-replay")
-    per_job = 5  # submitted, accepted, scheduled, started, succeeded
-    jobs = sizes.replay_events // per_job
+def _lifecycle(first_job: int, jobs: int) -> list[Outgoing]:
+    """Five records per job: submitted, accepted, scheduled, started, succeeded (one node, one GPU)."""
     node = "rn-00"
     batch: list[Outgoing] = []
-    for i in range(jobs):
+    for i in range(first_job, first_job + jobs):
         job_id = f"r-{i:07d}"
         sub = c.JobSubmitted(job_id=job_id, tenant="bench", resources=c.ResourceRequest(gpus=1))
         acc = c.JobAccepted(id=f"submission/JobAccepted/{job_id}", correlation_id=job_id, source="submission",
@@ -278,11 +284,35 @@ async def bench_replay(url: str, sizes: Sizes) -> dict[str, Any]:
         batch.append(Outgoing(input_subject("bench", "submit"), encode(sub), job_id))
         for ev, svc in ((acc, "submission"), (sch, "placement"), (sta, "agent"), (suc, "agent")):
             batch.append(Outgoing(event_subject(svc, ev), encode(ev), ev.id))
-        if len(batch) >= 5_000:
-            await log.publish_many(batch)
-            batch = []
-    if batch:
-        await log.publish_many(batch)
+    return batch
+
+
+async def _publish_lifecycles(log: JetStreamLog, first_job: int, jobs: int) -> None:
+    for start in range(first_job, first_job + jobs, 1_000):
+        await log.publish_many(_lifecycle(start, min(1_000, first_job + jobs - start)))
+
+
+async def _restart(url: str, name: str, core: Any, *, snapshots: bool) -> tuple[float, Any]:
+    """Seconds for a fresh ``ServiceRunner`` to catch up (connection opened beforehand), and the runner,
+    stopped, its connection closed."""
+    from services.runtime.service import ServiceRunner
+
+    runner_log = await JetStreamLog.open(url, name=name, create=False)
+    runner = ServiceRunner(runner_log, core, snapshots=snapshots)
+    started = time.perf_counter()
+    await runner.start()
+    elapsed = time.perf_counter() - started
+    await runner.stop()
+    await runner_log.close()
+    return elapsed, runner
+
+
+async def bench_replay(url: str, sizes: Sizes) -> dict[str, Any]:
+    from services.scheduling.core import SchedulingCore
+
+    log = await JetStreamLog.open(url, name="bench-replay")
+    per_job = 5  # submitted, accepted, scheduled, started, succeeded
+    await _publish_lifecycles(log, 0, sizes.replay_events // per_job)
     total = await log.last_seq()
     # raw ordered read, no decoding
     started = time.perf_counter()
@@ -291,18 +321,17 @@ async def bench_replay(url: str, sizes: Sizes) -> dict[str, Any]:
         count += len(records)
     raw = count / (time.perf_counter() - started)
     # the scheduling service rebuilding its state from sequence 1
-    runner_log = await JetStreamLog.open(url, name="bench-replay-scheduling", create=False)
-    runner = ServiceRunner(runner_log, SchedulingCore())
-    started = time.perf_counter()
-    await runner.start()
-    rebuild = time.perf_counter() - started
-    await runner.stop()
-    await runner_log.close()
+    core = SchedulingCore()
+    rebuild, runner = await _restart(url, "bench-replay-scheduling", core, snapshots=False)
+    # then from a snapshot of that state at the end of the log
+    await log.save_snapshot(core.name, runner.state.seq, core.dump(runner.state))
+    from_snapshot, again = await _restart(url, "bench-replay-scheduling", core, snapshots=True)
     await log.close()
+    if again.stats.restored_from_seq != total:
+        raise RuntimeError(f"restart did not use the snapshot at {total}: {again.stats}")
     return {"events": total, "events_per_s": round(total / rebuild), "raw_read_per_s": round(raw),
             "ratio": round(total / rebuild / raw, 3), "rebuild_s": round(rebuild, 2),
-            "snapshot_restart_s": None,
-            "note": "snapshots are not built yet (issue 5): a restart replays from sequence 1"}
+            "snapshot_restart_s": round(from_snapshot, 3)}
 
 
 # ---------------------------------------------------------------------------- 4. latency
@@ -390,12 +419,94 @@ async def bench_memory(url_unused: str, sizes: Sizes) -> dict[str, Any]:
     return out
 
 
+# ---------------------------------------------------------------------------- 6. snapshot
+
+
+async def _store_speed(log: JetStreamLog, megabytes: int) -> dict[str, float]:
+    """MB/s writing and reading one blob: our snapshot store, and nats-py's object store."""
+    from nats.js import api
+
+    blob = os.urandom(megabytes << 20)
+    started = time.perf_counter()
+    await log.save_snapshot("bench-blob", 1, blob)
+    written = time.perf_counter() - started
+    started = time.perf_counter()
+    loaded = await log.load_snapshot("bench-blob")
+    read = time.perf_counter() - started
+    assert loaded == (1, blob)
+    store = await log.js.create_object_store("benchblob", config=api.ObjectStoreConfig(
+        bucket="benchblob", storage=api.StorageType.FILE))
+    started = time.perf_counter()
+    await store.put("blob", blob)
+    os_written = time.perf_counter() - started
+    started = time.perf_counter()
+    result = await store.get("blob")
+    os_read = time.perf_counter() - started
+    assert result.data == blob
+    await log.js.delete_object_store("benchblob")
+    return {"blob_mb": megabytes, "write_mb_per_s": round(megabytes / written), "read_mb_per_s": round(megabytes / read),
+            "object_store_write_mb_per_s": round(megabytes / os_written),
+            "object_store_read_mb_per_s": round(megabytes / os_read)}
+
+
+async def bench_snapshot(url: str, sizes: Sizes) -> dict[str, Any]:
+    """Restart time with and without snapshots as the log grows (the log is extended in place)."""
+    from services.scheduling.core import SchedulingCore
+
+    log = await JetStreamLog.open(url, name="bench-snapshot")
+    core = SchedulingCore()
+    tail = sizes.snapshot_tail
+    rows: list[dict[str, Any]] = []
+    jobs_done = 0
+    for events in sizes.snapshot_events:
+        # the log up to `events - tail`, a snapshot there (as a running service would have taken it) ...
+        await _publish_lifecycles(log, jobs_done, (events - tail) // 5 - jobs_done)
+        jobs_done = (events - tail) // 5
+        _, runner = await _restart(url, "bench-snapshot-scheduling", core, snapshots=False)
+        await log.save_snapshot(core.name, runner.state.seq, core.dump(runner.state))
+        del runner
+        # ... and `tail` records after it
+        await _publish_lifecycles(log, jobs_done, events // 5 - jobs_done)
+        jobs_done = events // 5
+        total = await log.last_seq()
+        full_s, _ = await _restart(url, "bench-snapshot-scheduling", core, snapshots=False)
+        tail_s, tailed = await _restart(url, "bench-snapshot-scheduling", core, snapshots=True)
+        if tailed.stats.restored_from_seq != total - tail:
+            raise RuntimeError(f"restart did not use the snapshot at {total - tail}: {tailed.stats}")
+        # a snapshot at the very end: dump, store and load timed on their own
+        started = time.perf_counter()
+        data = core.dump(tailed.state)
+        dump_s = time.perf_counter() - started
+        started = time.perf_counter()
+        await log.save_snapshot(core.name, tailed.state.seq, data)
+        save_s = time.perf_counter() - started
+        started = time.perf_counter()
+        loaded = await log.load_snapshot(core.name)
+        fetch_s = time.perf_counter() - started
+        assert loaded is not None
+        started = time.perf_counter()
+        core.load(loaded[1])
+        load_s = time.perf_counter() - started
+        del tailed, loaded
+        end_s, at_end = await _restart(url, "bench-snapshot-scheduling", core, snapshots=True)
+        if at_end.stats.restored_from_seq != total:
+            raise RuntimeError(f"restart did not use the snapshot at {total}: {at_end.stats}")
+        rows.append({"events": total, "jobs": jobs_done, "full_replay_s": round(full_s, 3),
+                     "snapshot_plus_tail_s": round(tail_s, 3), "snapshot_at_end_s": round(end_s, 3),
+                     "snapshot_bytes": len(data), "dump_s": round(dump_s, 3), "store_s": round(save_s, 3),
+                     "fetch_s": round(fetch_s, 3), "load_s": round(load_s, 3)})
+    store = await _store_speed(log, sizes.snapshot_blob_mb)
+    await log.close()
+    return {"tail": tail, "runs": rows, "store": store}
+
+
 BENCHMARKS = {
     "intake": bench_intake,
     "scheduling": bench_scheduling,
     "replay": bench_replay,
     "latency": bench_latency,
     "memory": bench_memory,
+    "snapshot": bench_snapshot,
 }
 
 

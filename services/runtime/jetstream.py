@@ -273,7 +273,7 @@ class JetStreamLog:
         return self
 
     async def ensure_streams(self) -> None:
-        """Create or update both streams idempotently (safe to run from every service at start)."""
+        """Create or update the log, dead-letter and snapshot streams idempotently (safe from every service)."""
         s = self.settings
         await self._ensure(
             api.StreamConfig(

@@ -36,6 +36,8 @@ fold, never a source of truth: any doubt about it means a full replay.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -135,6 +137,25 @@ def fold_event(core: Core[S], state: S, record: Record, event: Event) -> S:
     else:
         state.now = max(state.now, record.time)
     return core.evolve(state, event, record)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Any:
+    """Pause Python's cyclic garbage collector while a snapshot is decoded.
+
+    Decoding allocates hundreds of thousands of objects that all survive, and
+    the collections their allocation triggers walk the growing heap again and
+    again: measured, the collector took half of the scheduling core's ``load``
+    (20,000 jobs, 15 MB: 0.36 s, 0.18 s with it paused). Nothing decoded is
+    garbage, so pausing it leaves nothing to collect later.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @dataclass
@@ -268,7 +289,8 @@ class ServiceRunner(Generic[S]):
             why = f"it is at seq {seq}, past the end of the log ({end})"
         else:
             try:
-                state = core.load(data)
+                with _collector_paused():
+                    state = core.load(data)
             except Exception as exc:  # noqa: BLE001 - a snapshot this code cannot read is not trusted
                 why = f"load failed: {type(exc).__name__}: {exc}"
             else:
