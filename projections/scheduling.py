@@ -14,6 +14,9 @@ Served on:
   by factor (value, weight, weighted), its position among the pending jobs,
   why it waits, its deadline and restart backoff; with ``{"limit": N}`` the first
   N pending jobs in order with their priorities;
+* ``horizon.query.preempt`` with ``{"job_id": J}`` -> what preempting for J would do now: the
+  victims the preemption service's policy would choose, each with its nodes, class, GPUs, cost
+  and why it may be preempted (``horizon preempt --dry-run``);
 * ``horizon.query.config`` with ``{"seq": N}`` -> whether the operator input at
   sequence N has been seen, and the reason if it was rejected
   (``{"seen": bool, "rejected": reason | null, "last_seq"}``).
@@ -28,6 +31,7 @@ from typing import Any
 from events import catalogue as c
 from services.runtime.consume import readable
 from services.runtime.log import EventLog, Record
+from services.preemption.core import PreemptionCore, PreemptionState
 from services.runtime.service import fold_event
 from services.scheduling.core import SchedulingCore, SchedulingState
 from services.scheduling.fairshare import association
@@ -94,6 +98,21 @@ def _row(core: SchedulingCore, state: SchedulingState, job: Any, ctx: Any, posit
     return out
 
 
+def preempt_report(core: PreemptionCore, state: PreemptionState, job_id: str) -> dict[str, Any]:
+    plan = core.plan(state, job_id)
+    victims = []
+    for v in plan.victims:
+        job = state.jobs.jobs[v]
+        gpus, lost, age = core.cost(state, job)
+        victims.append({"job_id": v, "account": job.spec.account if job.spec else "",  # type: ignore[union-attr]
+                        "priority_class": job.spec.priority_class if job.spec else "",
+                        "nodes": sorted(a.node for a in job.allocations), "gpus": gpus, "work_lost_s": lost,
+                        "running_s": age, "why": plan.reasons.get(v, "")})
+    return {"job_id": job_id, "victims": victims, "nodes": plan.nodes,
+            "cost": {"gpus": plan.cost[0], "work_lost_s": plan.cost[1], "running_s": plan.cost[2]},
+            "why_not": plan.why_not, "order": state.config.victims, "last_seq": state.seq}
+
+
 class SchedulerView:
     def __init__(self, log_: EventLog, nc: Any, core: SchedulingCore | None = None) -> None:
         self.log = log_
@@ -101,15 +120,18 @@ class SchedulerView:
         self.core = core or SchedulingCore()
         self.state = self.core.initial()
         self.rejected: dict[int, str] = {}  # operator input seq -> why it was not applied
+        self.preemption = PreemptionCore()
+        self.pstate = self.preemption.initial()
         self._follower: Any = None
         self._subs: list[Any] = []
 
     async def apply(self, batch: list[Record]) -> None:
         for record, event in readable(batch, self.state.seq):
             if event is None:
-                self.state.seq = record.seq
+                self.state.seq = self.pstate.seq = record.seq
             else:
                 self.state = fold_event(self.core, self.state, record, event)
+                self.pstate = fold_event(self.preemption, self.pstate, record, event)
                 if isinstance(event, c.ConfigRejected):
                     self.rejected[event.request_seq] = event.reason
 
@@ -123,6 +145,10 @@ class SchedulerView:
         self._subs.append(await self.nc.subscribe("horizon.query.usage", queue="projections", cb=self._usage))
         self._subs.append(await self.nc.subscribe("horizon.query.priority", queue="projections", cb=self._priority))
         self._subs.append(await self.nc.subscribe("horizon.query.config", queue="projections", cb=self._config))
+        self._subs.append(await self.nc.subscribe("horizon.query.preempt", queue="projections", cb=self._preempt))
+
+    async def _preempt(self, msg: Any) -> None:
+        await self._reply(msg, lambda request: preempt_report(self.preemption, self.pstate, str(request["job_id"])))
 
     async def _config(self, msg: Any) -> None:
         await self._reply(msg, lambda request: self.config_status(int(request["seq"])))

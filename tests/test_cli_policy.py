@@ -128,3 +128,54 @@ async def test_profiles_reservations_and_why_a_job_waits_from_the_cli(nats_serve
     finally:
         await stack.stop()
     assert_replays(await read_log(url))
+
+
+async def test_preemption_dry_run_then_for_real_through_the_services(nats_server, tmp_path):
+    from services.runtime.check import check_log
+
+    stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(1, gpus_per_node=8), executor="sim")
+    await stack.start()
+    url = nats_server.url
+    try:
+        code, out, err = await horizon(url, "preemption", "set", "--per-minute", "0")  # hold preemption back
+        assert code == 0 and "preemption settings applied" in out, err
+        code, out, err = await horizon(url, "preemption", "set", "--rule", "low=normal")
+        assert code == 2 and "may only preempt lower classes" in err
+        for job_id in ("old", "young"):
+            code, out, err = await horizon(url, "submit", "--gpus", "4", "--sim-runtime", "600", "--job-id", job_id,
+                                           "--", "x")
+            assert code == 0, err
+            await asyncio.sleep(1.2)  # "young" starts later: less work to lose
+        code, out, err = await horizon(url, "submit", "--gpus", "4", "--job-id", "vip", "--priority-class",
+                                       "critical", "--sim-runtime", "1", "--", "x")
+        assert code == 0, err
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            code, out, err = await horizon(url, "preempt", "vip", "--dry-run", "--json")
+            body = json.loads(out) if code == 0 else {}
+            if body.get("victims"):
+                break
+            assert asyncio.get_running_loop().time() < deadline, out + err
+            await asyncio.sleep(0.3)
+        assert [v["job_id"] for v in body["victims"]] == ["young"] and body["cost"]["gpus"] == 4
+        assert body["victims"][0]["why"] == "class normal < critical"
+        code, out, err = await horizon(url, "preempt", "vip", "--dry-run")
+        assert "would stop 1 job(s)" in out and "young" in out, err
+        code, out, err = await horizon(url, "preemption", "set", "--per-minute", "60")
+        assert code == 0, err
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            records = await read_log(url)
+            subjects = [r.subject for r in records]
+            if "horizon.evt.agent.JobSucceeded.vip" in subjects:
+                break
+            assert asyncio.get_running_loop().time() < deadline, subjects[-20:]
+            await asyncio.sleep(0.3)
+        assert "horizon.evt.agent.JobPreempted.young" in subjects
+        assert "horizon.evt.scheduling.JobRequeued.young" in subjects
+        assert "horizon.evt.agent.JobPreempted.old" not in subjects
+    finally:
+        await stack.stop()
+    records = await read_log(url)
+    assert check_log(records).ok
+    assert_replays(records)

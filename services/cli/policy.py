@@ -32,6 +32,7 @@ from services.cli.client import default_user, publish_input, query, session
 from services.cli.jobs import console, nats_option
 from services.runtime.log import LogError
 from services.placement.core import check_reservation
+from services.preemption.core import VICTIM_ORDERS, PreemptionConfig
 from services.placement.plugins import BACKFILL_MODES, SCORE_PLUGINS, check_profile
 from services.scheduling.policy import POLICIES, WEIGHT_NAMES
 
@@ -257,6 +258,73 @@ def reservation_cancel(nats_url: str, name: str, as_json: bool) -> None:
     _report(_configure(nats_url, "reservation", event), f"reservation {name} cancel", as_json)
 
 
+@click.group()
+def preemption() -> None:
+    """Preemption settings (operators)."""
+
+
+@preemption.command(name="set")
+@nats_option
+@click.option("--victims", type=click.Choice(list(VICTIM_ORDERS)), default=None, help="How victims are chosen.")
+@click.option("--rule", "rules", multiple=True,
+              help="CLASS=LOWER,LOWER: the classes CLASS may preempt, e.g. high=normal,low,scavenger (repeatable).")
+@click.option("--grace", default=None, help="Grace period between the stop signal and SIGKILL (30s).")
+@click.option("--max-preemptions", type=int, default=None, help="A job preempted this often is never chosen again.")
+@click.option("--per-minute", type=int, default=None, help="At most this many preemptions per minute, cluster-wide.")
+@click.option("--per-account-per-minute", type=int, default=None, help="... and of one victim account.")
+@click.option("--json", "as_json", is_flag=True)
+def preemption_set(nats_url: str, victims: str | None, rules: tuple[str, ...], grace: str | None,
+                   max_preemptions: int | None, per_minute: int | None, per_account_per_minute: int | None,
+                   as_json: bool) -> None:
+    """Change who may preempt whom and how gently; what is not given stays as it is."""
+    parsed = {}
+    for rule in rules:
+        cls, sep, lower = rule.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{rule!r} is not CLASS=LOWER,LOWER", param_hint="--rule")
+        parsed[cls] = [x for x in lower.split(",") if x]
+    event = c.PreemptionConfigured(ts=time.time(), source="horizon-cli", correlation_id="preemption", rules=parsed,
+                                   victims=victims, grace_period_s=_parse(parse_duration, grace, "--grace"),
+                                   max_preemptions=max_preemptions, per_minute=per_minute,
+                                   per_account_per_minute=per_account_per_minute, user=default_user())
+    why = PreemptionConfig().check(event)
+    if why:
+        raise click.BadParameter(why)
+    _report(_configure(nats_url, "preemption", event), "preemption settings", as_json)
+
+
+@click.command()
+@nats_option
+@click.argument("job_id")
+@click.option("--dry-run", is_flag=True, required=True, help="Show what preempting for JOB would do (nothing is stopped).")
+@click.option("--json", "as_json", is_flag=True)
+def preempt(nats_url: str, job_id: str, dry_run: bool, as_json: bool) -> None:
+    """Which running jobs the preemption policy would stop for JOB now, and why each (--dry-run)."""
+
+    async def go() -> dict[str, Any]:
+        async with session(nats_url) as nc:
+            return await query(nc, "preempt", {"job_id": job_id})
+
+    body = asyncio.run(go())
+    if as_json:
+        click.echo(json.dumps(body))
+        return
+    if not body["victims"]:
+        click.echo(f"no preemption for {job_id}: {body['why_not']}")
+        return
+    cost = body["cost"]
+    click.echo(f"preempting for {job_id} ({body['order']}) would stop {len(body['victims'])} job(s) and free nodes "
+               f"{', '.join(body['nodes'])}: {cost['gpus']:g} GPUs, {cost['work_lost_s'] / 3600:.2f} GPU-h of work "
+               f"since their last checkpoints")
+    table = Table(box=None, header_style="bold")
+    for col in ("VICTIM", "ACCOUNT", "CLASS", "NODES", "GPUS", "LOST(GPU-h)", "RUNNING", "WHY"):
+        table.add_column(col)
+    for v in body["victims"]:
+        table.add_row(v["job_id"], v["account"], v["priority_class"], ",".join(v["nodes"]), f"{v['gpus']:g}",
+                      f"{v['work_lost_s'] / 3600:.2f}", f"{v['running_s'] / 60:.0f} min", v["why"])
+    console().print(table)
+
+
 def _num(value: Any, digits: int = 3) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
@@ -354,5 +422,5 @@ def show(nats_url: str, job_id: str, as_json: bool) -> None:
 
 
 def register(group: click.Group) -> None:
-    for command in (account, fairshare, policy, profile, reservation, usage, show):
+    for command in (account, fairshare, policy, profile, reservation, preemption, preempt, usage, show):
         group.add_command(command)
