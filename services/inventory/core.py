@@ -137,7 +137,8 @@ class InventoryCore:
         """
         out: list[Event] = []
         asked = set(failing)
-        for node in state.cluster.sorted_nodes():
+        tainted = sorted((n for n in state.cluster.nodes.values() if n.taints), key=lambda n: n.name)
+        for node in tainted:
             if node.lost or node.removed or not node.jobs:
                 continue  # a lost or removed node's jobs are failed instead (above)
             no_execute = [t for t in node.taints if t.effect == "NoExecute"]

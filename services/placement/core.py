@@ -302,8 +302,10 @@ class PlacementCore:
         hyp = overlay.copy()
         nodes = [n for n in state.cluster.sorted_nodes() if not n.removed]
         if not earlier and not ctx.reservations:
-            # Only the time moves the answer here through what ends: re-check just those nodes.
-            fitting = {n.name for n in nodes if fit_node(n, req, hyp, ctx).ok}
+            # Only the time moves the answer here through what ends: re-check just those nodes
+            # (the first answer per kind of node, through the index).
+            fitting = {name for fit, members in NodeIndex(state.cluster, hyp, ctx).evaluate(req, ctx) if fit.ok
+                       for name in members}
             for end, _holder, allocations in ending:
                 for alloc in allocations:
                     hyp.give(alloc)

@@ -148,6 +148,8 @@ class PreemptionState(CoreState):
         self.candidates: dict[int, list[str]] = {}  # scheduling cycle -> its candidates, until placed
         self.blocked_seq: dict[str, int] = {}  # pending job -> seq of the last placement cycle that left it blocked
         self.round_ended: dict[str, int] = {}  # preemptor -> seq at which the last victim of its round stopped
+        self.running_by_class: dict[str, int] = {}  # jobs holding resources, per priority class
+        self.borrowed_running = 0  # of which admitted by borrowing
         self.config_rejections: dict[int, str] = {}
 
 
@@ -224,6 +226,12 @@ class PreemptionCore:
                 state.round_ended.pop(job_id, None)
             if tr.after in HOLDS_RESOURCES:
                 state.no_cascade.discard(job_id)
+            holds_before, holds_after = tr.before in HOLDS_RESOURCES, tr.after in HOLDS_RESOURCES
+            if holds_before != holds_after and tr.job.spec is not None:
+                sign = 1 if holds_after else -1
+                cls = tr.job.spec.priority_class
+                state.running_by_class[cls] = state.running_by_class.get(cls, 0) + sign
+                state.borrowed_running += sign if tr.job.borrowed else 0
             if tr.before in HOLDS_RESOURCES and tr.after not in HOLDS_RESOURCES:
                 preemptor = state.stopping.pop(job_id, None)
                 if preemptor:
@@ -238,6 +246,8 @@ class PreemptionCore:
     def preemptors(self, state: PreemptionState) -> list[Job]:
         """Blocked jobs that may preempt now, highest class first, then oldest."""
         busy = set(state.stopping.values())
+        rules = state.config.rules
+        may_reclaim = state.borrowed_running > 0
         out = []
         for job_id in state.blocked_seq:
             job = state.jobs.get(job_id)
@@ -246,6 +256,9 @@ class PreemptionCore:
                 continue
             if explained is not None and explained.fits_nowhere:
                 continue  # no node could hold it even empty: preempting cannot help
+            if not may_reclaim and not any(state.running_by_class.get(lower, 0)
+                                           for lower in rules.get(job.spec.priority_class, ())):
+                continue  # nobody it could preempt is running
             if job_id in busy or job_id in state.no_cascade:
                 continue
             if state.blocked_seq.get(job_id, 0) <= state.round_ended.get(job_id, 0):
@@ -327,7 +340,9 @@ class PreemptionCore:
         req = request_of(spec)
         reclaim = self._reclaims(state, job)
         eligible: dict[str, tuple[Job, str]] = {}
-        for victim in state.jobs.jobs.values():
+        running = sorted({j for n in state.cluster.nodes.values() for j in n.jobs})
+        for victim_id in running:
+            victim = state.jobs.jobs[victim_id]
             if victim.job_id in taken or victim.state not in HOLDS_RESOURCES:
                 continue
             why = self._eligible(state, job, victim, reclaim)
