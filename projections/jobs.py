@@ -168,7 +168,7 @@ class JobsProjection:
     async def apply(self, batch: Iterable[Record]) -> None:
         """Fold a batch and commit rows, history and position in one transaction."""
         assert self.db is not None
-        changed: dict[str, Job] = {}
+        changed: dict[str, tuple[Job, int]] = {}  # job -> (job, seq of the event that last changed it)
         history: list[tuple[Any, ...]] = []
         last = self.last_seq
         for record, event in readable(batch, last):
@@ -185,12 +185,14 @@ class JobsProjection:
             self.jobs.apply(event, record.seq, record.time)
             job = self.jobs.get(job_id)
             if job is not None and (snapshot != (job.state, job.attempt, job.reason, job.spec)):
-                changed[job_id] = job
+                # The row's version is the event's sequence, not the batch's: how the log was cut
+                # into batches (a restart, a slow reader) must not show in the rows.
+                changed[job_id] = (job, record.seq)
             if job is not None and not isinstance(event, c.SchedulingCycleCompleted):
                 history.append((job_id, record.seq, event.event_type, record.time, event.source, _summary(event)))
         if last == self.last_seq:
             return
-        rows = [job_row(job, last, self._tenants.get(job_id, "")) for job_id, job in changed.items()]
+        rows = [job_row(job, seq, self._tenants.get(job_id, "")) for job_id, (job, seq) in changed.items()]
         await self.db.execute("BEGIN")
         try:
             if rows:

@@ -86,12 +86,13 @@ def schema(event_type: str | None, list_types: bool) -> None:
 
 
 def _register() -> None:
-    from services.cli import bench, jobs, nodes, policy, run, simulate
+    from services.cli import bench, jobs, nodes, policy, projections, run, simulate
 
     bench.register(cli)
     jobs.register(cli)
     nodes.register(cli)
     policy.register(cli)
+    projections.register(cli)
     run.register(cli)
     simulate.register(cli)
 
