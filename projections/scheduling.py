@@ -114,7 +114,7 @@ def preempt_report(core: PreemptionCore, state: PreemptionState, job_id: str) ->
 
 
 class SchedulerView:
-    def __init__(self, log_: EventLog, nc: Any, core: SchedulingCore | None = None) -> None:
+    def __init__(self, log_: EventLog, nc: Any, core: SchedulingCore | None = None, meter_provider: Any = None) -> None:
         self.log = log_
         self.nc = nc
         self.core = core or SchedulingCore()
@@ -122,6 +122,10 @@ class SchedulerView:
         self.rejected: dict[int, str] = {}  # operator input seq -> why it was not applied
         self.preemption = PreemptionCore()
         self.pstate = self.preemption.initial()
+        self._cycle_ts: dict[int, float] = {}
+        self._latency: Any = None
+        if meter_provider is not None:
+            self._metrics(meter_provider)
         self._follower: Any = None
         self._subs: list[Any] = []
 
@@ -132,8 +136,48 @@ class SchedulerView:
             else:
                 self.state = fold_event(self.core, self.state, record, event)
                 self.pstate = fold_event(self.preemption, self.pstate, record, event)
+                if self._latency is not None:
+                    if isinstance(event, c.SchedulingCycleCompleted):
+                        self._cycle_ts[event.cycle] = record.time
+                    elif isinstance(event, c.PlacementCycleCompleted) and event.cycle in self._cycle_ts:
+                        self._latency.record(max(0.0, record.time - self._cycle_ts.pop(event.cycle)) * 1000.0)
                 if isinstance(event, c.ConfigRejected):
                     self.rejected[event.request_seq] = event.reason
+
+    def _metrics(self, meter_provider: Any) -> None:
+        """Gauges of the scheduler's standing: queue depth by class and account, utilisation and
+        fragmentation of GPUs; the cycle latency (decided to placed, by log time) as a histogram."""
+        from opentelemetry.metrics import Observation
+
+        meter = meter_provider.get_meter("horizon")
+
+        def depth(_options: Any) -> list[Observation]:
+            counts: dict[tuple[str, str], int] = {}
+            for job in self.state.pending.values():
+                if job.spec is not None:
+                    key = (job.spec.priority_class, job.spec.account)
+                    counts[key] = counts.get(key, 0) + 1
+            out = [Observation(n, {"class": k[0], "account": k[1]}) for k, n in sorted(counts.items())]
+            return out + [Observation(sum(counts.values()), {"class": "all", "account": "all"})]
+
+        def gpus(_options: Any) -> list[Observation]:
+            total = used = stranded = 0
+            for node in self.pstate.cluster.nodes.values():
+                if node.removed:
+                    continue
+                total += len(node.gpus)
+                used += len(node.used_devices)
+                if node.used_devices:
+                    stranded += len(node.gpus) - len(node.used_devices)  # free, but on a node in use
+            free = total - used
+            return [Observation(used / total if total else 0.0, {"what": "utilisation"}),
+                    Observation(stranded / free if free else 0.0, {"what": "fragmentation"})]
+
+        meter.create_observable_gauge("horizon.queue.depth", callbacks=[depth], description="pending jobs")
+        meter.create_observable_gauge("horizon.gpus", callbacks=[gpus],
+                                      description="GPU utilisation, and the share of free GPUs on nodes in use")
+        self._latency = meter.create_histogram("horizon.cycle.latency", unit="ms",
+                                               description="from a scheduling cycle to its placement, by log time")
 
     def config_status(self, seq: int) -> dict[str, Any]:
         pending = self.state.config_rejections.get(seq)

@@ -40,8 +40,11 @@ async def session(url: str) -> AsyncIterator[Any]:
 async def publish_input(nc: Any, subject: str, event: Event, msg_id: str) -> int:
     """Publish a client input into the log; returns its sequence (a retried publish is a duplicate)."""
     js = nc.jetstream(timeout=5)
+    # A new trace for what this request starts (W3C traceparent): the services continue it.
+    trace_id, span_id = os.urandom(16).hex(), os.urandom(8).hex()
     try:
-        ack = await js.publish(subject, encode(event), headers={MSG_ID: msg_id})
+        ack = await js.publish(subject, encode(event), headers={MSG_ID: msg_id,
+                                                               "traceparent": f"00-{trace_id}-{span_id}-01"})
     except nats.errors.NoRespondersError:
         raise LogError("the Horizon stream does not exist on this server: start Horizon with `horizon up`") from None
     except nats.errors.TimeoutError:

@@ -7,6 +7,8 @@ import logging
 import signal
 from pathlib import Path
 
+from typing import Any
+
 import click
 
 from events.resources import parse_cpus, parse_memory
@@ -59,10 +61,13 @@ def _logging(verbose: bool, log_file: Path | None = None) -> None:
               help="Queue order within a priority class.")
 @click.option("--backfill-mode", type=click.Choice(["easy", "shadow", "greedy", "none"]), default="easy",
               show_default=True, help="What a job that does not fit means for the jobs behind it.")
+@click.option("--otel", type=click.Choice(["none", "console", "otlp"]), default="none", show_default=True,
+              help="OpenTelemetry traces and metrics: printed (console) or sent to OTLP "
+                   "($OTEL_EXPORTER_OTLP_ENDPOINT; needs opentelemetry-exporter-otlp).")
 @click.option("--verbose", is_flag=True)
 def up(data_dir: Path, port: int, nodes: int, gpus_per_node: int, gpu_type: str, cpus_per_node: str,
        memory_per_node: str, executor: str, heartbeat_timeout: float, policy: str, backfill_mode: str,
-       verbose: bool) -> None:
+       otel: str, verbose: bool) -> None:
     """Start everything on this machine: nats-server, the five services, projections, local nodes."""
     node_specs = local_nodes(
         nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type, cpus=parse_cpus(cpus_per_node, "--cpus-per-node") // 1000,
@@ -73,16 +78,17 @@ def up(data_dir: Path, port: int, nodes: int, gpus_per_node: int, gpu_type: str,
     server.start()
     try:
         asyncio.run(_up(server, data_dir, node_specs, executor, heartbeat_timeout, nodes, gpus_per_node, gpu_type,
-                        policy, backfill_mode))
+                        policy, backfill_mode, otel))
     finally:
         server.stop()
         click.echo("stopped", err=True)
 
 
 async def _up(server: NatsServer, data_dir: Path, node_specs: list, executor: str, heartbeat_timeout: float,
-              nodes: int, gpus_per_node: int, gpu_type: str, policy: str, backfill: str) -> None:
+              nodes: int, gpus_per_node: int, gpu_type: str, policy: str, backfill: str, otel: str = "none") -> None:
+    tracing, meters = _telemetry(otel, "horizon")
     stack = Stack(server.url, data_dir, nodes=node_specs, executor=executor, heartbeat_timeout_s=heartbeat_timeout,
-                  policy=policy, backfill=backfill)
+                  policy=policy, backfill=backfill, tracer_provider=tracing, meter_provider=meters)
     try:
         await stack.start()
         click.echo(server.url, nl=True)
@@ -120,17 +126,21 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list, executor: st
 @click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="multifactor", show_default=True)
 @click.option("--backfill-mode", type=click.Choice(["easy", "shadow", "greedy", "none"]), default="easy",
               show_default=True)
+@click.option("--otel", type=click.Choice(["none", "console", "otlp"]), default="none", show_default=True,
+              help="OpenTelemetry traces and metrics: printed (console) or sent to OTLP "
+                   "($OTEL_EXPORTER_OTLP_ENDPOINT; needs opentelemetry-exporter-otlp).")
 @click.option("--verbose", is_flag=True)
 def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int, node_prefix: str,
             gpus_per_node: int, gpu_type: str, executor: str, heartbeat_timeout: float, policy: str,
-            backfill_mode: str, verbose: bool) -> None:
+            backfill_mode: str, otel: str, verbose: bool) -> None:
     """Run one part alone against any NATS (the distributed shape)."""
     _logging(verbose)
     settings = StreamSettings(replicas=replicas)
 
     async def go() -> None:
+        tracing, meters = _telemetry(otel, f"horizon-{name}")
         stack = Stack(nats_url, data_dir, executor=executor, heartbeat_timeout_s=heartbeat_timeout, settings=settings,
-                      policy=policy, backfill=backfill_mode)
+                      policy=policy, backfill=backfill_mode, tracer_provider=tracing, meter_provider=meters)
         setup = await JetStreamLog.open(nats_url, name=f"horizon-{name}-setup", settings=settings)
         await setup.close()
         if name == "agent":
@@ -153,6 +163,28 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int,
             raise click.ClickException("; ".join(failed))
 
     asyncio.run(go())
+
+
+def _telemetry(exporter: str, service_name: str) -> tuple[Any, Any]:
+    """Tracer and meter providers for ``--otel`` (None, None when off)."""
+    if exporter == "none":
+        return None, None
+    from services.runtime.telemetry import configure
+
+    try:
+        tracing = configure(exporter, service_name)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
+
+    if exporter == "console":
+        reader = PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=60_000)
+    else:
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter  # type: ignore
+
+        reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+    return tracing, MeterProvider(metric_readers=[reader])
 
 
 def register(group: click.Group) -> None:

@@ -73,6 +73,8 @@ class Stack:
     backfill: str = "easy"
     settings: StreamSettings = field(default_factory=StreamSettings)
     parts: dict[str, Part] = field(default_factory=dict)
+    tracer_provider: Any = None  # OpenTelemetry: each part's log is traced (services/runtime/telemetry.py)
+    meter_provider: Any = None
 
     async def start(self) -> None:
         setup = await JetStreamLog.open(self.url, name="horizon-setup", settings=self.settings)
@@ -83,8 +85,13 @@ class Stack:
         if self.nodes:
             await self.start_agent()
 
-    async def _connect(self, name: str) -> JetStreamLog:
-        return await JetStreamLog.open(self.url, name=f"horizon-{name}", settings=self.settings, create=False)
+    async def _connect(self, name: str) -> Any:
+        log_ = await JetStreamLog.open(self.url, name=f"horizon-{name}", settings=self.settings, create=False)
+        if self.tracer_provider is None and self.meter_provider is None:
+            return log_
+        from services.runtime.telemetry import TracedLog
+
+        return TracedLog(log_, name, self.tracer_provider, self.meter_provider)
 
     async def _launch(self, name: str, log_: JetStreamLog, obj: Any, run: Any, ready: asyncio.Event) -> Part:
         """Run ``run`` as the part's task, wait until ``ready`` (or its failure), and register it."""
@@ -115,7 +122,7 @@ class Stack:
         server = QueryServer(log_.nc, projection)
         await server.start()
         nodes = NodesView(log_, log_.nc)
-        scheduler = SchedulerView(log_, log_.nc, SchedulingCore(policy=self.policy))
+        scheduler = SchedulerView(log_, log_.nc, SchedulingCore(policy=self.policy), meter_provider=self.meter_provider)
 
         async def run() -> None:
             await projection.start()

@@ -1,0 +1,243 @@
+"""OpenTelemetry across services: one trace per job, carried in NATS headers (W3C ``traceparent``).
+
+``TracedLog`` wraps a part's ``EventLog``; the cores and the runner do not
+know it is there (tracing is I/O, never an input to a decision):
+
+* **learning**: every record a part reads (catch-up or follow) that carries
+  a ``traceparent`` header teaches it the trace of the record's *aggregate*
+  (the job or node id: the last token of ``horizon.evt.<svc>.<Type>.<id>``;
+  for a submission, its ``Nats-Msg-Id``, which is the job id);
+* **publishing**: every event the part publishes about an aggregate gets a
+  span named ``<part> <Type>`` (a child of the latest span of that
+  aggregate's trace) and carries that span's ``traceparent``, so the next
+  part continues the same trace. An aggregate with no trace yet (a client
+  that sent none) gets one derived from its id (``sha256`` of it), so the
+  parts agree on it without talking;
+* a scheduling cycle (``SchedulingCycleCompleted``) is a span of its own
+  trace, **linked** to its candidates' traces; each job also gets one
+  ``scheduling candidate`` span in its own trace the first time it is a
+  candidate, so submission, scheduling, placement and the agent all appear
+  in the job's trace.
+
+Metrics (the part's meter): ``horizon.events.published`` and
+``horizon.events.applied`` (per part and event type), ``horizon.rejections``
+(per field), ``horizon.scheduled`` (per ``backfilled`` / ``borrowed``),
+``horizon.preemptions``, and ``horizon.consumer.lag`` (records the part has
+not applied yet). Queue depth, utilisation and fragmentation are gauges of
+the read models (``projections.scheduling``).
+
+``configure(exporter)``: ``console``, ``otlp`` (needs the
+``opentelemetry-exporter-otlp`` package; ``OTEL_EXPORTER_OTLP_ENDPOINT``), or
+``none``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+
+from services.runtime.log import MSG_ID, BatchHandler, EventLog, Follower, Outgoing, PublishAck, Record
+
+__all__ = ["TracedLog", "TRACEPARENT", "traceparent", "parse_traceparent", "configure", "root_context"]
+
+TRACEPARENT = "traceparent"
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+
+def traceparent(ctx: SpanContext) -> str:
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+def parse_traceparent(value: str | None) -> SpanContext | None:
+    if not value:
+        return None
+    parts = value.strip().split("-")
+    if len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or len(parts[2]) != 16:
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    if not trace_id or not span_id:
+        return None
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
+
+
+def root_context(aggregate: str) -> SpanContext:
+    """The trace of an aggregate that arrived without one: the same in every part."""
+    digest = hashlib.sha256(aggregate.encode()).digest()
+    return SpanContext(int.from_bytes(digest[:16], "big") or 1, int.from_bytes(digest[16:24], "big") or 1,
+                       is_remote=True, trace_flags=_SAMPLED)
+
+
+def _aggregate(record_subject: str, headers: Mapping[str, str] | None) -> str | None:
+    parts = record_subject.split(".")
+    if len(parts) == 5 and parts[1] == "evt":
+        return parts[4]
+    if len(parts) == 4 and parts[1] == "in" and parts[3] == "submit" and headers:
+        return headers.get(MSG_ID)
+    return None
+
+
+class TracedLog:
+    """An ``EventLog`` that traces what its part reads and publishes (see the module doc)."""
+
+    def __init__(self, inner: EventLog, part: str, tracer_provider: Any = None, meter_provider: Any = None,
+                 max_contexts: int = 200_000) -> None:
+        self.inner = inner
+        self.part = part
+        self.tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer("horizon", schema_url=None)
+        self.contexts: dict[str, SpanContext] = {}
+        self.candidates_seen: set[str] = set()
+        self.max_contexts = max_contexts
+        self.applied_seq = 0
+        self.known_end = 0
+        self._meters(meter_provider)
+
+    def _meters(self, meter_provider: Any) -> None:
+        from opentelemetry import metrics
+
+        meter = (meter_provider or metrics.get_meter_provider()).get_meter("horizon")
+        self.published = meter.create_counter("horizon.events.published", description="events a part published")
+        self.applied = meter.create_counter("horizon.events.applied", description="records a part read")
+        self.rejections = meter.create_counter("horizon.rejections", description="JobRejected by field")
+        self.scheduled = meter.create_counter("horizon.scheduled", description="JobScheduled, backfilled or not")
+        self.preemptions = meter.create_counter("horizon.preemptions", description="PreemptionRequested")
+        from opentelemetry.metrics import Observation
+
+        def lag(_options: Any) -> list[Observation]:
+            return [Observation(max(0, self.known_end - self.applied_seq), {"part": self.part})]
+
+        meter.create_observable_gauge("horizon.consumer.lag", callbacks=[lag],
+                                      description="records in the log (as far as this part has seen) it has not applied")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    # ------------------------------------------------------------------ reading
+
+    def _learn(self, batch: Sequence[Record]) -> None:
+        for record in batch:
+            headers = record.headers
+            self.applied.add(1, {"part": self.part, "type": record.subject.split(".")[3]
+                                 if record.subject.count(".") >= 3 else record.subject})
+            if not headers:
+                continue
+            ctx = parse_traceparent(headers.get(TRACEPARENT))
+            aggregate = _aggregate(record.subject, headers)
+            if ctx is not None and aggregate:
+                if len(self.contexts) >= self.max_contexts and aggregate not in self.contexts:
+                    self.contexts.pop(next(iter(self.contexts)))  # forget the oldest trace first
+                self.contexts[aggregate] = ctx
+        if batch:
+            self.applied_seq = max(self.applied_seq, batch[-1].seq)
+            self.known_end = max(self.known_end, self.applied_seq)
+
+    async def read(self, from_seq: int = 1, **kw: Any) -> AsyncIterator[list[Record]]:
+        async for batch in self.inner.read(from_seq, **kw):
+            self._learn(batch)
+            yield batch
+
+    async def follow(self, handler: BatchHandler, **kw: Any) -> Follower:
+        async def traced(batch: list[Record]) -> None:
+            self._learn(batch)
+            await handler(batch)
+
+        return await self.inner.follow(traced, **kw)
+
+    # ------------------------------------------------------------------ publishing
+
+    def _parent(self, aggregate: str) -> SpanContext:
+        return self.contexts.get(aggregate) or root_context(aggregate)
+
+    def _traced(self, subject: str, data: bytes, headers: Mapping[str, str] | None) -> dict[str, str]:
+        out = dict(headers or {})
+        parts = subject.split(".")
+        if len(parts) != 5 or parts[1] != "evt":
+            return out
+        event_type, aggregate = parts[3], parts[4]
+        self.published.add(1, {"part": self.part, "type": event_type})
+        attributes: dict[str, Any] = {"horizon.part": self.part, "horizon.aggregate": aggregate,
+                                      "messaging.destination": subject}
+        links: list[Link] = []
+        body: dict[str, Any] | None = None
+        if event_type in ("SchedulingCycleCompleted", "JobRejected", "JobScheduled"):
+            try:
+                body = json.loads(data)
+            except ValueError:
+                body = None
+        if event_type == "SchedulingCycleCompleted" and body is not None:
+            candidates = body.get("candidates") or []
+            attributes["horizon.candidates"] = len(candidates)
+            links = [Link(self._parent(j)) for j in candidates[:64]]
+            for job_id in candidates:
+                if job_id not in self.candidates_seen:
+                    self.candidates_seen.add(job_id)
+                    span = self.tracer.start_span("scheduling candidate", context=trace.set_span_in_context(
+                        NonRecordingSpan(self._parent(job_id))), attributes={"horizon.job": job_id,
+                                                                            "horizon.cycle": body.get("cycle", 0)})
+                    span.end()
+                    self.contexts[job_id] = span.get_span_context()
+        elif event_type == "JobRejected" and body is not None:
+            self.rejections.add(1, {"field": body.get("field") or "other"})
+        elif event_type == "JobScheduled" and body is not None:
+            self.scheduled.add(1, {"backfilled": bool(body.get("backfilled")), "borrowed": bool(body.get("borrowed"))})
+        elif event_type == "PreemptionRequested":
+            self.preemptions.add(1, {"part": self.part})
+        parent = self._parent(aggregate) if event_type != "SchedulingCycleCompleted" else root_context(
+            f"cycle-{aggregate}")
+        span = self.tracer.start_span(f"{self.part} {event_type}",
+                                      context=trace.set_span_in_context(NonRecordingSpan(parent)),
+                                      attributes=attributes, links=links)
+        span.end()
+        ctx = span.get_span_context()
+        if ctx.is_valid:
+            self.contexts[aggregate] = ctx
+            out[TRACEPARENT] = traceparent(ctx)
+        else:  # tracing off: still carry the trace on
+            out[TRACEPARENT] = traceparent(parent)
+        return out
+
+    async def publish(self, subject: str, data: bytes, *, msg_id: str,
+                      expected_last_subject_seq: int | None = None,
+                      headers: Mapping[str, str] | None = None) -> PublishAck:
+        ack = await self.inner.publish(subject, data, msg_id=msg_id,
+                                       expected_last_subject_seq=expected_last_subject_seq,
+                                       headers=self._traced(subject, data, headers))
+        self.known_end = max(self.known_end, ack.seq)
+        return ack
+
+    async def publish_many(self, items: Sequence[Outgoing]) -> list[PublishAck]:
+        traced = [item._replace(headers=self._traced(item.subject, item.data, item.headers)) for item in items]
+        acks = await self.inner.publish_many(traced)
+        if acks:
+            self.known_end = max(self.known_end, max(a.seq for a in acks))
+        return acks
+
+
+def configure(exporter: str = "none", service_name: str = "horizon") -> Any:
+    """A tracer provider exporting to ``console`` or ``otlp`` (``none``: tracing off)."""
+    if exporter == "none":
+        return None
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    if exporter == "console":
+        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+    elif exporter == "otlp":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter  # type: ignore
+        except ImportError:
+            raise ValueError("--otel otlp needs the opentelemetry-exporter-otlp package "
+                             "(pip install opentelemetry-exporter-otlp)") from None
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    else:
+        raise ValueError(f"unknown exporter {exporter!r}: console, otlp or none")
+    return provider
