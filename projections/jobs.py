@@ -58,6 +58,18 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated_seq INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, class_rank, accepted_seq);
+CREATE TABLE IF NOT EXISTS attempts (
+    job_id TEXT NOT NULL, attempt INTEGER NOT NULL,
+    nodes TEXT, allocation TEXT, scheduled_ts REAL, started_ts REAL, ended_ts REAL,
+    outcome TEXT NOT NULL, exit_code INTEGER, reason TEXT, backfilled INTEGER, borrowed INTEGER,
+    updated_seq INTEGER NOT NULL,
+    PRIMARY KEY (job_id, attempt)
+);
+CREATE TABLE IF NOT EXISTS decisions (
+    seq INTEGER PRIMARY KEY, service TEXT NOT NULL, type TEXT NOT NULL, aggregate TEXT,
+    basis_seq INTEGER, ts REAL, event_id TEXT
+);
+CREATE INDEX IF NOT EXISTS decisions_by_aggregate ON decisions (aggregate, seq);
 CREATE TABLE IF NOT EXISTS job_events (
     job_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, ts REAL, source TEXT, body TEXT,
     PRIMARY KEY (job_id, seq)
@@ -108,6 +120,36 @@ def job_row(job: Job, seq: int, tenant: str = "") -> tuple[Any, ...]:
         job.exit_code,
         job.reason or None,
         _spec_encoder.encode(spec) if spec else None,
+        seq,
+    )
+
+
+_HOLDS = frozenset({JobState.SCHEDULED, JobState.RUNNING})
+_ATTEMPT_COLUMNS = ("job_id attempt nodes allocation scheduled_ts started_ts ended_ts outcome exit_code reason "
+                    "backfilled borrowed updated_seq").split()
+_UPSERT_ATTEMPT = (
+    f"INSERT INTO attempts ({', '.join(_ATTEMPT_COLUMNS)}) VALUES ({', '.join('?' for _ in _ATTEMPT_COLUMNS)}) "
+    f"ON CONFLICT(job_id, attempt) DO UPDATE SET "
+    f"{', '.join(f'{col}=COALESCE(excluded.{col}, attempts.{col})' for col in _ATTEMPT_COLUMNS[2:])}"
+)
+
+
+def _attempt_row(job: Job, outcome: str, event: Event, seq: int, before: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    """One attempt as it stands after ``event`` (columns left None keep what the table has)."""
+    scheduled = isinstance(event, c.JobScheduled)
+    ended = outcome not in ("SCHEDULED", "RUNNING")
+    return (
+        job.job_id, job.attempt,
+        ",".join(a.node for a in job.allocations) or (before[2] if before else None),
+        json.dumps([msgspec.to_builtins(a) for a in job.allocations]) if job.allocations else (before[3] if before else None),
+        job.scheduled_ts or None,
+        job.started_ts if job.state is JobState.RUNNING or (ended and job.started_ts) else (before[5] if before else None),
+        job.ended_ts if ended else None,
+        outcome,
+        job.exit_code if ended else None,
+        (job.reason or None) if ended else None,
+        int(event.backfilled) if scheduled else (before[10] if before else None),  # type: ignore[attr-defined]
+        int(event.borrowed) if scheduled else (before[11] if before else None),  # type: ignore[attr-defined]
         seq,
     )
 
@@ -170,11 +212,18 @@ class JobsProjection:
         assert self.db is not None
         changed: dict[str, tuple[Job, int]] = {}  # job -> (job, seq of the event that last changed it)
         history: list[tuple[Any, ...]] = []
+        attempts: dict[tuple[str, int], tuple[Any, ...]] = {}
+        decisions: list[tuple[Any, ...]] = []
         last = self.last_seq
         for record, event in readable(batch, last):
             last = record.seq
             if event is None:
                 continue
+            basis = getattr(event, "basis_seq", None)
+            if basis is not None and event.source and not event.source.startswith(("agent", "clock")):
+                parts = record.subject.split(".")
+                decisions.append((record.seq, parts[2] if len(parts) > 2 else event.source, event.event_type,
+                                  parts[4] if len(parts) > 4 else None, basis, record.time, event.id))
             job_id = getattr(event, "job_id", None)
             if not isinstance(job_id, str) or not job_id:
                 continue
@@ -182,7 +231,10 @@ class JobsProjection:
                 self._tenants[job_id] = event.tenant
             before = self.jobs.get(job_id)
             snapshot = (before.state, before.attempt, before.reason, before.spec) if before else None
-            self.jobs.apply(event, record.seq, record.time)
+            tr = self.jobs.apply(event, record.seq, record.time)
+            if tr is not None and (tr.after in _HOLDS or tr.before in _HOLDS) and tr.job.attempt:
+                attempts[(job_id, tr.job.attempt)] = _attempt_row(tr.job, tr.after.value, event, record.seq,
+                                                                  attempts.get((job_id, tr.job.attempt)))
             job = self.jobs.get(job_id)
             if job is not None and (snapshot != (job.state, job.attempt, job.reason, job.spec)):
                 # The row's version is the event's sequence, not the batch's: how the log was cut
@@ -199,6 +251,10 @@ class JobsProjection:
                 await self.db.executemany(_UPSERT, rows)
             if history:
                 await self.db.executemany("INSERT OR IGNORE INTO job_events VALUES (?, ?, ?, ?, ?, ?)", history)
+            if attempts:
+                await self.db.executemany(_UPSERT_ATTEMPT, list(attempts.values()))
+            if decisions:
+                await self.db.executemany("INSERT OR IGNORE INTO decisions VALUES (?, ?, ?, ?, ?, ?, ?)", decisions)
             await self.db.execute(
                 "INSERT INTO tracking (projection, last_seq) VALUES (?, ?) "
                 "ON CONFLICT(projection) DO UPDATE SET last_seq = excluded.last_seq",
@@ -277,11 +333,39 @@ class JobsProjection:
                 {"seq": r[0], "type": r[1], "ts": r[2], "source": r[3], "detail": json.loads(r[4])}
                 for r in await cur.fetchall()
             ]
-        return {"job": found["jobs"][0] if found["jobs"] else None, "events": events, "last_seq": self.last_seq}
+        cols = [col for col in _ATTEMPT_COLUMNS if col != "updated_seq"]
+        async with self.db.execute(
+            f"SELECT {', '.join(cols)} FROM attempts WHERE job_id = ? ORDER BY attempt", (job_id,)
+        ) as cur:
+            attempts = [dict(zip(cols, r, strict=True)) for r in await cur.fetchall()]
+        for row in attempts:
+            row["allocation"] = json.loads(row["allocation"]) if row["allocation"] else []
+            row["backfilled"], row["borrowed"] = bool(row["backfilled"]), bool(row["borrowed"])
+        return {"job": found["jobs"][0] if found["jobs"] else None, "events": events, "attempts": attempts,
+                "last_seq": self.last_seq}
+
+
+    async def query_decisions(self, *, job_id: str | None = None, service: str | None = None, limit: int = 1000,
+                              offset: int = 0) -> dict[str, Any]:
+        """The audit table: every decision recorded in the log, with its service and basis."""
+        assert self.db is not None
+        where, args = [], []
+        if job_id:
+            where.append("aggregate = ?")
+            args.append(job_id)
+        if service:
+            where.append("service = ?")
+            args.append(service)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        cols = ["seq", "service", "type", "aggregate", "basis_seq", "ts", "event_id"]
+        async with self.db.execute(f"SELECT {', '.join(cols)} FROM decisions{clause} ORDER BY seq LIMIT ? OFFSET ?",
+                                   [*args, max(0, min(limit, 100_000)), max(0, offset)]) as cur:
+            rows = [dict(zip(cols, r, strict=True)) for r in await cur.fetchall()]
+        return {"decisions": rows, "last_seq": self.last_seq}
 
 
 class QueryServer:
-    """``horizon.query.jobs`` and ``horizon.query.job`` over NATS request/reply."""
+    """``horizon.query.jobs``, ``horizon.query.job`` and ``horizon.query.decisions`` over NATS request/reply."""
 
     def __init__(self, nc: Any, projection: JobsProjection) -> None:
         self.nc = nc
@@ -291,6 +375,19 @@ class QueryServer:
     async def start(self) -> None:
         self._subs.append(await self.nc.subscribe("horizon.query.jobs", queue="projections", cb=self._jobs))
         self._subs.append(await self.nc.subscribe("horizon.query.job", queue="projections", cb=self._job))
+        self._subs.append(await self.nc.subscribe("horizon.query.decisions", queue="projections", cb=self._decisions))
+
+    async def _decisions(self, msg: Any) -> None:
+        try:
+            req = json.loads(msg.data or b"{}")
+            allowed = {"job_id", "service", "limit", "offset"}
+            unknown = set(req) - allowed
+            if unknown:
+                raise ValueError(f"unknown query fields {sorted(unknown)}; allowed: {sorted(allowed)}")
+            body = await self.projection.query_decisions(**req)
+        except (ValueError, TypeError) as exc:
+            body = {"error": str(exc)}
+        await self._reply(msg, body)
 
     async def stop(self) -> None:
         for sub in self._subs:

@@ -66,7 +66,7 @@ def _position(db: Path) -> int:
 def _dump(db: Path) -> dict[str, list[tuple]]:
     with sqlite3.connect(db) as con:
         return {table: con.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
-                for table in ("jobs", "job_events", "tracking")}
+                for table in ("jobs", "job_events", "attempts", "decisions", "tracking")}
 
 
 def _service(url: str, data_dir: Path) -> subprocess.Popen:
@@ -112,5 +112,7 @@ def test_a_killed_projection_restarts_into_the_rows_of_a_rebuild(nats_server, tm
     assert f"rebuilt to log seq {last_evt}" in out.stdout
     killed, rebuilt = _dump(db), _dump(rebuilt_dir / "projections" / "jobs.sqlite")
     assert len(rebuilt["jobs"]) == 200 and len(rebuilt["job_events"]) > 2_000
-    for table in ("jobs", "job_events", "tracking"):
+    assert len(rebuilt["attempts"]) >= 200 and len(rebuilt["decisions"]) > 1_000
+    assert any(row[7] == "PREEMPTED" for row in rebuilt["attempts"])  # outcome of a preempted attempt kept
+    for table in ("jobs", "job_events", "attempts", "decisions", "tracking"):
         assert killed[table] == rebuilt[table], table

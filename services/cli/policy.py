@@ -412,6 +412,13 @@ def show(nats_url: str, job_id: str, as_json: bool) -> None:
             out.append("  runs on borrowed quota (may be reclaimed)")
     if row.get("reason") and row["state"] not in ("PENDING", "HELD"):
         out.append(f"  reason: {row['reason']}")
+    for a in job.get("attempts") or []:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["started_ts"] or a["scheduled_ts"] or 0))
+        extra = " backfilled" if a["backfilled"] else ""
+        extra += " borrowed" if a["borrowed"] else ""
+        out.append(f"  attempt {a['attempt']}: {a['outcome']} on {a['nodes'] or '-'} from {when}{extra}"
+                   f"{' exit ' + str(a['exit_code']) if a['exit_code'] not in (None, 0) else ''}"
+                   f"{': ' + a['reason'] if a['reason'] else ''}")
     events = job.get("events") or []
     if events:
         out.append("  events:")
