@@ -9,7 +9,9 @@ later, from its snapshot) at start.
 Served on:
 
 * ``horizon.query.usage`` -> ``{"rows": [...], "now", "half_life_s", "weights", "last_seq"}``: one
-  row per account and user association, depth first (``FairShare.report``);
+  row per account and user association, depth first (``FairShare.report``); with
+  ``{"history": true}`` also ``"history"``: every account's usage and fair-share factor at each
+  hour boundary of log time (the standing over time), folded from the log like the rest;
 * ``horizon.query.priority`` with ``{"job_id": J}`` -> the job's priority factor
   by factor (value, weight, weighted), its position among the pending jobs,
   why it waits, its deadline and restart backoff; with ``{"limit": N}`` the first
@@ -123,6 +125,9 @@ class SchedulerView:
         self.preemption = PreemptionCore()
         self.pstate = self.preemption.initial()
         self._cycle_ts: dict[int, float] = {}
+        self.history: list[dict[str, Any]] = []  # usage per account at each hour of log time
+        self.sample_every_s = 3600.0
+        self._next_sample = 0.0
         self._latency: Any = None
         if meter_provider is not None:
             self._metrics(meter_provider)
@@ -134,6 +139,7 @@ class SchedulerView:
             if event is None:
                 self.state.seq = self.pstate.seq = record.seq
             else:
+                self._sample(record.time)
                 self.state = fold_event(self.core, self.state, record, event)
                 self.pstate = fold_event(self.preemption, self.pstate, record, event)
                 if self._latency is not None:
@@ -179,6 +185,28 @@ class SchedulerView:
         self._latency = meter.create_histogram("horizon.cycle.latency", unit="ms",
                                                description="from a scheduling cycle to its placement, by log time")
 
+    def _sample(self, now: float) -> None:
+        """Usage at every hour boundary the log's time has passed (at most a day of them at once)."""
+        if not self._next_sample:
+            self._next_sample = (now // self.sample_every_s + 1) * self.sample_every_s
+            return
+        if now < self._next_sample:
+            return
+        if now - self._next_sample > 24 * self.sample_every_s:  # a long quiet gap: skip to the last day
+            self._next_sample = (now // self.sample_every_s - 23) * self.sample_every_s
+        fs = self.state.fairshare
+        while self._next_sample <= now:
+            at = self._next_sample
+            factors = fs.factors(at)
+            for name, acc in fs.accounts.items():
+                if acc.parent is None:
+                    continue
+                self.history.append({"ts": at, "account": name, "usage": fs.usage_at(acc, at),
+                                     "running": acc.running, "fairshare": factors.get(name)})
+            self._next_sample += self.sample_every_s
+        if len(self.history) > 200_000:
+            del self.history[: len(self.history) - 200_000]
+
     def config_status(self, seq: int) -> dict[str, Any]:
         pending = self.state.config_rejections.get(seq)
         reason = self.rejected.get(seq) or (pending[1] if pending else None)
@@ -198,7 +226,14 @@ class SchedulerView:
         await self._reply(msg, lambda request: self.config_status(int(request["seq"])))
 
     async def _usage(self, msg: Any) -> None:
-        await self._reply(msg, lambda request: usage_report(self.core, self.state))
+        def answer(request: dict[str, Any]) -> dict[str, Any]:
+            body = usage_report(self.core, self.state)
+            if request.get("history"):
+                account = request.get("account")
+                body["history"] = [h for h in self.history if account is None or h["account"] == account]
+            return body
+
+        await self._reply(msg, answer)
 
     async def _priority(self, msg: Any) -> None:
         await self._reply(msg, lambda request: priority_report(

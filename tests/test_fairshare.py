@@ -175,3 +175,28 @@ def test_a_user_with_a_huge_history_yields_to_a_new_user_and_recovers_as_it_deca
     assert first.get("new", 0.0) / sum(first.values()) > 0.9  # the newcomer takes every freed GPU
     late = _gpu_seconds(results, user, 40 * HOUR, 48 * HOUR)
     assert 0.4 <= late.get("old", 0.0) / sum(late.values()) <= 0.6  # old's history has decayed: even again
+
+
+def test_the_usage_history_samples_every_hour_of_log_time():
+    from projections.scheduling import SchedulerView
+    from services.runtime.log import Record
+    from events.codec import encode
+    from events.subjects import event_subject
+
+    view = SchedulerView(log_=None, nc=None)  # type: ignore[arg-type]
+    fs_events = [
+        (admin_subject("fairshare"), c.FairShareConfigured(half_life_s=H, cpu_weight=0.0)),
+        (admin_subject("account"), c.AccountConfigured(account="a")),
+    ]
+    records = [Record(i + 1, s, encode(e), 100.0) for i, (s, e) in enumerate(fs_events)]
+    accepted = c.JobAccepted(job_id="j", spec=spec("a", "u"), correlation_id="j", source="submission")
+    scheduled = c.JobScheduled(job_id="j", attempt=1, allocations=[c.NodeAllocation(node="n")], correlation_id="j",
+                               source="placement")
+    records += [Record(3, event_subject("submission", accepted), encode(accepted), 100.0),
+                Record(4, event_subject("placement", scheduled), encode(scheduled), 3600.0),
+                Record(5, "horizon.evt.clock.ClockTicked.x", encode(c.ClockTicked(now_ts=0.0)), 3 * 3600.0 + 1)]
+    asyncio.run(view.apply(records))
+    samples = [(h["ts"], round(h["usage"], 3)) for h in view.history if h["account"] == "a"]
+    # the job runs 8 GPUs from 3600 s: at 7200 s, one half-life of running: 8 * H/2/ln2 = 20774.81
+    assert samples == [(3600.0, 0.0), (7200.0, round(8 * 0.5 * H / math.log(2), 3)),
+                       (10800.0, round(8 * 0.75 * H / math.log(2), 3))]

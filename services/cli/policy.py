@@ -331,17 +331,26 @@ def _num(value: Any, digits: int = 3) -> str:
 
 @click.command()
 @nats_option
+@click.option("--history", "account_history", default=None, metavar="ACCOUNT",
+              help="The account's usage and fair-share factor at each hour of log time instead.")
 @click.option("--json", "as_json", is_flag=True)
-def usage(nats_url: str, as_json: bool) -> None:
+def usage(nats_url: str, account_history: str | None, as_json: bool) -> None:
     """Shares, decayed usage and fair-share factor per account and user (like sshare)."""
 
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
-            return await query(nc, "usage", {})
+            request = {"history": True, "account": account_history} if account_history else {}
+            return await query(nc, "usage", request)
 
     body = asyncio.run(go())
     if as_json:
         click.echo(json.dumps(body))
+        return
+    if account_history:
+        for h in body.get("history", []):
+            click.echo(f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(h['ts']))}  {h['account']:<20} "
+                       f"usage {h['usage'] / 3600:10.2f} GPU-h  running {h['running']:>4}  "
+                       f"fairshare {'' if h['fairshare'] is None else format(h['fairshare'], '.3f')}")
         return
     table = Table(box=None, header_style="bold")
     for col in ("ACCOUNT", "USER", "RAWSHARES", "NORMSHARES", "RAWUSAGE(GPU-h)", "NORMUSAGE", "LEVELFS",
