@@ -141,7 +141,28 @@ def submit(
         max_retries=max_retries,
         sim_runtime_s=sim_runtime,
     )
-    subject = input_subject(tenant, "submit")
+    result = send_submission(nats_url, event, no_wait=no_wait, first_index=first_index)
+    if as_json:
+        click.echo(json.dumps(result))
+    elif result["state"] == "REJECTED":
+        pass
+    else:
+        click.echo(job_id)
+    if result["state"] == "REJECTED":
+        raise click.ClickException(f"job {job_id} rejected: {result['reason']}")
+
+
+def send_submission(nats_url: str, event: c.JobSubmitted, *, no_wait: bool = False,
+                    first_index: int | None = None) -> dict[str, Any]:
+    """Publish a submission and wait (10 s at most) for its verdict: ``{"job_id", "state", "seq"}``, with
+    ``state`` PENDING, REJECTED (and ``reason``, ``field``) or SUBMITTED (no answer yet, or ``no_wait``).
+
+    ``first_index``: the first task's index when ``event`` is an array (default: parsed from ``event.array``).
+    """
+    job_id = event.job_id
+    if first_index is None and event.array is not None:
+        first_index = parse_array(event.array, "--array").indices[0]
+    subject = input_subject(event.tenant, "submit")
     # An array's verdict: JobRejected about the array, or a JobAccepted per task (the first is enough).
     answer_subjects = [f"horizon.evt.submission.*.{job_id}"]
     if first_index is not None:
@@ -164,15 +185,7 @@ def submit(
                 result["state"] = "PENDING"
             return result
 
-    result = _run(go())
-    if as_json:
-        click.echo(json.dumps(result))
-    elif result["state"] == "REJECTED":
-        pass
-    else:
-        click.echo(job_id)
-    if result["state"] == "REJECTED":
-        raise click.ClickException(f"job {job_id} rejected: {result['reason']}")
+    return _run(go())  # type: ignore[no-any-return]
 
 
 def _toleration(text: str) -> c.Toleration:
@@ -299,7 +312,152 @@ def _request(verb: str, cls: type[c.Event]) -> click.Command:
     return command
 
 
-cancel = _request("cancel", c.JobCancelRequested)
+_cancel_one = _request("cancel", c.JobCancelRequested)
+
+
+@click.command()
+@nats_option
+@tenant_option
+@admin_option
+@click.option("--reason", default="", help="Why (kept in the log).")
+@click.option("-n", "--name", "name", default=None, help="Every live job with this name (as scancel --name).")
+@click.option("-u", "--user", "user", default=None, help="Every live job of this user.")
+@click.option("--me", is_flag=True, help="Every live job of yours (--user $USER).")
+@click.option("-t", "--state", "state", default=None,
+              type=click.Choice(["PENDING", "RUNNING", "HELD", "SCHEDULED", "PD", "R"], case_sensitive=False),
+              help="Only jobs in this state: PENDING (with held ones, as Slurm), RUNNING (with scheduled ones), "
+                   "HELD, SCHEDULED.")
+@click.option("-A", "--account", "account", default=None, help="Every live job of this account.")
+@click.option("--json", "as_json", is_flag=True)
+@click.argument("job_id", required=False)
+def cancel(nats_url: str, tenant: str, admin: bool, reason: str, name: str | None, user: str | None, me: bool,
+           state: str | None, account: str | None, as_json: bool, job_id: str | None) -> None:
+    """Cancel a job, every task of an array (its job id), or every job matching filters (like scancel).
+
+    \b
+    horizon cancel JOB
+    horizon cancel --name train --state PENDING     every pending job named train (in your tenant)
+    horizon cancel --me                             every live job of yours
+    """
+    if me:
+        user = user or default_user()
+    filtered = any(v is not None for v in (name, user, state, account))
+    if job_id is not None:
+        if filtered:
+            raise click.UsageError("give a JOB or filters (--name, --user, --state, --account), not both")
+        ctx = click.get_current_context()
+        ctx.invoke(_cancel_one, nats_url=nats_url, tenant=tenant, admin=admin, reason=reason, as_json=as_json,
+                   job_id=job_id)
+        return
+    if not filtered:
+        raise click.UsageError("give a JOB, or filters to choose the jobs: --name, --user (--me), --state, --account")
+    _cancel_matching(nats_url, tenant=tenant, admin=admin, reason=reason, name=name, user=user, state=state,
+                     account=account, as_json=as_json)
+
+
+_CANCEL_STATES = {"PENDING": ["PENDING", "HELD"], "PD": ["PENDING", "HELD"], "RUNNING": ["SCHEDULED", "RUNNING"],
+                  "R": ["SCHEDULED", "RUNNING"], "HELD": ["HELD"], "SCHEDULED": ["SCHEDULED"]}
+
+
+def _cancel_matching(nats_url: str, *, tenant: str, admin: bool, reason: str, name: str | None, user: str | None,
+                     state: str | None, account: str | None, as_json: bool) -> None:
+    """Ask the read model for the live jobs matching the filters, then request a cancel of each."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    states = _CANCEL_STATES[state.upper()] if state else ["PENDING", "HELD", "SCHEDULED", "RUNNING"]
+    err = Console(stderr=True)
+
+    async def go() -> tuple[list[str], dict[str, dict[str, Any]]]:
+        async with session(nats_url) as nc:
+            body = await query(nc, "jobs", {"states": states, "tenant": None if admin else tenant,
+                                            "account": account, "user": user, "limit": 100_000})
+            targets = [row["job_id"] for row in body["jobs"] if name is None or row["name"] == name]
+            if not targets:
+                return targets, {}
+            with Progress(TextColumn("cancelling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=err, transient=True, disable=len(targets) < 10 or not err.is_terminal) as bar:
+                task = bar.add_task("cancel", total=len(targets))
+                answers = await _cancel_each(nc, targets, tenant=tenant, admin=admin, reason=reason,
+                                             advance=lambda: bar.advance(task))
+            return targets, answers
+
+    targets, answers = _run(go())
+    if as_json:
+        click.echo(json.dumps([answers.get(j, {"job_id": j, "type": None}) for j in targets]))
+    if not targets:
+        if not as_json:
+            click.echo("no live job matches", err=True)
+        return
+    counts: dict[str, int] = {}
+    for answer in answers.values():
+        what = _DONE.get(answer["type"], answer["type"])
+        counts[what] = counts.get(what, 0) + 1
+    refused = [a for a in answers.values() if a["type"] == "RequestRejected"]
+    missing = [j for j in targets if j not in answers]
+    if not as_json:
+        if len(targets) <= 20:
+            for j in targets:
+                if j in answers:
+                    a = answers[j]
+                    click.echo(f"{j}: {_DONE.get(a['type'], a['type'])}"
+                               + (f": {a['reason']}" if a["type"] == "RequestRejected" else ""))
+        click.echo(f"{len(targets)} job(s): " + ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
+                   + (f", {len(missing)} unanswered" if missing else ""))
+    if missing:
+        raise click.ClickException(f"no answer about {len(missing)} job(s) within 10 s (the requests are in the "
+                                   f"log): {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+    if refused and len(refused) == len(targets):
+        raise click.ClickException(f"cancel: {refused[0]['reason']}")
+
+
+async def _cancel_each(nc: Any, targets: list[str], *, tenant: str, admin: bool, reason: str,
+                       advance: Any, timeout_s: float = 10.0) -> dict[str, dict[str, Any]]:
+    """Publish a cancel request per job and collect submission's answer to each (by its request's seq)."""
+    subject = admin_subject("cancel") if admin else input_subject(tenant, "cancel")
+    who = default_user()
+    answers: dict[str, dict[str, Any]] = {}
+    asked: dict[str, str] = {}  # "seq:<n>" -> job id
+    early: dict[str, list[dict[str, Any]]] = {}  # answers that came before their publish was acknowledged
+    finished = asyncio.Event()
+
+    def take(body: dict[str, Any]) -> None:
+        job = asked.get(body.get("causation_id", ""))
+        if job is None or body.get("job_id") != job or job in answers:
+            return
+        answers[job] = body
+        advance()
+        if len(answers) == len(targets):
+            finished.set()
+
+    async def on_msg(msg: Any) -> None:
+        body = json.loads(msg.data)
+        cause = body.get("causation_id", "")
+        if cause in asked:
+            take(body)
+        elif cause.startswith("seq:"):
+            early.setdefault(cause, []).append(body)
+
+    sub = await nc.subscribe("horizon.evt.submission.*.*", cb=on_msg)
+    try:
+        for job_id in targets:
+            event = c.JobCancelRequested(ts=time.time(), source="horizon-cli", correlation_id=job_id, job_id=job_id,
+                                         tenant=ADMIN_TENANT if admin else tenant, reason=reason, user=who)
+            seq = await publish_input(nc, subject, event, msg_id=f"cancel/{job_id}/{uuid.uuid4().hex}")
+            asked[f"seq:{seq}"] = job_id
+            for body in early.pop(f"seq:{seq}", []):
+                take(body)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not finished.is_set() and loop.time() < deadline:
+            before = len(answers)
+            try:
+                await asyncio.wait_for(finished.wait(), min(1.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                if len(answers) > before:
+                    deadline = max(deadline, loop.time() + 2.0)  # still answering: give it time
+    finally:
+        await sub.unsubscribe()
+    return answers
 hold = _request("hold", c.JobHoldRequested)
 release = _request("release", c.JobReleaseRequested)
 
@@ -370,27 +528,56 @@ def _age(ts: float | None) -> str:
 @click.command()
 @nats_option
 @click.option("--tenant", default=None, help="Only this tenant.")
-@click.option("--account", default=None)
-@click.option("--user", default=None)
+@click.option("-A", "--account", default=None)
+@click.option("-u", "--user", default=None)
+@click.option("--me", is_flag=True, help="Only your jobs (--user $USER).")
+@click.option("-t", "--states", "states", multiple=True,
+              help="Jobs in these states instead of the pending and held ones: Slurm's names or codes (PENDING, "
+                   "PD, RUNNING, R, CONFIGURING, CF, ...), Horizon's, comma-separated or repeated, or 'all'.")
 @click.option("--limit", type=int, default=1000, show_default=True)
 @click.option("--why", is_flag=True, help="Under each job, every filter's verdict: how many nodes and why, and "
                                           "its reservation (from the scheduler's view).")
+@click.option("-o", "--format", "fmt", default=None,
+              help="squeue's --format, e.g. '%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R': %[.][WIDTH]FIELD ('.' "
+                   "right-aligns; values are cut to WIDTH). Fields: %i id, %j name, %u user, %a account, "
+                   "%T state, %t state code, %M time used, %l time limit, %L time left, %D nodes, %C CPUs, "
+                   "%c CPUs per task, %m memory per node, %b GPUs per node, %R reason or nodes, %r reason, "
+                   "%N nodes, %V submitted, %S started, %e ended, %Q priority class, %P partition (profile), "
+                   "%q QOS, %y nice, %F array id, %K array index, %% a percent sign.")
+@click.option("--noheader", is_flag=True, help="With --format: no header line.")
 @click.option("--json", "as_json", is_flag=True)
-def queue(nats_url: str, tenant: str | None, account: str | None, user: str | None, limit: int, why: bool,
-          as_json: bool) -> None:
+def queue(nats_url: str, tenant: str | None, account: str | None, user: str | None, me: bool,
+          states: tuple[str, ...], limit: int, why: bool, fmt: str | None, noheader: bool, as_json: bool) -> None:
     """Pending and held jobs in scheduling order, with why each waits (like squeue)."""
+    from services.cli import slurm
 
-    async def go() -> tuple[dict[str, Any], dict[str, Any]]:
+    if fmt is not None and why:
+        raise click.UsageError("--format and --why are two different views: give one")
+    if me:
+        user = user or default_user()
+    ask, match = slurm.select_states(states) if states else (["PENDING", "HELD"], set())
+    if fmt is not None:
+        slurm.squeue_lines([], fmt, header=False)  # a bad field is an error before anything is asked
+
+    async def go() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         async with session(nats_url) as nc:
-            body = await query(nc, "jobs", {"states": ["PENDING", "HELD"], "tenant": tenant, "account": account,
+            body = await query(nc, "jobs", {"states": ask, "tenant": tenant, "account": account,
                                             "user": user, "limit": limit, "order": "queue"})
+            body["jobs"] = [row for row in body["jobs"] if slurm.state_matches(row, match)]
             details: dict[str, Any] = {}
             if why:
                 for row in body["jobs"]:
                     details[row["job_id"]] = await query(nc, "priority", {"job_id": row["job_id"]})
-            return body, details
+            specs: dict[str, Any] = {}
+            if fmt is not None and not as_json and slurm.needs_specs(fmt):
+                specs = await slurm.accepted_specs(nc, [row["job_id"] for row in body["jobs"]])
+            return body, details, specs
 
-    body, details = _run(go())
+    body, details, specs = _run(go())
+    if fmt is not None and not as_json:
+        for line in slurm.squeue_lines(body["jobs"], fmt, header=not noheader, specs=specs):
+            click.echo(line)
+        return
     if why:
         for row in body["jobs"]:
             row["why"] = details.get(row["job_id"], {})
@@ -428,10 +615,19 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
 @click.option("--account", default=None)
 @click.option("--user", default=None)
 @click.option("--limit", type=int, default=1000, show_default=True)
+@click.option("--history", is_flag=True, help="sacct's view: jobs that ran or ended, every user's unless --user "
+                                             "(horizon sacct --allusers; see horizon sacct --help for more).")
+@click.option("--starttime", default="midnight", show_default=True, help="With --history: as sacct's --starttime.")
 @click.option("--json", "as_json", is_flag=True)
 def jobs(nats_url: str, states: tuple[str, ...], tenant: str | None, account: str | None, user: str | None,
-         limit: int, as_json: bool) -> None:
+         limit: int, history: bool, starttime: str, as_json: bool) -> None:
     """All jobs with their state, node and devices."""
+    if history:
+        from services.cli.slurm import SACCT_DEFAULT, run_sacct
+
+        run_sacct(nats_url, states=states, user=user, account=account, tenant=tenant, starttime=starttime,
+                  endtime=None, limit=limit, fmt=SACCT_DEFAULT, as_json=as_json)
+        return
 
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
@@ -498,6 +694,10 @@ def _line(body: dict[str, Any]) -> str:
 
 
 def register(group: click.Group) -> None:
+    from services.cli import sbatch, slurm
+
     for command in (submit, cancel, hold, release, update, queue, jobs, watch):
         group.add_command(command)
+    sbatch.register(group)  # here rather than in main.py: the Slurm-style commands belong with the job commands
+    slurm.register(group)
 

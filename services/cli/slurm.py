@@ -1,0 +1,526 @@
+"""Slurm's views of Horizon's jobs: ``horizon sacct`` (= ``horizon jobs --history``) and ``horizon queue --format``.
+
+States are shown with Slurm's names where Slurm has the same state, and with
+Horizon's where it has none (docs/slurm.md has the table):
+
+==========================  =====================  ====
+Horizon                     Slurm (``%T``)         ``%t``
+==========================  =====================  ====
+PENDING, HELD               PENDING                PD
+SCHEDULED                   CONFIGURING            CF
+RUNNING                     RUNNING                R
+SUCCEEDED                   COMPLETED              CD
+FAILED                      FAILED                 F
+FAILED (time limit)         TIMEOUT                TO
+FAILED (node lost)          NODE_FAIL              NF
+PREEMPTED                   PREEMPTED              PR
+CANCELLED                   CANCELLED              CA
+REJECTED                    REJECTED               RJ
+UNSCHEDULABLE               UNSCHEDULABLE          US
+DEPENDENCY_NEVER_SATISFIED  DEPENDENCY_NEVER_...   DN
+==========================  =====================  ====
+
+The jobs read model has no column for a job's profile (Slurm's partition),
+QOS, nice or array; ``%P``, ``%q``, ``%y``, ``%F`` and ``%K`` read them from
+the job's ``JobAccepted`` in the log, one request per job shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import re
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import click
+
+from events import catalogue as c
+from events.codec import DecodeError, decode
+from events.resources import format_cpus, format_memory
+from events.subjects import STREAM, valid_token
+from services.cli.client import default_user, query, session
+
+__all__ = ["slurm_state", "select_states", "hostlist", "squeue_lines", "needs_specs", "accepted_specs",
+           "slurm_datetime", "sacct_rows", "sacct", "run_sacct", "register", "SQUEUE_FIELDS"]
+
+# --------------------------------------------------------------------------
+# States
+# --------------------------------------------------------------------------
+
+_LONG = {
+    "PENDING": "PENDING", "HELD": "PENDING", "SCHEDULED": "CONFIGURING", "RUNNING": "RUNNING",
+    "SUCCEEDED": "COMPLETED", "FAILED": "FAILED", "PREEMPTED": "PREEMPTED", "CANCELLED": "CANCELLED",
+    "REJECTED": "REJECTED", "UNSCHEDULABLE": "UNSCHEDULABLE",
+    "DEPENDENCY_NEVER_SATISFIED": "DEPENDENCY_NEVER_SATISFIED",
+}
+_SHORT = {
+    "PENDING": "PD", "CONFIGURING": "CF", "RUNNING": "R", "COMPLETED": "CD", "FAILED": "F", "TIMEOUT": "TO",
+    "NODE_FAIL": "NF", "PREEMPTED": "PR", "CANCELLED": "CA", "REJECTED": "RJ", "UNSCHEDULABLE": "US",
+    "DEPENDENCY_NEVER_SATISFIED": "DN",
+}
+# Which Horizon states hold jobs in each Slurm state (to ask the read model).
+_HORIZON_OF = {
+    "PENDING": ("PENDING", "HELD"), "CONFIGURING": ("SCHEDULED",), "RUNNING": ("RUNNING",),
+    "COMPLETED": ("SUCCEEDED",), "FAILED": ("FAILED",), "TIMEOUT": ("FAILED",), "NODE_FAIL": ("FAILED",),
+    "PREEMPTED": ("PREEMPTED",), "CANCELLED": ("CANCELLED",), "REJECTED": ("REJECTED",),
+    "UNSCHEDULABLE": ("UNSCHEDULABLE",), "DEPENDENCY_NEVER_SATISFIED": ("DEPENDENCY_NEVER_SATISFIED",),
+}
+_NODE_LOST = re.compile(r"^node \S+ (lost|removed)$")
+
+
+def slurm_state(row: dict[str, Any]) -> str:
+    """The Slurm name of a read-model row's state (``TIMEOUT`` and ``NODE_FAIL`` from a failure's reason)."""
+    state = row["state"]
+    if state == "FAILED":
+        reason = row.get("reason") or ""
+        if reason.startswith("time limit"):
+            return "TIMEOUT"
+        if _NODE_LOST.match(reason):
+            return "NODE_FAIL"
+    return _LONG.get(state, state)
+
+
+def select_states(values: Iterable[str]) -> tuple[list[str] | None, set[str]]:
+    """``--state`` values (Slurm's names or short codes, Horizon's names, comma lists, ``all``) ->
+    (the Horizon states to ask the read model for, or None for all; the names a row must match)."""
+    ask: set[str] = set()
+    match: set[str] = set()
+    short = {v: k for k, v in _SHORT.items()}
+    for value in values:
+        for item in value.split(","):
+            name = item.strip().upper()
+            if not name:
+                continue
+            if name == "ALL":
+                return None, set()
+            name = short.get(name, name)
+            if name in _HORIZON_OF:
+                ask.update(_HORIZON_OF[name])
+                match.add(name)
+            elif name in _LONG:
+                ask.add(name)
+                match.add(name)
+            else:
+                known = sorted(set(_HORIZON_OF) | set(_LONG) | set(_SHORT.values()))
+                raise click.BadParameter(f"{item.strip()!r} is not a job state; states: {', '.join(known)}, all",
+                                         param_hint="--state")
+    return sorted(ask), match
+
+
+def state_matches(row: dict[str, Any], match: set[str]) -> bool:
+    return not match or row["state"] in match or slurm_state(row) in match
+
+
+# --------------------------------------------------------------------------
+# Formatting
+# --------------------------------------------------------------------------
+
+
+def hostlist(names: Iterable[str]) -> str:
+    """Slurm's compressed host list: node-01,node-02,node-03,gpu-7 -> ``gpu-7,node-[01-03]``."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    plain: list[str] = []
+    for name in dict.fromkeys(names):
+        m = re.match(r"^(.*?)(\d+)$", name)
+        if m is None:
+            plain.append(name)
+        else:
+            groups.setdefault((m[1], len(m[2])), []).append(int(m[2]))
+    out = list(plain)
+    for (prefix, width), numbers in groups.items():
+        numbers.sort()
+        ranges: list[str] = []
+        start = prev = numbers[0]
+        for n in [*numbers[1:], None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            ranges.append(f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}")
+            if n is not None:
+                start = prev = n
+        out.append(f"{prefix}{ranges[0]}" if len(ranges) == 1 and "-" not in ranges[0] else
+                   f"{prefix}[{','.join(ranges)}]")
+    return ",".join(sorted(out))
+
+
+def squeue_duration(seconds: float | None) -> str:
+    """squeue's times: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``."""
+    if seconds is None:
+        return "UNLIMITED"
+    s = max(0, int(seconds))
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{s:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{s:02d}"
+    return f"{minutes}:{s:02d}"
+
+
+def sacct_duration(seconds: float) -> str:
+    """sacct's Elapsed: ``HH:MM:SS``, ``D-HH:MM:SS``."""
+    s = max(0, int(seconds))
+    days, s = divmod(s, 86400)
+    text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
+def _stamp(ts: float | None, none: str = "Unknown") -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts)) if ts else none
+
+
+def _nodes_of(row: dict[str, Any]) -> list[str]:
+    return [a["node"] for a in row.get("allocation") or []]
+
+
+def _used_s(row: dict[str, Any], now: float) -> float:
+    if not row.get("started_ts"):
+        return 0.0
+    end = row.get("ended_ts") if row["state"] not in ("RUNNING", "SCHEDULED") else None
+    return (end or now) - row["started_ts"]
+
+
+def _gres(row: dict[str, Any]) -> str:
+    gpus, nodes = row.get("gpus") or 0, row.get("nodes") or 1
+    if not gpus:
+        return "N/A"
+    per_node = gpus // nodes
+    return f"gres/gpu:{row['gpu_type']}:{per_node}" if row.get("gpu_type") else f"gres/gpu:{per_node}"
+
+
+def _reason_or_nodes(row: dict[str, Any]) -> str:
+    if row["state"] in ("PENDING", "HELD"):
+        if row["state"] == "HELD":
+            return "(JobHeldUser)"
+        return f"({row['reason']})" if row.get("reason") else "(None)"
+    return hostlist(_nodes_of(row))
+
+
+def _spec_field(name: str, default: str = "") -> Any:
+    def get(row: dict[str, Any], now: float, spec: c.JobSpec | None) -> str:
+        if spec is None:
+            return "N/A"
+        value = getattr(spec, name)
+        return default if value in (None, "") else str(value)
+
+    return get
+
+
+# letter -> (header, value(row, now, spec), needs the spec)
+SQUEUE_FIELDS: dict[str, tuple[str, Any, bool]] = {
+    "i": ("JOBID", lambda r, now, s: r["job_id"], False),
+    "j": ("NAME", lambda r, now, s: r.get("name") or "", False),
+    "u": ("USER", lambda r, now, s: r.get("user") or "", False),
+    "a": ("ACCOUNT", lambda r, now, s: r.get("account") or "", False),
+    "T": ("STATE", lambda r, now, s: slurm_state(r), False),
+    "t": ("ST", lambda r, now, s: _SHORT.get(slurm_state(r), slurm_state(r)[:2]), False),
+    "M": ("TIME", lambda r, now, s: squeue_duration(_used_s(r, now)), False),
+    "l": ("TIME_LIMIT", lambda r, now, s: squeue_duration(r.get("time_limit_s")), False),
+    "L": ("TIME_LEFT", lambda r, now, s: squeue_duration(
+        None if r.get("time_limit_s") is None else r["time_limit_s"] - _used_s(r, now)), False),
+    "D": ("NODES", lambda r, now, s: str(r.get("nodes") or 1), False),
+    "C": ("CPUS", lambda r, now, s: format_cpus(
+        (r.get("cpus_milli") or 0) * (r.get("tasks_per_node") or 1) * (r.get("nodes") or 1)), False),
+    "c": ("CPUS_PER_TASK", lambda r, now, s: format_cpus(r.get("cpus_milli") or 0), False),
+    "m": ("MIN_MEMORY", lambda r, now, s: format_memory((r.get("memory_bytes") or 0) * (r.get("tasks_per_node") or 1)),
+          False),
+    "b": ("TRES_PER_NODE", lambda r, now, s: _gres(r), False),
+    "R": ("NODELIST(REASON)", lambda r, now, s: _reason_or_nodes(r), False),
+    "r": ("REASON", lambda r, now, s: ("JobHeldUser" if r["state"] == "HELD" else r.get("reason") or "None"), False),
+    "N": ("NODELIST", lambda r, now, s: hostlist(_nodes_of(r)), False),
+    "V": ("SUBMIT_TIME", lambda r, now, s: _stamp(r.get("submitted_ts"), "N/A"), False),
+    "S": ("START_TIME", lambda r, now, s: _stamp(r.get("started_ts"), "N/A"), False),
+    "e": ("END_TIME", lambda r, now, s: _stamp(r.get("ended_ts"), "N/A")
+          if r["state"] not in ("PENDING", "HELD", "SCHEDULED", "RUNNING") else "N/A", False),
+    "Q": ("CLASS", lambda r, now, s: r.get("priority_class") or "", False),
+    "P": ("PARTITION", _spec_field("profile"), True),
+    "q": ("QOS", _spec_field("qos", "normal"), True),
+    "y": ("NICE", _spec_field("nice"), True),
+    "F": ("ARRAY_JOB_ID", lambda r, now, s: "N/A" if s is None else (s.array or r["job_id"]), True),
+    "K": ("ARRAY_TASK_ID", lambda r, now, s: "N/A" if s is None or s.array_index is None else str(s.array_index),
+          True),
+}
+
+_SPEC_RE = re.compile(r"%(\.?)(\d*)(.)")
+
+
+def _parse_format(fmt: str) -> list[str | tuple[bool, int | None, str]]:
+    parts: list[str | tuple[bool, int | None, str]] = []
+    last = 0
+    for m in _SPEC_RE.finditer(fmt):
+        if m.start() > last:
+            parts.append(fmt[last:m.start()])
+        last = m.end()
+        right, width, letter = m[1] == ".", m[2], m[3]
+        if letter == "%":
+            parts.append("%")
+            continue
+        if letter not in SQUEUE_FIELDS:
+            raise click.BadParameter(f"%{letter} is not a field Horizon knows; fields: "
+                                     + " ".join(f"%{k}" for k in SQUEUE_FIELDS), param_hint="--format")
+        parts.append((right, int(width) if width else None, letter))
+    if last < len(fmt):
+        parts.append(fmt[last:])
+    return parts
+
+
+def needs_specs(fmt: str) -> bool:
+    return any(isinstance(p, tuple) and SQUEUE_FIELDS[p[2]][2] for p in _parse_format(fmt))
+
+
+def _cell(value: str, right: bool, width: int | None) -> str:
+    if width is None:
+        return value
+    value = value[:width]  # squeue truncates to the width
+    return value.rjust(width) if right else value.ljust(width)
+
+
+def squeue_lines(rows: list[dict[str, Any]], fmt: str, *, header: bool = True, now: float | None = None,
+                 specs: dict[str, c.JobSpec] | None = None) -> list[str]:
+    """Rows in squeue's ``--format`` (``%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R``)."""
+    parts = _parse_format(fmt)
+    now = time.time() if now is None else now
+    specs = specs or {}
+    out = []
+    if header:
+        out.append("".join(p if isinstance(p, str) else _cell(SQUEUE_FIELDS[p[2]][0], p[0], p[1])
+                           for p in parts).rstrip())
+    for row in rows:
+        spec = specs.get(row["job_id"])
+        out.append("".join(p if isinstance(p, str) else _cell(SQUEUE_FIELDS[p[2]][1](row, now, spec), p[0], p[1])
+                           for p in parts).rstrip())
+    return out
+
+
+async def accepted_specs(nc: Any, job_ids: list[str]) -> dict[str, c.JobSpec]:
+    """Each job's spec, from its ``JobAccepted`` in the log (the read model does not serve it)."""
+    import nats.errors
+    import nats.js.errors
+
+    js = nc.jetstream(timeout=5)
+    out: dict[str, c.JobSpec] = {}
+    limit = asyncio.Semaphore(32)
+
+    async def one(job_id: str) -> None:
+        if not valid_token(job_id):
+            return
+        async with limit:
+            try:
+                msg = await js.get_last_msg(STREAM, f"horizon.evt.submission.JobAccepted.{job_id}")
+            except (nats.js.errors.NotFoundError, nats.errors.TimeoutError):
+                return
+        try:
+            event = decode(msg.data)
+        except DecodeError:
+            return
+        if isinstance(event, c.JobAccepted):
+            out[job_id] = event.spec
+
+    await asyncio.gather(*(one(j) for j in job_ids))
+    return out
+
+
+# --------------------------------------------------------------------------
+# sacct
+# --------------------------------------------------------------------------
+
+_UNITS = {"": 1, "s": 1, "sec": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "minute": 60, "minutes": 60,
+          "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400, "days": 86400, "w": 604800,
+          "week": 604800, "weeks": 604800}
+_DATE_FORMS = ("YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], HH:MM[:SS] (today), today, midnight, noon, "
+               "now[-N[seconds|minutes|hours|days|weeks]]")
+
+
+def slurm_datetime(text: str, now: float | None = None) -> float:
+    """sacct's ``--starttime``/``--endtime`` in local time -> epoch seconds."""
+    now = time.time() if now is None else now
+    value = text.strip()
+    low = value.lower()
+    today = dt.datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    named = {"today": 0, "midnight": 0, "noon": 12, "teatime": 16}
+    if low in named:
+        return (today + dt.timedelta(hours=named[low])).timestamp()
+    if low == "tomorrow":
+        return (today + dt.timedelta(days=1)).timestamp()
+    m = re.match(r"^now(?:([+-])(\d+)([a-z]*))?$", low)
+    if m:
+        if m[1] is None:
+            return now
+        if m[3] not in _UNITS:
+            raise click.BadParameter(f"{text!r}: unknown unit {m[3]!r}; accepted: {_DATE_FORMS}")
+        delta = int(m[2]) * _UNITS[m[3]]
+        return now + delta if m[1] == "+" else now - delta
+    for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d", "%m/%d/%y", "%m/%d/%Y"):
+        try:
+            return dt.datetime.strptime(value, fmt).timestamp()
+        except ValueError:
+            pass
+    try:
+        return dt.datetime.strptime(value, "%m/%d").replace(year=today.year).timestamp()
+    except ValueError:
+        pass
+    for fmt in ("%H:%M:%S", "%H:%M"):
+        try:
+            clock = dt.datetime.strptime(value, fmt)
+        except ValueError:
+            continue
+        return today.replace(hour=clock.hour, minute=clock.minute, second=clock.second).timestamp()
+    raise click.BadParameter(f"{text!r} is not a time; accepted: {_DATE_FORMS}")
+
+
+def _exit(row: dict[str, Any]) -> str:
+    """sacct's ExitCode ``code:signal``."""
+    code = row.get("exit_code")
+    if code is None:
+        return "0:0"
+    return f"0:{-code}" if code < 0 else f"{code}:0"
+
+
+def _alloc_gpus(row: dict[str, Any]) -> int:
+    return sum(len(a.get("device_ids") or []) for a in row.get("allocation") or [])
+
+
+def _alloc_cpus(row: dict[str, Any]) -> str:
+    return format_cpus(sum(a.get("cpus_milli") or 0 for a in row.get("allocation") or []))
+
+
+# name -> (value(row, now))
+SACCT_FIELDS: dict[str, Any] = {
+    "JobID": lambda r, now: r["job_id"],
+    "JobName": lambda r, now: r.get("name") or "",
+    "User": lambda r, now: r.get("user") or "",
+    "Account": lambda r, now: r.get("account") or "",
+    "Tenant": lambda r, now: r.get("tenant") or "",
+    "State": lambda r, now: slurm_state(r),
+    "ExitCode": lambda r, now: _exit(r),
+    "Elapsed": lambda r, now: sacct_duration(_used_s(r, now)),
+    "Submit": lambda r, now: _stamp(r.get("submitted_ts")),
+    "Start": lambda r, now: _stamp(r.get("started_ts")),
+    "End": lambda r, now: _stamp(r.get("ended_ts")) if r["state"] not in ("RUNNING", "SCHEDULED") else "Unknown",
+    "NodeList": lambda r, now: hostlist(_nodes_of(r)) or "None assigned",
+    "NNodes": lambda r, now: str(r.get("nodes") or 1),
+    "AllocGPUs": lambda r, now: str(_alloc_gpus(r)),
+    "AllocCPUS": lambda r, now: _alloc_cpus(r),
+    "ReqMem": lambda r, now: format_memory((r.get("memory_bytes") or 0) * (r.get("tasks_per_node") or 1)
+                                           * (r.get("nodes") or 1)),
+    "Timelimit": lambda r, now: squeue_duration(r.get("time_limit_s")),
+    "Class": lambda r, now: r.get("priority_class") or "",
+    "Reason": lambda r, now: r.get("reason") or "",
+}
+SACCT_DEFAULT = "JobID,JobName,Account,State,ExitCode,Elapsed,Start,End,NodeList,AllocGPUs"
+_SACCT_NAMES = {k.lower(): k for k in SACCT_FIELDS}
+
+
+def _sacct_columns(fmt: str) -> list[tuple[str, int | None]]:
+    cols = []
+    for item in fmt.split(","):
+        name, _, width = item.strip().partition("%")
+        key = _SACCT_NAMES.get(name.lower())
+        if key is None:
+            raise click.BadParameter(f"{name!r} is not a field Horizon knows; fields: {', '.join(SACCT_FIELDS)}",
+                                     param_hint="--format")
+        if width and not width.isdigit():
+            raise click.BadParameter(f"{item!r}: the width after % must be a number", param_hint="--format")
+        cols.append((key, int(width) if width else None))
+    return cols
+
+
+def sacct_rows(rows: list[dict[str, Any]], *, match: set[str], start: float | None, end: float | None,
+               now: float) -> list[dict[str, Any]]:
+    """The rows sacct shows: in the states asked for, running or ended at/after ``start``, begun by ``end``."""
+    out = []
+    for row in rows:
+        if not state_matches(row, match):
+            continue
+        live = row["state"] in ("PENDING", "HELD", "SCHEDULED", "RUNNING")
+        if start is not None and not live and (row.get("ended_ts") or 0) < start:
+            continue
+        if end is not None and (row.get("started_ts") or row.get("submitted_ts") or 0) > end:
+            continue
+        out.append(row)
+    return out
+
+
+def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, account: str | None,
+              tenant: str | None, starttime: str | None, endtime: str | None, limit: int, fmt: str,
+              as_json: bool, parsable: bool = False, noheader: bool = False) -> None:
+    now = time.time()
+    start = slurm_datetime(starttime, now) if starttime else None
+    end = slurm_datetime(endtime, now) if endtime else None
+    if states:
+        ask, match = select_states(states)
+    else:  # what has run or ended: not what still waits (that is horizon queue)
+        ask = sorted(set(_LONG) - {"PENDING", "HELD"})
+        match = set()
+    columns = _sacct_columns(fmt)
+
+    async def go() -> dict[str, Any]:
+        async with session(nats_url) as nc:
+            return await query(nc, "jobs", {"states": ask, "tenant": tenant, "account": account, "user": user,
+                                            "limit": limit})
+
+    body = asyncio.run(go())
+    rows = sacct_rows(body["jobs"], match=match, start=start, end=end, now=now)
+    if as_json:
+        for row in rows:
+            row["slurm"] = {name: SACCT_FIELDS[name](row, now) for name in SACCT_FIELDS}
+        click.echo(json.dumps(rows))
+        return
+    table = [[SACCT_FIELDS[name](row, now) for name, _ in columns] for row in rows]
+    if parsable:
+        if not noheader:
+            click.echo("|".join(name for name, _ in columns) + "|")
+        for cells in table:
+            click.echo("|".join(cells) + "|")
+        return
+    widths = []
+    for i, (name, width) in enumerate(columns):
+        widths.append(width if width is not None else max([len(name), *(len(cells[i]) for cells in table)]))
+
+    def fit(value: str, width: int) -> str:
+        return value.rjust(width) if len(value) <= width else value[:width - 1] + "+"  # sacct's truncation mark
+
+    if not noheader:
+        click.echo(" ".join(fit(name, w) for (name, _), w in zip(columns, widths)).rstrip())
+        click.echo(" ".join("-" * w for w in widths))
+    for cells in table:
+        click.echo(" ".join(fit(v, w) for v, w in zip(cells, widths)).rstrip())
+
+
+@click.command()
+@click.option("--nats", "nats_url", envvar="HORIZON_NATS_URL", default="nats://127.0.0.1:4222", show_default=True,
+              help="URL of the NATS server (or $HORIZON_NATS_URL).")
+@click.option("-s", "--state", "states", multiple=True,
+              help="Only jobs in these states: Slurm's names or codes (COMPLETED, CD, FAILED, TIMEOUT, RUNNING, "
+                   "PENDING, ...), Horizon's (SUCCEEDED, ...), comma-separated or repeated; 'all'. "
+                   "Default: every job that has run or ended.")
+@click.option("-u", "--user", default=None, help="Only this user's jobs (default: yours).")
+@click.option("-a", "--allusers", is_flag=True, help="Every user's jobs.")
+@click.option("-A", "--account", default=None, help="Only this account's jobs.")
+@click.option("--tenant", default=None, help="Only this tenant's jobs.")
+@click.option("-S", "--starttime", default="midnight", show_default=True,
+              help="Jobs running or ended at or after this time: YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], HH:MM, "
+                   "now-2days, today, midnight.")
+@click.option("-E", "--endtime", default=None, help="Jobs begun (or submitted) at or before this time; same forms.")
+@click.option("-o", "--format", "fmt", default=SACCT_DEFAULT, show_default=True,
+              help="Comma-separated fields, NAME%WIDTH to fix a width: " + ",".join(SACCT_FIELDS) + ".")
+@click.option("-P", "--parsable2", "parsable", is_flag=True, help="Fields separated by |, no padding.")
+@click.option("-n", "--noheader", is_flag=True)
+@click.option("--limit", type=int, default=100_000, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="The read model's rows, with the sacct fields under 'slurm'.")
+def sacct(nats_url: str, states: tuple[str, ...], user: str | None, allusers: bool, account: str | None,
+          tenant: str | None, starttime: str, endtime: str | None, fmt: str, parsable: bool, noheader: bool,
+          limit: int, as_json: bool) -> None:
+    """Jobs that ran or ended, with sacct's columns (your own since midnight, unless told otherwise)."""
+    if user is None and not allusers:
+        user = default_user()
+    run_sacct(nats_url, states=states, user=user, account=account, tenant=tenant, starttime=starttime,
+              endtime=endtime, limit=limit, fmt=fmt, as_json=as_json, parsable=parsable, noheader=noheader)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(sacct)

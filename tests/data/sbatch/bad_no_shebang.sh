@@ -1,0 +1,2 @@
+#SBATCH --job-name=forgot-the-shebang
+python run.py

@@ -1,0 +1,454 @@
+"""horizon sbatch: #SBATCH scripts read as Slurm's sbatch reads them (pure table tests), the job's
+wrapper run for real by /bin/sh, and every script of tests/data/sbatch submitted to a running Horizon."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from events import catalogue as c
+from events.codec import decode
+from services.agent.app import local_nodes
+from services.cli.main import cli
+from services.cli.sbatch import (
+    SbatchDefaults,
+    SbatchError,
+    parse_sbatch,
+    read_directives,
+    script_warnings,
+    slurm_memory,
+    slurm_time,
+)
+from services.cli.sbatch import _Problem  # the error of one value
+from services.runtime.stack import Stack
+from tests.e2e import read_log
+from tests.test_e2e_services import assert_replays
+
+DATA = Path(__file__).parent / "data" / "sbatch"
+GiB, MiB = 1 << 30, 1 << 20
+DEFAULTS = SbatchDefaults(user="ann", workdir="/home/ann/project", script_path="/home/ann/project/job.sh")
+
+
+def parse(directives: str, *command_line: str, shebang: str = "#!/bin/bash") -> dict[str, Any]:
+    text = shebang + "\n" + "".join(f"#SBATCH {d}\n" for d in directives.splitlines() if d.strip()) + "srun x\n"
+    fields, _ = parse_sbatch(text, defaults=DEFAULTS, command_line=command_line)
+    return fields
+
+
+def problems(directives: str, *command_line: str) -> str:
+    with pytest.raises(SbatchError) as info:
+        parse(directives, *command_line)
+    return str(info.value)
+
+
+# ------------------------------------------------------------------ values
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("30", 30 * 60),                      # minutes
+    ("90:30", 90 * 60 + 30),              # minutes:seconds
+    ("02:30:00", 2.5 * 3600),             # hours:minutes:seconds
+    ("1-12", 36 * 3600),                  # days-hours
+    ("2-06:30", 2 * 86400 + 6 * 3600 + 30 * 60),  # days-hours:minutes
+    ("7-00:00:00", 7 * 86400),            # days-hours:minutes:seconds
+    (" 5 ", 300),
+])
+def test_slurm_time_formats(text, seconds):
+    assert slurm_time(text) == seconds
+
+
+@pytest.mark.parametrize("text, why", [
+    ("UNLIMITED", "no time limit is not supported"),
+    ("INFINITE", "no time limit is not supported"),
+    ("0", "0 means no time limit"),
+    ("1h", "not a time"),
+    ("1:2:3:4", "not a time"),
+])
+def test_slurm_time_errors(text, why):
+    with pytest.raises(_Problem, match=why):
+        slurm_time(text)
+
+
+@pytest.mark.parametrize("text, size", [
+    ("4000", 4000 * MiB),  # megabytes by default, as Slurm
+    ("16G", 16 * GiB), ("16g", 16 * GiB), ("512M", 512 * MiB), ("1T", 1 << 40), ("2048K", 2 * MiB),
+])
+def test_slurm_memory_units(text, size):
+    assert slurm_memory(text) == size
+
+
+@pytest.mark.parametrize("text", ["16GB", "16Gi", "1.5G", "-1", "lots"])
+def test_slurm_memory_rejects_other_forms(text):
+    with pytest.raises(_Problem, match="not a memory size"):
+        slurm_memory(text)
+
+
+# ------------------------------------------------------------------ reading directives
+
+
+def test_directives_only_in_the_leading_comment_block():
+    text = "\n".join([
+        "#!/bin/bash",
+        "#SBATCH --job-name=a   # trailing comment",
+        "",
+        "# a comment, then an indented directive (a comment, as in Slurm)",
+        "  #SBATCH --nodes=9",
+        "# SBATCH --nodes=8",
+        "#SBATCH -N 2 --ntasks-per-node=4",
+        "echo start",
+        "#SBATCH --exclusive",
+    ])
+    directives, body, bad = read_directives(text)
+    assert bad == []
+    assert [(d.option, d.value, d.where) for d in directives] == [
+        ("job-name", "a", "line 2"), ("nodes", "2", "line 7"), ("ntasks-per-node", "4", "line 7")]
+    assert body == "echo start\n#SBATCH --exclusive"
+
+
+def test_quotes_escapes_short_forms_and_prefixes():
+    directives, _, bad = read_directives("\n".join([
+        "#!/bin/bash",
+        '#SBATCH --job-name="two words"',
+        "#SBATCH -J'it''s' -N3",
+        r"#SBATCH --comment=a\#b",
+        "#SBATCH --ntasks-per-n 2",   # a unique prefix of --ntasks-per-node (getopt_long)
+        "#SLURM --time 10",           # the old prefix still counts
+    ]))
+    assert bad == []
+    assert [(d.option, d.value) for d in directives] == [
+        ("job-name", "two words"), ("job-name", "its"), ("nodes", "3"), ("comment", "a#b"),
+        ("ntasks-per-node", "2"), ("time", "10")]
+
+
+@pytest.mark.parametrize("line, why", [
+    ("--mem", "line 2: --mem: needs a value"),
+    ("--nt=3", "ambiguous"),
+    ("--frobnicate", "--frobnicate: not an sbatch option"),
+    ("-Z", "-Z: not an sbatch option"),
+    ('--job-name="open', "line 2: unmatched \""),
+    ("--parsable=yes", "--parsable: takes no value"),
+    ("train.py", "'train.py' is not an option"),
+    ("hetjob", "heterogeneous jobs are not supported"),
+])
+def test_bad_directive_syntax(line, why):
+    _, _, bad = read_directives(f"#!/bin/bash\n#SBATCH {line}\n")
+    assert any(why in b for b in bad), bad
+
+
+# ------------------------------------------------------------------ mapping to a job
+
+
+@pytest.mark.parametrize("directives, expected", [
+    # shape: nodes x tasks per node
+    ("", dict(nodes=1, tasks_per_node=1)),
+    ("-N 4\n--ntasks-per-node=2", dict(nodes=4, tasks_per_node=2)),
+    ("-n 8", dict(nodes=1, tasks_per_node=8)),
+    ("-N 2\n-n 8", dict(nodes=2, tasks_per_node=4)),
+    ("-n 6\n--ntasks-per-node=4", dict(nodes=2, tasks_per_node=3)),  # --ntasks-per-node is a maximum with -n
+    ("--nodes=3-3", dict(nodes=3)),
+    # GPUs: per node, per task, in all -> per task
+    ("--gres=gpu:a100:8\n-N 4", dict(gpus=8, gpu_type="a100", nodes=4)),
+    ("--gres=gpu:8\n--ntasks-per-node=8", dict(gpus=1, gpu_type=None, tasks_per_node=8)),
+    ("--gres=gpu", dict(gpus=1)),
+    ("--gres=gpu:h100-80gb:4", dict(gpus=4, gpu_type="h100-80gb")),
+    ("--gres=gpu:v100", dict(gpus=1, gpu_type="v100")),
+    ("--gres=none", dict(gpus=0)),
+    ("--gpus=16\n-N 2\n--ntasks-per-node=8", dict(gpus=1, nodes=2)),
+    ("-G a100:4", dict(gpus=4, gpu_type="a100")),
+    ("--gpus-per-node=h100:4\n--ntasks-per-node=2", dict(gpus=2, gpu_type="h100")),
+    ("--gpus-per-task=2\n-n 4", dict(gpus=2, tasks_per_node=4)),
+    ("--gres=gpu:a100:4\n--gpus=4", dict(gpus=4, gpu_type="a100")),  # two forms that agree
+    # CPUs per task
+    ("-c 8", dict(cpus="8")),
+    ("--cpus-per-gpu=6\n--gpus-per-task=2", dict(cpus="12")),
+    # memory: Horizon counts per task, --mem is per node
+    ("--mem=64G\n--ntasks-per-node=4", dict(memory=16 * GiB)),
+    ("--mem=1000", dict(memory=1000 * MiB)),
+    ("--mem=10G\n--ntasks-per-node=3", dict(memory=-(-10 * GiB // 3))),  # rounded up to a byte
+    ("--mem-per-cpu=2G\n-c 4", dict(memory=8 * GiB)),
+    ("--mem-per-gpu=10G\n--gpus-per-task=2", dict(memory=20 * GiB)),
+    ("", dict(memory="1Gi", cpus="1", gpus=0)),  # Horizon's defaults
+    # the rest
+    ("-t 1-12", dict(time_limit_s=36 * 3600.0)),
+    ("", dict(time_limit_s=None)),  # submission's default applies
+    ("-p gpu\n-q high\n-A ml\n-J train", dict(profile="gpu", qos="high", account="ml", name="train")),
+    ("", dict(profile="default", qos="", account="default", name="job.sh", user="ann")),
+    ("--array=0-99%10", dict(array="0-99%10")),
+    ("--nice", dict(nice=100)),
+    ("--nice=-5", dict(nice=-5)),
+    ("--comment='nightly run'", dict(labels={"comment": "nightly run"})),
+    ("-d afterok:a:b,afterany:c,afternotok:d,after:e", dict(dependencies=[
+        c.Dependency(kind="after-ok", job_id="a"), c.Dependency(kind="after-ok", job_id="b"),
+        c.Dependency(kind="after-any", job_id="c"), c.Dependency(kind="after-not-ok", job_id="d"),
+        c.Dependency(kind="after", job_id="e")])),
+    ("--kill-on-invalid-dep=yes", dict(dependencies=[])),
+])
+def test_directives_map_to_the_job(directives, expected):
+    fields = parse(directives)
+    resources = msgspec_dict(fields["resources"])
+    for key, value in expected.items():
+        actual = resources[key] if key in ("gpus", "gpu_type", "cpus", "memory") else fields[key]
+        assert actual == value, (key, actual, value)
+
+
+def msgspec_dict(struct: Any) -> dict[str, Any]:
+    return {name: getattr(struct, name) for name in struct.__struct_fields__}
+
+
+def test_the_command_line_overrides_the_script():
+    fields = parse("--time=10\n--array=0-9\n-J a", "--time=2:00:00", "-a", "0-3", "--dependency=afterok:x")
+    assert fields["time_limit_s"] == 7200 and fields["array"] == "0-3" and fields["name"] == "a"
+    assert fields["dependencies"] == [c.Dependency(kind="after-ok", job_id="x")]
+
+
+def test_slurm_variables_known_at_submission():
+    env = parse("-N 2\n--ntasks-per-node=4\n-c 3\n--gres=gpu:a100:4\n-p gpu\n-q high\n-A ml\n--array=1,3,5-7")["env"]
+    assert env == {
+        "SLURM_SUBMIT_DIR": "/home/ann/project", "SLURM_JOB_USER": "ann", "SLURM_JOB_ACCOUNT": "ml",
+        "SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "2", "SLURM_NTASKS": "8", "SLURM_NPROCS": "8",
+        "SLURM_NTASKS_PER_NODE": "4", "SLURM_CPUS_PER_TASK": "3", "SLURM_GPUS_ON_NODE": "4",
+        "SLURM_JOB_PARTITION": "gpu", "SLURM_JOB_QOS": "high", "SLURM_ARRAY_TASK_COUNT": "5",
+        "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "7"}
+
+
+def test_export_names_variables_and_never_copies_everything():
+    defaults = SbatchDefaults(user="ann", workdir="/w", script_path="/w/j.sh", environ={"HOME": "/h", "SECRET": "s"})
+    fields, _ = parse_sbatch("#!/bin/sh\n#SBATCH --export=HOME,MODE=fast,UNSET\n", defaults=defaults)
+    assert {k: v for k, v in fields["env"].items() if not k.startswith("SLURM_")} == {"HOME": "/h", "MODE": "fast"}
+    fields, _ = parse_sbatch("#!/bin/sh\n#SBATCH --export=NONE\n", defaults=defaults)
+    assert all(k.startswith("SLURM_") for k in fields["env"])
+    assert "copying the whole environment (ALL" in problems("--export=ALL")
+    assert "copying the whole environment (ALL" in problems("--export=ALL,MODE=x")
+
+
+@pytest.mark.parametrize("directives, why", [
+    ("--exclusive", "line 2: --exclusive: not supported: Horizon does not reserve whole nodes"),
+    ("--constraint=skylake", "--constraint: not supported"),
+    ("-C skylake", "-C: not supported"),
+    ("--mail-type=END", "--mail-type: not supported: Horizon sends no mail"),
+    ("--nodelist=n1", "--nodelist: not supported"),
+    ("-w n1", "-w: not supported"),
+    ("--hold", "--hold: not supported: a job cannot be submitted held"),
+    ("--requeue", "--requeue: not supported"),
+    ("--signal=B:USR1@60", "--signal: not supported"),
+    ("--wrap=x", "--wrap: only allowed on the command line"),
+    ("--job-id=x", "--job-id: a horizon sbatch option: give it on the command line"),
+    ("--dependency=singleton", "singleton (one job of a name and user at a time) is not supported"),
+    ("--dependency=aftercorr:1", "aftercorr (array task by array task) is not supported"),
+    ("--dependency=afterok:1?afterok:2", "'?' (any one of them) is not supported"),
+    ("--dependency=after:1+10", "a delay after the job starts (+minutes) is not supported"),
+    ("--dependency=afterwards:1", "is not KIND:JOB"),
+    ("--gres=gpu:4\n--ntasks-per-node=3", "4 GPUs per node do not divide evenly over 3 task(s)"),
+    ("--gpus=6\n-N 4", "6 GPUs in all do not divide evenly over 4 task(s)"),
+    ("--gres=gpu:a100:4\n--gpus-per-node=h100:4", "--gres: asks for GPU type a100 where --gpus-per-node asks for h100"),
+    ("--gres=gpu:4\n--gpus-per-task=2", "--gres: asks for 4 GPU(s) per task where --gpus-per-task asks for 2"),
+    ("--gres=shard:2", "only the gpu resource is supported"),
+    ("--gpus=a100:2,v100:2", "GPUs of several types in one job are not supported"),
+    ('--gres="gpu:A 100:2"', "not a GPU model"),
+    ("--mem=4G\n--mem-per-cpu=1G", "--mem-per-cpu: and --mem exclude each other"),
+    ("--mem=0", "0 (all of each node's memory) is not supported"),
+    ("--mem-per-gpu=4G", "needs GPUs"),
+    ("--cpus-per-gpu=4", "needs GPUs"),
+    ("-c 4\n--cpus-per-gpu=4\n--gres=gpu:1", "and --cpus-per-task exclude each other"),
+    ("-c 0", "is not a number of CPUs"),
+    ("-N 2-4", "a range of node counts is not supported"),
+    ("-n 10\n-N 4", "10 tasks do not divide evenly over 4 node(s)"),
+    ("-p a,b", "one partition (Horizon placement profile) only"),
+    ("--time=INFINITE", "no time limit is not supported"),
+    ("--array=5-1", "ends before it starts"),
+    ("--open-mode=overwrite", "is not one of append, truncate"),
+    ("--kill-on-invalid-dep=no", "only 'yes' is supported"),
+    ("--output=%z.out", "%z is not a filename pattern Horizon knows"),
+    ("--output=%5j.out", "zero padding only applies to %a, %n and %t"),
+])
+def test_what_cannot_be_honoured_is_an_error_naming_the_directive(directives, why):
+    assert why in problems(directives)
+
+
+def test_every_problem_is_reported_with_its_line():
+    message = problems("--exclusive\n-N 2\n--mail-type=END\n--time=forever")
+    assert message.startswith("3 problems:")
+    assert "line 2: --exclusive" in message and "line 4: --mail-type" in message and "line 5: --time" in message
+
+
+def test_a_script_must_start_with_a_shebang():
+    with pytest.raises(SbatchError, match="line 1: a batch script must begin with #!"):
+        parse_sbatch("#SBATCH -N 1\necho hi\n", defaults=DEFAULTS)
+
+
+def test_warnings_about_what_slurm_would_launch():
+    text = ("#!/bin/bash\nsrun hostname   # srun in a comment is fine\n# srun\nmpirun ./a\n"
+            "x=$(scontrol show hostnames)\n")
+    assert [w.split(":")[0] for w in script_warnings(text, nodes=2)] == ["line 2", "line 4", "line 5"]
+    assert [w.split(":")[0] for w in script_warnings(text, nodes=1)] == ["line 2", "line 5"]
+
+
+# ------------------------------------------------------------------ how the job runs
+
+
+def test_the_wrapper_runs_the_script_like_slurm(tmp_path):
+    """The command the agent runs, run by /bin/sh: working directory, array variables, output files
+    named by Slurm's patterns, the interpreter of the #! line, the script's arguments."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh -e\n#SBATCH --array=0-7 -o out/%x_%A_%3a.txt -e out/%x.err -J demo\n"
+                      'echo "task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID on $SLURMD_NODENAME in $(pwd) '
+                      'args $1 $2"\necho oops >&2\n')
+    (tmp_path / "out").mkdir()
+    defaults = SbatchDefaults(user="ann", workdir=str(tmp_path), script_path=str(script), script_args=("a", "b c"))
+    fields, body = parse_sbatch(script.read_text(), defaults=defaults)
+    assert body.startswith("echo")
+    env = {**os.environ, **fields["env"], "SLURM_JOB_ID": "sweep_7", "SLURM_JOB_NAME": "demo", "HORIZON_NODE": "n-01"}
+    done = subprocess.run(fields["command"], env=env, cwd="/", capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "demo_sweep_007.txt").read_text() == \
+        f"task 7 of sweep on n-01 in {tmp_path} args a b c\n"
+    assert (tmp_path / "out" / "demo.err").read_text() == "oops\n"
+
+
+def test_output_without_error_takes_both_streams_and_a_missing_directory_fails_the_job(tmp_path):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --output=%j.log --open-mode=append\necho out; echo err >&2\n")
+    fields, _ = parse_sbatch(script.read_text(), defaults=SbatchDefaults(user="ann", workdir=str(tmp_path),
+                                                                         script_path=str(script)))
+    env = {**os.environ, "SLURM_JOB_ID": "j1"}
+    for _ in range(2):
+        assert subprocess.run(fields["command"], env=env, timeout=30).returncode == 0
+    assert (tmp_path / "j1.log").read_text() == "out\nerr\nout\nerr\n"
+    fields, _ = parse_sbatch(script.read_text(), defaults=SbatchDefaults(
+        user="ann", workdir=str(tmp_path / "missing"), script_path=str(script)))
+    done = subprocess.run(fields["command"], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0 and "missing" in done.stderr
+
+
+# ------------------------------------------------------------------ the command, without a server
+
+
+def _invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("script, lines", [
+    ("bad_unsupported.sh", ["4 problems:", "line 3: --exclusive: not supported", "line 5: --mail-type",
+                            "line 6: --mail-user", "line 7: --constraint"]),
+    ("bad_singleton.sh", ["line 3: --dependency: singleton"]),
+    ("bad_no_shebang.sh", ["line 1: a batch script must begin with #!"]),
+    ("bad_gpu_split.sh", ["line 3: --gres: 4 GPUs per node do not divide evenly over 3 task(s)",
+                          "line 4: --time: no time limit is not supported"]),
+    ("bad_unknown.sh", ["line 2: --frobnicate: not an sbatch option"]),
+])
+def test_bad_scripts_are_refused_with_the_line(script, lines):
+    code, out, err = _invoke("sbatch", "--dry-run", str(DATA / script))
+    assert code == 1 and out == ""
+    assert err.startswith(f"Error: {DATA / script}: ")
+    for line in lines:
+        assert line in err
+
+
+def test_the_real_command_refuses_without_a_traceback():
+    done = subprocess.run([sys.executable, "-m", "services.cli.main", "sbatch", str(DATA / "bad_unsupported.sh")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "line 3: --exclusive: not supported" in done.stderr
+
+
+def test_usage_errors():
+    code, _, err = _invoke("sbatch")
+    assert code == 2 and "give the batch script" in err
+    code, _, err = _invoke("sbatch", "--dry-run", "--wrap", "hostname", str(DATA / "pipeline_prep.sh"))
+    assert code == 2 and "--wrap takes the place of a script" in err
+    code, _, err = _invoke("sbatch", "--dry-run", "--priority-class", "urgent", str(DATA / "pipeline_prep.sh"))
+    assert code == 2 and "'urgent' is not one of critical" in err
+    code, _, err = _invoke("sbatch", "--dry-run", "--exclusive", str(DATA / "pipeline_prep.sh"))
+    assert code == 1 and "command line: --exclusive: not supported" in err
+
+
+def test_dry_run_prints_the_submission_with_command_line_overrides():
+    code, out, err = _invoke("sbatch", "--dry-run", "--job-id", "p1", "--time=5", "-N", "1", "--priority-class",
+                             "high", str(DATA / "pipeline_prep.sh"), "--fast")
+    assert code == 0, err
+    body = json.loads(out)
+    assert body["job_id"] == "p1" and body["time_limit_s"] == 300 and body["priority_class"] == "high"
+    assert body["command"][-2].endswith(f"exec /bin/bash {DATA / 'pipeline_prep.sh'} --fast\n")
+    code, out, err = _invoke("sbatch", "--dry-run", "--job-id", "w1", "--wrap", "echo hi; hostname")
+    assert code == 0, err
+    body = json.loads(out)
+    assert body["name"] == "wrap" and "exec /bin/sh -c 'echo hi; hostname'" in body["command"][2]
+
+
+# ------------------------------------------------------------------ end to end
+
+
+GOOD: dict[str, tuple[str, dict[str, Any]]] = {
+    # script: (job id, what the accepted JobSpec says)
+    "ddp_torchrun.sh": ("ddp-001", dict(name="llama-ddp", nodes=4, tasks_per_node=1, gpus=8, gpu_type="a100",
+                                        cpus_milli=48000, memory_bytes=480 * GiB, time_limit_s=12 * 3600.0,
+                                        profile="gpu", account="ml")),
+    "array_sweep.sh": ("sweep-001", dict(name="lr-sweep", nodes=1, tasks_per_node=1, gpus=1, cpus_milli=4000,
+                                         memory_bytes=16 * GiB, time_limit_s=90 * 60.0, array_max_running=4)),
+    "pipeline_prep.sh": ("prep-001", dict(name="prep", cpus_milli=16000, memory_bytes=64000 * MiB,
+                                          time_limit_s=45 * 60.0)),
+    "pipeline_train.sh": ("train-001", dict(name="train", gpus=2, gpu_type=None, memory_bytes=128 * GiB,
+                                            time_limit_s=86400.0,
+                                            dependencies=(c.Dependency(kind="after-ok", job_id="prep-001"),))),
+    "pipeline_eval.sh": ("eval-001", dict(name="eval", gpus=1, time_limit_s=2 * 3600.0, dependencies=(
+        c.Dependency(kind="after-any", job_id="train-001"), c.Dependency(kind="after-ok", job_id="prep-001")))),
+    "h100_finetune.sh": ("sft-001", dict(name="sft-70b", nodes=1, tasks_per_node=4, gpus=1, gpu_type="h100",
+                                         gpu_variant="80gb", cpus_milli=8000, memory_bytes=100 * GiB,
+                                         time_limit_s=2 * 86400 + 12 * 3600.0, qos="high", nice=10)),
+    "cpu_mpi.sh": ("cfd-001", dict(name="cfd", nodes=2, tasks_per_node=32, gpus=0, cpus_milli=1000,
+                                   memory_bytes=2000 * MiB, time_limit_s=8 * 3600.0, account="hpc")),
+    "gpus_total.sh": ("megatron-001", dict(nodes=2, tasks_per_node=8, gpus=1, cpus_milli=6000,
+                                           memory_bytes=50 * GiB, time_limit_s=7 * 86400.0)),
+    "notebook_export.sh": ("nightly-001", dict(name="nightly eval", cpus_milli=2000, memory_bytes=8 * GiB,
+                                               time_limit_s=1800.0, labels={"comment": "nightly regression run"})),
+    "short_forms.sh": ("quick-001", dict(name="quick-final", nodes=1, tasks_per_node=4, gpus=1, gpu_type="a100",
+                                         cpus_milli=2000, memory_bytes=4 * GiB, time_limit_s=300.0, qos="low")),
+}
+
+
+async def test_every_good_script_is_accepted_with_its_resources(nats_server, tmp_path):
+    nodes = local_nodes(2, gpus_per_node=8) + local_nodes(1, gpus_per_node=4, gpu_type="h100-80gb", prefix="h100")
+    stack = Stack(nats_server.url, tmp_path, nodes=nodes, executor="sim")
+    await stack.start()
+    url = nats_server.url
+    try:
+        for script, (job_id, _) in GOOD.items():
+            code, out, err = await asyncio.to_thread(
+                _invoke, "sbatch", "--nats", url, "--job-id", job_id, "--sim-runtime", "600", str(DATA / script))
+            assert code == 0, (script, err)
+            assert out == f"Submitted batch job {job_id}\n", (script, out, err)
+        code, out, err = await asyncio.to_thread(_invoke, "sbatch", "--nats", url, "--parsable", "--job-id", "w1",
+                                                 "--wrap", "true")
+        assert code == 0 and out == "w1\n", err
+        code, out, err = await asyncio.to_thread(_invoke, "sbatch", "--nats", url, "--json", "--job-id", "w2",
+                                                 "--gres=gpu:tpu:1", "--wrap", "true")
+        assert code == 1 and json.loads(out.splitlines()[0])["state"] == "REJECTED"
+        assert "job w2 rejected: resources.gpu_type: 'tpu' is not a GPU model of this cluster" in err
+    finally:
+        await stack.stop()
+    records = await read_log(url)
+    accepted: dict[str, c.JobSpec] = {}
+    for record in records:
+        if record.subject.startswith("horizon.evt.submission.JobAccepted."):
+            event = decode(record.data)
+            accepted[event.job_id] = event.spec
+    for script, (job_id, expected) in GOOD.items():
+        spec = accepted[f"{job_id}_0" if script == "array_sweep.sh" else job_id]
+        for key, value in expected.items():
+            assert getattr(spec, key) == value, (script, key, getattr(spec, key), value)
+        assert spec.command[:2] == ("/bin/sh", "-c") and str(DATA / script) in spec.command[2]
+    assert sorted(j for j in accepted if j.startswith("sweep-001_")) == sorted(f"sweep-001_{i}" for i in range(16))
+    assert accepted["nightly-001"].env["DATASET"] == "imagenet"
+    # --chdir=results: relative to where horizon sbatch ran, as in Slurm
+    assert f"cd -- {Path.cwd() / 'results'} ||" in accepted["nightly-001"].command[2]
+    assert_replays(records)
