@@ -71,6 +71,7 @@ from services.placement.plugins import (BACKFILL_MODES, NEVER_FILTERS, TOPOLOGY_
 from services.runtime.log import Record
 from services.runtime.service import CoreState
 from services.state.cluster import Cluster, Request, fold_cluster, request_of
+from services.state.config import config_rejected
 from services.state.jobs import HOLDS_RESOURCES, JobState, JobTable
 
 __all__ = ["PlacementCore", "PlacementState", "place_job", "Reservation", "BACKFILL_MODES", "check_reservation"]
@@ -361,14 +362,7 @@ class PlacementCore:
                        held=state.held)
 
     def decide(self, state: PlacementState) -> list[Event]:
-        out: list[Event] = []
-        for request_seq in sorted(state.config_rejections):
-            verb, reason = state.config_rejections[request_seq]
-            out.append(c.ConfigRejected(
-                id=f"placement/ConfigRejected/{request_seq}", ts=state.now, correlation_id=f"seq-{request_seq}",
-                causation_id=f"seq:{request_seq}", source=self.name, verb=verb, reason=reason,
-                request_seq=request_seq, basis_seq=state.seq,
-            ))
+        out: list[Event] = config_rejected(self.name, state.config_rejections, state.now, state.seq)
         if state.cycle <= state.done_cycle:
             return out
         overlay = Overlay()

@@ -47,12 +47,12 @@ job over NUMA nodes or NVLink groups for a little more packing, and stay off
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
 from events import catalogue as c
+from services.state.config import check_weights
 from services.state.taints import taint_text as describe_taint
 from services.state.taints import tolerates, untolerated
 
@@ -83,11 +83,9 @@ class Profile:
 def check_profile(ev: c.ProfileConfigured) -> str | None:
     if not ev.name or len(ev.name) > 128:
         return f"name: {ev.name!r} must be 1-128 characters"
-    for plugin, value in ev.weights.items():
-        if plugin not in SCORE_PLUGINS:
-            return f"weights: {plugin!r} is not one of {', '.join(SCORE_PLUGINS)}"
-        if not (value >= 0 and math.isfinite(value)):
-            return f"weights.{plugin}: {value!r} must be 0 or more"
+    bad = check_weights(ev.weights, SCORE_PLUGINS)
+    if bad:
+        return bad
     if ev.backfill not in BACKFILL_MODES:
         return f"backfill: {ev.backfill!r} is not one of {', '.join(BACKFILL_MODES)}"
     if not 1 <= ev.reservation_depth <= 1000:

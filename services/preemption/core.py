@@ -69,6 +69,7 @@ from services.scheduling.fairshare import association
 from services.scheduling.policy import CLASS_RANK
 from services.scheduling.quotas import OK, amount_of
 from services.state.cluster import Cluster, Request, fold_cluster, request_of
+from services.state.config import config_rejected
 from services.state.jobs import HOLDS_RESOURCES, Job, JobState, JobTable
 
 __all__ = ["PreemptionCore", "PreemptionState", "PreemptionConfig", "Plan", "DEFAULT_RULES", "VICTIM_ORDERS"]
@@ -452,12 +453,8 @@ class PreemptionCore:
     # ------------------------------------------------------------------ decide
 
     def decide(self, state: PreemptionState) -> list[Event]:
-        out: list[Event] = []
-        for request_seq in sorted(state.config_rejections):
-            out.append(c.ConfigRejected(
-                id=f"preemption/ConfigRejected/{request_seq}", ts=state.now, correlation_id=f"seq-{request_seq}",
-                causation_id=f"seq:{request_seq}", source=self.name, verb="preemption",
-                reason=state.config_rejections[request_seq], request_seq=request_seq, basis_seq=state.seq))
+        out: list[Event] = config_rejected(
+            self.name, {seq: ("preemption", why) for seq, why in state.config_rejections.items()}, state.now, state.seq)
         cfg = state.config
         window = [(t, a) for t, a in state.recent if t > state.now - 60.0]
         per_account: dict[str, int] = {}

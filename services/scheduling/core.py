@@ -84,6 +84,7 @@ from services.scheduling.dependencies import MET, NEVER, dependency_status
 from services.scheduling.fairshare import Account, FairShare, association
 from services.scheduling.policy import Context, PolicyConfig, make_policy
 from services.scheduling.quotas import BLOCKED, BORROW, Amount, Quotas, amount_of
+from services.state.config import config_rejected
 from services.state.jobs import HOLDS_RESOURCES, TERMINAL, Job, JobState, JobTable, Transition, compact
 
 __all__ = ["SchedulingCore", "SchedulingState", "SNAPSHOT_FORMAT"]
@@ -543,13 +544,7 @@ class SchedulingCore:
                     reason=f"not started within {job.spec.scheduling_timeout_s:g} s: {self.why_waiting(state, job)}",
                 ))
         # 4. configuration that could not be applied
-        for request_seq in sorted(state.config_rejections):
-            verb, reason = state.config_rejections[request_seq]
-            out.append(c.ConfigRejected(
-                id=f"scheduling/ConfigRejected/{request_seq}", ts=state.now, correlation_id=f"seq-{request_seq}",
-                causation_id=f"seq:{request_seq}", source=self.name, verb=verb, reason=reason,
-                request_seq=request_seq, basis_seq=state.seq,
-            ))
+        out.extend(config_rejected(self.name, state.config_rejections, state.now, state.seq))
         # 5. a cycle, if placement is done with the last one and something changed since
         # At virtual time a cycle is decided on the tick itself: the simulator has
         # published everything of the instant before it, and nothing follows it.

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from events import catalogue as c
+from services.state.config import check_weights
 from services.state.jobs import Job
 
 __all__ = ["Policy", "POLICIES", "make_policy", "job_size", "Multifactor", "CLASS_RANK", "PolicyConfig", "Context",
@@ -67,11 +68,9 @@ class PolicyConfig:
         """Why ``ev`` cannot be applied, or None."""
         if ev.policy is not None and ev.policy not in POLICIES:
             return f"policy: {ev.policy!r} is not one of {', '.join(POLICIES)}"
-        for name, value in ev.weights.items():
-            if name not in WEIGHT_NAMES:
-                return f"weights: {name!r} is not one of {', '.join(WEIGHT_NAMES)}"
-            if not (value >= 0 and math.isfinite(value)):
-                return f"weights.{name}: {value!r} must be 0 or more"
+        bad = check_weights(ev.weights, WEIGHT_NAMES)
+        if bad:
+            return bad
         for name in ("max_age_s", "estimate_ref_s", "backoff_base_s", "backoff_max_s"):
             value = getattr(ev, name)
             if value is not None and not (value > 0 and math.isfinite(value)):
