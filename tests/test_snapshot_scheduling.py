@@ -335,11 +335,6 @@ def accepted_job(j: str) -> tuple[Any, ...]:
     return ("accept", j, 1, "normal", "on-failure", 2, None, None, "a", "u1", 0)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "scheduling core: a restart-backoff wakeup left in the heap after the job was requeued again without "
-    "backoff still marks the queue dirty when it expires (SchedulingCore._wake); load() rebuilds only live "
-    "entries, so the restarted service decides no cycle where the full replay decides one. Remove this "
-    "marker once _wake ignores stale entries."))
 def test_a_stale_backoff_wakeup_is_not_a_difference_between_replay_and_restart():
     log = HandLog()
     for a, dt in [

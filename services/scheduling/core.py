@@ -255,8 +255,9 @@ class SchedulingCore:
     def _wake(self, state: SchedulingState, seq: int) -> None:
         """A requeued job whose backoff is over joins the candidates again: that needs a cycle."""
         while state.wakeups and state.wakeups[0][0] <= state.now:
-            _, job_id = heapq.heappop(state.wakeups)
-            if job_id in state.pending:
+            at, job_id = heapq.heappop(state.wakeups)
+            job = state.pending.get(job_id)
+            if job is not None and job.not_before_ts == at:  # not an entry a later requeue made stale
                 state.dirty_seq = seq
 
     def _configure(self, state: SchedulingState, event: Event, record: Record) -> None:
