@@ -25,7 +25,6 @@ import dataclasses
 from typing import Any
 
 import msgspec
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
