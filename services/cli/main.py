@@ -86,8 +86,9 @@ def schema(event_type: str | None, list_types: bool) -> None:
 
 
 def _register() -> None:
-    from services.cli import bench, jobs, nodes, policy, projections, run, simulate
+    from services.cli import audit, bench, jobs, nodes, policy, projections, run, simulate
 
+    audit.register(cli)
     bench.register(cli)
     jobs.register(cli)
     nodes.register(cli)
