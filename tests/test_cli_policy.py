@@ -179,3 +179,35 @@ async def test_preemption_dry_run_then_for_real_through_the_services(nats_server
     records = await read_log(url)
     assert check_log(records).ok
     assert_replays(records)
+
+
+async def test_horizon_check_passes_a_real_log_and_fails_a_forged_over_allocation(nats_server, tmp_path):
+    stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(1, gpus_per_node=4), executor="sim")
+    await stack.start()
+    url = nats_server.url
+    try:
+        for i in range(3):
+            code, out, err = await horizon(url, "submit", "--gpus", "2", "--sim-runtime", "0.2", "--job-id", f"c{i}",
+                                           "--", "x")
+            assert code == 0, err
+        deadline = asyncio.get_running_loop().time() + 30
+        while sum(r.subject.startswith("horizon.evt.agent.JobSucceeded.") for r in await read_log(url)) < 3:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.2)
+    finally:
+        await stack.stop()
+    code, out, err = await horizon(url, "check", "--json")
+    body = json.loads(out)
+    assert code == 0 and body["problems"] == [] and body["audit"]["mismatches"] == 0, out + err
+    assert body["jobs"] == 3 and body["ended"] == 3
+    # a forged JobScheduled giving c0's devices to a new job: over-allocated, and not reproduced
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    await js.publish("horizon.in.acme.submit", job_json("late", resources={"gpus": 4}), headers={"Nats-Msg-Id": "late"})
+    await js.publish("horizon.evt.placement.JobScheduled.c9", json.dumps({
+        "type": "JobScheduled", "job_id": "c9", "attempt": 1, "basis_seq": 1, "source": "placement",
+        "allocations": [{"node": "node-00", "device_ids": ["gpu0"], "cpus_milli": 1000, "memory_bytes": 1}],
+    }).encode(), headers={"Nats-Msg-Id": "forged"})
+    await nc.close()
+    code, out, err = await horizon(url, "check")
+    assert code == 1 and "FAILED" in out and "c9 scheduled but never accepted" in out, out + err

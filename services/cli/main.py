@@ -86,10 +86,11 @@ def schema(event_type: str | None, list_types: bool) -> None:
 
 
 def _register() -> None:
-    from services.cli import audit, bench, jobs, nodes, policy, projections, run, simulate
+    from services.cli import audit, bench, check, jobs, nodes, policy, projections, run, simulate
 
     audit.register(cli)
     bench.register(cli)
+    check.register(cli)
     jobs.register(cli)
     nodes.register(cli)
     policy.register(cli)
