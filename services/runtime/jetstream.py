@@ -374,8 +374,8 @@ class JetStreamLog:
         info = await self.js.stream_info(STREAM)
         return int(info.state.last_seq)
 
-    async def _reader(self, stream: str, from_seq: int, subjects: Sequence[str]) -> PullReader:
-        reader = PullReader(self.nc, self.js, stream, from_seq, subjects)
+    async def _reader(self, stream: str, from_seq: int, subjects: Sequence[str], batch: int = 1000) -> PullReader:
+        reader = PullReader(self.nc, self.js, stream, from_seq, subjects, batch=batch)
         await reader.start()
         return reader
 
@@ -386,14 +386,19 @@ class JetStreamLog:
         subjects: Sequence[str] = WHOLE_LOG,
         until_seq: int | None = None,
         stream: str = STREAM,
+        batch: int = 1000,
     ) -> AsyncIterator[list[Record]]:
-        """Replay: batches in log order from ``from_seq`` up to the end at the time of the call."""
+        """Replay: batches in log order from ``from_seq`` up to the end at the time of the call.
+
+        ``batch``: messages per pull request (two requests' worth are in flight); smaller for
+        large messages, whose bytes in flight must stay under the client's and server's limits.
+        """
         if until_seq is None:
             info = await self.js.stream_info(stream)
             until_seq = int(info.state.last_seq)
         if until_seq < from_seq:
             return
-        reader = await self._reader(stream, from_seq, subjects)
+        reader = await self._reader(stream, from_seq, subjects, batch)
         try:
             if reader.initial_pending == 0:
                 return  # the selection is empty (nothing is delivered before we ask)
@@ -522,7 +527,12 @@ class JetStreamLog:
             Outgoing(subject, part, f"snapshot/{name}/{snap_id}/{i}", headers={CHUNK_INDEX: str(i)})
             for i, part in enumerate(parts)
         ]
-        acks = await self.publish_many(items)
+        # At most 16 MiB unacknowledged: with hundreds of chunks in flight the server answers some
+        # with "too many requests" (measured at 400 MB in one go).
+        group = max(1, (16 << 20) // max(1, max((len(p) for p in parts), default=1)))
+        acks: list[PublishAck] = []
+        for i in range(0, len(items), group):
+            acks.extend(await self.publish_many(items[i : i + group]))
         return min((a.seq for a in acks), default=0)
 
     async def _commit_snapshot(self, manifest: Manifest) -> None:
@@ -552,7 +562,12 @@ class JetStreamLog:
             return []
         parts: list[tuple[int, bytes]] = []
         subject = chunk_subject(manifest.name, manifest.id)
-        async for batch in self.read(max(1, manifest.first_chunk_seq), subjects=(subject,), stream=SNAPSHOT_STREAM):
+        # 16 MiB of credit per pull request: two in flight stay under the 64 MB a subscription or a
+        # connection may fall behind before messages are dropped (measured: a 160 MB snapshot read
+        # with 1,000-message requests had its connection cut again and again).
+        window = max(1, (16 << 20) // max(1, manifest.size // max(1, manifest.chunks)))
+        async for batch in self.read(max(1, manifest.first_chunk_seq), subjects=(subject,), stream=SNAPSHOT_STREAM,
+                                     batch=window):
             for record in batch:
                 index = (record.headers or {}).get(CHUNK_INDEX, "")
                 parts.append((int(index) if index.isdigit() else -1, record.data))

@@ -18,7 +18,21 @@ Robustness: every request expires after ``expires_s`` (the server then says
 watchdog recreates the consumer from the next unread sequence if neither a
 message nor a status has arrived for twice that long (a restarted server, a
 deleted consumer), and deliveries below the next sequence are ignored, so a
-reset can neither skip nor repeat a record.
+reset can neither skip nor repeat a record. Deliveries lost on the way (the
+client drops messages for a subscription more than 64 MB behind; the server
+cuts a connection more than 64 MB behind, and what it had not sent is gone)
+show as a gap in the consumer's own delivery sequence: the reader then
+re-reads from the record after the last one it kept, on a new consumer, and
+ignores whatever the replaced consumer still delivers: its records (by the
+consumer name in their ack subject) and the statuses of its requests (each
+consumer's requests carry their own reply subject; without that, the 409
+"consumer deleted" answering the old requests reset the new consumer, whose
+deletion answered its requests with 409 in turn, forever). Lost deliveries at
+the end of what the stream holds leave no gap to see; they show as requests
+expiring while records are still pending after the last one kept, with none
+kept since the previous expiry: the reader then re-reads from there too. Large messages (the
+snapshot chunks) are read with a small ``batch``, so that two batches of
+credit stay well under those limits.
 """
 
 from __future__ import annotations
@@ -35,7 +49,7 @@ from nats.js import api
 
 from services.runtime.log import Record
 
-__all__ = ["PullReader", "parse_ack_subject"]
+__all__ = ["PullReader", "parse_ack_subject", "parse_delivery"]
 
 log = logging.getLogger("horizon.reader")
 
@@ -47,6 +61,14 @@ def parse_ack_subject(reply: str) -> tuple[int, int, int, int]:
         return int(t[5]), int(t[4]), int(t[7]), int(t[8])
     # $JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>[.<token>]
     return int(t[7]), int(t[6]), int(t[9]), int(t[10])
+
+
+def parse_delivery(reply: str) -> tuple[str, int, int, int, int]:
+    """(consumer, stream seq, consumer seq, timestamp ns, num pending) from a JetStream ack subject."""
+    t = reply.split(".")
+    if len(t) == 9:
+        return t[3], int(t[5]), int(t[6]), int(t[7]), int(t[8])
+    return t[5], int(t[7]), int(t[8]), int(t[9]), int(t[10])
 
 
 class PullReader:
@@ -75,17 +97,23 @@ class PullReader:
         self.initial_pending = 0
         self.arrived = asyncio.Event()
         self._inbox = nc.new_inbox()
+        self._generation = 0  # one per consumer: the last token of its requests' reply subject
+        self._reply = f"{self._inbox}.0"
         self._consumer = ""
+        self._cseq = 0  # the consumer's delivery sequence of the last record kept
+        self._kept = 0  # records kept so far
+        self._kept_at_status = 0  # ... when the last request expired
         self._sub: Any = None
         self._outstanding = 0
         self._last_activity = time.monotonic()
         self._watchdog: asyncio.Task[None] | None = None
         self._requesting = False
+        self._resetting = False
         self._stopped = False
 
     async def start(self) -> None:
         await self._create()
-        self._sub = await self.nc.subscribe(self._inbox, cb=self._on_msg)
+        self._sub = await self.nc.subscribe(self._inbox + ".*", cb=self._on_msg)
         self._watchdog = asyncio.create_task(self._watch(), name="horizon-reader-watchdog")
         await self._request()
 
@@ -103,7 +131,14 @@ class PullReader:
         )
         info = await self.js.add_consumer(self.stream, config=config)
         self._consumer = info.name
+        self._generation += 1
+        self._reply = f"{self._inbox}.{self._generation}"
+        self._cseq = 0
         self.initial_pending = int(info.num_pending or 0)
+        if self._generation > 1:  # a reset: what is left after the last record kept
+            self.pending = self.initial_pending
+            if self.pending == 0:
+                self.arrived.set()  # a replay waiting for the rest learns there is none
         self._outstanding = 0
         self._last_activity = time.monotonic()
 
@@ -116,7 +151,7 @@ class PullReader:
             subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self._consumer}"
             body = json.dumps({"batch": self.batch, "expires": int(self.expires_s * 1e9)}).encode()
             while self._outstanding <= self.batch and len(self.buffer) < self.max_buffer:
-                await self.nc.publish(subject, body, reply=self._inbox)
+                await self.nc.publish(subject, body, reply=self._reply)
                 self._outstanding += self.batch
         finally:
             self._requesting = False
@@ -125,35 +160,59 @@ class PullReader:
         self._last_activity = time.monotonic()
         reply = msg.reply
         if reply and reply.startswith("$JS.ACK."):
-            seq, _delivered, ts_ns, pending = parse_ack_subject(reply)
+            consumer, seq, cseq, ts_ns, pending = parse_delivery(reply)
+            if consumer != self._consumer:
+                return  # from a consumer this reader has replaced
             self._outstanding -= 1
+            if cseq != self._cseq + 1:
+                log.warning("pull reader on %s: %d deliveries lost before stream seq %d (a slow consumer); "
+                            "reading again from %d", self.stream, cseq - self._cseq - 1, seq, self.next_seq)
+                await self._reset()
+                return
+            self._cseq = cseq
             if seq >= self.next_seq:  # below it: a repeat after a reset
                 self.next_seq = seq + 1
+                self._kept += 1
                 self.buffer.append(Record(seq, msg.subject, msg.data, ts_ns / 1e9, msg.headers))
                 self.pending = pending
                 self.arrived.set()
             if self._outstanding <= self.batch:
                 await self._request()
             return
+        if msg.subject != self._reply:
+            return  # a status for a request of a consumer this reader has replaced
         status = msg.headers.get("Status") if msg.headers else None
         if status in ("404", "408"):  # nothing more now / the request expired: its credit comes back
             owed = msg.headers.get("Nats-Pending-Messages")
             self._outstanding = max(0, self._outstanding - int(owed)) if owed else 0
+            stalled = self.pending > 0 and self._kept == self._kept_at_status
+            self._kept_at_status = self._kept
+            if stalled:
+                log.warning("pull reader on %s: %d records pending after seq %d were not received (lost on the "
+                            "way); reading again from there", self.stream, self.pending, self.next_seq - 1)
+                await self._reset()
+                return
             await self._request()
         elif status == "409":  # consumer deleted, too many waiting requests, leader change...
             log.debug("pull reader on %s: %s", self.stream, msg.headers.get("Description"))
             await self._reset()
 
     async def _reset(self) -> None:
-        if self._stopped:
+        """A new consumer from the next unread sequence (one reset at a time: the watchdog and the
+        callback may both decide on one)."""
+        if self._stopped or self._resetting:
             return
-        with contextlib.suppress(Exception):
-            await self.js.delete_consumer(self.stream, self._consumer)
+        self._resetting = True
         try:
-            await self._create()
-        except Exception as exc:  # noqa: BLE001 - the server may be down: the watchdog retries
-            log.warning("pull reader on %s: cannot recreate its consumer: %s", self.stream, exc)
-            return
+            with contextlib.suppress(Exception):
+                await self.js.delete_consumer(self.stream, self._consumer)
+            try:
+                await self._create()
+            except Exception as exc:  # noqa: BLE001 - the server may be down: the watchdog retries
+                log.warning("pull reader on %s: cannot recreate its consumer: %s", self.stream, exc)
+                return
+        finally:
+            self._resetting = False
         await self._request()
 
     async def _watch(self) -> None:
