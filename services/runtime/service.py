@@ -60,6 +60,7 @@ __all__ = [
     "fold_event",
     "RunnerStats",
     "snapshot_interval",
+    "collector_paused",
 ]
 
 log = logging.getLogger("horizon.service")
@@ -140,7 +141,7 @@ def fold_event(core: Core[S], state: S, record: Record, event: Event) -> S:
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Any:
+def collector_paused() -> Any:
     """Pause Python's cyclic garbage collector while a snapshot is decoded.
 
     Decoding allocates hundreds of thousands of objects that all survive, and
@@ -263,8 +264,10 @@ class ServiceRunner(Generic[S]):
     async def _on_batch(self, batch: list[Record]) -> None:
         async with self._lock:
             await self._apply(batch)
-            await self._decide_or_rest()
+            # The dump is of the state at a record boundary, before deciding: deciding awaits the
+            # log, and whoever sees this state applied must find its snapshot already offered.
             self._maybe_snapshot()
+            await self._decide_or_rest()
 
     # ---------------------------------------------------------------- snapshots
 
@@ -289,7 +292,7 @@ class ServiceRunner(Generic[S]):
             why = f"it is at seq {seq}, past the end of the log ({end})"
         else:
             try:
-                with _collector_paused():
+                with collector_paused():
                     state = core.load(data)
             except Exception as exc:  # noqa: BLE001 - a snapshot this code cannot read is not trusted
                 why = f"load failed: {type(exc).__name__}: {exc}"
