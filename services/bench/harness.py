@@ -451,6 +451,7 @@ async def _store_speed(log: JetStreamLog, megabytes: int) -> dict[str, float]:
 
 async def bench_snapshot(url: str, sizes: Sizes) -> dict[str, Any]:
     """Restart time with and without snapshots as the log grows (the log is extended in place)."""
+    from services.runtime.service import collector_paused
     from services.scheduling.core import SchedulingCore
 
     log = await JetStreamLog.open(url, name="bench-snapshot")
@@ -485,7 +486,8 @@ async def bench_snapshot(url: str, sizes: Sizes) -> dict[str, Any]:
         fetch_s = time.perf_counter() - started
         assert loaded is not None
         started = time.perf_counter()
-        core.load(loaded[1])
+        with collector_paused():  # as the runner loads it
+            core.load(loaded[1])
         load_s = time.perf_counter() - started
         del tailed, loaded
         end_s, at_end = await _restart(url, "bench-snapshot-scheduling", core, snapshots=True)
