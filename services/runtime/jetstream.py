@@ -22,7 +22,7 @@ Choices, with the measurements behind them in ``../shared/NATS-NOTES.md``:
   and the jobs projection keeps its position in SQLite, so neither needs one.)
 * **Snapshots** live in their own stream, ``HORIZON_SNAPSHOTS``: chunks
   published pipelined like ``publish_many``, then a manifest; read back with
-  ``PullReader`` (nats-py's object store reads 10-30x slower from Python;
+  ``PullReader`` (nats-py's object store reads 10-40x slower from Python;
   ``services/runtime/snapshots.py`` has the format and the figures).
 """
 

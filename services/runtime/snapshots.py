@@ -28,9 +28,9 @@ its ``load`` returns None for a snapshot of another version or configuration
 (it embeds its own fingerprint in what ``dump`` writes).
 
 Why chunks in a stream rather than nats-py's object store, which does the
-same: measured from Python on this machine, its reads run at 8-27 MB/s
-(an ordered push consumer answering flow control from a polling task), ours
-at ~250-350 MB/s through ``PullReader`` (docs/benchmarks.md, section 3).
+same: measured from Python on this machine, its reads run at 6-27 MB/s (an
+ordered push consumer answering flow control from a polling task), ours at
+~250 MB/s through ``PullReader`` (docs/benchmarks.md, section 4).
 """
 
 from __future__ import annotations
