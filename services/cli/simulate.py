@@ -11,8 +11,10 @@ from typing import Any
 
 import click
 
+from events import catalogue as c
 from events.resources import parse_memory
 from services.agent.app import NodeSpec, local_nodes
+from services.preemption.core import VICTIM_ORDERS, PreemptionConfig
 from services.sim.driver import InProcessBus, NatsBus, SimSettings, make_cores, simulate
 from services.sim.metrics import report
 from services.sim.traces import Trace, read_trace, window
@@ -42,8 +44,12 @@ def cluster_for(trace: Trace, nodes: int | None, gpus_per_node: int, gpu_type: s
 async def run_simulation(trace_path: str, *, start: int = 0, length: int | None = None, policy: str = "multifactor",
                          backfill: bool | str = False, in_process: bool = False, nodes: int | None = None,
                          gpus_per_node: int = 0, gpu_type: str = "a100", cpus_per_node: int | None = None,
-                         nats_url: str | None = None) -> tuple[dict[str, Any], Any]:
+                         nats_url: str | None = None,
+                         preemption_victims: str | None = None) -> tuple[dict[str, Any], Any]:
     trace = read_trace(trace_path)
+    config = list(trace.config)
+    if preemption_victims is not None:  # after the trace's own configuration, so it wins
+        config.append(c.PreemptionConfigured(victims=preemption_victims))
     jobs = window(trace, start, length or len(trace.jobs))
     specs, base = cluster_for(trace, nodes, gpus_per_node, gpu_type, cpus_per_node)
     mode = backfill if isinstance(backfill, str) else ("easy" if backfill else "none")
@@ -51,7 +57,7 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
                            gpus_per_node=base.gpus_per_node, gpu_type=base.gpu_type)
     cores = make_cores(settings)
     if in_process:
-        run = await simulate(jobs, specs, settings, InProcessBus(cores), config=trace.config)
+        run = await simulate(jobs, specs, settings, InProcessBus(cores), config=config)
     else:
         from services.runtime.natsserver import NatsServer
 
@@ -63,7 +69,7 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
             bus = NatsBus(nats_url, cores)
             try:
                 await bus.start()  # refuses a log that is not empty: never mix a simulation with history
-                run = await simulate(jobs, specs, settings, bus, config=trace.config)
+                run = await simulate(jobs, specs, settings, bus, config=config)
             finally:
                 await bus.close()
                 if server is not None:
@@ -73,8 +79,18 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
     out["outcomes"] = dict(sorted(Counter(r.state or "NOT_STARTED" for r in run.results.values()).items()))
     out["retries"] = sum(max(0, len(r.attempts) - 1) for r in run.results.values())
     out.update({"trace": str(trace_path), "window": f"{start}:{len(jobs)}", "policy": policy,
-                "backfill": bool(backfill), "backfill_mode": mode, "mode": "in-process" if in_process else "nats", "nodes": len(specs)})
+                "backfill": bool(backfill), "backfill_mode": mode, "preemption_victims": _victims(config),
+                "mode": "in-process" if in_process else "nats", "nodes": len(specs)})
     return out, run
+
+
+def _victims(config: list[Any]) -> str:
+    """The victim order the run used: the last PreemptionConfigured that sets one, else the default."""
+    chosen = PreemptionConfig().victims
+    for event in config:
+        if isinstance(event, c.PreemptionConfigured) and event.victims is not None:
+            chosen = event.victims
+    return chosen
 
 
 @click.command()
@@ -90,13 +106,16 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
 @click.option("--gpu-type", default="a100", show_default=True)
 @click.option("--cpus-per-node", type=int, default=None)
 @click.option("--nats", "nats_url", default=None, help="Use this NATS server (default: a private bundled one).")
+@click.option("--preemption-victims", type=click.Choice(list(VICTIM_ORDERS)), default=None,
+              help="Victim order: Horizon's 'cheapest' (the default) or Kueue's default order "
+                   "'lowest-priority-youngest'; added to the run's configuration after the trace's own.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 @click.option("--starts", "starts_file", type=click.Path(dir_okay=False), default=None,
               help="Also write each job's start time and nodes (JSON) to this file.")
 def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: bool, backfill_mode: str,
                  in_process: bool, nodes: int | None,
                  gpus_per_node: int, gpu_type: str, cpus_per_node: int | None, nats_url: str | None, as_json: bool,
-                 starts_file: str | None) -> None:
+                 starts_file: str | None, preemption_victims: str | None) -> None:
     """Run TRACE (SWF, CSV or JSON) through Horizon's services at virtual time and report.
 
     A JSON job list may carry arrays, dependencies, failures and retries per job, and
@@ -112,7 +131,8 @@ def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: boo
     out, run = asyncio.run(run_simulation(trace, start=start, length=length, policy=policy,
                                           backfill=backfill_mode if backfill else False,
                                           in_process=in_process, nodes=nodes, gpus_per_node=gpus_per_node,
-                                          gpu_type=gpu_type, cpus_per_node=cpus_per_node, nats_url=nats_url))
+                                          gpu_type=gpu_type, cpus_per_node=cpus_per_node, nats_url=nats_url,
+                                          preemption_victims=preemption_victims))
     if starts_file:
         Path(starts_file).write_text(json.dumps(
             {j: {"start_s": r.start_s, "nodes": r.allocation, "state": r.state,
@@ -133,6 +153,11 @@ def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: boo
                        ("jobs_per_s", "jobs simulated per second")):
         value = out[key]
         click.echo(f"  {label:<28} {value:,.3f}" if isinstance(value, float) else f"  {label:<28} {value:,}")
+    if out.get("preemptions"):
+        click.echo(f"  {'preemptions':<28} {out['preemptions']:,}  (victim order {out['preemption_victims']})")
+        click.echo(f"  {'GPU-hours lost to preemption':<28} {out['preempted_gpu_s'] / 3600:,.3f}  ("
+                   + ", ".join(f"{k} {v / 3600:,.1f}" for k, v in out["preempted_gpu_s_by_class"].items()) + ")")
+        click.echo(f"  {'bounded slowdown to the end':<28} {out['mean_bounded_slowdown_to_end']:,.3f}")
     if set(out["outcomes"]) != {"SUCCEEDED"}:
         click.echo(f"  {'outcomes':<28} " + ", ".join(f"{k} {v:,}" for k, v in out["outcomes"].items()))
 
