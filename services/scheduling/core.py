@@ -89,7 +89,7 @@ from services.state.jobs import HOLDS_RESOURCES, TERMINAL, Job, JobState, JobTab
 
 __all__ = ["SchedulingCore", "SchedulingState", "SNAPSHOT_FORMAT"]
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2  # 2: settled jobs kept as outcomes, arrays written out
 
 _NODE_EVENTS = (
     c.NodeRegistered,
@@ -156,6 +156,8 @@ class _Snapshot(msgspec.Struct, array_like=True):
     now: float
     config: dict[str, object]
     jobs: list[Job]
+    settled: dict[str, int]
+    arrays: dict[str, list[str]]
     accounts: list[Account]
     fairshare: dict[str, object]
     in_use: dict[str, Amount]
@@ -306,6 +308,8 @@ class SchedulingCore:
         if job.job_id in state.dependents or (spec is not None and spec.array in state.dependents):
             state.dirty_seq = seq  # its dependants may now be ready, or never
         if spec is None:
+            if tr.after in TERMINAL:
+                state.jobs.settle(job.job_id)
             return
         if tr.after is JobState.PENDING:
             self._enter_pending(state, job, tr.before)
@@ -331,6 +335,23 @@ class SchedulingCore:
             elif self._may_retry(state, job, tr.after):
                 state.retries[job.job_id] = state.retries.get(job.job_id, 0) + 1
                 state.to_requeue[job.job_id] = job
+        if tr.after in TERMINAL and job.job_id not in state.to_requeue:
+            self._settle(state, job)
+
+    @staticmethod
+    def _settle(state: SchedulingState, job: Job) -> None:
+        """The job has ended for good: keep only its outcome (``JobTable.settle``), so the state
+        (and each snapshot) does not grow with the jobs that have come and gone."""
+        assert job.spec is not None
+        for dep in job.spec.dependencies:
+            waiting = state.dependents.get(dep.job_id)
+            if waiting is not None:
+                waiting.discard(job.job_id)
+                if not waiting:
+                    del state.dependents[dep.job_id]
+        state.retries.pop(job.job_id, None)
+        state.requeue_now.discard(job.job_id)
+        state.jobs.settle(job.job_id)
 
     def _enter_pending(self, state: SchedulingState, job: Job, before: JobState | None) -> None:
         spec = job.spec
@@ -583,7 +604,8 @@ class SchedulingCore:
             format=SNAPSHOT_FORMAT, fingerprint=self._fingerprint(), seq=state.seq, now=state.now,
             config=msgspec.structs.asdict(state.config) if isinstance(state.config, msgspec.Struct)
             else dict(vars(state.config)),
-            jobs=list(state.jobs.jobs.values()), accounts=list(fs.accounts.values()),
+            jobs=list(state.jobs.jobs.values()), settled=_sorted(state.jobs.settled),
+            arrays=_sorted(state.jobs.arrays), accounts=list(fs.accounts.values()),
             fairshare={"half_life_s": fs.half_life_s, "gpu_weight": fs.gpu_weight, "cpu_weight": fs.cpu_weight,
                        "memory_weight": fs.memory_weight, "dominant_share": fs.dominant_share},
             in_use=_sorted(state.quotas.in_use), waiting=_sorted(state.quotas.waiting),
@@ -610,8 +632,7 @@ class SchedulingCore:
             if job.spec is not None:
                 job.spec = compact(job.spec)
             state.jobs.jobs[job.job_id] = job
-            if job.spec is not None and job.spec.array is not None:
-                state.jobs.arrays.setdefault(job.spec.array, []).append(job.job_id)
+        state.jobs.settled, state.jobs.arrays = snap.settled, snap.arrays
         fs = state.fairshare
         fs.accounts = {a.name: a for a in snap.accounts}
         for name, value in snap.fairshare.items():

@@ -46,7 +46,7 @@ def dependency_status(dep: c.Dependency, jobs: JobTable, requeue_pending: set[st
     """(MET | WAITING | NEVER, reason) for one dependency."""
     tasks = jobs.arrays.get(dep.job_id)
     if tasks:
-        return _array_status(dep, [jobs.jobs[t] for t in tasks], requeue_pending)
+        return _array_status(dep, [jobs.get(t) for t in tasks], requeue_pending)  # type: ignore[misc]
     other = jobs.get(dep.job_id)
     if other is None:
         return WAITING, f"waiting for {dep.job_id}: not submitted yet"

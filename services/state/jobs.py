@@ -38,7 +38,7 @@ import msgspec
 
 from events import catalogue as c
 
-__all__ = ["JobState", "Job", "JobTable", "Transition", "LIVE", "TERMINAL", "HOLDS_RESOURCES"]
+__all__ = ["JobState", "Job", "JobTable", "Transition", "LIVE", "TERMINAL", "HOLDS_RESOURCES", "STATES"]
 
 
 class JobState(str, Enum):
@@ -71,6 +71,10 @@ TERMINAL = frozenset(
 )
 
 
+STATES = tuple(JobState)  # a settled job's outcome is stored as its index here (see ``JobTable.settle``)
+_INDEX = {state: i for i, state in enumerate(STATES)}
+
+
 @dataclass(slots=True)
 class Job:
     job_id: str
@@ -101,19 +105,48 @@ class Transition:
 
 
 class JobTable:
-    """``apply`` folds one event and returns the transition it caused, or ``None``."""
+    """``apply`` folds one event and returns the transition it caused, or ``None``.
+
+    **Settled jobs.** A core that knows a job has ended for good (no requeue
+    can follow) may ``settle`` it: the ``Job`` is dropped and only its outcome
+    is kept (``settled``: job id -> ``STATES`` index * 2 + started), which is
+    all that dependencies on it and duplicate detection need. ``get`` answers
+    for a settled job with a bare ``Job`` (no spec) in its final state; no
+    event moves it any more. So a long-running table holds a few bytes per
+    finished job instead of its spec and history (the scheduling core's
+    snapshots stay small as the log grows: ``docs/benchmarks.md`` §4).
+    """
 
     def __init__(self) -> None:
         self.jobs: dict[str, Job] = {}
         self.arrays: dict[str, list[str]] = {}  # array job id -> its tasks' job ids, in acceptance order
+        self.settled: dict[str, int] = {}  # job id -> STATES index * 2 + (1 if it ever started)
 
     def get(self, job_id: str) -> Job | None:
-        return self.jobs.get(job_id)
+        job = self.jobs.get(job_id)
+        if job is not None:
+            return job
+        code = self.settled.get(job_id)
+        if code is None:
+            return None
+        return Job(job_id, None, STATES[code >> 1], started_ts=float(code & 1))
+
+    def known(self, job_id: str) -> bool:
+        return job_id in self.jobs or job_id in self.settled
+
+    def settle(self, job_id: str) -> None:
+        """Forget a job that has ended for good, keeping its outcome (see the class docstring)."""
+        job = self.jobs.pop(job_id, None)
+        if job is None:
+            return
+        assert job.state in TERMINAL, f"{job_id} is {job.state.value}, not ended"
+        started = job.started_ts > 0 or job.state is JobState.RUNNING
+        self.settled[job_id] = _INDEX[job.state] * 2 + int(started)
 
     def apply(self, event: c.Event, seq: int, time: float) -> Transition | None:
         match event:
             case c.JobAccepted(job_id=job_id, spec=spec):
-                if job_id in self.jobs:
+                if self.known(job_id):
                     return None
                 spec = compact(spec)
                 job = Job(job_id, spec, JobState.PENDING, accepted_seq=seq, accepted_ts=event.submitted_ts or time)
@@ -122,7 +155,7 @@ class JobTable:
                     self.arrays.setdefault(spec.array, []).append(job_id)
                 return Transition(job, None, JobState.PENDING)
             case c.JobRejected(job_id=job_id, reason=reason):
-                if job_id in self.jobs:
+                if self.known(job_id):
                     return None
                 job = Job(job_id, None, JobState.REJECTED, reason=reason, ended_ts=time)
                 self.jobs[job_id] = job
