@@ -197,3 +197,34 @@ def test_rate_limits_hold_a_round_back_whole():
     assert plan.victims == ["r0", "r1"] and plan.cost[0] == 8.0
     f.admin("preemption", c.PreemptionConfigured(per_minute=2))
     assert sorted(e.job_id for e in f.decide() if isinstance(e, c.PreemptionRequested)) == ["r0", "r1"]
+
+
+def test_room_held_for_one_preemptor_is_not_counted_by_another():
+    """Victims stopped for ``first`` leave room on n0 that placement holds for it; a second
+    preemptor's plan must not take that room as free (nor make room there): it preempts on n1."""
+    f = Feed(PreemptionCore())
+    for n in ("n0", "n1"):
+        f.evt("agent", node(n, gpus=8))
+        f.evt("inventory", c.NodeReady(node=n, basis_seq=1))
+    for job_id, n, first_gpu in (("l0", "n0", 0), ("l1", "n0", 4), ("l2", "n1", 0), ("l3", "n1", 4)):
+        f.evt("submission", accepted(job_id, gpus=4, priority_class="low"))
+        f.evt("placement", c.JobScheduled(job_id=job_id, attempt=1, allocations=[c.NodeAllocation(
+            node=n, device_ids=[f"gpu{first_gpu + k}" for k in range(4)], cpus_milli=1000, memory_bytes=1 << 30)]))
+        f.evt("agent", c.JobStarted(job_id=job_id, attempt=1, node=n))
+    f.evt("submission", accepted("first", gpus=4, priority_class="critical"))
+    f.evt("scheduling", c.SchedulingCycleCompleted(cycle=1, candidates=["first"], basis_seq=1))
+    f.evt("placement", c.PlacementCycleCompleted(cycle=1, blocked=1))
+    [request] = [e for e in f.decide() if isinstance(e, c.PreemptionRequested)]
+    f.evt("preemption", request)
+    f.evt("agent", c.JobPreempted(job_id=request.job_id, attempt=1, for_job="first"))
+    held_node = "n0" if request.job_id in ("l0", "l1") else "n1"
+    assert f.state.held == {held_node: frozenset({"first"})}
+    # a second critical job arrives before ``first`` is placed: the free room is not its room
+    f.evt("submission", accepted("second", gpus=4, priority_class="critical"))
+    plan = f.core.plan(f.state, "second")
+    other = "n1" if held_node == "n0" else "n0"
+    assert plan.victims and plan.nodes == [other]
+    # once ``first`` starts, its room is no longer held
+    f.evt("placement", c.JobScheduled(job_id="first", attempt=1, allocations=[c.NodeAllocation(
+        node=held_node, device_ids=[f"gpu{k}" for k in range(4)], cpus_milli=1000, memory_bytes=1 << 30)]))
+    assert f.state.held == {}

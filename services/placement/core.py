@@ -64,7 +64,8 @@ from typing import ClassVar
 from events import catalogue as c
 from events.base import Event
 from events.subjects import WHOLE_LOG, parse_subject, valid_token
-from services.placement.fit import AdvanceReservation, Context, Fit, Overlay, Topology, explain, fit_node
+from services.placement.fit import (AdvanceReservation, Context, Fit, Overlay, Topology, explain, fit_node, hold_room,
+                                    release_room)
 from services.placement.index import NodeIndex
 from services.placement.plugins import (BACKFILL_MODES, NEVER_FILTERS, TOPOLOGY_LABELS, Profile, check_profile,
                                         profile_from)
@@ -237,18 +238,11 @@ class PlacementCore:
             case c.PreemptionRequested(job_id=victim, for_job=for_job) if for_job:
                 job, pre = state.jobs.get(victim), state.jobs.get(for_job)
                 if job is not None and pre is not None and pre.state is JobState.PENDING:
-                    for alloc in job.allocations:
-                        state.held[alloc.node] = state.held.get(alloc.node, frozenset()) | {for_job}
+                    hold_room(state.held, job.allocations, for_job)
                 return state
         tr = fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)
         if tr is not None and tr.before is JobState.PENDING and state.held:
-            gone = tr.job.job_id  # a preemptor that starts (or ends) releases what was held for it
-            for node in [n for n, ps in state.held.items() if gone in ps]:
-                rest = state.held[node] - {gone}
-                if rest:
-                    state.held[node] = rest
-                else:
-                    del state.held[node]
+            release_room(state.held, tr.job.job_id)  # a preemptor that starts (or ends) releases its room
         if tr is not None and tr.job.spec is not None and tr.job.spec.affinity is not None \
                 and tr.job.spec.affinity.job_anti_affinity:
             was, now = tr.before in HOLDS_RESOURCES, tr.after in HOLDS_RESOURCES

@@ -19,7 +19,7 @@ plugins (``Fit.parts``); the node index ranks by it, then by node name.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -29,7 +29,8 @@ from services.placement.plugins import (Profile, describe_requirement, describe_
                                         untolerated)
 from services.state.cluster import Cluster, Node, Request, device_matches, device_sort_key
 
-__all__ = ["Overlay", "Fit", "fit_node", "describe_gpus", "Context", "AdvanceReservation", "Topology", "explain"]
+__all__ = ["Overlay", "Fit", "fit_node", "describe_gpus", "Context", "AdvanceReservation", "Topology", "explain",
+           "hold_room", "release_room"]
 
 
 @dataclass(slots=True)
@@ -197,6 +198,25 @@ class Context:
 
 
 DEFAULT_CONTEXT = Context()
+
+
+def hold_room(held: dict[str, frozenset[str]], allocations: Iterable[c.NodeAllocation], for_job: str) -> None:
+    """A victim is being preempted for ``for_job``: the nodes it runs on are held for that job
+    (``fit_node`` refuses them to anyone else) until it starts or ends (``release_room``).
+    Placement and preemption fold this alike, so a preemption plan never counts on room held
+    for another preemptor."""
+    for alloc in allocations:
+        held[alloc.node] = held.get(alloc.node, frozenset()) | {for_job}
+
+
+def release_room(held: dict[str, frozenset[str]], job_id: str) -> None:
+    """``job_id`` left the queue (it started, or ended waiting): what was held for it is free."""
+    for node in [n for n, holders in held.items() if job_id in holders]:
+        rest = held[node] - {job_id}
+        if rest:
+            held[node] = rest
+        else:
+            del held[node]
 
 
 def explain(filter: str, detail: tuple[object, ...], req: Request) -> str:

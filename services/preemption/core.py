@@ -67,7 +67,7 @@ from typing import ClassVar, Mapping
 from events import catalogue as c
 from events.base import Event
 from events.subjects import WHOLE_LOG, parse_subject
-from services.placement.fit import Context, Overlay, fit_node
+from services.placement.fit import Context, Overlay, fit_node, hold_room, release_room
 from services.runtime.log import Record
 from services.runtime.service import CoreState
 from services.scheduling.core import SchedulingCore, SchedulingState
@@ -158,6 +158,7 @@ class PreemptionState(CoreState):
         self.running_by_class: dict[str, int] = {}  # jobs holding resources, per priority class
         self.borrowed_running = 0  # of which admitted by borrowing
         self.config_rejections: dict[int, str] = {}
+        self.held: dict[str, frozenset[str]] = {}  # node -> preemptors placement holds it for (as placement folds it)
 
 
 @dataclass
@@ -211,6 +212,9 @@ class PreemptionCore:
                 return state
             case c.PreemptionRequested(job_id=victim, for_job=for_job):
                 job = state.jobs.get(victim)
+                pre = state.jobs.get(for_job) if for_job else None
+                if job is not None and pre is not None and pre.state is JobState.PENDING:
+                    hold_room(state.held, job.allocations, for_job)
                 if job is not None and job.state in HOLDS_RESOURCES and job.attempt == event.attempt:
                     state.stopping[victim] = for_job
                     if event.source == self.name and job.spec is not None:
@@ -227,6 +231,8 @@ class PreemptionCore:
         tr = fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)
         if tr is not None:
             job_id = tr.job.job_id
+            if tr.before is JobState.PENDING and state.held:
+                release_room(state.held, job_id)
             if tr.after is not JobState.PENDING:
                 state.blocked.pop(job_id, None)
                 state.blocked_seq.pop(job_id, None)
@@ -359,7 +365,9 @@ class PreemptionCore:
         if not eligible:
             out.why_not = "no running job may be preempted for it (class rules, borrowing, minimum runtime, limits)"
             return out
-        ctx = Context(start_ts=state.now, end_ts=state.now + spec.time_limit_s, account=spec.account)
+        # Room placement holds for another preemptor is not room for this one (nor is it to be made there).
+        ctx = Context(start_ts=state.now, end_ts=state.now + spec.time_limit_s, account=spec.account, job_id=job_id,
+                      held=state.held)
         base = Overlay()  # victims chosen for others in this round are not eligible: their room is theirs
         chosen = self._global(state, req, ctx, base, eligible)
         if state.config.victims == "cheapest":
