@@ -347,3 +347,45 @@ def test_a_stale_backoff_wakeup_is_not_a_difference_between_replay_and_restart()
     ]:
         log.act(a, dt)
     check_restart_equals_full_replay(SchedulingCore(policy="fcfs"), log.records, 8)
+
+
+# ---------------------------------------------------------------------------- settled jobs
+
+
+def test_jobs_that_ended_for_good_keep_only_their_outcome():
+    """The state (and so each snapshot) does not grow with the jobs that have come and gone:
+    a finished job is kept as its outcome, which is all a later dependency or a duplicate needs."""
+    from services.scheduling.dependencies import MET, NEVER, dependency_status
+    from tests.helpers import Feed, accepted
+
+    core = SchedulingCore()
+    f = Feed(core)
+    f.evt("agent", node("n0", gpus=8))
+    f.evt("inventory", c.NodeReady(node="n0", basis_seq=1))
+
+    def run(job_id: str, ok: bool = True, **kw: Any) -> None:
+        f.evt("submission", accepted(job_id, gpus=1, **kw))
+        f.evt("placement", c.JobScheduled(job_id=job_id, attempt=1, allocations=[c.NodeAllocation(
+            node="n0", device_ids=["gpu0"], cpus_milli=1000, memory_bytes=1 << 30)]))
+        f.evt("agent", c.JobStarted(job_id=job_id, attempt=1, node="n0"))
+        end = c.JobSucceeded(job_id=job_id, attempt=1) if ok else c.JobFailed(job_id=job_id, attempt=1, exit_code=1)
+        f.evt("agent", end)
+
+    run("first")
+    small = len(core.dump(f.state))
+    for i in range(200):
+        run(f"done{i}", ok=i % 2 == 0)
+    assert f.state.jobs.jobs == {} and len(f.state.jobs.settled) == 201
+    assert len(core.dump(f.state)) < small + 200 * 16  # bytes per finished job: its id and one small int
+    # what dependencies still see
+    assert dependency_status(c.Dependency(job_id="done0", kind="after-ok"), f.state.jobs, {})[0] == MET
+    verdict, why = dependency_status(c.Dependency(job_id="done1", kind="after-ok"), f.state.jobs, {})
+    assert (verdict, why) == (NEVER, "done1 ended FAILED, not SUCCEEDED (after-ok)")
+    assert dependency_status(c.Dependency(job_id="done1", kind="after"), f.state.jobs, {})[0] == MET
+    # a duplicate acceptance of a settled job changes nothing
+    before = core.dump(f.state)
+    f.state.jobs.apply(accepted("done3"), f.state.seq + 1, f.state.now)
+    assert core.dump(f.state) == before
+    # a job that will be retried is not settled until its retries are spent
+    run("flaky", ok=False, restart_policy="on-failure", max_retries=1)
+    assert "flaky" in f.state.jobs.jobs and "flaky" in f.state.to_requeue
