@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from pathlib import Path
 
 from typing import Any
@@ -16,6 +17,7 @@ from services.agent.app import local_nodes
 from services.runtime.jetstream import JetStreamLog, StreamSettings
 from services.runtime.natsserver import NatsServer
 from services.runtime.stack import SERVICES, Stack
+from services.runtime.supervisor import ChildSpec, Supervisor, notify_ready
 
 __all__ = ["register"]
 
@@ -64,10 +66,13 @@ def _logging(verbose: bool, log_file: Path | None = None) -> None:
 @click.option("--otel", type=click.Choice(["none", "console", "otlp"]), default="none", show_default=True,
               help="OpenTelemetry traces and metrics: printed (console) or sent to OTLP "
                    "($OTEL_EXPORTER_OTLP_ENDPOINT; needs opentelemetry-exporter-otlp).")
+@click.option("--processes", is_flag=True,
+              help="Run every part as its own OS process (`horizon service NAME`), restarted if it dies; "
+                   "logs in DATA_DIR/logs/, PIDs in DATA_DIR/processes.json.")
 @click.option("--verbose", is_flag=True)
 def up(data_dir: Path, port: int, nodes: int, gpus_per_node: int, gpu_type: str, cpus_per_node: str,
        memory_per_node: str, executor: str, heartbeat_timeout: float, policy: str, backfill_mode: str,
-       otel: str, verbose: bool) -> None:
+       otel: str, processes: bool, verbose: bool) -> None:
     """Start everything on this machine: nats-server, the five services, projections, local nodes."""
     node_specs = local_nodes(
         nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type, cpus=parse_cpus(cpus_per_node, "--cpus-per-node") // 1000,
@@ -75,6 +80,14 @@ def up(data_dir: Path, port: int, nodes: int, gpus_per_node: int, gpu_type: str,
     )
     _logging(verbose, data_dir / "horizon.log")
     server = NatsServer(store_dir=data_dir / "nats", port=port, log_file=data_dir / "nats-server.log")
+    if processes:
+        common = ["--executor", executor, "--heartbeat-timeout", str(heartbeat_timeout), "--policy", policy,
+                  "--backfill-mode", backfill_mode, "--otel", otel, *(["--verbose"] if verbose else [])]
+        agent = ["--nodes", str(nodes), "--gpus-per-node", str(gpus_per_node), "--gpu-type", gpu_type,
+                 "--cpus-per-node", cpus_per_node, "--memory-per-node", memory_per_node]
+        _up_processes(server, data_dir, common, agent if nodes else None,
+                      f"{nodes} nodes x {gpus_per_node} {gpu_type} GPUs, {executor} executor")
+        return
     server.start()
     try:
         asyncio.run(_up(server, data_dir, node_specs, executor, heartbeat_timeout, nodes, gpus_per_node, gpu_type,
@@ -112,6 +125,64 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list, executor: st
         await stack.stop()
 
 
+def process_specs(url: str, data_dir: Path, common: list[str], agent: list[str] | None) -> list[ChildSpec]:
+    """One ``horizon service NAME`` command line per part: the five services, the projections,
+    and (unless ``agent`` is None) the agent with its node options."""
+    base = [sys.executable, "-m", "services.cli.main", "service"]
+    where = ["--nats", url, "--data-dir", str(data_dir.resolve())]
+    specs = [ChildSpec(name, [*base, name, *where, *common]) for name in [*SERVICES, "projections"]]
+    if agent is not None:
+        specs.append(ChildSpec("agent", [*base, "agent", *where, *common, *agent]))
+    return specs
+
+
+def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: list[str] | None,
+                  shape: str) -> None:
+    """``horizon up --processes``: nats-server here, every part a supervised child process.
+
+    Phases: 1. the server and the streams (so a submission made as soon as the URL is printed is
+    kept); 2. the children, then their readiness (sd_notify); 3. watch and restart until Ctrl-C
+    or SIGTERM; 4. stop the children by PID, then the server. A second Ctrl-C kills at once.
+    """
+    signals: list[int] = []
+    previous = {sig: signal.signal(sig, lambda num, _frame: signals.append(num))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    shout = logging.StreamHandler()  # exits and restarts also on the terminal
+    shout.setLevel(logging.WARNING)
+    logging.getLogger("horizon.supervisor").addHandler(shout)
+    supervisor: Supervisor | None = None
+    try:
+        server.start()
+        asyncio.run(_create_streams(server.url))
+        supervisor = Supervisor(process_specs(server.url, data_dir, common, agent), data_dir / "logs",
+                                pid_file=data_dir / "processes.json")
+        supervisor.start()
+        waiting = supervisor.wait_ready(120.0, should_stop=lambda: bool(signals))
+        if not signals:
+            if waiting:
+                click.echo(f"not ready after 120 s: {', '.join(waiting)} (see {data_dir}/logs/)", err=True)
+            click.echo(server.url, nl=True)
+            names = ", ".join(f"{name} {pid}" for name, pid in supervisor.pids().items())
+            click.echo(
+                f"Horizon is up as processes: {shape}; PIDs: {names}\n"
+                f"logs in {data_dir}/logs/, PIDs in {data_dir}/processes.json. Ctrl-C stops everything.",
+                err=True,
+            )
+            supervisor.run(lambda: bool(signals))
+    finally:
+        if supervisor is not None:
+            supervisor.stop(force=lambda: len(signals) > 1)
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        click.echo("stopped", err=True)
+
+
+async def _create_streams(url: str) -> None:
+    setup = await JetStreamLog.open(url, name="horizon-setup")
+    await setup.close()
+
+
 @click.command()
 @click.argument("name", type=click.Choice([*SERVICES, "projections", "agent"]))
 @click.option("--nats", "nats_url", envvar="HORIZON_NATS_URL", default="nats://127.0.0.1:4222", show_default=True)
@@ -121,6 +192,8 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list, executor: st
 @click.option("--node-prefix", default="node", show_default=True, help="agent: node name prefix.")
 @click.option("--gpus-per-node", type=int, default=8, show_default=True)
 @click.option("--gpu-type", default="a100", show_default=True)
+@click.option("--cpus-per-node", default="64", show_default=True, help="agent: CPUs of each node.")
+@click.option("--memory-per-node", default="512Gi", show_default=True, help="agent: memory of each node.")
 @click.option("--executor", type=click.Choice(["process", "sim"]), default="process", show_default=True)
 @click.option("--heartbeat-timeout", type=float, default=10.0, show_default=True)
 @click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="multifactor", show_default=True)
@@ -131,11 +204,17 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list, executor: st
                    "($OTEL_EXPORTER_OTLP_ENDPOINT; needs opentelemetry-exporter-otlp).")
 @click.option("--verbose", is_flag=True)
 def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int, node_prefix: str,
-            gpus_per_node: int, gpu_type: str, executor: str, heartbeat_timeout: float, policy: str,
-            backfill_mode: str, otel: str, verbose: bool) -> None:
-    """Run one part alone against any NATS (the distributed shape)."""
+            gpus_per_node: int, gpu_type: str, cpus_per_node: str, memory_per_node: str, executor: str,
+            heartbeat_timeout: float, policy: str, backfill_mode: str, otel: str, verbose: bool) -> None:
+    """Run one part alone against any NATS (the distributed shape).
+
+    --nats takes one URL or several separated by commas (the servers of a NATS cluster). Once the
+    part has caught up with the log it says READY=1 on $NOTIFY_SOCKET if set (systemd Type=notify).
+    """
     _logging(verbose)
     settings = StreamSettings(replicas=replicas)
+    cpus = parse_cpus(cpus_per_node, "--cpus-per-node") // 1000
+    memory_bytes = parse_memory(memory_per_node, "--memory-per-node")
 
     async def go() -> None:
         tracing, meters = _telemetry(otel, f"horizon-{name}")
@@ -144,13 +223,15 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int,
         setup = await JetStreamLog.open(nats_url, name=f"horizon-{name}-setup", settings=settings)
         await setup.close()
         if name == "agent":
-            stack.nodes = local_nodes(nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type, prefix=node_prefix)
+            stack.nodes = local_nodes(nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type, cpus=cpus,
+                                      memory_bytes=memory_bytes, prefix=node_prefix)
             await stack.start_agent()
         elif name == "projections":
             await stack.start_projection()
         else:
             await stack.start_service(name)
         click.echo(f"{name} running against {nats_url}; Ctrl-C stops it", err=True)
+        notify_ready(f"{name} running")
         part = stack.parts[name]
         signalled = asyncio.create_task(_until_signalled())
         try:
