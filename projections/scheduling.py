@@ -3,15 +3,26 @@
 This view folds the log through the scheduling core itself (``evolve`` only,
 never ``decide``), so the shares, usage, factors and reasons it shows are
 exactly the ones the scheduler decides on, as of the last event it applied.
-It is in memory: the state is the scheduler's, rebuilt from the log (or,
-later, from its snapshot) at start.
+The fold is in memory, rebuilt from the log at start; what it shows is
+materialised in SQLite by ``StandingStore`` (``projections/standing.py``:
+queue, nodes and allocations, usage and its hourly history, each flush one
+transaction with its sequence), and the list queries are answered from there
+with paging and filters.
 
-Served on:
+Served on (queue group ``projections``):
 
+* ``horizon.query.queue`` -> ``{"jobs": [...], "total", "offset", "last_seq", "now", "policy"}``:
+  pending jobs in scheduling order (``rank``), then held ones, each with its priority and
+  factors, why it waits, each filter's verdict and its reservation; filters ``tenant``,
+  ``account``, ``user``, ``state``, ``priority_class``, ``job_id``; ``limit`` and ``offset``;
+* ``horizon.query.nodes`` -> ``{"nodes": [...], "total", "offset", "last_seq"}`` (like sinfo), each
+  node with the jobs on it; filters ``state``, ``node``, ``gpu_type``; paged;
+* ``horizon.query.allocations`` -> every running attempt's share of each node; filters ``node``,
+  ``job_id``, ``tenant``, ``account``, ``user``; paged;
 * ``horizon.query.usage`` -> ``{"rows": [...], "now", "half_life_s", "weights", "last_seq"}``: one
-  row per account and user association, depth first (``FairShare.report``); with
-  ``{"history": true}`` also ``"history"``: every account's usage and fair-share factor at each
-  hour boundary of log time (the standing over time), folded from the log like the rest;
+  row per account and user association, depth first (``FairShare.report``); filters ``account``,
+  ``user``; with ``{"history": true}`` also ``"history"``: every account's usage and fair-share
+  factor at each hour boundary of log time (``account``, ``from_ts``, ``to_ts``, paged);
 * ``horizon.query.priority`` with ``{"job_id": J}`` -> the job's priority factor
   by factor (value, weight, weighted), its position among the pending jobs,
   why it waits, its deadline and restart backoff; with ``{"limit": N}`` the first
@@ -26,8 +37,11 @@ Served on:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
+import time
 from typing import Any
 
 from events import catalogue as c
@@ -39,8 +53,11 @@ from services.scheduling.core import SchedulingCore, SchedulingState
 from services.scheduling.fairshare import association
 from services.scheduling.policy import WEIGHT_NAMES, Multifactor, make_policy
 from services.state.jobs import JobState
+from projections.standing import StandingStore
 
 __all__ = ["SchedulerView", "priority_report", "usage_report"]
+
+log = logging.getLogger("horizon.projections")
 
 
 def usage_report(core: SchedulingCore, state: SchedulingState) -> dict[str, Any]:
@@ -116,8 +133,12 @@ def preempt_report(core: PreemptionCore, state: PreemptionState, job_id: str) ->
 
 
 class SchedulerView:
-    def __init__(self, log_: EventLog, nc: Any, core: SchedulingCore | None = None, meter_provider: Any = None) -> None:
+    def __init__(self, log_: EventLog, nc: Any, core: SchedulingCore | None = None, meter_provider: Any = None,
+                 store: StandingStore | None = None, flush_every_s: float = 0.5) -> None:
         self.log = log_
+        self.store = store
+        self.flush_every_s = flush_every_s  # at least; a slow flush stretches it (see _flush_loop)
+        self.caught_up = asyncio.Event()  # the tables show the end of the log as it was at start
         self.nc = nc
         self.core = core or SchedulingCore()
         self.state = self.core.initial()
@@ -125,13 +146,16 @@ class SchedulerView:
         self.preemption = PreemptionCore()
         self.pstate = self.preemption.initial()
         self._cycle_ts: dict[int, float] = {}
-        self.history: list[dict[str, Any]] = []  # usage per account at each hour of log time
+        self.history: list[dict[str, Any]] = []  # usage per account at each hour of log time (not yet stored)
         self.sample_every_s = 3600.0
         self._next_sample = 0.0
         self._latency: Any = None
         if meter_provider is not None:
             self._metrics(meter_provider)
         self._follower: Any = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._flush_lock = asyncio.Lock()
+        self._start_end = 0
         self._subs: list[Any] = []
 
     async def apply(self, batch: list[Record]) -> None:
@@ -204,8 +228,43 @@ class SchedulerView:
                 self.history.append({"ts": at, "account": name, "usage": fs.usage_at(acc, at),
                                      "running": acc.running, "fairshare": factors.get(name)})
             self._next_sample += self.sample_every_s
-        if len(self.history) > 200_000:
+        if self.store is None and len(self.history) > 200_000:
             del self.history[: len(self.history) - 200_000]
+
+    async def flush(self) -> bool:
+        """Write what the fold shows to the store (one transaction; see ``StandingStore.flush``)."""
+        if self.store is None:
+            return False
+        async with self._flush_lock:
+            return await self._flush()
+
+    async def _flush(self) -> bool:
+        assert self.store is not None
+        samples, self.history = self.history, []
+        rows = [(h["ts"], h["account"], h["usage"], h["running"], h["fairshare"]) for h in samples]
+        try:
+            written = await self.store.flush(self.core, self.state, self.pstate, rows)
+        except BaseException:
+            self.history = samples + self.history
+            raise
+        if self.store.last_seq >= self._start_end:
+            self.caught_up.set()
+        return written
+
+    async def _flush_loop(self) -> None:
+        """Flush whenever the fold has moved, at most every ``flush_every_s`` and never more than a
+        fifth of the time (a big queue takes a while to write: the view must not spend its life on it)."""
+        pause = self.flush_every_s
+        while True:
+            await asyncio.sleep(pause)
+            if self.store is None or self.state.seq <= self.store.last_seq:
+                continue
+            started = time.monotonic()
+            try:
+                await self.flush()
+            except Exception:  # a full disk or a locked file: keep folding, try again later
+                log.exception("writing the scheduler's standing failed; retrying")
+            pause = max(self.flush_every_s, 4 * (time.monotonic() - started))
 
     def config_status(self, seq: int) -> dict[str, Any]:
         pending = self.state.config_rejections.get(seq)
@@ -213,11 +272,43 @@ class SchedulerView:
         return {"seen": self.state.seq >= seq, "rejected": reason, "last_seq": self.state.seq}
 
     async def start(self) -> None:
+        if self.store is not None:
+            if self.store.db is None:
+                await self.store.open()
+            self._start_end = max(await self.log.last_seq(), self.store.last_seq)
+            if self.store.last_seq >= self._start_end:
+                self.caught_up.set()
+            self._flusher = asyncio.create_task(self._flush_loop(), name="standing-flush")
+            for view, handler in (("queue", self.store.query_queue), ("nodes", self.store.query_nodes),
+                                  ("allocations", self.store.query_allocations), ("usage", self.store.query_usage)):
+                self._subs.append(await self.nc.subscribe(f"horizon.query.{view}", queue="projections",
+                                                          cb=self._stored(handler)))
+        else:
+            self._subs.append(await self.nc.subscribe("horizon.query.usage", queue="projections", cb=self._usage))
         self._follower = await self.log.follow(self.apply, from_seq=1)
-        self._subs.append(await self.nc.subscribe("horizon.query.usage", queue="projections", cb=self._usage))
         self._subs.append(await self.nc.subscribe("horizon.query.priority", queue="projections", cb=self._priority))
         self._subs.append(await self.nc.subscribe("horizon.query.config", queue="projections", cb=self._config))
         self._subs.append(await self.nc.subscribe("horizon.query.preempt", queue="projections", cb=self._preempt))
+
+    def _stored(self, handler: Any) -> Any:
+        """A query answered from the store, once it shows everything the fold has applied (a reader
+        sees what the view knows, not what it knew at the last periodic flush); errors in the request
+        become ``{"error": ...}``."""
+        async def answer(msg: Any) -> None:
+            if not msg.reply:
+                return
+            try:
+                request = json.loads(msg.data or b"{}")
+                if not isinstance(request, dict):
+                    raise ValueError("the request must be a JSON object")
+                if self.store is not None and self.state.seq > self.store.last_seq:
+                    await self.flush()
+                body = await handler(request)
+            except (ValueError, TypeError, KeyError) as exc:
+                body = {"error": str(exc)}
+            await self.nc.publish(msg.reply, json.dumps(body).encode())
+
+        return answer
 
     async def _preempt(self, msg: Any) -> None:
         await self._reply(msg, lambda request: preempt_report(self.preemption, self.pstate, str(request["job_id"])))
@@ -257,4 +348,12 @@ class SchedulerView:
                 await sub.unsubscribe()
         if self._follower is not None:
             await self._follower.stop()
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        if self.store is not None and self.store.db is not None:
+            with contextlib.suppress(Exception):
+                await self.flush()  # what the fold had reached
+            await self.store.close()
 

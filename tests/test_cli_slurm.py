@@ -166,9 +166,10 @@ async def test_sacct_squeue_format_and_scancel_filters(nats_server, tmp_path):
         assert code == 0, err
         assert out.splitlines() == ["slow1 R default normal 1 gres/gpu:2 node-00"]
         code, out, err = await horizon(url, "queue", "--format", "%.9i|%4j|%T|%u")
-        assert out.splitlines() == ["    JOBID|NAME|STATE|USER", "  sweep-a|swee|PENDING|" + me,
-                                    "  sweep-b|swee|PENDING|" + me, "  sweep-c|swee|PENDING|" + me,
-                                    "sweep-bob|swee|PENDING|bob"]
+        # in scheduling order: bob's account has no usage, ml's has slow1 running (fair share)
+        assert out.splitlines() == ["    JOBID|NAME|STATE|USER", "sweep-bob|swee|PENDING|bob",
+                                    "  sweep-a|swee|PENDING|" + me, "  sweep-b|swee|PENDING|" + me,
+                                    "  sweep-c|swee|PENDING|" + me]
         code, out, err = await horizon(url, "queue")
         assert out.split()[:3] == ["POS", "JOBID", "NAME"] and "4 queued" in out
         code, out, err = await horizon(url, "queue", "--format", "%z")

@@ -1,4 +1,5 @@
-"""A projection killed mid-stream and restarted has exactly the rows of one rebuilt from scratch."""
+"""A projection killed mid-stream and restarted has exactly the rows of one rebuilt from scratch
+(both read models: jobs, and the scheduler's standing: queue, nodes, allocations, usage)."""
 
 from __future__ import annotations
 
@@ -52,21 +53,24 @@ async def _publish(url: str, records) -> int:
         await log_.close()
 
 
-def _position(db: Path) -> int:
+def _position(db: Path, projection: str = "jobs") -> int:
     if not db.exists():
         return 0
     try:
         with sqlite3.connect(db, timeout=5) as con:
-            row = con.execute("SELECT last_seq FROM tracking WHERE projection = 'jobs'").fetchone()
+            row = con.execute("SELECT last_seq FROM tracking WHERE projection = ?", (projection,)).fetchone()
             return row[0] if row else 0
     except sqlite3.OperationalError:
         return 0  # the schema is not there yet
 
 
-def _dump(db: Path) -> dict[str, list[tuple]]:
+JOBS_TABLES = ("jobs", "job_events", "attempts", "decisions", "tracking")
+STANDING_TABLES = ("queue", "nodes", "allocations", "usage", "usage_history", "settings", "tracking")
+
+
+def _dump(db: Path, tables: tuple[str, ...] = JOBS_TABLES) -> dict[str, list[tuple]]:
     with sqlite3.connect(db) as con:
-        return {table: con.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
-                for table in ("jobs", "job_events", "attempts", "decisions", "tracking")}
+        return {table: con.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall() for table in tables}
 
 
 def _service(url: str, data_dir: Path) -> subprocess.Popen:
@@ -96,10 +100,11 @@ def test_a_killed_projection_restarts_into_the_rows_of_a_rebuild(nats_server, tm
         proc.wait(timeout=10)
     assert 0 < killed_at < last_evt, (killed_at, last_evt)
 
+    standing = killed_dir / "projections" / "standing.sqlite"
     proc = _service(nats_server.url, killed_dir)  # restart: resumes from its own position
     try:
         deadline = time.monotonic() + 120
-        while _position(db) < last_evt:
+        while _position(db) < last_evt or _position(standing, "standing") < len(records):
             assert time.monotonic() < deadline, f"stuck at {_position(db)} of {last_evt}"
             time.sleep(0.1)
     finally:
@@ -109,10 +114,16 @@ def test_a_killed_projection_restarts_into_the_rows_of_a_rebuild(nats_server, tm
     out = subprocess.run([*HORIZON, "projections", "rebuild", "--nats", nats_server.url, "--data-dir",
                           str(rebuilt_dir)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert f"rebuilt to log seq {last_evt}" in out.stdout
+    assert f"jobs read model rebuilt to log seq {last_evt}" in out.stdout
+    assert f"standing read model rebuilt to log seq {len(records)}" in out.stdout
     killed, rebuilt = _dump(db), _dump(rebuilt_dir / "projections" / "jobs.sqlite")
     assert len(rebuilt["jobs"]) == 200 and len(rebuilt["job_events"]) > 2_000
     assert len(rebuilt["attempts"]) >= 200 and len(rebuilt["decisions"]) > 1_000
     assert any(row[7] == "PREEMPTED" for row in rebuilt["attempts"])  # outcome of a preempted attempt kept
     for table in ("jobs", "job_events", "attempts", "decisions", "tracking"):
+        assert killed[table] == rebuilt[table], table
+    killed, rebuilt = _dump(standing, STANDING_TABLES), _dump(rebuilt_dir / "projections" / "standing.sqlite",
+                                                              STANDING_TABLES)
+    assert len(rebuilt["nodes"]) == 8 and rebuilt["usage"]  # (the log spans seconds: no hour of usage history)
+    for table in STANDING_TABLES:
         assert killed[table] == rebuilt[table], table

@@ -561,13 +561,27 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
 
     async def go() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         async with session(nats_url) as nc:
-            body = await query(nc, "jobs", {"states": ask, "tenant": tenant, "account": account,
-                                            "user": user, "limit": limit, "order": "queue"})
+            # Waiting jobs come from the scheduler's queue (scheduling order, priority, why), the
+            # others (running, ended) from the jobs read model, after them.
+            waiting = [s for s in (ask or ["PENDING", "HELD"]) if s in ("PENDING", "HELD")]
+            others = None if ask is None else [s for s in ask if s not in ("PENDING", "HELD")]
+            filters = {"tenant": tenant, "account": account, "user": user}
+            body: dict[str, Any] = {"jobs": [], "total": 0, "last_seq": 0}
+            if waiting:
+                body = await query(nc, "queue", {**filters, "states": waiting, "limit": limit})
+            if others is None or others:
+                rest = await query(nc, "jobs", {**filters, "states": others, "limit": max(0, limit - len(body["jobs"])),
+                                                "order": "queue"})
+                body["jobs"] += [row for row in rest["jobs"] if row["state"] not in ("PENDING", "HELD")]
+                body["total"] += sum(1 for row in rest["jobs"] if row["state"] not in ("PENDING", "HELD"))
+                body["last_seq"] = min(body["last_seq"], rest["last_seq"]) if waiting else rest["last_seq"]
             body["jobs"] = [row for row in body["jobs"] if slurm.state_matches(row, match)]
             details: dict[str, Any] = {}
-            if why:
+            if why:  # the queue's rows carry the scheduler's explanation; others have none
                 for row in body["jobs"]:
-                    details[row["job_id"]] = await query(nc, "priority", {"job_id": row["job_id"]})
+                    if "why" in row:
+                        details[row["job_id"]] = {k: row.get(k) for k in ("why", "reasons", "reserved_at",
+                                                                           "reserved_nodes", "priority", "factors")}
             specs: dict[str, Any] = {}
             if fmt is not None and not as_json and slurm.needs_specs(fmt):
                 specs = await slurm.accepted_specs(nc, [row["job_id"] for row in body["jobs"]])
@@ -597,13 +611,16 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
         click.echo(f"{body['total']} queued (log seq {body['last_seq']})")
         return
     table = Table(box=None, header_style="bold")
-    for col in ("POS", "JOBID", "NAME", "USER", "ACCOUNT", "CLASS", "GPUS", "CPUS", "MEM", "STATE", "WAITING", "REASON"):
+    for col in ("POS", "JOBID", "NAME", "USER", "ACCOUNT", "CLASS", "PRIORITY", "GPUS", "CPUS", "MEM", "STATE",
+                "WAITING", "REASON"):
         table.add_column(col)
     for pos, row in enumerate(body["jobs"], 1):
-        table.add_row(str(pos), row["job_id"], row["name"] or "", row["user"] or "", row["account"] or "",
-                      row["priority_class"] or "", _gpus(row), format_cpus(row["cpus_milli"] or 0),
+        priority = row.get("priority")
+        table.add_row(str(row.get("rank") or pos), row["job_id"], row["name"] or "", row["user"] or "",
+                      row["account"] or "", row["priority_class"] or "",
+                      "-" if priority is None else f"{priority:.1f}", _gpus(row), format_cpus(row["cpus_milli"] or 0),
                       format_memory(row["memory_bytes"] or 0), row["state"], _age(row["submitted_ts"]),
-                      row["reason"] or ("held" if row["state"] == "HELD" else "waiting for a cycle"))
+                      row.get("why") or row["reason"] or ("held" if row["state"] == "HELD" else "waiting for a cycle"))
     console().print(table)
     click.echo(f"{body['total']} queued (log seq {body['last_seq']})")
 

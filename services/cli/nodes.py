@@ -24,13 +24,23 @@ __all__ = ["register"]
 
 @click.command()
 @nats_option
+@click.option("-t", "--state", "states", multiple=True,
+              help="Only nodes in this state: idle, mixed, allocated, cordoned, draining, drained, lost, removed, registered (repeatable).")
+@click.option("--gpu-type", default=None, help="Only nodes with this GPU model (a100 also matches a100-80gb).")
+@click.option("-n", "--nodes", "names", multiple=True, help="Only these nodes (repeatable).")
+@click.option("--limit", type=int, default=1000, show_default=True)
+@click.option("--offset", type=int, default=0, show_default=True, help="Skip this many nodes (paging).")
 @click.option("--json", "as_json", is_flag=True)
-def nodes(nats_url: str, as_json: bool) -> None:
+def nodes(nats_url: str, states: tuple[str, ...], gpu_type: str | None, names: tuple[str, ...], limit: int,
+          offset: int, as_json: bool) -> None:
     """Nodes with their state, capacity and use (like sinfo)."""
+    if limit < 0 or offset < 0:
+        raise click.BadParameter("must not be negative", param_hint="--limit/--offset")
 
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
-            return await query(nc, "nodes", {})
+            return await query(nc, "nodes", {"states": list(states), "gpu_type": gpu_type, "node": list(names),
+                                             "limit": limit, "offset": offset})
 
     body = asyncio.run(go())
     if as_json:
@@ -47,6 +57,8 @@ def nodes(nats_url: str, as_json: bool) -> None:
                       f"{n['gpus_used']}/{n['gpus']}", ",".join(n["gpu_types"]) or "-", str(len(n["jobs"])),
                       taints or "-")
     console().print(table)
+    if body["total"] > len(body["nodes"]):
+        click.echo(f"{len(body['nodes'])} of {body['total']} nodes shown (--offset {offset}, --limit {limit})")
 
 
 _ANSWERS = {"NodeCordoned", "NodeUncordoned", "NodeDraining", "NodeRemoved", "NodeTaintsChanged", "RequestRejected"}

@@ -113,26 +113,25 @@ class Stack:
 
     async def start_projection(self) -> Part:
         from projections.jobs import JobsProjection, QueryServer
-        from projections.nodes import NodesView
         from projections.scheduling import SchedulerView
+        from projections.standing import StandingStore
 
         log_ = await self._connect("projections")
         projection = JobsProjection(log_, self.data_dir / "projections" / "jobs.sqlite")
         await projection.open()
         server = QueryServer(log_.nc, projection)
         await server.start()
-        nodes = NodesView(log_, log_.nc)
-        scheduler = SchedulerView(log_, log_.nc, SchedulingCore(policy=self.policy), meter_provider=self.meter_provider)
+        standing = StandingStore(self.data_dir / "projections" / "standing.sqlite")
+        scheduler = SchedulerView(log_, log_.nc, SchedulingCore(policy=self.policy), meter_provider=self.meter_provider,
+                                  store=standing)
 
         async def run() -> None:
             await projection.start()
-            await nodes.start()
             await scheduler.start()
             try:
                 await projection.wait()
             finally:
                 await scheduler.stop()
-                await nodes.stop()
                 await server.stop()
                 await projection.stop()
 

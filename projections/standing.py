@@ -1,0 +1,370 @@
+"""The scheduler's standing as SQLite tables: the queue, nodes and allocations, usage and its history.
+
+``SchedulerView`` (``projections/scheduling.py``) folds the log through the
+scheduling and preemption cores; this store materialises what that fold
+shows into an aiosqlite database (WAL), so queries are answered with SQL
+paging and filters rather than by walking the fold:
+
+================  =============================================================================
+table             rows
+================  =============================================================================
+``queue``         every pending job in scheduling order (``rank`` 1..n), then the held ones:
+                  effective priority and its factors, why it waits, each filter's verdict, its
+                  reservation, deadline and restart backoff
+``nodes``         every node: state, capacity and use, GPU models, labels, taints
+``allocations``   every running attempt's share of each node: devices, CPUs, memory
+``usage``         the fair-share tree depth first (like ``sshare``): shares, decayed usage, factor
+``usage_history`` every account's usage and factor at each hour boundary of log time
+``settings``      the policy, the fair-share half-life and weights, the log time "now"
+``tracking``      the last stream sequence the rows show
+================  =============================================================================
+
+**One transaction, one sequence.** A flush replaces the derived tables
+(queue, nodes, allocations, usage) with what the fold shows at its last
+applied sequence ``S``, appends the usage samples taken since the last
+flush, and records ``S`` in ``tracking``, all in one transaction: a reader
+sees the standing at exactly one sequence, never a mix. Every row is a pure
+function of the log up to ``S`` (priorities and factors are computed at the
+log's time, not the wall clock), so the database of a projection that was
+killed and restarted equals one rebuilt from scratch at the same sequence.
+
+**When.** A flush after an applied batch at most every ``flush_every_s``
+(wall time: it is I/O pacing, not a decision; default 0.5 s), and at stop.
+On restart the fold is rebuilt from the log and nothing is written until it
+has passed the stored sequence, so the tables never go back in time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from services.preemption.core import PreemptionState
+from services.scheduling.core import SchedulingCore, SchedulingState
+from services.scheduling.fairshare import association
+from services.scheduling.policy import WEIGHT_NAMES, Multifactor, make_policy
+from services.state.jobs import HOLDS_RESOURCES, Job, JobState
+
+__all__ = ["StandingStore", "QUEUE_COLUMNS"]
+
+NAME = "standing"
+QUEUE_COLUMNS = (
+    "job_id rank state tenant account user association name priority_class priority factors gpus gpu_type "
+    "cpus_milli memory_bytes nodes tasks_per_node time_limit_s submitted_ts accepted_seq attempt reason why "
+    "reasons reserved_at reserved_nodes deadline_ts not_before_ts borrowed"
+).split()
+_JSON_QUEUE = {"factors", "reasons", "reserved_nodes"}
+NODE_COLUMNS = ("node state cpus_milli cpus_used_milli memory_bytes memory_used_bytes gpus gpus_used gpu_types "
+                "labels taints").split()
+_JSON_NODES = {"gpu_types", "labels", "taints"}
+USAGE_COLUMNS = ("rank account user depth parent raw_shares norm_shares raw_usage norm_usage level_fs fairshare "
+                 "running quota borrowing").split()
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS tracking (projection TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS queue (
+    job_id TEXT PRIMARY KEY, rank INTEGER, state TEXT NOT NULL,
+    tenant TEXT, account TEXT, user TEXT, association TEXT, name TEXT, priority_class TEXT,
+    priority REAL, factors TEXT, gpus INTEGER, gpu_type TEXT, cpus_milli INTEGER, memory_bytes INTEGER,
+    nodes INTEGER, tasks_per_node INTEGER, time_limit_s REAL, submitted_ts REAL, accepted_seq INTEGER,
+    attempt INTEGER, reason TEXT, why TEXT, reasons TEXT, reserved_at REAL, reserved_nodes TEXT,
+    deadline_ts REAL, not_before_ts REAL, borrowed INTEGER
+);
+CREATE INDEX IF NOT EXISTS queue_by_rank ON queue (rank);
+CREATE INDEX IF NOT EXISTS queue_by_account ON queue (account, rank);
+CREATE INDEX IF NOT EXISTS queue_by_tenant ON queue (tenant, rank);
+CREATE TABLE IF NOT EXISTS nodes (
+    node TEXT PRIMARY KEY, state TEXT, cpus_milli INTEGER, cpus_used_milli INTEGER, memory_bytes INTEGER,
+    memory_used_bytes INTEGER, gpus INTEGER, gpus_used INTEGER, gpu_types TEXT, labels TEXT, taints TEXT
+);
+CREATE TABLE IF NOT EXISTS allocations (
+    job_id TEXT NOT NULL, node TEXT NOT NULL, attempt INTEGER, state TEXT, tenant TEXT, account TEXT, user TEXT,
+    device_ids TEXT, cpus_milli INTEGER, memory_bytes INTEGER, borrowed INTEGER,
+    PRIMARY KEY (job_id, node)
+);
+CREATE INDEX IF NOT EXISTS allocations_by_node ON allocations (node, job_id);
+CREATE TABLE IF NOT EXISTS usage (
+    rank INTEGER PRIMARY KEY, account TEXT, user TEXT, depth INTEGER, parent TEXT, raw_shares REAL,
+    norm_shares REAL, raw_usage REAL, norm_usage REAL, level_fs REAL, fairshare REAL, running INTEGER,
+    quota TEXT, borrowing INTEGER
+);
+CREATE TABLE IF NOT EXISTS usage_history (
+    ts REAL NOT NULL, account TEXT NOT NULL, usage REAL, running INTEGER, fairshare REAL,
+    PRIMARY KEY (account, ts)
+);
+CREATE INDEX IF NOT EXISTS usage_history_by_ts ON usage_history (ts, account);
+"""
+
+MAX_LIMIT = 10_000
+
+
+def _insert(table: str, columns: list[str]) -> str:
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})"
+
+
+def _row_dict(columns: list[str], row: tuple[Any, ...], json_columns: set[str]) -> dict[str, Any]:
+    out = dict(zip(columns, row, strict=True))
+    for name in json_columns:
+        if out.get(name) is not None:
+            out[name] = json.loads(out[name])
+    return out
+
+
+def _page(request: dict[str, Any]) -> tuple[int, int]:
+    limit, offset = int(request.get("limit", 1000)), int(request.get("offset", 0))
+    if limit < 0 or offset < 0:
+        raise ValueError("limit and offset must not be negative")
+    return min(limit, MAX_LIMIT), offset
+
+
+def _where(request: dict[str, Any], allowed: dict[str, str]) -> tuple[str, list[Any]]:
+    """Filters of a request (``{"account": "a"}`` or a list of values) as a SQL WHERE clause."""
+    unknown = set(request) - set(allowed) - {"limit", "offset", "history", "from_ts", "to_ts"}
+    if unknown:
+        raise ValueError(f"unknown filter {sorted(unknown)[0]!r}; filters: {', '.join(sorted(allowed))}")
+    clauses, args = [], []
+    for key, column in allowed.items():
+        value = request.get(key)
+        if value is None or value == []:
+            continue
+        values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, str | int | float) for v in values):
+            raise ValueError(f"{key}: give a value or a list of values")
+        clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
+        args.extend(values)
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
+
+
+class StandingStore:
+    """The tables above, written from a ``SchedulerView``'s fold and queried with paging and filters."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = str(path)
+        self.db: aiosqlite.Connection | None = None
+        self.last_seq = 0  # what the tables show
+
+    async def open(self) -> None:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self.db = await aiosqlite.connect(self.path)
+        await self.db.execute("PRAGMA journal_mode=WAL")
+        await self.db.execute("PRAGMA synchronous=NORMAL")
+        await self.db.executescript(SCHEMA)
+        await self.db.commit()
+        async with self.db.execute("SELECT last_seq FROM tracking WHERE projection = ?", (NAME,)) as cur:
+            row = await cur.fetchone()
+        self.last_seq = row[0] if row else 0
+
+    async def close(self) -> None:
+        if self.db is not None:
+            await self.db.close()
+            self.db = None
+
+    # ------------------------------------------------------------------ writing
+
+    async def flush(self, core: SchedulingCore, state: SchedulingState, pstate: PreemptionState,
+                    samples: list[tuple[float, str, float, int, float | None]]) -> bool:
+        """Write the standing at ``state.seq`` in one transaction; False if the tables already show
+        that sequence or a later one (a restarted fold still catching up)."""
+        assert self.db is not None
+        seq = state.seq
+        if seq <= self.last_seq:
+            return False
+        queue = queue_rows(core, state)
+        nodes, allocations = node_rows(pstate)
+        usage = [(i, r["account"], r["user"], r["depth"], r["parent"], r["raw_shares"], r["norm_shares"],
+                  r["raw_usage"], r["norm_usage"], r["level_fs"], r["fairshare"], r["running"],
+                  json.dumps(r["quota"], sort_keys=True), int(bool(r["borrowing"])))
+                 for i, r in enumerate(state.fairshare.report(state.now), 1)]
+        fs = state.fairshare
+        settings = {"policy": state.config.policy, "now": state.now, "half_life_s": fs.half_life_s,
+                    "weights": {"gpu": fs.gpu_weight, "cpu": fs.cpu_weight, "memory_gib": fs.memory_weight,
+                                "dominant_share": fs.dominant_share}}
+        await self.db.execute("BEGIN")
+        try:
+            for table in ("queue", "nodes", "allocations", "usage"):
+                await self.db.execute(f"DELETE FROM {table}")
+            await self.db.executemany(_insert("queue", QUEUE_COLUMNS), queue)
+            await self.db.executemany(_insert("nodes", NODE_COLUMNS), nodes)
+            await self.db.executemany(
+                "INSERT INTO allocations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", allocations)
+            await self.db.executemany(_insert("usage", USAGE_COLUMNS), usage)
+            await self.db.executemany("INSERT OR IGNORE INTO usage_history VALUES (?, ?, ?, ?, ?)", samples)
+            await self.db.executemany(
+                "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [(k, json.dumps(v, sort_keys=True)) for k, v in sorted(settings.items())])
+            await self.db.execute(
+                "INSERT INTO tracking (projection, last_seq) VALUES (?, ?) "
+                "ON CONFLICT(projection) DO UPDATE SET last_seq = excluded.last_seq", (NAME, seq))
+            await self.db.commit()
+        except BaseException:
+            await self.db.rollback()
+            raise
+        self.last_seq = seq
+        return True
+
+    # ------------------------------------------------------------------ queries
+
+    async def _settings(self) -> dict[str, Any]:
+        assert self.db is not None
+        async with self.db.execute("SELECT key, value FROM settings") as cur:
+            return {k: json.loads(v) async for k, v in cur}
+
+    async def _count(self, table: str, where: str, args: list[Any]) -> int:
+        assert self.db is not None
+        async with self.db.execute(f"SELECT COUNT(*) FROM {table}{where}", args) as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def query_queue(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Pending jobs in scheduling order, then held ones; filters tenant, account, user, state,
+        priority_class, job_id (a value or a list); ``limit`` and ``offset`` page."""
+        assert self.db is not None
+        limit, offset = _page(request)
+        where, args = _where(request, {"tenant": "tenant", "account": "account", "user": "user",
+                                       "state": "state", "states": "state", "priority_class": "priority_class",
+                                       "job_id": "job_id"})
+        sql = (f"SELECT {', '.join(QUEUE_COLUMNS)} FROM queue{where} "
+               "ORDER BY rank IS NULL, rank, accepted_seq, job_id LIMIT ? OFFSET ?")
+        async with self.db.execute(sql, [*args, limit, offset]) as cur:
+            rows = [_row_dict(QUEUE_COLUMNS, r, _JSON_QUEUE) async for r in cur]
+        settings = await self._settings()
+        return {"jobs": rows, "total": await self._count("queue", where, args), "offset": offset,
+                "last_seq": self.last_seq, "now": settings.get("now"), "policy": settings.get("policy")}
+
+    async def query_nodes(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Nodes by name with their running jobs; filters state, node, gpu_type; ``limit``/``offset``."""
+        assert self.db is not None
+        limit, offset = _page(request)
+        gpu_type = request.get("gpu_type")
+        rest = {k: v for k, v in request.items() if k != "gpu_type"}
+        where, args = _where(rest, {"state": "state", "states": "state", "node": "node"})
+        if gpu_type is not None:
+            if not isinstance(gpu_type, str):
+                raise ValueError("gpu_type: give one GPU model")
+            where += (" AND " if where else " WHERE ") + \
+                "EXISTS (SELECT 1 FROM json_each(nodes.gpu_types) WHERE value = ? OR value LIKE ? || '-%')"
+            args += [gpu_type, gpu_type]
+        async with self.db.execute(f"SELECT {', '.join(NODE_COLUMNS)} FROM nodes{where} ORDER BY node LIMIT ? OFFSET ?",
+                                   [*args, limit, offset]) as cur:
+            rows = [_row_dict(NODE_COLUMNS, r, _JSON_NODES) async for r in cur]
+        for row in rows:
+            async with self.db.execute("SELECT job_id FROM allocations WHERE node = ? ORDER BY job_id",
+                                       (row["node"],)) as cur:
+                row["jobs"] = [r[0] async for r in cur]
+        return {"nodes": rows, "total": await self._count("nodes", where, args), "offset": offset,
+                "last_seq": self.last_seq}
+
+    async def query_allocations(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Running attempts' shares of nodes; filters node, job_id, tenant, account, user; paged."""
+        assert self.db is not None
+        limit, offset = _page(request)
+        where, args = _where(request, {"node": "node", "job_id": "job_id", "tenant": "tenant", "account": "account",
+                                       "user": "user"})
+        columns = ("job_id node attempt state tenant account user device_ids cpus_milli memory_bytes "
+                   "borrowed").split()
+        async with self.db.execute(f"SELECT {', '.join(columns)} FROM allocations{where} ORDER BY node, job_id "
+                                   "LIMIT ? OFFSET ?", [*args, limit, offset]) as cur:
+            rows = [_row_dict(columns, r, {"device_ids"}) async for r in cur]
+        return {"allocations": rows, "total": await self._count("allocations", where, args), "offset": offset,
+                "last_seq": self.last_seq}
+
+    async def query_usage(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The fair-share tree (like sshare); filters account, user; with ``history`` the hourly
+        standing of the accounts asked (``from_ts``, ``to_ts`` bound it; paged by ``limit``/``offset``)."""
+        assert self.db is not None
+        settings = await self._settings()
+        history = bool(request.get("history"))
+        where, args = _where({k: v for k, v in request.items() if not history or k != "account"},
+                             {"account": "account", "user": "user"})
+        async with self.db.execute(f"SELECT {', '.join(USAGE_COLUMNS)} FROM usage{where} ORDER BY rank", args) as cur:
+            rows = [_row_dict(USAGE_COLUMNS, r, {"quota"}) async for r in cur]
+        for row in rows:
+            row["borrowing"] = bool(row["borrowing"])
+            del row["rank"]
+        body: dict[str, Any] = {"rows": rows, "now": settings.get("now", 0.0),
+                                "half_life_s": settings.get("half_life_s"), "weights": settings.get("weights", {}),
+                                "last_seq": self.last_seq}
+        if history:
+            limit, offset = _page({"limit": request.get("limit", MAX_LIMIT), "offset": request.get("offset", 0)})
+            clauses, hargs = [], []
+            if request.get("account") is not None:
+                clauses.append("account = ?")
+                hargs.append(str(request["account"]))
+            for key, op in (("from_ts", ">="), ("to_ts", "<=")):
+                if request.get(key) is not None:
+                    clauses.append(f"ts {op} ?")
+                    hargs.append(float(request[key]))
+            hwhere = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+            async with self.db.execute(f"SELECT ts, account, usage, running, fairshare FROM usage_history{hwhere} "
+                                       "ORDER BY ts, account LIMIT ? OFFSET ?", [*hargs, limit, offset]) as cur:
+                body["history"] = [{"ts": r[0], "account": r[1], "usage": r[2], "running": r[3], "fairshare": r[4]}
+                                   async for r in cur]
+            body["history_total"] = await self._count("usage_history", hwhere, hargs)
+        return body
+
+
+# ---------------------------------------------------------------------------- rows (pure)
+
+
+def queue_rows(core: SchedulingCore, state: SchedulingState) -> list[tuple[Any, ...]]:
+    """The queue at the fold's sequence: pending jobs ranked in scheduling order, then held jobs."""
+    ctx = core.context(state)
+    policy = make_policy(state.config.policy)
+    multifactor = isinstance(policy, Multifactor)
+    ordered = core.ordered_queue(state, ctx=ctx)
+    held = sorted((j for j in state.jobs.jobs.values() if j.state is JobState.HELD),
+                  key=lambda j: (j.accepted_seq, j.job_id))
+    out = []
+    for rank, job in [*enumerate(ordered, 1), *((None, j) for j in held)]:
+        spec = job.spec
+        if spec is None:
+            continue
+        priority = factors = None
+        if multifactor:
+            priority = policy.priority(job, ctx)
+            values = policy.factors(job, ctx)
+            weights = ctx.config.weights
+            factors = json.dumps({name: {"value": values[name], "weight": weights[name],
+                                         "weighted": values[name] * weights[name]} for name in WEIGHT_NAMES})
+        reasons = json.dumps([{"filter": r.filter, "nodes": r.nodes, "reason": r.reason} for r in job.last_block])
+        gpu_type = (spec.gpu_type + (f"-{spec.gpu_variant}" if spec.gpu_variant else "")) if spec.gpu_type else None
+        out.append((
+            job.job_id, rank, job.state.value, spec.tenant, spec.account, spec.user, association(spec), spec.name,
+            spec.priority_class, priority, factors, spec.gpus * spec.tasks_per_node * spec.nodes, gpu_type,
+            spec.cpus_milli, spec.memory_bytes, spec.nodes, spec.tasks_per_node, spec.time_limit_s,
+            job.accepted_ts or None, job.accepted_seq or None, job.attempt, job.reason or None,
+            core.why_waiting(state, job), reasons, job.reserved_at,
+            json.dumps(list(job.reserved_nodes)) if job.reserved_nodes else None,
+            state.deadlines.get(job.job_id), job.not_before_ts if job.not_before_ts > state.now else None,
+            int(job.borrowed),
+        ))
+    return out
+
+
+def node_rows(pstate: PreemptionState) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Nodes and allocations at the fold's sequence (the cluster ledger the services keep)."""
+    nodes, allocations = [], []
+    for node in pstate.cluster.sorted_nodes():
+        models = sorted({f"{d.type}-{d.variant}" if d.variant else d.type for d in node.gpus.values()})
+        nodes.append((node.name, node.status, node.cpus_milli, node.used_cpus_milli, node.memory_bytes,
+                      node.used_memory_bytes, len(node.gpus), len(node.used_devices), json.dumps(models),
+                      json.dumps(dict(sorted(node.labels.items()))),
+                      json.dumps([{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints])))
+        for job_id in sorted(node.jobs):
+            job: Job | None = pstate.jobs.get(job_id)
+            if job is None or job.state not in HOLDS_RESOURCES:
+                continue
+            spec = job.spec
+            for alloc in job.allocations:
+                if alloc.node != node.name:
+                    continue
+                allocations.append((job_id, node.name, job.attempt, job.state.value,
+                                    spec.tenant if spec else None, spec.account if spec else None,
+                                    spec.user if spec else None, json.dumps(list(alloc.device_ids)),
+                                    alloc.cpus_milli, alloc.memory_bytes, int(job.borrowed)))
+    return nodes, allocations
