@@ -15,9 +15,10 @@ is no flow control to answer: the credit *is* the window.
 
 Robustness: every request expires after ``expires_s`` (the server then says
 408 with how many messages it still owed, which returns that credit); a
-watchdog recreates the consumer from the next unread sequence if neither a
-message nor a status has arrived for twice that long (a restarted server, a
-deleted consumer), and deliveries below the next sequence are ignored, so a
+watchdog recreates the consumer from the next unread sequence as soon as the
+connection has reconnected (a restarted server has forgotten the consumer), or
+if neither a message nor a status has arrived for twice that long (a deleted
+consumer), and deliveries below the next sequence are ignored, so a
 reset can neither skip nor repeat a record. Deliveries lost on the way (the
 client drops messages for a subscription more than 64 MB behind; the server
 cuts a connection more than 64 MB behind, and what it had not sent is gone)
@@ -52,6 +53,8 @@ from services.runtime.log import Record
 __all__ = ["PullReader", "parse_ack_subject", "parse_delivery"]
 
 log = logging.getLogger("horizon.reader")
+
+RECONNECT_POLL_S = 0.25  # how often the watchdog looks for a reconnect of the connection
 
 
 def parse_ack_subject(reply: str) -> tuple[int, int, int, int]:
@@ -197,11 +200,11 @@ class PullReader:
             log.debug("pull reader on %s: %s", self.stream, msg.headers.get("Description"))
             await self._reset()
 
-    async def _reset(self) -> None:
+    async def _reset(self) -> bool:
         """A new consumer from the next unread sequence (one reset at a time: the watchdog and the
-        callback may both decide on one)."""
+        callback may both decide on one). False if none could be created."""
         if self._stopped or self._resetting:
-            return
+            return False
         self._resetting = True
         try:
             with contextlib.suppress(Exception):
@@ -210,21 +213,41 @@ class PullReader:
                 await self._create()
             except Exception as exc:  # noqa: BLE001 - the server may be down: the watchdog retries
                 log.warning("pull reader on %s: cannot recreate its consumer: %s", self.stream, exc)
-                return
+                return False
         finally:
             self._resetting = False
         await self._request()
+        return True
+
+    def _reconnects(self) -> int:
+        stats = getattr(self.nc, "stats", None)
+        return int(stats.get("reconnects", 0)) if isinstance(stats, dict) else 0
 
     async def _watch(self) -> None:
+        """Every ``RECONNECT_POLL_S``: after a reconnect, a new consumer at once (a restarted server
+        has forgotten ours, an in-memory ephemeral, and the requests we had outstanding; waiting for
+        the silence below kept every part blind for 11-16 s); retried each poll until it works.
+        Every ``expires_s``: a new consumer if neither a message nor a status came for twice that."""
+        seen = self._reconnects()
+        checked = time.monotonic()
         while not self._stopped:
             slept = time.monotonic()
-            await asyncio.sleep(self.expires_s)
+            await asyncio.sleep(RECONNECT_POLL_S)
             now = time.monotonic()
-            if now - slept > self.expires_s + 1.0 or (self._sub is not None and self._sub.pending_msgs):
+            if now - slept > RECONNECT_POLL_S + 1.0 or (self._sub is not None and self._sub.pending_msgs):
                 # The event loop was busy (a long decision) or deliveries wait to be handled:
                 # the silence was ours, not the server's.
                 self._last_activity = now
+            reconnects = self._reconnects()
+            if reconnects != seen and self.nc.is_connected:
+                log.info("pull reader on %s: reconnected, recreating its consumer at %d", self.stream, self.next_seq)
+                self._last_activity = now
+                if await self._reset():
+                    seen = reconnects
                 continue
+            if now - checked < self.expires_s:
+                continue
+            checked = now
             if now - self._last_activity > 2 * self.expires_s + 1:
                 log.info("pull reader on %s: silent for %.0f s, recreating its consumer at %d",
                          self.stream, time.monotonic() - self._last_activity, self.next_seq)
