@@ -47,6 +47,11 @@ class ArraySpec(NamedTuple):
     max_running: int  # the %N; 0 = no limit
 
 
+def _too_long(digits: str) -> bool:
+    """More digits than any index has (int() of thousands of digits is slow, and refused past 4,300)."""
+    return len(digits.lstrip("0")) > len(str(MAX_INDEX))
+
+
 def task_id(array_id: str, index: int) -> str:
     """The job id of one task: ``<array id>_<index>``."""
     return f"{array_id}_{index}"
@@ -59,6 +64,8 @@ def parse_array(text: object, field: str = "array", max_tasks: int | None = None
     body, sep, limit = text.strip().partition("%")
     max_running = 0
     if sep:
+        if _COUNT.match(limit) and _too_long(limit):
+            raise ResourceError(field, text, f"has a %N above {MAX_INDEX}", ARRAY_FORMS)
         if not _COUNT.match(limit) or int(limit) == 0:
             raise ResourceError(field, text, f"has %{limit}, which is not a whole number of at least 1", ARRAY_FORMS)
         max_running = int(limit)
@@ -68,6 +75,9 @@ def parse_array(text: object, field: str = "array", max_tasks: int | None = None
         m = _RANGE.match(part.strip())
         if m is None:
             raise ResourceError(field, text, f"has {part.strip()!r}, which is not an index or a range", ARRAY_FORMS)
+        if any(g is not None and _too_long(g) for g in m.groups()):
+            raise ResourceError(field, text, f"has {part.strip()[:40]!r}, a number above the largest allowed index "
+                                f"{MAX_INDEX}", ARRAY_FORMS)
         first = int(m.group(1))
         last = int(m.group(2)) if m.group(2) is not None else first
         step = int(m.group(3)) if m.group(3) is not None else 1

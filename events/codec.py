@@ -86,16 +86,27 @@ def to_builtins(event: Event) -> dict[str, Any]:
 
 
 def decode(data: bytes | str) -> Event:
-    """Decode one event, upcasting old versions. Raises ``DecodeError`` with a readable reason."""
+    """Decode one event, upcasting old versions. Raises ``DecodeError`` with a readable reason.
+
+    msgspec raises two other errors on hostile input, which a consumer would not expect:
+    ``UnicodeDecodeError`` for a string that is not UTF-8 (a lone surrogate written raw) and
+    ``RecursionError`` for arrays or objects nested too deeply (``[[[[...`` 10,000 times).
+    Both are bad input like any other, so they become ``DecodeError`` too.
+    """
     try:
-        event: Event = _decoder.decode(data)
-    except msgspec.DecodeError as exc:
-        first_error: str | None = str(exc)
-    else:
-        if event.v == type(event).VERSION:
-            return event
-        first_error = None
-    return _slow_decode(data, first_error)
+        try:
+            event: Event = _decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            first_error: str | None = str(exc)
+        else:
+            if event.v == type(event).VERSION:
+                return event
+            first_error = None
+        return _slow_decode(data, first_error)
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
+    except RecursionError:
+        raise DecodeError("nested too deeply to be a Horizon event") from None
 
 
 def _slow_decode(data: bytes | str, first_error: str | None) -> Event:

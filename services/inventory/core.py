@@ -46,6 +46,7 @@ from events.subjects import WHOLE_LOG
 from events.subjects import parse_subject
 from services.runtime.log import Record
 from services.runtime.service import CoreState
+from services.state.echo import bounded_id, clipped, id_token
 from services.state.cluster import Cluster, Node, fold_cluster
 from services.state.jobs import HOLDS_RESOURCES, JobTable
 from services.state.taints import check_taint, taint_text, untolerated
@@ -174,14 +175,16 @@ class InventoryCore:
         self, state: InventoryState, seq: int, cmd: c.NodeCommandIssued, base: dict[str, object],
         taints: dict[str, list[c.Taint]],
     ) -> Event:
-        common = {"correlation_id": cmd.node, "causation_id": f"seq:{seq}", **base}
+        # What the operator wrote comes back bounded (services/state/echo.py): the answer must fit
+        # in one message whatever the command carried.
+        common = {"correlation_id": bounded_id(cmd.node), "causation_id": f"seq:{seq}", **base}
         node = state.cluster.nodes.get(cmd.node)
-        reason = cmd.reason or f"{cmd.action} by {cmd.user or 'an operator'}"
+        reason = clipped(cmd.reason or f"{cmd.action} by {cmd.user or 'an operator'}")
 
         def reject(why: str, verb: str = f"node {cmd.action}") -> Event:
             return c.RequestRejected(
-                id=f"inventory/RequestRejected/{cmd.node}/{seq}", job_id="", tenant="_admin", verb=verb,
-                reason=why, request_seq=seq, **common,  # type: ignore[arg-type]
+                id=f"inventory/RequestRejected/{id_token(cmd.node)}/{seq}", job_id="", tenant="_admin",
+                verb=clipped(verb, 64), reason=clipped(why), request_seq=seq, **common,  # type: ignore[arg-type]
             )
 
         if node is None or node.removed:
@@ -195,7 +198,7 @@ class InventoryCore:
             text = _pattern_text(cmd.taint)  # type: ignore[arg-type]
             return c.NodeTaintsChanged(
                 id=f"inventory/NodeTaintsChanged/{cmd.node}/{seq}", node=cmd.node, taints=new,
-                reason=cmd.reason or f"{cmd.action} {text} by {cmd.user or 'an operator'}", **common,  # type: ignore[arg-type]
+                reason=clipped(cmd.reason or f"{cmd.action} {text} by {cmd.user or 'an operator'}"), **common,  # type: ignore[arg-type]
             )
         match cmd.action:
             case "cordon":

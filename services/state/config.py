@@ -7,17 +7,19 @@ import math
 from collections.abc import Mapping
 
 from events import catalogue as c
+from services.state.echo import clipped
 
 __all__ = ["config_rejected", "check_weights"]
 
 
 def config_rejected(service: str, rejections: Mapping[int, tuple[str, str]], now: float,
                     basis_seq: int) -> list[c.Event]:
-    """A ``ConfigRejected`` for every operator input (by its sequence) not applied, in log order."""
+    """A ``ConfigRejected`` for every operator input (by its sequence) not applied, in log order.
+    The reason is clipped: it may quote a value of any length (``services/state/echo.py``)."""
     return [
         c.ConfigRejected(
             id=f"{service}/ConfigRejected/{request_seq}", ts=now, correlation_id=f"seq-{request_seq}",
-            causation_id=f"seq:{request_seq}", source=service, verb=verb, reason=reason,
+            causation_id=f"seq:{request_seq}", source=service, verb=clipped(verb, 64), reason=clipped(reason),
             request_seq=request_seq, basis_seq=basis_seq,
         )
         for request_seq, (verb, reason) in sorted(rejections.items())

@@ -45,6 +45,7 @@ from events.base import Event
 from events.subjects import ADMIN_TENANT, WHOLE_LOG, parse_subject
 from services.runtime.log import Record
 from services.runtime.service import CoreState
+from services.state.echo import bounded_id, clipped, id_token
 from services.state.jobs import LIVE, JobState, JobTable
 from services.submission.validate import Limits, Rejection, admit
 
@@ -105,8 +106,10 @@ class SubmissionCore:
         subject = parse_subject(record.subject)
         if subject is not None and subject.kind in ("input", "admin"):
             if isinstance(event, c.JobSubmitted):
-                if event.job_id not in state.verdicts and event.job_id not in state.submissions:
-                    state.submissions[event.job_id] = _Pending(record.seq, state.now, subject.owner, event)
+                # Keyed as its verdict will name it: a long (invalid) id is answered by a bounded one.
+                key = bounded_id(event.job_id)
+                if key not in state.verdicts and key not in state.submissions:
+                    state.submissions[key] = _Pending(record.seq, state.now, subject.owner, event)
             elif type(event) in _VERBS:  # the admin subjects also carry node and configuration commands
                 state.requests[record.seq] = self._request(state, record.seq, subject.owner, event,
                                                            admin=subject.kind == "admin")
@@ -134,7 +137,7 @@ class SubmissionCore:
     @staticmethod
     def _request(state: SubmissionState, seq: int, owner: str, event: Event, admin: bool) -> _Pending:
         job_id: str = event.job_id  # type: ignore[attr-defined]
-        pending = _Pending(seq, state.now, owner, event, admin=admin, targets=(job_id,))
+        pending = _Pending(seq, state.now, owner, event, admin=admin, targets=(bounded_id(job_id),))
         tasks = state.jobs.arrays.get(job_id)
         owner_spec = state.jobs.jobs[tasks[0]].spec if tasks else None
         if tasks and owner_spec is not None and (admin or owner_spec.tenant == owner):
@@ -199,8 +202,11 @@ class SubmissionCore:
             else:
                 round_.decided.add(sub.job_id)
                 round_.rejected.add(sub.job_id)
-                return [c.JobRejected(id=f"submission/JobRejected/{sub.job_id}", job_id=sub.job_id, tenant=sub.tenant,
-                                      reason=str(rej), field=rej.field, correlation_id=sub.job_id, **common)]
+                # What the client wrote comes back bounded: the answer must fit in one message.
+                return [c.JobRejected(id=f"submission/JobRejected/{id_token(sub.job_id)}",
+                                      job_id=bounded_id(sub.job_id), tenant=bounded_id(sub.tenant),
+                                      reason=clipped(str(rej)), field=rej.field, correlation_id=bounded_id(sub.job_id),
+                                      **common)]
         round_.add(sub.job_id, jobs)
         return [
             c.JobAccepted(id=f"submission/JobAccepted/{job_id}", job_id=job_id, spec=spec, submitted_ts=pending.time,
@@ -253,16 +259,17 @@ class SubmissionCore:
                 "source": self.name,
                 "basis_seq": state.seq,
             }
-            suffix = f"{job_id}/{pending.seq}"
+            suffix = f"{id_token(job_id)}/{pending.seq}"
             why = self._judge(state, pending, verb, job_id, named, shadow)
             if isinstance(why, str):
                 out.append(c.RequestRejected(id=f"submission/RequestRejected/{suffix}", job_id=job_id,
-                                             tenant=pending.tenant, verb=verb, reason=why, request_seq=pending.seq,
+                                             tenant=bounded_id(pending.tenant), verb=verb, reason=clipped(why),
+                                             request_seq=pending.seq,
                                              **base))
                 continue
             job, current = why
             who = getattr(req, "user", "") or ("an operator" if pending.admin else pending.tenant)
-            reason = getattr(req, "reason", "") or f"{verb} requested by {who}"
+            reason = clipped(getattr(req, "reason", "") or f"{verb} requested by {who}")
             match verb:
                 case "cancel":
                     shadow[job_id] = _Shadow(JobState.CANCELLED, current.priority_class, current.nice)

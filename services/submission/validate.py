@@ -39,6 +39,13 @@ class Limits:
     # per cycle, so a whole array can be offered at once. Slurm's default MaxArraySize is 1001;
     # larger sweeps are split into several arrays.
     max_array_tasks: int = 10_000
+    # The normalised job, as JSON. Its JobAccepted must fit in one log message (the server's
+    # max_payload, 1 MiB by default), and every service holds it in memory while the job lives;
+    # the command alone may take 128 KiB. Whatever else is large (env, labels, payload) counts here.
+    max_spec_bytes: int = 256 * 1024
+    # An array's tasks all carry the spec: tasks x spec size is what one submission adds to each
+    # service's memory and to one decision round (10,000 tasks of 6.5 KB, or 256 of 256 KiB).
+    max_array_bytes: int = 64 * 1024 * 1024
 
 
 class Rejection(Exception):
@@ -46,6 +53,9 @@ class Rejection(Exception):
         self.field = field
         self.reason = reason
         super().__init__(f"{field}: {reason}")
+
+
+_size_encoder = msgspec.json.Encoder()
 
 
 def _choice(value: str, allowed: tuple[str, ...], field: str) -> str:
@@ -75,6 +85,8 @@ def normalise(
     # 1. identity and tenancy
     if not valid_token(sub.job_id):
         raise Rejection("job_id", f"{sub.job_id!r} must be 1-128 letters, digits, '_' or '-'")
+    if not valid_token(sub.tenant) or sub.tenant.startswith("_"):
+        raise Rejection("tenant", f"{sub.tenant!r} must be 1-128 letters, digits, '_' or '-', not starting with '_'")
     if sub.tenant != subject_tenant:
         raise Rejection(
             "tenant", f"{sub.tenant!r} does not match the subject's tenant {subject_tenant!r}; "
@@ -163,7 +175,7 @@ def normalise(
     if sub.sim_runtime_s is not None and not (sub.sim_runtime_s >= 0):
         raise Rejection("sim_runtime_s", "must be 0 or more seconds")
 
-    return c.JobSpec(
+    spec = c.JobSpec(
         tenant=sub.tenant,
         account=sub.account or "default",
         user=sub.user,
@@ -200,6 +212,15 @@ def normalise(
         sim_runtime_s=sub.sim_runtime_s,
         sim_exit_code=sub.sim_exit_code,
     )
+    # 5. size: what the job costs to carry (encoding is deterministic, so is this check)
+    size = len(_size_encoder.encode(spec))
+    if size > limits.max_spec_bytes:
+        raise Rejection("job", f"is {size:,} bytes as accepted; at most {limits.max_spec_bytes:,}: shorten its "
+                        "env, labels, node selector, payload or command")
+    if array is not None and size * len(array.indices) > limits.max_array_bytes:
+        raise Rejection("array", f"{len(array.indices):,} tasks of {size:,} bytes each is more than "
+                        f"{limits.max_array_bytes:,} bytes; use fewer tasks or a smaller job")
+    return spec
 
 
 def admit(

@@ -1,0 +1,232 @@
+"""Bad input, fuzzed: every input gets its answer or a dead letter, and nothing crashes.
+
+Two levels (strategies in ``tests/fuzz_inputs.py``):
+
+1. **The pure cores**, many examples: one fuzzed message is folded, as a stored record, into
+   the five cores (seeded with two nodes and a few jobs) and they decide until they rest. Every
+   input yields a dead letter (it does not decode for its subject) or its answer: a submission
+   one ``JobRejected`` or its ``JobAccepted`` (one per array task), a request about a job at
+   least one answer, a node command one, an operator's configuration at most one
+   ``ConfigRejected`` per service. Nothing raises, every decision encodes to a message the
+   server accepts (headers included) and the cores rest.
+2. **The real services** on a real nats-server: a fuzzed batch is published, then every input
+   has exactly that answer or its dead letter on ``horizon.dlq.submission``, no part stopped,
+   the whole-log checker passes and every decision replays.
+
+And oversized messages: the server refuses them before they reach the log, and the CLI says so
+in one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from typing import Any
+
+import nats
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from events import catalogue as c
+from events.codec import DecodeError, encode
+from events.subjects import event_subject, parse_subject, valid_token
+from services.agent.app import local_nodes
+from services.inventory.core import InventoryCore
+from services.placement.core import PlacementCore
+from services.preemption.core import PreemptionCore
+from services.runtime.check import check_log
+from services.runtime.consume import decode_record
+from services.runtime.jetstream import JetStreamLog
+from services.runtime.log import MSG_ID, Record
+from services.runtime.replay import replay_decisions
+from services.runtime.service import fold_record
+from services.runtime.stack import Stack
+from services.scheduling.core import SchedulingCore
+from services.state.echo import bounded_id
+from services.submission.core import SubmissionCore
+from tests.e2e import read_log, wait_until
+from tests.fuzz_inputs import MAX_BODY, SEED_NODES, messages
+from tests.helpers import node
+
+MAX_PAYLOAD = 1 << 20  # nats-server's default max_payload, and the HORIZON stream's max_msg_size
+REQUEST_VERBS = ("cancel", "hold", "release", "update")
+CONFIG_VERBS = ("account", "fairshare", "policy", "profile", "preemption", "reservation")
+
+
+# ------------------------------------------------------------------ level 1: the pure cores
+
+
+def _cores() -> list[Any]:
+    return [SubmissionCore(), SchedulingCore(), PlacementCore(), PreemptionCore(), InventoryCore()]
+
+
+class World:
+    """The five cores folding one log, as the runners do (decode, fold, decide, publish, fold back)."""
+
+    def __init__(self) -> None:
+        self.cores = [(core, core.initial()) for core in _cores()]
+        self.records: list[Record] = []
+        self.ids: set[str] = set()
+        self.time = 1_700_000_000.0
+
+    def fold(self, subject: str, data: bytes, msg_id: str) -> str | None:
+        """Store and fold one message; the decode error if it does not decode (the same for every core)."""
+        self.time += 0.001
+        record = Record(len(self.records) + 1, subject, data, self.time, {MSG_ID: msg_id})
+        self.records.append(record)
+        errors = set()
+        for i, (core, state) in enumerate(self.cores):
+            state, _event, error = fold_record(core, state, record)
+            self.cores[i] = (core, state)
+            errors.add(error)
+        assert len(errors) == 1, errors
+        return errors.pop()
+
+    def settle(self, rounds: int = 30) -> list[c.Event]:
+        """Decide until every core rests; each decision is checked to be publishable, then folded."""
+        out: list[c.Event] = []
+        for _ in range(rounds):
+            quiet = True
+            for core, state in list(self.cores):
+                for event in core.decide(state):
+                    quiet = False
+                    assert event.id not in self.ids, f"{core.name} decided {event.id!r} again"
+                    self.ids.add(event.id)
+                    data, subject = encode(event), event_subject(core.name, event)
+                    assert publishable(subject, data, event.id), (core.name, event.event_type, len(data))
+                    assert self.fold(subject, data, event.id) is None
+                    out.append(event)
+            if quiet:
+                return out
+        raise AssertionError("the cores did not come to rest")
+
+
+def publishable(subject: str, data: bytes, msg_id: str) -> bool:
+    """What the server takes: a subject of plain tokens, a one-line msg id, all within max_payload."""
+    header = len(MSG_ID) + len(msg_id.encode("utf-8", "replace")) + 64
+    return (all(valid_token(t) for t in subject.split("."))
+            and "\r" not in msg_id and "\n" not in msg_id and len(msg_id) <= 1024
+            and len(data) + header <= MAX_PAYLOAD)
+
+
+def _seeded() -> list[Record]:
+    world = World()
+    for name in SEED_NODES:
+        world.fold(f"horizon.evt.agent.NodeRegistered.{name}", encode(node(name, gpus=4)), f"reg/{name}")
+    seeds = [
+        c.JobSubmitted(job_id="seed-pending", tenant="acme", resources=c.ResourceRequest(gpus=1, gpu_type="a100")),
+        c.JobSubmitted(job_id="seed-big", tenant="acme", resources=c.ResourceRequest(gpus=64), priority_class="high"),
+        c.JobSubmitted(job_id="seed-array", tenant="acme", array="0-2", resources=c.ResourceRequest(gpus=4)),
+    ]
+    for sub in seeds:
+        world.fold("horizon.in.acme.submit", encode(sub), sub.job_id)
+    world.settle()
+    return world.records
+
+
+SEED = _seeded()
+
+
+def fresh_world() -> World:
+    world = World()
+    for record in SEED:
+        world.fold(record.subject, record.data, record.msg_id or "")
+    world.settle()  # nothing: every seed input is answered in SEED
+    world.ids = {r.msg_id for r in SEED if r.msg_id}
+    return world
+
+
+def known_before(seq: int, inputs: list[tuple[int, str, bytes]], events: list[c.Event]) -> set[str]:
+    """Job ids a submission stored at ``seq`` finds taken (so it is the same job and gets no verdict):
+    those submitted earlier, and the tasks of arrays submitted earlier."""
+    known = set()
+    for s, subject, data in inputs:
+        if s < seq and subject.endswith(".submit"):
+            try:
+                known.add(bounded_id(decode_record(Record(s, subject, data, 0.0)).job_id))  # type: ignore[attr-defined]
+            except DecodeError:
+                pass
+    known.update(e.job_id for e in events if isinstance(e, c.JobAccepted) and e.submitted_seq < seq)
+    return known
+
+
+def expect_answer(subject: str, data: bytes, seq: int, error: str | None, answers: list[c.Event],
+                  verdicts: set[str]) -> None:
+    """The rule every input obeys, at both levels. ``answers``: decisions caused by ``seq``.
+    ``verdicts``: job ids taken before it (a resubmission gets no verdict)."""
+    if error is not None:
+        assert answers == [], (error, answers)
+        return
+    parsed = parse_subject(subject)
+    assert parsed is not None
+    by = Counter((e.source, e.event_type) for e in answers)
+    if parsed.name == "submit":
+        sub = decode_record(Record(seq, subject, data, 0.0))
+        accepted = by[("submission", "JobAccepted")]
+        rejected = by[("submission", "JobRejected")]
+        if bounded_id(sub.job_id) in verdicts and not accepted + rejected:  # type: ignore[attr-defined]
+            return  # the same job again: no second verdict
+        assert (rejected == 1 and not accepted) or (accepted >= 1 and not rejected), by
+        assert set(by) <= {("submission", "JobAccepted"), ("submission", "JobRejected")}, by
+    elif parsed.name in REQUEST_VERBS:
+        assert answers and all(e.source == "submission" for e in answers), by
+        assert len({getattr(e, "job_id", None) for e in answers}) == len(answers), by  # once per job
+    elif parsed.name == "node":
+        assert len(answers) == 1 and answers[0].source == "inventory", by
+    else:
+        assert parsed.name in CONFIG_VERBS
+        assert all(e.event_type == "ConfigRejected" for e in answers), by
+        assert all(n == 1 for n in by.values()), by  # at most one per service
+
+
+def caused_by(seq: int, events: list[c.Event]) -> list[c.Event]:
+    return [e for e in events if e.causation_id == f"seq:{seq}"]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(message=messages())
+def test_a_fuzzed_input_gets_its_answer_or_a_dead_letter_from_the_pure_cores(message):
+    check_one(*message)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(message=messages(typed=True))
+def test_a_well_typed_input_with_bad_values_gets_its_answer_from_the_pure_cores(message):
+    """Well-typed JSON, most with a good job id: odd values reach validation and, accepted, every core."""
+    check_one(*message)
+
+
+def check_one(subject: str, data: bytes) -> None:
+    world = fresh_world()
+    verdicts = set(world.cores[0][1].verdicts)
+    error = world.fold(subject, data, "fuzz")
+    seq = len(world.records)
+    out = world.settle()
+    if error is not None:
+        assert isinstance(error, str) and error
+    expect_answer(subject, data, seq, error, caused_by(seq, out), verdicts)
+    result = check_log(world.records)
+    assert result.ok, result.problems[:3]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(batch=st.lists(messages(), min_size=2, max_size=8))
+def test_a_fuzzed_sequence_keeps_every_answer_and_the_cores_replay_it(batch):
+    """Several inputs in a row (later ones can name what earlier ones created), then replay."""
+    world = fresh_world()
+    seeded = set(world.cores[0][1].verdicts)
+    inputs = []
+    for i, (subject, data) in enumerate(batch):
+        error = world.fold(subject, data, f"fuzz-{i}")
+        inputs.append((len(world.records), subject, data, error))
+    out = world.settle()
+    for seq, subject, data, error in inputs:
+        known = seeded | known_before(seq, [(s, j, d) for s, j, d, _ in inputs], out)
+        expect_answer(subject, data, seq, error, caused_by(seq, out), known)
+    assert check_log(world.records).ok
+    for core in _cores():
+        report = replay_decisions(core, world.records)
+        assert report.mismatches == [], (core.name, report.mismatches[:2])
