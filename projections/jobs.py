@@ -323,9 +323,12 @@ class JobsProjection:
             row.pop("class_rank", None)
         return {"jobs": rows, "total": total, "last_seq": self.last_seq}
 
-    async def query_job(self, job_id: str) -> dict[str, Any]:
+    async def query_job(self, job_id: str, *, tenant: str | None = None) -> dict[str, Any]:
+        """One job with its history; with ``tenant``, only if the job is that tenant's (else as unknown)."""
         assert self.db is not None
         found = await self.query_jobs(job_ids=[job_id], limit=1)
+        if tenant is not None and (not found["jobs"] or found["jobs"][0]["tenant"] != tenant):
+            return {"job": None, "events": [], "attempts": [], "last_seq": self.last_seq}
         async with self.db.execute(
             "SELECT seq, type, ts, source, body FROM job_events WHERE job_id = ? ORDER BY seq", (job_id,)
         ) as cur:
@@ -365,7 +368,13 @@ class JobsProjection:
 
 
 class QueryServer:
-    """``horizon.query.jobs``, ``horizon.query.job`` and ``horizon.query.decisions`` over NATS request/reply."""
+    """``horizon.query.jobs``, ``horizon.query.job`` and ``horizon.query.decisions`` over NATS request/reply.
+
+    ``horizon.query.jobs.<tenant>`` and ``horizon.query.job.<tenant>`` answer about that tenant's
+    jobs only. Under ``deploy/nats/auth.conf`` a tenant's account imports them as
+    ``horizon.query.jobs`` and ``horizon.query.job``, so the tenant is set by the server's
+    configuration, not by the asker, and the unscoped subjects are the operators' and services'.
+    """
 
     def __init__(self, nc: Any, projection: JobsProjection) -> None:
         self.nc = nc
@@ -373,8 +382,9 @@ class QueryServer:
         self._subs: list[Any] = []
 
     async def start(self) -> None:
-        self._subs.append(await self.nc.subscribe("horizon.query.jobs", queue="projections", cb=self._jobs))
-        self._subs.append(await self.nc.subscribe("horizon.query.job", queue="projections", cb=self._job))
+        for view, cb in (("jobs", self._jobs), ("job", self._job)):
+            self._subs.append(await self.nc.subscribe(f"horizon.query.{view}", queue="projections", cb=cb))
+            self._subs.append(await self.nc.subscribe(f"horizon.query.{view}.*", queue="projections", cb=cb))
         self._subs.append(await self.nc.subscribe("horizon.query.decisions", queue="projections", cb=self._decisions))
 
     async def _decisions(self, msg: Any) -> None:
@@ -405,6 +415,11 @@ class QueryServer:
             unknown = set(req) - allowed
             if unknown:
                 raise ValueError(f"unknown query fields {sorted(unknown)}; allowed: {sorted(allowed)}")
+            tenant = _scope(msg.subject)
+            if tenant is not None:
+                if req.get("tenant") not in (None, "", tenant):
+                    raise ValueError(f"tenant {tenant!r} may list only its own jobs, not {req['tenant']!r}'s")
+                req["tenant"] = tenant
             body = await self.projection.query_jobs(**req)
         except (ValueError, TypeError) as exc:
             body = {"error": str(exc)}
@@ -413,7 +428,13 @@ class QueryServer:
     async def _job(self, msg: Any) -> None:
         try:
             req = json.loads(msg.data or b"{}")
-            body = await self.projection.query_job(str(req["job_id"]))
+            body = await self.projection.query_job(str(req["job_id"]), tenant=_scope(msg.subject))
         except (ValueError, TypeError, KeyError) as exc:
             body = {"error": f"bad request: {exc}"}
         await self._reply(msg, body)
+
+
+def _scope(subject: str) -> str | None:
+    """The tenant of ``horizon.query.<view>.<tenant>``; None for ``horizon.query.<view>``."""
+    parts = subject.split(".")
+    return parts[3] if len(parts) == 4 else None

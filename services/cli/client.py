@@ -11,6 +11,7 @@ from typing import Any
 
 import nats
 import nats.errors
+import nats.js.errors
 
 from events.base import Event
 from events.codec import encode
@@ -45,8 +46,11 @@ async def publish_input(nc: Any, subject: str, event: Event, msg_id: str) -> int
     try:
         ack = await js.publish(subject, encode(event), headers={MSG_ID: msg_id,
                                                                "traceparent": f"00-{trace_id}-{span_id}-01"})
-    except nats.errors.NoRespondersError:
-        raise LogError("the Horizon stream does not exist on this server: start Horizon with `horizon up`") from None
+    except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):
+        # nats-py raises the second for a JetStream publish nothing answered
+        raise LogError(f"no stream stores {subject} on this server: start Horizon with `horizon up`; on a server "
+                       f"with accounts (deploy/nats/auth.conf) your user may publish only under its own tenant "
+                       f"(--tenant or $HORIZON_TENANT)") from None
     except nats.errors.TimeoutError:
         raise LogError("the log did not acknowledge the publish in time; retry (it is safe: same Nats-Msg-Id)") from None
     return int(ack.seq)

@@ -14,7 +14,7 @@ import click
 
 from events.resources import parse_cpus, parse_memory
 from services.agent.app import local_nodes
-from services.runtime.jetstream import JetStreamLog, StreamSettings
+from services.runtime.jetstream import JetStreamLog, StreamSettings, redact_url
 from services.runtime.natsserver import NatsServer
 from services.runtime.stack import SERVICES, Stack
 from services.runtime.supervisor import ChildSpec, Supervisor, notify_ready
@@ -230,7 +230,7 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int,
             await stack.start_projection()
         else:
             await stack.start_service(name)
-        click.echo(f"{name} running against {nats_url}; Ctrl-C stops it", err=True)
+        click.echo(f"{name} running against {redact_url(nats_url)}; Ctrl-C stops it", err=True)
         notify_ready(f"{name} running")
         part = stack.parts[name]
         signalled = asyncio.create_task(_until_signalled())

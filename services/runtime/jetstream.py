@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -80,7 +82,7 @@ from services.runtime.snapshots import (
     split,
 )
 
-__all__ = ["JetStreamLog", "StreamSettings", "connect"]
+__all__ = ["JetStreamLog", "StreamSettings", "connect", "redact_url"]
 
 log = logging.getLogger("horizon.log")
 
@@ -130,7 +132,7 @@ async def connect(
         )
     except (nats.errors.NoServersError, OSError, asyncio.TimeoutError) as exc:
         raise LogUnavailable(
-            f"cannot reach NATS at {url}: {exc or type(exc).__name__}. Start it with `horizon nats` or "
+            f"cannot reach NATS at {redact_url(url)}: {exc or type(exc).__name__}. Start it with `horizon nats` or "
             f"`horizon up`, or pass --nats URL"
         ) from None
 
@@ -223,6 +225,22 @@ def _ack_from(data: bytes, item: Outgoing) -> PublishAck:
             raise LogConflict(f"{item.subject}: {text}")
         raise LogError(f"{item.subject}: {text}")
     return PublishAck(ack.seq, ack.duplicate)
+
+
+def _differs(current: api.StreamConfig, wanted: api.StreamConfig) -> list[str]:
+    """The settings ``wanted`` sets (not None) that the stream does not have."""
+    return [f.name for f in dataclasses.fields(wanted)
+            if getattr(wanted, f.name) is not None and getattr(current, f.name) != getattr(wanted, f.name)]
+
+
+def redact_url(url: str) -> str:
+    """``url`` (one or several, comma-separated) with its secret (the password of ``user:password@``,
+    a ``token@``) replaced by ``***``, for messages and logs."""
+    return ",".join(_SECRET.sub(lambda m: f"{m[1]}{m[2] + ':' if m[3] is not None else ''}***@", u.strip())
+                    for u in url.split(","))
+
+
+_SECRET = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^:@/]*)(?::([^@/]*))?@")
 
 
 class _JsDurable:
@@ -318,8 +336,10 @@ class JetStreamLog:
         self._snapshots_ready = True
 
     async def _ensure(self, config: api.StreamConfig) -> None:
+        """Create the stream, or update it if a setting we choose differs. Only then: a service's
+        user may not update streams under deploy/nats/auth.conf (an update can drop records)."""
         try:
-            await self.js.stream_info(config.name)  # type: ignore[arg-type]
+            info = await self.js.stream_info(config.name)  # type: ignore[arg-type]
         except nats.js.errors.NotFoundError:
             try:
                 await self.js.add_stream(config=config)
@@ -329,6 +349,8 @@ class JetStreamLog:
                     raise LogError(f"cannot create stream {config.name}: {exc}") from None
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
             raise LogUnavailable(f"JetStream is not answering ({type(exc).__name__}): is -js enabled?") from None
+        if not _differs(info.config, config):
+            return
         try:
             await self.js.update_stream(config=config)
         except nats.js.errors.APIError as exc:
