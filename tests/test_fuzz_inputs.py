@@ -20,6 +20,7 @@ in one line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -27,7 +28,7 @@ from typing import Any
 
 import nats
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from events import catalogue as c
@@ -230,3 +231,169 @@ def test_a_fuzzed_sequence_keeps_every_answer_and_the_cores_replay_it(batch):
     for core in _cores():
         report = replay_decisions(core, world.records)
         assert report.mismatches == [], (core.name, report.mismatches[:2])
+
+
+# ------------------------------------------------------------------ level 2: the real services
+
+
+async def _quiet(stack: Stack, log: JetStreamLog, timeout_s: float = 120.0) -> None:
+    """Until every service has applied the whole log and has nothing more to decide."""
+    runners = [getattr(p.obj, "runner", p.obj) for name, p in stack.parts.items()
+               if name in ("submission", "scheduling", "placement", "preemption", "inventory")]
+    while True:
+        end = await log.last_seq()
+        await wait_until(lambda: all(r.idle_seq >= end for r in runners) or bool(stack.failed()), timeout_s,
+                         f"every service to rest at seq {end}")
+        assert stack.failed() == []
+        if await log.last_seq() == end:
+            return
+
+
+def fuzzed_batch(n: int) -> list[tuple[str, bytes]]:
+    """``n`` messages as hypothesis generates them one example after another (so they are as
+    varied as the examples of the tests above, not the variations of one list)."""
+    batch: list[tuple[str, bytes]] = []
+
+    @settings(max_examples=n, deadline=None, phases=[Phase.generate], database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(message=messages())
+    def collect(message: tuple[str, bytes]) -> None:
+        batch.append(message)
+
+    collect()
+    return batch
+
+
+async def test_a_fuzzed_batch_through_the_real_services_gets_one_answer_or_dead_letter_each(nats_server, tmp_path):
+    batch = fuzzed_batch(200)
+    stack = Stack(nats_server.url, tmp_path / "stack", nodes=local_nodes(2, gpus_per_node=4), executor="sim",
+                  tick_interval_s=None)
+    await stack.start()
+    log = await JetStreamLog.open(nats_server.url, name="fuzzer", create=False)
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream(timeout=10)
+        for record in SEED:  # the seed jobs, so that requests name real ones
+            if record.subject.startswith("horizon.in."):
+                await js.publish(record.subject, record.data, headers={MSG_ID: record.msg_id})
+        await _quiet(stack, log)
+        inputs: list[tuple[int, str, bytes]] = []
+        for i, (subject, data) in enumerate(batch):
+            ack = await js.publish(subject, data, headers={MSG_ID: f"fuzz-{i}"})
+            inputs.append((ack.seq, subject, data))
+        await _quiet(stack, log)
+        records = await read_log(nats_server.url)
+        letters = await log.dead_letters()
+    finally:
+        await nc.close()
+        await log.close()
+        await stack.stop()
+    events = []
+    for record in records:
+        try:
+            events.append(decode_record(record))
+        except DecodeError:
+            pass
+    by_cause: dict[str, list[c.Event]] = defaultdict(list)
+    for event in events:
+        by_cause[event.causation_id or ""].append(event)
+    assert {d.service for d in letters} <= {"submission"}, letters[:3]
+    parked = Counter(d.seq for d in letters)
+    assert set(parked.values()) <= {1}, parked
+    seeds = {"seed-pending", "seed-big", "seed-array", "seed-array_0", "seed-array_1", "seed-array_2"}
+    outcomes: Counter[str] = Counter()
+    for seq, subject, data in inputs:
+        try:
+            decode_record(Record(seq, subject, data, 0.0))
+            error = None
+        except DecodeError as exc:
+            error = str(exc)
+        answers = by_cause[f"seq:{seq}"]
+        if error is not None:
+            assert parked[seq] == 1, (seq, subject, error)
+            outcomes["dead letter"] += 1
+        else:
+            assert parked[seq] == 0, (seq, subject)
+            outcomes[",".join(sorted({e.event_type for e in answers})) or "applied"] += 1
+        expect_answer(subject, data, seq, error, answers, seeds | known_before(seq, inputs, events))
+    print(f"{len(inputs)} fuzzed inputs: {dict(outcomes.most_common())}")
+    assert outcomes["dead letter"] < len(inputs)  # the batch reached validation, not just the decoder
+    result = check_log(records)
+    assert result.ok, result.problems[:5]
+    for core in _cores():
+        report = replay_decisions(core, records)
+        assert report.mismatches == [], (core.name, report.mismatches[:2])
+
+
+# ------------------------------------------------------------------ oversized messages
+
+
+async def test_garbage_as_large_as_the_server_takes_is_dead_lettered_whole_or_cut(nats_server, tmp_path):
+    """The dead letter carries the message plus headers (error, subject, seq): for a message near
+    max_payload that is more than the server takes, so the letter keeps the start of the body and
+    says how long it was (the whole message stays in the log at its sequence)."""
+    stack = Stack(nats_server.url, tmp_path / "stack", executor="sim", tick_interval_s=None)
+    await stack.start()
+    log = await JetStreamLog.open(nats_server.url, name="fuzzer", create=False)
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream(timeout=10)
+        big = b"\xff" * (nc.max_payload - 100)  # with its 30 bytes of headers, just under the limit
+        small = b"\x00 not json"
+        acks = [await js.publish("horizon.in.acme.submit", data, headers={MSG_ID: f"g{i}"})
+                for i, data in enumerate([big, small])]
+        await _quiet(stack, log, timeout_s=30)
+        letters = {d.seq: d for d in await log.dead_letters("submission")}
+        assert stack.failed() == []
+    finally:
+        await nc.close()
+        await log.close()
+        await stack.stop()
+    assert sorted(letters) == [a.seq for a in acks]
+    cut, whole = letters[acks[0].seq], letters[acks[1].seq]
+    assert whole.data == small and "not a JSON object" in whole.error
+    assert big.startswith(cut.data) and len(cut.data) < len(big)
+    assert f"{len(big):,} bytes" in cut.error and "not a JSON object" in cut.error
+
+
+async def test_the_server_refuses_a_message_over_max_payload_and_nothing_is_stored(nats_server):
+    """Below every client: a raw PUB of 2 MB gets the server's error and the log stays empty."""
+    log = await JetStreamLog.open(nats_server.url, name="setup")
+    try:
+        reader, writer = await asyncio.open_connection(nats_server.host, nats_server.port)
+        info = await reader.readline()
+        assert info.startswith(b"INFO ") and b'"max_payload":1048576' in info
+        writer.write(b'CONNECT {"verbose":false,"pedantic":false}\r\n')
+        # The size comes first, in the control line: the server refuses there, before the body.
+        writer.write(b"PUB horizon.in.acme.submit 2000000\r\n")
+        await writer.drain()
+        answer = b""
+        with contextlib.suppress(ConnectionError):
+            while b"-ERR" not in answer:
+                line = await asyncio.wait_for(reader.readline(), 10)
+                if not line:
+                    break
+                answer += line
+        writer.close()
+        assert b"Maximum Payload" in answer
+        assert await log.last_seq() == 0
+    finally:
+        await log.close()
+
+
+def test_horizon_submit_with_a_huge_command_says_why_in_one_line_and_stores_nothing(nats_server):
+    async def setup_and_last_seq(create: bool) -> int:
+        log = await JetStreamLog.open(nats_server.url, name="setup", create=create)
+        try:
+            return await log.last_seq()
+        finally:
+            await log.close()
+
+    assert asyncio.run(setup_and_last_seq(True)) == 0
+    words = ["x" * 110_000] * 11  # 1.2 MB of arguments (the kernel takes 128 KiB per argument)
+    out = subprocess.run([sys.executable, "-m", "services.cli.main", "submit", "--nats", nats_server.url,
+                          "--tenant", "acme", "--", *words], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    assert "1,048,576 bytes" in out.stderr and "too large" in out.stderr, out.stderr
+    assert asyncio.run(setup_and_last_seq(False)) == 0

@@ -53,6 +53,11 @@ async def publish_input(nc: Any, subject: str, event: Event, msg_id: str) -> int
                        f"(--tenant or $HORIZON_TENANT)") from None
     except nats.errors.TimeoutError:
         raise LogError("the log did not acknowledge the publish in time; retry (it is safe: same Nats-Msg-Id)") from None
+    except nats.errors.MaxPayloadError:
+        # nats-py refuses before sending, as the server would: nothing is stored.
+        raise LogError(f"the {event.event_type} is too large: {len(encode(event)):,} bytes, and this server takes at "
+                       f"most {nc.max_payload:,} bytes in one message; nothing was submitted (put large inputs in "
+                       f"files the job reads)") from None
     return int(ack.seq)
 
 

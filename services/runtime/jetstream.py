@@ -473,12 +473,20 @@ class JetStreamLog:
     # ---------------------------------------------------------------- dead letters
 
     async def dead_letter(self, service: str, record: Record, error: str) -> None:
-        headers = {
-            DLQ_ERROR: clean_header(error),
-            DLQ_SUBJECT: record.subject,
-            DLQ_SEQ: str(record.seq),
-        }
-        await self.publish(dlq_subject(service), record.data, msg_id=f"dlq/{service}/{record.seq}", headers=headers)
+        """Park ``record`` with its error. The letter is the body plus these headers; for a body near
+        the server's max_payload that is more than the server takes (it closes the connection, the
+        publish times out and the service would stop on every restart), so such a body is cut to
+        what fits and the error says so. All of it stays in the log at ``DLQ_SEQ``."""
+        data = record.data
+        msg_id = f"dlq/{service}/{record.seq}"
+        headers = {DLQ_SUBJECT: record.subject, DLQ_SEQ: str(record.seq)}
+        room = self.nc.max_payload - 3 * 1024 - 256 - sum(len(k) + len(v.encode()) + 4 for k, v in headers.items())
+        room -= len(MSG_ID) + len(msg_id) + 4  # the error header takes at most 1,024 characters (3 KiB)
+        if len(data) > room:
+            error = f"body cut to its first {room:,} of {len(data):,} bytes (all of it is at seq {record.seq}): {error}"
+            data = data[:room]
+        headers[DLQ_ERROR] = clean_header(error)
+        await self.publish(dlq_subject(service), data, msg_id=msg_id, headers=headers)
         log.warning("dead-lettered seq %s on %s for %s: %s", record.seq, record.subject, service, error)
 
     async def dead_letters(self, service: str | None = None) -> list[DeadLetter]:
