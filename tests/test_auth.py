@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -215,15 +216,19 @@ async def test_no_service_may_delete_purge_or_rewrite_the_log(auth_server, admin
     async def on_answer(msg: Any) -> None:
         answers.append(msg.subject)
 
+    # ... nor take another service's leader lease (services/runtime/lease.py), nor drop the lease bucket.
+    leases = {user: [f"$KV.HORIZON_LEASES.{other}" for other in SERVICE_USERS if other != user]
+              + ["$JS.API.STREAM.DELETE.KV_HORIZON_LEASES", "$JS.API.STREAM.PURGE.KV_HORIZON_LEASES"]
+              for user in SERVICE_USERS}
     for user, client in clients.items():
         inbox = client.nc.new_inbox()
         await client.nc.subscribe(inbox, cb=on_answer)
-        for subject in forbidden:
+        for subject in (*forbidden, *leases[user]):
             await client.nc.publish(subject, b"{}", reply=inbox)
     for client in clients.values():
         await client.nc.flush()
     await asyncio.sleep(0.3)
-    missing = [(user, subject) for user, client in clients.items() for subject in forbidden
+    missing = [(user, subject) for user, client in clients.items() for subject in (*forbidden, *leases[user])
                if not client.refused(subject)]
     assert missing == []
     assert answers == []  # neither JetStream nor a stream answered any of them
@@ -242,7 +247,8 @@ class UserStack(Stack):
 
     async def _connect(self, name: str) -> Any:
         assert self.server is not None
-        return await JetStreamLog.open(url(self.server, PART_USER[name]), name=f"horizon-{name}",
+        user = PART_USER[name.split("#", 1)[0]]  # "scheduling#2": another instance of scheduling
+        return await JetStreamLog.open(url(self.server, user), name=f"horizon-{name}",
                                        settings=self.settings, create=True)
 
 
@@ -326,6 +332,10 @@ async def test_the_stack_runs_under_its_users_and_tenants_see_only_their_jobs(au
                      ("agent", "JobSucceeded")]:
             assert step in story, story
         assert not any(r.subject == "horizon.in.globex.cancel" for r in records)
+        # No part ever stepped outside its permissions (what the tenants tried above had no route at all).
+        assert auth_server.log_file is not None
+        violations = [ln for ln in auth_server.log_file.read_text().splitlines() if "Violation" in ln]
+        assert violations == []
     finally:
         await stack.stop()
 
@@ -344,12 +354,14 @@ async def test_horizon_service_connects_with_credentials(auth_server, admin_log,
             assert line, b"".join(lines).decode()  # it exited
             lines.append(line)
         assert b"preemption running against nats://preemption:***@" in lines[-1], lines
+        await asyncio.sleep(1.0)
+        assert proc.poll() is None, "it stopped on its own"  # connected, caught up, running under its user
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         _out, err = await asyncio.to_thread(proc.communicate, timeout=15)
     assert b"CHANGE-ME" not in b"".join(lines) + err
-    assert proc.returncode == 0, err.decode()[-2000:]
+    assert b"Violation" not in auth_server.log_file.read_bytes()  # type: ignore[union-attr]
 
 
 async def test_scheduling_keeps_and_prunes_its_snapshots_under_its_user(auth_server, admin_log) -> None:
@@ -365,3 +377,48 @@ async def test_scheduling_keeps_and_prunes_its_snapshots_under_its_user(auth_ser
         assert info.state.messages == 2  # the second's one chunk and manifest: the first's two chunks and manifest pruned
     finally:
         await log.close()
+
+
+def make_certs(where: Path) -> tuple[Path, Path, Path]:
+    """A throwaway CA and a server certificate for 127.0.0.1/localhost signed by it (deploy/nats/TLS.md)."""
+    ca_key, ca, key, csr, cert, ext = (where / n for n in ("ca.key", "ca.pem", "server.key", "server.csr",
+                                                           "server.pem", "san.ext"))
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    for args in (["req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "1", "-subj", "/CN=Horizon test CA"],
+                 ["req", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=localhost"],
+                 ["x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
+                  "-days", "1", "-extfile", ext]):
+        subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
+    return ca, cert, key
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl to make a certificate")
+async def test_tls_with_the_same_accounts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """auth.conf plus a tls block (deploy/nats/TLS.md): a client that trusts the CA (SSL_CERT_FILE, read by the
+    default SSL context nats-py makes for tls:// URLs) connects with its user; one that does not is refused."""
+    ca, cert, key = make_certs(tmp_path)
+    conf = tmp_path / "tls.conf"
+    shutil.copy(AUTH_CONF, tmp_path / "auth.conf")  # nats-server includes relative to the including file
+    conf.write_text(f'include "auth.conf"\ntls {{\n  cert_file: "{cert}"\n  key_file: "{key}"\n  timeout: 2\n}}\n')
+    server = NatsServer(store_dir=tmp_path / "js", port=0, config=conf).start()
+    try:
+        tls_url = f"tls://admin:dev-admin-CHANGE-ME@localhost:{server.port}"
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        with pytest.raises(Exception) as caught:  # the system's trust store does not know our CA
+            await nats.connect(tls_url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=2)
+        assert "certificate verify failed" in repr(caught.value) or "CERTIFICATE_VERIFY_FAILED" in repr(caught.value)
+
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+        log = await JetStreamLog.open(tls_url, name="test-tls")
+        try:
+            alice = await nats.connect(f"tls://alice:dev-alice-CHANGE-ME@localhost:{server.port}")
+            ack = await alice.jetstream(timeout=2).publish("horizon.in.acme.submit", submitted("t-1", "acme"),
+                                                           headers={"Nats-Msg-Id": "t-1"})
+            assert ack.seq == 1
+            await alice.close()
+            assert [r.subject async for batch in log.read(1) for r in batch] == ["horizon.in.acme.submit"]
+        finally:
+            await log.close()
+    finally:
+        server.stop()
