@@ -19,6 +19,8 @@ Served on (queue group ``projections``):
   node with the jobs on it; filters ``state``, ``node``, ``gpu_type``; paged;
 * ``horizon.query.allocations`` -> every running attempt's share of each node; filters ``node``,
   ``job_id``, ``tenant``, ``account``, ``user``; paged;
+* ``horizon.query.queue.<tenant>``, ``horizon.query.allocations.<tenant>``: the same, about that
+  tenant's jobs only (what a tenant's account imports under ``deploy/nats/auth.conf``);
 * ``horizon.query.usage`` -> ``{"rows": [...], "now", "half_life_s", "weights", "last_seq"}``: one
   row per account and user association, depth first (``FairShare.report``); filters ``account``,
   ``user``; with ``{"history": true}`` also ``"history"``: every account's usage and fair-share
@@ -53,6 +55,7 @@ from services.scheduling.core import SchedulingCore, SchedulingState
 from services.scheduling.fairshare import association
 from services.scheduling.policy import WEIGHT_NAMES, Multifactor, make_policy
 from services.state.jobs import JobState
+from projections.jobs import _scope
 from projections.standing import StandingStore
 
 __all__ = ["SchedulerView", "priority_report", "usage_report"]
@@ -283,6 +286,10 @@ class SchedulerView:
                                   ("allocations", self.store.query_allocations), ("usage", self.store.query_usage)):
                 self._subs.append(await self.nc.subscribe(f"horizon.query.{view}", queue="projections",
                                                           cb=self._stored(handler)))
+            for view, handler in (("queue", self.store.query_queue), ("allocations", self.store.query_allocations)):
+                # a tenant's view of the queue and of where its jobs run (see QueryServer in jobs.py)
+                self._subs.append(await self.nc.subscribe(f"horizon.query.{view}.*", queue="projections",
+                                                          cb=self._stored(handler)))
         else:
             self._subs.append(await self.nc.subscribe("horizon.query.usage", queue="projections", cb=self._usage))
         self._follower = await self.log.follow(self.apply, from_seq=1)
@@ -301,6 +308,11 @@ class SchedulerView:
                 request = json.loads(msg.data or b"{}")
                 if not isinstance(request, dict):
                     raise ValueError("the request must be a JSON object")
+                tenant = _scope(msg.subject)
+                if tenant is not None:
+                    if request.get("tenant") not in (None, "", tenant):
+                        raise ValueError(f"tenant {tenant!r} may see only its own jobs, not {request['tenant']!r}'s")
+                    request["tenant"] = tenant
                 if self.store is not None and self.state.seq > self.store.last_seq:
                     await self.flush()
                 body = await handler(request)

@@ -5,6 +5,7 @@ writes exactly the rows of a rebuild from scratch."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from pathlib import Path
 
@@ -108,6 +109,15 @@ async def _check(url: str, records, waiting: int, tmp_path: Path) -> None:
         usage = await store.query_usage({})
         assert {r["account"] for r in usage["rows"]} >= {"acct0", "acct1", "acct2"}
         assert (await store.query_usage({"account": "acct1"}))["rows"][0]["account"] == "acct1"
+        # a tenant's scoped subject: its jobs only, whatever it asks
+        tenant = pending[0]["tenant"]
+        reply = json.loads((await log_.nc.request(f"horizon.query.queue.{tenant}", b"{}", timeout=5)).data)
+        assert reply["total"] == everything["total"]
+        reply = json.loads((await log_.nc.request("horizon.query.queue.someone-else", b"{}", timeout=5)).data)
+        assert reply["jobs"] == [] and reply["total"] == 0
+        reply = json.loads((await log_.nc.request("horizon.query.queue.someone-else",
+                                                  json.dumps({"tenant": tenant}).encode(), timeout=5)).data)
+        assert reply == {"error": f"tenant 'someone-else' may see only its own jobs, not {tenant!r}'s"}
         await view.stop()
     finally:
         await log_.close()
