@@ -14,6 +14,20 @@ Kept current from the log by ``JobsProjection.start`` (a follower from the store
 Served over NATS request/reply on ``horizon.query.jobs`` (a list with filters
 and paging) and ``horizon.query.job`` (one job with its history), in the
 queue group ``projections`` so several replicas can share the load.
+
+**The tenant feed.** A tenant may read only its own jobs' events, but event
+subjects (``horizon.evt.<service>.<Type>.<job>``) do not name the tenant, so
+no subject permission can select them. The projection, which knows every
+job's tenant, copies each event about a job it applies live (not the history
+it catches up on) to ``horizon.tenant.<tenant>.evt.<service>.<Type>.<job>``
+(core NATS, at most once; the log and the queries stay the truth). Under
+``deploy/nats/auth.conf`` each tenant's account imports its own prefix as
+``horizon.evt.>``, so a tenant's ``horizon submit``, ``cancel`` or ``watch``
+sees its jobs' events on the usual subjects and nothing else. Which tenant:
+the job's; for ``RequestRejected``, the tenant that asked (never an operator's
+request); for ``JobRejected``, its tenant unless the rejection is that tenant
+not matching the subject (that one reaches nobody: the publisher named another
+tenant). One copy per projection replica running.
 """
 
 from __future__ import annotations
@@ -22,7 +36,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +45,16 @@ import msgspec
 
 from events import catalogue as c
 from events.base import Event
+from projections.db import open_database, stored_position
+from events.subjects import ADMIN_TENANT, valid_token
 from services.runtime.consume import readable
 from services.runtime.log import EventLog, Record
 from services.scheduling.policy import CLASS_RANK
 from services.state.jobs import Job, JobState, JobTable
 
-__all__ = ["JobsProjection", "QueryServer", "job_row"]
+__all__ = ["JobsProjection", "QueryServer", "job_row", "TENANT_FEED", "feed_tenant"]
+
+TENANT_FEED = "horizon.tenant"  # horizon.tenant.<tenant>.evt.<service>.<Type>.<job>
 
 log = logging.getLogger("horizon.projections")
 
@@ -171,18 +189,14 @@ class JobsProjection:
         self.ready = asyncio.Event()
         self._follower: Any = None
         self._tenants: dict[str, str] = {}
+        # The tenant feed: records from ``feed_from`` on (live), handed to each listener after the
+        # batch is committed as (tenant, record).
+        self.feed_from = 0
+        self.listeners: list[Callable[[list[tuple[str, Record]]], Awaitable[None]]] = []
 
     async def open(self) -> None:
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self.db = await aiosqlite.connect(self.path)
-        await self.db.execute("PRAGMA journal_mode=WAL")
-        await self.db.execute("PRAGMA synchronous=NORMAL")
-        await self.db.executescript(SCHEMA)
-        await self.db.commit()
-        async with self.db.execute("SELECT last_seq FROM tracking WHERE projection = ?", (NAME,)) as cur:
-            row = await cur.fetchone()
-        self.last_seq = row[0] if row else 0
+        self.db = await open_database(self.path, SCHEMA)
+        self.last_seq = await stored_position(self.db, NAME)
         # The in-memory fold is rebuilt from the rows, not from the log: rows and position agree.
         async with self.db.execute(
             "SELECT job_id, state, attempt, allocation, spec, accepted_seq, submitted_ts, scheduled_ts, started_ts, "
@@ -214,6 +228,7 @@ class JobsProjection:
         history: list[tuple[Any, ...]] = []
         attempts: dict[tuple[str, int], tuple[Any, ...]] = {}
         decisions: list[tuple[Any, ...]] = []
+        feed: list[tuple[str, Record]] = []
         last = self.last_seq
         for record, event in readable(batch, last):
             last = record.seq
@@ -242,6 +257,10 @@ class JobsProjection:
                 changed[job_id] = (job, record.seq)
             if job is not None and not isinstance(event, c.SchedulingCycleCompleted):
                 history.append((job_id, record.seq, event.event_type, record.time, event.source, _summary(event)))
+            if self.listeners and record.seq >= self.feed_from:
+                tenant = feed_tenant(event, job, self._tenants.get(job_id))
+                if tenant is not None:
+                    feed.append((tenant, record))
         if last == self.last_seq:
             return
         rows = [job_row(job, seq, self._tenants.get(job_id, "")) for job_id, (job, seq) in changed.items()]
@@ -265,10 +284,14 @@ class JobsProjection:
             await self.db.rollback()
             raise
         self.last_seq = last
+        if feed:
+            for listener in self.listeners:
+                await listener(feed)
 
     async def start(self) -> None:
         if self.db is None:
             await self.open()
+        self.feed_from = await self.log.last_seq() + 1  # what is in the log already is history, not news
         self._follower = await self.log.follow(self.apply, from_seq=self.last_seq + 1, subjects=("horizon.evt.>",))
         self.ready.set()
 
@@ -367,6 +390,19 @@ class JobsProjection:
         return {"decisions": rows, "last_seq": self.last_seq}
 
 
+def feed_tenant(event: Event, job: Job | None, known: str | None) -> str | None:
+    """The tenant whose feed gets ``event`` (about a job), or None (see the module docstring)."""
+    if isinstance(event, c.RequestRejected):
+        tenant: str | None = event.tenant
+    elif isinstance(event, c.JobRejected):
+        tenant = None if event.field == "tenant" else event.tenant
+    else:
+        tenant = job.spec.tenant if job is not None and job.spec is not None else known
+    if tenant is None or tenant == ADMIN_TENANT or not valid_token(tenant):
+        return None
+    return tenant
+
+
 class QueryServer:
     """``horizon.query.jobs``, ``horizon.query.job`` and ``horizon.query.decisions`` over NATS request/reply.
 
@@ -374,6 +410,8 @@ class QueryServer:
     jobs only. Under ``deploy/nats/auth.conf`` a tenant's account imports them as
     ``horizon.query.jobs`` and ``horizon.query.job``, so the tenant is set by the server's
     configuration, not by the asker, and the unscoped subjects are the operators' and services'.
+
+    It also publishes the projection's tenant feed (module docstring).
     """
 
     def __init__(self, nc: Any, projection: JobsProjection) -> None:
@@ -382,6 +420,7 @@ class QueryServer:
         self._subs: list[Any] = []
 
     async def start(self) -> None:
+        self.projection.listeners.append(self._feed)
         for view, cb in (("jobs", self._jobs), ("job", self._job)):
             self._subs.append(await self.nc.subscribe(f"horizon.query.{view}", queue="projections", cb=cb))
             self._subs.append(await self.nc.subscribe(f"horizon.query.{view}.*", queue="projections", cb=cb))
@@ -399,7 +438,14 @@ class QueryServer:
             body = {"error": str(exc)}
         await self._reply(msg, body)
 
+    async def _feed(self, feed: list[tuple[str, Record]]) -> None:
+        cut = len("horizon.")
+        for tenant, record in feed:
+            await self.nc.publish(f"{TENANT_FEED}.{tenant}.{record.subject[cut:]}", record.data)
+
     async def stop(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.projection.listeners.remove(self._feed)
         for sub in self._subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import time
@@ -299,15 +300,10 @@ class SchedulerView:
 
     def _stored(self, handler: Any) -> Any:
         """A query answered from the store, once it shows everything the fold has applied (a reader
-        sees what the view knows, not what it knew at the last periodic flush); errors in the request
-        become ``{"error": ...}``."""
+        sees what the view knows, not what it knew at the last periodic flush); on a tenant's
+        subject, about that tenant's jobs only."""
         async def answer(msg: Any) -> None:
-            if not msg.reply:
-                return
-            try:
-                request = json.loads(msg.data or b"{}")
-                if not isinstance(request, dict):
-                    raise ValueError("the request must be a JSON object")
+            async def ask(request: dict[str, Any]) -> dict[str, Any]:
                 tenant = _scope(msg.subject)
                 if tenant is not None:
                     if request.get("tenant") not in (None, "", tenant):
@@ -315,10 +311,9 @@ class SchedulerView:
                     request["tenant"] = tenant
                 if self.store is not None and self.state.seq > self.store.last_seq:
                     await self.flush()
-                body = await handler(request)
-            except (ValueError, TypeError, KeyError) as exc:
-                body = {"error": str(exc)}
-            await self.nc.publish(msg.reply, json.dumps(body).encode())
+                return await handler(request)  # type: ignore[no-any-return]
+
+            await self._reply(msg, ask)
 
         return answer
 
@@ -350,6 +345,8 @@ class SchedulerView:
             if not isinstance(request, dict):
                 raise ValueError("the request must be a JSON object")
             body = answer(request)
+            if inspect.isawaitable(body):
+                body = await body
         except (ValueError, TypeError, KeyError) as exc:
             body = {"error": str(exc)}
         await self.nc.publish(msg.reply, json.dumps(body).encode())

@@ -42,6 +42,7 @@ from typing import Any
 
 import aiosqlite
 
+from projections.db import open_database, stored_position
 from services.preemption.core import PreemptionState
 from services.scheduling.core import SchedulingCore, SchedulingState
 from services.scheduling.fairshare import association
@@ -63,7 +64,7 @@ _JSON_NODES = {"gpu_types", "labels", "taints"}
 USAGE_COLUMNS = ("rank account user depth parent raw_shares norm_shares raw_usage norm_usage level_fs fairshare "
                  "running quota borrowing").split()
 
-SCHEMA = f"""
+SCHEMA = """
 CREATE TABLE IF NOT EXISTS tracking (projection TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS queue (
@@ -148,16 +149,8 @@ class StandingStore:
         self.last_seq = 0  # what the tables show
 
     async def open(self) -> None:
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self.db = await aiosqlite.connect(self.path)
-        await self.db.execute("PRAGMA journal_mode=WAL")
-        await self.db.execute("PRAGMA synchronous=NORMAL")
-        await self.db.executescript(SCHEMA)
-        await self.db.commit()
-        async with self.db.execute("SELECT last_seq FROM tracking WHERE projection = ?", (NAME,)) as cur:
-            row = await cur.fetchone()
-        self.last_seq = row[0] if row else 0
+        self.db = await open_database(self.path, SCHEMA)
+        self.last_seq = await stored_position(self.db, NAME)
 
     async def close(self) -> None:
         if self.db is not None:
