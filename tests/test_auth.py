@@ -264,6 +264,14 @@ async def test_the_stack_runs_under_its_users_and_tenants_see_only_their_jobs(au
     await stack.start()
     try:
         alice, bob = await connect_as("alice"), await connect_as("bob")
+        # Each tenant's account sees horizon.evt.> as its feed: the events about its own jobs.
+        feeds: dict[str, list[dict[str, Any]]] = {"alice": [], "bob": []}
+        for who, client in (("alice", alice), ("bob", bob)):
+            async def on_event(msg: Any, who: str = who) -> None:
+                feeds[who].append({**json.loads(msg.data), "subject": msg.subject})
+
+            await client.nc.subscribe("horizon.evt.>", cb=on_event)
+            await client.nc.flush()
         # alice submits the way `horizon submit` does (services/cli/client.py publish_input).
         from services.cli.client import publish_input
 
@@ -310,19 +318,43 @@ async def test_the_stack_runs_under_its_users_and_tenants_see_only_their_jobs(au
                                   c.JobCancelRequested(id="c-2", job_id="g-1", tenant="acme"), msg_id="c-2")
         answers: list[dict[str, Any]] = []
 
-        async def answered() -> bool:
-            answers[:] = [json.loads(r.data) for r in await read_log(url(auth_server, "admin"))
-                          if json.loads(r.data).get("causation_id") == f"seq:{seq}"]
+        def answered() -> bool:  # as `horizon cancel` waits: its answer in the tenant's feed
+            answers[:] = [e for e in feeds["alice"] if e.get("causation_id") == f"seq:{seq}"]
             return bool(answers)
 
-        deadline = asyncio.get_running_loop().time() + 15
-        while not await answered():
-            assert asyncio.get_running_loop().time() < deadline, "no answer to alice's cancel"
-            await asyncio.sleep(0.2)
+        await wait_until(answered, 15, "the answer to alice's cancel in her feed")
         assert [a["type"] for a in answers] == ["RequestRejected"]
         assert "no job 'g-1' in tenant 'acme'" in answers[0]["reason"]
         await poll()
         assert states["g-1"] == "RUNNING"
+
+        # The feeds: alice saw her job's story and her own refused request; bob his job only, not the
+        # request alice made about it.
+        await asyncio.sleep(0.2)
+        assert {(e["type"], e["job_id"]) for e in feeds["alice"]} >= {
+            ("JobAccepted", "a-1"), ("JobScheduled", "a-1"), ("JobStarted", "a-1"), ("JobSucceeded", "a-1")}
+        assert {e["job_id"] for e in feeds["alice"] if e["type"] != "RequestRejected"} == {"a-1"}
+        assert {e["job_id"] for e in feeds["bob"]} == {"g-1"}
+        assert "RequestRejected" not in {e["type"] for e in feeds["bob"]}
+        assert all(e["subject"] == f"horizon.evt.{e['subject'].split('.')[2]}.{e['type']}.{e['job_id']}"
+                   for e in feeds["alice"] + feeds["bob"])
+
+        # The CLI as alice, unchanged: submit gets its verdict, cancel its answer, both from her feed;
+        # bob's job is not hers to cancel.
+        async def horizon(*args: str) -> subprocess.CompletedProcess[str]:
+            env = {**os.environ, "HORIZON_NATS_URL": url(auth_server, "alice"), "HORIZON_TENANT": "acme"}
+            return await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "services.cli.main", *args],
+                                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+        done = await horizon("submit", "--job-id", "cli-1", "--gpus", "1", "--sim-runtime", "60", "--json")
+        assert done.returncode == 0 and json.loads(done.stdout)["state"] == "PENDING", done
+        done = await horizon("cancel", "cli-1", "--json")
+        assert done.returncode == 0 and json.loads(done.stdout)["type"] in ("JobCancelled", "JobStopRequested"), done
+        done = await horizon("cancel", "g-1")
+        assert done.returncode == 1 and "no job 'g-1' in tenant 'acme'" in done.stderr, done
+        done = await horizon("submit", "--tenant", "globex", "--job-id", "cli-2", "--gpus", "1")
+        assert done.returncode == 1 and "may publish only under its own tenant" in done.stderr, done
+        assert "Traceback" not in done.stderr
 
         # The log holds the story of a-1 told by the right services, and no input on globex's cancel subject.
         records = await read_log(url(auth_server, "admin"))
