@@ -37,6 +37,7 @@ from events import catalogue as c
 from events.codec import encode
 from events.subjects import event_subject
 from services.inventory.core import InventoryCore, InventoryState
+from services.runtime.lease import Lease
 from services.runtime.log import EventLog
 from services.runtime.service import ServiceRunner
 
@@ -143,8 +144,8 @@ class InventoryService:
     """The runner, the heartbeat watch and the clock, started and stopped together."""
 
     def __init__(self, log_: EventLog, nc: Any, *, heartbeat_timeout_s: float = 10.0, core: InventoryCore | None = None,
-                 tick_interval_s: float | None = 5.0) -> None:
-        self.runner = ServiceRunner(log_, core or InventoryCore())
+                 tick_interval_s: float | None = 5.0, lease: Lease | None = None) -> None:
+        self.runner = ServiceRunner(log_, core or InventoryCore(), lease=lease)
         self.watch = HeartbeatWatch(self.runner, nc, timeout_s=heartbeat_timeout_s) if nc is not None else None
         self.ticker = Ticker(log_, tick_interval_s) if tick_interval_s else None
 

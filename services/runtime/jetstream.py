@@ -5,6 +5,16 @@ Choices, with the measurements behind them in ``../shared/NATS-NOTES.md``:
 * **Publishing one event** uses ``js.publish`` (a request per message, the
   PubAck tells duplicate or sequence; expected-sequence errors become
   ``LogConflict``).
+* **Publishing a leader's decisions** (``publish_fenced``) uses JetStream
+  atomic batches (nats-server 2.12+, ADR-50): every message but the last
+  published without a reply, the last one (``Nats-Batch-Commit``) as a
+  request; the first carries the fence (``Nats-Expected-Last-Subject-Sequence``
+  with ``…-Subject`` = the leader's own output filter), checked by the server
+  against the stream as it was before the batch. A batch is stored whole or
+  not at all, at most 1,000 messages. A single message needs no batch: one
+  publish with the same two headers. Measured on file storage: a commit costs
+  5-10 ms whatever the batch size (the server syncs it), against ~0.5 ms for
+  one publish (``docs/reliability.md``).
 * **Publishing many** is hand-pipelined: core ``publish`` on the stream
   subject *with a reply inbox* (never without: the server silently drops
   un-acked ingest under load), one wildcard subscription collecting the
@@ -51,10 +61,13 @@ from services.runtime.log import (
     DLQ_SEQ,
     DLQ_SUBJECT,
     EXPECTED_LAST_SUBJECT_SEQ,
+    EXPECTED_LAST_SUBJECT_SEQ_SUBJECT,
+    FENCED_BATCH_MAX,
     MSG_ID,
     BatchHandler,
     DeadLetter,
     Delivery,
+    Fence,
     LogConflict,
     LogError,
     LogUnavailable,
@@ -63,6 +76,7 @@ from services.runtime.log import (
     Record,
     TaskFollower,
     clean_header,
+    subject_matches,
 )
 from services.runtime.snapshots import (
     CHUNK_INDEX,
@@ -87,6 +101,11 @@ __all__ = ["JetStreamLog", "StreamSettings", "connect", "redact_url"]
 log = logging.getLogger("horizon.log")
 
 WRONG_LAST_SEQUENCE = 10071  # JetStream API error code for Nats-Expected-Last-*-Sequence failures
+BATCH_DUPLICATE = 10201  # "atomic publish batch contains duplicate message id"
+BATCH_INCOMPLETE = 10176  # "atomic publish batch is incomplete": a message of it was lost on the way
+BATCH_ID = "Nats-Batch-Id"
+BATCH_SEQUENCE = "Nats-Batch-Sequence"
+BATCH_COMMIT = "Nats-Batch-Commit"
 
 
 class StreamSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,6 +121,7 @@ class _PubAckWire(msgspec.Struct):
     seq: int = 0
     duplicate: bool = False
     error: dict[str, Any] | None = None
+    count: int = 0  # messages stored by an atomic batch (its ack's seq is the last one's)
 
 
 _pub_ack = msgspec.json.Decoder(_PubAckWire)
@@ -276,6 +296,8 @@ class JetStreamLog:
         self.js = nc.jetstream(timeout=10)
         self.settings = settings or StreamSettings()
         self._pipeline = _Pipeline(nc, window=window, ack_timeout_s=5.0, retries=5)
+        self._batch_prefix = nc.new_inbox().rsplit(".", 1)[-1]  # unique to this connection
+        self._batches = 0
         self._pipeline_started = False
         self._snapshots_ready = False
         self._log_id: str | None = None
@@ -390,11 +412,93 @@ class JetStreamLog:
             self._pipeline_started = True
         return await self._pipeline.publish(items)
 
+    async def publish_fenced(self, items: Sequence[Outgoing], fence: Fence) -> list[PublishAck]:
+        """All or none, and only if the fence holds (see ``EventLog.publish_fenced``).
+
+        Up to ``FENCED_BATCH_MAX`` messages per atomic batch; a longer list is several batches,
+        each fenced on the last matching message of the one before (known from its ack).
+        """
+        acks: list[PublishAck] = []
+        last = fence.last_seq
+        for start in range(0, len(items), FENCED_BATCH_MAX):
+            part = items[start : start + FENCED_BATCH_MAX]
+            if any(i.expected_last_subject_seq is not None for i in part):
+                raise ValueError("publish_fenced: the fence is the only expectation a message may carry")
+            part_acks = await self._fenced_part(part, Fence(fence.subjects, last))
+            acks.extend(part_acks)
+            last = max((a.seq for a, i in zip(part_acks, part, strict=True)
+                        if not a.duplicate and subject_matches(fence.subjects, i.subject)), default=last)
+        return acks
+
+    async def _fenced_part(self, part: Sequence[Outgoing], fence: Fence, retries: int = 5) -> list[PublishAck]:
+        """One fenced publish (one message) or atomic batch, sent again whole if unanswered or incomplete.
+
+        Sending again is safe: if the first attempt was stored after all, the fence (or, for a
+        batch, its msg ids) no longer match, and the caller gets ``LogConflict`` and re-reads.
+        """
+        fence_headers = {EXPECTED_LAST_SUBJECT_SEQ: str(fence.last_seq), EXPECTED_LAST_SUBJECT_SEQ_SUBJECT: fence.subjects}
+        n = len(part)
+        pause = 0.25
+        for _attempt in range(retries + 1):
+            if n == 1:
+                item = part[0]
+                headers = {**(item.headers or {}), MSG_ID: item.msg_id, **fence_headers}
+            else:
+                self._batches += 1
+                batch_id = f"{self._batch_prefix}-{self._batches}"
+                for index, item in enumerate(part[:-1], start=1):
+                    headers = {**(item.headers or {}), MSG_ID: item.msg_id, BATCH_ID: batch_id,
+                               BATCH_SEQUENCE: str(index)}
+                    if index == 1:
+                        headers.update(fence_headers)  # checked against the stream as it was before the batch
+                    await self.nc.publish(item.subject, item.data, headers=headers)
+                item = part[-1]
+                headers = {**(item.headers or {}), MSG_ID: item.msg_id, BATCH_ID: batch_id,
+                           BATCH_SEQUENCE: str(n), BATCH_COMMIT: "1"}
+            try:
+                reply = await self.nc.request(item.subject, item.data, headers=headers, timeout=5.0)
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                continue
+            except nats.errors.NoRespondersError:
+                # No stream took it (not created yet; on a cluster, its leader being elected): later.
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, 5.0)
+                continue
+            except nats.errors.ConnectionClosedError as exc:
+                raise LogUnavailable(f"publish to {item.subject}: {type(exc).__name__}") from None
+            ack = _pub_ack.decode(reply.data or b"{}")
+            if ack.error:
+                code = ack.error.get("err_code")
+                text = ack.error.get("description", "publish failed")
+                if code in (WRONG_LAST_SEQUENCE, BATCH_DUPLICATE):
+                    raise LogConflict(f"{fence.subjects}: {text}")
+                if code == BATCH_INCOMPLETE:
+                    continue
+                if ack.error.get("code") == 503:
+                    await asyncio.sleep(pause)
+                    pause = min(2 * pause, 5.0)
+                    continue
+                raise LogError(f"{item.subject}: {text}")
+            if n == 1:
+                return [PublishAck(ack.seq, ack.duplicate)]
+            if ack.count != n:
+                raise LogError(f"atomic batch of {n} messages: the server says it stored {ack.count}")
+            return [PublishAck(ack.seq - n + 1 + k, False) for k in range(n)]
+        raise LogUnavailable(f"a fenced batch of {n} messages was not acknowledged by the log")
+
     # ---------------------------------------------------------------- reading
 
-    async def last_seq(self) -> int:
-        info = await self.js.stream_info(STREAM)
-        return int(info.state.last_seq)
+    async def last_seq(self, subject: str | None = None) -> int:
+        if subject is None:
+            info = await self.js.stream_info(STREAM)
+            return int(info.state.last_seq)
+        try:
+            msg = await self.js.get_last_msg(STREAM, subject)
+        except nats.js.errors.NotFoundError:
+            return 0
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+            raise LogUnavailable(f"last message on {subject}: {type(exc).__name__}") from None
+        return int(msg.seq or 0)
 
     async def _reader(self, stream: str, from_seq: int, subjects: Sequence[str], batch: int = 1000) -> PullReader:
         reader = PullReader(self.nc, self.js, stream, from_seq, subjects, batch=batch)

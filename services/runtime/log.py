@@ -13,6 +13,19 @@ The contract:
   subject has exactly that sequence (0: none yet), else ``LogConflict``.
 * ``publish_many`` does the same for many messages, pipelined; acks come back
   in input order.
+* ``publish_fenced`` stores many messages all or none, in order and
+  contiguously, and only if the last message matching the fence's subject
+  filter is at the fence's sequence (0: none matches), else ``LogConflict``
+  and nothing is stored. A leader publishes its decisions this way with the
+  fence on its own output subjects, so a deposed leader, which has not seen
+  its successor's decisions, cannot add its own. More than
+  ``FENCED_BATCH_MAX`` messages go as several all-or-none parts, each fenced
+  on the last of the part before. A msg id the log already holds makes a
+  batch of two or more a ``LogConflict`` too (JetStream refuses an atomic
+  batch that repeats one); a single message that repeats one is reported as
+  a duplicate, as by ``publish``.
+* ``last_seq()`` is the stream's last sequence; ``last_seq(subject)`` that of
+  the last message matching the filter ``subject`` (0: none).
 * ``read`` yields the messages from ``from_seq`` on, in log order, in
   batches, up to the last sequence at the time of the call (a replay).
 * ``follow`` delivers batches from ``from_seq`` on and keeps delivering new
@@ -56,10 +69,16 @@ __all__ = [
     "subject_matches",
     "MSG_ID",
     "EXPECTED_LAST_SUBJECT_SEQ",
+    "EXPECTED_LAST_SUBJECT_SEQ_SUBJECT",
+    "FENCED_BATCH_MAX",
+    "Fence",
 ]
 
 MSG_ID = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+# With this header the expected sequence is that of the last message matching a filter (nats-server 2.11+).
+EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+FENCED_BATCH_MAX = 1000  # messages in one JetStream atomic batch (the server's limit)
 DLQ_ERROR = "Horizon-Error"
 DLQ_SUBJECT = "Horizon-Original-Subject"
 DLQ_SEQ = "Horizon-Original-Seq"
@@ -98,6 +117,13 @@ class Outgoing(NamedTuple):
     msg_id: str
     expected_last_subject_seq: int | None = None
     headers: Mapping[str, str] | None = None
+
+
+class Fence(NamedTuple):
+    """Store only if the last message matching ``subjects`` (one filter) is at ``last_seq`` (0: none)."""
+
+    subjects: str
+    last_seq: int
 
 
 class PublishAck(NamedTuple):
@@ -166,7 +192,9 @@ class EventLog(Protocol):
 
     async def publish_many(self, items: Sequence[Outgoing]) -> list[PublishAck]: ...
 
-    async def last_seq(self) -> int: ...
+    async def publish_fenced(self, items: Sequence[Outgoing], fence: Fence) -> list[PublishAck]: ...
+
+    async def last_seq(self, subject: str | None = None) -> int: ...
 
     def read(
         self, from_seq: int = 1, *, subjects: Sequence[str] = WHOLE_LOG, until_seq: int | None = None

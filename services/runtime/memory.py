@@ -19,10 +19,12 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from events.subjects import WHOLE_LOG
 from services.runtime.log import (
+    FENCED_BATCH_MAX,
     MSG_ID,
     BatchHandler,
     DeadLetter,
     Delivery,
+    Fence,
     LogConflict,
     Outgoing,
     PublishAck,
@@ -177,8 +179,46 @@ class MemoryLog:
         await self._notify()
         return acks
 
-    async def last_seq(self) -> int:
-        return len(self._records)
+    async def publish_fenced(self, items: Sequence[Outgoing], fence: Fence) -> list[PublishAck]:
+        """All or none, as JetStream's atomic batches: see ``EventLog.publish_fenced``.
+
+        The order of the checks is JetStream's: a single message is checked against the fence
+        first and then for a duplicate (reported, not refused); a batch is refused for a
+        duplicate first, then checked against the fence.
+        """
+        acks: list[PublishAck] = []
+        last = fence.last_seq
+        try:
+            for start in range(0, len(items), FENCED_BATCH_MAX):
+                part = items[start : start + FENCED_BATCH_MAX]
+                if any(i.expected_last_subject_seq is not None for i in part):
+                    raise ValueError("publish_fenced: the fence is the only expectation a message may carry")
+                now = self._clock()
+                if len(part) > 1:
+                    for item in part:
+                        seen = self._ids.get(item.msg_id)
+                        if seen is not None and now - seen[1] <= self._window:
+                            raise LogConflict(f"{item.subject}: the batch repeats msg id {item.msg_id!r}")
+                actual = self._last_matching(fence.subjects)
+                if actual != last:
+                    raise LogConflict(f"{fence.subjects}: wrong last sequence: {actual}")
+                part_acks = [self.append(i.subject, i.data, msg_id=i.msg_id, headers=i.headers, at=now) for i in part]
+                acks.extend(part_acks)
+                last = max((a.seq for a, i in zip(part_acks, part, strict=True)
+                            if not a.duplicate and subject_matches(fence.subjects, i.subject)), default=last)
+        finally:
+            if acks:
+                await self._notify()
+        return acks
+
+    def _last_matching(self, subject: str) -> int:
+        for record in reversed(self._records):
+            if subject_matches(subject, record.subject):
+                return record.seq
+        return 0
+
+    async def last_seq(self, subject: str | None = None) -> int:
+        return len(self._records) if subject is None else self._last_matching(subject)
 
     async def read(
         self, from_seq: int = 1, *, subjects: Sequence[str] = WHOLE_LOG, until_seq: int | None = None

@@ -18,6 +18,21 @@ does all the I/O:
    deterministic ``id``; a decision made twice (a crash between publish and
    fold) is a duplicate the log drops.
 
+**Leases and fencing** (optional: ``lease=``; ``services/runtime/lease.py``).
+Any number of runners of one service may run; all fold the log, and only the
+holder of the service's lease decides (the others are hot standbys). A runner
+that takes the lease first waits until it has applied the log up to its end
+as read at the takeover, then decides. Every decision round is published with
+``publish_fenced``: stored all or none, and only if the last record on the
+service's own subjects (``horizon.evt.<service>.>``) is the one this runner has
+applied. A deposed leader's round (it was paused, its lease lapsed, a
+successor decided) is refused, since the successor's decisions moved the
+fence; so is a new leader's round if a decision of its predecessor landed
+after the takeover read. The refused runner waits until it has applied the log
+to its current end and, if it still holds the lease, decides again. A runner
+that loses its lease stays a standby: its state is a fold of the log like any
+other, and it takes the lease again if it is the one free.
+
 ``decide`` must never return a decision that the state already reflects
 (otherwise every batch would publish it again); each core's tests check
 that ``decide`` after folding its own output returns nothing.
@@ -41,15 +56,18 @@ import gc
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from events import catalogue as c
 from events.base import Event
 from events.codec import DecodeError, encode
 from events.subjects import event_subject
 from services.runtime.consume import decode_record
-from services.runtime.log import EventLog, Outgoing, Record
+from services.runtime.log import EventLog, Fence, LogConflict, Outgoing, PublishAck, Record
 from services.runtime.snapshots import SnapshotUploader
+
+if TYPE_CHECKING:
+    from services.runtime.lease import Lease
 
 __all__ = [
     "CoreState",
@@ -171,14 +189,31 @@ class RunnerStats:
     snapshots_saved: int = 0
     snapshot_failures: int = 0
     snapshot_seq: int = 0  # seq of the last snapshot stored by this runner
+    takeovers: int = 0  # times this runner took its lease
+    stepdowns: int = 0  # times it lost it
+    fenced: int = 0  # decision rounds the log refused (the fence had moved)
 
 
 class ServiceRunner(Generic[S]):
     def __init__(
-        self, log_: EventLog, core: Core[S], *, dead_letter_inputs: bool | None = None, snapshots: bool = True
+        self,
+        log_: EventLog,
+        core: Core[S],
+        *,
+        dead_letter_inputs: bool | None = None,
+        snapshots: bool = True,
+        lease: Lease | None = None,
     ) -> None:
         self.log = log_
         self.core = core
+        # Leader lease (None: this runner always decides, the single-instance shape of tests and
+        # the simulator). With one, it decides only while it holds the lease, and fenced.
+        self.lease = lease
+        self.fence_subjects = f"horizon.evt.{core.name}.>"
+        self._own_prefix = f"horizon.evt.{core.name}."
+        self.own_last_seq = 0  # the last applied record on this service's own subjects (the fence)
+        self._lease_task: asyncio.Task[None] | None = None
+        self._takeover: asyncio.Task[None] | None = None
         self.state: S = core.initial()
         self.awaiting = 0
         self.stats = RunnerStats()
@@ -206,10 +241,17 @@ class ServiceRunner(Generic[S]):
     def name(self) -> str:
         return self.core.name
 
+    @property
+    def leading(self) -> bool:
+        """True if this runner may decide: it has no lease to hold, or it holds it."""
+        return self.lease is None or self.lease.held
+
     async def _apply(self, batch: Sequence[Record]) -> None:
         for record in batch:
             if record.seq <= self.state.seq:
                 continue  # already folded (a reader restart may repeat the tail)
+            if record.subject.startswith(self._own_prefix):
+                self.own_last_seq = record.seq
             own = self._own.pop(record.msg_id, None) if self._own and record.headers else None
             if own is not None and record.subject == event_subject(self.name, own):
                 self.state = fold_event(self.core, self.state, record, own)
@@ -231,15 +273,23 @@ class ServiceRunner(Generic[S]):
         await self.log.dead_letter(self.name, record, error)
 
     async def decide_now(self) -> list[Event]:
-        """One decision round, if the state is caught up with our own publications."""
-        if self.state.seq < self.awaiting:
+        """One decision round, if the state is caught up with our own publications (and we lead)."""
+        if self.state.seq < self.awaiting or not self.leading:
             return []
         decisions = self.core.decide(self.state)
         if not decisions:
             return []
+        if not self.leading:
+            return []  # the lease lapsed while deciding: a standby publishes nothing
         self.stats.decide_rounds += 1
         items = [Outgoing(event_subject(self.name, e), encode(e), e.id) for e in decisions]
-        acks = await self.log.publish_many(items)
+        if self.lease is None:
+            acks = await self.log.publish_many(items)
+        else:
+            fenced = await self._publish_fenced(items)
+            if fenced is None:
+                return []
+            acks = fenced
         for event, ack in zip(decisions, acks, strict=True):
             if not ack.duplicate and ack.seq > self.state.seq:
                 self._own[event.id] = event
@@ -254,12 +304,74 @@ class ServiceRunner(Generic[S]):
         self.awaiting = max(self.awaiting, highest)
         return decisions
 
+    async def _publish_fenced(self, items: list[Outgoing]) -> list[PublishAck] | None:
+        """Publish a round fenced on our own subjects; None if the log refused it (we then wait to re-read)."""
+        try:
+            return await self.log.publish_fenced(items, Fence(self.fence_subjects, self.own_last_seq))
+        except LogConflict as exc:
+            self.stats.fenced += 1
+            try:
+                end = await self.log.last_seq()
+            except Exception:  # noqa: BLE001 - the conflicting record is past our state in any case
+                end = self.state.seq + 1
+            if end <= self.state.seq:
+                # Nothing new to read, so no other writer moved the fence: the round repeated a
+                # decision the log already holds (a core that repeats itself). Decide again later.
+                log.error("%s: the log refused a round of %d decisions at basis %d although nothing is "
+                          "newer (%s): a core that repeats a stored decision?", self.name, len(items),
+                          self.state.seq, exc)
+                end = self.state.seq + 1
+            else:
+                log.warning("%s: decision round at basis %d fenced out (%s); deciding again once the log "
+                            "is applied to seq %d", self.name, self.state.seq, exc, end)
+            self.awaiting = max(self.awaiting, end)
+            return None
+
     async def _decide_or_rest(self) -> None:
-        if self.state.seq < self.awaiting:
+        if self.state.seq < self.awaiting or not self.leading:
             return
-        if not await self.decide_now():
+        if not await self.decide_now() and self.state.seq >= self.awaiting and self.leading:
             self.idle_seq = self.state.seq
             self.progress.set()
+
+    # ---------------------------------------------------------------- the lease
+
+    def _lease_changed(self, held: bool) -> None:
+        """Called by the lease (synchronously, from its loop): a takeover runs as its own task."""
+        if held:
+            self.stats.takeovers += 1
+            if self._takeover is None or self._takeover.done():
+                self._takeover = asyncio.create_task(self._take_over(), name=f"horizon-{self.name}-takeover")
+        else:
+            self.stats.stepdowns += 1
+            log.warning("%s: no longer the leader; following as a standby", self.name)
+
+    async def _take_over(self) -> None:
+        """Decide once the log is applied up to its end as read now (the fence covers the rest).
+
+        A decision of the previous leader still on its way when we read the end either lands
+        before our first round, which the fence then refuses and we re-read; or after it, and
+        then the fence refuses that one.
+        """
+        while self.leading:
+            try:
+                end = await self.log.last_seq()
+                own = await self.log.last_seq(self.fence_subjects)
+                break
+            except Exception as exc:  # noqa: BLE001 - keep trying while we hold the lease
+                log.warning("%s: cannot read the log's end to take over (%s); retrying", self.name, exc)
+                await asyncio.sleep(0.5)
+        else:
+            return
+        async with self._lock:
+            # After a restore from a snapshot, our last own record may predate the snapshot;
+            # the log tells us which it is, and we take its word only for what we have applied.
+            if own <= self.state.seq:
+                self.own_last_seq = max(self.own_last_seq, own)
+            self.awaiting = max(self.awaiting, end)
+            log.info("%s: leading (holder %s) from seq %d once applied to %d", self.name,
+                     self.lease.holder if self.lease else "-", self.state.seq, end)
+            await self._decide_or_rest()
 
     async def _on_batch(self, batch: list[Record]) -> None:
         async with self._lock:
@@ -312,8 +424,11 @@ class ServiceRunner(Generic[S]):
         return seq
 
     def _maybe_snapshot(self) -> None:
-        """Dump the state once it is ``snapshot_every`` records past the last dump; upload in the background."""
-        if self._uploader is None or self.state.seq - self._dumped_seq < self.snapshot_every:
+        """Dump the state once it is ``snapshot_every`` records past the last dump; upload in the background.
+
+        Only the leader does: two writers of one service's snapshots would prune each other's chunks.
+        """
+        if self._uploader is None or self.state.seq - self._dumped_seq < self.snapshot_every or not self.leading:
             return
         self._dumped_seq = self.state.seq
         core: Any = self.core
@@ -351,15 +466,35 @@ class ServiceRunner(Generic[S]):
         self.state.seq = max(self.state.seq, end)
         self.stats.caught_up_seq = end
         log.info("%s caught up to seq %d", self.name, end)
-        async with self._lock:
-            await self._decide_or_rest()
-            self._maybe_snapshot()
+        if self.lease is None:
+            async with self._lock:
+                await self._decide_or_rest()
+                self._maybe_snapshot()
         self._follower = await self.log.follow(self._on_batch, from_seq=end + 1, subjects=self.core.subjects)
+        if self.lease is not None:
+            # Campaign only now: a standby is one that has caught up and follows.
+            self.lease.on_change = self._lease_changed
+            self._lease_task = asyncio.create_task(self.lease.keep(), name=f"horizon-{self.name}-lease")
         self.ready.set()
 
     async def wait(self) -> None:
-        """Until the follower ends (cancelled, or a failure, which is raised here)."""
-        await self._follower.wait()
+        """Until the follower ends (cancelled, or a failure, which is raised here), or the lease loop fails."""
+        if self._lease_task is None:
+            await self._follower.wait()
+            return
+        following = asyncio.create_task(self._follower.wait())
+        try:
+            await asyncio.wait({following, self._lease_task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not following.done():
+                following.cancel()
+            elif not following.cancelled():
+                following.exception()  # retrieved here; raised below unless we are being cancelled
+        if following.done() and not following.cancelled():
+            following.result()
+        if self._lease_task.done() and not self._lease_task.cancelled():
+            self._lease_task.result()
+            raise RuntimeError(f"{self.name}: the lease loop ended")
 
     async def run(self) -> None:
         """Start and run until cancelled."""
@@ -372,5 +507,14 @@ class ServiceRunner(Generic[S]):
     async def stop(self) -> None:
         if self._follower is not None:
             await self._follower.stop()
+        for task in (self._takeover, self._lease_task):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.lease is not None:
+            # A graceful stop hands the lease over at once; a crash leaves it to lapse.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.lease.release(), 2.0)
         if self._uploader is not None:
             await self._uploader.close()

@@ -22,6 +22,7 @@ from services.inventory.core import InventoryCore
 from services.placement.core import PlacementCore
 from services.preemption.core import PreemptionCore
 from services.runtime.jetstream import JetStreamLog, StreamSettings
+from services.runtime.lease import Lease
 from services.runtime.service import ServiceRunner
 from services.scheduling.core import SchedulingCore
 from services.submission.core import SubmissionCore
@@ -72,6 +73,10 @@ class Stack:
     policy: str = "multifactor"
     backfill: str = "easy"
     settings: StreamSettings = field(default_factory=StreamSettings)
+    # Leader leases for the five services (services/runtime/lease.py), in whole seconds: any number
+    # of instances of a service may run against one log, one decides. None: no lease, for a
+    # caller sure that each service runs once (a restarted service then decides at once).
+    lease_ttl_s: int | None = 10
     parts: dict[str, Part] = field(default_factory=dict)
     tracer_provider: Any = None  # OpenTelemetry: each part's log is traced (services/runtime/telemetry.py)
     meter_provider: Any = None
@@ -101,15 +106,20 @@ class Stack:
         self.parts[name] = part
         return part
 
-    async def start_service(self, name: str) -> Part:
-        log_ = await self._connect(name)
+    async def start_service(self, name: str, *, key: str | None = None) -> Part:
+        """Start service ``name``, registered as part ``key`` (default: the name; another key, by
+        convention ``name#2``, runs one more instance: a hot standby while another holds the lease)."""
+        log_ = await self._connect(key or name)
+        lease = None
+        if self.lease_ttl_s is not None:
+            lease = Lease(log_.nc, name, ttl_s=self.lease_ttl_s, replicas=self.settings.replicas)
         if name == "inventory":
             obj: Any = InventoryService(log_, log_.nc, heartbeat_timeout_s=self.heartbeat_timeout_s,
-                                        tick_interval_s=self.tick_interval_s)
+                                        tick_interval_s=self.tick_interval_s, lease=lease)
             runner = obj.runner
         else:
-            obj = runner = ServiceRunner(log_, make_core(name, policy=self.policy, backfill=self.backfill))
-        return await self._launch(name, log_, obj, obj.run(), runner.ready)
+            obj = runner = ServiceRunner(log_, make_core(name, policy=self.policy, backfill=self.backfill), lease=lease)
+        return await self._launch(key or name, log_, obj, obj.run(), runner.ready)
 
     async def start_projection(self) -> Part:
         from projections.jobs import JobsProjection, QueryServer
@@ -163,8 +173,9 @@ class Stack:
     async def restart(self, name: str) -> Part:
         if name in self.parts:
             await self.kill(name)
-        if name == "inventory" or name in SERVICES:
-            return await self.start_service(name)
+        service = name.split("#", 1)[0]  # "scheduling#2": a second instance of scheduling
+        if service in SERVICES:
+            return await self.start_service(service, key=name)
         if name == "projections":
             return await self.start_projection()
         if name == "agent":

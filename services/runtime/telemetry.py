@@ -41,7 +41,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
-from services.runtime.log import MSG_ID, BatchHandler, EventLog, Follower, Outgoing, PublishAck, Record
+from services.runtime.log import MSG_ID, BatchHandler, EventLog, Fence, Follower, Outgoing, PublishAck, Record
 
 __all__ = ["TracedLog", "TRACEPARENT", "traceparent", "parse_traceparent", "configure", "root_context"]
 
@@ -215,6 +215,13 @@ class TracedLog:
     async def publish_many(self, items: Sequence[Outgoing]) -> list[PublishAck]:
         traced = [item._replace(headers=self._traced(item.subject, item.data, item.headers)) for item in items]
         acks = await self.inner.publish_many(traced)
+        if acks:
+            self.known_end = max(self.known_end, max(a.seq for a in acks))
+        return acks
+
+    async def publish_fenced(self, items: Sequence[Outgoing], fence: Fence) -> list[PublishAck]:
+        traced = [item._replace(headers=self._traced(item.subject, item.data, item.headers)) for item in items]
+        acks = await self.inner.publish_fenced(traced, fence)
         if acks:
             self.known_end = max(self.known_end, max(a.seq for a in acks))
         return acks
