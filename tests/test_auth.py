@@ -305,7 +305,11 @@ async def test_the_stack_runs_under_its_users_and_tenants_see_only_their_jobs(au
         other = await query_as(bob, "job", {"job_id": "a-1"})
         assert (other["job"], other["events"], other["attempts"]) == (None, [], [])
         assert "may list only its own jobs" in (await query_as(alice, "jobs", {"tenant": "globex"}))["error"]
-        for view in ("decisions", "queue", "nodes", "usage"):  # not given to tenants
+        allocations = {who: json.dumps(await query_as(client, "allocations", {})) for who, client in
+                       (("alice", alice), ("bob", bob))}
+        assert '"g-1"' in allocations["bob"] and '"g-1"' not in allocations["alice"]
+        assert "error" not in (await query_as(alice, "queue", {}))
+        for view in ("decisions", "nodes", "usage", "priority", "config"):  # not given to tenants
             with pytest.raises(nats.errors.NoRespondersError):
                 await query_as(alice, view, {})
 
