@@ -13,11 +13,13 @@
 3. **Workload.** ``--jobs`` simulated jobs, generated from the seed: 0 to 8 GPUs or 2-node gangs
    of 8, several CPU and memory sizes, runtimes in ``--runtime``, priority classes high/normal/low
    (so preemption has work), some retried on failure, some failing, some cancelled. Submitted
-   pipelined (``publish_many``, 500 a batch) at ``--rate`` per second, or all at once (0).
-4. **Faults.** A plan drawn from the seed: every part killed ``--kills`` times (SIGKILL by PID),
-   in random order, with the server restarts among them. One at a time: kill, stay down a random
-   time up to ``--max-down`` s, start again, wait until it is ready, wait a random gap. A part that
-   dies on its own is reported and started again.
+   pipelined (``publish_many``, 100 a batch) at ``--rate`` per second, or (0, the default) in as
+   many equal slices as there are faults plus one, a slice before each fault, so that every fault
+   strikes a loaded system.
+4. **Faults.** A plan drawn from the seed: every part (or those in ``--parts``) killed ``--kills``
+   times (SIGKILL by PID), in random order, with the server restarts among them. One at a time:
+   kill, stay down a random time up to ``--max-down`` s, start again, wait until it is ready, wait
+   a random gap. A part that dies on its own is reported and started again.
 5. **Verdict.** Once every job is terminal and the plan is done: the parts are stopped by PID,
    the whole log is read and ``horizon check --nats URL --json`` runs on it. The run passes when
    the check passes, every submitted job has exactly one verdict and ends in a terminal state, no
@@ -50,29 +52,30 @@ from events.codec import DecodeError, decode, encode
 from events.subjects import input_subject
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import LogError, Outgoing, Record
+from services.bench.chaos_verdict import accounting, duplicates, horizon_check, recovery_summary, render
 from services.runtime.natsserver import NatsServer
 from services.state.jobs import TERMINAL, JobState, JobTable
 
-__all__ = ["ChaosConfig", "run_chaos", "duplicates", "workload", "main"]
+__all__ = ["ChaosConfig", "DECIDERS", "run_chaos", "fault_plan", "make_parts", "workload", "main"]
 
 HORIZON = [sys.executable, "-m", "services.cli.main"]
 DECIDERS = ("submission", "scheduling", "placement", "preemption", "inventory")
 TENANT = "chaos"
-ENDINGS = (c.JobSucceeded, c.JobFailed, c.JobCancelled, c.JobPreempted, c.JobUnschedulable,
-           c.JobDependencyNeverSatisfied)
+CRASH_LOOP = 10  # a part that dies on its own more often than this ends the run
 
 
 @dataclass(frozen=True)
 class ChaosConfig:
     jobs: int = 20_000
     kills: int = 5  # per part
+    kill: tuple[str, ...] = ()  # the parts to kill (agents as agent-0, agent-1, ...); empty: all
     server_restarts: int = 2
     seed: int = 1
     agents: int = 2
     nodes: int = 16  # over all agents
     gpus_per_node: int = 8
     runtime_s: tuple[float, float] = (0.2, 2.0)
-    rate: float = 0.0  # submissions per second; 0: all at once
+    rate: float = 0.0  # submissions per second; 0: paced by the faults (a slice before each)
     gap_s: tuple[float, float] = (2.0, 6.0)  # between a restarted part's readiness and the next fault
     max_down_s: float = 2.0
     heartbeat_timeout_s: float = 10.0
@@ -95,7 +98,7 @@ def workload(cfg: ChaosConfig) -> tuple[list[c.JobSubmitted], set[str]]:
         gpus = min(gpus, cfg.gpus_per_node)
         klass = rng.choices(("high", "normal", "low"), (1, 7, 2))[0]
         retried = rng.random() < 0.2
-        fails = rng.random() < 0.05
+        fails = not retried and rng.random() < 0.05  # a retried job fails only when a fault fails it
         jobs.append(c.JobSubmitted(
             job_id=job_id, tenant=TENANT, correlation_id=job_id, source="bench-chaos", user=f"u{i % 7}",
             resources=c.ResourceRequest(cpus=rng.choice((1, 2, 4, 8)), memory=f"{rng.choice((1, 4, 16, 32))}Gi",
@@ -229,6 +232,10 @@ class Progress:
     # (part, since, t0, report, key): report[key] = seconds from t0 to part's first record stored after since
     firsts: list[tuple[Part, float, float, dict[str, Any], str]] = field(default_factory=list)
     submit_retries: int = 0
+    # Paced submission (rate 0): fault i comes once marks[i] jobs are submitted, and the jobs after a
+    # mark wait until its fault is done, so that every fault strikes a loaded system.
+    marks: list[int] = field(default_factory=list)
+    faults_done: int = 0
     retries: Counter[str] = field(default_factory=Counter)  # job -> requeues granted (as scheduling counts them)
     owed: set[str] = field(default_factory=set)  # jobs ended with a requeue to come
 
@@ -281,12 +288,12 @@ async def follow(client: JetStreamLog, progress: Progress, parts: list[Part]) ->
 
 async def submit(client: JetStreamLog, cfg: ChaosConfig, jobs: list[c.JobSubmitted], cancel: set[str],
                  progress: Progress) -> None:
-    """Batches of 500 (cancels for the previous batch's chosen jobs ride with the next one); a batch
+    """Batches of 100 (cancels for the previous batch's chosen jobs ride with the next one); a batch
     the log does not acknowledge is sent again under the same msg ids, so it is stored once."""
     started = time.monotonic()
     previous: list[str] = []
-    for first in range(0, len(jobs) + 500, 500):
-        batch = jobs[first:first + 500]
+    for first in range(0, len(jobs) + 100, 100):
+        batch = jobs[first:first + 100]
         items = [Outgoing(input_subject(TENANT, "submit"), encode(j), j.job_id) for j in batch]
         items += [Outgoing(input_subject(TENANT, "cancel"),
                            encode(c.JobCancelRequested(job_id=j, tenant=TENANT, reason="chaos", correlation_id=j)),
@@ -294,6 +301,8 @@ async def submit(client: JetStreamLog, cfg: ChaosConfig, jobs: list[c.JobSubmitt
         previous = [j.job_id for j in batch]
         if not items:
             break
+        while sum(1 for m in progress.marks if m <= progress.submitted) > progress.faults_done:
+            await asyncio.sleep(0.05)
         while True:
             try:
                 await client.publish_many(items)
@@ -311,7 +320,7 @@ async def submit(client: JetStreamLog, cfg: ChaosConfig, jobs: list[c.JobSubmitt
 
 def fault_plan(cfg: ChaosConfig, parts: list[Part], rng: random.Random) -> list[str]:
     """Every part ``cfg.kills`` times in random order, with ``nats-server`` at random places among them."""
-    plan = [p.name for p in parts for _ in range(cfg.kills)]
+    plan = [p.name for p in parts if not cfg.kill or p.name in cfg.kill for _ in range(cfg.kills)]
     rng.shuffle(plan)
     for at in sorted(rng.sample(range(1, len(plan) + 1), min(cfg.server_restarts, len(plan))), reverse=True):
         plan.insert(at, "nats-server")
@@ -390,13 +399,16 @@ class Chaos:
     async def run_plan(self, plan: list[str]) -> None:
         by_name = {p.name: p for p in self.parts}
         servers = 0
-        for name in plan:
+        for i, name in enumerate(plan):
+            while i < len(self.progress.marks) and self.progress.submitted < self.progress.marks[i]:
+                await asyncio.sleep(0.05)
             await asyncio.sleep(self.rng.uniform(*self.cfg.gap_s))
             if name == "nats-server":
                 servers += 1
                 self.faults.append(await self.restart_server(servers))
             else:
                 self.faults.append(await self.kill_part(by_name[name]))
+            self.progress.faults_done += 1
 
     async def watch_parts(self) -> None:
         """A part that dies without being killed is a finding: note it with its last words, start it again."""
@@ -408,102 +420,11 @@ class Chaos:
                     continue
                 self.unexpected.append({"part": part.name, "exit_code": code, "at_s": round(time.time() - self.t_start, 1),
                                         "log_tail": part.tail()})
+                if sum(1 for u in self.unexpected if u["part"] == part.name) > CRASH_LOOP:
+                    raise RuntimeError(f"{part.name} is in a crash loop (died {CRASH_LOOP + 1} times on its own): "
+                                       f"{part.tail()}")
                 part._close()
                 part.spawn()
-
-
-# ---------------------------------------------------------------------------- the verdict
-
-
-def duplicates(records: list[Record]) -> dict[str, Any]:
-    """Decisions and reports that landed twice, counted from the whole log.
-
-    * ``same_id``: a record on ``horizon.evt.`` whose event id (its ``Nats-Msg-Id``, which names what was
-      decided: ``placement/JobScheduled/<job>/<attempt>``, ...) an earlier record already has, over the
-      whole log, not only JetStream's duplicate window. Not counted: ``NodeRegistered``, which an agent
-      re-publishes at every start by design (same body, same id), and the clock's ``ClockTicked``.
-    * ``attempt_scheduled_twice``: a second ``JobScheduled`` for one (job, attempt), whatever its id.
-    * ``verdict_twice``: a second ``JobAccepted``/``JobRejected`` for one job.
-    * ``started_twice``, ``ended_twice``, ``requeued_twice``: a second ``JobStarted``, a second ending of
-      the same kind (``JobSucceeded``, ``JobFailed``, ...), a second ``JobRequeued``, for one (job,
-      attempt), whoever published it (an ending of another kind is ``horizon check``'s "ended twice").
-    * ``cycle_twice``: a second ``SchedulingCycleCompleted`` or ``PlacementCycleCompleted`` for one cycle.
-    """
-    seen_ids: set[str] = set()
-    keys: set[tuple[Any, ...]] = set()
-    counts: Counter[str] = Counter()
-    examples: list[str] = []
-
-    def once(kind: str, key: tuple[Any, ...], record: Record) -> None:
-        if key in keys:
-            counts[kind] += 1
-            if len(examples) < 20:
-                examples.append(f"seq {record.seq}: {kind} {key[1:]}")
-        keys.add(key)
-
-    for record in records:
-        if not record.subject.startswith("horizon.evt."):
-            continue
-        try:
-            event: Any = decode(record.data)
-        except DecodeError:
-            continue
-        if not isinstance(event, (c.NodeRegistered, c.ClockTicked)):
-            once("same_id", ("id", event.id), record)
-        if isinstance(event, c.JobScheduled):
-            once("attempt_scheduled_twice", ("scheduled", event.job_id, event.attempt), record)
-        elif isinstance(event, (c.JobAccepted, c.JobRejected)):
-            once("verdict_twice", ("verdict", event.job_id), record)
-        elif isinstance(event, c.JobStarted):
-            once("started_twice", ("started", event.job_id, event.attempt), record)
-        elif isinstance(event, ENDINGS):
-            once("ended_twice", (type(event).__name__, event.job_id, getattr(event, "attempt", 0)), record)
-        elif isinstance(event, c.JobRequeued):
-            once("requeued_twice", ("requeued", event.job_id, event.attempt), record)
-        elif isinstance(event, (c.SchedulingCycleCompleted, c.PlacementCycleCompleted)):
-            once("cycle_twice", (type(event).__name__, event.cycle), record)
-    kinds = ("same_id", "attempt_scheduled_twice", "verdict_twice", "started_twice", "ended_twice",
-             "requeued_twice", "cycle_twice")
-    return {"total": sum(counts.values()), **{k: counts[k] for k in kinds}, "examples": examples}
-
-
-def accounting(records: list[Record], submitted: list[str]) -> dict[str, Any]:
-    """Every submitted job: one verdict, and a terminal state at the end of the log."""
-    table = JobTable()
-    for record in records:
-        with contextlib.suppress(DecodeError):
-            table.apply(decode(record.data), record.seq, record.time)
-    states: Counter[str] = Counter()
-    missing, live = [], []
-    for job_id in submitted:
-        job = table.get(job_id)
-        if job is None:
-            missing.append(job_id)
-            continue
-        states[job.state.value] += 1
-        if job.state not in TERMINAL:
-            live.append(job_id)
-    return {"submitted": len(submitted), "states": dict(sorted(states.items())), "missing": len(missing),
-            "still_live": len(live), "examples": (missing + live)[:10],
-            "ok": not missing and not live}
-
-
-def horizon_check(url: str, timeout_s: float) -> dict[str, Any]:
-    """``horizon check --nats URL --json``, as an operator runs it."""
-    t0 = time.monotonic()
-    proc = subprocess.run([*HORIZON, "check", "--nats", url, "--json"], capture_output=True, text=True,
-                          timeout=timeout_s)
-    out: dict[str, Any] = {"exit_code": proc.returncode, "seconds": round(time.monotonic() - t0, 1)}
-    try:
-        body = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError):
-        out["error"] = (proc.stderr or proc.stdout).strip()[-500:]
-        return out
-    out.update({k: body[k] for k in ("records", "jobs", "live", "ended", "scheduled") if k in body})
-    out["problems"] = len(body.get("problems", []))
-    out["problem_examples"] = body.get("problems", [])[:10]
-    out["audit"] = body.get("audit")
-    return out
 
 
 # ---------------------------------------------------------------------------- the run
@@ -543,6 +464,8 @@ async def run_chaos(cfg: ChaosConfig, work: Path) -> dict[str, Any]:
                 raise RuntimeError(f"{part.name} did not start: {part.tail()}")
         startup_s = round(time.time() - chaos.t_start, 1)
         plan = fault_plan(cfg, parts, rng)
+        if cfg.rate <= 0:
+            progress.marks = [len(jobs) * (i + 1) // (len(plan) + 1) for i in range(len(plan))]
         follower = asyncio.create_task(follow(client, progress, parts))
         watcher = asyncio.create_task(chaos.watch_parts())
         submitter = asyncio.create_task(submit(client, cfg, jobs, cancel, progress))
@@ -592,52 +515,6 @@ async def run_chaos(cfg: ChaosConfig, work: Path) -> dict[str, Any]:
     return report
 
 
-def recovery_summary(faults: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per part: kills, and the median and worst recovery (kill to ready; kill to its next record)."""
-    out: dict[str, Any] = {}
-    for name in sorted({f["part"] for f in faults if f["fault"] == "kill"}):
-        mine = [f for f in faults if f.get("part") == name]
-        ready = sorted(f["recover_s"] for f in mine if f.get("recover_s") is not None)
-        nxt = sorted(f["next_record_s"] for f in mine if f.get("next_record_s") is not None)
-        out[name] = {"kills": len(mine),
-                     "ready_median_s": ready[len(ready) // 2] if ready else None, "ready_max_s": max(ready, default=None),
-                     "next_record_median_s": nxt[len(nxt) // 2] if nxt else None,
-                     "next_record_max_s": max(nxt, default=None)}
-    return out
-
-
-def render(report: dict[str, Any]) -> str:
-    cfg, acc, dup, ck = report["config"], report["jobs"], report["duplicates"], report["check"]
-    lines = [
-        f"{acc['submitted']:,} jobs ({report['cancels_sent']} cancelled by request), {cfg['agents']} agents x "
-        f"{cfg['nodes']} nodes x {cfg['gpus_per_node']} GPUs, seed {cfg['seed']}: start-up {report['startup_s']} s, "
-        f"workload {report['work_s']} s, total {report['total_s']} s, {report['records']:,} records",
-        f"end states: {acc['states']}; missing {acc['missing']}, still live {acc['still_live']}",
-        f"kills: {report['kills']}; nats-server restarts: {report['server_restarts']}; "
-        f"parts that died on their own: {len(report['unexpected_exits'])}",
-        "recovery per part (kill -> ready; kill -> its next record in the log), median / max seconds:",
-    ]
-    for name, r in report["recovery"].items():
-        lines.append(f"  {name:<12} {r['kills']} kills  ready {r['ready_median_s']} / {r['ready_max_s']}  "
-                     f"next record {r['next_record_median_s']} / {r['next_record_max_s']}")
-    for f in report["faults"]:
-        if f["fault"] == "server":
-            lines.append(f"  nats-server {f['signal']} at {f['at_s']} s ({f['live_jobs']} live jobs), down {f['down_s']} s, "
-                         f"serving after {f['server_ready_s']} s; each part's next record after (s): {f['next_record_s']}")
-    for u in report["unexpected_exits"]:
-        lines.append(f"  DIED: {u['part']} exit {u['exit_code']} at {u['at_s']} s: {u['log_tail']}")
-    lines.append(f"duplicate decisions landed: {dup['total']} "
-                 f"({', '.join(f'{k} {v}' for k, v in dup.items() if k not in ('total', 'examples'))})")
-    lines += [f"  {e}" for e in dup["examples"]]
-    audit = ck.get("audit") or {}
-    lines.append(f"horizon check: exit {ck.get('exit_code')} in {ck.get('seconds')} s, {ck.get('problems')} problems, "
-                 f"decisions {audit.get('decisions')}, reproduced {audit.get('reproduced')}, "
-                 f"mismatches {audit.get('mismatches')}" + (f"; {ck['error']}" if "error" in ck else ""))
-    lines += [f"  {p}" for p in ck.get("problem_examples", [])]
-    lines.append("ok" if report["ok"] else "FAILED")
-    return "\n".join(lines)
-
-
 def _pair(text: str, what: str) -> tuple[float, float]:
     try:
         lo, _, hi = text.partition(":")
@@ -653,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m services.bench.chaos", description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--kills", type=int, default=5, help="SIGKILLs of every part")
+    parser.add_argument("--parts", default="", help="the parts to kill, comma-separated (default: all; "
+                                                    "agents are agent-0, agent-1, ...)")
     parser.add_argument("--server-restarts", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--agents", type=int, default=2)
@@ -660,7 +539,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--runtime", type=lambda t: _pair(t, "--runtime"), default=(0.2, 2.0),
                         help="simulated run time of a job, MIN:MAX seconds")
-    parser.add_argument("--rate", type=float, default=0.0, help="submissions per second (0: all at once)")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="submissions per second (0: a slice of the jobs before each fault)")
     parser.add_argument("--gap", type=lambda t: _pair(t, "--gap"), default=(2.0, 6.0),
                         help="MIN:MAX seconds between a restarted part's readiness and the next fault")
     parser.add_argument("--max-down", type=float, default=2.0, help="longest a killed part or the server stays down")
@@ -671,7 +551,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.agents < 1 or args.nodes < args.agents or args.kills < 0 or args.server_restarts < 0:
         parser.error("need --jobs >= 1, --agents >= 1, --nodes >= --agents, --kills >= 0, --server-restarts >= 0")
-    cfg = ChaosConfig(jobs=args.jobs, kills=args.kills, server_restarts=args.server_restarts, seed=args.seed,
+    kill = tuple(p.strip() for p in args.parts.split(",") if p.strip())
+    known = [*DECIDERS, "projections", *(f"agent-{i}" for i in range(args.agents))]
+    if set(kill) - set(known):
+        parser.error(f"--parts: unknown {', '.join(sorted(set(kill) - set(known)))}; parts: {', '.join(known)}")
+    cfg = ChaosConfig(jobs=args.jobs, kills=args.kills, kill=kill, server_restarts=args.server_restarts, seed=args.seed,
                       agents=args.agents, nodes=args.nodes, gpus_per_node=args.gpus_per_node, runtime_s=args.runtime,
                       rate=args.rate, gap_s=args.gap, max_down_s=args.max_down,
                       heartbeat_timeout_s=args.heartbeat_timeout, timeout_s=args.timeout)
