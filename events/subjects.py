@@ -8,6 +8,8 @@ subject                                     what
                                             and ``cancel hold release update`` of any job
 ``horizon.evt.<service>.<Type>.<id>``       service outputs; ``<id>`` is the job or node
 ``horizon.query.<view>``                    request/reply read models (not in the stream)
+``horizon.query.<view>.<tenant>``           the same about one tenant's jobs (jobs job queue allocations)
+``horizon.tenant.<tenant>.evt.>``           the tenant feed: live events about its jobs, core NATS
 ``horizon.hb.<node>``                       heartbeats, core NATS (not in the stream)
 ``horizon.dlq.<service>``                   dead letters, stream ``HORIZON_DLQ``
 ==========================================  =====================================================
