@@ -1,8 +1,8 @@
 """Chaos: every part its own OS process, SIGKILLed and restarted at random under a workload; nats-server too.
 
-    python -m services.bench.chaos [--jobs 20000] [--kills 5] [--server-restarts 2] [--seed 1]
-        [--agents 2] [--nodes 16] [--gpus-per-node 8] [--runtime 0.2:2] [--rate 0] [--gap 2:6]
-        [--max-down 2] [--timeout 7200] [--keep DIR] [--json]
+    python -m services.bench.chaos [--jobs 20000] [--kills 5] [--parts P,Q] [--server-restarts 2]
+        [--seed 1] [--agents 2] [--standbys 0] [--nodes 16] [--gpus-per-node 8] [--runtime 0.2:2]
+        [--rate 0] [--gap 2:6] [--max-down 2] [--timeout 7200] [--keep DIR] [--json]
 
 1. **Server.** The bundled nats-server on a free loopback port with a temporary store. A restart
    stops it (SIGKILL or SIGTERM) and starts it again on the same port and store, so every client
@@ -10,6 +10,8 @@
 2. **Parts.** ``horizon service NAME --nats URL`` for the five services, the projections and
    ``--agents`` agents (``--executor sim``, ``--nodes`` nodes between them), each in its own
    process group, readiness by sd_notify (``READY=1`` on its own ``$NOTIFY_SOCKET`` once caught up).
+   ``--standbys N`` runs N more instances of each service (``scheduling#2``, ...): hot standbys
+   folding the log while the holder of the service's leader lease decides.
 3. **Workload.** ``--jobs`` simulated jobs, generated from the seed: 0 to 8 GPUs or 2-node gangs
    of 8, several CPU and memory sizes, runtimes in ``--runtime``, priority classes high/normal/low
    (so preemption has work), some retried on failure, some failing, some cancelled. Submitted
@@ -19,11 +21,13 @@
 4. **Faults.** A plan drawn from the seed: every part (or those in ``--parts``) killed ``--kills``
    times (SIGKILL by PID), in random order, with the server restarts among them. One at a time:
    kill, stay down a random time up to ``--max-down`` s, start again, wait until it is ready, wait
-   a random gap. A part that dies on its own is reported and started again.
+   a random gap. A part that dies on its own is reported and started again. Recovery is measured
+   twice: until the new incarnation is ready, and until the service's next record lands in the log
+   (stored after the restart; with standbys, after the kill, whichever instance decides).
 5. **Verdict.** Once every job is terminal and the plan is done: the parts are stopped by PID,
    the whole log is read and ``horizon check --nats URL --json`` runs on it. The run passes when
    the check passes, every submitted job has exactly one verdict and ends in a terminal state, no
-   part died on its own, and no duplicate decision landed (``duplicates`` below).
+   part died on its own, and no duplicate decision landed (``chaos_verdict.duplicates``).
 
 Randomness is the driver's alone (one ``random.Random(seed)``); the services decide from the log.
 """
@@ -51,6 +55,7 @@ from events import catalogue as c
 from events.codec import DecodeError, decode, encode
 from events.subjects import input_subject
 from services.runtime.jetstream import JetStreamLog
+from services.runtime.lease import LEASE_BUCKET
 from services.runtime.log import LogError, Outgoing, Record
 from services.bench.chaos_verdict import accounting, duplicates, horizon_check, recovery_summary, render
 from services.runtime.natsserver import NatsServer
@@ -72,6 +77,7 @@ class ChaosConfig:
     server_restarts: int = 2
     seed: int = 1
     agents: int = 2
+    standbys: int = 0  # extra instances of each of the five services (hot standbys behind its leader lease)
     nodes: int = 16  # over all agents
     gpus_per_node: int = 8
     runtime_s: tuple[float, float] = (0.2, 2.0)
@@ -132,6 +138,7 @@ class Part:
     log_path: Path
     notify_dir: Path
     nodes: tuple[str, ...] = ()  # an agent's
+    service: str = ""  # the service it runs (instances of one service: "scheduling", "scheduling#2", ...)
     proc: subprocess.Popen[bytes] | None = None
     sock: socket.socket | None = None
     ready: bool = False
@@ -197,8 +204,9 @@ def make_parts(cfg: ChaosConfig, url: str, work: Path) -> list[Part]:
     base = [*HORIZON, "service"]
     common = ["--nats", url, "--data-dir", str(work / "data"), "--executor", "sim",
               "--heartbeat-timeout", str(cfg.heartbeat_timeout_s)]
-    parts = [Part(name, [*base, name, *common], work / "logs" / f"{name}.log", work / "notify")
-             for name in [*DECIDERS, "projections"]]
+    names = [(name if k == 0 else f"{name}#{k + 1}", name) for name in DECIDERS for k in range(cfg.standbys + 1)]
+    parts = [Part(part, [*base, name, *common], work / "logs" / f"{part}.log", work / "notify", service=name)
+             for part, name in [*names, ("projections", "projections")]]
     per = [cfg.nodes // cfg.agents + (1 if i < cfg.nodes % cfg.agents else 0) for i in range(cfg.agents)]
     for i, count in enumerate(per):
         prefix = f"a{i}"
@@ -206,17 +214,18 @@ def make_parts(cfg: ChaosConfig, url: str, work: Path) -> list[Part]:
         parts.append(Part(f"agent-{i}", [*base, "agent", *common, "--nodes", str(count), "--node-prefix", prefix,
                                          "--gpus-per-node", str(cfg.gpus_per_node)],
                           work / "logs" / f"agent-{i}.log", work / "notify",
-                          nodes=tuple(f"{prefix}-{n:0{width}d}" for n in range(count))))
+                          nodes=tuple(f"{prefix}-{n:0{width}d}" for n in range(count)), service="agent"))
     return parts
 
 
 def publisher(part: Part, record: Record, event: c.Event | None) -> bool:
-    """Whether ``record`` is one of ``part``'s own (its decisions; an agent's reports; inventory's ticks)."""
+    """Whether ``record`` is one of ``part``'s own (its service's decisions, whichever instance leads; an
+    agent's reports; inventory's ticks)."""
     token = record.subject.split(".")[2] if record.subject.startswith("horizon.evt.") else ""
     if part.nodes:
         return (token == "agent" and event is not None and not isinstance(event, c.NodeRegistered)
                 and event.source.removeprefix("agent/") in part.nodes)
-    return token == part.name or (part.name == "inventory" and token == "clock")
+    return token == part.service or (part.service == "inventory" and token == "clock")
 
 
 # ---------------------------------------------------------------------------- following the log
@@ -335,6 +344,7 @@ class Chaos:
     parts: list[Part]
     progress: Progress
     rng: random.Random
+    client: Any = None  # the driver's JetStreamLog
     t_start: float = field(default_factory=time.time)
     faults: list[dict[str, Any]] = field(default_factory=list)
     unexpected: list[dict[str, Any]] = field(default_factory=list)  # parts that died on their own
@@ -354,6 +364,15 @@ class Chaos:
             await asyncio.sleep(0.02)
         return round(time.monotonic() - t0, 2)
 
+    async def _leads(self, part: Part) -> bool | None:
+        """Whether ``part`` holds its service's leader lease now (None: no lease to read)."""
+        try:
+            msg = await self.client.js.get_last_msg(f"KV_{LEASE_BUCKET}", f"$KV.{LEASE_BUCKET}.{part.service}")
+            holder = json.loads(msg.data or b"{}").get("holder", "")
+        except Exception:  # noqa: BLE001 - no bucket, no key (lapsed or released), or the server is away
+            return None
+        return part.proc is not None and holder.split(":")[1:2] == [str(part.proc.pid)]
+
     def _live(self) -> int:
         return sum(1 for job in self.progress.table.jobs.values() if job.state not in TERMINAL)
 
@@ -362,14 +381,18 @@ class Chaos:
         down = round(self.rng.uniform(0.0, self.cfg.max_down_s), 2)
         report: dict[str, Any] = {"fault": "kill", "part": part.name, "at_s": round(time.time() - self.t_start, 1),
                                   "live_jobs": self._live(), "down_s": down}
+        if part.service in DECIDERS:
+            report["was_leader"] = await self._leads(part)
         self.down.add(part.name)
         t0 = time.time()
         report["pid"] = part.kill()
+        if self.cfg.standbys and part.service in DECIDERS:  # the service goes on in another instance
+            self._watch_for(part, t0, t0, report, "next_record_s")
         await asyncio.sleep(down)
         part.spawn()
         self.down.discard(part.name)
         spawned = time.time()
-        if part.name != "projections":  # the projections publish nothing into the log
+        if part.service != "projections" and "next_record_s" not in report:  # projections publish nothing
             self._watch_for(part, spawned, t0, report, "next_record_s")
         ready = await self.wait_ready(part)
         report["ready_after_start_s"] = ready
@@ -457,6 +480,7 @@ async def run_chaos(cfg: ChaosConfig, work: Path) -> dict[str, Any]:
     client: JetStreamLog | None = None
     try:
         client = await JetStreamLog.open(server.url, name="horizon-chaos")  # creates the streams
+        chaos.client = client
         for part in parts:
             part.spawn()
         for part in parts:
@@ -535,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-restarts", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--agents", type=int, default=2)
+    parser.add_argument("--standbys", type=int, default=0,
+                        help="extra instances of each service (hot standbys: the lease holder decides)")
     parser.add_argument("--nodes", type=int, default=16, help="nodes over all agents")
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--runtime", type=lambda t: _pair(t, "--runtime"), default=(0.2, 2.0),
@@ -549,14 +575,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, default=None, help="work in this directory and keep it (logs, store)")
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
     args = parser.parse_args(argv)
-    if args.jobs < 1 or args.agents < 1 or args.nodes < args.agents or args.kills < 0 or args.server_restarts < 0:
-        parser.error("need --jobs >= 1, --agents >= 1, --nodes >= --agents, --kills >= 0, --server-restarts >= 0")
+    if (args.jobs < 1 or args.agents < 1 or args.nodes < args.agents or args.kills < 0 or args.server_restarts < 0
+            or args.standbys < 0):
+        parser.error("need --jobs >= 1, --agents >= 1, --nodes >= --agents, --kills, --server-restarts and "
+                     "--standbys >= 0")
     kill = tuple(p.strip() for p in args.parts.split(",") if p.strip())
-    known = [*DECIDERS, "projections", *(f"agent-{i}" for i in range(args.agents))]
+    known = [*(n if k == 0 else f"{n}#{k + 1}" for n in DECIDERS for k in range(args.standbys + 1)), "projections",
+             *(f"agent-{i}" for i in range(args.agents))]
     if set(kill) - set(known):
         parser.error(f"--parts: unknown {', '.join(sorted(set(kill) - set(known)))}; parts: {', '.join(known)}")
     cfg = ChaosConfig(jobs=args.jobs, kills=args.kills, kill=kill, server_restarts=args.server_restarts, seed=args.seed,
-                      agents=args.agents, nodes=args.nodes, gpus_per_node=args.gpus_per_node, runtime_s=args.runtime,
+                      agents=args.agents, standbys=args.standbys, nodes=args.nodes, gpus_per_node=args.gpus_per_node, runtime_s=args.runtime,
                       rate=args.rate, gap_s=args.gap, max_down_s=args.max_down,
                       heartbeat_timeout_s=args.heartbeat_timeout, timeout_s=args.timeout)
     with contextlib.ExitStack() as stack:
