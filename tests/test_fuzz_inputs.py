@@ -249,14 +249,14 @@ async def _quiet(stack: Stack, log: JetStreamLog, timeout_s: float = 120.0) -> N
             return
 
 
-def fuzzed_batch(n: int) -> list[tuple[str, bytes]]:
+def fuzzed_batch(n: int, typed: bool | None = None) -> list[tuple[str, bytes]]:
     """``n`` messages as hypothesis generates them one example after another (so they are as
     varied as the examples of the tests above, not the variations of one list)."""
     batch: list[tuple[str, bytes]] = []
 
     @settings(max_examples=n, deadline=None, phases=[Phase.generate], database=None,
               suppress_health_check=list(HealthCheck))
-    @given(message=messages())
+    @given(message=messages(typed=typed))
     def collect(message: tuple[str, bytes]) -> None:
         batch.append(message)
 
@@ -265,7 +265,7 @@ def fuzzed_batch(n: int) -> list[tuple[str, bytes]]:
 
 
 async def test_a_fuzzed_batch_through_the_real_services_gets_one_answer_or_dead_letter_each(nats_server, tmp_path):
-    batch = fuzzed_batch(200)
+    batch = fuzzed_batch(100) + fuzzed_batch(100, typed=True)
     stack = Stack(nats_server.url, tmp_path / "stack", nodes=local_nodes(2, gpus_per_node=4), executor="sim",
                   tick_interval_s=None)
     await stack.start()
