@@ -27,7 +27,6 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import nats
-import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -49,7 +48,7 @@ from services.scheduling.core import SchedulingCore
 from services.state.echo import bounded_id
 from services.submission.core import SubmissionCore
 from tests.e2e import read_log, wait_until
-from tests.fuzz_inputs import MAX_BODY, SEED_NODES, messages
+from tests.fuzz_inputs import SEED_NODES, messages
 from tests.helpers import node
 
 MAX_PAYLOAD = 1 << 20  # nats-server's default max_payload, and the HORIZON stream's max_msg_size
