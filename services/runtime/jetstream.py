@@ -132,6 +132,8 @@ async def connect(
 ) -> NATS:
     """Connect, reconnecting forever once connected.
 
+    ``url``: one server, or several separated by commas (the members of a NATS cluster; the
+    client picks one and moves to another when it fails).
     ``max_attempts``: connection attempts before giving up with ``LogUnavailable``
     (-1, the default for services, waits for the server as long as it takes; the
     CLI passes a small number so a person gets an answer).
@@ -142,7 +144,7 @@ async def connect(
 
     try:
         return await nats.connect(
-            servers=[url],
+            servers=[u.strip() for u in url.split(",") if u.strip()],
             name=name,
             connect_timeout=connect_timeout_s,
             allow_reconnect=True,
@@ -184,7 +186,7 @@ class _Pipeline:
         results, index, done, remaining = entry
         data = msg.data
         if not data and msg.headers and msg.headers.get("Status") == "503":
-            data = b'{"error":{"code":503,"description":"no responders: is the stream created?"}}'
+            data = b'{"error":{"code":503,"description":"no responders"}}'
         results[index] = data
         remaining[0] -= 1
         self._in_flight -= 1
@@ -194,11 +196,18 @@ class _Pipeline:
             done.set()
 
     async def publish(self, items: Sequence[Outgoing]) -> list[PublishAck]:
+        """Unanswered messages are sent again under the same msg id: those with no ack within
+        ``ack_timeout_s`` (each attempt waits that long), and those answered 503 at once: no stream
+        took them (not created yet, or, in a cluster, its leader is being elected, which takes
+        seconds), sent again after a pause that doubles. Both within (retries + 1) x ack_timeout_s.
+        """
         results: list[bytes | None] = [None] * len(items)
         todo = list(range(len(items)))
-        for _attempt in range(self._retries + 1):
-            if not todo:
-                break
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self._retries + 1) * self._ack_timeout_s
+        pause, attempt, refused = 0.25, 0, b""
+        while todo:
+            attempt += 1
             done = asyncio.Event()
             remaining = [len(todo)]
             tokens: list[int] = []
@@ -225,7 +234,20 @@ class _Pipeline:
                 if self._waiting.pop(token, None) is not None:
                     self._in_flight -= 1
             self._space.set()
+            unavailable = [i for i in todo if _unavailable(results[i])]
+            for i in unavailable:
+                refused, results[i] = results[i] or refused, None
             todo = [i for i in todo if results[i] is None]
+            if not todo or loop.time() >= deadline or (attempt > self._retries and not unavailable):
+                break
+            if unavailable:
+                await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+                pause = min(2 * pause, self._ack_timeout_s)
+        if todo and refused:
+            error = _pub_ack.decode(refused).error or {}
+            raise LogUnavailable(f"{len(todo)} of {len(items)} messages were not stored: "
+                                 f"{error.get('description', 'unavailable')} (is the stream created? on a "
+                                 f"cluster, do most of its servers run?)")
         if todo:
             raise LogUnavailable(f"{len(todo)} of {len(items)} messages were not acknowledged by the log")
         return [_ack_from(results[i], items[i]) for i in range(len(items))]  # type: ignore[arg-type]
@@ -234,6 +256,14 @@ class _Pipeline:
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
+
+
+def _unavailable(data: bytes | None) -> bool:
+    """A PubAck saying 503: nothing was stored, and asking again later may work."""
+    if data is None or b"503" not in data:  # the cheap test first: most acks are a stream and a seq
+        return False
+    error = _pub_ack.decode(data).error
+    return bool(error) and error.get("code") == 503
 
 
 def _ack_from(data: bytes, item: Outgoing) -> PublishAck:
@@ -399,8 +429,11 @@ class JetStreamLog:
         except nats.js.errors.APIError as exc:
             if exc.err_code == WRONG_LAST_SEQUENCE:
                 raise LogConflict(f"{subject}: {exc.description}") from None
+            if exc.code == 503:  # JetStream (or, in a cluster, the stream's leader) unavailable for now
+                raise LogUnavailable(f"publish to {subject}: {exc.description}") from None
             raise LogError(f"{subject}: {exc.description}") from None
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError) as exc:
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.errors.ConnectionClosedError,
+                nats.js.errors.NoStreamResponseError) as exc:  # the last: a cluster electing the stream's leader
             raise LogUnavailable(f"publish to {subject}: {type(exc).__name__}") from None
         return PublishAck(ack.seq, bool(ack.duplicate))
 
