@@ -77,6 +77,7 @@ _TRANSIENT = (
     nats.errors.ConnectionClosedError,
     nats.errors.ConnectionReconnectingError,
     nats.errors.OutboundBufferLimitError,
+    nats.js.errors.NoStreamResponseError,  # a 503 while a cluster elects the bucket's leader
     asyncio.TimeoutError,
 )
 
