@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from events.resources import parse_cpus, parse_memory
+from events.subjects import valid_token
 from services.agent.app import local_nodes
 from services.runtime.jetstream import JetStreamLog, StreamSettings, redact_url
 from services.runtime.natsserver import NatsServer
@@ -215,6 +216,9 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int,
     settings = StreamSettings(replicas=replicas)
     cpus = parse_cpus(cpus_per_node, "--cpus-per-node") // 1000
     memory_bytes = parse_memory(memory_per_node, "--memory-per-node")
+    if not valid_token(f"{node_prefix}-00"):  # node names go into subjects (horizon.hb.<node>)
+        raise click.BadParameter(f"{node_prefix!r}: use letters, digits, '_' or '-' (no dots)",
+                                 param_hint="--node-prefix")
 
     async def go() -> None:
         tracing, meters = _telemetry(otel, f"horizon-{name}")
