@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 import tempfile
 import time
@@ -263,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("horizon.reader").setLevel(logging.INFO)  # consumers recreated after a server loss
     faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
     cfg = ClusterRun(jobs=args.jobs, nodes=args.nodes, gpus_per_node=args.gpus_per_node, runtime_s=args.runtime,
                      rate=args.rate, faults=faults, down_s=args.down)

@@ -199,7 +199,8 @@ class _Pipeline:
         """Unanswered messages are sent again under the same msg id: those with no ack within
         ``ack_timeout_s`` (each attempt waits that long), and those answered 503 at once: no stream
         took them (not created yet, or, in a cluster, its leader is being elected, which takes
-        seconds), sent again after a pause that doubles. Both within (retries + 1) x ack_timeout_s.
+        seconds), sent again after a pause that doubles up to 1 s. Both within (retries + 1) x
+        ack_timeout_s.
         """
         results: list[bytes | None] = [None] * len(items)
         todo = list(range(len(items)))
@@ -242,7 +243,7 @@ class _Pipeline:
                 break
             if unavailable:
                 await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
-                pause = min(2 * pause, self._ack_timeout_s)
+                pause = min(2 * pause, 1.0)  # an election takes seconds: ask again every second meanwhile
         if todo and refused:
             error = _pub_ack.decode(refused).error or {}
             raise LogUnavailable(f"{len(todo)} of {len(items)} messages were not stored: "
