@@ -203,14 +203,22 @@ async def _create_streams(url: str) -> None:
 @click.option("--otel", type=click.Choice(["none", "console", "otlp"]), default="none", show_default=True,
               help="OpenTelemetry traces and metrics: printed (console) or sent to OTLP "
                    "($OTEL_EXPORTER_OTLP_ENDPOINT; needs opentelemetry-exporter-otlp).")
+@click.option("--lease-ttl", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Seconds a service's leader lease lasts unrenewed: how long a standby waits after its "
+                   "leader dies. Must exceed the longest decision round.")
 @click.option("--verbose", is_flag=True)
 def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int, node_prefix: str,
             gpus_per_node: int, gpu_type: str, cpus_per_node: str, memory_per_node: str, executor: str,
-            heartbeat_timeout: float, policy: str, backfill_mode: str, otel: str, verbose: bool) -> None:
+            heartbeat_timeout: float, policy: str, backfill_mode: str, otel: str, lease_ttl: int,
+            verbose: bool) -> None:
     """Run one part alone against any NATS (the distributed shape).
 
     --nats takes one URL or several separated by commas (the servers of a NATS cluster). Once the
     part has caught up with the log it says READY=1 on $NOTIFY_SOCKET if set (systemd Type=notify).
+
+    Run a service as many times as you like: every instance folds the log, the one holding the
+    service's lease (KV bucket HORIZON_LEASES) decides, the others are hot standbys that take over
+    within --lease-ttl seconds of its death (at once when it stops gracefully).
     """
     _logging(verbose)
     settings = StreamSettings(replicas=replicas)
@@ -223,7 +231,8 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int,
     async def go() -> None:
         tracing, meters = _telemetry(otel, f"horizon-{name}")
         stack = Stack(nats_url, data_dir, executor=executor, heartbeat_timeout_s=heartbeat_timeout, settings=settings,
-                      policy=policy, backfill=backfill_mode, tracer_provider=tracing, meter_provider=meters)
+                      policy=policy, backfill=backfill_mode, tracer_provider=tracing, meter_provider=meters,
+                      lease_ttl_s=lease_ttl)
         setup = await JetStreamLog.open(nats_url, name=f"horizon-{name}-setup", settings=settings)
         await setup.close()
         if name == "agent":
@@ -234,7 +243,8 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int,
             await stack.start_projection()
         else:
             await stack.start_service(name)
-        click.echo(f"{name} running against {redact_url(nats_url)}; Ctrl-C stops it", err=True)
+        role = f"; it decides while it holds the {name} lease (ttl {lease_ttl} s)" if name in SERVICES else ""
+        click.echo(f"{name} running against {redact_url(nats_url)}{role}; Ctrl-C stops it", err=True)
         notify_ready(f"{name} running")
         part = stack.parts[name]
         signalled = asyncio.create_task(_until_signalled())

@@ -151,6 +151,7 @@ class Lease:
         self._bucket_ready = False
         self._was_held = False
         self._observed: tuple[int, float] = (0, 0.0)  # another holder's revision, and when we first saw it
+        self._abandoned = False
 
     # ---------------------------------------------------------------- the holder's view
 
@@ -301,9 +302,22 @@ class Lease:
 
     # ---------------------------------------------------------------- the loop
 
+    def abandon(self) -> None:
+        """Stop ``keep`` at its next step without releasing anything (what a crash does).
+
+        Cancelling the task that runs ``keep`` is not enough on its own: on Python 3.11 an
+        ``asyncio.wait_for`` inside nats-py can swallow a cancellation that arrives as its reply
+        does, and the loop would go on renewing (seen in this module's tests).
+        """
+        self._abandoned = True
+
     async def keep(self) -> None:
-        """Campaign, hold, renew, notice a loss, campaign again; until cancelled (cancellation releases nothing)."""
-        while True:
+        """Campaign, hold, renew, notice a loss, campaign again; until abandoned or cancelled.
+
+        Neither releases the lease: a graceful stop calls ``release`` after.
+        """
+        self._abandoned = False
+        while not self._abandoned:
             if not self.revision:
                 try:
                     if not await self.try_acquire():

@@ -214,6 +214,7 @@ class ServiceRunner(Generic[S]):
         self.own_last_seq = 0  # the last applied record on this service's own subjects (the fence)
         self._lease_task: asyncio.Task[None] | None = None
         self._takeover: asyncio.Task[None] | None = None
+        self._stopping = False
         self.state: S = core.initial()
         self.awaiting = 0
         self.stats = RunnerStats()
@@ -342,6 +343,8 @@ class ServiceRunner(Generic[S]):
             self.stats.takeovers += 1
             if self._takeover is None or self._takeover.done():
                 self._takeover = asyncio.create_task(self._take_over(), name=f"horizon-{self.name}-takeover")
+        elif self._stopping:
+            log.info("%s: lease handed over (stopping)", self.name)
         else:
             self.stats.stepdowns += 1
             log.warning("%s: no longer the leader; following as a standby", self.name)
@@ -507,6 +510,9 @@ class ServiceRunner(Generic[S]):
     async def stop(self) -> None:
         if self._follower is not None:
             await self._follower.stop()
+        self._stopping = True
+        if self.lease is not None:
+            self.lease.abandon()
         for task in (self._takeover, self._lease_task):
             if task is not None and not task.done():
                 task.cancel()
