@@ -55,6 +55,11 @@ __all__ = ["PullReader", "parse_ack_subject", "parse_delivery"]
 log = logging.getLogger("horizon.reader")
 
 RECONNECT_POLL_S = 0.25  # how often the watchdog looks for a reconnect of the connection
+# A reset's JetStream requests wait this long at most: one sent as the server went away (a 409
+# "server shutdown" starts a reset then) is never answered, and the client's own 10 s timeout
+# kept the reader blind that long after a restart (measured: 10 s after a SIGTERMed server's return).
+RESET_DELETE_TIMEOUT_S = 1.0
+RESET_CREATE_TIMEOUT_S = 4.0
 
 
 def parse_ack_subject(reply: str) -> tuple[int, int, int, int]:
@@ -208,9 +213,9 @@ class PullReader:
         self._resetting = True
         try:
             with contextlib.suppress(Exception):
-                await self.js.delete_consumer(self.stream, self._consumer)
+                await asyncio.wait_for(self.js.delete_consumer(self.stream, self._consumer), RESET_DELETE_TIMEOUT_S)
             try:
-                await self._create()
+                await asyncio.wait_for(self._create(), RESET_CREATE_TIMEOUT_S)
             except Exception as exc:  # noqa: BLE001 - the server may be down: the watchdog retries
                 log.warning("pull reader on %s: cannot recreate its consumer: %s", self.stream, exc)
                 return False
@@ -228,7 +233,7 @@ class PullReader:
         has forgotten ours, an in-memory ephemeral, and the requests we had outstanding; waiting for
         the silence below kept every part blind for 11-16 s); retried each poll until it works.
         Every ``expires_s``: a new consumer if neither a message nor a status came for twice that."""
-        seen = self._reconnects()
+        seen = announced = self._reconnects()
         checked = time.monotonic()
         while not self._stopped:
             slept = time.monotonic()
@@ -240,8 +245,13 @@ class PullReader:
                 self._last_activity = now
             reconnects = self._reconnects()
             if reconnects != seen and self.nc.is_connected:
-                log.info("pull reader on %s: reconnected, recreating its consumer at %d", self.stream, self.next_seq)
                 self._last_activity = now
+                if self._resetting:
+                    continue  # one under way (e.g. on the old server's 409 as it shut down): its outcome first
+                if reconnects != announced:
+                    announced = reconnects
+                    log.info("pull reader on %s: reconnected, recreating its consumer at %d", self.stream,
+                             self.next_seq)
                 if await self._reset():
                     seen = reconnects
                 continue
