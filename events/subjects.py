@@ -10,6 +10,7 @@ subject                                     what
 ``horizon.query.<view>``                    request/reply read models (not in the stream)
 ``horizon.query.<view>.<tenant>``           the same about one tenant's jobs (jobs job queue allocations)
 ``horizon.tenant.<tenant>.evt.>``           the tenant feed: live events about its jobs, core NATS
+``horizon.validate.<tenant>``               "would this JobSubmitted be accepted?", any submission instance
 ``horizon.hb.<node>``                       heartbeats, core NATS (not in the stream)
 ``horizon.dlq.<service>``                   dead letters, stream ``HORIZON_DLQ``
 ==========================================  =====================================================

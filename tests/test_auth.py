@@ -359,6 +359,11 @@ async def test_the_stack_runs_under_its_users_and_tenants_see_only_their_jobs(au
         done = await horizon("submit", "--tenant", "globex", "--job-id", "cli-2", "--gpus", "1")
         assert done.returncode == 1 and "may publish only under its own tenant" in done.stderr, done
         assert "Traceback" not in done.stderr
+        # Validation (the submission instances' queue group): her own tenant's subject only.
+        done = await horizon("submit", "--check", "--gpus", "1")
+        assert done.returncode == 0 and "would be accepted" in done.stdout, done
+        with pytest.raises(nats.errors.NoRespondersError):
+            await alice.nc.request("horizon.validate.globex", b"{}", timeout=2)
 
         # The log holds the story of a-1 told by the right services, and no input on globex's cancel subject.
         records = await read_log(url(auth_server, "admin"))

@@ -93,6 +93,8 @@ def _key_values(pairs: tuple[str, ...], what: str) -> dict[str, str]:
               help="Tolerate a taint: KEY (any value), KEY=VALUE, optionally :EFFECT (repeatable).")
 @click.option("--sim-runtime", type=float, default=None, help="Seconds a simulated job runs (sim executor).")
 @click.option("--no-wait", is_flag=True, help="Do not wait for acceptance.")
+@click.option("--check", is_flag=True, help="Only ask a submission instance whether the job would be accepted "
+                                           "(the validation queue group); submit nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print {\"job_id\": …, \"state\": …} as JSON.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def submit(
@@ -101,7 +103,7 @@ def submit(
     time_limit: str | None, priority_class: str, restart_policy: str, max_retries: int,
     scheduling_timeout: str | None, nice: int, array: str | None, dependency: str | None, env: tuple[str, ...],
     labels: tuple[str, ...], profile: str, selector: tuple[str, ...], tolerations: tuple[str, ...],
-    sim_runtime: float | None, no_wait: bool, as_json: bool, command: tuple[str, ...],
+    sim_runtime: float | None, no_wait: bool, check: bool, as_json: bool, command: tuple[str, ...],
 ) -> None:
     """Submit a job: horizon submit --gpus 2 -- python train.py"""
     # Catch what we can here, with the same messages the submission service would give.
@@ -141,6 +143,9 @@ def submit(
         max_retries=max_retries,
         sim_runtime_s=sim_runtime,
     )
+    if check:
+        report_check(check_submission(nats_url, event), event.job_id, as_json)
+        return
     result = send_submission(nats_url, event, no_wait=no_wait, first_index=first_index)
     if as_json:
         click.echo(json.dumps(result))
@@ -150,6 +155,41 @@ def submit(
         click.echo(job_id)
     if result["state"] == "REJECTED":
         raise click.ClickException(f"job {job_id} rejected: {result['reason']}")
+
+
+def check_submission(nats_url: str, event: c.JobSubmitted, timeout_s: float = 5.0) -> dict[str, Any]:
+    """Ask the submission instances' validation queue group (``services/submission/validation.py``)
+    whether ``event`` would be accepted; nothing is published to the log."""
+    import nats.errors
+
+    from events.codec import encode
+    from services.submission.validation import validate_subject
+
+    async def go() -> dict[str, Any]:
+        async with session(nats_url) as nc:
+            try:
+                msg = await nc.request(validate_subject(event.tenant), encode(event), timeout=timeout_s)
+            except nats.errors.NoRespondersError:
+                raise click.ClickException("no submission instance answers horizon.validate: is Horizon running?") \
+                    from None
+            except nats.errors.TimeoutError:
+                raise click.ClickException(f"no submission instance answered within {timeout_s:g} s") from None
+            return json.loads(msg.data)  # type: ignore[no-any-return]
+
+    if not valid_token(event.tenant) or event.tenant.startswith("_"):
+        return {"ok": False, "field": "tenant", "reason": f"{event.tenant!r} is not a tenant"}
+    return _run(go())
+
+
+def report_check(verdict: dict[str, Any], job_id: str, as_json: bool) -> None:
+    """Print a ``check_submission`` verdict; a job that would be rejected is an error (exit 1)."""
+    if as_json:
+        click.echo(json.dumps({"job_id": job_id, **verdict}))
+    elif verdict["ok"]:
+        click.echo(f"job {job_id} would be accepted: {verdict['jobs']} job(s) "
+                   f"(checked by {verdict.get('by')} at log seq {verdict.get('basis_seq')}; nothing submitted)")
+    if not verdict["ok"]:
+        raise click.ClickException(f"job {job_id} would be rejected: {verdict['reason']}")
 
 
 def send_submission(nats_url: str, event: c.JobSubmitted, *, no_wait: bool = False,

@@ -184,7 +184,7 @@ def _opts() -> dict[str, _Opt]:
     ]
     horizon = [
         ("nats", None, REQUIRED), ("tenant", None, REQUIRED), ("job-id", None, REQUIRED), ("json", None, NONE),
-        ("dry-run", None, NONE), ("no-wait", None, NONE), ("sim-runtime", None, REQUIRED),
+        ("dry-run", None, NONE), ("check", None, NONE), ("no-wait", None, NONE), ("sim-runtime", None, REQUIRED),
         ("priority-class", None, REQUIRED),
     ]
     table: dict[str, _Opt] = {}
@@ -929,7 +929,7 @@ def script_warnings(text: str, nodes: int = 1) -> list[str]:
 # The command
 # --------------------------------------------------------------------------
 
-_HORIZON_FLAGS = {"json", "dry-run", "no-wait", "parsable", "quiet", "verbose"}
+_HORIZON_FLAGS = {"json", "dry-run", "check", "no-wait", "parsable", "quiet", "verbose"}
 
 
 def split_command_line(args: Sequence[str]) -> tuple[dict[str, Any], list[str], list[str], list[str]]:
@@ -1013,13 +1013,14 @@ def sbatch(args: tuple[str, ...]) -> None:
       --priority-class C     critical, high, normal, low or scavenger
       --sim-runtime S        seconds a simulated job runs (sim executor)
       --dry-run              print the JobSubmitted as JSON, submit nothing
+      --check                ask Horizon whether it would accept the job, submit nothing
       --no-wait              do not wait for acceptance
       --json                 print {"job_id": ..., "state": ...}
       --parsable             print only the job id (as sbatch --parsable)
       -Q, --quiet            print nothing on success
       -v, --verbose          also print the job's resources to stderr
     """
-    from services.cli.jobs import send_submission
+    from services.cli.jobs import check_submission, report_check, send_submission
 
     ours, event, text = _submission(args)
     if not ours.get("quiet"):
@@ -1034,6 +1035,9 @@ def sbatch(args: tuple[str, ...]) -> None:
                    f"{r.memory} bytes of memory, {r.gpus} GPU(s){' ' + r.gpu_type if r.gpu_type else ''}; "
                    f"time limit {event.time_limit_s} s; profile {event.profile}", err=True)
     nats_url = ours.get("nats") or os.environ.get("HORIZON_NATS_URL") or "nats://127.0.0.1:4222"
+    if ours.get("check"):
+        report_check(check_submission(nats_url, event), event.job_id, bool(ours.get("json")))
+        return
     result = send_submission(nats_url, event, no_wait=bool(ours.get("no-wait")))
     if result["state"] == "REJECTED":
         if ours.get("json"):

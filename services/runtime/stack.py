@@ -119,7 +119,12 @@ class Stack:
             runner = obj.runner
         else:
             obj = runner = ServiceRunner(log_, make_core(name, policy=self.policy, backfill=self.backfill), lease=lease)
-        return await self._launch(key or name, log_, obj, obj.run(), runner.ready)
+        work = obj.run()
+        if name == "submission":  # every instance, leader or standby, validates on request
+            from services.submission.validation import ValidationServer
+
+            work = ValidationServer(log_.nc, runner, key or name).serve(work)
+        return await self._launch(key or name, log_, obj, work, runner.ready)
 
     async def start_projection(self) -> Part:
         from projections.jobs import JobsProjection, QueryServer
