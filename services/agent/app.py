@@ -70,6 +70,8 @@ log = logging.getLogger("horizon.agent")
 # SIGTERM to SIGKILL when a checkpoint used up the grace period (Kubernetes gives 2 s after a preStop hook).
 MIN_STOP_GRACE_S = 2.0
 
+_ENDINGS = (c.JobSucceeded, c.JobFailed, c.JobCancelled, c.JobPreempted)  # the reports that end an attempt
+
 
 @dataclass(frozen=True)
 class NodeSpec:
@@ -166,6 +168,10 @@ class NodeAgent:
         self._follower: Any = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._seq = 0
+        # job -> the attempt whose ending this agent has reported, until the log shows it ended: a
+        # stop or preemption request folded meanwhile finds nothing running and must not report a
+        # second ending (two outcomes for one attempt, which `horizon check` rejects).
+        self._reported_end: dict[str, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -259,6 +265,7 @@ class NodeAgent:
                 actions.append(("start", tr.job.job_id))
             elif tr.before in HOLDS_RESOURCES and tr.after not in HOLDS_RESOURCES:
                 self.stop_requests.pop(tr.job.job_id, None)
+                self._reported_end.pop(tr.job.job_id, None)
                 self.preemptions.pop(tr.job.job_id, None)
                 actions.append(("ended", tr.job.job_id))
         return actions
@@ -300,7 +307,7 @@ class NodeAgent:
             run = self.running.get(job_id)
             request = self.stop_requests.get(job_id)
             if run is None:
-                if request is not None:
+                if request is not None and self._reported_end.get(job_id) != job.attempt:
                     await self._report(c.JobCancelled, job_id, job.attempt, reason=request.reason)
                 return
             if run.stop_reason == "silent":
@@ -315,9 +322,10 @@ class NodeAgent:
             if request is None:
                 return  # the attempt ended in the same batch
             if run is None:
-                # Nothing runs (it ended by itself a moment ago, and that report is already in the
-                # log ahead of this one, which the job table will then ignore).
-                await self._report_preempted(job_id, job.attempt, request, None)
+                # Nothing runs: its ending is reported already (it ended by itself a moment ago, or
+                # this agent restarted and reported it lost), or, after a restart, nothing had run.
+                if self._reported_end.get(job_id) != job.attempt:
+                    await self._report_preempted(job_id, job.attempt, request, None)
                 return
             if run.stop_reason is not None:
                 return  # being cancelled, or the agent is stopping
@@ -428,6 +436,8 @@ class NodeAgent:
         await self._report(c.JobPreempted, job_id, attempt, for_job=request.for_job, checkpoint_ref=ref)
 
     async def _report(self, cls: type[Event], job_id: str, attempt: int, **fields: Any) -> None:
+        if cls in _ENDINGS:
+            self._reported_end[job_id] = attempt
         job = self.jobs.get(job_id)
         node = fields.get("node") or (job.allocations[0].node if job is not None and job.allocations else "")
         event = cls(
