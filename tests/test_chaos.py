@@ -12,11 +12,17 @@ import random
 
 import pytest
 
+import msgspec
+
 from events import catalogue as c
-from events.codec import encode
+from events.codec import decode, encode
+from events.subjects import event_subject
+from services.agent.app import NodeAgent, local_nodes
+from services.agent.executors import SimExecutor
 from services.bench.chaos import DECIDERS, ChaosConfig, fault_plan, make_parts, run_chaos, workload
 from services.bench.chaos_verdict import duplicates
 from services.runtime.log import Record
+from services.runtime.memory import MemoryLog
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -68,3 +74,31 @@ async def test_kill_every_part_and_restart_the_server_under_a_workload(tmp_path)
     assert report["check"]["audit"]["mismatches"] == 0
     assert all(f["recover_s"] is not None for f in report["faults"] if f["fault"] == "kill")
     assert report["ok"]
+
+
+async def test_a_restarted_agent_reports_one_ending_when_stop_requests_race_its_report():
+    """Found by the chaos run: an agent restarted with a job RUNNING reports it lost (``JobFailed``);
+    a preemption and a cancel decided before that report was folded then found nothing running and
+    were reported too (``JobPreempted``, ``JobCancelled``): three endings for one attempt."""
+    log = MemoryLog()
+
+    def put(service: str, event: c.Event) -> None:
+        event = msgspec.structs.replace(event, id=event.id or f"test/{len(log.records)}", correlation_id="j",
+                                        source=service)
+        log.append(event_subject(service, event), encode(event), msg_id=event.id)
+
+    put("submission", c.JobAccepted(job_id="j", spec=c.JobSpec(tenant="acme", sim_runtime_s=60)))
+    put("placement", c.JobScheduled(job_id="j", attempt=1, allocations=[
+        c.NodeAllocation(node="n-00", cpus_milli=1000, memory_bytes=2**30)]))
+    put("agent", c.JobStarted(id="agent/JobStarted/j/1", job_id="j", attempt=1, node="n-00"))
+    agent = NodeAgent(log, local_nodes(1, prefix="n"), SimExecutor())  # the old agent was SIGKILLed
+    agent._fold(list(log.records))  # its catch-up: j RUNNING here, and no process
+    await agent._resume()  # reports JobFailed: the process was lost
+    late = [c.PreemptionRequested(id="p", job_id="j", attempt=1, for_job="vip", grace_period_s=5.0, basis_seq=3),
+            c.JobStopRequested(id="s", job_id="j", attempt=1, reason="user cancel")]
+    racing = [Record(4 + i, event_subject("preemption" if i == 0 else "submission", e), encode(e), 4.0 + i, None)
+              for i, e in enumerate(late)]  # stored before the report, folded after it
+    await agent._on_batch(racing)
+    endings = [type(e).__name__ for e in map(decode, (r.data for r in log.records))
+               if isinstance(e, (c.JobSucceeded, c.JobFailed, c.JobCancelled, c.JobPreempted))]
+    assert endings == ["JobFailed"]
