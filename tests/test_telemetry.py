@@ -3,6 +3,8 @@ agent (W3C traceparent in NATS headers), cycles are spans linked to their jobs, 
 
 from __future__ import annotations
 
+import asyncio
+
 import nats
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -66,5 +68,48 @@ async def test_one_trace_connects_a_job_across_the_services(nats_server, tmp_pat
     metrics = reader.get_metrics_data()
     names = {m.name for rm in metrics.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
     assert {"horizon.events.published", "horizon.events.applied", "horizon.scheduled", "horizon.consumer.lag",
-            "horizon.queue.depth", "horizon.gpus", "horizon.cycle.latency"} <= names
+            "horizon.queue.depth", "horizon.gpus", "horizon.cycle.latency", "horizon.decide.duration"} <= names
+    # a cycle's span covers the round that computed it, not only its publication
+    assert all(c.end_time > c.start_time for c in cycles)
     assert_replays(records)  # tracing never changes a decision
+
+
+def _points(reader: InMemoryMetricReader, name: str) -> list:
+    data = reader.get_metrics_data()
+    return [p for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics if m.name == name
+            for p in m.data.data_points]
+
+
+async def test_consumer_lag_counts_what_other_parts_published(nats_server):
+    """A part that only reads (projections, a standby) sees the stream's end by probing it, so its
+    lag is what is stored and not yet applied; it falls back to 0 once it has caught up."""
+    from services.runtime.jetstream import JetStreamLog
+    from services.runtime.log import Outgoing
+    from services.runtime.telemetry import TracedLog
+
+    writer = await JetStreamLog.open(nats_server.url, name="writer")
+    reader = InMemoryMetricReader()
+    traced = TracedLog(await JetStreamLog.open(nats_server.url, name="reader", create=False), "projections",
+                       TracerProvider(), MeterProvider(metric_readers=[reader]), lag_probe_s=0.05)
+    release, applied = asyncio.Event(), []
+
+    async def slow(batch):
+        applied.extend(batch)
+        await release.wait()  # a part busy with its first batch
+
+    def lag() -> int:
+        return sum(p.value for p in _points(reader, "horizon.consumer.lag"))
+
+    try:
+        await writer.publish_many([Outgoing("horizon.in.acme.submit", b"{}", "first")])
+        follower = await traced.follow(slow)
+        await wait_until(lambda: applied, 10, "the first batch")
+        await writer.publish_many([Outgoing("horizon.in.acme.submit", b"{}", f"j{i}") for i in range(100)])
+        await wait_until(lambda: lag() == 100, 10, "the lag to count the 100 records published by another part")
+        release.set()
+        await wait_until(lambda: len(applied) == 101 and lag() == 0, 10, "the lag to fall back to 0")
+        await follower.stop()
+    finally:
+        release.set()
+        await traced.close()
+        await writer.close()

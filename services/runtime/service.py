@@ -233,6 +233,8 @@ class ServiceRunner(Generic[S]):
         self._own: dict[str, Event] = {}
         self._follower: Any = None
         self._lock = asyncio.Lock()
+        # A traced log (services/runtime/telemetry.py) times each decision round; others do not.
+        self._round = getattr(log_, "decision_round", contextlib.nullcontext)
         # Snapshots (``snapshots=False`` turns them off, e.g. to measure a full replay).
         self.snapshot_every = snapshot_interval(core) if snapshots else 0
         self._dumped_seq = 0  # seq of the last dump (or of the snapshot started from)
@@ -277,6 +279,10 @@ class ServiceRunner(Generic[S]):
         """One decision round, if the state is caught up with our own publications (and we lead)."""
         if self.state.seq < self.awaiting or not self.leading:
             return []
+        with self._round():
+            return await self._decide_and_publish()
+
+    async def _decide_and_publish(self) -> list[Event]:
         decisions = self.core.decide(self.state)
         if not decisions:
             return []

@@ -19,12 +19,21 @@ know it is there (tracing is I/O, never an input to a decision):
   candidate, so submission, scheduling, placement and the agent all appear
   in the job's trace.
 
+A decision round (the runner's ``decide`` and the publication of what it
+decided; ``decision_round``) is timed: ``horizon.decide.duration`` per part,
+and a scheduling cycle's span starts when its round started, so it covers the
+cycle's computation, not only its publication.
+
 Metrics (the part's meter): ``horizon.events.published`` and
 ``horizon.events.applied`` (per part and event type), ``horizon.rejections``
-(per field), ``horizon.scheduled`` (per ``backfilled`` / ``borrowed``),
-``horizon.preemptions``, and ``horizon.consumer.lag`` (records the part has
-not applied yet). Queue depth, utilisation and fragmentation are gauges of
-the read models (``projections.scheduling``).
+(``JobRejected`` per field, ``RequestRejected`` per verb),
+``horizon.scheduled`` (per ``backfilled`` / ``borrowed``),
+``horizon.preemptions``, ``horizon.decide.duration`` and
+``horizon.consumer.lag`` (records stored in the stream that the part has not
+applied yet: the stream's end is probed every ``lag_probe_s`` while the part
+follows the log, so the lag also counts what other parts published). Queue
+depth, utilisation and fragmentation are gauges of the read models
+(``projections.scheduling``).
 
 ``configure(exporter)``: ``console``, ``otlp`` (needs the
 ``opentelemetry-exporter-otlp`` package; ``OTEL_EXPORTER_OTLP_ENDPOINT``), or
@@ -33,9 +42,13 @@ the read models (``projections.scheduling``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -44,6 +57,8 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 from services.runtime.log import MSG_ID, BatchHandler, EventLog, Fence, Follower, Outgoing, PublishAck, Record
 
 __all__ = ["TracedLog", "TRACEPARENT", "traceparent", "parse_traceparent", "configure", "root_context"]
+
+log = logging.getLogger(__name__)
 
 TRACEPARENT = "traceparent"
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -88,7 +103,7 @@ class TracedLog:
     """An ``EventLog`` that traces what its part reads and publishes (see the module doc)."""
 
     def __init__(self, inner: EventLog, part: str, tracer_provider: Any = None, meter_provider: Any = None,
-                 max_contexts: int = 200_000) -> None:
+                 max_contexts: int = 200_000, lag_probe_s: float = 2.0) -> None:
         self.inner = inner
         self.part = part
         self.tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer("horizon", schema_url=None)
@@ -97,6 +112,9 @@ class TracedLog:
         self.max_contexts = max_contexts
         self.applied_seq = 0
         self.known_end = 0
+        self.lag_probe_s = lag_probe_s
+        self._probe: asyncio.Task[None] | None = None
+        self._round_started_ns: int | None = None
         self._meters(meter_provider)
 
     def _meters(self, meter_provider: Any) -> None:
@@ -108,13 +126,15 @@ class TracedLog:
         self.rejections = meter.create_counter("horizon.rejections", description="JobRejected by field")
         self.scheduled = meter.create_counter("horizon.scheduled", description="JobScheduled, backfilled or not")
         self.preemptions = meter.create_counter("horizon.preemptions", description="PreemptionRequested")
+        self.decide_ms = meter.create_histogram("horizon.decide.duration", unit="ms",
+                                                description="one decision round: decide and publish")
         from opentelemetry.metrics import Observation
 
         def lag(_options: Any) -> list[Observation]:
             return [Observation(max(0, self.known_end - self.applied_seq), {"part": self.part})]
 
         meter.create_observable_gauge("horizon.consumer.lag", callbacks=[lag],
-                                      description="records in the log (as far as this part has seen) it has not applied")
+                                      description="records in the stream this part has not applied yet")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -148,7 +168,42 @@ class TracedLog:
             self._learn(batch)
             await handler(batch)
 
-        return await self.inner.follow(traced, **kw)
+        follower = await self.inner.follow(traced, **kw)
+        if self._probe is None and self.lag_probe_s > 0:
+            self._probe = asyncio.create_task(self._probe_end(), name=f"lag-probe-{self.part}")
+        return follower
+
+    async def _probe_end(self) -> None:
+        """Learn the stream's end now and then: what other parts publish is lag too."""
+        while True:
+            try:
+                self.known_end = max(self.known_end, await self.inner.last_seq())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a metric; the server may be away for a while
+                log.debug("%s: lag probe: %s", self.part, exc)
+            await asyncio.sleep(self.lag_probe_s)
+
+    async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe
+            self._probe = None
+        await self.inner.close()
+
+    # ------------------------------------------------------------------ deciding
+
+    @contextlib.contextmanager
+    def decision_round(self) -> Iterator[None]:
+        """Around one round of the runner's ``decide`` and its publication (the runner's hook)."""
+        started = time.perf_counter()
+        self._round_started_ns = time.time_ns()
+        try:
+            yield
+        finally:
+            self._round_started_ns = None
+            self.decide_ms.record((time.perf_counter() - started) * 1000.0, {"part": self.part})
 
     # ------------------------------------------------------------------ publishing
 
@@ -166,7 +221,7 @@ class TracedLog:
                                       "messaging.destination": subject}
         links: list[Link] = []
         body: dict[str, Any] | None = None
-        if event_type in ("SchedulingCycleCompleted", "JobRejected", "JobScheduled"):
+        if event_type in ("SchedulingCycleCompleted", "JobRejected", "RequestRejected", "JobScheduled"):
             try:
                 body = json.loads(data)
             except ValueError:
@@ -184,16 +239,20 @@ class TracedLog:
                     span.end()
                     self.contexts[job_id] = span.get_span_context()
         elif event_type == "JobRejected" and body is not None:
-            self.rejections.add(1, {"field": body.get("field") or "other"})
+            self.rejections.add(1, {"event": "JobRejected", "field": body.get("field") or "other"})
+        elif event_type == "RequestRejected" and body is not None:
+            self.rejections.add(1, {"event": "RequestRejected", "verb": body.get("verb") or "other"})
         elif event_type == "JobScheduled" and body is not None:
             self.scheduled.add(1, {"backfilled": bool(body.get("backfilled")), "borrowed": bool(body.get("borrowed"))})
         elif event_type == "PreemptionRequested":
             self.preemptions.add(1, {"part": self.part})
         parent = self._parent(aggregate) if event_type != "SchedulingCycleCompleted" else root_context(
             f"cycle-{aggregate}")
+        # A cycle's span runs from the start of the round that decided it (its computation).
+        start = self._round_started_ns if event_type == "SchedulingCycleCompleted" else None
         span = self.tracer.start_span(f"{self.part} {event_type}",
                                       context=trace.set_span_in_context(NonRecordingSpan(parent)),
-                                      attributes=attributes, links=links)
+                                      attributes=attributes, links=links, start_time=start)
         span.end()
         ctx = span.get_span_context()
         if ctx.is_valid:
