@@ -172,6 +172,24 @@ async def test_sacct_squeue_format_and_scancel_filters(nats_server, tmp_path):
                                     "  sweep-c|swee|PENDING|" + me]
         code, out, err = await horizon(url, "queue")
         assert out.split()[:3] == ["POS", "JOBID", "NAME"] and "4 queued" in out
+        # paging: the same order, a window at a time, in every listing
+        code, out, err = await horizon(url, "queue", "--limit", "2", "--offset", "1", "--json")
+        assert code == 0, err
+        assert [r["job_id"] for r in json.loads(out)] == ["sweep-a", "sweep-b"]
+        code, out, err = await horizon(url, "queue", "--limit", "2", "--offset", "3", "--states", "all", "--json")
+        assert code == 0, err  # past the 4 waiting jobs the page goes on into the others
+        assert [r["job_id"] for r in json.loads(out)][:1] == ["sweep-c"] and len(json.loads(out)) == 2
+        code, out, err = await horizon(url, "jobs", "--json")
+        everyone = [r["job_id"] for r in json.loads(out)]
+        code, out, err = await horizon(url, "jobs", "--limit", "3", "--offset", "2", "--json")
+        assert [r["job_id"] for r in json.loads(out)] == everyone[2:5]
+        code, out, err = await horizon(url, "jobs", "--limit", "3", "--offset", "2")
+        assert code == 0 and f"rows 3-5 of {len(everyone)}; next page: --offset 5" in out, out
+        code, out, err = await horizon(url, "sacct", "-S", "now-1day", "-a", "--limit", "1", "--offset", "1",
+                                       "--json")
+        assert [r["job_id"] for r in json.loads(out)] == ["bad1"]
+        code, out, err = await horizon(url, "jobs", "--offset", "-1")
+        assert code == 2 and "must not be negative" in err
         code, out, err = await horizon(url, "queue", "--format", "%z")
         assert code == 2 and "%z is not a field Horizon knows" in err
 

@@ -545,6 +545,18 @@ def parse_dependency_option(text: str) -> list[c.Dependency]:
     return out
 
 
+def _check_page(limit: int, offset: int) -> None:
+    if limit < 0 or offset < 0:
+        raise click.UsageError("--limit and --offset must not be negative")
+
+
+def _page_line(offset: int, shown: int, total: int) -> str:
+    if not shown:
+        return f"no rows past {offset} ({total} in all)"
+    more = f"; next page: --offset {offset + shown}" if offset + shown < total else ""
+    return f"rows {offset + 1}-{offset + shown} of {total}{more}"
+
+
 def _gpus(row: dict[str, Any]) -> str:
     if not row.get("gpus"):
         return "-"
@@ -575,6 +587,7 @@ def _age(ts: float | None) -> str:
               help="Jobs in these states instead of the pending and held ones: Slurm's names or codes (PENDING, "
                    "PD, RUNNING, R, CONFIGURING, CF, ...), Horizon's, comma-separated or repeated, or 'all'.")
 @click.option("--limit", type=int, default=1000, show_default=True)
+@click.option("--offset", type=int, default=0, show_default=True, help="Skip this many rows first (paging, with --limit).")
 @click.option("--why", is_flag=True, help="Under each job, every filter's verdict: how many nodes and why, and "
                                           "its reservation (from the scheduler's view).")
 @click.option("-o", "--format", "fmt", default=None,
@@ -587,10 +600,12 @@ def _age(ts: float | None) -> str:
 @click.option("--noheader", is_flag=True, help="With --format: no header line.")
 @click.option("--json", "as_json", is_flag=True)
 def queue(nats_url: str, tenant: str | None, account: str | None, user: str | None, me: bool,
-          states: tuple[str, ...], limit: int, why: bool, fmt: str | None, noheader: bool, as_json: bool) -> None:
+          states: tuple[str, ...], limit: int, offset: int, why: bool, fmt: str | None, noheader: bool,
+          as_json: bool) -> None:
     """Pending and held jobs in scheduling order, with why each waits (like squeue)."""
     from services.cli import slurm
 
+    _check_page(limit, offset)
     if fmt is not None and why:
         raise click.UsageError("--format and --why are two different views: give one")
     if me:
@@ -608,10 +623,11 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
             filters = {"tenant": tenant, "account": account, "user": user}
             body: dict[str, Any] = {"jobs": [], "total": 0, "last_seq": 0}
             if waiting:
-                body = await query(nc, "queue", {**filters, "states": waiting, "limit": limit})
+                body = await query(nc, "queue", {**filters, "states": waiting, "limit": limit, "offset": offset})
             if others is None or others:
+                # One list, the waiting jobs first: a page that starts past them starts inside the rest.
                 rest = await query(nc, "jobs", {**filters, "states": others, "limit": max(0, limit - len(body["jobs"])),
-                                                "order": "queue"})
+                                                "offset": max(0, offset - body["total"]), "order": "queue"})
                 body["jobs"] += [row for row in rest["jobs"] if row["state"] not in ("PENDING", "HELD")]
                 body["total"] += sum(1 for row in rest["jobs"] if row["state"] not in ("PENDING", "HELD"))
                 body["last_seq"] = min(body["last_seq"], rest["last_seq"]) if waiting else rest["last_seq"]
@@ -639,7 +655,7 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
         click.echo(json.dumps(body["jobs"]))
         return
     if why:
-        for pos, row in enumerate(body["jobs"], 1):
+        for pos, row in enumerate(body["jobs"], offset + 1):
             detail = row["why"]
             click.echo(f"{pos:>4}  {row['job_id']}  {row['state']}  {row['account'] or ''}/{row['user'] or '-'}  "
                        f"{_gpus(row)} GPUs  waiting {_age(row['submitted_ts'])}: {detail.get('why', row['reason'] or '')}")
@@ -654,7 +670,7 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
     for col in ("POS", "JOBID", "NAME", "USER", "ACCOUNT", "CLASS", "PRIORITY", "GPUS", "CPUS", "MEM", "STATE",
                 "WAITING", "REASON"):
         table.add_column(col)
-    for pos, row in enumerate(body["jobs"], 1):
+    for pos, row in enumerate(body["jobs"], offset + 1):
         priority = row.get("priority")
         table.add_row(str(row.get("rank") or pos), row["job_id"], row["name"] or "", row["user"] or "",
                       row["account"] or "", row["priority_class"] or "",
@@ -672,24 +688,26 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
 @click.option("--account", default=None)
 @click.option("--user", default=None)
 @click.option("--limit", type=int, default=1000, show_default=True)
+@click.option("--offset", type=int, default=0, show_default=True, help="Skip this many rows first (paging, with --limit).")
 @click.option("--history", is_flag=True, help="sacct's view: jobs that ran or ended, every user's unless --user "
                                              "(horizon sacct --allusers; see horizon sacct --help for more).")
 @click.option("--starttime", default="midnight", show_default=True, help="With --history: as sacct's --starttime.")
 @click.option("--json", "as_json", is_flag=True)
 def jobs(nats_url: str, states: tuple[str, ...], tenant: str | None, account: str | None, user: str | None,
-         limit: int, history: bool, starttime: str, as_json: bool) -> None:
+         limit: int, offset: int, history: bool, starttime: str, as_json: bool) -> None:
     """All jobs with their state, node and devices."""
+    _check_page(limit, offset)
     if history:
         from services.cli.slurm import SACCT_DEFAULT, run_sacct
 
         run_sacct(nats_url, states=states, user=user, account=account, tenant=tenant, starttime=starttime,
-                  endtime=None, limit=limit, fmt=SACCT_DEFAULT, as_json=as_json)
+                  endtime=None, limit=limit, offset=offset, fmt=SACCT_DEFAULT, as_json=as_json)
         return
 
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
             return await query(nc, "jobs", {"states": list(states) or None, "tenant": tenant, "account": account,
-                                            "user": user, "limit": limit})
+                                            "user": user, "limit": limit, "offset": offset})
 
     body = _run(go())
     if as_json:
@@ -703,6 +721,8 @@ def jobs(nats_url: str, states: tuple[str, ...], tenant: str | None, account: st
                       _gpus(row), _devices(row), "" if row["exit_code"] is None else str(row["exit_code"]),
                       row["reason"] or "")
     console().print(table)
+    if offset or len(body["jobs"]) < body.get("total", 0):
+        click.echo(_page_line(offset, len(body["jobs"]), body.get("total", 0)))
 
 
 @click.command()

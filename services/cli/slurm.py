@@ -447,7 +447,7 @@ def sacct_rows(rows: list[dict[str, Any]], *, match: set[str], start: float | No
 
 def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, account: str | None,
               tenant: str | None, starttime: str | None, endtime: str | None, limit: int, fmt: str,
-              as_json: bool, parsable: bool = False, noheader: bool = False) -> None:
+              as_json: bool, parsable: bool = False, noheader: bool = False, offset: int = 0) -> None:
     now = time.time()
     start = slurm_datetime(starttime, now) if starttime else None
     end = slurm_datetime(endtime, now) if endtime else None
@@ -461,10 +461,11 @@ def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, accou
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
             return await query(nc, "jobs", {"states": ask, "tenant": tenant, "account": account, "user": user,
-                                            "limit": limit})
+                                            "limit": limit + offset})
 
     body = asyncio.run(go())
-    rows = sacct_rows(body["jobs"], match=match, start=start, end=end, now=now)
+    # The time window is sacct's and applied here, so the page is taken after it.
+    rows = sacct_rows(body["jobs"], match=match, start=start, end=end, now=now)[offset:offset + limit]
     if as_json:
         for row in rows:
             row["slurm"] = {name: SACCT_FIELDS[name](row, now) for name in SACCT_FIELDS}
@@ -511,15 +512,20 @@ def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, accou
 @click.option("-P", "--parsable2", "parsable", is_flag=True, help="Fields separated by |, no padding.")
 @click.option("-n", "--noheader", is_flag=True)
 @click.option("--limit", type=int, default=100_000, show_default=True)
+@click.option("--offset", type=int, default=0, show_default=True,
+              help="Skip this many of the matching jobs first (paging, with --limit).")
 @click.option("--json", "as_json", is_flag=True, help="The read model's rows, with the sacct fields under 'slurm'.")
 def sacct(nats_url: str, states: tuple[str, ...], user: str | None, allusers: bool, account: str | None,
           tenant: str | None, starttime: str, endtime: str | None, fmt: str, parsable: bool, noheader: bool,
-          limit: int, as_json: bool) -> None:
+          limit: int, offset: int, as_json: bool) -> None:
     """Jobs that ran or ended, with sacct's columns (your own since midnight, unless told otherwise)."""
+    if limit < 0 or offset < 0:
+        raise click.UsageError("--limit and --offset must not be negative")
     if user is None and not allusers:
         user = default_user()
     run_sacct(nats_url, states=states, user=user, account=account, tenant=tenant, starttime=starttime,
-              endtime=endtime, limit=limit, fmt=fmt, as_json=as_json, parsable=parsable, noheader=noheader)
+              endtime=endtime, limit=limit, fmt=fmt, as_json=as_json, parsable=parsable, noheader=noheader,
+              offset=offset)
 
 
 def register(group: click.Group) -> None:
