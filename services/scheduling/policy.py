@@ -171,43 +171,47 @@ class Multifactor:
 
     @staticmethod
     def factors(job: Job, ctx: Context) -> dict[str, float]:
-        spec = job.spec
-        assert spec is not None
-        cfg = ctx.config
-        size = max(job_size(spec), 1.0)
-        return {
-            "class": (4 - CLASS_RANK[spec.priority_class]) / 4,
-            "fairshare": ctx.fairshare.get(f"{spec.account}/{spec.user or '-'}", 1.0),
-            "age": min(1.0, max(0.0, ctx.now - job.accepted_ts) / cfg.max_age_s),
-            "estimate": cfg.estimate_ref_s / (cfg.estimate_ref_s + spec.time_limit_s),
-            "size": 1.0 / (1.0 + math.log2(size)),
-            "qos": cfg.qos_boost.get(spec.qos, 0.0),
-        }
+        """Each factor's value, by ``WEIGHT_NAMES`` (what ``horizon show`` prints beside its weight)."""
+        return dict(zip(WEIGHT_NAMES, _factor_values(job, ctx), strict=True))
 
     def priority(self, job: Job, ctx: Context) -> float:
-        """The same sum as ``factors`` weighted, computed inline (it is the sort key of every cycle)."""
+        """``sum(w_f * f)`` over ``WEIGHT_NAMES`` in that order, plus the account boost, minus nice.
+
+        The factors come from ``_factor_values``, the one formula ``factors`` also returns, and
+        each term is ``weight * value``, added in the order ``horizon show`` lists them: the
+        weighted rows it prints, plus the boost, minus nice, give this float exactly.
+        """
         spec = job.spec
         assert spec is not None
-        cfg = ctx.config
-        w = cfg.weights
-        tasks = spec.nodes * spec.tasks_per_node
-        size = spec.gpus * tasks if spec.gpus else spec.cpus_milli * tasks / 1000.0
-        p = (w["class"] * (4 - CLASS_RANK[spec.priority_class]) / 4
-             + w["age"] * min(1.0, max(0.0, ctx.now - job.accepted_ts) / cfg.max_age_s)
-             + w["estimate"] * cfg.estimate_ref_s / (cfg.estimate_ref_s + spec.time_limit_s)
-             + w["size"] / (1.0 + math.log2(size if size > 1.0 else 1.0)))
-        if ctx.fairshare:
-            p += w["fairshare"] * ctx.fairshare.get(f"{spec.account}/{spec.user or '-'}", 1.0)
-        else:
-            p += w["fairshare"]
-        if spec.qos and cfg.qos_boost:
-            p += w["qos"] * cfg.qos_boost.get(spec.qos, 0.0)
+        w = ctx.config.weights
+        f_class, f_fairshare, f_age, f_estimate, f_size, f_qos = _factor_values(job, ctx)
+        p = (w["class"] * f_class + w["fairshare"] * f_fairshare + w["age"] * f_age
+             + w["estimate"] * f_estimate + w["size"] * f_size + w["qos"] * f_qos)
         if ctx.boosts:
             p += ctx.boosts.get(spec.account, 0.0)
         return p - spec.nice
 
     def key(self, job: Job, ctx: Context) -> tuple[float | int, ...]:
         return (-self.priority(job, ctx), job.accepted_seq)
+
+
+def _factor_values(job: Job, ctx: Context) -> tuple[float, float, float, float, float, float]:
+    """The multifactor factors of ``job`` in ``WEIGHT_NAMES`` order (class, fairshare, age,
+    estimate, size, qos), each in [0, 1]; see ``Multifactor``. The sort key and the explanation
+    both read them from here, so they cannot disagree."""
+    spec = job.spec
+    assert spec is not None
+    cfg = ctx.config
+    tasks = spec.nodes * spec.tasks_per_node
+    size = spec.gpus * tasks if spec.gpus else spec.cpus_milli * tasks / 1000.0  # job_size, inline: hot
+    return (
+        (4 - CLASS_RANK[spec.priority_class]) / 4,
+        ctx.fairshare.get(f"{spec.account}/{spec.user or '-'}", 1.0) if ctx.fairshare else 1.0,
+        min(1.0, max(0.0, ctx.now - job.accepted_ts) / cfg.max_age_s),
+        cfg.estimate_ref_s / (cfg.estimate_ref_s + spec.time_limit_s),
+        1.0 / (1.0 + math.log2(size if size > 1.0 else 1.0)),
+        cfg.qos_boost.get(spec.qos, 0.0) if spec.qos and cfg.qos_boost else 0.0,  # no QOS named: no boost
+    )
 
 
 POLICIES: dict[str, type] = {"fcfs": Fcfs, "sjf": Sjf, "f1": F1, "multifactor": Multifactor}
