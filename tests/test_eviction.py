@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 
 import msgspec
@@ -21,7 +22,7 @@ from events import catalogue as c
 from events.codec import encode
 from events.subjects import event_subject
 from services.agent.app import NodeAgent, local_nodes
-from services.agent.executors import ProcessExecutor, SimExecutor
+from services.agent.executors import Outcome, ProcessExecutor, SimExecutor
 from services.runtime.check import check_log
 from services.runtime.stack import Stack
 from tests.e2e import Tally, events_of, read_log, wait_until
@@ -170,13 +171,16 @@ async def test_the_agent_preempts_once_per_attempt_ignores_late_requests_and_let
     await agent.start()
     feed = Feeder(js_log)
     signals = tmp_path / "signals"
+    # Each job says when its traps are set: JobStarted comes as soon as the process exists, and a
+    # signal that reaches bash before its trap line ends it (the test raced it on a cold start).
     counting = (f"trap 'echo usr1 >> {signals}; echo r1 > $HORIZON_CHECKPOINT_FILE' USR1\n"
                 f"trap 'echo term >> {signals}; exit 143' TERM\n"
+                f"touch {tmp_path / 'twice.ready'}\n"
                 "while true; do sleep 0.05; done")
     try:
         await feed.run("twice", c.JobSpec(tenant="acme", command=("bash", "-c", counting), checkpoint_signal="USR1"))
-        await feed.run("stubborn", c.JobSpec(tenant="acme", command=("bash", "-c", "trap '' USR2; sleep 60"),
-                                             checkpoint_signal="SIGUSR2"))
+        await feed.run("stubborn", c.JobSpec(tenant="acme", command=(
+            "bash", "-c", f"trap '' USR2; touch {tmp_path / 'stubborn.ready'}; sleep 60"), checkpoint_signal="SIGUSR2"))
 
         async def reported(kind: type, job_id: str) -> bool:
             return any(isinstance(e, kind) for e in await agent_events(js_log, job_id))
@@ -189,6 +193,8 @@ async def test_the_agent_preempts_once_per_attempt_ignores_late_requests_and_let
 
         await until(c.JobStarted, "twice")
         await until(c.JobStarted, "stubborn")
+        await wait_until(lambda: (tmp_path / "twice.ready").exists() and (tmp_path / "stubborn.ready").exists(), 10,
+                         "the jobs to set their traps")
         # two requests for the same attempt (from inventory and from preemption), one for a later attempt
         await feed.put("inventory", feed.preempt("twice"))
         await feed.put("preemption", feed.preempt("twice", by="preemption"))
@@ -215,6 +221,83 @@ async def test_the_agent_preempts_once_per_attempt_ignores_late_requests_and_let
     assert preempted.for_job == "" and preempted.id == "agent/JobPreempted/twice/1"
     stubborn = [type(e).__name__ for e in await agent_events(js_log, "stubborn")]
     assert stubborn == ["JobStarted", "JobCancelled"]  # the cancel wins: the job ends, it is not requeued
+
+
+class _Watched:
+    """An execution that remembers how ``stop`` ended it (the agent keeps no outcome of a preempted job)."""
+
+    def __init__(self, inner, stops: list) -> None:
+        self.inner, self.stops, self.pid = inner, stops, inner.pid
+
+    async def wait(self) -> Outcome:
+        return await self.inner.wait()
+
+    async def stop(self, grace_period_s: float) -> Outcome:
+        outcome = await self.inner.stop(grace_period_s)
+        self.stops.append((grace_period_s, outcome))
+        return outcome
+
+    async def checkpoint(self, signal_name: str, timeout_s: float) -> str | None:
+        return await self.inner.checkpoint(signal_name, timeout_s)
+
+    def checkpoint_ref(self) -> str | None:
+        return self.inner.checkpoint_ref()
+
+
+class WatchedProcesses(ProcessExecutor):
+    def __init__(self, output_dir) -> None:
+        super().__init__(output_dir)
+        self.stops: list[tuple[float, Outcome]] = []
+
+    async def start(self, *args, **kwargs) -> _Watched:
+        return _Watched(await super().start(*args, **kwargs), self.stops)
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its zombie (a child whose parent is gone waits for whoever reaps)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+async def test_a_job_that_ignores_sigterm_is_killed_when_the_grace_period_ends(js_log, tmp_path):
+    """SIGTERM to the job's process group, SIGKILL once the grace period is over, and only then
+    ``JobPreempted``: not before the grace period, and nothing of the job left running."""
+    grace = 1.5
+    executor = WatchedProcesses(tmp_path)
+    agent = NodeAgent(js_log, local_nodes(1, prefix="n"), executor)
+    await agent.start()
+    feed = Feeder(js_log)
+    ready, child = tmp_path / "deaf.ready", tmp_path / "deaf.child"
+    # bash and its child both ignore SIGTERM (an ignored signal stays ignored across exec)
+    deaf = f"trap '' TERM\nsleep 60 & echo $! > {child}\ntouch {ready}\nwait"
+    try:
+        await feed.run("deaf", c.JobSpec(tenant="acme", command=("bash", "-c", deaf)))
+        await wait_until(lambda: ready.exists() and child.read_text().strip(), 10, "the job to ignore SIGTERM")
+        leader = agent.running["deaf"].execution.pid
+        helper = int(child.read_text())
+        t0 = asyncio.get_running_loop().time()
+        await feed.put("preemption", feed.preempt("deaf", grace=grace, by="preemption"))
+        preempted_after = None
+        deadline = t0 + 20
+        while preempted_after is None:
+            if any(isinstance(e, c.JobPreempted) for e in await agent_events(js_log, "deaf")):
+                preempted_after = asyncio.get_running_loop().time() - t0
+            else:
+                assert asyncio.get_running_loop().time() < deadline, "no JobPreempted for deaf"
+                await asyncio.sleep(0.02)
+        await wait_until(lambda: _gone(leader) and _gone(helper), 5, "the job's processes to die")
+    finally:
+        await agent.stop()
+    # SIGTERM did nothing: the agent waited the whole grace period, then SIGKILL ended the job
+    assert grace <= preempted_after < grace + 3.0, preempted_after
+    [(asked, outcome)] = executor.stops
+    assert asked == grace and outcome.exit_code == -signal.SIGKILL and outcome.signalled
+    reports = [(type(e).__name__, getattr(e, "for_job", None), getattr(e, "checkpoint_ref", 0))
+               for e in await agent_events(js_log, "deaf")]
+    assert reports == [("JobStarted", None, 0), ("JobPreempted", "vip", None)]
 
 
 async def test_a_simulated_job_just_stops_and_a_restarted_agent_reports_a_pending_preemption(js_log, tmp_path):
