@@ -18,7 +18,6 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +28,7 @@ from events.base import Event
 from events.codec import DecodeError, decode
 from events.resources import format_cpus, format_memory
 from events.subjects import STREAM, parse_subject
+from services.cli.progress import Bar
 from services.runtime.log import LogError, Record
 from services.runtime.replay import OBSERVATION, REPRODUCED, AuditReport, audit, concerns, differing_fields
 
@@ -66,17 +66,6 @@ def audit_cores(config: AuditConfig) -> list[Any]:
 
 
 # ---------------------------------------------------------------------- reading
-
-
-def _progress() -> Any:
-    """A rich progress bar on stderr when it is a terminal, else nothing."""
-    if not sys.stderr.isatty():
-        return None
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=Console(stderr=True), transient=True)
 
 
 async def read_log(url: str, on_batch: Callable[[int, int], None] | None = None) -> list[Record]:
@@ -439,30 +428,18 @@ def audit_command(nats_url: str, from_seq: int, to_seq: int | None, job_id: str 
     if to_seq is not None and to_seq < from_seq:
         raise click.BadParameter(f"--to {to_seq} is before --from {from_seq}", param_hint="--to")
     config = AuditConfig(policy=policy, backfill=backfill_mode, virtual_time=virtual_time)
-    progress = _progress()
     started = time.perf_counter()
-    with progress if progress is not None else nullcontext():
-        reading = progress.add_task("reading", total=None) if progress is not None else None
-
-        def on_batch(n: int, last: int) -> None:
-            if progress is not None:
-                progress.update(reading, completed=n, total=last)
-
-        records = asyncio.run(read_log(nats_url, on_batch))
+    with Bar("reading") as reading:
+        records = asyncio.run(read_log(nats_url, reading.update))
         last = records[-1].seq
         if from_seq > last:
             raise LogError(f"--from {from_seq} is past the end of the log (its last seq is {last})")
         mine = story_events(records, job_id) if job_id is not None else []
         if job_id is not None and not mine:
             raise LogError(f"no job {job_id} in the log")
-        replaying = progress.add_task("replaying", total=len(records)) if progress is not None else None
-
-        def on_replay(n: int) -> None:
-            if progress is not None:
-                progress.update(replaying, completed=n)
-
+        replaying = reading.add("replaying", total=len(records))
         select = (lambda e: concerns(e, job_id)) if job_id else None
-        report = audit(records, audit_cores(config), first=from_seq, last=to_seq, select=select, progress=on_replay)
+        report = audit(records, audit_cores(config), first=from_seq, last=to_seq, select=select, progress=replaying.update)
     elapsed = time.perf_counter() - started
     simulated = _looks_simulated(records)
     hint = None

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import click
 
 from events.subjects import WHOLE_LOG
 from services.cli.jobs import nats_option
+from services.cli.progress import Bar
 from services.runtime.log import LogError, Record
 
 __all__ = ["register", "rebuild_jobs", "rebuild_standing"]
@@ -47,19 +48,11 @@ async def _rebuild(url: str, path: Path, what: str, subjects: Sequence[str], pro
         apply, finish = await make(log_, fresh)
         try:
             end = await log_.last_seq()
-            bar = None
-            if progress and sys.stderr.isatty():
-                from rich.progress import Progress
-
-                bar = Progress(transient=True)
-                bar.start()
-                task = bar.add_task(f"rebuilding {what}", total=end or 1)
-            async for batch in log_.read(1, subjects=subjects, until_seq=end):
-                await apply(batch)
-                if bar is not None:
-                    bar.update(task, completed=batch[-1].seq)
-            if bar is not None:
-                bar.stop()
+            with Bar(f"rebuilding {what}", total=end or 1) if progress else nullcontext() as bar:
+                async for batch in log_.read(1, subjects=subjects, until_seq=end):
+                    await apply(batch)
+                    if bar is not None:
+                        bar.update(batch[-1].seq)
         finally:
             last = await finish()
     finally:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import click
 from events import catalogue as c
 from events.resources import parse_memory
 from services.agent.app import NodeSpec, local_nodes
+from services.cli.progress import Bar
 from services.preemption.core import VICTIM_ORDERS, PreemptionConfig
 from services.sim.driver import InProcessBus, NatsBus, SimSettings, make_cores, simulate
 from services.sim.metrics import report
@@ -44,8 +46,8 @@ def cluster_for(trace: Trace, nodes: int | None, gpus_per_node: int, gpu_type: s
 async def run_simulation(trace_path: str, *, start: int = 0, length: int | None = None, policy: str = "multifactor",
                          backfill: bool | str = False, in_process: bool = False, nodes: int | None = None,
                          gpus_per_node: int = 0, gpu_type: str = "a100", cpus_per_node: int | None = None,
-                         nats_url: str | None = None,
-                         preemption_victims: str | None = None) -> tuple[dict[str, Any], Any]:
+                         nats_url: str | None = None, preemption_victims: str | None = None,
+                         progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, Any], Any]:
     trace = read_trace(trace_path)
     config = list(trace.config)
     if preemption_victims is not None:  # after the trace's own configuration, so it wins
@@ -57,7 +59,7 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
                            gpus_per_node=base.gpus_per_node, gpu_type=base.gpu_type)
     cores = make_cores(settings)
     if in_process:
-        run = await simulate(jobs, specs, settings, InProcessBus(cores), config=config)
+        run = await simulate(jobs, specs, settings, InProcessBus(cores), config=config, progress=progress)
     else:
         from services.runtime.natsserver import NatsServer
 
@@ -69,7 +71,7 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
             bus = NatsBus(nats_url, cores)
             try:
                 await bus.start()  # refuses a log that is not empty: never mix a simulation with history
-                run = await simulate(jobs, specs, settings, bus, config=config)
+                run = await simulate(jobs, specs, settings, bus, config=config, progress=progress)
             finally:
                 await bus.close()
                 if server is not None:
@@ -128,11 +130,12 @@ def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: boo
             start, length = int(a), int(b)
         except ValueError:
             raise click.BadParameter("use START:LEN, e.g. 1981:1024", param_hint="--window") from None
-    out, run = asyncio.run(run_simulation(trace, start=start, length=length, policy=policy,
-                                          backfill=backfill_mode if backfill else False,
-                                          in_process=in_process, nodes=nodes, gpus_per_node=gpus_per_node,
-                                          gpu_type=gpu_type, cpus_per_node=cpus_per_node, nats_url=nats_url,
-                                          preemption_victims=preemption_victims))
+    with Bar("simulating") as bar:
+        out, run = asyncio.run(run_simulation(trace, start=start, length=length, policy=policy,
+                                              backfill=backfill_mode if backfill else False,
+                                              in_process=in_process, nodes=nodes, gpus_per_node=gpus_per_node,
+                                              gpu_type=gpu_type, cpus_per_node=cpus_per_node, nats_url=nats_url,
+                                              preemption_victims=preemption_victims, progress=bar.update))
     if starts_file:
         Path(starts_file).write_text(json.dumps(
             {j: {"start_s": r.start_s, "nodes": r.allocation, "state": r.state,

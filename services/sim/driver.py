@@ -55,7 +55,7 @@ import dataclasses
 import heapq
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -332,8 +332,10 @@ class SimRun:
 
 
 async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSettings, bus: Bus,
-                   config: Sequence[Event] = ()) -> SimRun:
+                   config: Sequence[Event] = (), progress: Callable[[int, int], None] | None = None) -> SimRun:
+    """Run ``jobs`` through the bus at virtual time; ``progress(attempts ended, jobs)`` after each step."""
     started_wall = time.perf_counter()
+    ended = 0
     results: dict[str, JobResult] = {}
     tasks: dict[str, list[str]] = {}  # submitted id -> the job ids it became
     for job in jobs:
@@ -377,6 +379,7 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
                                    reason=f"exit code {run.exit_code}", runtime_s=result.job.runtime_s)
             result.state, result.reason = run.outcome, "" if run.exit_code == 0 else f"exit code {run.exit_code}"
             batch.append((event_subject("agent", done), done))
+            ended += 1
         while i < len(arrivals) and arrivals[i].submit_s == now:
             job = arrivals[i]
             sub = submission_for(job, settings, now)
@@ -411,6 +414,8 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
                                      now_ts=now)
                 await bus.publish([(event_subject("clock", tick), tick)])
                 decided += await bus.settle()
+        if progress is not None:
+            progress(min(ended, len(results)), len(results))
         if i >= len(arrivals) and not ends and not _waiting(results, wakes):
             break  # nothing will ever happen again: what has not started never will
     unstarted = [job_id for job_id, r in results.items() if r.start_s is None]
