@@ -85,6 +85,103 @@ def test_account_configuration_is_checked():
     assert fs.check_account(c.AccountConfigured(account="proj", parent=None)) is None
 
 
+GIB = 1 << 30
+
+
+def test_billing_rates_weighted_and_dominant_by_hand():
+    """A gang of 2 nodes x 4 tasks, each task 1 GPU, 8 cores, 32 GiB: 8 GPUs, 64 cores, 256 GiB.
+
+    weighted, defaults (w_gpu 1, w_cpu 1/16, w_mem 0):    8 + 64/16 + 0        = 12 per second
+    weighted, w_mem 1/64 per GiB:                          8 + 4 + 256/64       = 16
+    dominant (MAX_TRES), w_mem 1/64:                       max(8, 4, 4)         =  8  (GPUs dominate)
+    dominant, w_mem 1/16:                                  max(8, 4, 16)        = 16  (memory dominates)
+    a CPU-only job of 128 cores, 64 GiB, weighted default: 128/16               =  8
+    the same, dominant with w_mem 1/4:                     max(0, 8, 16)        = 16
+    """
+    gang = c.JobSpec(tenant="t", gpus=1, cpus_milli=8000, memory_bytes=32 * GIB, nodes=2, tasks_per_node=4)
+    cpu_only = c.JobSpec(tenant="t", cpus_milli=128_000, memory_bytes=64 * GIB)
+    assert FairShare().rate_of(gang) == 12.0
+    assert FairShare(memory_weight=1 / 64).rate_of(gang) == 16.0
+    assert FairShare(memory_weight=1 / 64, dominant_share=True).rate_of(gang) == 8.0
+    assert FairShare(memory_weight=1 / 16, dominant_share=True).rate_of(gang) == 16.0
+    assert FairShare().rate_of(cpu_only) == 8.0
+    assert FairShare(memory_weight=0.25, dominant_share=True).rate_of(cpu_only) == 16.0
+    assert FairShare(dominant_share=True).rate_of(cpu_only) == 8.0  # memory weight 0: the cores dominate
+
+
+def test_fairshare_configured_sets_the_billing_and_usage_follows_it():
+    """``FairShareConfigured`` (gpu 1, cpu 1/8, mem 1/32 per GiB, dominant) through the scheduler:
+    the CPU-only job of 128 cores and 64 GiB bills max(0, 16, 2) = 16 per second; the gang
+    (8 GPUs, 64 cores, 256 GiB) max(8, 8, 8) = 8. Over one half-life (1 h) from no usage an
+    account charged at R holds R * (1 - 1/2) * H / ln 2: 16 -> 41,549.62, 8 -> 20,774.81."""
+    from services.scheduling.core import SchedulingCore
+    from tests.helpers import Feed, accepted
+
+    f = Feed(SchedulingCore())
+    f.admin("fairshare", c.FairShareConfigured(half_life_s=H, gpu_weight=1.0, cpu_weight=0.125,
+                                               memory_weight=1 / 32, dominant_share=True))
+    f.evt("submission", accepted("cpu", gpus=0, cpus_milli=128_000, memory_bytes=64 * GIB, account="c", user="u"))
+    f.evt("submission", accepted("gang", gpus=1, cpus_milli=8000, memory_bytes=32 * GIB, nodes=2, tasks_per_node=4,
+                                 account="g", user="u"))
+    f.settle()
+    start = f.time
+    for job_id in ("cpu", "gang"):
+        f.evt("placement", c.JobScheduled(job_id=job_id, attempt=1, allocations=[c.NodeAllocation(node="n1")]), dt=0)
+    assert (f.state.charges["cpu"].rate, f.state.charges["gang"].rate) == (16.0, 8.0)
+    fs = f.state.fairshare
+    half = 0.5 * H / math.log(2)
+    assert fs.usage_at(fs.accounts["c"], start + H) == pytest.approx(16 * half, rel=1e-12)
+    assert 16 * half == pytest.approx(41_549.62, abs=0.01)
+    assert fs.usage_at(fs.accounts["g/u"], start + H) == pytest.approx(8 * half, rel=1e-12)
+    assert 8 * half == pytest.approx(20_774.81, abs=0.01)
+
+
+def test_three_level_fair_tree_by_hand():
+    """org -> project -> user. orgA (1 share) holds projA1 (3) with users u1, u2 and projA2 (1) with
+    u3; orgB (1) holds projB1 (1) with u4. Each user ran a 1-GPU job: u1 30 s, u2 10 s, u3 40 s,
+    u4 20 s, one after another (decay negligible), so usage is A1 40, A2 40, orgA 80, B1 = orgB 20.
+
+        level 1  orgA: S 1/2, U 80/100 -> LF 0.625     orgB: S 1/2, U 20/100 -> LF 2.5
+        level 2  projA1: S 3/4, U 40/80 -> LF 1.5       projA2: S 1/4, U 1/2 -> LF 0.5
+                 projB1: S 1, U 1 -> LF 1
+        level 3  u1: S 1/2, U 30/40 -> LF 2/3   u2: S 1/2, U 10/40 -> LF 2   u3, u4: LF 1 (alone)
+
+    Depth first, siblings by descending LF: orgB/projB1/u4, orgA/projA1/u2, orgA/projA1/u1,
+    orgA/projA2/u3 -> factors 4/4, 3/4, 2/4, 1/4. u4 used more than u2 yet ranks first (its
+    organisation is under-served); u3 is alone in its project yet last (its project is over-served
+    within an over-served organisation).
+    """
+    fs = FairShare(half_life_s=1e9)  # decay within 100 s: a relative 7e-8, nothing to the ranks
+    for account, parent, shares in (("orgA", None, 1), ("orgB", None, 1), ("projA1", "orgA", 3),
+                                    ("projA2", "orgA", 1), ("projB1", "orgB", 1)):
+        assert fs.check_account(c.AccountConfigured(account=account, parent=parent, shares=shares)) is None
+        fs.configure_account(c.AccountConfigured(account=account, parent=parent, shares=shares), 0.0)
+    t = 0.0
+    for account, user, seconds in (("projA1", "u1", 30.0), ("projA1", "u2", 10.0), ("projA2", "u3", 40.0),
+                                   ("projB1", "u4", 20.0)):  # one after another: 0-30, 30-40, 40-80, 80-100
+        job = c.JobSpec(tenant="t", account=account, user=user, gpus=1, cpus_milli=0)
+        leaf = fs.leaf_for(job, t).name
+        assert fs.rate_of(job) == 1.0  # 1 GPU; no cores
+        fs.start(leaf, 1.0, t)
+        t += seconds
+        fs.stop(leaf, 1.0, t)
+    usage = {name: fs.usage_at(fs.accounts[name], 100.0) for name in ("orgA", "orgB", "projA1", "projA2")}
+    assert usage == pytest.approx({"orgA": 80.0, "orgB": 20.0, "projA1": 40.0, "projA2": 40.0}, rel=1e-6)
+    assert [a.name for a in fs.path("projA1/u1")] == ["projA1/u1", "projA1", "orgA"]
+    lf = fs.level_fairshare(100.0)
+    assert lf["orgA"] == pytest.approx(0.625) and lf["orgB"] == pytest.approx(2.5)
+    assert lf["projA1"] == pytest.approx(1.5) and lf["projA2"] == pytest.approx(0.5)
+    assert lf["projB1"] == pytest.approx(1.0)
+    assert lf["projA1/u1"] == pytest.approx(2 / 3) and lf["projA1/u2"] == pytest.approx(2.0)
+    assert lf["projA2/u3"] == pytest.approx(1.0) and lf["projB1/u4"] == pytest.approx(1.0)
+    assert fs.factors(100.0) == {"projB1/u4": 1.0, "projA1/u2": 0.75, "projA1/u1": 0.5, "projA2/u3": 0.25}
+    # sshare's view: depth first, siblings by LF
+    rows = [(r["account"], r["user"], r["depth"]) for r in fs.report(100.0)]
+    assert rows == [("orgB", "", 0), ("projB1", "", 1), ("projB1", "u4", 2),
+                    ("orgA", "", 0), ("projA1", "", 1), ("projA1", "u2", 2), ("projA1", "u1", 2),
+                    ("projA2", "", 1), ("projA2", "u3", 2)]
+
+
 # ---------------------------------------------------------------------------------------------
 # Through the simulator (the real cores at virtual time)
 
