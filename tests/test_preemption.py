@@ -164,7 +164,7 @@ def test_gang_victims_go_whole_and_a_gang_preemptor_takes_all_its_nodes_or_nobod
     jobs += [SimJob("boss", 600.0, 600.0, 600.0, gpus=24, nodes=3, priority_class="critical")]
     # a high 4-node gang that could only take everything but the critical one holds: preempts nobody
     jobs += [SimJob("big", 700.0, 600.0, 600.0, gpus=32, nodes=4, priority_class="high")]
-    run, events, _ = _sim(jobs, nodes=4)
+    run, events, records = _sim(jobs, nodes=4)
     requests = [e for e in events if isinstance(e, c.PreemptionRequested)]
     first_round = [e for e in requests if e.for_job == "boss"]
     # 24 GPUs: the low gang (two nodes at once) and one 8-GPU single, not both singles and the gang (32)
@@ -172,6 +172,18 @@ def test_gang_victims_go_whole_and_a_gang_preemptor_takes_all_its_nodes_or_nobod
     assert [a.outcome for a in run.results["gang"].attempts][0] == "PREEMPTED"
     assert len(run.results["boss"].attempts[0].nodes) == 3  # all of its nodes at once
     assert not [e for e in requests if e.for_job == "big" and e.job_id == "boss"]  # the critical job is not a victim of high
+    # While boss runs, big cannot have four nodes (boss holds three and is no victim of high): it
+    # preempts nobody, although placement left it blocked and the normal single it could preempt
+    # ran all along; only once boss has ended does it preempt, and then it takes its four nodes.
+    boss_end = run.results["boss"].attempts[0].end_s
+    survivor = next(s for s in ("s0", "s1") if s not in {e.job_id for e in first_round})
+    assert run.results[survivor].attempts[0].end_s >= boss_end  # running, and of a class big may preempt
+    assert any(isinstance(e, c.PlacementBlocked) and e.job_id == "big" and r.time < boss_end
+               for e, r in zip(events, records))
+    for_big = [(e, r.time) for e, r in zip(events, records) if isinstance(e, c.PreemptionRequested) and e.for_job == "big"]
+    assert for_big and all(t >= boss_end for _, t in for_big)
+    assert [e.job_id for e, _ in for_big] == [survivor]
+    assert len(run.results["big"].attempts[0].nodes) == 4 and run.results["big"].start_s == boss_end
 
 
 def test_rate_limits_hold_a_round_back_whole():
