@@ -240,3 +240,145 @@ def test_room_held_for_one_preemptor_is_not_counted_by_another():
     f.evt("placement", c.JobScheduled(job_id="first", attempt=1, allocations=[c.NodeAllocation(
         node=held_node, device_ids=[f"gpu{k}" for k in range(4)], cpus_milli=1000, memory_bytes=1 << 30)]))
     assert f.state.held == {}
+
+
+# --------------------------------------------------------------------------------------------- pure, fed by hand
+
+
+def _cluster(*names: str) -> Feed:
+    f = Feed(PreemptionCore())
+    for name in names:
+        f.evt("agent", node(name, gpus=8))
+        f.evt("inventory", c.NodeReady(node=name, basis_seq=1))
+    return f
+
+
+def _running(f: Feed, job_id: str, on: str, first_gpu: int, gpus: int, dt: float = 1.0, **kw) -> None:
+    """``job_id`` accepted, placed on GPUs ``first_gpu``.. of ``on`` and started ``dt`` seconds later."""
+    f.evt("submission", accepted(job_id, gpus=gpus, **kw), dt=0.0)
+    f.evt("placement", c.JobScheduled(job_id=job_id, attempt=1, allocations=[c.NodeAllocation(
+        node=on, device_ids=[f"gpu{first_gpu + k}" for k in range(gpus)], cpus_milli=1000, memory_bytes=1 << 30)]),
+        dt=0.0)
+    f.evt("agent", c.JobStarted(job_id=job_id, attempt=1, node=on), dt=dt)
+
+
+def _left_blocked(f: Feed, cycle: int, *job_ids: str) -> None:
+    """A scheduling cycle offered ``job_ids`` and placement completed it without placing them."""
+    f.evt("scheduling", c.SchedulingCycleCompleted(cycle=cycle, candidates=list(job_ids), basis_seq=1))
+    f.evt("placement", c.PlacementCycleCompleted(cycle=cycle, blocked=len(job_ids)))
+
+
+def _preempted(f: Feed, request: c.PreemptionRequested) -> None:
+    """The agent stopped the victim and scheduling requeued it."""
+    f.evt("agent", c.JobPreempted(job_id=request.job_id, attempt=request.attempt, for_job=request.for_job))
+    f.evt("scheduling", c.JobRequeued(job_id=request.job_id, attempt=request.attempt, basis_seq=1), dt=0.0)
+
+
+def _requests(events: list[c.Event]) -> list[c.PreemptionRequested]:
+    return [e for e in events if isinstance(e, c.PreemptionRequested)]
+
+
+def test_the_per_account_limit_counts_each_victim_account_apart():
+    """Two of account a's jobs per minute: a second set of two more of a's waits, while a set
+    whose victim is of account b goes ahead in the same minute (the cluster-wide 60 is far off)."""
+    f = _cluster("n0", "n1")
+    f.admin("preemption", c.PreemptionConfigured(per_account_per_minute=2))
+    for i in range(2):  # b's jobs ran for long (dear), a's just started (cheap)
+        _running(f, f"b{i}", "n1", 4 * i, 4, account="b", priority_class="low")
+    f.evt("clock", c.ClockTicked(now_ts=0.0), dt=1000.0)
+    for i in range(4):
+        _running(f, f"a{i}", "n0", 2 * i, 2, account="a", priority_class="low")
+    for vip in ("vip1", "vip2"):
+        f.evt("submission", accepted(vip, gpus=4, priority_class="critical", account="ops"))
+    _left_blocked(f, 1, "vip1", "vip2")
+    first = f.decide()
+    # vip1 takes a2, a3; vip2's cheapest set is then a0, a1: 2 + 2 of account a > 2, so it waits whole
+    assert [(e.job_id, e.for_job) for e in _requests(first)] == [("a2", "vip1"), ("a3", "vip1")]
+    assert f.core.plan(f.state, "vip2", taken={"a2", "a3"}).victims == ["a0", "a1"]
+    for event in first:
+        f.evt("preemption", event, dt=0.001)
+    # n0 is now held for vip1: vip2's cheapest set is b1, and b has lost no job this minute
+    assert [(e.job_id, e.for_job) for e in _requests(f.decide())] == [("b1", "vip2")]
+
+
+def test_a_round_held_back_by_the_limit_goes_ahead_when_the_window_slides_by_log_time():
+    f = _cluster("n0")
+    f.admin("preemption", c.PreemptionConfigured(per_account_per_minute=2))
+    for i in range(4):
+        _running(f, f"r{i}", "n0", 2 * i, 2, account="a", priority_class="low")
+    f.evt("submission", accepted("vip1", gpus=4, priority_class="critical"))
+    _left_blocked(f, 1, "vip1")
+    first = _requests(f.settle())
+    assert sorted(e.job_id for e in first) == ["r2", "r3"]
+    asked_at = f.time
+    for request in first:
+        _preempted(f, request)
+    f.evt("placement", c.JobScheduled(job_id="vip1", attempt=1, allocations=[c.NodeAllocation(
+        node="n0", device_ids=[f"gpu{k}" for k in range(4, 8)], cpus_milli=1000, memory_bytes=1 << 30)]))
+    f.evt("submission", accepted("vip2", gpus=4, priority_class="critical"))
+    _left_blocked(f, 2, "vip2")
+    assert f.core.plan(f.state, "vip2").victims == ["r0", "r1"]
+    assert _requests(f.decide()) == []  # two more of a's within the minute: it waits
+    f.evt("clock", c.ClockTicked(now_ts=0.0), dt=asked_at + 59.5 - f.time)
+    assert _requests(f.decide()) == []  # still inside the 60 s of log time
+    f.evt("clock", c.ClockTicked(now_ts=0.0), dt=1.0)
+    later = _requests(f.decide())
+    assert sorted(e.job_id for e in later) == ["r0", "r1"] and all(e.for_job == "vip2" for e in later)
+    assert all(e.ts == f.state.now == asked_at + 60.5 for e in later)  # decided at the time of the log
+
+
+def _a_victim_asks_again(for_job: str) -> Feed:
+    """``mid`` (high) is stopped and requeued — preempted for ``boss``, or evicted (``for_job`` "") —
+    while ``boss`` takes its node; placement then leaves ``mid`` blocked, and ``old`` (low) runs."""
+    f = _cluster("n0", "n1")
+    _running(f, "old", "n1", 0, 8, priority_class="low", dt=10_000.0)  # dear: it has run for hours
+    _running(f, "mid", "n0", 0, 8, priority_class="high")
+    f.evt("submission", accepted("boss", gpus=8, priority_class="critical"))
+    request = c.PreemptionRequested(job_id="mid", attempt=1, for_job=for_job, grace_period_s=30.0, basis_seq=1)
+    if for_job:
+        _left_blocked(f, 1, "boss")
+        [request] = _requests(f.settle())  # boss preempts the cheaper one, mid
+        assert (request.job_id, request.for_job) == ("mid", "boss")
+    else:
+        f.evt("inventory", request)  # a NoExecute taint on n0, say
+    _preempted(f, request)
+    f.evt("placement", c.JobScheduled(job_id="boss", attempt=1, allocations=[c.NodeAllocation(
+        node="n0", device_ids=[f"gpu{k}" for k in range(8)], cpus_milli=1000, memory_bytes=1 << 30)]))
+    _left_blocked(f, 2, "mid")
+    assert f.core.plan(f.state, "mid").victims == ["old"]  # by class alone, mid could preempt old
+    return f
+
+
+def test_a_job_preempted_for_another_does_not_preempt_in_turn_until_it_runs_again():
+    f = _a_victim_asks_again(for_job="boss")
+    assert _requests(f.decide()) == []  # no cascade
+    f.evt("agent", c.JobSucceeded(job_id="old", attempt=1, exit_code=0))
+    f.evt("placement", c.JobScheduled(job_id="mid", attempt=2, allocations=[c.NodeAllocation(
+        node="n1", device_ids=[f"gpu{k}" for k in range(8)], cpus_milli=1000, memory_bytes=1 << 30)]))
+    assert "mid" not in f.state.no_cascade  # it runs again: the bar is lifted
+
+
+def test_an_evicted_job_is_not_barred_it_was_preempted_for_nobody():
+    f = _a_victim_asks_again(for_job="")
+    assert [(e.job_id, e.for_job) for e in _requests(f.decide())] == [("old", "mid")]
+
+
+def test_a_preemptor_asks_once_per_round_and_again_only_when_a_later_cycle_leaves_it_blocked():
+    f = _cluster("n0", "n1")
+    for i, n in enumerate(("n0", "n0", "n1", "n1")):
+        _running(f, f"l{i}", n, 4 * (i % 2), 4, priority_class="low")
+    f.evt("submission", accepted("boss", gpus=8, priority_class="critical"))
+    _left_blocked(f, 1, "boss")
+    first = _requests(f.settle())
+    assert sorted(e.job_id for e in first) == ["l2", "l3"]  # the youngest node
+    _left_blocked(f, 2, "boss")
+    assert f.core.plan(f.state, "boss").victims == ["l0", "l1"]  # what it would take, were it free to
+    assert _requests(f.decide()) == []  # its victims are still stopping: it waits for them
+    f.evt("inventory", c.NodeCordoned(node="n1"))  # meanwhile its room becomes useless
+    for request in first:
+        _preempted(f, request)
+    assert f.state.held == {"n1": frozenset({"boss"})}
+    assert f.core.plan(f.state, "boss").victims == ["l0", "l1"]
+    assert _requests(f.decide()) == []  # they stopped: the next placement cycle is to place it there
+    _left_blocked(f, 3, "boss")  # it leaves it blocked: now it preempts again
+    assert sorted(e.job_id for e in _requests(f.decide())) == ["l0", "l1"]
