@@ -3,7 +3,7 @@
 1. The lease alone: acquire, renew, lapse, takeover, release, a lapsed holder's renewal refused.
 2. The fence (``publish_fenced``) as a contract of both logs: all or none, only on the expected
    last sequence of a subject filter, chained across atomic-batch parts, duplicates refused.
-3. Runners: two scheduling instances in a working stack, the leader crashes mid-burst, the
+3. Runners: two instances of scheduling, placement or preemption in a working stack, the leader crashes mid-burst, the
    standby takes over within the TTL, every job runs, no decision is stored twice, the whole
    log checks; a deposed leader (paused past its lease) cannot store a stale decision, even
    after the duplicate window has passed.
@@ -27,8 +27,7 @@ from services.runtime.lease import Lease
 from services.runtime.log import FENCED_BATCH_MAX, Fence, LogConflict, Outgoing
 from services.runtime.replay import replay_decisions
 from services.runtime.service import ServiceRunner
-from services.runtime.stack import Stack
-from services.scheduling.core import SchedulingCore
+from services.runtime.stack import Stack, make_core
 from services.submission.core import SubmissionCore
 from tests.e2e import events_of, read_log, wait_until
 
@@ -146,15 +145,40 @@ async def submit(js, jobs: list[str], **fields) -> None:
                                for j in jobs[i:i + 100]])
 
 
-async def test_the_standby_takes_over_a_crashed_leader_mid_burst_and_nothing_is_done_twice(nats_server, tmp_path):
+async def crash(stack: Stack, name: str) -> None:
+    """The leader crashes: its connection goes first, so it neither renews nor releases its lease."""
+    crashed = stack.parts.pop(name)
+    await crashed.log.nc.close()
+    crashed.task.cancel()
+    await asyncio.gather(crashed.task, return_exceptions=True)
+
+
+async def start_with_standby(stack: Stack, name: str) -> tuple[ServiceRunner, ServiceRunner]:
+    leader = stack.parts[name].obj
+    await until(lambda: leader.leading, 10, f"{name} to lead")
+    standby = (await stack.start_service(name, key=f"{name}#2")).obj
+    assert not standby.leading and standby.stats.takeovers == 0
+    return leader, standby
+
+
+def assert_nothing_decided_twice(records) -> list:
+    events = events_of(records)
+    decided = Counter(e.id for e in events if e.source in ("submission", "scheduling", "placement", "inventory",
+                                                         "preemption"))
+    assert [i for i, n in decided.items() if n > 1] == []
+    result = check_log(records)
+    assert result.ok, result.problems[:5]
+    return events
+
+
+@pytest.mark.parametrize("service", ["scheduling", "placement"])
+async def test_the_standby_takes_over_a_crashed_leader_mid_burst_and_nothing_is_done_twice(nats_server, tmp_path,
+                                                                                           service):
     ttl = 2
     stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(8, gpus_per_node=8), executor="sim", lease_ttl_s=ttl)
     await stack.start()
     try:
-        leader = stack.parts["scheduling"].obj
-        await until(lambda: leader.leading, 10, "scheduling to lead")
-        standby = (await stack.start_service("scheduling", key="scheduling#2")).obj
-        assert not standby.leading and standby.stats.takeovers == 0
+        _, standby = await start_with_standby(stack, service)
 
         nc = await nats.connect(nats_server.url)
         scheduled: Counter[str] = Counter()
@@ -167,11 +191,7 @@ async def test_the_standby_takes_over_a_crashed_leader_mid_burst_and_nothing_is_
         burst = asyncio.create_task(submit(nc.jetstream(), jobs, resources={"gpus": 1}, sim_runtime_s=0.05))
         await until(lambda: len(scheduled) >= 60, 60, "the burst to get going")
 
-        # The leader crashes: its connection goes first, so it neither renews nor releases its lease.
-        crashed = stack.parts.pop("scheduling")
-        await crashed.log.nc.close()
-        crashed.task.cancel()
-        await asyncio.gather(crashed.task, return_exceptions=True)
+        await crash(stack, service)
         took = await until(lambda: standby.leading, ttl + 5, "the standby to take over")
         await burst
         await until(lambda: len(scheduled) == len(jobs), 90, "every job to be scheduled")
@@ -185,18 +205,67 @@ async def test_the_standby_takes_over_a_crashed_leader_mid_burst_and_nothing_is_
         await stack.stop()
 
     records = await read_log(nats_server.url)
-    events = events_of(records)
-    decided = Counter(e.id for e in events if e.source in ("submission", "scheduling", "placement", "inventory",
-                                                         "preemption"))
-    assert [i for i, n in decided.items() if n > 1] == []
+    events = assert_nothing_decided_twice(records)
     cycles = Counter(e.cycle for e in events if isinstance(e, c.SchedulingCycleCompleted))
     assert set(cycles.values()) == {1}
     attempts = Counter((e.job_id, e.attempt) for e in events if isinstance(e, c.JobScheduled))
     assert len(attempts) == len(jobs) and set(attempts.values()) == {1}
-    result = check_log(records)
-    assert result.ok, result.problems[:5]
-    report = replay_decisions(SchedulingCore(), records)
-    assert report.mismatches == [] and report.reproduced == report.decisions
+    report = replay_decisions(make_core(service), records)
+    assert report.mismatches == [] and report.reproduced == report.decisions > 0
+
+
+async def test_the_preemption_standby_takes_over_mid_round_and_no_victim_is_preempted_twice(nats_server, tmp_path):
+    """A full cluster of normal jobs (four accounts, so the per-account rate limit stays out of
+    the way), then critical ones that each need a victim: a first wave, the preemption leader
+    crashes, a second wave; the standby carries on from the log: every critical job starts,
+    each victim attempt is asked to stop once, and nothing is decided twice."""
+    ttl = 2
+    stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(4, gpus_per_node=8), executor="sim", lease_ttl_s=ttl)
+    await stack.start()
+    try:
+        _, standby = await start_with_standby(stack, "preemption")
+        nc = await nats.connect(nats_server.url)
+        started: set[str] = set()
+        requested: Counter[tuple[str, int]] = Counter()
+
+        async def on_started(msg):
+            started.add(json.loads(msg.data)["job_id"])
+
+        async def on_requested(msg):
+            body = json.loads(msg.data)
+            requested[(body["job_id"], body["attempt"])] += 1
+
+        await nc.subscribe("horizon.evt.agent.JobStarted.*", cb=on_started)
+        await nc.subscribe("horizon.evt.preemption.PreemptionRequested.*", cb=on_requested)
+        js = nc.jetstream()
+        background = [f"bg-{a}-{i}" for a in "abcd" for i in range(8)]
+        for account in "abcd":
+            await submit(js, [j for j in background if j.startswith(f"bg-{account}-")], account=account,
+                         resources={"gpus": 1}, sim_runtime_s=3600)
+        await until(lambda: set(background) <= started, 60, "the cluster to fill with normal jobs")
+        urgent = [f"urgent-{i:02d}" for i in range(24)]
+        first, second = urgent[:8], urgent[8:]  # each holds its GPU, so each needs a victim of its own
+        await submit(js, first, priority_class="critical", resources={"gpus": 1}, sim_runtime_s=3600)
+        await until(lambda: len(requested) >= len(first), 60, "the first wave's preemptions")
+        await crash(stack, "preemption")
+        # the second wave arrives while nobody leads: only the standby can preempt for it
+        await submit(js, second, priority_class="critical", resources={"gpus": 1}, sim_runtime_s=3600)
+        took = await until(lambda: standby.leading, ttl + 5, "the standby to take over")
+        await until(lambda: set(urgent) <= started, 90, "every critical job to start")
+        await asyncio.sleep(0.5)  # a second request for any victim would have arrived by now
+        await nc.close()
+        assert took <= ttl + 1.5, f"the standby took over {took:.2f} s after the crash (ttl {ttl} s)"
+        assert standby.stats.takeovers == 1 and standby.stats.decide_rounds > 0
+        assert set(requested.values()) == {1}
+    finally:
+        await stack.stop()
+
+    records = await read_log(nats_server.url)
+    events = assert_nothing_decided_twice(records)
+    victims = Counter((e.job_id, e.attempt) for e in events if isinstance(e, c.PreemptionRequested))
+    assert len(victims) >= len(urgent) and set(victims.values()) == {1}
+    report = replay_decisions(make_core("preemption"), records)
+    assert report.mismatches == [] and report.reproduced == report.decisions > 0
 
 
 async def test_a_deposed_leader_cannot_store_a_stale_decision(nats_server):
