@@ -1,4 +1,4 @@
-"""Placement's pure core: best fit, exact devices, NUMA, gangs, explanations, no blocking."""
+"""Placement's pure core: best fit, exact devices, NUMA, gangs, explanations, no blocking, room held for preemptors."""
 
 from __future__ import annotations
 
@@ -99,3 +99,50 @@ def test_unready_cordoned_and_lost_nodes_are_not_offered():
     assert placed.allocations[0].node == "ok"
     reasons = {r.reason: r.nodes for r in blocked.reasons}
     assert reasons == {"node cordoned": 1, "node lost": 1, "node registered": 1, "too few free GPUs (needs 8)": 1}
+
+
+def _cycle(f: Feed, n: int, candidates: list[str]) -> list[c.Event]:
+    f.evt("scheduling", cycle(n, candidates))
+    return f.settle()
+
+
+def _room_held_for_vip() -> Feed:
+    """``v`` (8 GPUs on n0) was preempted for ``vip`` (4 GPUs) and has stopped: n0 is empty, held
+    for vip. ``other`` (4 GPUs) waits too; n1 is full."""
+    f = Feed(PlacementCore())
+    for name in ("n0", "n1"):
+        f.evt("agent", node(name, gpus=8))
+    ready(f, "n0", "n1")
+    for job_id, on in (("v", "n0"), ("w", "n1")):
+        f.evt("submission", accepted(job_id, gpus=8, priority_class="low"))
+        f.evt("placement", c.JobScheduled(job_id=job_id, attempt=1, allocations=[c.NodeAllocation(
+            node=on, device_ids=[f"gpu{k}" for k in range(8)], cpus_milli=1000, memory_bytes=2**30)]))
+        f.evt("agent", c.JobStarted(job_id=job_id, attempt=1, node=on))
+    f.evt("submission", accepted("vip", gpus=4, priority_class="critical"))
+    f.evt("submission", accepted("other", gpus=4))
+    f.evt("preemption", c.PreemptionRequested(job_id="v", attempt=1, for_job="vip", grace_period_s=30.0, basis_seq=1))
+    f.evt("agent", c.JobPreempted(job_id="v", attempt=1, for_job="vip"))
+    assert f.state.held == {"n0": frozenset({"vip"})}
+    # n0's room is free, and it is not other's (n1 is simply full)
+    blocked, _ = _cycle(f, 1, ["other"])
+    assert isinstance(blocked, c.PlacementBlocked) and blocked.job_id == "other"
+    assert {(r.filter, r.reason, r.nodes) for r in blocked.reasons} == {
+        ("Preemption", "held for vip, which preempted jobs there", 1), ("GpuFree", "too few free GPUs (needs 4)", 1)}
+    return f
+
+
+def test_room_held_for_a_preemptor_is_refused_to_others_until_it_starts():
+    f = _room_held_for_vip()
+    vip, _ = _cycle(f, 2, ["vip"])
+    assert isinstance(vip, c.JobScheduled) and vip.allocations[0].node == "n0"
+    assert f.state.held == {}  # it started: what was held for it is released
+    other, _ = _cycle(f, 3, ["other"])
+    assert isinstance(other, c.JobScheduled) and other.allocations[0].node == "n0"  # the 4 GPUs vip left over
+
+
+def test_room_held_for_a_preemptor_is_released_when_it_stops_waiting():
+    f = _room_held_for_vip()
+    f.evt("submission", c.JobCancelled(job_id="vip", reason="the user gave up"))
+    assert f.state.held == {}
+    other, _ = _cycle(f, 2, ["other"])
+    assert isinstance(other, c.JobScheduled) and other.allocations[0].node == "n0"
