@@ -67,17 +67,33 @@ def test_equal_classes_and_low_classes_do_not_preempt():
 # ---------------------------------------------------------------------------------------------
 
 
+def _attempts(f: Feed, job_id: str, alloc: c.NodeAllocation, preempted: int, dt: float = 1.0) -> None:
+    """An accepted job's attempts 1..``preempted`` each preempted (for someone) and requeued, as the
+    log tells it; then its next attempt placed and started ``dt`` seconds later."""
+    for attempt in range(1, preempted + 2):
+        f.evt("placement", c.JobScheduled(job_id=job_id, attempt=attempt, allocations=[alloc]), dt=0.0)
+        if attempt <= preempted:
+            f.evt("agent", c.JobStarted(job_id=job_id, attempt=attempt, node=alloc.node), dt=0.0)
+            f.evt("agent", c.JobPreempted(job_id=job_id, attempt=attempt, for_job=f"earlier{attempt}"), dt=0.0)
+            f.evt("scheduling", c.JobRequeued(job_id=job_id, attempt=attempt, basis_seq=1), dt=0.0)
+    f.evt("agent", c.JobStarted(job_id=job_id, attempt=preempted + 1, node=alloc.node), dt=dt)
+
+
 @st.composite
 def running_clusters(draw):
-    """Running jobs of random class, age, minimum runtime and preemption history; one critical job waits."""
+    """Running jobs of random class, age, minimum runtime and preemption history (real JobPreempted
+    events, up to and past a random limit); one critical job waits."""
     f = Feed(PreemptionCore())
     t0 = f.time
+    limit = draw(st.integers(1, 3))
+    f.admin("preemption", c.PreemptionConfigured(max_preemptions=limit))
     nodes = draw(st.integers(1, 4))
     for n in range(nodes):
         f.evt("agent", node(f"n{n}", gpus=8))
         f.evt("inventory", c.NodeReady(node=f"n{n}", basis_seq=1))
     count = draw(st.integers(1, 16))
     placed: dict[str, int] = {}
+    history: dict[str, int] = {}
     for j in range(count):
         n = draw(st.integers(0, nodes - 1))
         gpus = draw(st.sampled_from([1, 2, 4]))
@@ -88,11 +104,11 @@ def running_clusters(draw):
         job_id = f"r{j}"
         f.evt("submission", accepted(job_id, gpus=gpus, priority_class=draw(st.sampled_from(["high", "normal", "low"])),
                                      min_runtime_s=float(draw(st.sampled_from([0, 60, 3600, 86400])))))
-        f.evt("placement", c.JobScheduled(job_id=job_id, attempt=1, allocations=[c.NodeAllocation(
-            node=f"n{n}", device_ids=[f"gpu{used + k}" for k in range(gpus)], cpus_milli=1000, memory_bytes=1 << 30)]))
-        f.evt("agent", c.JobStarted(job_id=job_id, attempt=1, node=f"n{n}"), dt=draw(st.sampled_from([1.0, 120.0])))
-        for _ in range(draw(st.sampled_from([0, 0, 3]))):  # preempted three times already: at the limit
-            f.state.preempted[job_id] = f.state.preempted.get(job_id, 0) + 1
+        history[job_id] = draw(st.sampled_from([0, 0, 1, 2, 3]))
+        _attempts(f, job_id, c.NodeAllocation(node=f"n{n}", device_ids=[f"gpu{used + k}" for k in range(gpus)],
+                                              cpus_milli=1000, memory_bytes=1 << 30),
+                  preempted=history[job_id], dt=draw(st.sampled_from([1.0, 120.0])))
+    assert {j: f.state.preempted.get(j, 0) for j in history} == history  # the core counted what the log says
     f.evt("submission", accepted("vip", gpus=draw(st.sampled_from([2, 8])), priority_class="critical"))
     f.evt("scheduling", c.SchedulingCycleCompleted(cycle=1, candidates=["vip"], basis_seq=1))
     f.evt("placement", c.PlacementBlocked(job_id="vip", cycle=1, reasons=[c.BlockReason(reason="full", nodes=nodes)]))
@@ -115,20 +131,28 @@ def test_never_a_victim_within_its_minimum_runtime_or_past_its_preemption_limit(
 
 
 def test_the_property_is_not_vacuous():
-    """The same kind of cluster, but every job eligible: it does preempt."""
+    """The same kind of cluster, but each bar lifted in turn: it does preempt. ``old`` is within
+    its minimum runtime for an hour; ``worn``, younger (cheaper), has been preempted 3 times."""
     f = Feed(PreemptionCore())
-    f.evt("agent", node("n0", gpus=8))
-    f.evt("inventory", c.NodeReady(node="n0", basis_seq=1))
+    for n in ("n0", "n1"):
+        f.evt("agent", node(n, gpus=8))
+        f.evt("inventory", c.NodeReady(node=n, basis_seq=1))
     f.evt("submission", accepted("old", gpus=8, min_runtime_s=3600.0))
     f.evt("placement", c.JobScheduled(job_id="old", attempt=1, allocations=[c.NodeAllocation(
         node="n0", device_ids=[f"gpu{k}" for k in range(8)], cpus_milli=1000, memory_bytes=1 << 30)]))
     f.evt("agent", c.JobStarted(job_id="old", attempt=1, node="n0"))
+    f.evt("submission", accepted("worn", gpus=8))
+    _attempts(f, "worn", c.NodeAllocation(node="n1", device_ids=[f"gpu{k}" for k in range(8)], cpus_milli=1000,
+                                          memory_bytes=1 << 30), preempted=3, dt=60.0)
+    assert f.state.preempted == {"worn": 3}
     f.evt("submission", accepted("vip", gpus=8, priority_class="critical"))
     f.evt("scheduling", c.SchedulingCycleCompleted(cycle=1, candidates=["vip"], basis_seq=1))
     f.evt("placement", c.PlacementCycleCompleted(cycle=1, blocked=1))
-    assert core_victims(f) == []  # within its minimum runtime
+    assert core_victims(f) == []  # old within its minimum runtime, worn at the limit (3)
     f.evt("clock", c.ClockTicked(now_ts=0.0), dt=3600.0)
     assert core_victims(f) == ["old"]
+    f.admin("preemption", c.PreemptionConfigured(max_preemptions=4))
+    assert core_victims(f) == ["worn"]  # under the new limit, the cheaper one
 
 
 def core_victims(f: Feed) -> list[str]:
