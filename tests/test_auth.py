@@ -365,6 +365,24 @@ async def test_the_stack_runs_under_its_users_and_tenants_see_only_their_jobs(au
         with pytest.raises(nats.errors.NoRespondersError):
             await alice.nc.request("horizon.validate.globex", b"{}", timeout=2)
 
+        # The operator may what no tenant may: configure the cluster and act on any tenant's job.
+        async def as_admin(*args: str) -> subprocess.CompletedProcess[str]:
+            env = {**os.environ, "HORIZON_NATS_URL": url(auth_server, "admin")}
+            return await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "services.cli.main", *args],
+                                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+        done = await as_admin("account", "set", "research", "--shares", "2", "--quota-gpus", "2", "--json")
+        assert done.returncode == 0, done
+        done = await as_admin("node", "cordon", "node-01", "--reason", "maintenance")
+        assert done.returncode == 0, done
+        done = await as_admin("cancel", "--admin", "g-1", "--json")
+        assert done.returncode == 0 and json.loads(done.stdout)["type"] in ("JobCancelled", "JobStopRequested"), done
+        await wait_until(lambda: any(e["type"] == "JobCancelled" and e["job_id"] == "g-1" for e in feeds["bob"]), 15,
+                         "bob's job cancelled by the operator, in bob's feed")
+        nodes = await as_admin("nodes", "--json")
+        assert nodes.returncode == 0, nodes
+        assert {n["node"]: n["state"] for n in json.loads(nodes.stdout)}["node-01"] == "cordoned", nodes.stdout
+
         # The log holds the story of a-1 told by the right services, and no input on globex's cancel subject.
         records = await read_log(url(auth_server, "admin"))
         story = [(r.subject.split(".")[2], json.loads(r.data)["type"]) for r in records
@@ -373,6 +391,8 @@ async def test_the_stack_runs_under_its_users_and_tenants_see_only_their_jobs(au
                      ("agent", "JobSucceeded")]:
             assert step in story, story
         assert not any(r.subject == "horizon.in.globex.cancel" for r in records)
+        admin_inputs = {r.subject for r in records if r.subject.startswith("horizon.in._admin.")}
+        assert {"horizon.in._admin.account", "horizon.in._admin.node", "horizon.in._admin.cancel"} <= admin_inputs
         # No part ever stepped outside its permissions (what the tenants tried above had no route at all).
         assert auth_server.log_file is not None
         violations = [ln for ln in auth_server.log_file.read_text().splitlines() if "Violation" in ln]
