@@ -204,7 +204,8 @@ def test_gang_victims_go_whole_and_a_gang_preemptor_takes_all_its_nodes_or_nobod
     assert run.results[survivor].attempts[0].end_s >= boss_end  # running, and of a class big may preempt
     assert any(isinstance(e, c.PlacementBlocked) and e.job_id == "big" and r.time < boss_end
                for e, r in zip(events, records))
-    for_big = [(e, r.time) for e, r in zip(events, records) if isinstance(e, c.PreemptionRequested) and e.for_job == "big"]
+    for_big = [(e, r.time) for e, r in zip(events, records)
+               if isinstance(e, c.PreemptionRequested) and e.for_job == "big"]
     assert for_big and all(t >= boss_end for _, t in for_big)
     assert [e.job_id for e, _ in for_big] == [survivor]
     assert len(run.results["big"].attempts[0].nodes) == 4 and run.results["big"].start_s == boss_end
