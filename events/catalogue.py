@@ -303,6 +303,9 @@ class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
     account may run beyond its quota on the unused quota of idle sibling accounts
     (a Kueue cohort); such jobs are marked ``borrowed`` and are the first to be
     reclaimed. ``priority_boost`` is added to its jobs' multifactor priority.
+    ``max_priority_class``: the highest class a tenant may give a job of this
+    account or of any account below it (at submission or by an update);
+    ``None``, the default, sets no limit. Operators are not limited.
     Configuring an account again replaces its whole configuration.
     """
 
@@ -313,6 +316,7 @@ class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
     borrowing: bool = False
     priority_boost: float = 0.0
     user: str = ""
+    max_priority_class: PriorityClass | None = None
 
 
 class FairShareConfigured(Event, tag="FairShareConfigured", kw_only=True):

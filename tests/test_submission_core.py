@@ -158,3 +158,120 @@ def test_operators_act_on_any_tenants_jobs_on_the_admin_subjects():
     f.input("globex", "release", c.JobReleaseRequested(job_id="j1", tenant="globex"))
     [foreign] = f.settle()
     assert isinstance(foreign, c.RequestRejected) and foreign.reason == "no job 'j1' in tenant 'globex'"
+
+
+# ---------------------------------------------------------------------------------------------
+# Raising priority is for operators: negative nice, and an account's highest class
+
+
+def test_a_tenant_may_not_submit_a_negative_nice():
+    """As in Slurm: a negative nice raises the priority (P = ... - nice), so only an operator may set one,
+    and operators do it on the admin subject (horizon update --admin)."""
+    f = feed_with_cluster()
+    f.input("acme", "submit", submit("minus", nice=-10_000))
+    f.input("acme", "submit", submit("minus1", nice=-1))
+    f.input("acme", "submit", submit("zero", nice=0))
+    f.input("acme", "submit", submit("plus", nice=10_000))
+    f.input("acme", "submit", submit("way-out", nice=-10_001))
+    out = {e.job_id: e for e in f.settle()}
+    for job_id in ("minus", "minus1"):
+        assert isinstance(out[job_id], c.JobRejected) and out[job_id].field == "nice"
+        assert out[job_id].reason.startswith("nice: only an operator may set a negative nice; ")
+        assert "horizon.in._admin.update" in out[job_id].reason
+    assert isinstance(out["zero"], c.JobAccepted) and isinstance(out["plus"], c.JobAccepted)
+    assert out["way-out"].reason == "nice: -10001 is outside -10000..10000"
+    # the way to a negative nice: an operator's update
+    f.admin("update", c.JobUpdateRequested(job_id="zero", tenant="_admin", nice=-500))
+    [changed] = f.settle()
+    assert isinstance(changed, c.JobPriorityChanged) and changed.nice == -500
+
+
+def test_an_account_limits_the_class_its_tenants_may_ask_for():
+    """org allows at most high, and team under it at most normal; proj under org has no limit of its
+    own but is bounded by org's; free and accounts nobody configured are unlimited."""
+    f = feed_with_cluster()
+    f.admin("account", c.AccountConfigured(account="org", max_priority_class="high"))
+    f.admin("account", c.AccountConfigured(account="proj", parent="org"))
+    f.admin("account", c.AccountConfigured(account="team", parent="org", max_priority_class="normal"))
+    f.admin("account", c.AccountConfigured(account="free"))
+    assert f.state.class_limit("proj") == ("org", "high")
+    assert f.state.class_limit("team") == ("team", "normal")  # the strictest on the path
+    assert f.state.class_limit("free") is None and f.state.class_limit("adhoc") is None
+    f.input("acme", "submit", submit("p-crit", account="proj", priority_class="critical"))
+    f.input("acme", "submit", submit("p-high", account="proj", priority_class="high"))
+    f.input("acme", "submit", submit("t-high", account="team", priority_class="high"))
+    f.input("acme", "submit", submit("t-low", account="team", priority_class="low"))
+    f.input("acme", "submit", submit("f-crit", account="free", priority_class="critical"))
+    f.input("acme", "submit", submit("a-crit", account="adhoc", priority_class="critical"))
+    f.input("acme", "submit", submit("arr", account="org", priority_class="critical", array="0-3"))
+    out = {e.job_id: e for e in f.settle()}
+    assert {j for j, e in out.items() if isinstance(e, c.JobAccepted)} == {"p-high", "t-low", "f-crit", "a-crit"}
+    assert out["p-crit"].field == "priority_class"
+    assert out["p-crit"].reason == (
+        "priority_class: 'critical' is above 'high', the highest class account 'org' allows its jobs; use one of "
+        "high, normal, low, scavenger, or ask an operator (horizon update --admin, or horizon account set org "
+        "--max-priority-class)")
+    assert out["t-high"].reason.startswith("priority_class: 'high' is above 'normal', the highest class account "
+                                           "'team' allows its jobs; use one of normal, low, scavenger")
+    assert isinstance(out["arr"], c.JobRejected) and "'critical' is above 'high'" in out["arr"].reason
+    assert not any(j.startswith("arr_") for j in out)  # an array is refused whole
+    assert f.decide() == []
+
+
+def test_a_class_limit_bounds_an_owners_update_but_not_an_operators():
+    """A limit set after a job was accepted leaves the job as it is; an owner's change must bring it
+    within the limit (even one that only raises nice), an operator's need not."""
+    f = feed_with_cluster()
+    f.admin("account", c.AccountConfigured(account="free"))
+    f.input("acme", "submit", submit("old", account="free", priority_class="critical"))
+    [ok] = f.settle()
+    assert isinstance(ok, c.JobAccepted)
+    f.admin("account", c.AccountConfigured(account="free", max_priority_class="normal"))
+    f.input("acme", "update", c.JobUpdateRequested(job_id="old", tenant="acme", nice=50))
+    [refused] = f.settle()
+    assert isinstance(refused, c.RequestRejected) and refused.verb == "update"
+    assert refused.reason.startswith("priority_class: for old, 'critical' is above 'normal', the highest class "
+                                     "account 'free' allows its jobs; use one of normal, low, scavenger")
+    f.input("acme", "update", c.JobUpdateRequested(job_id="old", tenant="acme", priority_class="high", nice=50))
+    [still] = f.settle()
+    assert isinstance(still, c.RequestRejected) and "'high' is above 'normal'" in still.reason
+    f.input("acme", "update", c.JobUpdateRequested(job_id="old", tenant="acme", priority_class="normal", nice=50))
+    [within] = f.settle()
+    assert isinstance(within, c.JobPriorityChanged) and (within.priority_class, within.nice) == ("normal", 50)
+    # an operator is not limited, on updates ...
+    f.admin("update", c.JobUpdateRequested(job_id="old", tenant="_admin", priority_class="critical", nice=0))
+    [raised] = f.settle()
+    assert isinstance(raised, c.JobPriorityChanged) and raised.priority_class == "critical"
+    # ... and configuring the account again without a limit lifts it
+    f.admin("account", c.AccountConfigured(account="free"))
+    f.input("acme", "submit", submit("new", account="free", priority_class="critical"))
+    [accepted] = f.settle()
+    assert isinstance(accepted, c.JobAccepted)
+
+
+def test_a_class_limit_applies_only_when_the_scheduler_would_apply_the_account():
+    """Submission judges AccountConfigured with the scheduler's own check: one it refuses (a parent
+    never configured) sets no limit; an account a job created implicitly is a valid parent."""
+    f = feed_with_cluster()
+    f.admin("account", c.AccountConfigured(account="x", parent="nowhere", max_priority_class="low"))
+    f.input("acme", "submit", submit("implicit", account="adhoc"))  # creates account adhoc, as in scheduling
+    f.settle()
+    f.admin("account", c.AccountConfigured(account="child", parent="adhoc", max_priority_class="low"))
+    f.input("acme", "submit", submit("x1", account="x", priority_class="critical"))
+    f.input("acme", "submit", submit("c1", account="child", priority_class="normal"))
+    out = {e.job_id: e for e in f.settle()}
+    assert isinstance(out["x1"], c.JobAccepted)  # x was never configured: no limit
+    assert isinstance(out["c1"], c.JobRejected) and "'normal' is above 'low'" in out["c1"].reason
+    # the configuration must come from the admin subject (a tenant's is refused upstream; ignored here)
+    assert f.state.class_limit("x") is None
+
+
+def test_old_account_configurations_decode_with_no_limit():
+    from events.codec import DecodeError, decode
+
+    old = decode(b'{"type":"AccountConfigured","account":"ml","shares":2.0,"priority_boost":5.0}')
+    assert isinstance(old, c.AccountConfigured) and old.max_priority_class is None
+    new = decode(b'{"type":"AccountConfigured","account":"ml","max_priority_class":"high"}')
+    assert new.max_priority_class == "high"
+    with pytest.raises(DecodeError):
+        decode(b'{"type":"AccountConfigured","account":"ml","max_priority_class":"urgent"}')

@@ -1,6 +1,7 @@
 """Operator and user commands about scheduling policy.
 
-* ``horizon account set NAME`` — an account of the fair-share tree: parent, shares, quota, borrowing, boost;
+* ``horizon account set NAME`` — an account of the fair-share tree: parent, shares, quota, borrowing, boost,
+  the highest priority class its tenants may ask for;
 * ``horizon fairshare set`` — decay half-life and the resource weights of usage;
 * ``horizon policy set`` — queue policy, multifactor weights, maximum age, QOS boosts, restart backoff;
 * ``horizon usage`` — shares, usage and fair-share factor per account and user (like sshare);
@@ -111,17 +112,21 @@ def account() -> None:
 @click.option("--borrowing/--no-borrowing", default=False, show_default=True,
               help="May run beyond the quota on idle siblings' unused quota (reclaimable).")
 @click.option("--boost", type=float, default=0.0, show_default=True, help="Added to its jobs' priority.")
+@click.option("--max-priority-class", "max_class", type=click.Choice(list(c.PRIORITY_CLASSES)), default=None,
+              help="The highest class a tenant may give jobs of this account and the accounts below it, at "
+                   "submission or by an update (default: no limit; operators are not limited).")
 @click.option("--json", "as_json", is_flag=True)
 def account_set(nats_url: str, name: str, parent: str | None, shares: float, quota_gpus: int | None,
                 quota_cpus: str | None, quota_mem: str | None, quota_jobs: int | None, gpu_types: tuple[str, ...],
-                borrowing: bool, boost: float, as_json: bool) -> None:
-    """Create or replace account NAME: its place in the tree, shares and quota."""
+                borrowing: bool, boost: float, max_class: str | None, as_json: bool) -> None:
+    """Create or replace account NAME: its place in the tree, shares, quota and class limit."""
     quota = c.Quota(gpus=quota_gpus, cpus_milli=_parse(parse_cpus, quota_cpus, "--quota-cpus"),
                     memory_bytes=_parse(parse_memory, quota_mem, "--quota-mem"), running_jobs=quota_jobs,
                     gpus_by_type=_pairs(gpu_types, "--quota-gpu-type", int))
     event = c.AccountConfigured(ts=time.time(), source="horizon-cli", correlation_id=name, account=name,
                                 parent=parent, shares=shares, quota=quota, borrowing=borrowing,
-                                priority_boost=boost, user=default_user())
+                                priority_boost=boost, max_priority_class=max_class,  # type: ignore[arg-type]
+                                user=default_user())
     _report(_configure(nats_url, "account", event), f"account {name}", as_json)
 
 

@@ -19,6 +19,15 @@ not yet answered, in log order:
   own jobs and may only lower a priority; operators ask on
   ``horizon.in._admin.<verb>`` about anyone's, either way.
 
+Priority is the operators' to raise: a tenant's submission with a negative
+nice is rejected (``validate.normalise``), and an account may carry a
+``max_priority_class`` (``AccountConfigured``, folded here from
+``horizon.in._admin.account`` and applied only if the scheduler's own check,
+``FairShare.check_account``, would apply it). The strictest limit on the
+path from the job's account to the root bounds the class a tenant may submit
+(``JobRejected``) or leave a job at by an update (``RequestRejected``).
+Operators' requests are not limited.
+
 Dependencies may name a job not submitted yet (a workflow can arrive in any
 order, from several clients); the scheduler keeps the dependant waiting. What
 submission refuses: a dependency on a job that was rejected (it will never
@@ -45,9 +54,10 @@ from events.base import Event
 from events.subjects import ADMIN_TENANT, WHOLE_LOG, parse_subject
 from services.runtime.log import Record
 from services.runtime.service import CoreState
+from services.scheduling.fairshare import FairShare
 from services.state.echo import bounded_id, clipped, id_token
 from services.state.jobs import LIVE, JobState, JobTable
-from services.submission.validate import Limits, Rejection, admit
+from services.submission.validate import Limits, Rejection, admit, class_limit_reason
 
 __all__ = ["SubmissionCore", "SubmissionState"]
 
@@ -83,6 +93,24 @@ class SubmissionState(CoreState):
         self.requests: dict[int, _Pending] = {}  # request seq -> unanswered request
         self.verdicts: set[str] = set()  # job and array ids with their verdict in the log
         self.referenced: set[str] = set()  # ids that accepted jobs depend on (only those can close a cycle)
+        # The account tree as the scheduler builds it (configured accounts, and those its jobs
+        # created), only to judge AccountConfigured as it does; and each account's class limit.
+        self.accounts = FairShare()
+        self.class_limits: dict[str, str] = {}  # account -> max_priority_class
+
+    def class_limit(self, account: str) -> tuple[str, str] | None:
+        """The strictest ``max_priority_class`` on the path from ``account`` up to the root, as
+        (the account that sets it, the class); the nearest account wins a tie. None: no limit."""
+        if not self.class_limits:
+            return None
+        found: tuple[str, str] | None = None
+        acc = self.accounts.accounts.get(account)
+        while acc is not None and acc.parent is not None:
+            highest = self.class_limits.get(acc.name)
+            if highest is not None and (found is None or _RANK[highest] > _RANK[found[1]]):
+                found = (acc.name, highest)
+            acc = self.accounts.accounts[acc.parent]
+        return found
 
 
 @dataclass
@@ -113,6 +141,8 @@ class SubmissionCore:
             elif type(event) in _VERBS:  # the admin subjects also carry node and configuration commands
                 state.requests[record.seq] = self._request(state, record.seq, subject.owner, event,
                                                            admin=subject.kind == "admin")
+            elif isinstance(event, c.AccountConfigured) and subject.kind == "admin":
+                self._configure_account(state, event)
             return state
         if event.source == self.name and event.causation_id and event.causation_id.startswith("seq:"):
             pending = state.requests.get(int(event.causation_id[4:]))
@@ -124,6 +154,7 @@ class SubmissionCore:
             state.gpu_models.update((d.type, d.variant) for d in event.gpus)
         state.jobs.apply(event, record.seq, state.now)
         if isinstance(event, c.JobAccepted):
+            state.accounts.leaf_for(event.spec, state.now)  # as the scheduler does: its account now exists
             state.verdicts.add(event.job_id)
             state.submissions.pop(event.job_id, None)
             state.referenced.update(d.job_id for d in event.spec.dependencies)
@@ -148,6 +179,18 @@ class SubmissionCore:
             pending.targets = live or (job_id,)
         pending.unanswered = set(pending.targets)
         return pending
+
+    @staticmethod
+    def _configure_account(state: SubmissionState, event: c.AccountConfigured) -> None:
+        """Apply an operator's account configuration exactly when the scheduler does (a refused one
+        changes nothing); configuring an account again replaces its limit too."""
+        if state.accounts.check_account(event) is not None:
+            return
+        state.accounts.configure_account(event, state.now)
+        if event.max_priority_class is None:
+            state.class_limits.pop(event.account, None)
+        else:
+            state.class_limits[event.account] = event.max_priority_class
 
     @staticmethod
     def _array_accepted(state: SubmissionState, array_id: str) -> None:
@@ -195,7 +238,7 @@ class SubmissionCore:
                 # checks passed when the first tasks were accepted, and the rest are the same job.
                 jobs = [(job_id, spec) for job_id, spec in jobs if job_id not in state.jobs.jobs]
             else:
-                self._check_against_log(state, sub, jobs, round_)
+                self._check_against_log(state, sub, jobs, round_, operator=pending.tenant == ADMIN_TENANT)
         except Rejection as rej:
             if done:  # the limits changed since the first tasks were accepted: finish with their spec
                 jobs = self._remaining_tasks(state, sub)
@@ -222,8 +265,14 @@ class SubmissionCore:
                 for i in parse_array(sub.array).indices if task_id(sub.job_id, i) not in state.jobs.jobs]
 
     def _check_against_log(self, state: SubmissionState, sub: c.JobSubmitted, jobs: list[tuple[str, c.JobSpec]],
-                           round_: _Round) -> None:
-        """What one submission cannot tell alone: rejected dependencies, task ids taken, cycles."""
+                           round_: _Round, operator: bool = False) -> None:
+        """What one submission cannot tell alone: the account's class limit, rejected dependencies,
+        task ids taken, cycles."""
+        if not operator:  # every task of an array has the same account and class
+            spec = jobs[0][1]
+            why = class_limit_reason(spec.priority_class, state.class_limit(spec.account))
+            if why is not None:
+                raise Rejection("priority_class", why)
         for i, dep in enumerate(sub.dependencies):
             other = state.jobs.get(dep.job_id)
             if dep.job_id in round_.rejected or (other is not None and other.state is JobState.REJECTED):
@@ -335,6 +384,11 @@ class SubmissionCore:
                 if nice < current.nice:
                     return (f"nice: lowering {job_id}'s nice from {current.nice} to {nice} raises its priority and "
                             "needs an operator (horizon.in._admin.update); an owner may only raise nice")
+                # A limit set after the job was accepted does not end it, but an owner's change must
+                # leave the job within it.
+                over = class_limit_reason(pc, state.class_limit(job.spec.account))
+                if over is not None:
+                    return f"priority_class: for {job_id}, {over}"
         return job, current
 
 

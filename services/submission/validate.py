@@ -17,9 +17,9 @@ import msgspec
 from events import catalogue as c
 from events.arrays import parse_array, task_id
 from events.resources import ResourceError, parse_count, parse_cpus, parse_duration, parse_gpu_model, parse_memory
-from events.subjects import valid_token
+from events.subjects import ADMIN_TENANT, valid_token
 
-__all__ = ["Limits", "Rejection", "normalise", "admit"]
+__all__ = ["Limits", "Rejection", "normalise", "admit", "class_limit_reason"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +146,12 @@ def normalise(
     restart_policy = _choice(sub.restart_policy, c.RESTART_POLICIES, "restart_policy")
     if not -10000 <= sub.nice <= 10000:
         raise Rejection("nice", f"{sub.nice} is outside -10000..10000")
+    if sub.nice < 0 and subject_tenant != ADMIN_TENANT:
+        # A negative nice raises the job's priority (it is subtracted), which only operators may
+        # do, as in Slurm; otherwise any tenant could jump its class by up to 10,000.
+        raise Rejection("nice", f"only an operator may set a negative nice; {sub.nice} would raise the job's "
+                        "priority. Submit with nice 0 or more (higher is lower priority) and ask an operator "
+                        "to lower it (horizon update --admin, on horizon.in._admin.update)")
     for i, dep in enumerate(sub.dependencies):
         _choice(dep.kind, c.DEPENDENCY_KINDS, f"dependencies[{i}].kind")
         if not valid_token(dep.job_id):
@@ -237,6 +243,25 @@ def admit(
         return [(sub.job_id, spec)]
     indices = parse_array(sub.array, "array", max_tasks=limits.max_array_tasks).indices  # valid: normalise checked it
     return [(task_id(sub.job_id, i), spec_replace(spec, array_index=i)) for i in indices]
+
+
+def class_limit_reason(priority_class: str, limit: tuple[str, str] | None) -> str | None:
+    """Why a tenant may not give a job ``priority_class``, or None.
+
+    ``limit`` is (account, class): the strictest ``max_priority_class`` an operator set on the
+    job's account or an account above it (``SubmissionState.class_limit``), or None for no limit.
+    A class is above the limit when it ranks before it in ``PRIORITY_CLASSES``.
+    """
+    if limit is None or priority_class not in c.PRIORITY_CLASSES:
+        return None
+    account, highest = limit
+    ranks = c.PRIORITY_CLASSES
+    if ranks.index(priority_class) >= ranks.index(highest):
+        return None
+    allowed = ", ".join(ranks[ranks.index(highest):])
+    return (f"{priority_class!r} is above {highest!r}, the highest class account {account!r} allows its jobs; "
+            f"use one of {allowed}, or ask an operator (horizon update --admin, or horizon account set "
+            f"{account} --max-priority-class)")
 
 
 def _check_gpu_model(model: object, gpu_models: set[tuple[str, str | None]]) -> None:
