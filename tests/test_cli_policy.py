@@ -182,6 +182,8 @@ async def test_preemption_dry_run_then_for_real_through_the_services(nats_server
 
 
 async def test_horizon_check_passes_a_real_log_and_fails_a_forged_over_allocation(nats_server, tmp_path):
+    from events.codec import decode
+
     stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(1, gpus_per_node=4), executor="sim")
     await stack.start()
     url = nats_server.url
@@ -194,20 +196,38 @@ async def test_horizon_check_passes_a_real_log_and_fails_a_forged_over_allocatio
         while sum(r.subject.startswith("horizon.evt.agent.JobSucceeded.") for r in await read_log(url)) < 3:
             assert asyncio.get_running_loop().time() < deadline
             await asyncio.sleep(0.2)
+        # "long" holds 2 of the 4 GPUs past the end of the log; "late" (4 GPUs) waits behind it
+        for job_id, gpus, runtime in (("long", "2", "600"), ("late", "4", "1")):
+            code, out, err = await horizon(url, "submit", "--gpus", gpus, "--sim-runtime", runtime, "--job-id",
+                                           job_id, "--", "x")
+            assert code == 0, err
+        deadline = asyncio.get_running_loop().time() + 30
+        while not {"horizon.evt.agent.JobStarted.long", "horizon.evt.placement.PlacementBlocked.late"} <= {
+                r.subject for r in await read_log(url)}:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.2)
     finally:
         await stack.stop()
     code, out, err = await horizon(url, "check", "--json")
     body = json.loads(out)
     assert code == 0 and body["problems"] == [] and body["audit"]["mismatches"] == 0, out + err
-    assert body["jobs"] == 3 and body["ended"] == 3
-    # a forged JobScheduled giving c0's devices to a new job: over-allocated, and not reproduced
+    assert (body["jobs"], body["ended"], body["live"]) == (5, 3, 2)
+    # a forged JobScheduled giving "late" (accepted, waiting) a GPU "long" holds: over-allocated, not reproduced
+    records = await read_log(url)
+    [held] = [decode(r.data) for r in records if r.subject == "horizon.evt.placement.JobScheduled.long"]
+    node, device = held.allocations[0].node, held.allocations[0].device_ids[0]
     nc = await nats.connect(url)
     js = nc.jetstream()
-    await js.publish("horizon.in.acme.submit", job_json("late", resources={"gpus": 4}), headers={"Nats-Msg-Id": "late"})
-    await js.publish("horizon.evt.placement.JobScheduled.c9", json.dumps({
-        "type": "JobScheduled", "job_id": "c9", "attempt": 1, "basis_seq": 1, "source": "placement",
-        "allocations": [{"node": "node-00", "device_ids": ["gpu0"], "cpus_milli": 1000, "memory_bytes": 1}],
+    await js.publish("horizon.evt.placement.JobScheduled.late", json.dumps({
+        "type": "JobScheduled", "job_id": "late", "attempt": 1, "basis_seq": records[-1].seq, "source": "placement",
+        "allocations": [{"node": node, "device_ids": [device], "cpus_milli": 1000, "memory_bytes": 1}],
     }).encode(), headers={"Nats-Msg-Id": "forged"})
     await nc.close()
+    code, out, err = await horizon(url, "check", "--json")
+    body = json.loads(out)
+    problems = body["problems"]
+    assert code == 1 and problems[0] == f"seq {records[-1].seq + 1}: {node}/{device} given to late while long holds it"
+    assert f"{node}/{device}: allocated to both late and long" in problems, problems  # and so the ledger at the end
+    assert body["audit"]["mismatches"] >= 1
     code, out, err = await horizon(url, "check")
-    assert code == 1 and "FAILED" in out and "c9 scheduled but never accepted" in out, out + err
+    assert code == 1 and "FAILED" in out and f"{node}/{device} given to late while long holds it" in out, out + err
