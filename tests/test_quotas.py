@@ -140,3 +140,44 @@ def test_check_log_flags_a_forged_over_quota_schedule():
     problems = check_log(feed.records).problems
     assert any("account a holds 8 gpus without borrowing, quota 4" in p for p in problems), problems
     assert encode  # the records are the encoded events, as in the log
+
+
+def _most_at_once(spans: list[tuple[float, float, int]]) -> int:
+    """The most held at once, of (start, end, amount) spans."""
+    return max(sum(n for s, e, n in spans if s <= t < e) for t, _, _ in spans)
+
+
+def test_cpu_memory_and_gpu_type_quotas_hold_over_the_whole_log_with_borrowing():
+    """In the simulator a job's task takes 1 CPU and 1 MiB: a's and b's CPU quotas of 4 are 4 jobs each,
+    c's a100 quota of 6 GPUs binds before its 8 MiB of memory. a borrows b's CPUs while b is idle; when
+    b's jobs come they start within b's own quota while a's borrowed ones still run (the cluster has
+    room, so nothing is reclaimed): the cohort then holds 12 CPUs of its 8, which the checker allows."""
+    config = [
+        ("account", c.AccountConfigured(account="org")),
+        ("account", c.AccountConfigured(account="a", parent="org", quota=c.Quota(cpus_milli=4000), borrowing=True)),
+        ("account", c.AccountConfigured(account="b", parent="org", quota=c.Quota(cpus_milli=4000))),
+        ("account", c.AccountConfigured(account="c", quota=c.Quota(memory_bytes=8 << 20, gpus_by_type={"a100": 6}))),
+    ]
+    jobs = [SimJob(f"a{i:02d}", 0.0, HOUR, HOUR, gpus=1, account="a", user="u") for i in range(24)]
+    jobs += [SimJob(f"b{i:02d}", 1.5 * HOUR, HOUR, HOUR, gpus=1, account="b", user="u") for i in range(8)]
+    jobs += [SimJob(f"c{i:02d}", 0.0, HOUR, HOUR, gpus=1 + i % 2, gpu_type="a100", account="c", user="u")
+             for i in range(12)]
+    settings = SimSettings(policy="fcfs", backfill="easy", gpus_per_node=8)
+    bus = InProcessBus(make_cores(settings), keep_records=True)
+
+    async def go():
+        await bus.publish([(admin_subject(verb), ev) for verb, ev in config])
+        return await simulate(jobs, local_nodes(4, gpus_per_node=8, prefix="n"), settings, bus)
+
+    run = asyncio.run(go())
+    assert not run.unstarted
+    check = check_log(bus.records)
+    assert check.ok, check.problems[:5]
+    spans = {acc: [(r.start_s, r.end_s, r.job.gpus) for r in run.results.values() if r.job.account == acc]
+             for acc in "abc"}
+    assert _most_at_once([(s, e, 1) for s, e, _ in spans["a"]]) == 8  # its 4 CPUs and b's 4, borrowed
+    assert _most_at_once([(s, e, 1) for s, e, _ in spans["b"]]) == 4
+    assert _most_at_once(spans["c"]) == 6  # a100 GPUs
+    assert check.borrowed >= 4
+    cohort = [(s, e, 1) for acc in "ab" for s, e, _ in spans[acc]]
+    assert _most_at_once(cohort) > 8  # the lender took its quota back while the borrowers ran on
