@@ -281,7 +281,9 @@ class Cluster:
                     f"jobs hold {cpus[name]} / {mem[name]}"
                 )
             if expected[name] != node.used_devices:
-                problems.append(f"{name}: ledger {sorted(node.used_devices)} != jobs {sorted(expected[name])}")
+                # (device, holder) pairs: the two sides may name the same devices for different jobs
+                problems.append(f"{name}: ledger {sorted(node.used_devices.items())} != jobs "
+                                f"{sorted(expected[name].items())}")
         return problems
 
 
