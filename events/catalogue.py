@@ -320,7 +320,12 @@ class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
 
 
 class FairShareConfigured(Event, tag="FairShareConfigured", kw_only=True):
-    """``horizon.in._admin.fairshare``: decay half-life and resource weights."""
+    """``horizon.in._admin.fairshare``: decay half-life and resource weights.
+
+    It replaces every weight: a field left out takes the default here, so an event that
+    leaves out ``cpu_weight`` bills cores at 0, not at the 1/16 per core a log without any
+    ``FairShareConfigured`` bills (``horizon fairshare set`` always sends all three).
+    The defaults stay as first published, so that old events decode as they were decided."""
 
     half_life_s: float = 7 * 86400.0
     gpu_weight: float = 1.0

@@ -29,6 +29,13 @@ async def test_every_submission_instance_validates_and_nothing_is_logged(nats_se
         while not (leader.state.gpu_models and standby.state.gpu_models):  # both have seen the nodes
             assert asyncio.get_running_loop().time() < deadline
             await asyncio.sleep(0.1)
+        # an operator caps an account's class: a tenant's check for a higher class is refused
+        code, out, err = await asyncio.to_thread(_invoke, "account", "set", "interns", "--max-priority-class", "normal",
+                                                 "--nats", nats_server.url)
+        assert code == 0, err
+        while not ("interns" in leader.state.class_limits and "interns" in standby.state.class_limits):
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.1)
         nc = await nats.connect(nats_server.url)
         js = nc.jetstream()
         before = (await js.stream_info(STREAM)).state.last_seq
@@ -47,6 +54,13 @@ async def test_every_submission_instance_validates_and_nothing_is_logged(nats_se
         assert not foreign["ok"] and foreign["field"] == "tenant"
         garbage = json.loads((await nc.request("horizon.validate.acme", b"\xff{", timeout=5)).data)
         assert not garbage["ok"] and garbage["reason"].startswith("not a JobSubmitted")
+        for _ in range(2):  # whichever instance answers
+            capped = json.loads((await nc.request("horizon.validate.acme", submission(
+                "boss", account="interns", priority_class="critical", resources={"gpus": 1}), timeout=5)).data)
+            assert not capped["ok"] and capped["field"] == "priority_class" and "normal" in capped["reason"], capped
+        fine = json.loads((await nc.request("horizon.validate.acme", submission(
+            "intern", account="interns", priority_class="normal", resources={"gpus": 1}), timeout=5)).data)
+        assert fine["ok"], fine
         h100 = json.loads((await nc.request("horizon.validate.acme", submission("h", resources={"gpus": 1,
                                             "gpu_type": "h100"}), timeout=5)).data)
         assert not h100["ok"] and "h100" in h100["reason"]
