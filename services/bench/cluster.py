@@ -240,13 +240,12 @@ async def run_workload(cluster: NatsCluster, data_dir: Path, cfg: ClusterRun) ->
 def _check(url: str) -> dict[str, Any]:
     """``horizon check`` on the whole log: invariants, endings, and every decision replayed."""
     from services.cli.audit import AuditConfig, audit_cores, read_log
-    from services.cli.check import terminal_twice
     from services.runtime.check import check_log
     from services.runtime.replay import audit
 
     records = asyncio.run(read_log(url))
     report = check_log(records)
-    problems = list(report.problems) + terminal_twice(records)
+    problems = list(report.problems)
     result = audit(records, audit_cores(AuditConfig()))
     return {"records": report.records, "problems": problems, "decisions": result.decisions,
             "reproduced": result.reproduced, "mismatches": len(result.mismatches)}

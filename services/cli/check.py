@@ -26,16 +26,12 @@ import click
 
 from services.cli.audit import AuditConfig, audit_cores, read_log
 from services.cli.jobs import nats_option
+from services.cli.progress import Bar
 from services.runtime.check import check_log
-from services.runtime.log import LogError, Record
+from services.runtime.log import LogError
 from services.state.jobs import LIVE, TERMINAL
 
-__all__ = ["register", "terminal_twice"]
-
-
-def terminal_twice(records: list[Record]) -> list[str]:
-    """Nothing: ``check_log`` reports every second ending now (kept for older callers that add both)."""
-    return []
+__all__ = ["register"]
 
 
 @click.command()
@@ -49,11 +45,18 @@ def terminal_twice(records: list[Record]) -> list[str]:
 @click.option("--json", "as_json", is_flag=True)
 def check(nats_url: str, no_audit: bool, policy: str, backfill_mode: str, virtual_time: bool, as_json: bool) -> None:
     """Check the whole log: capacity, ledger, attempts, quotas, endings, and (by default) every decision."""
-    try:
-        records = asyncio.run(read_log(nats_url))
-    except LogError as exc:
-        raise click.ClickException(str(exc)) from None
-    report = check_log(records)
+    with Bar("reading") as reading:
+        try:
+            records = asyncio.run(read_log(nats_url, reading.update))
+        except LogError as exc:
+            raise click.ClickException(str(exc)) from None
+        report = check_log(records)
+        replaying = reading.add("replaying", total=len(records)) if not no_audit else None
+        if replaying is not None:
+            from services.runtime.replay import audit
+
+            config = AuditConfig(policy=policy, backfill=backfill_mode, virtual_time=virtual_time)
+            result = audit(records, audit_cores(config), progress=replaying.update)
     problems = list(report.problems)
     states = [j.state for j in report.jobs.jobs.values()]
     body: dict[str, Any] = {
@@ -62,10 +65,6 @@ def check(nats_url: str, no_audit: bool, policy: str, backfill_mode: str, virtua
         "borrowed": report.borrowed, "problems": problems,
     }
     if not no_audit:
-        from services.runtime.replay import audit
-
-        config = AuditConfig(policy=policy, backfill=backfill_mode, virtual_time=virtual_time)
-        result = audit(records, audit_cores(config))
         body["audit"] = {"decisions": result.decisions, "reproduced": result.reproduced,
                          "mismatches": len(result.mismatches)}
     failed = bool(problems) or bool(body.get("audit", {}).get("mismatches"))
