@@ -161,6 +161,11 @@ async def start_with_standby(stack: Stack, name: str) -> tuple[ServiceRunner, Se
     return leader, standby
 
 
+def assert_took_over(standby: ServiceRunner, took: float, ttl: int) -> None:
+    assert took <= ttl + 1.5, f"the standby took over {took:.2f} s after the crash (ttl {ttl} s)"
+    assert standby.stats.takeovers == 1 and standby.stats.decide_rounds > 0
+
+
 def assert_nothing_decided_twice(records) -> list:
     events = events_of(records)
     decided = Counter(e.id for e in events if e.source in ("submission", "scheduling", "placement", "inventory",
@@ -198,8 +203,7 @@ async def test_the_standby_takes_over_a_crashed_leader_mid_burst_and_nothing_is_
         await asyncio.sleep(0.5)  # a second decision for any job would have arrived by now
         await nc.close()
         print(f"takeover {took:.2f} s after the crash (ttl {ttl} s)")
-        assert took <= ttl + 1.5, f"the standby took over {took:.2f} s after the crash (ttl {ttl} s)"
-        assert standby.stats.takeovers == 1 and standby.stats.decide_rounds > 0
+        assert_took_over(standby, took, ttl)
         assert set(scheduled.values()) == {1}
     finally:
         await stack.stop()
@@ -254,8 +258,7 @@ async def test_the_preemption_standby_takes_over_mid_round_and_no_victim_is_pree
         await until(lambda: set(urgent) <= started, 90, "every critical job to start")
         await asyncio.sleep(0.5)  # a second request for any victim would have arrived by now
         await nc.close()
-        assert took <= ttl + 1.5, f"the standby took over {took:.2f} s after the crash (ttl {ttl} s)"
-        assert standby.stats.takeovers == 1 and standby.stats.decide_rounds > 0
+        assert_took_over(standby, took, ttl)
         assert set(requested.values()) == {1}
     finally:
         await stack.stop()
