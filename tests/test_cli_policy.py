@@ -83,6 +83,11 @@ async def test_configuration_from_the_cli_and_what_users_see(nats_server, tmp_pa
         assert json.loads(out)["half_life_s"] == 86400
         code, out, err = await horizon(url, "usage")
         assert code == 0 and "research" in out and "ann" in out and "half-life 1 d" in out, err
+        code, out, err = await horizon(url, "usage", "-u", "ann", "--json")
+        assert code == 0, err
+        assert {(r["account"], r["user"]) for r in json.loads(out)["rows"]} == {("ml", "ann")}
+        code, out, err = await horizon(url, "usage", "-A", "research", "--json")
+        assert code == 0 and {r["account"] for r in json.loads(out)["rows"]} == {"research"}, out
     finally:
         await stack.stop()
     assert_replays(await read_log(url))
