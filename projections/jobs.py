@@ -371,9 +371,13 @@ class JobsProjection:
                 "last_seq": self.last_seq}
 
 
-    async def query_decisions(self, *, job_id: str | None = None, service: str | None = None, limit: int = 1000,
-                              offset: int = 0) -> dict[str, Any]:
-        """The audit table: every decision recorded in the log, with its service and basis."""
+    async def query_decisions(self, *, job_id: str | None = None, service: str | None = None,
+                              tenant: str | None = None, account: str | None = None, user: str | None = None,
+                              limit: int = 1000, offset: int = 0) -> dict[str, Any]:
+        """The audit table: every decision recorded in the log, with its service and basis.
+
+        ``tenant``, ``account``, ``user``: only decisions about jobs of theirs (a decision's
+        aggregate is the job it is about; cycle and node decisions belong to nobody, so they go)."""
         assert self.db is not None
         where, args = [], []
         if job_id:
@@ -382,12 +386,20 @@ class JobsProjection:
         if service:
             where.append("service = ?")
             args.append(service)
+        owners = [(column, value) for column, value in (("tenant", tenant), ("account", account), ("user", user))
+                  if value]
+        if owners:
+            where.append("aggregate IN (SELECT job_id FROM jobs WHERE "
+                         + " AND ".join(f"{column} = ?" for column, _ in owners) + ")")
+            args.extend(value for _, value in owners)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
+        async with self.db.execute(f"SELECT COUNT(*) FROM decisions{clause}", args) as cur:
+            total = (await cur.fetchone())[0]  # type: ignore[index]
         cols = ["seq", "service", "type", "aggregate", "basis_seq", "ts", "event_id"]
         async with self.db.execute(f"SELECT {', '.join(cols)} FROM decisions{clause} ORDER BY seq LIMIT ? OFFSET ?",
                                    [*args, max(0, min(limit, 100_000)), max(0, offset)]) as cur:
             rows = [dict(zip(cols, r, strict=True)) for r in await cur.fetchall()]
-        return {"decisions": rows, "last_seq": self.last_seq}
+        return {"decisions": rows, "total": total, "offset": max(0, offset), "last_seq": self.last_seq}
 
 
 def feed_tenant(event: Event, job: Job | None, known: str | None) -> str | None:
@@ -429,7 +441,7 @@ class QueryServer:
     async def _decisions(self, msg: Any) -> None:
         try:
             req = json.loads(msg.data or b"{}")
-            allowed = {"job_id", "service", "limit", "offset"}
+            allowed = {"job_id", "service", "tenant", "account", "user", "limit", "offset"}
             unknown = set(req) - allowed
             if unknown:
                 raise ValueError(f"unknown query fields {sorted(unknown)}; allowed: {sorted(allowed)}")

@@ -3,11 +3,16 @@
 This view folds the log through the scheduling core itself (``evolve`` only,
 never ``decide``), so the shares, usage, factors and reasons it shows are
 exactly the ones the scheduler decides on, as of the last event it applied.
-The fold is in memory, rebuilt from the log at start; what it shows is
-materialised in SQLite by ``StandingStore`` (``projections/standing.py``:
-queue, nodes and allocations, usage and its hourly history, each flush one
-transaction with its sequence), and the list queries are answered from there
-with paging and filters.
+The fold is in memory; what it shows is materialised in SQLite by
+``StandingStore`` (``projections/standing.py``: queue, nodes and allocations,
+usage and its hourly history, each flush one transaction with its sequence),
+and the list queries are answered from there with paging and filters.
+
+The fold is stored with the rows (``projections/fold_state.py``): with every
+flush while dumping it costs at most ``state_cheap_s``, else once at least
+``state_every`` records have passed since the last one, and at stop. ``start``
+loads it and follows the log from the next sequence; without one it can trust,
+it folds from sequence 1 (``horizon projections rebuild`` always does).
 
 Served on (queue group ``projections``):
 
@@ -18,13 +23,15 @@ Served on (queue group ``projections``):
 * ``horizon.query.nodes`` -> ``{"nodes": [...], "total", "offset", "last_seq"}`` (like sinfo), each
   node with the jobs on it; filters ``state``, ``node``, ``gpu_type``; paged;
 * ``horizon.query.allocations`` -> every running attempt's share of each node; filters ``node``,
-  ``job_id``, ``tenant``, ``account``, ``user``; paged;
+  ``job_id``, ``tenant``, ``account``, ``user``, ``state`` (SCHEDULED or RUNNING); paged;
 * ``horizon.query.queue.<tenant>``, ``horizon.query.allocations.<tenant>``: the same, about that
   tenant's jobs only (what a tenant's account imports under ``deploy/nats/auth.conf``);
 * ``horizon.query.usage`` -> ``{"rows": [...], "now", "half_life_s", "weights", "last_seq"}``: one
-  row per account and user association, depth first (``FairShare.report``); filters ``account``,
-  ``user``; with ``{"history": true}`` also ``"history"``: every account's usage and fair-share
-  factor at each hour boundary of log time (``account``, ``from_ts``, ``to_ts``, paged);
+  row per account and user association, depth first (``FairShare.report``), with the tenants
+  whose jobs were charged under it; filters ``account``, ``user``, ``tenant``; ``limit``/``offset``
+  page the rows; with ``{"history": true}`` also ``"history"``: every account's usage and fair-share
+  factor at each hour boundary of log time (``account``, ``tenant``, ``from_ts``, ``to_ts``; then
+  ``limit``/``offset`` page the history);
 * ``horizon.query.priority`` with ``{"job_id": J}`` -> the job's priority factor
   by factor (value, weight, weighted), its position among the pending jobs,
   why it waits, its deadline and restart backoff; with ``{"limit": N}`` the first
@@ -56,6 +63,7 @@ from services.scheduling.core import SchedulingCore, SchedulingState
 from services.scheduling.fairshare import association
 from services.scheduling.policy import WEIGHT_NAMES, Multifactor, make_policy
 from services.state.jobs import JobState
+from projections import fold_state
 from projections.jobs import _scope
 from projections.standing import StandingStore
 
@@ -109,7 +117,8 @@ def _row(core: SchedulingCore, state: SchedulingState, job: Any, ctx: Any, posit
     if isinstance(policy, Multifactor):
         out["priority"] = policy.priority(job, ctx)
     if job.state in (JobState.PENDING, JobState.HELD):
-        out["why"] = core.why_waiting(state, job)
+        waiting = core.waiting(state, job, ctx)
+        out["why"], out["why_kind"] = waiting.why, waiting.kind
         out["reasons"] = [{"filter": r.filter, "nodes": r.nodes, "reason": r.reason} for r in job.last_block]
         if job.reserved_at is not None:
             out["reserved_at"] = job.reserved_at
@@ -138,10 +147,19 @@ def preempt_report(core: PreemptionCore, state: PreemptionState, job_id: str) ->
 
 class SchedulerView:
     def __init__(self, log_: EventLog, nc: Any, core: SchedulingCore | None = None, meter_provider: Any = None,
-                 store: StandingStore | None = None, flush_every_s: float = 0.5) -> None:
+                 store: StandingStore | None = None, flush_every_s: float = 0.5, state_every: int = 50_000,
+                 state_cheap_s: float = 0.02) -> None:
         self.log = log_
         self.store = store
         self.flush_every_s = flush_every_s  # at least; a slow flush stretches it (see _flush_loop)
+        # The fold goes with a flush when the last dump took at most state_cheap_s, else once
+        # state_every records have passed (the scheduling service's snapshot interval).
+        self.state_every = state_every
+        self.state_cheap_s = state_cheap_s
+        self.state_seq = 0  # the sequence of the fold stored in the database
+        self.dump_s = 0.0  # what the last dump took (wall time: pacing, not a decision)
+        self.resumed_from = 0  # the sequence of the stored fold this view started from (0: from the start)
+        self.tenants: dict[str, set[str]] = {}  # association -> tenants whose jobs were charged to it
         self.caught_up = asyncio.Event()  # the tables show the end of the log as it was at start
         self.nc = nc
         self.core = core or SchedulingCore()
@@ -170,6 +188,9 @@ class SchedulerView:
                 self._sample(record.time)
                 self.state = fold_event(self.core, self.state, record, event)
                 self.pstate = fold_event(self.preemption, self.pstate, record, event)
+                if isinstance(event, c.JobAccepted):
+                    spec = event.spec
+                    self.tenants.setdefault(association(spec), set()).add(spec.tenant)
                 if self._latency is not None:
                     if isinstance(event, c.SchedulingCycleCompleted):
                         self._cycle_ts[event.cycle] = record.time
@@ -246,14 +267,52 @@ class SchedulerView:
         assert self.store is not None
         samples, self.history = self.history, []
         rows = [(h["ts"], h["account"], h["usage"], h["running"], h["fairshare"]) for h in samples]
+        seq = self.state.seq
+        due = seq > self.store.last_seq and fold_state.supported and (
+            self.dump_s <= self.state_cheap_s or seq - self.state_seq >= self.state_every)
+        data = self.dump_state() if due else None  # before the first await: the fold at ``seq``
         try:
-            written = await self.store.flush(self.core, self.state, self.pstate, rows)
+            written = await self.store.flush(self.core, self.state, self.pstate, rows, self.tenants, data)
         except BaseException:
             self.history = samples + self.history
             raise
+        if written and data is not None:
+            self.state_seq = seq
         if self.store.last_seq >= self._start_end:
             self.caught_up.set()
         return written
+
+    def dump_state(self) -> bytes:
+        """The whole fold as bytes (``projections/fold_state.py``); times itself into ``dump_s``."""
+        started = time.perf_counter()
+        extras = fold_state.ViewExtras(next_sample=self._next_sample, rejected=dict(sorted(self.rejected.items())),
+                                       tenants={k: sorted(v) for k, v in sorted(self.tenants.items())})
+        data = fold_state.dump_view(self.core, self.state, self.preemption, self.pstate, extras, self.sample_every_s)
+        self.dump_s = time.perf_counter() - started
+        return data
+
+    async def _resume(self) -> None:
+        """Load the fold stored with the rows, if there is one this view can trust."""
+        assert self.store is not None
+        stored = await self.store.stored_state()
+        if stored is None:
+            if self.store.last_seq:
+                log.info("standing: no stored fold; folding from seq 1 (rows at seq %d)", self.store.last_seq)
+            return
+        seq, data = stored
+        started = time.perf_counter()
+        loaded = fold_state.load_view(data, self.core, self.preemption, self.sample_every_s)
+        if loaded is None:
+            log.warning("standing: the stored fold at seq %d is of another format or configuration; "
+                        "folding from seq 1", seq)
+            return
+        self.state, self.pstate, extras = loaded
+        self._next_sample = extras.next_sample
+        self.rejected = dict(extras.rejected)
+        self.tenants = {k: set(v) for k, v in extras.tenants.items()}
+        self.state_seq = self.resumed_from = seq
+        log.info("standing: resumed from the fold stored at seq %d (%d bytes, loaded in %.3f s; rows at seq %d)",
+                 seq, len(data), time.perf_counter() - started, self.store.last_seq)
 
     async def _flush_loop(self) -> None:
         """Flush whenever the fold has moved, at most every ``flush_every_s`` and never more than a
@@ -279,6 +338,7 @@ class SchedulerView:
         if self.store is not None:
             if self.store.db is None:
                 await self.store.open()
+            await self._resume()
             self._start_end = max(await self.log.last_seq(), self.store.last_seq)
             if self.store.last_seq >= self._start_end:
                 self.caught_up.set()
@@ -293,7 +353,7 @@ class SchedulerView:
                                                           cb=self._stored(handler)))
         else:
             self._subs.append(await self.nc.subscribe("horizon.query.usage", queue="projections", cb=self._usage))
-        self._follower = await self.log.follow(self.apply, from_seq=1)
+        self._follower = await self.log.follow(self.apply, from_seq=self.state.seq + 1)
         self._subs.append(await self.nc.subscribe("horizon.query.priority", queue="projections", cb=self._priority))
         self._subs.append(await self.nc.subscribe("horizon.query.config", queue="projections", cb=self._config))
         self._subs.append(await self.nc.subscribe("horizon.query.preempt", queue="projections", cb=self._preempt))
@@ -364,5 +424,9 @@ class SchedulerView:
         if self.store is not None and self.store.db is not None:
             with contextlib.suppress(Exception):
                 await self.flush()  # what the fold had reached
+                async with self._flush_lock:
+                    if self.state_seq < self.state.seq == self.store.last_seq and fold_state.supported:
+                        if await self.store.save_state(self.state.seq, self.dump_state()):
+                            self.state_seq = self.state.seq
             await self.store.close()
 

@@ -9,14 +9,17 @@ paging and filters rather than by walking the fold:
 table             rows
 ================  =============================================================================
 ``queue``         every pending job in scheduling order (``rank`` 1..n), then the held ones:
-                  effective priority and its factors, why it waits, each filter's verdict, its
-                  reservation, deadline and restart backoff
+                  effective priority and its factors, why it waits (``why_kind``: one of the
+                  scheduling core's ``WAITING_KINDS``, and ``why``: the sentence), each filter's
+                  verdict, its reservation, deadline and restart backoff
 ``nodes``         every node: state, capacity and use, GPU models, labels, taints
 ``allocations``   every running attempt's share of each node: devices, CPUs, memory
-``usage``         the fair-share tree depth first (like ``sshare``): shares, decayed usage, factor
+``usage``         the fair-share tree depth first (like ``sshare``): shares, decayed usage, factor,
+                  the tenants whose jobs were charged under each node
 ``usage_history`` every account's usage and factor at each hour boundary of log time
 ``settings``      the policy, the fair-share half-life and weights, the log time "now"
 ``tracking``      the last stream sequence the rows show
+``fold_state``    the view's fold (``projections/fold_state.py``) at a sequence the rows showed
 ================  =============================================================================
 
 **One transaction, one sequence.** A flush replaces the derived tables
@@ -30,8 +33,16 @@ killed and restarted equals one rebuilt from scratch at the same sequence.
 
 **When.** A flush after an applied batch at most every ``flush_every_s``
 (wall time: it is I/O pacing, not a decision; default 0.5 s), and at stop.
-On restart the fold is rebuilt from the log and nothing is written until it
-has passed the stored sequence, so the tables never go back in time.
+
+**Resuming.** The fold itself is stored too (``fold_state``), in the
+transaction of the flush whose rows it produced: with every flush while
+taking it is cheap, else at most every ``state_every`` records, and at stop
+(``SchedulerView``). A restart loads it and follows the log from the next
+sequence; when it is older than the rows (a flush without it), nothing is
+written until the fold has passed the rows' sequence, so the tables never go
+back in time. A state that cannot be trusted (another format or
+configuration, ``projections/fold_state.py``) is ignored and the fold starts
+from sequence 1, as a database without one does.
 """
 
 from __future__ import annotations
@@ -55,14 +66,20 @@ NAME = "standing"
 QUEUE_COLUMNS = (
     "job_id rank state tenant account user association name priority_class priority factors gpus gpu_type "
     "cpus_milli memory_bytes nodes tasks_per_node time_limit_s submitted_ts accepted_seq attempt reason why "
-    "reasons reserved_at reserved_nodes deadline_ts not_before_ts borrowed"
+    "why_kind reasons reserved_at reserved_nodes deadline_ts not_before_ts borrowed"
 ).split()
 _JSON_QUEUE = {"factors", "reasons", "reserved_nodes"}
 NODE_COLUMNS = ("node state cpus_milli cpus_used_milli memory_bytes memory_used_bytes gpus gpus_used gpu_types "
                 "labels taints").split()
 _JSON_NODES = {"gpu_types", "labels", "taints"}
 USAGE_COLUMNS = ("rank account user depth parent raw_shares norm_shares raw_usage norm_usage level_fs fairshare "
-                 "running quota borrowing").split()
+                 "running quota borrowing tenants").split()
+_JSON_USAGE = {"quota", "tenants"}
+ALLOCATION_COLUMNS = ("job_id node attempt state tenant account user device_ids cpus_milli memory_bytes "
+                      "borrowed").split()
+# The layout of the tables below; a database of another layout is emptied and refilled from the
+# log (every table is derived from it). 2: queue.why_kind, usage.tenants, fold_state.
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tracking (projection TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
@@ -72,7 +89,7 @@ CREATE TABLE IF NOT EXISTS queue (
     tenant TEXT, account TEXT, user TEXT, association TEXT, name TEXT, priority_class TEXT,
     priority REAL, factors TEXT, gpus INTEGER, gpu_type TEXT, cpus_milli INTEGER, memory_bytes INTEGER,
     nodes INTEGER, tasks_per_node INTEGER, time_limit_s REAL, submitted_ts REAL, accepted_seq INTEGER,
-    attempt INTEGER, reason TEXT, why TEXT, reasons TEXT, reserved_at REAL, reserved_nodes TEXT,
+    attempt INTEGER, reason TEXT, why TEXT, why_kind TEXT, reasons TEXT, reserved_at REAL, reserved_nodes TEXT,
     deadline_ts REAL, not_before_ts REAL, borrowed INTEGER
 );
 CREATE INDEX IF NOT EXISTS queue_by_rank ON queue (rank);
@@ -91,14 +108,16 @@ CREATE INDEX IF NOT EXISTS allocations_by_node ON allocations (node, job_id);
 CREATE TABLE IF NOT EXISTS usage (
     rank INTEGER PRIMARY KEY, account TEXT, user TEXT, depth INTEGER, parent TEXT, raw_shares REAL,
     norm_shares REAL, raw_usage REAL, norm_usage REAL, level_fs REAL, fairshare REAL, running INTEGER,
-    quota TEXT, borrowing INTEGER
+    quota TEXT, borrowing INTEGER, tenants TEXT
 );
 CREATE TABLE IF NOT EXISTS usage_history (
     ts REAL NOT NULL, account TEXT NOT NULL, usage REAL, running INTEGER, fairshare REAL,
     PRIMARY KEY (account, ts)
 );
 CREATE INDEX IF NOT EXISTS usage_history_by_ts ON usage_history (ts, account);
+CREATE TABLE IF NOT EXISTS fold_state (projection TEXT PRIMARY KEY, seq INTEGER NOT NULL, data BLOB NOT NULL);
 """
+TABLES = ("tracking", "settings", "queue", "nodes", "allocations", "usage", "usage_history", "fold_state")
 
 MAX_LIMIT = 10_000
 
@@ -149,8 +168,23 @@ class StandingStore:
         self.last_seq = 0  # what the tables show
 
     async def open(self) -> None:
-        self.db = await open_database(self.path, SCHEMA)
-        self.last_seq = await stored_position(self.db, NAME)
+        db = await open_database(self.path, "")
+        try:
+            async with db.execute("PRAGMA user_version") as cur:
+                row = await cur.fetchone()
+            if not row or row[0] != SCHEMA_VERSION:
+                # Another layout (an older Horizon), or a new file: every table is derived from the
+                # log, so drop what is there and let the view refill them from sequence 1.
+                for table in TABLES:
+                    await db.execute(f"DROP TABLE IF EXISTS {table}")
+                await db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            await db.executescript(SCHEMA)
+            await db.commit()
+            self.last_seq = await stored_position(db, NAME)
+        except BaseException:
+            await db.close()
+            raise
+        self.db = db
 
     async def close(self) -> None:
         if self.db is not None:
@@ -160,19 +194,21 @@ class StandingStore:
     # ------------------------------------------------------------------ writing
 
     async def flush(self, core: SchedulingCore, state: SchedulingState, pstate: PreemptionState,
-                    samples: list[tuple[float, str, float, int, float | None]]) -> bool:
-        """Write the standing at ``state.seq`` in one transaction; False if the tables already show
-        that sequence or a later one (a restarted fold still catching up)."""
+                    samples: list[tuple[float, str, float, int, float | None]],
+                    tenants: dict[str, set[str]] | None = None, fold_state: bytes | None = None) -> bool:
+        """Write the standing at ``state.seq`` in one transaction, with ``fold_state`` (the fold
+        that made it, ``projections/fold_state.py``) when given; False if the tables already show
+        that sequence or a later one (a restarted fold still catching up).
+
+        ``tenants``: association -> the tenants whose jobs were charged to it (the view folds it)."""
         assert self.db is not None
         seq = state.seq
         if seq <= self.last_seq:
             return False
+        # Everything is computed before the first await: the fold moves on between awaits.
         queue = queue_rows(core, state)
         nodes, allocations = node_rows(pstate)
-        usage = [(i, r["account"], r["user"], r["depth"], r["parent"], r["raw_shares"], r["norm_shares"],
-                  r["raw_usage"], r["norm_usage"], r["level_fs"], r["fairshare"], r["running"],
-                  json.dumps(r["quota"], sort_keys=True), int(bool(r["borrowing"])))
-                 for i, r in enumerate(state.fairshare.report(state.now), 1)]
+        usage = usage_rows(state, tenants or {})
         fs = state.fairshare
         settings = {"policy": state.config.policy, "now": state.now, "half_life_s": fs.half_life_s,
                     "weights": {"gpu": fs.gpu_weight, "cpu": fs.cpu_weight, "memory_gib": fs.memory_weight,
@@ -187,6 +223,8 @@ class StandingStore:
                 "INSERT INTO allocations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", allocations)
             await self.db.executemany(_insert("usage", USAGE_COLUMNS), usage)
             await self.db.executemany("INSERT OR IGNORE INTO usage_history VALUES (?, ?, ?, ?, ?)", samples)
+            if fold_state is not None:
+                await self._put_state(seq, fold_state)
             await self.db.executemany(
                 "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 [(k, json.dumps(v, sort_keys=True)) for k, v in sorted(settings.items())])
@@ -199,6 +237,36 @@ class StandingStore:
             raise
         self.last_seq = seq
         return True
+
+    async def _put_state(self, seq: int, data: bytes) -> None:
+        assert self.db is not None
+        await self.db.execute(
+            "INSERT INTO fold_state (projection, seq, data) VALUES (?, ?, ?) "
+            "ON CONFLICT(projection) DO UPDATE SET seq = excluded.seq, data = excluded.data", (NAME, seq, data))
+
+    async def save_state(self, seq: int, data: bytes) -> bool:
+        """Store the fold at ``seq`` on its own, when the rows already show exactly ``seq`` (a
+        stop after a flush that did not carry it); False otherwise."""
+        assert self.db is not None
+        if seq != self.last_seq:
+            return False
+        await self.db.execute("BEGIN")
+        try:
+            await self._put_state(seq, data)
+            await self.db.commit()
+        except BaseException:
+            await self.db.rollback()
+            raise
+        return True
+
+    async def stored_state(self) -> tuple[int, bytes] | None:
+        """(sequence, bytes) of the fold stored with the rows, if any and not past them."""
+        assert self.db is not None
+        async with self.db.execute("SELECT seq, data FROM fold_state WHERE projection = ?", (NAME,)) as cur:
+            row = await cur.fetchone()
+        if row is None or not 0 < row[0] <= self.last_seq:
+            return None
+        return int(row[0]), bytes(row[1])
 
     # ------------------------------------------------------------------ queries
 
@@ -253,33 +321,49 @@ class StandingStore:
                 "last_seq": self.last_seq}
 
     async def query_allocations(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Running attempts' shares of nodes; filters node, job_id, tenant, account, user; paged."""
+        """Running attempts' shares of nodes; filters node, job_id, tenant, account, user, and state
+        (``SCHEDULED``: placed, its agent has not reported the start yet; ``RUNNING``); paged."""
         assert self.db is not None
         limit, offset = _page(request)
         where, args = _where(request, {"node": "node", "job_id": "job_id", "tenant": "tenant", "account": "account",
-                                       "user": "user"})
-        columns = ("job_id node attempt state tenant account user device_ids cpus_milli memory_bytes "
-                   "borrowed").split()
-        async with self.db.execute(f"SELECT {', '.join(columns)} FROM allocations{where} ORDER BY node, job_id "
-                                   "LIMIT ? OFFSET ?", [*args, limit, offset]) as cur:
-            rows = [_row_dict(columns, r, {"device_ids"}) async for r in cur]
+                                       "user": "user", "state": "state", "states": "state"})
+        async with self.db.execute(f"SELECT {', '.join(ALLOCATION_COLUMNS)} FROM allocations{where} "
+                                   "ORDER BY node, job_id LIMIT ? OFFSET ?", [*args, limit, offset]) as cur:
+            rows = [_row_dict(ALLOCATION_COLUMNS, r, {"device_ids"}) async for r in cur]
         return {"allocations": rows, "total": await self._count("allocations", where, args), "offset": offset,
                 "last_seq": self.last_seq}
 
     async def query_usage(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The fair-share tree (like sshare); filters account, user; with ``history`` the hourly
-        standing of the accounts asked (``from_ts``, ``to_ts`` bound it; paged by ``limit``/``offset``)."""
+        """The fair-share tree (like sshare), depth first; filters account, user, tenant (the nodes
+        of the tree its jobs were charged under).
+
+        Without ``history``, ``limit``/``offset`` page the rows (``total`` counts them). With
+        ``history``, the rows come whole (``account`` then picks the history, not the rows) and
+        ``limit``/``offset`` page the hourly standing of the accounts asked (``from_ts``, ``to_ts``
+        bound it; ``history_total`` counts it)."""
         assert self.db is not None
         settings = await self._settings()
         history = bool(request.get("history"))
-        where, args = _where({k: v for k, v in request.items() if not history or k != "account"},
-                             {"account": "account", "user": "user"})
-        async with self.db.execute(f"SELECT {', '.join(USAGE_COLUMNS)} FROM usage{where} ORDER BY rank", args) as cur:
-            rows = [_row_dict(USAGE_COLUMNS, r, {"quota"}) async for r in cur]
+        tenant = request.get("tenant")
+        if tenant is not None and not isinstance(tenant, str):
+            raise ValueError("tenant: give one tenant")
+        rest = {k: v for k, v in request.items() if k != "tenant" and (not history or k != "account")}
+        where, args = _where(rest, {"account": "account", "user": "user"})
+        if tenant is not None:
+            where += (" AND " if where else " WHERE ") + _HAS_TENANT
+            args.append(tenant)
+        page = ""
+        limit, offset = _page(request if not history else {})
+        if not history:
+            page = " LIMIT ? OFFSET ?"
+        async with self.db.execute(f"SELECT {', '.join(USAGE_COLUMNS)} FROM usage{where} ORDER BY rank{page}",
+                                   [*args, limit, offset] if page else args) as cur:
+            rows = [_row_dict(USAGE_COLUMNS, r, _JSON_USAGE) async for r in cur]
         for row in rows:
             row["borrowing"] = bool(row["borrowing"])
             del row["rank"]
-        body: dict[str, Any] = {"rows": rows, "now": settings.get("now", 0.0),
+        body: dict[str, Any] = {"rows": rows, "total": await self._count("usage", where, args),
+                                "offset": 0 if history else offset, "now": settings.get("now", 0.0),
                                 "half_life_s": settings.get("half_life_s"), "weights": settings.get("weights", {}),
                                 "last_seq": self.last_seq}
         if history:
@@ -288,6 +372,10 @@ class StandingStore:
             if request.get("account") is not None:
                 clauses.append("account = ?")
                 hargs.append(str(request["account"]))
+            if tenant is not None:
+                clauses.append("account IN (SELECT CASE WHEN user != '' THEN account || '/' || user ELSE account END "
+                               f"FROM usage WHERE {_HAS_TENANT})")
+                hargs.append(tenant)
             for key, op in (("from_ts", ">="), ("to_ts", "<=")):
                 if request.get(key) is not None:
                     clauses.append(f"ts {op} ?")
@@ -301,6 +389,9 @@ class StandingStore:
         return body
 
 
+_HAS_TENANT = "EXISTS (SELECT 1 FROM json_each(usage.tenants) WHERE value = ?)"
+
+
 # ---------------------------------------------------------------------------- rows (pure)
 
 
@@ -312,6 +403,7 @@ def queue_rows(core: SchedulingCore, state: SchedulingState) -> list[tuple[Any, 
     ordered = core.ordered_queue(state, ctx=ctx)
     held = sorted((j for j in state.jobs.jobs.values() if j.state is JobState.HELD),
                   key=lambda j: (j.accepted_seq, j.job_id))
+    waiting = core.waiting_all(state, ordered, ctx)
     out = []
     for rank, job in [*enumerate(ordered, 1), *((None, j) for j in held)]:
         spec = job.spec
@@ -331,11 +423,30 @@ def queue_rows(core: SchedulingCore, state: SchedulingState) -> list[tuple[Any, 
             spec.priority_class, priority, factors, spec.gpus * spec.tasks_per_node * spec.nodes, gpu_type,
             spec.cpus_milli, spec.memory_bytes, spec.nodes, spec.tasks_per_node, spec.time_limit_s,
             job.accepted_ts or None, job.accepted_seq or None, job.attempt, job.reason or None,
-            core.why_waiting(state, job), reasons, job.reserved_at,
+            waiting[job.job_id].why, waiting[job.job_id].kind, reasons, job.reserved_at,
             json.dumps(list(job.reserved_nodes)) if job.reserved_nodes else None,
             state.deadlines.get(job.job_id), job.not_before_ts if job.not_before_ts > state.now else None,
             int(job.borrowed),
         ))
+    return out
+
+
+def usage_rows(state: SchedulingState, tenants: dict[str, set[str]]) -> list[tuple[Any, ...]]:
+    """The fair-share tree (``FairShare.report``), each node with the tenants whose jobs were
+    charged under it (those of its associations, gathered up the tree)."""
+    fs = state.fairshare
+    under: dict[str, set[str]] = {}
+    for leaf, names in tenants.items():
+        if leaf in fs.accounts:
+            for acc in fs.path(leaf):
+                under.setdefault(acc.name, set()).update(names)
+    out = []
+    for i, r in enumerate(fs.report(state.now), 1):
+        name = f"{r['account']}/{r['user']}" if r["user"] else str(r["account"])
+        out.append((i, r["account"], r["user"], r["depth"], r["parent"], r["raw_shares"], r["norm_shares"],
+                    r["raw_usage"], r["norm_usage"], r["level_fs"], r["fairshare"], r["running"],
+                    json.dumps(r["quota"], sort_keys=True), int(bool(r["borrowing"])),
+                    json.dumps(sorted(under.get(name, ())))))
     return out
 
 
