@@ -88,6 +88,8 @@ async def test_configuration_from_the_cli_and_what_users_see(nats_server, tmp_pa
         assert {(r["account"], r["user"]) for r in json.loads(out)["rows"]} == {("ml", "ann")}
         code, out, err = await horizon(url, "usage", "-A", "research", "--json")
         assert code == 0 and {r["account"] for r in json.loads(out)["rows"]} == {"research"}, out
+        code, out, err = await horizon(url, "usage", "--tenant", "nobody", "--json")
+        assert code == 0 and json.loads(out)["rows"] == [], out
     finally:
         await stack.stop()
     assert_replays(await read_log(url))

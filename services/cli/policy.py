@@ -340,15 +340,17 @@ def _num(value: Any, digits: int = 3) -> str:
               help="The account's usage and fair-share factor at each hour of log time instead.")
 @click.option("-A", "--account", default=None, help="Only this account's rows (as sshare -A).")
 @click.option("-u", "--user", default=None, help="Only this user's rows (as sshare -u).")
+@click.option("--tenant", default=None, help="Only the accounts this tenant's jobs were charged under.")
 @click.option("--json", "as_json", is_flag=True)
-def usage(nats_url: str, account_history: str | None, account: str | None, user: str | None, as_json: bool) -> None:
+def usage(nats_url: str, account_history: str | None, account: str | None, user: str | None, tenant: str | None,
+          as_json: bool) -> None:
     """Shares, decayed usage and fair-share factor per account and user (like sshare)."""
 
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
             if account_history:
                 return await query(nc, "usage", {"history": True, "account": account_history})
-            request = {k: v for k, v in (("account", account), ("user", user)) if v is not None}
+            request = {k: v for k, v in (("account", account), ("user", user), ("tenant", tenant)) if v is not None}
             return await query(nc, "usage", request)
 
     body = asyncio.run(go())
