@@ -89,7 +89,8 @@ def priority_report(core: SchedulingCore, state: SchedulingState, job_id: str | 
     ordered = core.ordered_queue(state, ctx=ctx)
     base = {"policy": state.config.policy, "now": state.now, "last_seq": state.seq, "queued": len(ordered)}
     if job_id is None:
-        rows = [_row(core, state, job, ctx, i + 1) for i, job in enumerate(ordered[:limit])]
+        waiting = core.waiting_all(state, ordered, ctx)  # one pass, not a scan per row
+        rows = [_row(core, state, job, ctx, i + 1, waiting) for i, job in enumerate(ordered[:limit])]
         return {**base, "jobs": rows}
     job = state.jobs.get(job_id)
     if job is None:
@@ -106,7 +107,8 @@ def priority_report(core: SchedulingCore, state: SchedulingState, job_id: str | 
     return {**base, **row}
 
 
-def _row(core: SchedulingCore, state: SchedulingState, job: Any, ctx: Any, position: int | None) -> dict[str, Any]:
+def _row(core: SchedulingCore, state: SchedulingState, job: Any, ctx: Any, position: int | None,
+         waiting: dict[str, Any] | None = None) -> dict[str, Any]:
     spec = job.spec
     policy = make_policy(state.config.policy)
     out: dict[str, Any] = {"job_id": job.job_id, "state": job.state.value, "position": position}
@@ -117,8 +119,8 @@ def _row(core: SchedulingCore, state: SchedulingState, job: Any, ctx: Any, posit
     if isinstance(policy, Multifactor):
         out["priority"] = policy.priority(job, ctx)
     if job.state in (JobState.PENDING, JobState.HELD):
-        waiting = core.waiting(state, job, ctx)
-        out["why"], out["why_kind"] = waiting.why, waiting.kind
+        why = waiting[job.job_id] if waiting is not None else core.waiting(state, job, ctx)
+        out["why"], out["why_kind"] = why.why, why.kind
         out["reasons"] = [{"filter": r.filter, "nodes": r.nodes, "reason": r.reason} for r in job.last_block]
         if job.reserved_at is not None:
             out["reserved_at"] = job.reserved_at
