@@ -130,6 +130,11 @@ async def test_profiles_reservations_and_why_a_job_waits_from_the_cli(nats_serve
             await asyncio.sleep(0.3)
         assert "GpuFree" in out and "too few free GPUs (needs 4)" in out
         assert "2 nodes  NodeSelector     labels do not match the node selector zone=eu" in out
+        code, out, err = await horizon(url, "queue", "--why", "--json")
+        kinds = {r["job_id"]: r["why"].get("why_kind") for r in json.loads(out)}
+        assert kinds["picky"] == "fits-nowhere" and kinds["next"] in ("reservation", "resources"), kinds
+        code, out, err = await horizon(url, "queue", "--why")
+        assert "[fits-nowhere]" in out, out
         code, out, err = await horizon(url, "show", "next")
         assert code == 0 and "reserved on nodes node-0" in out, err
     finally:

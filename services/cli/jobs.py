@@ -636,7 +636,7 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
             if why:  # the queue's rows carry the scheduler's explanation; others have none
                 for row in body["jobs"]:
                     if "why" in row:
-                        details[row["job_id"]] = {k: row.get(k) for k in ("why", "reasons", "reserved_at",
+                        details[row["job_id"]] = {k: row.get(k) for k in ("why", "why_kind", "reasons", "reserved_at",
                                                                            "reserved_nodes", "priority", "factors")}
             specs: dict[str, Any] = {}
             if fmt is not None and not as_json and slurm.needs_specs(fmt):
@@ -658,7 +658,9 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
         for pos, row in enumerate(body["jobs"], offset + 1):
             detail = row["why"]
             click.echo(f"{pos:>4}  {row['job_id']}  {row['state']}  {row['account'] or ''}/{row['user'] or '-'}  "
-                       f"{_gpus(row)} GPUs  waiting {_age(row['submitted_ts'])}: {detail.get('why', row['reason'] or '')}")
+                       f"{_gpus(row)} GPUs  waiting {_age(row['submitted_ts'])}"
+                       f"{' [' + detail['why_kind'] + ']' if detail.get('why_kind') else ''}: "
+                       f"{detail.get('why', row['reason'] or '')}")
             for reason in detail.get("reasons", []):
                 click.echo(f"        {reason['nodes']:>5} nodes  {reason['filter']:<16} {reason['reason']}")
             if detail.get("reserved_at") is not None:
