@@ -46,7 +46,7 @@ from services.preemption.core import PreemptionConfig, PreemptionCore, Preemptio
 from services.runtime.service import collector_paused
 from services.scheduling.core import SchedulingCore, SchedulingState
 from services.state.cluster import Node
-from services.state.jobs import TERMINAL, Job, compact
+from services.state.jobs import TERMINAL, Job
 
 __all__ = ["FORMAT", "SHAPE", "supported", "ViewExtras", "dump_view", "load_view"]
 
@@ -233,11 +233,7 @@ def _load_preemption(core: PreemptionCore, data: bytes) -> PreemptionState | Non
         return None
     state = PreemptionState(sched)
     state.seq, state.now = snap.seq, snap.now
-    for job in snap.jobs:
-        if job.spec is not None:
-            job.spec = compact(job.spec)
-        state.jobs.jobs[job.job_id] = job
-    state.jobs.settled, state.jobs.arrays = snap.settled, snap.arrays
+    state.jobs.restore(snap.jobs, snap.settled, snap.arrays)
     nodes = state.cluster.nodes
     for n in snap.nodes:
         node = Node(name=n.name, cpus_milli=n.cpus_milli, memory_bytes=n.memory_bytes, gpus={d.id: d for d in n.gpus},

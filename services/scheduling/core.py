@@ -85,7 +85,7 @@ from services.scheduling.fairshare import Account, FairShare, association
 from services.scheduling.policy import Context, PolicyConfig, make_policy
 from services.scheduling.quotas import BLOCKED, BORROW, Amount, Quotas, amount_of
 from services.state.config import config_rejected
-from services.state.jobs import HOLDS_RESOURCES, TERMINAL, Job, JobState, JobTable, Transition, compact
+from services.state.jobs import HOLDS_RESOURCES, TERMINAL, Job, JobState, JobTable, Transition
 
 __all__ = ["SchedulingCore", "SchedulingState", "SNAPSHOT_FORMAT", "Waiting", "WAITING_KINDS"]
 
@@ -700,11 +700,7 @@ class SchedulingCore:
             return None
         state = SchedulingState(PolicyConfig(**snap.config))  # type: ignore[arg-type]
         state.seq, state.now = snap.seq, snap.now
-        for job in snap.jobs:
-            if job.spec is not None:
-                job.spec = compact(job.spec)
-            state.jobs.jobs[job.job_id] = job
-        state.jobs.settled, state.jobs.arrays = snap.settled, snap.arrays
+        state.jobs.restore(snap.jobs, snap.settled, snap.arrays)
         fs = state.fairshare
         fs.accounts = {a.name: a for a in snap.accounts}
         for name, value in snap.fairshare.items():

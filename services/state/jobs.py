@@ -122,6 +122,14 @@ class JobTable:
         self.arrays: dict[str, list[str]] = {}  # array job id -> its tasks' job ids, in acceptance order
         self.settled: dict[str, int] = {}  # job id -> STATES index * 2 + (1 if it ever started)
 
+    def restore(self, jobs: list[Job], settled: dict[str, int], arrays: dict[str, list[str]]) -> None:
+        """Fill an empty table from a dump (a snapshot, a stored fold), specs interned again."""
+        for job in jobs:
+            if job.spec is not None:
+                job.spec = compact(job.spec)
+            self.jobs[job.job_id] = job
+        self.settled, self.arrays = settled, arrays
+
     def get(self, job_id: str) -> Job | None:
         job = self.jobs.get(job_id)
         if job is not None:
