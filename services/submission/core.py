@@ -112,6 +112,13 @@ class SubmissionState(CoreState):
             acc = self.accounts.accounts[acc.parent]
         return found
 
+    def check_class(self, spec: c.JobSpec) -> None:
+        """Raise the ``Rejection`` a tenant gets for a class above its account's limit (the leader's
+        verdict and every instance's ``horizon submit --check`` answer alike)."""
+        why = class_limit_reason(spec.priority_class, self.class_limit(spec.account))
+        if why is not None:
+            raise Rejection("priority_class", why)
+
 
 @dataclass
 class SubmissionCore:
@@ -269,10 +276,7 @@ class SubmissionCore:
         """What one submission cannot tell alone: the account's class limit, rejected dependencies,
         task ids taken, cycles."""
         if not operator:  # every task of an array has the same account and class
-            spec = jobs[0][1]
-            why = class_limit_reason(spec.priority_class, state.class_limit(spec.account))
-            if why is not None:
-                raise Rejection("priority_class", why)
+            state.check_class(jobs[0][1])
         for i, dep in enumerate(sub.dependencies):
             other = state.jobs.get(dep.job_id)
             if dep.job_id in round_.rejected or (other is not None and other.state is JobState.REJECTED):

@@ -31,7 +31,7 @@ from events.codec import DecodeError, decode
 from events.subjects import valid_token
 from services.runtime.service import ServiceRunner
 from services.state.echo import clipped
-from services.submission.validate import Rejection, admit, class_limit_reason
+from services.submission.validate import Rejection, admit
 
 __all__ = ["ValidationServer", "VALIDATE_PREFIX", "QUEUE_GROUP", "validate_subject"]
 
@@ -75,12 +75,9 @@ class ValidationServer:
             return {**body, "ok": False, "field": "type", "reason": f"{event.event_type} is not a JobSubmitted"}
         try:
             jobs = admit(event, subject_tenant=tenant, gpu_models=state.gpu_models, limits=self.runner.core.limits)
+            state.check_class(jobs[0][1])  # a tenant asks here: its account's class limit applies
         except Rejection as rej:
             return {**body, "ok": False, "field": rej.field, "reason": clipped(str(rej))}
-        spec = jobs[0][1]  # the class limit an operator set on the account's path (a tenant asks here)
-        over = class_limit_reason(spec.priority_class, state.class_limit(spec.account))
-        if over is not None:
-            return {**body, "ok": False, "field": "priority_class", "reason": over}
         return {**body, "ok": True, "jobs": len(jobs)}
 
     async def _answer(self, msg: Any) -> None:
