@@ -37,6 +37,7 @@ __all__ = [
     "ADMIN_VERBS",
     "ADMIN_TENANT",
     "PUBLISHERS",
+    "DECISION_SERVICES",
     "input_subject",
     "admin_subject",
     "event_subject",
@@ -83,6 +84,10 @@ ADMIN_VERBS: dict[str, type[c.Event]] = {
     "release": c.JobReleaseRequested,
     "update": c.JobUpdateRequested,
 }
+
+# The services whose events are decisions: each a pure function of the log up to its basis_seq,
+# which `horizon audit` replays (the agents' reports, the clock and client inputs are not).
+DECISION_SERVICES: tuple[str, ...] = ("submission", "scheduling", "placement", "preemption", "inventory")
 
 # Which service publishes each output event type (documentation, permissions, tests).
 PUBLISHERS: dict[str, tuple[str, ...]] = {

@@ -10,7 +10,7 @@ the log from the next one.
 
 What is written:
 
-* the scheduling state, by ``SchedulingCore.dump`` (its own format and
+* the scheduling state, by ``QueueFold.dump`` (its own format and
   fingerprint: ``services/scheduling/core.py``, docs/benchmarks.md §4);
 * the preemption state, field by field (the preemption core has no
   ``dump``): its inner scheduling state by the scheduling core's ``dump``
@@ -42,11 +42,13 @@ from types import MappingProxyType
 import msgspec
 
 from events import catalogue as c
-from services.preemption.core import PreemptionConfig, PreemptionCore, PreemptionState
+from services.domain.preemption.planner import PreemptionPlanner
+from services.domain.preemption.state import PreemptionConfig, PreemptionState
 from services.runtime.service import collector_paused
-from services.scheduling.core import SchedulingCore, SchedulingState
-from services.state.cluster import Node
-from services.state.jobs import TERMINAL, Job
+from services.domain.queue.fold import QueueFold
+from services.domain.queue.state import SchedulingState
+from services.domain.cluster import Node
+from services.domain.jobs import TERMINAL, Job
 
 __all__ = ["FORMAT", "SHAPE", "supported", "ViewExtras", "dump_view", "load_view"]
 
@@ -144,20 +146,20 @@ class _View(msgspec.Struct, array_like=True):
     extras: ViewExtras
 
 
-def _fingerprint(core: SchedulingCore, preemption: PreemptionCore, sample_every_s: float) -> str:
+def _fingerprint(core: QueueFold, preemption: PreemptionPlanner, sample_every_s: float) -> str:
     return (f"standing/{FORMAT}/{SHAPE}/{core.policy}/{core.max_candidates}/{int(core.virtual_time)}/"
-            f"{int(preemption.virtual_time)}/{preemption.max_preemptors_per_round}/{sample_every_s:g}")
+            f"{int(preemption.virtual_time)}/{sample_every_s:g}")
 
 
-def _inner(preemption: PreemptionCore) -> SchedulingCore:
+def _inner(preemption: PreemptionPlanner) -> QueueFold:
     """The scheduling core the preemption core folds its inner view with."""
-    return preemption._sched  # noqa: SLF001 - the same fold, so the same dump and load
+    return preemption.queue  # the same fold, so the same dump and load
 
 
 # ---------------------------------------------------------------------------- writing
 
 
-def dump_view(core: SchedulingCore, state: SchedulingState, preemption: PreemptionCore, pstate: PreemptionState,
+def dump_view(core: QueueFold, state: SchedulingState, preemption: PreemptionPlanner, pstate: PreemptionState,
               extras: ViewExtras, sample_every_s: float) -> bytes:
     """The view's whole fold at ``state.seq`` (both states must be at the same sequence)."""
     if not supported:
@@ -168,7 +170,7 @@ def dump_view(core: SchedulingCore, state: SchedulingState, preemption: Preempti
     return msgspec.msgpack.encode(view)
 
 
-def _dump_preemption(core: PreemptionCore, state: PreemptionState) -> bytes:
+def _dump_preemption(core: PreemptionPlanner, state: PreemptionState) -> bytes:
     sched = state.sched
     table = state.jobs
     # Jobs that ended for good are kept as their outcome only, as the scheduling core keeps
@@ -204,7 +206,7 @@ def _dump_preemption(core: PreemptionCore, state: PreemptionState) -> bytes:
 # ---------------------------------------------------------------------------- reading
 
 
-def load_view(data: bytes, core: SchedulingCore, preemption: PreemptionCore,
+def load_view(data: bytes, core: QueueFold, preemption: PreemptionPlanner,
               sample_every_s: float) -> tuple[SchedulingState, PreemptionState, ViewExtras] | None:
     """The fold ``dump_view`` wrote, or None if it must not be trusted (see the module docstring)."""
     if not supported:
@@ -223,7 +225,7 @@ def load_view(data: bytes, core: SchedulingCore, preemption: PreemptionCore,
     return state, pstate, view.extras
 
 
-def _load_preemption(core: PreemptionCore, data: bytes) -> PreemptionState | None:
+def _load_preemption(core: PreemptionPlanner, data: bytes) -> PreemptionState | None:
     try:
         snap = msgspec.msgpack.decode(data, type=_Preemption)
     except msgspec.DecodeError:

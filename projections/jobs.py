@@ -6,7 +6,7 @@ Kept current from the log by ``JobsProjection.start`` (a follower from the store
   ``tracking`` **in the same transaction** as the rows it produced, so a
   projection killed at any point resumes exactly where its rows end, and a
   restarted one is identical to one rebuilt from scratch;
-* job state follows the same fold as the services (``services.state.jobs``),
+* job state follows the same fold as the services (``services.domain.jobs``),
   so the read model cannot disagree with what the scheduler believes;
 * writes are batched (one transaction per batch of events, ``executemany``),
   WAL journal, ``synchronous=NORMAL``: SQLite is then far from the bottleneck.
@@ -48,9 +48,10 @@ from events.base import Event
 from projections.db import open_database, stored_position
 from events.subjects import ADMIN_TENANT, valid_token
 from services.runtime.consume import readable
-from services.runtime.log import EventLog, Record
-from services.scheduling.policy import CLASS_RANK
-from services.state.jobs import Job, JobState, JobTable
+from services.runtime.log import EventLog
+from services.domain.protocol import Record
+from services.domain.policy import CLASS_RANK
+from services.domain.jobs import Job, JobState, JobTable
 
 __all__ = ["JobsProjection", "QueryServer", "job_row", "TENANT_FEED", "feed_tenant"]
 

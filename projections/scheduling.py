@@ -56,13 +56,16 @@ from typing import Any
 
 from events import catalogue as c
 from services.runtime.consume import readable
-from services.runtime.log import EventLog, Record
-from services.preemption.core import PreemptionCore, PreemptionState
-from services.runtime.service import fold_event
-from services.scheduling.core import SchedulingCore, SchedulingState
-from services.scheduling.fairshare import association
-from services.scheduling.policy import WEIGHT_NAMES, Multifactor, make_policy
-from services.state.jobs import JobState
+from services.runtime.log import EventLog
+from services.domain.protocol import Record
+from services.domain.preemption.planner import PreemptionPlanner
+from services.domain.preemption.state import PreemptionState
+from services.domain.protocol import fold_event
+from services.domain.queue.fold import QueueFold
+from services.domain.queue.state import SchedulingState
+from services.domain.fairshare import association
+from services.domain.policy import WEIGHT_NAMES, Multifactor, make_policy
+from services.domain.jobs import JobState
 from projections import fold_state
 from projections.jobs import _scope
 from projections.standing import StandingStore
@@ -72,7 +75,7 @@ __all__ = ["SchedulerView", "priority_report", "usage_report"]
 log = logging.getLogger("horizon.projections")
 
 
-def usage_report(core: SchedulingCore, state: SchedulingState) -> dict[str, Any]:
+def usage_report(core: QueueFold, state: SchedulingState) -> dict[str, Any]:
     fs = state.fairshare
     return {
         "rows": fs.report(state.now), "now": state.now, "half_life_s": fs.half_life_s,
@@ -82,7 +85,7 @@ def usage_report(core: SchedulingCore, state: SchedulingState) -> dict[str, Any]
     }
 
 
-def priority_report(core: SchedulingCore, state: SchedulingState, job_id: str | None = None,
+def priority_report(core: QueueFold, state: SchedulingState, job_id: str | None = None,
                     limit: int = 50) -> dict[str, Any]:
     ctx = core.context(state)
     policy = make_policy(state.config.policy)
@@ -107,7 +110,7 @@ def priority_report(core: SchedulingCore, state: SchedulingState, job_id: str | 
     return {**base, **row}
 
 
-def _row(core: SchedulingCore, state: SchedulingState, job: Any, ctx: Any, position: int | None,
+def _row(core: QueueFold, state: SchedulingState, job: Any, ctx: Any, position: int | None,
          waiting: dict[str, Any] | None = None) -> dict[str, Any]:
     spec = job.spec
     policy = make_policy(state.config.policy)
@@ -132,7 +135,7 @@ def _row(core: SchedulingCore, state: SchedulingState, job: Any, ctx: Any, posit
     return out
 
 
-def preempt_report(core: PreemptionCore, state: PreemptionState, job_id: str) -> dict[str, Any]:
+def preempt_report(core: PreemptionPlanner, state: PreemptionState, job_id: str) -> dict[str, Any]:
     plan = core.plan(state, job_id)
     victims = []
     for v in plan.victims:
@@ -148,7 +151,7 @@ def preempt_report(core: PreemptionCore, state: PreemptionState, job_id: str) ->
 
 
 class SchedulerView:
-    def __init__(self, log_: EventLog, nc: Any, core: SchedulingCore | None = None, meter_provider: Any = None,
+    def __init__(self, log_: EventLog, nc: Any, core: QueueFold | None = None, meter_provider: Any = None,
                  store: StandingStore | None = None, flush_every_s: float = 0.5, state_every: int = 50_000,
                  state_cheap_s: float = 0.02) -> None:
         self.log = log_
@@ -164,10 +167,10 @@ class SchedulerView:
         self.tenants: dict[str, set[str]] = {}  # association -> tenants whose jobs were charged to it
         self.caught_up = asyncio.Event()  # the tables show the end of the log as it was at start
         self.nc = nc
-        self.core = core or SchedulingCore()
+        self.core = core or QueueFold()
         self.state = self.core.initial()
         self.rejected: dict[int, str] = {}  # operator input seq -> why it was not applied
-        self.preemption = PreemptionCore()
+        self.preemption = PreemptionPlanner()
         self.pstate = self.preemption.initial()
         self._cycle_ts: dict[int, float] = {}
         self.history: list[dict[str, Any]] = []  # usage per account at each hour of log time (not yet stored)

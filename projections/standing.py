@@ -54,11 +54,12 @@ from typing import Any
 import aiosqlite
 
 from projections.db import open_database, stored_position
-from services.preemption.core import PreemptionState
-from services.scheduling.core import SchedulingCore, SchedulingState
-from services.scheduling.fairshare import association
-from services.scheduling.policy import WEIGHT_NAMES, Multifactor, make_policy
-from services.state.jobs import HOLDS_RESOURCES, Job, JobState
+from services.domain.preemption.state import PreemptionState
+from services.domain.queue.fold import QueueFold
+from services.domain.queue.state import SchedulingState
+from services.domain.fairshare import association
+from services.domain.policy import WEIGHT_NAMES, Multifactor, make_policy
+from services.domain.jobs import HOLDS_RESOURCES, Job, JobState
 
 __all__ = ["StandingStore", "QUEUE_COLUMNS"]
 
@@ -193,7 +194,7 @@ class StandingStore:
 
     # ------------------------------------------------------------------ writing
 
-    async def flush(self, core: SchedulingCore, state: SchedulingState, pstate: PreemptionState,
+    async def flush(self, core: QueueFold, state: SchedulingState, pstate: PreemptionState,
                     samples: list[tuple[float, str, float, int, float | None]],
                     tenants: dict[str, set[str]] | None = None, fold_state: bytes | None = None) -> bool:
         """Write the standing at ``state.seq`` in one transaction, with ``fold_state`` (the fold
@@ -395,7 +396,7 @@ _HAS_TENANT = "EXISTS (SELECT 1 FROM json_each(usage.tenants) WHERE value = ?)"
 # ---------------------------------------------------------------------------- rows (pure)
 
 
-def queue_rows(core: SchedulingCore, state: SchedulingState) -> list[tuple[Any, ...]]:
+def queue_rows(core: QueueFold, state: SchedulingState) -> list[tuple[Any, ...]]:
     """The queue at the fold's sequence: pending jobs ranked in scheduling order, then held jobs."""
     ctx = core.context(state)
     policy = make_policy(state.config.policy)

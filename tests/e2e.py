@@ -10,7 +10,7 @@ from typing import Any
 from events import catalogue as c
 from events.codec import DecodeError, decode
 from services.runtime.jetstream import JetStreamLog
-from services.runtime.log import Record
+from services.domain.protocol import Record
 
 
 async def read_log(url: str) -> list[Record]:

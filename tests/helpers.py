@@ -7,7 +7,7 @@ from typing import Any
 from events import catalogue as c
 from events.codec import encode
 from events.subjects import admin_subject, event_subject, input_subject
-from services.runtime.log import Record
+from services.domain.protocol import Record
 from services.runtime.service import fold_record
 
 

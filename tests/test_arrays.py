@@ -13,10 +13,10 @@ from events import catalogue as c
 from events.arrays import parse_array
 from events.resources import ResourceError, parse_memory
 from services.agent.app import local_nodes
-from services.scheduling.dependencies import MET, NEVER, WAITING, dependency_status
+from services.domain.dependencies import MET, NEVER, WAITING, dependency_status
 from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
 from services.sim.traces import SimJob
-from services.state.jobs import JobTable
+from services.domain.jobs import JobTable
 from services.submission.core import SubmissionCore
 from services.submission.validate import Limits
 from tests.helpers import Feed, accepted, node
@@ -272,8 +272,8 @@ def test_an_array_of_1000_with_percent_10_never_runs_more_than_10_at_once():
 
 @pytest.mark.timeout(120)
 async def test_an_array_and_a_dependency_pair_through_the_services(nats_server, tmp_path):
-    from services.runtime.check import check_log
-    from services.runtime.stack import Stack
+    from services.host.check import check_log
+    from services.host.stack import Stack
     from tests.e2e import Tally, events_of, read_log, wait_until
     from tests.test_e2e_services import assert_replays
 
@@ -324,7 +324,7 @@ async def test_the_cli_holds_reprioritises_and_cancels_an_array_as_owner_and_ope
     from click.testing import CliRunner
 
     from services.cli.main import cli
-    from services.runtime.stack import Stack
+    from services.host.stack import Stack
 
     stack = Stack(nats_server.url, tmp_path / "stack", executor="sim", nodes=local_nodes(1, gpus_per_node=1))
     await stack.start()

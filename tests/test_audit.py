@@ -36,8 +36,10 @@ from events.codec import decode, encode
 from events.subjects import event_subject
 from services.agent.app import local_nodes
 from services.runtime.jetstream import JetStreamLog
-from services.runtime.log import Outgoing, Record
-from services.runtime.replay import DECISION_SERVICES, audit
+from services.runtime.log import Outgoing
+from services.domain.protocol import Record
+from services.runtime.replay import audit
+from events.subjects import DECISION_SERVICES
 from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
 from services.sim.traces import SimJob
 from tests.e2e import read_log, wait_until
@@ -345,7 +347,7 @@ async def test_the_cli_answers_in_one_line_when_it_cannot_audit(nats_server, pin
 
 
 async def test_a_live_stacks_log_is_reproduced_with_the_defaults_of_horizon_up(nats_server, tmp_path):
-    from services.runtime.stack import Stack
+    from services.host.stack import Stack
 
     stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(2, gpus_per_node=4), executor="sim")
     await stack.start()

@@ -39,7 +39,7 @@ from services.agent.app import local_nodes
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import LogError
 from services.runtime.natsserver import NatsServer
-from services.runtime.stack import Stack
+from services.host.stack import Stack
 from tests.e2e import read_log, wait_until
 
 pytestmark = pytest.mark.timeout(120)

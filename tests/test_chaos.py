@@ -21,7 +21,7 @@ from services.agent.app import NodeAgent, local_nodes
 from services.agent.executors import SimExecutor
 from services.bench.chaos import DECIDERS, ChaosConfig, fault_plan, make_parts, run_chaos, workload
 from services.bench.chaos_verdict import duplicates
-from services.runtime.log import Record
+from services.domain.protocol import Record
 from services.runtime.memory import MemoryLog
 
 pytestmark = pytest.mark.timeout(240)

@@ -1,4 +1,4 @@
-"""The whole-log checker (``services.runtime.check``): a clean simulated log passes, and every kind of bad
+"""The whole-log checker (``services.host.check``): a clean simulated log passes, and every kind of bad
 log fails with the problem named. The bad logs are real events appended to a ``MemoryLog``, as the
 services would have published them, with one decision or report forged."""
 
@@ -13,7 +13,7 @@ from events import catalogue as c
 from events.codec import encode
 from events.subjects import admin_subject, event_subject, input_subject
 from services.agent.app import local_nodes
-from services.runtime.check import check_log
+from services.host.check import check_log
 from services.runtime.memory import MemoryLog
 from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
 from services.sim.traces import SimJob

@@ -11,7 +11,7 @@ import nats
 import pytest
 
 from services.agent.app import local_nodes
-from services.runtime.stack import Stack
+from services.host.stack import Stack
 from tests.e2e import read_log
 from tests.test_e2e_services import assert_replays, job_json, publish_all
 
@@ -143,7 +143,7 @@ async def test_profiles_reservations_and_why_a_job_waits_from_the_cli(nats_serve
 
 
 async def test_preemption_dry_run_then_for_real_through_the_services(nats_server, tmp_path):
-    from services.runtime.check import check_log
+    from services.host.check import check_log
 
     stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(1, gpus_per_node=8), executor="sim")
     await stack.start()

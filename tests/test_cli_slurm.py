@@ -16,7 +16,7 @@ from services.agent.app import local_nodes
 from services.cli.client import default_user
 from services.cli.main import cli
 from services.cli.slurm import hostlist, sacct_duration, slurm_datetime, slurm_state, squeue_duration, squeue_lines
-from services.runtime.stack import Stack
+from services.host.stack import Stack
 from tests.e2e import read_log
 from tests.test_e2e_services import assert_replays, job_json
 

@@ -10,10 +10,10 @@ import pytest
 from events import catalogue as c
 from events.resources import parse_memory
 from services.agent.app import local_nodes
-from services.scheduling.dependencies import NEVER, WAITING, dependency_status
+from services.domain.dependencies import NEVER, WAITING, dependency_status
 from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
 from services.sim.traces import SimJob
-from services.state.jobs import JobTable
+from services.domain.jobs import JobTable
 from services.submission.core import SubmissionCore
 from tests.helpers import Feed, accepted, node
 

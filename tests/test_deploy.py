@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from services.runtime.natsserver import find_nats_server
-from services.runtime.supervisor import ChildSpec, Supervisor
+from services.host.supervisor import ChildSpec, Supervisor
 from tests.test_cli_up import HORIZON, free_port, horizon
 
 pytestmark = pytest.mark.timeout(150)

@@ -15,9 +15,9 @@ from services.agent.executors import SimExecutor
 from services.inventory.core import InventoryCore
 from services.placement.core import PlacementCore
 from services.preemption.core import PreemptionCore
-from services.runtime.check import check_log
+from services.host.check import check_log
 from services.runtime.replay import replay_decisions
-from services.runtime.stack import Stack
+from services.host.stack import Stack
 from services.scheduling.core import SchedulingCore
 from services.submission.core import SubmissionCore
 from tests.e2e import Tally, events_of, read_log, wait_until

@@ -23,8 +23,8 @@ from events.codec import encode
 from events.subjects import event_subject
 from services.agent.app import NodeAgent, local_nodes
 from services.agent.executors import Outcome, ProcessExecutor, SimExecutor
-from services.runtime.check import check_log
-from services.runtime.stack import Stack
+from services.host.check import check_log
+from services.host.stack import Stack
 from tests.e2e import Tally, events_of, read_log, wait_until
 from tests.test_e2e_services import assert_replays, job_json, publish_all
 

@@ -11,7 +11,7 @@ import nats
 
 from events import decode
 from events.catalogue import JobSubmitted
-from services.runtime.log import Record
+from services.domain.protocol import Record
 
 
 async def test_plain_nats_client_submits_and_a_retry_is_a_duplicate(nats_server, js_log):

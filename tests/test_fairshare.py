@@ -10,7 +10,7 @@ import pytest
 from events import catalogue as c
 from events.subjects import admin_subject
 from services.agent.app import local_nodes
-from services.scheduling.fairshare import FairShare
+from services.domain.fairshare import FairShare
 from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
 from services.sim.traces import SimJob
 
@@ -276,7 +276,7 @@ def test_a_user_with_a_huge_history_yields_to_a_new_user_and_recovers_as_it_deca
 
 def test_the_usage_history_samples_every_hour_of_log_time():
     from projections.scheduling import SchedulerView
-    from services.runtime.log import Record
+    from services.domain.protocol import Record
     from events.codec import encode
     from events.subjects import event_subject
 

@@ -37,15 +37,15 @@ from services.agent.app import local_nodes
 from services.inventory.core import InventoryCore
 from services.placement.core import PlacementCore
 from services.preemption.core import PreemptionCore
-from services.runtime.check import check_log
+from services.host.check import check_log
 from services.runtime.consume import decode_record
 from services.runtime.jetstream import JetStreamLog
-from services.runtime.log import MSG_ID, Record
+from services.domain.protocol import MSG_ID, Record
 from services.runtime.replay import replay_decisions
 from services.runtime.service import fold_record
-from services.runtime.stack import Stack
+from services.host.stack import Stack
 from services.scheduling.core import SchedulingCore
-from services.state.echo import bounded_id
+from services.domain.echo import bounded_id
 from services.submission.core import SubmissionCore
 from tests.e2e import read_log, wait_until
 from tests.fuzz_inputs import SEED_NODES, messages

@@ -21,13 +21,14 @@ import pytest
 
 from events import catalogue as c
 from services.agent.app import local_nodes
-from services.runtime.check import check_log
+from services.host.check import check_log
 from services.runtime.jetstream import JetStreamLog, StreamSettings
 from services.runtime.lease import Lease
 from services.runtime.log import FENCED_BATCH_MAX, Fence, LogConflict, Outgoing
 from services.runtime.replay import replay_decisions
 from services.runtime.service import ServiceRunner
-from services.runtime.stack import Stack, make_core
+from services.host.stack import Stack
+from services.host.registry import make_core
 from services.submission.core import SubmissionCore
 from tests.e2e import events_of, read_log, wait_until
 

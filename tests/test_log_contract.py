@@ -9,7 +9,8 @@ import os
 import msgspec
 import pytest
 
-from services.runtime.log import LogConflict, Outgoing, Record
+from services.runtime.log import LogConflict, Outgoing
+from services.domain.protocol import Record
 from services.runtime.snapshots import split
 
 

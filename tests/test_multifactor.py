@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from events import catalogue as c
 from projections.scheduling import priority_report
 from services.scheduling.core import SchedulingCore
-from services.scheduling.policy import WEIGHT_NAMES, Context, Multifactor, PolicyConfig
-from services.state.jobs import Job, JobState
+from services.domain.policy import WEIGHT_NAMES, Context, Multifactor, PolicyConfig
+from services.domain.jobs import Job, JobState
 from tests.helpers import Feed, accepted, node
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "scheduling-policy.md"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from events import catalogue as c
 from services.placement.core import PlacementCore
-from services.runtime.check import check_log
+from services.host.check import check_log
 from tests.helpers import Feed, accepted, node
 
 

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 
 from events import catalogue as c
 from services.placement.core import place_job
-from services.placement.fit import Overlay, fit_node
-from services.runtime.check import check_log
-from services.state.cluster import Request
+from services.domain.fit.node import Overlay, fit_node
+from services.host.check import check_log
+from services.domain.cluster import Request
 from tests.helpers import Feed, accepted, node
 
 

@@ -7,9 +7,9 @@ import pytest
 
 from events import catalogue as c
 from services.placement.core import PlacementCore
-from services.placement.fit import Context, Overlay, fit_node
-from services.placement.plugins import DEFAULT_WEIGHTS, Profile
-from services.state.cluster import Cluster, request_of
+from services.domain.fit.node import Context, Overlay, fit_node
+from services.domain.fit.plugins import DEFAULT_WEIGHTS, Profile
+from services.domain.cluster import Cluster, request_of
 from tests.helpers import Feed, accepted, node
 
 

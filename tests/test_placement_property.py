@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from events import catalogue as c
 from services.placement.core import PlacementCore
-from services.placement.plugins import requirement_holds, untolerated
-from services.runtime.check import check_log
-from services.state.cluster import request_of
+from services.domain.fit.plugins import requirement_holds, untolerated
+from services.host.check import check_log
+from services.domain.cluster import request_of
 from tests.helpers import Feed, accepted, node
 
 ZONES = ["eu", "us"]

@@ -9,7 +9,7 @@ import msgspec
 from events import catalogue as c
 from services.preemption.core import PreemptionCore
 from services.scheduling.core import SchedulingCore
-from services.state.jobs import JobState
+from services.domain.jobs import JobState
 from tests.helpers import Feed, accepted, node
 from tests.test_preemption import _cluster, _left_blocked, _requests, _running
 

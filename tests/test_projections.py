@@ -21,7 +21,7 @@ from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import Outgoing
 from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
 from services.sim.traces import SimJob
-from services.state.jobs import JobState, JobTable
+from services.domain.jobs import JobState, JobTable
 
 pytestmark = pytest.mark.timeout(240)
 HORIZON = [sys.executable, "-m", "services.cli.main"]

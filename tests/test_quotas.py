@@ -8,11 +8,11 @@ from events import catalogue as c
 from events.codec import encode
 from events.subjects import admin_subject
 from services.agent.app import local_nodes
-from services.runtime.check import check_log
-from services.runtime.log import Record
+from services.host.check import check_log
+from services.domain.protocol import Record
 from services.scheduling.core import SchedulingCore
-from services.scheduling.fairshare import FairShare
-from services.scheduling.quotas import BLOCKED, BORROW, OK, Amount, Quotas, amount_of
+from services.domain.fairshare import FairShare
+from services.domain.quotas import BLOCKED, BORROW, OK, Amount, Quotas, amount_of
 from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
 from services.sim.traces import SimJob
 from tests.helpers import Feed, accepted, node

@@ -14,7 +14,7 @@ from services.placement.core import PlacementCore
 from services.preemption.core import PreemptionCore
 from services.runtime.memory import MemoryLog
 from services.runtime.replay import replay_decisions
-from services.runtime.stack import Stack
+from services.host.stack import Stack
 from services.scheduling.core import SchedulingCore
 from services.submission.core import SubmissionCore
 from tests.e2e import Tally, read_log, wait_until
@@ -78,7 +78,7 @@ async def test_every_service_reproduces_its_recorded_decisions(nats_server, tmp_
 
     # A tampered decision is caught: change the devices of one recorded JobScheduled.
     from events.codec import decode, encode
-    from services.runtime.log import Record
+    from services.domain.protocol import Record
 
     forged = []
     done = False

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from events import catalogue as c
 from services.scheduling.core import SchedulingCore
-from services.scheduling.policy import PolicyConfig
-from services.state.jobs import JobState
+from services.domain.policy import PolicyConfig
+from services.domain.jobs import JobState
 from tests.helpers import Feed, accepted, node
 
 

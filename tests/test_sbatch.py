@@ -28,7 +28,7 @@ from services.cli.sbatch import (
     slurm_time,
 )
 from services.cli.sbatch import _Problem  # the error of one value
-from services.runtime.stack import Stack
+from services.host.stack import Stack
 from tests.e2e import read_log
 from tests.test_e2e_services import assert_replays
 

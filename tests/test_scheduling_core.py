@@ -108,8 +108,8 @@ def test_certainly_blocked_jobs_do_not_crowd_out_the_queue_behind_them():
 
 
 def test_policies_order_within_a_class():
-    from services.scheduling.policy import Context, make_policy
-    from services.state.jobs import Job, JobState
+    from services.domain.policy import Context, make_policy
+    from services.domain.jobs import Job, JobState
     from tests.helpers import spec
 
     def job(job_id, seq, submit, est, gpus):

@@ -33,12 +33,12 @@ from events.base import Event
 from events.codec import encode
 from events.subjects import admin_subject, event_subject
 from services.agent.app import local_nodes
-from services.runtime.log import Record
+from services.domain.protocol import Record
 from services.runtime.service import fold_record
 from services.scheduling.core import SchedulingCore
 from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
 from services.sim.traces import SimJob
-from services.state.jobs import JobState, JobTable
+from services.domain.jobs import JobState, JobTable
 from tests.helpers import node
 
 JOBS = [f"j{i}" for i in range(4)]
@@ -355,7 +355,7 @@ def test_a_stale_backoff_wakeup_is_not_a_difference_between_replay_and_restart()
 def test_jobs_that_ended_for_good_keep_only_their_outcome():
     """The state (and so each snapshot) does not grow with the jobs that have come and gone:
     a finished job is kept as its outcome, which is all a later dependency or a duplicate needs."""
-    from services.scheduling.dependencies import MET, NEVER, dependency_status
+    from services.domain.dependencies import MET, NEVER, dependency_status
     from tests.helpers import Feed, accepted
 
     core = SchedulingCore()

@@ -21,8 +21,10 @@ from events.base import Event
 from events.codec import encode
 from events.subjects import WHOLE_LOG, event_subject, input_subject
 from services.runtime.jetstream import JetStreamLog
-from services.runtime.log import Outgoing, Record
-from services.runtime.service import CoreState, ServiceRunner, snapshot_interval
+from services.runtime.log import Outgoing
+from services.domain.protocol import Record
+from services.runtime.service import ServiceRunner
+from services.domain.protocol import CoreState, snapshot_interval
 from services.runtime.snapshots import SnapshotUploader
 
 pytestmark = pytest.mark.timeout(60)

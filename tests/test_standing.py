@@ -22,7 +22,7 @@ from services.cli.projections import rebuild_standing
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.service import fold_record
 from services.scheduling.core import SchedulingCore
-from services.state.jobs import JobState, JobTable
+from services.domain.jobs import JobState, JobTable
 from events.codec import decode
 from tests.helpers import node
 from tests.test_projections import STANDING_TABLES, _dump, _log_records, _publish, _tables

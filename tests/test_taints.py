@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from events import catalogue as c
-from services.state.taints import TaintSyntaxError, check_taint, parse_taint, taint_text, tolerates, untolerated
+from services.domain.taints import TaintSyntaxError, check_taint, parse_taint, taint_text, tolerates, untolerated
 
 BROKEN = c.Taint(key="gpu", value="broken", effect="NoExecute")
 RESERVED = c.Taint(key="gpu", value="reserved", effect="NoSchedule")

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.agent.app import local_nodes
-from services.runtime.stack import Stack
+from services.host.stack import Stack
 from services.runtime.telemetry import parse_traceparent, root_context, traceparent
 from tests.e2e import Tally, read_log, wait_until
 from tests.test_e2e_services import assert_replays, job_json

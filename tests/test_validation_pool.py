@@ -11,7 +11,7 @@ import nats
 
 from events.subjects import STREAM
 from services.agent.app import local_nodes
-from services.runtime.stack import Stack
+from services.host.stack import Stack
 from tests.test_cli_slurm import _invoke
 
 

@@ -60,8 +60,9 @@ from events.codec import encode
 from events.subjects import event_subject, heartbeat_subject
 from services.agent.executors import Execution, Executor, Outcome
 from services.runtime.consume import readable
-from services.runtime.log import EventLog, Record
-from services.state.jobs import HOLDS_RESOURCES, JobState, JobTable
+from services.runtime.log import EventLog
+from services.domain.protocol import Record
+from services.domain.jobs import HOLDS_RESOURCES, JobState, JobTable
 
 __all__ = ["NodeSpec", "NodeAgent", "local_nodes", "MIN_STOP_GRACE_S"]
 

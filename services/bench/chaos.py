@@ -56,10 +56,11 @@ from events.codec import DecodeError, decode, encode
 from events.subjects import input_subject
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.lease import LEASE_BUCKET
-from services.runtime.log import LogError, Outgoing, Record
+from services.runtime.log import LogError, Outgoing
+from services.domain.protocol import Record
 from services.bench.chaos_verdict import accounting, duplicates, horizon_check, recovery_summary, render
 from services.runtime.natsserver import NatsServer
-from services.state.jobs import TERMINAL, JobState, JobTable
+from services.domain.jobs import TERMINAL, JobState, JobTable
 
 __all__ = ["ChaosConfig", "DECIDERS", "run_chaos", "fault_plan", "make_parts", "workload", "main"]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from events import catalogue as c
 from events.codec import DecodeError, decode
-from services.runtime.log import Record
-from services.state.jobs import TERMINAL, JobTable
+from services.domain.protocol import Record
+from services.domain.jobs import TERMINAL, JobTable
 
 __all__ = ["ENDINGS", "duplicates", "accounting", "horizon_check", "recovery_summary", "render"]
 

@@ -40,8 +40,8 @@ from services.agent.app import local_nodes
 from services.runtime.jetstream import JetStreamLog, StreamSettings
 from services.runtime.log import Outgoing
 from services.runtime.natscluster import NatsCluster
-from services.runtime.stack import Stack
-from services.state.jobs import TERMINAL, JobTable
+from services.host.stack import Stack
+from services.domain.jobs import TERMINAL, JobTable
 
 __all__ = ["ClusterRun", "run_workload", "main"]
 
@@ -240,7 +240,7 @@ async def run_workload(cluster: NatsCluster, data_dir: Path, cfg: ClusterRun) ->
 def _check(url: str) -> dict[str, Any]:
     """``horizon check`` on the whole log: invariants, endings, and every decision replayed."""
     from services.cli.audit import AuditConfig, audit_cores, read_log
-    from services.runtime.check import check_log
+    from services.host.check import check_log
     from services.runtime.replay import audit
 
     records = asyncio.run(read_log(url))

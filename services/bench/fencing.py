@@ -35,7 +35,7 @@ from services.agent.app import local_nodes
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import Outgoing
 from services.runtime.natsserver import NatsServer
-from services.runtime.stack import Stack
+from services.host.stack import Stack
 
 __all__ = ["measure", "main"]
 

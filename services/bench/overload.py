@@ -49,10 +49,11 @@ from events import catalogue as c
 from events.codec import encode
 from events.subjects import STREAM
 from services.runtime.jetstream import JetStreamLog
-from services.runtime.log import Outgoing, Record
+from services.runtime.log import Outgoing
+from services.domain.protocol import Record
 from services.runtime.natsserver import NatsServer
-from services.runtime.stack import SERVICES
-from services.runtime.supervisor import ChildSpec, Supervisor
+from services.host.registry import SERVICES
+from services.host.supervisor import ChildSpec, Supervisor
 
 __all__ = ["OverloadResult", "run_overload", "main"]
 

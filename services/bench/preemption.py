@@ -44,7 +44,7 @@ from services.preemption.core import VICTIM_ORDERS, PreemptionCore, PreemptionSt
 from services.sim.driver import InProcessBus, SimRun, SimSettings, make_cores, simulate
 from services.sim.metrics import job_gpus, report
 from services.sim.traces import read_trace
-from services.state.jobs import Job, JobState
+from services.domain.jobs import Job, JobState
 
 __all__ = ["compare", "run_one", "summary", "decisions", "sweep", "gpus_first", "GpusFirst",
            "DEFAULT_WORKLOAD"]

@@ -42,7 +42,8 @@ from events.subjects import input_subject
 from services.bench.chaos import HORIZON, Part, duplicates, horizon_check
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.lease import Lease
-from services.runtime.log import Outgoing, Record
+from services.runtime.log import Outgoing
+from services.domain.protocol import Record
 from services.runtime.natsserver import NatsServer
 
 __all__ = ["run_takeover", "main"]

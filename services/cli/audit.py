@@ -29,7 +29,8 @@ from events.codec import DecodeError, decode
 from events.resources import format_cpus, format_memory
 from events.subjects import STREAM, parse_subject
 from services.cli.progress import Bar
-from services.runtime.log import LogError, Record
+from services.runtime.log import LogError
+from services.domain.protocol import Record
 from services.runtime.replay import OBSERVATION, REPRODUCED, AuditReport, audit, concerns, differing_fields
 
 __all__ = ["register", "read_log", "audit_cores"]
@@ -60,7 +61,7 @@ def audit_cores(config: AuditConfig) -> list[Any]:
         from services.sim.driver import SimSettings, make_cores
 
         return make_cores(SimSettings(policy=config.policy, backfill=config.backfill))
-    from services.runtime.stack import SERVICES, make_core
+    from services.host.registry import SERVICES, make_core
 
     return [make_core(name, policy=config.policy, backfill=config.backfill) for name in SERVICES]
 

@@ -1,6 +1,6 @@
 """``horizon check``: the whole-log invariants, from sequence 1 (issue 9's checker, for operators and tests).
 
-``services.runtime.check.check_log`` checks them (its docstring states each one exactly):
+``services.host.check.check_log`` checks them (its docstring states each one exactly):
 
 * no device, CPU or byte of memory over-allocated at any sequence; every allocation names devices
   that exist; the ledger recomputed from the jobs equals the incremental one;
@@ -27,9 +27,9 @@ import click
 from services.cli.audit import AuditConfig, audit_cores, read_log
 from services.cli.jobs import nats_option
 from services.cli.progress import Bar
-from services.runtime.check import check_log
+from services.host.check import check_log
 from services.runtime.log import LogError
-from services.state.jobs import LIVE, TERMINAL
+from services.domain.jobs import LIVE, TERMINAL
 
 __all__ = ["register"]
 

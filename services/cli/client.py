@@ -16,7 +16,8 @@ import nats.js.errors
 from events.base import Event
 from events.codec import encode
 from services.runtime.jetstream import connect
-from services.runtime.log import MSG_ID, LogError
+from services.runtime.log import LogError
+from services.domain.protocol import MSG_ID
 
 __all__ = ["session", "publish_input", "query", "default_tenant", "default_user", "await_answer"]
 

@@ -17,7 +17,7 @@ from events.subjects import admin_subject
 from services.cli.client import await_answer, default_user, publish_input, query, session
 from services.cli.jobs import console, nats_option
 from services.inventory.core import NODE_ACTIONS
-from services.state.taints import TaintSyntaxError, parse_taint, taint_text
+from services.domain.taints import TaintSyntaxError, parse_taint, taint_text
 
 __all__ = ["register"]
 

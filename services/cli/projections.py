@@ -26,7 +26,8 @@ import click
 from events.subjects import WHOLE_LOG
 from services.cli.jobs import nats_option
 from services.cli.progress import Bar
-from services.runtime.log import LogError, Record
+from services.runtime.log import LogError
+from services.domain.protocol import Record
 
 __all__ = ["register", "rebuild_jobs", "rebuild_standing"]
 

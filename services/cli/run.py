@@ -17,8 +17,9 @@ from events.subjects import valid_token
 from services.agent.app import local_nodes
 from services.runtime.jetstream import JetStreamLog, StreamSettings, redact_url
 from services.runtime.natsserver import NatsServer
-from services.runtime.stack import SERVICES, Stack
-from services.runtime.supervisor import ChildSpec, Supervisor, notify_ready
+from services.host.stack import Stack
+from services.host.registry import SERVICES
+from services.host.supervisor import ChildSpec, Supervisor, notify_ready
 
 __all__ = ["register"]
 

@@ -44,12 +44,12 @@ from events import catalogue as c
 from events.base import Event
 from events.subjects import WHOLE_LOG
 from events.subjects import parse_subject
-from services.runtime.log import Record
-from services.runtime.service import CoreState
-from services.state.echo import bounded_id, clipped, id_token
-from services.state.cluster import Cluster, Node, fold_cluster
-from services.state.jobs import HOLDS_RESOURCES, JobTable
-from services.state.taints import check_taint, taint_text, untolerated
+from services.domain.protocol import Record
+from services.domain.protocol import CoreState
+from services.domain.echo import bounded_id, clipped, id_token
+from services.domain.cluster import Cluster, Node, fold_cluster
+from services.domain.jobs import HOLDS_RESOURCES, JobTable
+from services.domain.taints import check_taint, taint_text, untolerated
 
 __all__ = ["InventoryCore", "InventoryState", "NODE_ACTIONS", "EVICTION_GRACE_S"]
 
@@ -70,6 +70,9 @@ class InventoryState(CoreState):
 @dataclass
 class InventoryCore:
     name: ClassVar[str] = "inventory"
+    # NodeLost/NodeReady with basis_seq 0 record the heartbeat watch's wall-clock silence: observations
+    # of the world that no replay can reproduce (services/runtime/replay.py takes them as inputs).
+    observations: ClassVar[tuple[str, ...]] = ("NodeLost", "NodeReady")
     virtual_time: bool = False
     subjects: tuple[str, ...] = WHOLE_LOG
     eviction_grace_s: float = EVICTION_GRACE_S
@@ -175,7 +178,7 @@ class InventoryCore:
         self, state: InventoryState, seq: int, cmd: c.NodeCommandIssued, base: dict[str, object],
         taints: dict[str, list[c.Taint]],
     ) -> Event:
-        # What the operator wrote comes back bounded (services/state/echo.py): the answer must fit
+        # What the operator wrote comes back bounded (services/domain/echo.py): the answer must fit
         # in one message whatever the command carried.
         common = {"correlation_id": bounded_id(cmd.node), "causation_id": f"seq:{seq}", **base}
         node = state.cluster.nodes.get(cmd.node)

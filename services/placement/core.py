@@ -4,7 +4,7 @@ For the latest cycle it has not handled, placement walks the candidates in
 the scheduler's order. For each job still pending:
 
 1. it runs the filter plugins of the job's **profile** on every kind of node
-   (``services.placement.plugins``, ``fit_node``) against the ledger plus what
+   (``services.domain.fit.plugins``, ``fit_node``) against the ledger plus what
    this decision has already placed (the ``Overlay``), and scores the nodes
    that pass;
 2. if enough nodes fit (all of a multi-node gang, or none), it takes the
@@ -64,16 +64,16 @@ from typing import ClassVar
 from events import catalogue as c
 from events.base import Event
 from events.subjects import WHOLE_LOG, parse_subject, valid_token
-from services.placement.fit import (AdvanceReservation, Context, Fit, Overlay, Topology, explain, fit_node, hold_room,
+from services.domain.fit.node import (AdvanceReservation, Context, Fit, Overlay, Topology, explain, fit_node, hold_room,
                                     release_room)
 from services.placement.index import NodeIndex
-from services.placement.plugins import (BACKFILL_MODES, NEVER_FILTERS, TOPOLOGY_LABELS, Profile, check_profile,
+from services.domain.fit.plugins import (BACKFILL_MODES, NEVER_FILTERS, TOPOLOGY_LABELS, Profile, check_profile,
                                         profile_from)
-from services.runtime.log import Record
-from services.runtime.service import CoreState
-from services.state.cluster import Cluster, Request, fold_cluster, request_of
-from services.state.config import config_rejected
-from services.state.jobs import HOLDS_RESOURCES, JobState, JobTable
+from services.domain.protocol import Record
+from services.domain.protocol import CoreState
+from services.domain.cluster import Cluster, Request, fold_cluster, request_of
+from services.domain.config import config_rejected
+from services.domain.jobs import HOLDS_RESOURCES, JobState, JobTable
 
 __all__ = ["PlacementCore", "PlacementState", "place_job", "Reservation", "BACKFILL_MODES", "check_reservation"]
 

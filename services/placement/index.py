@@ -26,8 +26,8 @@ import bisect
 import heapq
 from collections.abc import Iterator
 
-from services.placement.fit import DEFAULT_CONTEXT, Context, Fit, Overlay, fit_node
-from services.state.cluster import Cluster, Node, Request
+from services.domain.fit.node import DEFAULT_CONTEXT, Context, Fit, Overlay, fit_node
+from services.domain.cluster import Cluster, Node, Request
 
 __all__ = ["NodeIndex"]
 

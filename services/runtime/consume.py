@@ -23,7 +23,8 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from events.base import Event
 from events.codec import DecodeError, decode
 from events.subjects import expected_type, parse_subject
-from services.runtime.log import EventLog, Record
+from services.runtime.log import EventLog
+from services.domain.protocol import Record
 
 __all__ = ["decode_record", "readable", "run_durable", "Handler"]
 

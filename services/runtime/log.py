@@ -51,12 +51,12 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from events.subjects import WHOLE_LOG
+from services.domain.protocol import Record
 
 __all__ = [
     "LogError",
     "LogConflict",
     "LogUnavailable",
-    "Record",
     "Outgoing",
     "PublishAck",
     "DeadLetter",
@@ -67,14 +67,12 @@ __all__ = [
     "BatchHandler",
     "TaskFollower",
     "subject_matches",
-    "MSG_ID",
     "EXPECTED_LAST_SUBJECT_SEQ",
     "EXPECTED_LAST_SUBJECT_SEQ_SUBJECT",
     "FENCED_BATCH_MAX",
     "Fence",
 ]
 
-MSG_ID = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 # With this header the expected sequence is that of the last message matching a filter (nats-server 2.11+).
 EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
@@ -94,21 +92,6 @@ class LogConflict(LogError):
 
 class LogUnavailable(LogError):
     """The log did not answer (server down, timeout); the operation may be retried with the same msg id."""
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One stored message: its stream sequence, subject, body, and the time the log stored it."""
-
-    seq: int
-    subject: str
-    data: bytes
-    time: float  # seconds since the epoch, assigned by the log (trusted "now" for inputs)
-    headers: Mapping[str, str] | None = None
-
-    @property
-    def msg_id(self) -> str | None:
-        return self.headers.get(MSG_ID) if self.headers else None
 
 
 class Outgoing(NamedTuple):

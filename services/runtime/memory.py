@@ -18,21 +18,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from events.subjects import WHOLE_LOG
-from services.runtime.log import (
-    FENCED_BATCH_MAX,
-    MSG_ID,
-    BatchHandler,
-    DeadLetter,
-    Delivery,
-    Fence,
-    LogConflict,
-    Outgoing,
-    PublishAck,
-    Record,
-    TaskFollower,
-    clean_header,
-    subject_matches,
-)
+from services.runtime.log import FENCED_BATCH_MAX, BatchHandler, DeadLetter, Delivery, Fence, LogConflict, Outgoing, PublishAck, TaskFollower, clean_header, subject_matches
+from services.domain.protocol import MSG_ID, Record
 from services.runtime.snapshots import (
     Manifest,
     SnapshotInvalid,

@@ -48,7 +48,7 @@ from typing import Any
 
 from nats.js import api
 
-from services.runtime.log import Record
+from services.domain.protocol import Record
 
 __all__ = ["PullReader", "parse_ack_subject", "parse_delivery"]
 

@@ -20,7 +20,7 @@ naming a decision service as its ``source`` on another's subject.
 Not decisions, and not checked: inputs (``horizon.in.>``), the agents' reports
 and the clock (their subjects, their types), and the *observations* of
 inventory's heartbeat watch, ``NodeLost`` and ``NodeReady`` with
-``basis_seq`` 0 (``OBSERVATIONS``): they record wall-clock silence, which no
+``basis_seq`` 0 (each core names its own: ``observations``): they record wall-clock silence, which no
 replay of the log can reproduce; the log takes them as inputs.
 
 **How a decision is checked.** The records are folded through the same
@@ -62,14 +62,14 @@ from typing import Any
 
 from events.base import Event
 from events.codec import DecodeError, decode, encode
-from events.subjects import PUBLISHERS, parse_subject
+from events.subjects import DECISION_SERVICES, PUBLISHERS, parse_subject
 from services.runtime.consume import decode_record
-from services.runtime.log import Record, subject_matches
-from services.runtime.service import Core, fold_event
+from services.runtime.log import subject_matches
+from services.domain.protocol import Record
+from services.domain.protocol import Core, fold_event
 
 __all__ = [
-    "DECISION_SERVICES",
-    "OBSERVATIONS",
+    "observations",
     "AuditReport",
     "ReplayReport",
     "audit",
@@ -77,9 +77,12 @@ __all__ = [
     "concerns",
 ]
 
-DECISION_SERVICES: tuple[str, ...] = ("submission", "scheduling", "placement", "preemption", "inventory")
-# (service, event type) recorded with basis_seq 0 as observations of the world: inventory's heartbeat watch
-OBSERVATIONS: frozenset[tuple[str, str]] = frozenset({("inventory", "NodeLost"), ("inventory", "NodeReady")})
+
+def observations(cores: Sequence[Core[Any]]) -> frozenset[tuple[str, str]]:
+    """(service, event type) pairs that the cores record with basis_seq 0 as observations of the world
+    (a core's ``observations``, e.g. inventory's heartbeat watch), not as decisions."""
+    return frozenset((core.name, t) for core in cores for t in getattr(core, "observations", ()))
+
 
 REPRODUCED = "reproduced"
 OBSERVATION = "observation"
@@ -163,6 +166,7 @@ class _Audit:
                  select: Callable[[Event], bool] | None) -> None:
         self.cores = list(cores)
         self.names = {core.name for core in self.cores}
+        self.observations = observations(self.cores)
         self.first = first
         self.last = last
         self.select = select
@@ -249,7 +253,7 @@ class _Audit:
             return
         basis = getattr(event, "basis_seq", 0) or 0
         if basis == 0:
-            if (owner, event.event_type) in OBSERVATIONS:
+            if (owner, event.event_type) in self.observations:
                 self.report.observations += 1
                 self.report.verdicts[r.seq] = OBSERVATION
                 return

@@ -56,80 +56,29 @@ import gc
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from events import catalogue as c
 from events.base import Event
 from events.codec import DecodeError, encode
 from events.subjects import event_subject
 from services.runtime.consume import decode_record
-from services.runtime.log import EventLog, Fence, LogConflict, Outgoing, PublishAck, Record
+from services.domain.protocol import Core, CoreState, Record, fold_event, snapshot_interval
+from services.runtime.log import EventLog, Fence, LogConflict, Outgoing, PublishAck
 from services.runtime.snapshots import SnapshotUploader
 
 if TYPE_CHECKING:
     from services.runtime.lease import Lease
 
 __all__ = [
-    "CoreState",
-    "Core",
-    "SnapshotCore",
     "ServiceRunner",
     "fold_record",
-    "fold_event",
     "RunnerStats",
-    "snapshot_interval",
     "collector_paused",
 ]
 
 log = logging.getLogger("horizon.service")
 
-
-class CoreState:
-    """Base of every core's state: the basis of its next decision."""
-
-    seq: int = 0  # last applied stream sequence (the basis_seq of a decision)
-    now: float = 0.0  # "now": the time of the last applied event
-
-    def __init__(self) -> None:
-        self.seq = 0
-        self.now = 0.0
-
-
 S = TypeVar("S", bound=CoreState)
-
-
-class Core(Protocol[S]):
-    name: ClassVar[str]  # the service name: the <service> token of its subjects
-    subjects: tuple[str, ...]  # what it folds: the whole stream, so every basis is comparable
-    virtual_time: bool  # True: only ClockTicked moves "now" (simulation)
-
-    def initial(self) -> S: ...
-
-    def evolve(self, state: S, event: Event, record: Record) -> S: ...
-
-    def decide(self, state: S) -> list[Event]: ...
-
-
-class SnapshotCore(Core[S], Protocol[S]):
-    """A core that can be snapshotted: ``load(dump(state))`` must fold on exactly like ``state``."""
-
-    snapshot_every: int  # records between snapshots; 0 disables them
-
-    def dump(self, state: S) -> bytes: ...
-
-    def load(self, data: bytes) -> S | None:
-        """The state in ``data``, or None if this core cannot trust it (another version or configuration)."""
-        ...
-
-
-def snapshot_interval(core: object) -> int:
-    """K if ``core`` has the snapshot capability (``snapshot_every`` > 0, ``dump``, ``load``), else 0."""
-    every = getattr(core, "snapshot_every", 0)
-    if not isinstance(every, int) or every <= 0:
-        return 0
-    if not (callable(getattr(core, "dump", None)) and callable(getattr(core, "load", None))):
-        return 0
-    return every
 
 
 def fold_record(core: Core[S], state: S, record: Record) -> tuple[S, Event | None, str | None]:
@@ -143,19 +92,6 @@ def fold_record(core: Core[S], state: S, record: Record) -> tuple[S, Event | Non
         state.seq = record.seq
         return state, None, str(exc)
     return fold_event(core, state, record, event), event, None
-
-
-def fold_event(core: Core[S], state: S, record: Record, event: Event) -> S:
-    """Fold an already decoded event (the in-process simulator decodes nothing)."""
-    state.seq = record.seq
-    # "now": live, the time the log stored the record (neither a client's ts nor a
-    # ClockTicked is trusted); at virtual time the whole log is the simulator's, so its
-    # event times and ticks are the clock.
-    if core.virtual_time:
-        state.now = max(state.now, event.now_ts if isinstance(event, c.ClockTicked) else event.ts)
-    else:
-        state.now = max(state.now, record.time)
-    return core.evolve(state, event, record)
 
 
 @contextlib.contextmanager
@@ -219,8 +155,10 @@ class ServiceRunner(Generic[S]):
         self.awaiting = 0
         self.stats = RunnerStats()
         # Undecodable client inputs are dead-lettered once, by the service that owns
-        # them (submission); everyone dead-letters output events it cannot read.
-        self.dead_letter_inputs = core.name == "submission" if dead_letter_inputs is None else dead_letter_inputs
+        # them (the core that declares ``dead_letter_inputs``: submission); everyone dead-letters output events it cannot read.
+        if dead_letter_inputs is None:
+            dead_letter_inputs = bool(getattr(core, "dead_letter_inputs", False))
+        self.dead_letter_inputs = dead_letter_inputs
         self.ready = asyncio.Event()
         # The last sequence at which this service had applied everything it published and
         # found nothing to decide; ``progress`` is set whenever it moves (the simulator's barrier).
@@ -504,6 +442,11 @@ class ServiceRunner(Generic[S]):
         if self._lease_task.done() and not self._lease_task.cancelled():
             self._lease_task.result()
             raise RuntimeError(f"{self.name}: the lease loop ended")
+
+    @property
+    def runner(self) -> ServiceRunner[S]:
+        """Itself: a plain runner is all a part runs (``services/runtime/parts.py``)."""
+        return self
 
     async def run(self) -> None:
         """Start and run until cancelled."""

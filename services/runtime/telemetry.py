@@ -54,7 +54,8 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
-from services.runtime.log import MSG_ID, BatchHandler, EventLog, Fence, Follower, Outgoing, PublishAck, Record
+from services.runtime.log import BatchHandler, EventLog, Fence, Follower, Outgoing, PublishAck
+from services.domain.protocol import MSG_ID, Record
 
 __all__ = ["TracedLog", "TRACEPARENT", "traceparent", "parse_traceparent", "configure", "root_context"]
 

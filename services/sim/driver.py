@@ -68,8 +68,9 @@ from events.codec import decode, encode
 from events.resources import ResourceError
 from events.subjects import admin_subject, event_subject, input_subject
 from services.agent.app import NodeSpec
-from services.runtime.log import Outgoing, Record
-from services.runtime.service import fold_event
+from services.runtime.log import Outgoing
+from services.domain.protocol import Record
+from services.domain.protocol import fold_event
 from services.sim.traces import SimJob, admin_verb
 
 __all__ = ["SimSettings", "Bus", "InProcessBus", "NatsBus", "simulate", "JobResult", "Attempt", "submission_for",

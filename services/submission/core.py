@@ -52,11 +52,11 @@ from events import catalogue as c
 from events.arrays import parse_array, task_id
 from events.base import Event
 from events.subjects import ADMIN_TENANT, WHOLE_LOG, parse_subject
-from services.runtime.log import Record
-from services.runtime.service import CoreState
-from services.scheduling.fairshare import FairShare
-from services.state.echo import bounded_id, clipped, id_token
-from services.state.jobs import LIVE, JobState, JobTable
+from services.domain.protocol import Record
+from services.domain.protocol import CoreState
+from services.domain.fairshare import FairShare
+from services.domain.echo import bounded_id, clipped, id_token
+from services.domain.jobs import LIVE, JobState, JobTable
 from services.submission.validate import Limits, Rejection, admit, class_limit_reason
 
 __all__ = ["SubmissionCore", "SubmissionState"]
@@ -123,6 +123,7 @@ class SubmissionState(CoreState):
 @dataclass
 class SubmissionCore:
     name: ClassVar[str] = "submission"
+    dead_letter_inputs: ClassVar[bool] = True  # the client inputs (horizon.in.>) are submission's to dead-letter
     limits: Limits = field(default_factory=Limits)
     gpu_vocabulary: tuple[str, ...] = ()  # models known before any node registers, e.g. ("a100", "h100-80gb")
     virtual_time: bool = False

@@ -30,7 +30,7 @@ from events import catalogue as c
 from events.codec import DecodeError, decode
 from events.subjects import valid_token
 from services.runtime.service import ServiceRunner
-from services.state.echo import clipped
+from services.domain.echo import clipped
 from services.submission.validate import Rejection, admit
 
 __all__ = ["ValidationServer", "VALIDATE_PREFIX", "QUEUE_GROUP", "validate_subject"]

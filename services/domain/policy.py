@@ -13,7 +13,7 @@ scavenger); within a class:
     size is the job's processors (GPUs if it asks for GPUs, else cores).
 ``multifactor`` (the default)
     Slurm-style weighted sum, largest first (see ``Multifactor``), with the
-    Fair Tree fair-share factor (``services.scheduling.fairshare``).
+    Fair Tree fair-share factor (``services.domain.fairshare``).
 
 The parameters (weights, maximum age, QOS boosts, restart backoff) are a
 ``PolicyConfig``, set by ``PolicyConfigured`` events, so their history is in
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from events import catalogue as c
-from services.state.config import check_weights
-from services.state.jobs import Job
+from services.domain.config import check_weights
+from services.domain.jobs import Job
 
 __all__ = ["Policy", "POLICIES", "make_policy", "job_size", "Multifactor", "CLASS_RANK", "PolicyConfig", "Context",
            "WEIGHT_NAMES"]

@@ -28,7 +28,7 @@ by every service, so here too). The invariants, in the words of the problems rep
    was not waiting. Not reported: an ending decided for a wait that a later ``JobScheduled``
    superseded (a cancel that lost the race with a placement: the job table ignores it by
    design, and the agent stops the new attempt).
-5. **Quotas, at every sequence** (``services.scheduling.quotas`` is the model; limits as
+5. **Quotas, at every sequence** (``services.domain.quotas`` is the model; limits as
    configured when the attempt's ``JobScheduled`` lands). For every account on a job's path,
    after every charge:
 
@@ -61,11 +61,11 @@ from events import catalogue as c
 from events.codec import DecodeError
 from events.subjects import parse_subject
 from services.runtime.consume import decode_record
-from services.runtime.log import Record
-from services.scheduling.fairshare import ROOT, Account, FairShare
-from services.scheduling.quotas import Amount, amount_of
-from services.state.cluster import Cluster, Node
-from services.state.jobs import HOLDS_RESOURCES, Job, JobTable, Transition
+from services.domain.protocol import Record
+from services.domain.fairshare import ROOT, Account, FairShare
+from services.domain.quotas import Amount, amount_of
+from services.domain.cluster import Cluster, Node
+from services.domain.jobs import HOLDS_RESOURCES, Job, JobTable, Transition
 
 __all__ = ["LogCheck", "check_log", "ENDINGS"]
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from events import catalogue as c
 from events.resources import format_cpus, format_memory
-from services.scheduling.fairshare import ROOT, Account, FairShare
+from services.domain.fairshare import ROOT, Account, FairShare
 
 __all__ = ["Amount", "Quotas", "amount_of", "OK", "BORROW", "BLOCKED"]
 

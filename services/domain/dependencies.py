@@ -33,7 +33,7 @@ kind               met when                     can never be met when
 from __future__ import annotations
 
 from events import catalogue as c
-from services.state.jobs import Job, JobState, JobTable, TERMINAL
+from services.domain.jobs import Job, JobState, JobTable, TERMINAL
 
 __all__ = ["dependency_status", "MET", "WAITING", "NEVER"]
 

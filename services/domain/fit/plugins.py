@@ -52,9 +52,9 @@ from types import MappingProxyType
 from typing import Mapping
 
 from events import catalogue as c
-from services.state.config import check_weights
-from services.state.taints import taint_text as describe_taint
-from services.state.taints import tolerates, untolerated
+from services.domain.config import check_weights
+from services.domain.taints import taint_text as describe_taint
+from services.domain.taints import tolerates, untolerated
 
 __all__ = ["Profile", "SCORE_PLUGINS", "DEFAULT_WEIGHTS", "BACKFILL_MODES", "check_profile", "profile_from",
            "tolerates", "untolerated", "describe_taint", "requirement_holds", "TOPOLOGY_LABELS", "NEVER_FILTERS"]

@@ -10,45 +10,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from projections.jobs import JobsProjection, QueryServer
+from projections.scheduling import SchedulerView
+from projections.standing import StandingStore
 from services.agent.app import NodeAgent, NodeSpec
 from services.agent.executors import Executor, ProcessExecutor, SimExecutor
-from services.inventory.app import InventoryService
-from services.inventory.core import InventoryCore
-from services.placement.core import PlacementCore
-from services.preemption.core import PreemptionCore
+from services.domain.queue.fold import QueueFold
+from services.host.registry import SERVICES
 from services.runtime.jetstream import JetStreamLog, StreamSettings
 from services.runtime.lease import Lease
-from services.runtime.service import ServiceRunner
-from services.scheduling.core import SchedulingCore
-from services.submission.core import SubmissionCore
+from services.runtime.parts import PartSettings
 
-__all__ = ["SERVICES", "Part", "Stack", "make_core"]
+__all__ = ["Part", "Stack"]
 
 log = logging.getLogger("horizon.stack")
-
-SERVICES: dict[str, Callable[[], Any]] = {
-    "submission": SubmissionCore,
-    "scheduling": SchedulingCore,
-    "placement": PlacementCore,
-    "preemption": PreemptionCore,
-    "inventory": InventoryCore,
-}
-
-
-def make_core(name: str, *, policy: str = "multifactor", backfill: str = "easy") -> Any:
-    """A service's core with the cluster's policy configuration (queue policy, backfill mode)."""
-    if name not in SERVICES:
-        raise ValueError(f"unknown service {name!r}; services: {', '.join(SERVICES)}")
-    if name == "scheduling":
-        return SchedulingCore(policy=policy)
-    if name == "placement":
-        return PlacementCore(backfill=backfill)
-    return SERVICES[name]()
 
 
 @dataclass
@@ -80,6 +59,10 @@ class Stack:
     parts: dict[str, Part] = field(default_factory=dict)
     tracer_provider: Any = None  # OpenTelemetry: each part's log is traced (services/runtime/telemetry.py)
     meter_provider: Any = None
+
+    def part_settings(self) -> PartSettings:
+        return PartSettings(policy=self.policy, backfill=self.backfill, heartbeat_timeout_s=self.heartbeat_timeout_s,
+                            tick_interval_s=self.tick_interval_s)
 
     async def start(self) -> None:
         setup = await JetStreamLog.open(self.url, name="horizon-setup", settings=self.settings)
@@ -113,31 +96,23 @@ class Stack:
         lease = None
         if self.lease_ttl_s is not None:
             lease = Lease(log_.nc, name, ttl_s=self.lease_ttl_s, replicas=self.settings.replicas)
-        if name == "inventory":
-            obj: Any = InventoryService(log_, log_.nc, heartbeat_timeout_s=self.heartbeat_timeout_s,
-                                        tick_interval_s=self.tick_interval_s, lease=lease)
-            runner = obj.runner
-        else:
-            obj = runner = ServiceRunner(log_, make_core(name, policy=self.policy, backfill=self.backfill), lease=lease)
-        work = obj.run()
-        if name == "submission":  # every instance, leader or standby, validates on request
-            from services.submission.validation import ValidationServer
-
-            work = ValidationServer(log_.nc, runner, key or name).serve(work)
+        if name not in SERVICES:
+            raise ValueError(f"unknown service {name!r}; services: {', '.join(SERVICES)}")
+        part = SERVICES[name]
+        settings = self.part_settings()
+        obj = part.make_runner(log_, part.make_core(settings), lease, settings)
+        runner = obj.runner
+        work = part.serve(log_, runner, key or name, obj.run())
         return await self._launch(key or name, log_, obj, work, runner.ready)
 
     async def start_projection(self) -> Part:
-        from projections.jobs import JobsProjection, QueryServer
-        from projections.scheduling import SchedulerView
-        from projections.standing import StandingStore
-
         log_ = await self._connect("projections")
         projection = JobsProjection(log_, self.data_dir / "projections" / "jobs.sqlite")
         await projection.open()
         server = QueryServer(log_.nc, projection)
         await server.start()
         standing = StandingStore(self.data_dir / "projections" / "standing.sqlite")
-        scheduler = SchedulerView(log_, log_.nc, SchedulingCore(policy=self.policy), meter_provider=self.meter_provider,
+        scheduler = SchedulerView(log_, log_.nc, QueueFold(policy=self.policy), meter_provider=self.meter_provider,
                                   store=standing)
 
         async def run() -> None:
@@ -181,11 +156,10 @@ class Stack:
         service = name.split("#", 1)[0]  # "scheduling#2": a second instance of scheduling
         if service in SERVICES:
             return await self.start_service(service, key=name)
-        if name == "projections":
-            return await self.start_projection()
-        if name == "agent":
-            return await self.start_agent()
-        return await self.start_service(name)
+        others = {"projections": self.start_projection, "agent": self.start_agent}
+        if name not in others:
+            raise ValueError(f"unknown part {name!r}; parts: {', '.join([*SERVICES, *others])}")
+        return await others[name]()
 
     async def stop(self) -> None:
         for name in reversed(list(self.parts)):

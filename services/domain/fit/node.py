@@ -1,6 +1,6 @@
 """Does a job fit on a node, with which devices, and how well. Pure.
 
-``fit_node`` runs the filter plugins of ``services.placement.plugins`` in
+``fit_node`` runs the filter plugins of ``services.domain.fit.plugins`` in
 order and stops at the first failure (that failure is the node's reason in a
 "blocked" explanation): usable, node selector, required node affinity,
 taints, advance reservations, capacity in total (else the job can never run
@@ -25,9 +25,9 @@ from functools import lru_cache
 
 from events import catalogue as c
 from events.resources import format_cpus, format_memory
-from services.placement.plugins import (Profile, describe_requirement, describe_taint, requirement_holds,
+from services.domain.fit.plugins import (Profile, describe_requirement, describe_taint, requirement_holds,
                                         untolerated)
-from services.state.cluster import Cluster, Node, Request, device_matches, device_sort_key
+from services.domain.cluster import Cluster, Node, Request, device_matches, device_sort_key
 
 __all__ = ["Overlay", "Fit", "fit_node", "describe_gpus", "Context", "AdvanceReservation", "Topology", "explain",
            "hold_room", "release_room"]

@@ -14,7 +14,7 @@ from functools import lru_cache
 from dataclasses import dataclass, field
 
 from events import catalogue as c
-from services.state.jobs import HOLDS_RESOURCES, JobTable, Transition
+from services.domain.jobs import HOLDS_RESOURCES, JobTable, Transition
 
 __all__ = ["Node", "Cluster", "device_sort_key", "Request", "request_of", "fold_cluster"]
 

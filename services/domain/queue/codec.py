@@ -1,0 +1,127 @@
+"""The scheduler's state as bytes and back: snapshots of ``QueueFold``. Pure.
+
+``dump`` writes the whole state (maps whose order means nothing sorted, so equal
+states give equal bytes however they were built); ``load`` reads it back and
+rebuilds the derived indexes, or returns None for another format or another
+configuration (the fingerprint), and the reader then folds the whole log.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import msgspec
+
+from services.domain.fairshare import Account
+from services.domain.jobs import Job, JobState
+from services.domain.policy import PolicyConfig
+from services.domain.queue.state import Charge, SchedulingState
+from services.domain.quotas import Amount
+
+__all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
+
+SNAPSHOT_FORMAT = 2  # 2: settled jobs kept as outcomes, arrays written out
+
+
+
+class _Snapshot(msgspec.Struct, array_like=True):
+    format: int
+    fingerprint: str
+    seq: int
+    now: float
+    config: dict[str, object]
+    jobs: list[Job]
+    settled: dict[str, int]
+    arrays: dict[str, list[str]]
+    accounts: list[Account]
+    fairshare: dict[str, object]
+    in_use: dict[str, Amount]
+    waiting: dict[str, int]
+    counters: list[int]
+    cycle_candidates: list[str]
+    blocked_basis: dict[str, int]
+    fits_nowhere: dict[str, int]
+    charges: dict[str, Charge]
+    retries: dict[str, int]
+    requeue_now: list[str]
+    to_requeue: list[str]
+    deadlines: dict[str, float]
+    config_rejections: dict[int, tuple[str, str]]
+
+
+
+def dump(state: SchedulingState, fingerprint: str) -> bytes:
+    """The whole state, as bytes (derived indexes are rebuilt by ``load``). Maps whose order
+    means nothing are written sorted, so equal states give equal bytes however they were built."""
+    fs = state.fairshare
+    snap = _Snapshot(
+        format=SNAPSHOT_FORMAT, fingerprint=fingerprint, seq=state.seq, now=state.now,
+        config=msgspec.structs.asdict(state.config) if isinstance(state.config, msgspec.Struct)
+        else dict(vars(state.config)),
+        jobs=list(state.jobs.jobs.values()), settled=_sorted(state.jobs.settled),
+        arrays=_sorted(state.jobs.arrays), accounts=list(fs.accounts.values()),
+        fairshare={"half_life_s": fs.half_life_s, "gpu_weight": fs.gpu_weight, "cpu_weight": fs.cpu_weight,
+                   "memory_weight": fs.memory_weight, "dominant_share": fs.dominant_share},
+        in_use=_sorted(state.quotas.in_use), waiting=_sorted(state.quotas.waiting),
+        counters=[state.cycle, state.cycle_basis, int(state.cycle_truncated), state.placed_cycle, state.dirty_seq,
+                  state.capacity_seq, state.nodes_seq, state.tick_seq],
+        cycle_candidates=state.cycle_candidates, blocked_basis=_sorted(state.blocked_basis),
+        fits_nowhere=_sorted(state.fits_nowhere), charges=_sorted(state.charges), retries=_sorted(state.retries),
+        requeue_now=sorted(state.requeue_now), to_requeue=sorted(state.to_requeue),
+        deadlines=_sorted(state.deadlines), config_rejections=_sorted(state.config_rejections),
+    )
+    return msgspec.msgpack.encode(snap)
+
+def load(data: bytes, fingerprint: str) -> SchedulingState | None:
+    """The state a ``dump`` wrote, or None when it is from another format or configuration."""
+    try:
+        snap = msgspec.msgpack.decode(data, type=_Snapshot)
+    except msgspec.DecodeError:
+        return None  # another format's layout
+    if snap.format != SNAPSHOT_FORMAT or snap.fingerprint != fingerprint:
+        return None
+    state = SchedulingState(PolicyConfig(**snap.config))  # type: ignore[arg-type]
+    state.seq, state.now = snap.seq, snap.now
+    state.jobs.restore(snap.jobs, snap.settled, snap.arrays)
+    fs = state.fairshare
+    fs.accounts = {a.name: a for a in snap.accounts}
+    for name, value in snap.fairshare.items():
+        setattr(fs, name, value)
+    state.quotas.in_use, state.quotas.waiting = snap.in_use, snap.waiting
+    (state.cycle, state.cycle_basis, truncated, state.placed_cycle, state.dirty_seq, state.capacity_seq,
+     state.nodes_seq, state.tick_seq) = snap.counters
+    state.cycle_truncated = bool(truncated)
+    state.cycle_candidates, state.blocked_basis, state.fits_nowhere = (
+        snap.cycle_candidates, snap.blocked_basis, snap.fits_nowhere)
+    state.charges, state.retries, state.requeue_now = snap.charges, snap.retries, set(snap.requeue_now)
+    state.to_requeue = {j: state.jobs.jobs[j] for j in snap.to_requeue}
+    state.deadlines, state.config_rejections = snap.deadlines, snap.config_rejections
+    _rebuild(state)
+    return state
+
+def _rebuild(state: SchedulingState) -> None:
+    for job in state.jobs.jobs.values():
+        spec = job.spec
+        if spec is None:
+            continue
+        for dep in spec.dependencies:
+            state.dependents.setdefault(dep.job_id, set()).add(job.job_id)
+        if job.state is JobState.PENDING:
+            state.pending[job.job_id] = job
+            if spec.dependencies:
+                state.gated.add(job.job_id)
+            if spec.array_max_running:
+                state.throttled.add(job.job_id)
+            if job.not_before_ts > state.now:
+                state.wakeups.append((job.not_before_ts, job.job_id))
+        if job.job_id in state.charges and spec.array is not None:
+            state.array_running[spec.array] = state.array_running.get(spec.array, 0) + 1
+    for job_id, deadline in state.deadlines.items():
+        if job_id in state.pending:
+            state.deadline_heap.append((deadline, job_id))
+    heapq.heapify(state.wakeups)
+    heapq.heapify(state.deadline_heap)
+
+
+def _sorted(mapping: dict) -> dict:  # type: ignore[type-arg]
+    return dict(sorted(mapping.items()))

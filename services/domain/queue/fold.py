@@ -1,0 +1,351 @@
+"""The scheduler's fold: the queue, fair share, quotas and restarts, from the log. Pure.
+
+``QueueFold`` is what the scheduling service, the preemption service (its
+inner view of jobs, accounts and quotas) and the projections (the queue, why
+each job waits, the priority breakdown) all fold, so they agree on every
+record. It decides nothing: the scheduling service (``services/scheduling/core.py``)
+adds ``decide``. Concerns live beside it: ``order.py`` (order and candidates),
+``waiting.py`` (why a job waits), ``codec.py`` (snapshots).
+
+What the fold keeps:
+
+* the queue: every PENDING job (held jobs wait aside), its dependencies, its
+  restart backoff and scheduling deadline, its array's running count;
+* the cycle counters: the last cycle decided and placed, and the sequences at
+  which something happened that could change a cycle's outcome (``dirty_seq``),
+  added capacity (``capacity_seq``) or changed the nodes (``nodes_seq``);
+* placement's verdicts: jobs blocked at a basis, jobs that fit nowhere;
+* fair share and quotas (``services.domain.fairshare``, ``services.domain.quotas``):
+  each attempt's billing rate is charged to its association from
+  ``JobScheduled`` until the attempt ends;
+* restarts: which ended jobs the restart policy requeues (a lost node or a
+  preemption requeues at once and counts no retry);
+* configuration: ``AccountConfigured``, ``FairShareConfigured`` and
+  ``PolicyConfigured`` on ``horizon.in._admin.*``; one that cannot be applied
+  is kept until the scheduler answers it with ``ConfigRejected``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from events import catalogue as c
+from events.base import Event
+from events.subjects import WHOLE_LOG, parse_subject
+from services.domain.fairshare import association
+from services.domain.jobs import HOLDS_RESOURCES, TERMINAL, Job, JobState, Transition
+from services.domain.policy import Context, PolicyConfig, make_policy
+from services.domain.protocol import Record
+from services.domain.queue import codec, order, waiting
+from services.domain.queue.state import Charge, SchedulingState
+from services.domain.queue.waiting import Waiting
+from services.domain.quotas import amount_of
+
+__all__ = ["QueueFold", "SCHEDULER"]
+
+SCHEDULER = "scheduling"  # the service whose decisions and answers this fold follows
+
+_NODE_EVENTS = (
+    c.NodeRegistered,
+    c.NodeReady,
+    c.NodeUncordoned,
+    c.NodeRemoved,
+    c.NodeLost,
+    c.NodeCordoned,
+    c.NodeDraining,
+    c.NodeTaintsChanged,
+    c.ProfileConfigured,  # placement's configuration: what fits where may change
+    c.ReservationConfigured,
+)
+_CONFIG_VERBS = {c.AccountConfigured: "account", c.FairShareConfigured: "fairshare", c.PolicyConfigured: "policy"}
+
+
+
+@dataclass
+class QueueFold:
+    max_candidates: int = 10_000  # jobs a cycle offers at most
+    policy: str = "multifactor"  # until a PolicyConfigured says otherwise
+    virtual_time: bool = False
+    subjects: tuple[str, ...] = WHOLE_LOG
+    _config: PolicyConfig = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        make_policy(self.policy)  # fail early on an unknown name
+        self._config = PolicyConfig(policy=self.policy)
+
+    def initial(self) -> SchedulingState:
+        return SchedulingState(self._config)
+
+    # ------------------------------------------------------------------ evolve
+
+    def evolve(self, state: SchedulingState, event: Event, record: Record) -> SchedulingState:
+        seq = record.seq
+        match event:
+            case c.SchedulingCycleCompleted(cycle=cycle, basis_seq=basis):
+                state.cycle = max(state.cycle, cycle)
+                state.cycle_basis = basis
+                state.cycle_truncated = len(event.candidates) >= self.max_candidates
+                state.cycle_candidates = list(event.candidates)
+                return state
+            case c.PlacementCycleCompleted(cycle=cycle, scheduled=scheduled, basis_seq=basis):
+                state.placed_cycle = max(state.placed_cycle, cycle)
+                if cycle == state.cycle:
+                    # Every candidate still pending was blocked at placement's basis: it stays
+                    # certainly blocked until capacity is added (placement repeats no unchanged
+                    # explanation, so this is where the scheduler learns it).
+                    for job_id in state.cycle_candidates:
+                        if job_id in state.pending:
+                            state.blocked_basis[job_id] = max(state.blocked_basis.get(job_id, 0), basis)
+                    state.cycle_candidates = []
+                    if scheduled and state.cycle_truncated:
+                        state.dirty_seq = seq
+                return state
+            case c.JobRequeued(job_id=job_id):
+                state.to_requeue.pop(job_id, None)
+                state.requeue_now.discard(job_id)
+            case c.PlacementBlocked(job_id=job_id, basis_seq=basis):
+                if job_id in state.pending:
+                    state.blocked_basis[job_id] = basis
+                    if event.fits_nowhere:
+                        state.fits_nowhere[job_id] = basis
+                    else:
+                        state.fits_nowhere.pop(job_id, None)
+            case c.ClockTicked():
+                state.tick_seq = seq
+                self._wake(state, seq)
+                return state
+            case c.ConfigRejected(request_seq=request_seq) if event.source == SCHEDULER:
+                state.config_rejections.pop(request_seq, None)
+                return state
+            case c.AccountConfigured() | c.FairShareConfigured() | c.PolicyConfigured():
+                self._configure(state, event, record)
+                return state
+            case c.JobFailed(job_id=job_id, node_lost=True):
+                job = state.jobs.get(job_id)
+                if job is not None and job.attempt == event.attempt and job.state in HOLDS_RESOURCES:
+                    state.requeue_now.add(job_id)
+            case c.JobPreempted(job_id=job_id):
+                job = state.jobs.get(job_id)
+                if job is not None and job.attempt == event.attempt and job.state in HOLDS_RESOURCES:
+                    state.requeue_now.add(job_id)
+        if isinstance(event, _NODE_EVENTS):
+            state.dirty_seq = state.capacity_seq = state.nodes_seq = seq
+            return state
+        tr = state.jobs.apply(event, seq, state.now)
+        if tr is not None:
+            self._track(state, tr, seq)
+        elif isinstance(event, c.JobPriorityChanged) and event.job_id in state.pending:
+            state.dirty_seq = seq  # the order changed
+        self._wake(state, seq)
+        return state
+
+    def _wake(self, state: SchedulingState, seq: int) -> None:
+        """A requeued job whose backoff is over joins the candidates again: that needs a cycle."""
+        while state.wakeups and state.wakeups[0][0] <= state.now:
+            at, job_id = heapq.heappop(state.wakeups)
+            job = state.pending.get(job_id)
+            if job is not None and job.not_before_ts == at:  # not an entry a later requeue made stale
+                state.dirty_seq = seq
+
+    def _configure(self, state: SchedulingState, event: Event, record: Record) -> None:
+        subject = parse_subject(record.subject)
+        verb = _CONFIG_VERBS[type(event)]
+        if subject is None or subject.kind != "admin":
+            state.config_rejections[record.seq] = (verb, f"{type(event).__name__} is accepted only on "
+                                                         f"horizon.in._admin.{verb}, not {record.subject}")
+            return
+        fs = state.fairshare
+        match event:
+            case c.AccountConfigured():
+                why = fs.check_account(event)
+                if why is None:
+                    fs.configure_account(event, state.now)
+                    self._recount_quotas(state)  # the account may have moved in the tree
+            case c.FairShareConfigured():
+                why = fs.check_settings(event)
+                if why is None:
+                    fs.configure(event, state.now)
+            case c.PolicyConfigured():
+                why = state.config.check(event)
+                if why is None:
+                    state.config = state.config.updated(event)
+        if why is not None:
+            state.config_rejections[record.seq] = (verb, why)
+        else:
+            state.dirty_seq = state.capacity_seq = record.seq  # standings or limits changed
+
+    @staticmethod
+    def _recount_quotas(state: SchedulingState) -> None:
+        quotas, fs = state.quotas, state.fairshare
+        quotas.in_use, quotas.waiting = {}, {}
+        for charge in state.charges.values():
+            quotas.charge(fs, charge.leaf, charge.amount, +1)
+        for job in state.pending.values():
+            assert job.spec is not None
+            quotas.wait(fs, association(job.spec), +1)
+
+    def _track(self, state: SchedulingState, tr: Transition, seq: int) -> None:
+        job = tr.job
+        spec = job.spec
+        if tr.before is None and spec is not None:
+            for dep in spec.dependencies:
+                state.dependents.setdefault(dep.job_id, set()).add(job.job_id)
+        if job.job_id in state.dependents or (spec is not None and spec.array in state.dependents):
+            state.dirty_seq = seq  # its dependants may now be ready, or never
+        if spec is None:
+            if tr.after in TERMINAL:
+                state.jobs.settle(job.job_id)
+            return
+        if tr.after is JobState.PENDING:
+            self._enter_pending(state, job, tr.before)
+            # A newcomer may rank before the head and take over the reservation, which can
+            # let jobs through that the old head held back: reconsider them all.
+            state.dirty_seq = state.capacity_seq = seq
+        elif tr.before is JobState.PENDING:
+            self._leave_pending(state, job)
+            if tr.after is JobState.SCHEDULED:
+                self._charge(state, job)
+            else:
+                # Held or ended while waiting: if it was the head, its reservation is gone and
+                # jobs that were held back by it may start now.
+                state.dirty_seq = state.capacity_seq = seq
+        if isinstance(tr.before, JobState) and tr.before in HOLDS_RESOURCES and tr.after not in HOLDS_RESOURCES:
+            self._uncharge(state, job)
+            state.dirty_seq = state.capacity_seq = seq  # capacity freed
+        if tr.after in TERMINAL:
+            state.deadlines.pop(job.job_id, None)
+        if tr.after in (JobState.FAILED, JobState.SUCCEEDED, JobState.PREEMPTED):
+            if job.job_id in state.requeue_now:
+                state.to_requeue[job.job_id] = job
+            elif self._may_retry(state, job, tr.after):
+                state.retries[job.job_id] = state.retries.get(job.job_id, 0) + 1
+                state.to_requeue[job.job_id] = job
+        if tr.after in TERMINAL and job.job_id not in state.to_requeue:
+            self._settle(state, job)
+
+    @staticmethod
+    def _settle(state: SchedulingState, job: Job) -> None:
+        """The job has ended for good: keep only its outcome (``JobTable.settle``), so the state
+        (and each snapshot) does not grow with the jobs that have come and gone."""
+        assert job.spec is not None
+        for dep in job.spec.dependencies:
+            waiting = state.dependents.get(dep.job_id)
+            if waiting is not None:
+                waiting.discard(job.job_id)
+                if not waiting:
+                    del state.dependents[dep.job_id]
+        state.retries.pop(job.job_id, None)
+        state.requeue_now.discard(job.job_id)
+        state.jobs.settle(job.job_id)
+
+    def _enter_pending(self, state: SchedulingState, job: Job, before: JobState | None) -> None:
+        spec = job.spec
+        assert spec is not None
+        state.pending[job.job_id] = job
+        leaf = state.fairshare.leaf_for(spec, state.now).name
+        state.quotas.wait(state.fairshare, leaf, +1)
+        if spec.dependencies:
+            state.gated.add(job.job_id)
+        if spec.array_max_running:
+            state.throttled.add(job.job_id)
+        if job.not_before_ts > state.now:
+            heapq.heappush(state.wakeups, (job.not_before_ts, job.job_id))
+        if spec.scheduling_timeout_s is not None:
+            if before is not JobState.HELD:  # the clock runs from acceptance or requeue, through holds
+                state.deadlines[job.job_id] = state.now + spec.scheduling_timeout_s
+            heapq.heappush(state.deadline_heap, (state.deadlines[job.job_id], job.job_id))
+
+    def _leave_pending(self, state: SchedulingState, job: Job) -> None:
+        assert job.spec is not None
+        state.pending.pop(job.job_id, None)
+        state.quotas.wait(state.fairshare, association(job.spec), -1)
+        state.gated.discard(job.job_id)
+        state.throttled.discard(job.job_id)
+        state.blocked_basis.pop(job.job_id, None)
+        state.fits_nowhere.pop(job.job_id, None)
+        if job.state is not JobState.HELD:
+            state.deadlines.pop(job.job_id, None)
+        while state.deadline_heap and state.deadline_heap[0][1] not in state.pending:
+            heapq.heappop(state.deadline_heap)
+
+    def _charge(self, state: SchedulingState, job: Job) -> None:
+        spec = job.spec
+        assert spec is not None
+        fs = state.fairshare
+        charge = Charge(fs.leaf_for(spec, state.now).name, fs.rate_of(spec), amount_of(spec))
+        state.charges[job.job_id] = charge
+        fs.start(charge.leaf, charge.rate, state.now)
+        state.quotas.charge(fs, charge.leaf, charge.amount, +1)
+        if spec.array is not None:
+            state.array_running[spec.array] = state.array_running.get(spec.array, 0) + 1
+
+    def _uncharge(self, state: SchedulingState, job: Job) -> None:
+        charge = state.charges.pop(job.job_id, None)
+        if charge is None:
+            return
+        fs = state.fairshare
+        fs.stop(charge.leaf, charge.rate, state.now)
+        state.quotas.charge(fs, charge.leaf, charge.amount, -1)
+        array = job.spec.array if job.spec else None
+        if array is not None:
+            left = state.array_running.get(array, 0) - 1
+            if left > 0:
+                state.array_running[array] = left
+            else:
+                state.array_running.pop(array, None)
+
+    @staticmethod
+    def _may_retry(state: SchedulingState, job: Job, outcome: JobState) -> bool:
+        spec = job.spec
+        if spec is None or outcome is JobState.PREEMPTED:
+            return outcome is JobState.PREEMPTED
+        if state.retries.get(job.job_id, 0) >= spec.max_retries:
+            return False
+        if outcome is JobState.FAILED:
+            return spec.restart_policy in ("on-failure", "always")
+        return spec.restart_policy == "always"
+
+    # ------------------------------------------------------------------ the other concerns, bound
+
+    def context(self, state: SchedulingState) -> Context:
+        """The cycle's context: "now", the configuration, fair-share factors and account boosts."""
+        return order.context(state)
+
+    def ordered_queue(self, state: SchedulingState, limit: int | None = None,
+                      ctx: Context | None = None) -> list[Job]:
+        """Pending jobs in scheduling order (all of them, or the first ``limit``)."""
+        return order.ordered_queue(state, limit, ctx)
+
+    def ready(self, state: SchedulingState, job: Job) -> bool:
+        """All of the job's dependencies are met."""
+        return order.ready(state, job)
+
+    def candidates(self, state: SchedulingState) -> tuple[list[Job], list[str]]:
+        """The first ``max_candidates`` pending jobs in order that may start now, and which only by borrowing."""
+        return order.candidates(state, self.max_candidates)
+
+    def why_waiting(self, state: SchedulingState, job: Job) -> str:
+        """Why a pending or held job has not started, as a sentence (``waiting.why_waiting``)."""
+        return waiting.why_waiting(state, job, self.max_candidates)
+
+    def waiting(self, state: SchedulingState, job: Job, ctx: Context | None = None) -> Waiting:
+        """Why one job waits (``waiting.waiting``)."""
+        return waiting.waiting(state, job, self.max_candidates, ctx)
+
+    def waiting_all(self, state: SchedulingState, ordered: list[Job] | None = None,
+                    ctx: Context | None = None) -> dict[str, Waiting]:
+        """Why each pending and held job waits, by job id (``waiting.waiting_all``)."""
+        return waiting.waiting_all(state, self.max_candidates, ordered, ctx)
+
+    def fingerprint(self) -> str:
+        """What a snapshot must have been folded with to be loaded by this fold."""
+        return f"scheduling/{codec.SNAPSHOT_FORMAT}/{self.policy}/{self.max_candidates}/{int(self.virtual_time)}"
+
+    def dump(self, state: SchedulingState) -> bytes:
+        """The whole state as bytes (``codec.dump``)."""
+        return codec.dump(state, self.fingerprint())
+
+    def load(self, data: bytes) -> SchedulingState | None:
+        """The state a ``dump`` wrote, or None when it is from another format or configuration."""
+        return codec.load(data, self.fingerprint())

@@ -1,0 +1,103 @@
+"""The queue's order and which pending jobs may start now. Pure.
+
+Order: the configured ``Policy`` (``services.domain.policy``): priority class
+first (critical, high, normal, low, scavenger), then first come first served,
+SJF, F1 or the multifactor priority; the acceptance sequence breaks every tie,
+so replays cannot disagree.
+
+``candidates`` walks the queue in that order and leaves out the jobs that
+certainly cannot start (the rules are in ``services/scheduling/core.py``'s
+docstring, which decides the cycles): dependencies not met, restart backoff,
+an array's running limit, a quota (unless the cohort lends), and jobs placement
+found blocked since nothing changed (all but the head, whose reservation
+backfilling must respect).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from services.domain.dependencies import MET, dependency_status
+from services.domain.fairshare import association
+from services.domain.jobs import Job
+from services.domain.policy import Context, make_policy
+from services.domain.queue.state import SchedulingState
+from services.domain.quotas import BLOCKED, BORROW, Amount, amount_of
+
+__all__ = ["context", "ordered_queue", "ready", "candidates"]
+
+
+def context(state: SchedulingState) -> Context:
+    """The cycle's context: "now", the configuration, fair-share factors and account boosts."""
+    policy = make_policy(state.config.policy)
+    if not policy.dynamic:
+        return Context(state.now, state.config)
+    fs = state.fairshare
+    boosts = {a.name: a.priority_boost for a in fs.accounts.values() if a.priority_boost}
+    return Context(state.now, state.config, fs.factors(state.now), boosts)
+
+def ordered_queue(state: SchedulingState, limit: int | None = None,
+                  ctx: Context | None = None) -> list[Job]:
+    """Pending jobs in scheduling order (all of them, or the first ``limit``)."""
+    ctx = ctx or context(state)
+    key = make_policy(state.config.policy).key
+    jobs = state.pending.values()
+    if limit is None or limit >= len(state.pending):
+        return sorted(jobs, key=lambda j: key(j, ctx))
+    return heapq.nsmallest(limit, jobs, key=lambda j: key(j, ctx))
+
+def ready(state: SchedulingState, job: Job) -> bool:
+    """All of the job's dependencies are met."""
+    deps = job.spec.dependencies if job.spec else ()
+    return all(dependency_status(d, state.jobs, state.to_requeue)[0] == MET for d in deps)
+
+def candidates(state: SchedulingState, max_candidates: int) -> tuple[list[Job], list[str]]:
+    """The first ``max_candidates`` pending jobs in order that may start now, and which of them
+    only by borrowing. Left out: jobs certainly blocked (but the head), jobs whose
+    dependencies are not met, in restart backoff, over their array's running limit, or over
+    a quota."""
+    ctx = context(state)
+    blocked, nowhere, gated = state.blocked_basis, state.fits_nowhere, state.gated
+    fs, quotas = state.fairshare, state.quotas
+    limited = quotas.limited(fs)
+    backoff = bool(state.wakeups)
+    if not blocked and not gated and not limited and not backoff and not state.throttled:
+        return ordered_queue(state, max_candidates, ctx), []
+    out: list[Job] = []
+    borrowing: list[str] = []
+    cycle_use: dict[str, Amount] = {}
+    array_use: dict[str, int] = {}
+    head_kept = False
+    for job in ordered_queue(state, ctx=ctx):
+        job_id, spec = job.job_id, job.spec
+        assert spec is not None
+        if backoff and job.not_before_ts > state.now:
+            continue
+        if job_id in gated and not ready(state, job):
+            continue
+        if nowhere.get(job_id, -1) >= state.nodes_seq:
+            continue
+        if job_id in state.throttled:
+            array = spec.array or ""
+            if state.array_running.get(array, 0) + array_use.get(array, 0) >= spec.array_max_running:
+                continue
+        verdict = ""
+        if limited:
+            x = amount_of(spec)
+            verdict, _why = quotas.admit(fs, association(spec), x, cycle_use)
+            if verdict == BLOCKED:
+                continue
+        if blocked.get(job_id, -1) >= state.capacity_seq:
+            if head_kept:
+                continue
+            head_kept = True
+        out.append(job)
+        if verdict == BORROW:
+            borrowing.append(job_id)
+        if limited:
+            quotas.add_cycle(fs, association(spec), x, cycle_use)
+        if job_id in state.throttled:
+            array_use[spec.array or ""] = array_use.get(spec.array or "", 0) + 1
+        if len(out) >= max_candidates:
+            break
+    return out, borrowing
