@@ -1,0 +1,12 @@
+"""The host: what composes the services, on top of everything else.
+
+Here: the registry of decision services (``registry.py``, each as it
+registered itself in ``services/<name>/part.py``), the in-process stack that
+``horizon up`` and the end-to-end tests run (``stack.py``), the supervisor of
+``horizon up --processes`` (``supervisor.py``) and the whole-log invariant
+checker behind ``horizon check`` (``check.py``). The CLI, the benches and the
+simulator are host too (``services/cli``, ``services/bench``, ``services/sim``).
+
+The host may import any layer; no service, projection, runtime or domain
+module imports it.
+"""
