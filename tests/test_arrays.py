@@ -14,7 +14,8 @@ from events.arrays import parse_array
 from events.resources import ResourceError, parse_memory
 from services.agent.app import local_nodes
 from services.domain.dependencies import MET, NEVER, WAITING, dependency_status
-from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
+from services.sim.driver import SimSettings, make_cores, simulate
+from services.sim.buses import InProcessBus
 from services.sim.traces import SimJob
 from services.domain.jobs import JobTable
 from services.submission.core import SubmissionCore

@@ -40,7 +40,8 @@ from services.runtime.log import Outgoing
 from services.domain.protocol import Record
 from services.runtime.replay import audit
 from events.subjects import DECISION_SERVICES
-from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
+from services.sim.driver import SimSettings, make_cores, simulate
+from services.sim.buses import InProcessBus
 from services.sim.traces import SimJob
 from tests.e2e import read_log, wait_until
 from tests.test_e2e_services import job_json, publish_all

@@ -15,7 +15,8 @@ from events.subjects import admin_subject, event_subject, input_subject
 from services.agent.app import local_nodes
 from services.host.check import check_log
 from services.runtime.memory import MemoryLog
-from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
+from services.sim.driver import SimSettings, make_cores, simulate
+from services.sim.buses import InProcessBus
 from services.sim.traces import SimJob
 from tests.helpers import accepted, node
 

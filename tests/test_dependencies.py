@@ -11,7 +11,8 @@ from events import catalogue as c
 from events.resources import parse_memory
 from services.agent.app import local_nodes
 from services.domain.dependencies import NEVER, WAITING, dependency_status
-from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
+from services.sim.driver import SimSettings, make_cores, simulate
+from services.sim.buses import InProcessBus
 from services.sim.traces import SimJob
 from services.domain.jobs import JobTable
 from services.submission.core import SubmissionCore

@@ -11,7 +11,8 @@ from events import catalogue as c
 from events.subjects import admin_subject
 from services.agent.app import local_nodes
 from services.domain.fairshare import FairShare
-from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
+from services.sim.driver import SimSettings, make_cores, simulate
+from services.sim.buses import InProcessBus
 from services.sim.traces import SimJob
 
 H = 3600.0  # a one-hour half-life keeps the hand arithmetic short

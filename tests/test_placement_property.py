@@ -138,7 +138,8 @@ def workloads(draw):
 def test_with_exact_estimates_no_backfilled_job_delays_a_reservation(jobs, mode):
     from events.codec import decode
     from services.agent.app import NodeSpec
-    from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
+    from services.sim.driver import SimSettings, make_cores, simulate
+    from services.sim.buses import InProcessBus
 
     settings_ = SimSettings(policy="fcfs", backfill=mode)
     nodes = [NodeSpec(f"n{i:02d}", 1000, 1 << 40) for i in range(16)]

@@ -19,7 +19,8 @@ from events.codec import decode, encode
 from services.agent.app import local_nodes
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import Outgoing
-from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
+from services.sim.driver import SimSettings, make_cores, simulate
+from services.sim.buses import InProcessBus
 from services.sim.traces import SimJob
 from services.domain.jobs import JobState, JobTable
 

@@ -13,7 +13,8 @@ from services.domain.protocol import Record
 from services.scheduling.core import SchedulingCore
 from services.domain.fairshare import FairShare
 from services.domain.quotas import BLOCKED, BORROW, OK, Amount, Quotas, amount_of
-from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
+from services.sim.driver import SimSettings, make_cores, simulate
+from services.sim.buses import InProcessBus
 from services.sim.traces import SimJob
 from tests.helpers import Feed, accepted, node
 

@@ -36,7 +36,8 @@ from services.agent.app import local_nodes
 from services.domain.protocol import Record
 from services.runtime.service import fold_record
 from services.scheduling.core import SchedulingCore
-from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
+from services.sim.driver import SimSettings, make_cores, simulate
+from services.sim.buses import InProcessBus
 from services.sim.traces import SimJob
 from services.domain.jobs import JobState, JobTable
 from tests.helpers import node

@@ -20,7 +20,7 @@ from services.inventory.core import InventoryCore
 from services.placement.core import PlacementCore
 from services.preemption.core import PreemptionCore
 from services.scheduling.core import WAITING_KINDS, SchedulingCore
-from services.sim.driver import InProcessBus
+from services.sim.buses import InProcessBus
 from services.submission.core import SubmissionCore
 from tests.helpers import Feed, accepted, node
 

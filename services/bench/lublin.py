@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from services.agent.app import NodeSpec
-from services.sim.driver import InProcessBus, SimSettings, make_cores, simulate
+from services.sim.driver import SimSettings, make_cores, simulate
+from services.sim.buses import InProcessBus
 from services.sim.metrics import report
 from services.sim.traces import read_trace, window
 

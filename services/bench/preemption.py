@@ -41,7 +41,8 @@ from events import catalogue as c
 from events.base import Event
 from services.cli.simulate import cluster_for, run_simulation
 from services.preemption.core import VICTIM_ORDERS, PreemptionCore, PreemptionState
-from services.sim.driver import InProcessBus, SimRun, SimSettings, make_cores, simulate
+from services.sim.driver import SimRun, SimSettings, make_cores, simulate
+from services.sim.buses import InProcessBus
 from services.sim.metrics import job_gpus, report
 from services.sim.traces import read_trace
 from services.domain.jobs import Job, JobState

@@ -17,7 +17,8 @@ from events.resources import parse_memory
 from services.agent.app import NodeSpec, local_nodes
 from services.cli.progress import Bar
 from services.preemption.core import VICTIM_ORDERS, PreemptionConfig
-from services.sim.driver import InProcessBus, NatsBus, SimSettings, make_cores, simulate
+from services.sim.driver import SimSettings, make_cores, simulate
+from services.sim.buses import InProcessBus, NatsBus
 from services.sim.metrics import report
 from services.sim.traces import Trace, read_trace, window
 
