@@ -101,7 +101,7 @@ def test_nodes_and_node_commands(tmp_path):
 def test_tables_show_data_literally():
     from rich.table import Table
 
-    from services.cli.jobs import console
+    from services.cli.options import console
 
     table = Table()
     table.add_column("NODE[DEVICES]")

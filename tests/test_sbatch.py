@@ -18,16 +18,9 @@ from events import catalogue as c
 from events.codec import decode
 from services.agent.app import local_nodes
 from services.cli.main import cli
-from services.cli.sbatch import (
-    SbatchDefaults,
-    SbatchError,
-    parse_sbatch,
-    read_directives,
-    script_warnings,
-    slurm_memory,
-    slurm_time,
-)
-from services.cli.sbatch import _Problem  # the error of one value
+from services.cli.sbatch import SbatchDefaults, parse_sbatch, script_warnings
+from services.cli.sbatch_options import SbatchError, read_directives
+from services.cli.slurm_values import Problem, slurm_memory, slurm_time  # Problem: the error of one value
 from services.host.stack import Stack
 from tests.e2e import read_log
 from tests.test_e2e_services import assert_replays
@@ -73,7 +66,7 @@ def test_slurm_time_formats(text, seconds):
     ("1:2:3:4", "not a time"),
 ])
 def test_slurm_time_errors(text, why):
-    with pytest.raises(_Problem, match=why):
+    with pytest.raises(Problem, match=why):
         slurm_time(text)
 
 
@@ -87,7 +80,7 @@ def test_slurm_memory_units(text, size):
 
 @pytest.mark.parametrize("text", ["16GB", "16Gi", "1.5G", "-1", "lots"])
 def test_slurm_memory_rejects_other_forms(text):
-    with pytest.raises(_Problem, match="not a memory size"):
+    with pytest.raises(Problem, match="not a memory size"):
         slurm_memory(text)
 
 
@@ -452,3 +445,27 @@ async def test_every_good_script_is_accepted_with_its_resources(nats_server, tmp
     # --chdir=results: relative to where horizon sbatch ran, as in Slurm
     assert f"cd -- {Path.cwd() / 'results'} ||" in accepted["nightly-001"].command[2]
     assert_replays(records)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("afterok:a?afterok:b", "'?' (any one of them) is not supported"),
+    ("after:a+10", "a delay after the job starts (+minutes) is not supported"),
+    ("afterok:bad/id", "'bad/id' is not a job id"),
+    ("singleton", "singleton (one job of a name and user at a time) is not supported"),
+    ("after-ok:a", "is not KIND:JOB"),
+])
+def test_submit_reads_dependency_with_the_same_strict_parser_as_sbatch(text, why):
+    """One Slurm --dependency parser: horizon submit refuses what horizon sbatch refuses, before any NATS."""
+    result = CliRunner().invoke(cli, ["submit", "--nats", "nats://127.0.0.1:1", "--dependency", text, "--", "true"])
+    assert result.exit_code == 2, result.output
+    assert "--dependency" in result.output and why in " ".join(result.output.split())
+    script = CliRunner().invoke(cli, ["sbatch", "--dry-run", f"--dependency={text}", "--wrap", "true"])
+    assert script.exit_code == 1 and why in " ".join(script.output.split())
+
+
+def test_submit_and_sbatch_make_the_same_dependencies():
+    from services.cli.slurm_values import parse_dependencies
+
+    assert parse_dependencies("afterok:a:b,afterany:c") == [
+        c.Dependency(kind="after-ok", job_id="a"), c.Dependency(kind="after-ok", job_id="b"),
+        c.Dependency(kind="after-any", job_id="c")]

@@ -25,7 +25,7 @@ from typing import Any
 import click
 
 from services.cli.audit import AuditConfig, audit_cores, read_log
-from services.cli.jobs import nats_option
+from services.cli.options import nats_option
 from services.cli.progress import Bar
 from services.host.check import check_log
 from services.runtime.log import LogError

@@ -86,17 +86,25 @@ def schema(event_type: str | None, list_types: bool) -> None:
 
 
 def _register() -> None:
-    from services.cli import audit, bench, check, jobs, nodes, policy, projections, run, simulate
+    from services.cli import (
+        audit,
+        bench,
+        check,
+        jobs,
+        nodes,
+        policy,
+        projections,
+        requests,
+        run,
+        sbatch,
+        simulate,
+        slurm,
+        submit,
+    )
 
-    audit.register(cli)
-    bench.register(cli)
-    check.register(cli)
-    jobs.register(cli)
-    nodes.register(cli)
-    policy.register(cli)
-    projections.register(cli)
-    run.register(cli)
-    simulate.register(cli)
+    for module in (audit, bench, check, jobs, nodes, policy, projections, requests, run, sbatch, simulate, slurm,
+                   submit):
+        module.register(cli)
 
 
 _register()

@@ -15,7 +15,7 @@ from events import catalogue as c
 from events.resources import format_cpus, format_memory
 from events.subjects import admin_subject
 from services.cli.client import await_answer, default_user, publish_input, query, session
-from services.cli.jobs import console, nats_option
+from services.cli.options import console, nats_option
 from services.inventory.core import NODE_ACTIONS
 from services.domain.taints import TaintSyntaxError, parse_taint, taint_text
 

@@ -30,7 +30,7 @@ from events import catalogue as c
 from events.resources import ResourceError, format_cpus, format_memory, parse_cpus, parse_duration, parse_memory
 from events.subjects import admin_subject
 from services.cli.client import default_user, publish_input, query, session
-from services.cli.jobs import console, nats_option
+from services.cli.options import console, nats_option
 from services.runtime.log import LogError
 from services.placement.core import check_reservation
 from services.preemption.core import VICTIM_ORDERS, PreemptionConfig

@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from events.subjects import WHOLE_LOG
-from services.cli.jobs import nats_option
+from services.cli.options import nats_option
 from services.cli.progress import Bar
 from services.runtime.log import LogError
 from services.domain.protocol import Record

@@ -1,21 +1,15 @@
 """``horizon sbatch SCRIPT``: a Slurm batch script, read the way ``sbatch`` reads it, submitted as a ``JobSubmitted``.
 
-Reading (the pure part, ``parse_sbatch``), as Slurm's ``sbatch``:
-
-* the script must start with ``#!`` and an interpreter, which runs it;
-* directives are lines that *begin* with ``#SBATCH`` (``#SLURM``, the old
-  prefix, too), in the leading block of comments and blank lines: the first
-  other line ends the block, and ``#SBATCH`` lines after it are comments;
-* a directive line holds one or more options, split like a command line
-  (quotes group, a backslash escapes, an unquoted ``#`` starts a comment);
-  ``--opt=value``, ``--opt value``, ``-Xvalue``, ``-X value``, and long
-  options may be shortened to a unique prefix (``getopt_long``);
-* options on the ``horizon sbatch`` command line override the script's;
-  a later option overrides an earlier one.
+Reading is pure (``parse_sbatch``): the directives and the option table are in
+``services/cli/sbatch_options.py``, the values in Slurm's syntax in
+``services/cli/slurm_values.py``; here they become a job's fields. The script
+must start with ``#!`` and an interpreter, which runs it; options on the
+``horizon sbatch`` command line override the script's, and a later option
+overrides an earlier one.
 
 Every option Horizon cannot honour exactly is an error naming the option and
 its line, never ignored; all such problems of a script are reported together.
-The mapping and its limits are in docs/slurm.md, and in ``OPTIONS`` below.
+The mapping and its limits are in docs/slurm.md, and in ``OPTIONS``.
 
 How the job runs: the agent runs a short ``/bin/sh`` wrapper that changes to
 the working directory (the directory ``horizon sbatch`` ran in, or
@@ -24,7 +18,7 @@ the working directory (the directory ``horizon sbatch`` ran in, or
 ``--output``/``--error`` say, and execs the script's interpreter on the
 script's path with its arguments. The script is read from its path when the
 job starts (Slurm keeps a copy taken at submission): do not edit a script
-while its job waits.
+while its job waits. Submitting is ``services/cli/submitter.py``'s, as for ``horizon submit``.
 """
 
 from __future__ import annotations
@@ -35,7 +29,6 @@ import os
 import re
 import shlex
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,501 +39,23 @@ import msgspec
 
 from events import catalogue as c
 from events.arrays import parse_array
-from events.resources import ResourceError, parse_gpu_model
-from events.subjects import valid_token
+from events.resources import ResourceError
+from services.cli.client import default_tenant, default_user
+from services.cli.options import NATS_DEFAULT
+from services.cli.sbatch_options import COMMAND_LINE_ONLY, OPTIONS, Directive, SbatchError, getopt, read_directives
+from services.cli.slurm_values import (
+    Problem,
+    filename,
+    gpu_spec,
+    gres,
+    parse_dependencies,
+    slurm_memory,
+    slurm_time,
+    whole_number,
+)
+from services.cli.submitter import check_submission, new_job_id, report_check, send_submission
 
-__all__ = ["SbatchError", "SbatchDefaults", "Directive", "parse_sbatch", "read_directives", "slurm_time",
-           "slurm_memory", "parse_dependencies", "OPTIONS", "register"]
-
-
-class SbatchError(ValueError):
-    """One or more problems with a batch script or sbatch options; the message lists each with its line."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__(problems[0] if len(problems) == 1 else
-                         f"{len(problems)} problems:\n  " + "\n  ".join(problems))
-
-
-class _Problem(Exception):
-    """A problem with one option's value (located by the caller)."""
-
-
-# --------------------------------------------------------------------------
-# The options sbatch knows, and what Horizon does with each
-# --------------------------------------------------------------------------
-
-REQUIRED, OPTIONAL, NONE = "required", "optional", "none"
-
-
-@dataclass(frozen=True)
-class _Opt:
-    long: str
-    short: str | None
-    arg: str  # REQUIRED | OPTIONAL | NONE
-    unsupported: str | None = None  # why Horizon cannot honour it (None: supported)
-    horizon: bool = False  # a horizon sbatch option (command line only), not Slurm's
-
-
-def _opts() -> dict[str, _Opt]:
-    ok = [
-        ("account", "A", REQUIRED), ("array", "a", REQUIRED), ("chdir", "D", REQUIRED), ("comment", None, REQUIRED),
-        ("cpus-per-gpu", None, REQUIRED), ("cpus-per-task", "c", REQUIRED), ("dependency", "d", REQUIRED),
-        ("error", "e", REQUIRED), ("export", None, REQUIRED), ("gpus", "G", REQUIRED),
-        ("gpus-per-node", None, REQUIRED), ("gpus-per-task", None, REQUIRED), ("gres", None, REQUIRED),
-        ("job-name", "J", REQUIRED), ("kill-on-invalid-dep", None, REQUIRED), ("mem", None, REQUIRED),
-        ("mem-per-cpu", None, REQUIRED), ("mem-per-gpu", None, REQUIRED), ("nice", None, OPTIONAL),
-        ("nodes", "N", REQUIRED), ("ntasks", "n", REQUIRED), ("ntasks-per-node", None, REQUIRED),
-        ("open-mode", None, REQUIRED), ("output", "o", REQUIRED), ("parsable", None, NONE),
-        ("partition", "p", REQUIRED), ("qos", "q", REQUIRED), ("quiet", "Q", NONE), ("time", "t", REQUIRED),
-        ("verbose", "v", NONE), ("wrap", None, REQUIRED),
-    ]
-    no_exclusive = "Horizon does not reserve whole nodes; ask for the node's CPUs, memory and GPUs instead"
-    no_nodes = "Horizon does not pin jobs to named nodes; use horizon submit --node-selector with node labels"
-    no_layout = "Horizon places tasks by CPUs, memory and GPUs only; it has no socket, core or binding layout"
-    no_mail = "Horizon sends no mail; follow a job with horizon watch --job JOB"
-    unsupported = [
-        ("acctg-freq", None, REQUIRED, "Horizon has no accounting sampling"),
-        ("batch", None, REQUIRED, "Horizon has no batch-host features"),
-        ("bb", None, REQUIRED, "Horizon has no burst buffers"),
-        ("bbf", None, REQUIRED, "Horizon has no burst buffers"),
-        ("begin", "b", REQUIRED, "Horizon has no deferred start; submit the job later"),
-        ("cluster-constraint", None, REQUIRED, "Horizon schedules one cluster"),
-        ("clusters", "M", REQUIRED, "Horizon schedules one cluster"),
-        ("constraint", "C", REQUIRED, "Horizon has no node features; use horizon submit --node-selector with "
-                                      "node labels, or a GPU type with --gres=gpu:TYPE:N"),
-        ("container", None, REQUIRED, "Horizon runs no containers itself"),
-        ("container-id", None, REQUIRED, "Horizon runs no containers itself"),
-        ("contiguous", None, NONE, no_nodes),
-        ("core-spec", "S", REQUIRED, no_layout),
-        ("cores-per-socket", None, REQUIRED, no_layout),
-        ("cpu-freq", None, REQUIRED, "Horizon does not set CPU frequencies"),
-        ("deadline", None, REQUIRED, "Horizon has no deadline; horizon submit --scheduling-timeout gives up on a "
-                                     "job not started in time"),
-        ("delay-boot", None, REQUIRED, "Horizon does not reboot nodes"),
-        ("distribution", "m", REQUIRED, no_layout),
-        ("exclude", "x", REQUIRED, no_nodes),
-        ("exclusive", None, OPTIONAL, no_exclusive),
-        ("export-file", None, REQUIRED, "name the variables with --export=VAR,VAR=value"),
-        ("extra", None, REQUIRED, "Horizon has no node features"),
-        ("extra-node-info", "B", REQUIRED, no_layout),
-        ("get-user-env", None, OPTIONAL, "Horizon does not load login environments"),
-        ("gid", None, REQUIRED, "Horizon runs jobs as the node agent's user"),
-        ("gpu-bind", None, REQUIRED, no_layout),
-        ("gpu-freq", None, REQUIRED, "Horizon does not set GPU frequencies"),
-        ("gpus-per-socket", None, REQUIRED, no_layout),
-        ("gres-flags", None, REQUIRED, no_layout),
-        ("hint", None, REQUIRED, no_layout),
-        ("hold", "H", NONE, "a job cannot be submitted held; submit it, then horizon hold JOB"),
-        ("ignore-pbs", None, NONE, "Horizon reads only #SBATCH directives"),
-        ("immediate", "I", OPTIONAL, "Horizon has no immediate mode"),
-        ("input", "i", REQUIRED, "Horizon does not connect a job's standard input"),
-        ("jobid", None, REQUIRED, "Horizon job ids are given with horizon sbatch --job-id"),
-        ("licenses", "L", REQUIRED, "Horizon has no licenses"),
-        ("mail-type", None, REQUIRED, no_mail),
-        ("mail-user", None, REQUIRED, no_mail),
-        ("mcs-label", None, REQUIRED, "Horizon has no MCS labels"),
-        ("mem-bind", None, REQUIRED, no_layout),
-        ("mincpus", None, REQUIRED, "ask for CPUs per task with --cpus-per-task"),
-        ("network", None, REQUIRED, "Horizon has no network options"),
-        ("no-kill", "k", OPTIONAL, "Horizon ends a job whose node is lost"),
-        ("no-requeue", None, NONE, "Horizon's requeue is its restart policy (horizon submit --restart-policy)"),
-        ("nodefile", "F", REQUIRED, no_nodes),
-        ("nodelist", "w", REQUIRED, no_nodes),
-        ("ntasks-per-core", None, REQUIRED, no_layout),
-        ("ntasks-per-gpu", None, REQUIRED, "give --ntasks-per-node and --gpus-per-task"),
-        ("ntasks-per-socket", None, REQUIRED, no_layout),
-        ("overcommit", "O", NONE, "Horizon never overcommits CPUs"),
-        ("oversubscribe", "s", NONE, "Horizon never oversubscribes resources"),
-        ("power", None, REQUIRED, "Horizon has no power options"),
-        ("prefer", None, REQUIRED, "Horizon has no node features"),
-        ("priority", None, REQUIRED, "use --qos, --nice, or horizon sbatch --priority-class"),
-        ("profile", None, REQUIRED, "Horizon does not profile jobs (a Horizon profile is --partition)"),
-        ("propagate", None, OPTIONAL, "Horizon does not propagate resource limits"),
-        ("reboot", None, NONE, "Horizon does not reboot nodes"),
-        ("requeue", None, NONE, "Horizon's requeue is its restart policy (horizon submit --restart-policy)"),
-        ("reservation", None, REQUIRED, "Horizon's reservations belong to accounts: a job of the account may use "
-                                        "them without naming them"),
-        ("signal", None, REQUIRED, "Horizon signals a job only when it is preempted (its checkpoint signal, "
-                                   "horizon submit), not before its time limit"),
-        ("sockets-per-node", None, REQUIRED, no_layout),
-        ("spread-job", None, NONE, no_layout),
-        ("switches", None, REQUIRED, "Horizon places a gang inside one interconnect domain by itself"),
-        ("test-only", None, NONE, "horizon sbatch --dry-run prints the job without submitting it (no start "
-                                  "estimate)"),
-        ("thread-spec", None, REQUIRED, no_layout),
-        ("threads-per-core", None, REQUIRED, no_layout),
-        ("time-min", None, REQUIRED, "Horizon has one time limit per job (--time)"),
-        ("tmp", None, REQUIRED, "Horizon does not schedule local disk"),
-        ("tres-per-task", None, REQUIRED, "give --cpus-per-task and --gpus-per-task"),
-        ("uid", None, REQUIRED, "Horizon runs jobs as the node agent's user"),
-        ("use-min-nodes", None, NONE, "Horizon's gangs have a fixed number of nodes"),
-        ("wait", "W", NONE, "follow the job with horizon watch --job JOB"),
-        ("wait-all-nodes", None, REQUIRED, "Horizon starts a job when all its nodes are allocated"),
-        ("wckey", None, REQUIRED, "Horizon has no workload keys"),
-        ("help", None, NONE, "run horizon sbatch --help"),
-        ("usage", "u", NONE, "run horizon sbatch --help"),
-        ("version", "V", NONE, "run horizon --version"),
-    ]
-    horizon = [
-        ("nats", None, REQUIRED), ("tenant", None, REQUIRED), ("job-id", None, REQUIRED), ("json", None, NONE),
-        ("dry-run", None, NONE), ("check", None, NONE), ("no-wait", None, NONE), ("sim-runtime", None, REQUIRED),
-        ("priority-class", None, REQUIRED),
-    ]
-    table: dict[str, _Opt] = {}
-    for long, short, arg in ok:
-        table[long] = _Opt(long, short, arg)
-    for long, short, arg, why in unsupported:
-        table[long] = _Opt(long, short, arg, unsupported=why)
-    for long, short, arg in horizon:
-        table[long] = _Opt(long, short, arg, horizon=True)
-    return table
-
-
-OPTIONS: dict[str, _Opt] = _opts()
-_SHORT: dict[str, _Opt] = {o.short: o for o in OPTIONS.values() if o.short}
-# Slurm accepts --wrap only on the command line; the output flags are horizon sbatch's there too.
-_COMMAND_LINE_ONLY = {"wrap", "parsable", "quiet", "verbose"}
-
-
-# --------------------------------------------------------------------------
-# Reading directives
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Directive:
-    """One option: its long name, value (``None`` for a flag), where it was given and how it was spelt."""
-
-    option: str
-    value: str | None
-    where: str  # "line 7" or "command line"
-    given: str  # "-N" or "--nodes"
-
-    def problem(self, text: str) -> str:
-        return f"{self.where}: {self.given}: {text}"
-
-
-def _arguments(line: str, where: str) -> list[str]:
-    """Split a directive line as Slurm's ``_get_argument`` does: quotes group, ``\\`` escapes, ``#`` comments."""
-    args: list[str] = []
-    i, n = 0, len(line)
-    while True:
-        while i < n and line[i].isspace():
-            i += 1
-        if i >= n:
-            return args
-        arg: list[str] = []
-        quote = ""
-        escaped = False
-        while i < n and (quote or not line[i].isspace()):
-            ch = line[i]
-            i += 1
-            if escaped:
-                escaped = False
-                arg.append(ch)
-            elif ch == "\\":
-                escaped = True
-            elif quote:
-                if ch == quote:
-                    quote = ""
-                else:
-                    arg.append(ch)
-            elif ch in "\"'":
-                quote = ch
-            elif ch == "#":
-                if arg:
-                    args.append("".join(arg))
-                return args  # the rest of the line is a comment
-            else:
-                arg.append(ch)
-        if quote:
-            raise SbatchError([f"{where}: unmatched {quote} in {line.strip()!r}"])
-        args.append("".join(arg))
-
-
-def _find_long(name: str, where: str, given: str) -> _Opt:
-    if name in OPTIONS:
-        return OPTIONS[name]
-    matches = [o for long, o in OPTIONS.items() if long.startswith(name)]
-    if len(matches) == 1 and name:
-        return matches[0]
-    if len(matches) > 1:
-        raise _Problem(f"{where}: {given}: ambiguous: {', '.join('--' + m.long for m in matches)}")
-    raise _Problem(f"{where}: {given}: not an sbatch option")
-
-
-def getopt(tokens: Sequence[str], where: str | Sequence[str]) -> tuple[list[Directive], int, list[str]]:
-    """Options from ``tokens`` up to the first operand (``getopt_long`` rules without permutation).
-
-    ``where`` is one place for all the tokens, or one per token. Returns the directives, the
-    index of the first operand (``len(tokens)`` if none), and the problems found.
-    """
-    places = [where] * len(tokens) if isinstance(where, str) else list(where)
-    out: list[Directive] = []
-    problems: list[str] = []
-    i = 0
-    while i < len(tokens):
-        token, place = tokens[i], places[i]
-        if token == "--":
-            return out, i + 1, problems
-        if not token.startswith("-") or token == "-":
-            return out, i, problems
-        i += 1
-        try:
-            if token.startswith("--"):
-                name, eq, value = token[2:].partition("=")
-                opt = _find_long(name, place, token if not eq else f"--{name}")
-                given = f"--{opt.long}"
-                if opt.arg == NONE:
-                    if eq:
-                        raise _Problem(f"{place}: {given}: takes no value")
-                    out.append(Directive(opt.long, None, place, given))
-                elif eq or opt.arg == OPTIONAL:
-                    out.append(Directive(opt.long, value if eq else None, place, given))
-                elif i < len(tokens):
-                    out.append(Directive(opt.long, tokens[i], place, given))
-                    i += 1
-                else:
-                    raise _Problem(f"{place}: {given}: needs a value")
-                continue
-            chars = token[1:]
-            while chars:
-                letter, chars = chars[0], chars[1:]
-                opt = _SHORT.get(letter)  # type: ignore[assignment]
-                if opt is None:
-                    raise _Problem(f"{place}: -{letter}: not an sbatch option")
-                given = f"-{letter}"
-                if opt.arg == NONE:
-                    out.append(Directive(opt.long, None, place, given))
-                    continue
-                if chars:
-                    value, chars = chars[1:] if chars.startswith("=") else chars, ""
-                    out.append(Directive(opt.long, value, place, given))
-                elif opt.arg == OPTIONAL:
-                    out.append(Directive(opt.long, None, place, given))
-                elif i < len(tokens):
-                    out.append(Directive(opt.long, tokens[i], place, given))
-                    i += 1
-                else:
-                    raise _Problem(f"{place}: {given}: needs a value")
-        except _Problem as exc:
-            problems.append(str(exc))
-    return out, len(tokens), problems
-
-
-_PREFIXES = ("#SBATCH", "#SLURM")
-
-
-def read_directives(text: str) -> tuple[list[Directive], str, list[str]]:
-    """The ``#SBATCH`` directives of a script's leading comment block, the rest of the script, and the
-    problems found (bad syntax, options that are not sbatch's)."""
-    lines = text.splitlines()
-    directives: list[Directive] = []
-    problems: list[str] = []
-    body_start = len(lines)
-    for number, line in enumerate(lines, 1):
-        prefix = next((p for p in _PREFIXES if line.startswith(p)), None)
-        if prefix is None:
-            stripped = line.lstrip()
-            if stripped and not stripped.startswith("#"):
-                body_start = number - 1
-                break
-            continue
-        where = f"line {number}"
-        try:
-            tokens = _arguments(line[len(prefix):], where)
-        except SbatchError as exc:
-            problems.extend(exc.problems)
-            continue
-        if any(t.lower() in ("packjob", "hetjob") for t in tokens):
-            problems.append(f"{where}: {line.strip()}: heterogeneous jobs are not supported")
-            continue
-        found, stop, bad = getopt(tokens, where)
-        problems.extend(bad)
-        directives.extend(found)
-        if stop < len(tokens):
-            problems.append(f"{where}: {tokens[stop]!r} is not an option (a directive line holds options only)")
-    return directives, "\n".join(lines[body_start:]), problems
-
-
-# --------------------------------------------------------------------------
-# Values in Slurm's syntax
-# --------------------------------------------------------------------------
-
-_TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 90, 1:30:00, 2-00:00:00)"
-_TIME_RE = [
-    (re.compile(r"^(\d+)$"), lambda m: int(m[1]) * 60),
-    (re.compile(r"^(\d+):(\d+)$"), lambda m: int(m[1]) * 60 + int(m[2])),
-    (re.compile(r"^(\d+):(\d+):(\d+)$"), lambda m: int(m[1]) * 3600 + int(m[2]) * 60 + int(m[3])),
-    (re.compile(r"^(\d+)-(\d+)$"), lambda m: int(m[1]) * 86400 + int(m[2]) * 3600),
-    (re.compile(r"^(\d+)-(\d+):(\d+)$"), lambda m: int(m[1]) * 86400 + int(m[2]) * 3600 + int(m[3]) * 60),
-    (re.compile(r"^(\d+)-(\d+):(\d+):(\d+)$"),
-     lambda m: int(m[1]) * 86400 + int(m[2]) * 3600 + int(m[3]) * 60 + int(m[4])),
-]
-
-
-def slurm_time(text: str) -> float:
-    """Slurm's ``--time``: a bare number is **minutes**. ``"90"`` -> 5400.0, ``"1-12"`` -> 129600.0."""
-    value = text.strip()
-    if value.upper() in ("INFINITE", "UNLIMITED", "-1"):
-        raise _Problem("no time limit is not supported: every Horizon job has one (at most 30 days)")
-    for pattern, seconds in _TIME_RE:
-        m = pattern.match(value)
-        if m:
-            total = seconds(m)
-            if total == 0:
-                raise _Problem("0 means no time limit in Slurm; every Horizon job has one")
-            return float(total)
-    raise _Problem(f"{text!r} is not a time; accepted: {_TIME_FORMS}")
-
-
-_MEM_RE = re.compile(r"^(\d+)([KMGTkmgt]?)$")
-_MEM_UNITS = {"": 1 << 20, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def slurm_memory(text: str) -> int:
-    """Slurm's memory sizes: a whole number, megabytes unless suffixed K, M, G or T (binary). ``"4G"`` -> 4 GiB."""
-    m = _MEM_RE.match(text.strip())
-    if m is None:
-        raise _Problem(f"{text!r} is not a memory size; accepted: a whole number of megabytes, or with a "
-                       "K, M, G or T suffix (4000, 16G, 512M)")
-    return int(m[1]) * _MEM_UNITS[m[2].lower()]
-
-
-def _count(text: str, what: str, minimum: int = 1) -> int:
-    value = text.strip()
-    if not value.isdigit() or int(value) < minimum:
-        raise _Problem(f"{text!r} is not {what} (a whole number of at least {minimum})")
-    return int(value)
-
-
-_DEP_KINDS = {"after": "after", "afterok": "after-ok", "afternotok": "after-not-ok", "afterany": "after-any"}
-_DEP_UNSUPPORTED = {
-    "singleton": "singleton (one job of a name and user at a time) is not supported; name the jobs to wait for "
-                 "with afterany:JOB",
-    "aftercorr": "aftercorr (array task by array task) is not supported: Horizon waits for the whole array",
-    "afterburstbuffer": "Horizon has no burst buffers",
-    "expand": "Horizon does not grow running jobs",
-}
-
-
-def parse_dependencies(text: str) -> list[c.Dependency]:
-    """Slurm's ``--dependency``: ``afterok:a:b,afterany:c`` (all must be met); also ``after``, ``afternotok``."""
-    if "?" in text:
-        raise _Problem("'?' (any one of them) is not supported: Horizon starts a job when every dependency is met; "
-                       "separate them with ','")
-    out: list[c.Dependency] = []
-    for part in text.split(","):
-        kind, _, ids = part.strip().partition(":")
-        kind = kind.strip().lower()
-        if kind in _DEP_UNSUPPORTED:
-            raise _Problem(_DEP_UNSUPPORTED[kind])
-        if kind not in _DEP_KINDS:
-            raise _Problem(f"{part.strip()!r} is not KIND:JOB[:JOB...]; kinds: {', '.join(_DEP_KINDS)}")
-        if not ids:
-            raise _Problem(f"{part.strip()!r} names no job")
-        for job in ids.split(":"):
-            if "+" in job:
-                raise _Problem(f"{kind}:{job}: a delay after the job starts (+minutes) is not supported")
-            if not valid_token(job):
-                raise _Problem(f"{job!r} is not a job id")
-            out.append(c.Dependency(kind=_DEP_KINDS[kind], job_id=job))
-    return out
-
-
-def _gpu_spec(text: str, what: str) -> tuple[str | None, int]:
-    """``[type:]count`` -> (type, count)."""
-    if "," in text:
-        raise _Problem(f"{text!r}: GPUs of several types in one job are not supported")
-    kind, sep, count = text.strip().rpartition(":")
-    if not sep:
-        kind, count = "", count
-    n = _count(count, f"a number of {what}", minimum=0)
-    return _gpu_type(kind), n
-
-
-def _gpu_type(kind: str) -> str | None:
-    if not kind:
-        return None
-    try:
-        return str(parse_gpu_model(kind, "GPU type"))
-    except ResourceError as exc:
-        raise _Problem(f"{kind!r}: {exc.problem}; accepted: {exc.accepted}") from None
-
-
-def _gres(text: str) -> tuple[str | None, int]:
-    """``--gres``: ``gpu``, ``gpu:N``, ``gpu:TYPE:N`` or ``gpu:TYPE`` per node; ``none``."""
-    if text.strip().lower() == "none":
-        return None, 0
-    found: tuple[str | None, int] | None = None
-    for item in text.split(","):
-        item = item.strip()
-        if item.startswith("gres/"):
-            item = item[5:]
-        parts = item.split(":")
-        if parts[0] != "gpu":
-            raise _Problem(f"{parts[0]!r}: only the gpu resource is supported (gpu, gpu:N or gpu:TYPE:N)")
-        if found is not None:
-            raise _Problem(f"{text!r}: GPUs of several types in one job are not supported")
-        if len(parts) == 1:
-            found = (None, 1)
-        elif len(parts) == 2:
-            found = (None, _count(parts[1], "a number of GPUs", 0)) if parts[1].isdigit() else (_gpu_type(parts[1]), 1)
-        elif len(parts) == 3:
-            found = (_gpu_type(parts[1]), _count(parts[2], "a number of GPUs", 0))
-        else:
-            raise _Problem(f"{item!r} is not gpu[:TYPE][:COUNT]")
-    assert found is not None
-    return found
-
-
-_PATTERN_RE = re.compile(r"%(\d*)(.)")
-# Slurm's filename patterns, as shell words on the node (the wrapper has these variables).
-_PATTERNS = {
-    "j": '"${SLURM_JOB_ID}"',
-    "J": '"${SLURM_JOB_ID}.batch"',
-    "x": '"${SLURM_JOB_NAME}"',
-    "u": '"${SLURM_JOB_USER}"',
-    "A": '"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}"',
-    "a": '"${SLURM_ARRAY_TASK_ID:-4294967294}"',
-    "N": '"${HORIZON_NODE}"',
-    "n": "0",
-    "t": "0",
-    "s": "batch",
-}
-_PADDED = {"a", "n", "t"}  # the numeric ones: %3a zero-pads
-
-
-def _filename(pattern: str) -> str:
-    """A Slurm output filename pattern as one POSIX shell word (literal parts quoted)."""
-    if pattern.lower() == "none":
-        return "/dev/null"
-    if "\\" in pattern:  # Slurm: a backslash anywhere turns the replacements off
-        return shlex.quote(pattern.replace("\\", ""))
-    words: list[str] = []
-    last = 0
-    for m in _PATTERN_RE.finditer(pattern):
-        if m.start() > last:
-            words.append(shlex.quote(pattern[last:m.start()]))
-        last = m.end()
-        width, letter = m[1], m[2]
-        if letter == "%":
-            words.append("%")
-            continue
-        if letter not in _PATTERNS:
-            raise _Problem(f"%{letter} is not a filename pattern Horizon knows; known: %%, "
-                           + ", ".join(f"%{k}" for k in _PATTERNS))
-        if width and letter not in _PADDED:
-            raise _Problem(f"%{width}{letter}: zero padding only applies to %a, %n and %t (Horizon job ids are "
-                           "not numbers)")
-        word = _PATTERNS[letter]
-        if width:
-            word = f"\"$(printf '%0{int(width)}d' {word})\""
-        words.append(word)
-    if last < len(pattern):
-        words.append(shlex.quote(pattern[last:]))
-    return "".join(words)
+__all__ = ["SbatchDefaults", "parse_sbatch", "script_warnings", "split_command_line", "register"]
 
 
 # --------------------------------------------------------------------------
@@ -594,7 +109,7 @@ def parse_sbatch(text: str, *, defaults: SbatchDefaults, command_line: Sequence[
         opt = OPTIONS[d.option]
         if opt.horizon:
             problems.append(d.problem("a horizon sbatch option: give it on the command line"))
-        elif d.option in _COMMAND_LINE_ONLY:
+        elif d.option in COMMAND_LINE_ONLY:
             problems.append(d.problem("only allowed on the command line"))
     for d in [*directives, *cli]:
         opt = OPTIONS[d.option]
@@ -606,7 +121,7 @@ def parse_sbatch(text: str, *, defaults: SbatchDefaults, command_line: Sequence[
     given: dict[str, Directive] = {}
     for d in [*directives, *cli]:  # later wins; the command line last
         opt = OPTIONS[d.option]
-        if not (opt.unsupported or opt.horizon or d.option in _COMMAND_LINE_ONLY and d.where != "command line"):
+        if not (opt.unsupported or opt.horizon or d.option in COMMAND_LINE_ONLY and d.where != "command line"):
             given[d.option] = d
     fields = _resolve(given, defaults, interpreter, problems)
     if problems:
@@ -625,7 +140,7 @@ def _value(given: dict[str, Directive], name: str, parse: Any, problems: list[st
         return None
     try:
         return parse(d.value if d.value is not None else "")
-    except _Problem as exc:
+    except Problem as exc:
         problems.append(d.problem(str(exc)))
     except ResourceError as exc:
         problems.append(d.problem(f"{exc.value!r} {exc.problem}; accepted: {exc.accepted}"))
@@ -634,18 +149,18 @@ def _value(given: dict[str, Directive], name: str, parse: Any, problems: list[st
 
 def _nodes(text: str) -> int:
     low, sep, high = text.partition("-")
-    n = _count(low, "a number of nodes")
-    if sep and _count(high, "a number of nodes") != n:
-        raise _Problem(f"{text!r}: a range of node counts is not supported: Horizon's gangs have a fixed number "
+    n = whole_number(low, "a number of nodes")
+    if sep and whole_number(high, "a number of nodes") != n:
+        raise Problem(f"{text!r}: a range of node counts is not supported: Horizon's gangs have a fixed number "
                        "of nodes")
     return n
 
 
 def _partition(text: str) -> str:
     if "," in text:
-        raise _Problem(f"{text!r}: one partition (Horizon placement profile) only")
+        raise Problem(f"{text!r}: one partition (Horizon placement profile) only")
     if not text.strip():
-        raise _Problem("is empty")
+        raise Problem("is empty")
     return text.strip()
 
 
@@ -655,9 +170,9 @@ def _nice(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise _Problem(f"{text!r} is not a whole number") from None
+        raise Problem(f"{text!r} is not a whole number") from None
     if not -10000 <= value <= 10000:
-        raise _Problem(f"{value} is outside -10000..10000")
+        raise Problem(f"{value} is outside -10000..10000")
     return value
 
 
@@ -669,17 +184,17 @@ def _array(text: str) -> str:
 def _export(text: str) -> list[tuple[str, str | None]]:
     items = [x.strip() for x in text.split(",") if x.strip()]
     if not items:
-        raise _Problem("is empty")
+        raise Problem("is empty")
     if items[0].upper() in ("NONE", "NIL") and len(items) == 1:
         return []
     if any(x.upper() == "ALL" for x in items):
-        raise _Problem("copying the whole environment (ALL, Slurm's default) is not supported: the log is read "
+        raise Problem("copying the whole environment (ALL, Slurm's default) is not supported: the log is read "
                        "by others and keeps everything; name the variables: --export=VAR,VAR=value")
     out: list[tuple[str, str | None]] = []
     for item in items:
         name, eq, value = item.partition("=")
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-            raise _Problem(f"{name!r} is not a variable name")
+            raise Problem(f"{name!r} is not a variable name")
         out.append((name, value if eq else None))
     return out
 
@@ -687,7 +202,7 @@ def _export(text: str) -> list[tuple[str, str | None]]:
 def _choice(*allowed: str) -> Any:
     def parse(text: str) -> str:
         if text.lower() not in allowed:
-            raise _Problem(f"{text!r} is not one of {', '.join(allowed)}")
+            raise Problem(f"{text!r} is not one of {', '.join(allowed)}")
         return text.lower()
 
     return parse
@@ -695,7 +210,7 @@ def _choice(*allowed: str) -> Any:
 
 def _text(text: str) -> str:
     if not text.strip():
-        raise _Problem("is empty")
+        raise Problem("is empty")
     return text
 
 
@@ -709,8 +224,8 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
 
     # -- shape: nodes x tasks per node (Horizon's gangs are uniform)
     nodes = get("nodes", _nodes)
-    ntasks = get("ntasks", lambda t: _count(t, "a number of tasks"))
-    per_node = get("ntasks-per-node", lambda t: _count(t, "a number of tasks per node"))
+    ntasks = get("ntasks", lambda t: whole_number(t, "a number of tasks"))
+    per_node = get("ntasks-per-node", lambda t: whole_number(t, "a number of tasks per node"))
     if ntasks is not None:
         if nodes is None:
             nodes = 1 if per_node is None else math.ceil(ntasks / per_node)
@@ -730,10 +245,10 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
     gpu_type: str | None = None
     gpus_per_task: int | None = None
     gpu_forms: list[tuple[str, str | None, int | None]] = []  # option, type, per task
-    for name, parse, divisor in (("gpus-per-task", lambda t: _gpu_spec(t, "GPUs"), 1),
-                                 ("gpus-per-node", lambda t: _gpu_spec(t, "GPUs"), per_node),
-                                 ("gres", _gres, per_node),
-                                 ("gpus", lambda t: _gpu_spec(t, "GPUs"), tasks)):
+    for name, parse, divisor in (("gpus-per-task", lambda t: gpu_spec(t, "GPUs"), 1),
+                                 ("gpus-per-node", lambda t: gpu_spec(t, "GPUs"), per_node),
+                                 ("gres", gres, per_node),
+                                 ("gpus", lambda t: gpu_spec(t, "GPUs"), tasks)):
         spec = get(name, parse)
         if spec is None:
             continue
@@ -758,8 +273,8 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
         gpu_type = None
 
     # -- CPUs per task
-    cpus = get("cpus-per-task", lambda t: _count(t, "a number of CPUs"))
-    cpus_per_gpu = get("cpus-per-gpu", lambda t: _count(t, "a number of CPUs"))
+    cpus = get("cpus-per-task", lambda t: whole_number(t, "a number of CPUs"))
+    cpus_per_gpu = get("cpus-per-gpu", lambda t: whole_number(t, "a number of CPUs"))
     if cpus_per_gpu is not None:
         if "cpus-per-task" in given:
             fail("cpus-per-gpu", "and --cpus-per-task exclude each other (as in Slurm)")
@@ -800,8 +315,8 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
     export = get("export", _export)
     open_mode = get("open-mode", _choice("append", "truncate"))
     get("kill-on-invalid-dep", _kill_on_invalid_dep)
-    output = get("output", _filename)
-    error = get("error", _filename)
+    output = get("output", filename)
+    error = get("error", filename)
     chdir = get("chdir", _text)
     if problems:
         return {}
@@ -845,7 +360,7 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
 
 def _kill_on_invalid_dep(text: str) -> bool:
     if text.lower() != "yes":
-        raise _Problem("only 'yes' is supported: Horizon ends a job whose dependency can never be met "
+        raise Problem("only 'yes' is supported: Horizon ends a job whose dependency can never be met "
                        "(DEPENDENCY_NEVER_SATISFIED)")
     return True
 
@@ -950,8 +465,6 @@ def split_command_line(args: Sequence[str]) -> tuple[dict[str, Any], list[str], 
 
 
 def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, str]:
-    from services.cli.client import default_tenant, default_user
-
     ours, sbatch, script, script_args = split_command_line(args)
     sbatch_opts = [o for o in sbatch if not o.startswith("--wrap=")]
     wrap = next((o[len("--wrap="):] for o in sbatch if o.startswith("--wrap=")), None)
@@ -976,8 +489,7 @@ def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, st
         name = script[0] if script else "--wrap"
         raise click.ClickException(f"{name}: " + str(exc)) from None
     tenant = ours.get("tenant") or default_tenant()
-    job_id = ours.get("job-id") or (
-        f"{user if valid_token(user) else 'job'}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
+    job_id = ours.get("job-id") or new_job_id(user)
     if ours.get("priority-class") is not None:
         if ours["priority-class"] not in c.PRIORITY_CLASSES:
             raise click.BadParameter(f"{ours['priority-class']!r} is not one of {', '.join(c.PRIORITY_CLASSES)}",
@@ -1020,8 +532,6 @@ def sbatch(args: tuple[str, ...]) -> None:
       -Q, --quiet            print nothing on success
       -v, --verbose          also print the job's resources to stderr
     """
-    from services.cli.jobs import check_submission, report_check, send_submission
-
     ours, event, text = _submission(args)
     if not ours.get("quiet"):
         for warning in script_warnings(text, event.nodes):
@@ -1034,7 +544,7 @@ def sbatch(args: tuple[str, ...]) -> None:
         click.echo(f"horizon sbatch: {event.nodes} node(s) x {event.tasks_per_node} task(s), per task {r.cpus} CPUs, "
                    f"{r.memory} bytes of memory, {r.gpus} GPU(s){' ' + r.gpu_type if r.gpu_type else ''}; "
                    f"time limit {event.time_limit_s} s; profile {event.profile}", err=True)
-    nats_url = ours.get("nats") or os.environ.get("HORIZON_NATS_URL") or "nats://127.0.0.1:4222"
+    nats_url = ours.get("nats") or os.environ.get("HORIZON_NATS_URL") or NATS_DEFAULT
     if ours.get("check"):
         report_check(check_submission(nats_url, event), event.job_id, bool(ours.get("json")))
         return

@@ -1,0 +1,290 @@
+"""Requests about jobs: ``horizon cancel``, ``hold``, ``release`` and ``update``.
+
+Requests go to ``horizon.in.<tenant>.<verb>`` about one's own jobs, or with ``--admin`` to
+``horizon.in._admin.<verb>`` about anyone's. A job id naming an array asks for every live task, and
+the command reports the answers together. ``cancel`` also takes squeue-like filters (``scancel``'s
+``--name``, ``--user``, ``--state``, ``--account``) and cancels every matching job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+
+import click
+from rich.console import Console
+
+from events import catalogue as c
+from events.subjects import ADMIN_TENANT, admin_subject, input_subject, valid_token
+from services.cli.client import default_user, publish_input, query, session
+from services.cli.options import admin_option, nats_option, run, tenant_option
+
+__all__ = ["cancel", "hold", "release", "update", "register"]
+
+
+_DONE = {"JobCancelled": "cancelled", "JobStopRequested": "stopping", "JobHeld": "held", "JobReleased": "released",
+         "JobPriorityChanged": "priority changed", "RequestRejected": "rejected"}
+
+
+async def _await_answers(sub: Any, seq: int, job_id: str, timeout_s: float = 10.0,
+                         quiet_s: float = 0.5) -> list[dict[str, Any]]:
+    """Submission's answers to the request stored at ``seq`` (they carry ``causation_id = seq:<seq>``).
+
+    A job gets one answer, about itself; an array one per task, so once the first has come
+    the others are collected until ``quiet_s`` passes without one.
+    """
+    import nats.errors
+
+    cause = f"seq:{seq}"
+    answers: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        remaining = deadline - loop.time()
+        if answers:
+            remaining = min(remaining, quiet_s)
+        if remaining <= 0:
+            return answers
+        try:
+            msg = await sub.next_msg(timeout=remaining)
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            return answers
+        body = json.loads(msg.data)
+        if body.get("causation_id") != cause:
+            continue
+        answers.append(body)
+        if body.get("job_id") == job_id:
+            return answers  # about the job itself: a job, or an array with no live task
+
+
+def _ask(nats_url: str, verb: str, event: c.Event, job_id: str, admin: bool, tenant: str,
+         as_json: bool) -> None:
+    """Publish a request about a job (or an array), print the answers, fail if none carried it out."""
+    subject = admin_subject(verb) if admin else input_subject(tenant, verb)
+
+    async def go() -> list[dict[str, Any]]:
+        async with session(nats_url) as nc:
+            sub = await nc.subscribe("horizon.evt.submission.*.*")
+            seq = await publish_input(nc, subject, event, msg_id=f"{verb}/{job_id}/{uuid.uuid4().hex}")
+            return await _await_answers(sub, seq, job_id)
+
+    answers = run(go())
+    if as_json:
+        click.echo(json.dumps(answers if len(answers) != 1 else answers[0]))
+    if not answers:
+        raise click.ClickException(f"no answer about {job_id} within 10 s (the request is in the log)")
+    refused = [a for a in answers if a["type"] == "RequestRejected"]
+    if not as_json:
+        if len(answers) == 1 and not refused:
+            click.echo(f"{job_id}: {_DONE.get(answers[0]['type'], answers[0]['type'])}")
+        elif len(answers) > 1:
+            counts: dict[str, int] = {}
+            for a in answers:
+                counts[_DONE.get(a["type"], a["type"])] = counts.get(_DONE.get(a["type"], a["type"]), 0) + 1
+            click.echo(f"{job_id}: {len(answers)} tasks: " + ", ".join(f"{n} {what}" for what, n in sorted(counts.items())))
+            for a in refused[:10]:
+                click.echo(f"  {a['job_id']}: {a['reason']}", err=True)
+            if len(refused) > 10:
+                click.echo(f"  ... and {len(refused) - 10} more", err=True)
+    if len(refused) == len(answers):
+        raise click.ClickException(f"{verb} {job_id}: {refused[0]['reason']}")
+
+
+def _request(verb: str, cls: type[c.Event]) -> click.Command:
+    @click.command(name=verb, help=f"{verb.capitalize()} a job, or every task of an array (its job id).")
+    @nats_option
+    @tenant_option
+    @admin_option
+    @click.option("--reason", default="", help="Why (kept in the log).")
+    @click.option("--json", "as_json", is_flag=True)
+    @click.argument("job_id")
+    def command(nats_url: str, tenant: str, admin: bool, reason: str, as_json: bool, job_id: str) -> None:
+        if not valid_token(job_id):
+            raise click.BadParameter(f"{job_id!r} is not a job id", param_hint="JOB_ID")
+        fields: dict[str, Any] = {"job_id": job_id, "tenant": ADMIN_TENANT if admin else tenant, "user": default_user()}
+        if "reason" in cls.__struct_fields__:
+            fields["reason"] = reason
+        event = cls(ts=time.time(), source="horizon-cli", correlation_id=job_id, **fields)
+        _ask(nats_url, verb, event, job_id, admin, tenant, as_json)
+
+    return command
+
+
+_cancel_one = _request("cancel", c.JobCancelRequested)
+
+
+@click.command()
+@nats_option
+@tenant_option
+@admin_option
+@click.option("--reason", default="", help="Why (kept in the log).")
+@click.option("-n", "--name", "name", default=None, help="Every live job with this name (as scancel --name).")
+@click.option("-u", "--user", "user", default=None, help="Every live job of this user.")
+@click.option("--me", is_flag=True, help="Every live job of yours (--user $USER).")
+@click.option("-t", "--state", "state", default=None,
+              type=click.Choice(["PENDING", "RUNNING", "HELD", "SCHEDULED", "PD", "R"], case_sensitive=False),
+              help="Only jobs in this state: PENDING (with held ones, as Slurm), RUNNING (with scheduled ones), "
+                   "HELD, SCHEDULED.")
+@click.option("-A", "--account", "account", default=None, help="Every live job of this account.")
+@click.option("--json", "as_json", is_flag=True)
+@click.argument("job_id", required=False)
+def cancel(nats_url: str, tenant: str, admin: bool, reason: str, name: str | None, user: str | None, me: bool,
+           state: str | None, account: str | None, as_json: bool, job_id: str | None) -> None:
+    """Cancel a job, every task of an array (its job id), or every job matching filters (like scancel).
+
+    \b
+    horizon cancel JOB
+    horizon cancel --name train --state PENDING     every pending job named train (in your tenant)
+    horizon cancel --me                             every live job of yours
+    """
+    if me:
+        user = user or default_user()
+    filtered = any(v is not None for v in (name, user, state, account))
+    if job_id is not None:
+        if filtered:
+            raise click.UsageError("give a JOB or filters (--name, --user, --state, --account), not both")
+        ctx = click.get_current_context()
+        ctx.invoke(_cancel_one, nats_url=nats_url, tenant=tenant, admin=admin, reason=reason, as_json=as_json,
+                   job_id=job_id)
+        return
+    if not filtered:
+        raise click.UsageError("give a JOB, or filters to choose the jobs: --name, --user (--me), --state, --account")
+    _cancel_matching(nats_url, tenant=tenant, admin=admin, reason=reason, name=name, user=user, state=state,
+                     account=account, as_json=as_json)
+
+
+_CANCEL_STATES = {"PENDING": ["PENDING", "HELD"], "PD": ["PENDING", "HELD"], "RUNNING": ["SCHEDULED", "RUNNING"],
+                  "R": ["SCHEDULED", "RUNNING"], "HELD": ["HELD"], "SCHEDULED": ["SCHEDULED"]}
+
+
+def _cancel_matching(nats_url: str, *, tenant: str, admin: bool, reason: str, name: str | None, user: str | None,
+                     state: str | None, account: str | None, as_json: bool) -> None:
+    """Ask the read model for the live jobs matching the filters, then request a cancel of each."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    states = _CANCEL_STATES[state.upper()] if state else ["PENDING", "HELD", "SCHEDULED", "RUNNING"]
+    err = Console(stderr=True)
+
+    async def go() -> tuple[list[str], dict[str, dict[str, Any]]]:
+        async with session(nats_url) as nc:
+            body = await query(nc, "jobs", {"states": states, "tenant": None if admin else tenant,
+                                            "account": account, "user": user, "limit": 100_000})
+            targets = [row["job_id"] for row in body["jobs"] if name is None or row["name"] == name]
+            if not targets:
+                return targets, {}
+            with Progress(TextColumn("cancelling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=err, transient=True, disable=len(targets) < 10 or not err.is_terminal) as bar:
+                task = bar.add_task("cancel", total=len(targets))
+                answers = await _cancel_each(nc, targets, tenant=tenant, admin=admin, reason=reason,
+                                             advance=lambda: bar.advance(task))
+            return targets, answers
+
+    targets, answers = run(go())
+    if as_json:
+        click.echo(json.dumps([answers.get(j, {"job_id": j, "type": None}) for j in targets]))
+    if not targets:
+        if not as_json:
+            click.echo("no live job matches", err=True)
+        return
+    counts: dict[str, int] = {}
+    for answer in answers.values():
+        what = _DONE.get(answer["type"], answer["type"])
+        counts[what] = counts.get(what, 0) + 1
+    refused = [a for a in answers.values() if a["type"] == "RequestRejected"]
+    missing = [j for j in targets if j not in answers]
+    if not as_json:
+        if len(targets) <= 20:
+            for j in targets:
+                if j in answers:
+                    a = answers[j]
+                    click.echo(f"{j}: {_DONE.get(a['type'], a['type'])}"
+                               + (f": {a['reason']}" if a["type"] == "RequestRejected" else ""))
+        click.echo(f"{len(targets)} job(s): " + ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
+                   + (f", {len(missing)} unanswered" if missing else ""))
+    if missing:
+        raise click.ClickException(f"no answer about {len(missing)} job(s) within 10 s (the requests are in the "
+                                   f"log): {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+    if refused and len(refused) == len(targets):
+        raise click.ClickException(f"cancel: {refused[0]['reason']}")
+
+
+async def _cancel_each(nc: Any, targets: list[str], *, tenant: str, admin: bool, reason: str,
+                       advance: Any, timeout_s: float = 10.0) -> dict[str, dict[str, Any]]:
+    """Publish a cancel request per job and collect submission's answer to each (by its request's seq)."""
+    subject = admin_subject("cancel") if admin else input_subject(tenant, "cancel")
+    who = default_user()
+    answers: dict[str, dict[str, Any]] = {}
+    asked: dict[str, str] = {}  # "seq:<n>" -> job id
+    early: dict[str, list[dict[str, Any]]] = {}  # answers that came before their publish was acknowledged
+    finished = asyncio.Event()
+
+    def take(body: dict[str, Any]) -> None:
+        job = asked.get(body.get("causation_id", ""))
+        if job is None or body.get("job_id") != job or job in answers:
+            return
+        answers[job] = body
+        advance()
+        if len(answers) == len(targets):
+            finished.set()
+
+    async def on_msg(msg: Any) -> None:
+        body = json.loads(msg.data)
+        cause = body.get("causation_id", "")
+        if cause in asked:
+            take(body)
+        elif cause.startswith("seq:"):
+            early.setdefault(cause, []).append(body)
+
+    sub = await nc.subscribe("horizon.evt.submission.*.*", cb=on_msg)
+    try:
+        for job_id in targets:
+            event = c.JobCancelRequested(ts=time.time(), source="horizon-cli", correlation_id=job_id, job_id=job_id,
+                                         tenant=ADMIN_TENANT if admin else tenant, reason=reason, user=who)
+            seq = await publish_input(nc, subject, event, msg_id=f"cancel/{job_id}/{uuid.uuid4().hex}")
+            asked[f"seq:{seq}"] = job_id
+            for body in early.pop(f"seq:{seq}", []):
+                take(body)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not finished.is_set() and loop.time() < deadline:
+            before = len(answers)
+            try:
+                await asyncio.wait_for(finished.wait(), min(1.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                if len(answers) > before:
+                    deadline = max(deadline, loop.time() + 2.0)  # still answering: give it time
+    finally:
+        await sub.unsubscribe()
+    return answers
+hold = _request("hold", c.JobHoldRequested)
+release = _request("release", c.JobReleaseRequested)
+
+
+@click.command()
+@nats_option
+@tenant_option
+@admin_option
+@click.option("--priority-class", default=None, type=click.Choice(list(c.PRIORITY_CLASSES)),
+              help="The new class (an owner may only lower it).")
+@click.option("--nice", type=int, default=None, help="The new nice value (an owner may only raise it).")
+@click.option("--json", "as_json", is_flag=True)
+@click.argument("job_id")
+def update(nats_url: str, tenant: str, admin: bool, priority_class: str | None, nice: int | None, as_json: bool,
+           job_id: str) -> None:
+    """Change the priority of a pending or held job, or of every task of an array."""
+    if not valid_token(job_id):
+        raise click.BadParameter(f"{job_id!r} is not a job id", param_hint="JOB_ID")
+    if priority_class is None and nice is None:
+        raise click.UsageError("give --priority-class, --nice or both")
+    event = c.JobUpdateRequested(ts=time.time(), source="horizon-cli", correlation_id=job_id, job_id=job_id,
+                                 tenant=ADMIN_TENANT if admin else tenant, priority_class=priority_class, nice=nice,
+                                 user=default_user())
+    _ask(nats_url, "update", event, job_id, admin, tenant, as_json)
+
+
+def register(group: click.Group) -> None:
+    for command in (cancel, hold, release, update):
+        group.add_command(command)

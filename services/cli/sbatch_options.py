@@ -1,0 +1,331 @@
+"""The options ``sbatch`` knows and the ``#SBATCH`` directives of a script, read the way ``sbatch`` reads them.
+
+* directives are lines that *begin* with ``#SBATCH`` (``#SLURM``, the old
+  prefix, too), in the leading block of comments and blank lines: the first
+  other line ends the block, and ``#SBATCH`` lines after it are comments;
+* a directive line holds one or more options, split like a command line
+  (quotes group, a backslash escapes, an unquoted ``#`` starts a comment);
+  ``--opt=value``, ``--opt value``, ``-Xvalue``, ``-X value``, and long
+  options may be shortened to a unique prefix (``getopt_long``).
+
+``OPTIONS`` is the table of every sbatch option and what Horizon does with it (docs/slurm.md is its
+prose). Pure: text in, ``Directive`` objects and problems out; what the values mean is
+``services/cli/sbatch.py``'s business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from services.cli.slurm_values import Problem
+
+__all__ = ["SbatchError", "Directive", "OPTIONS", "COMMAND_LINE_ONLY", "getopt", "read_directives"]
+
+
+class SbatchError(ValueError):
+    """One or more problems with a batch script or sbatch options; the message lists each with its line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(problems[0] if len(problems) == 1 else
+                         f"{len(problems)} problems:\n  " + "\n  ".join(problems))
+
+
+
+# --------------------------------------------------------------------------
+# The options sbatch knows, and what Horizon does with each
+# --------------------------------------------------------------------------
+
+REQUIRED, OPTIONAL, NONE = "required", "optional", "none"
+
+
+@dataclass(frozen=True)
+class _Opt:
+    long: str
+    short: str | None
+    arg: str  # REQUIRED | OPTIONAL | NONE
+    unsupported: str | None = None  # why Horizon cannot honour it (None: supported)
+    horizon: bool = False  # a horizon sbatch option (command line only), not Slurm's
+
+
+def _opts() -> dict[str, _Opt]:
+    ok = [
+        ("account", "A", REQUIRED), ("array", "a", REQUIRED), ("chdir", "D", REQUIRED), ("comment", None, REQUIRED),
+        ("cpus-per-gpu", None, REQUIRED), ("cpus-per-task", "c", REQUIRED), ("dependency", "d", REQUIRED),
+        ("error", "e", REQUIRED), ("export", None, REQUIRED), ("gpus", "G", REQUIRED),
+        ("gpus-per-node", None, REQUIRED), ("gpus-per-task", None, REQUIRED), ("gres", None, REQUIRED),
+        ("job-name", "J", REQUIRED), ("kill-on-invalid-dep", None, REQUIRED), ("mem", None, REQUIRED),
+        ("mem-per-cpu", None, REQUIRED), ("mem-per-gpu", None, REQUIRED), ("nice", None, OPTIONAL),
+        ("nodes", "N", REQUIRED), ("ntasks", "n", REQUIRED), ("ntasks-per-node", None, REQUIRED),
+        ("open-mode", None, REQUIRED), ("output", "o", REQUIRED), ("parsable", None, NONE),
+        ("partition", "p", REQUIRED), ("qos", "q", REQUIRED), ("quiet", "Q", NONE), ("time", "t", REQUIRED),
+        ("verbose", "v", NONE), ("wrap", None, REQUIRED),
+    ]
+    no_exclusive = "Horizon does not reserve whole nodes; ask for the node's CPUs, memory and GPUs instead"
+    no_nodes = "Horizon does not pin jobs to named nodes; use horizon submit --node-selector with node labels"
+    no_layout = "Horizon places tasks by CPUs, memory and GPUs only; it has no socket, core or binding layout"
+    no_mail = "Horizon sends no mail; follow a job with horizon watch --job JOB"
+    unsupported = [
+        ("acctg-freq", None, REQUIRED, "Horizon has no accounting sampling"),
+        ("batch", None, REQUIRED, "Horizon has no batch-host features"),
+        ("bb", None, REQUIRED, "Horizon has no burst buffers"),
+        ("bbf", None, REQUIRED, "Horizon has no burst buffers"),
+        ("begin", "b", REQUIRED, "Horizon has no deferred start; submit the job later"),
+        ("cluster-constraint", None, REQUIRED, "Horizon schedules one cluster"),
+        ("clusters", "M", REQUIRED, "Horizon schedules one cluster"),
+        ("constraint", "C", REQUIRED, "Horizon has no node features; use horizon submit --node-selector with "
+                                      "node labels, or a GPU type with --gres=gpu:TYPE:N"),
+        ("container", None, REQUIRED, "Horizon runs no containers itself"),
+        ("container-id", None, REQUIRED, "Horizon runs no containers itself"),
+        ("contiguous", None, NONE, no_nodes),
+        ("core-spec", "S", REQUIRED, no_layout),
+        ("cores-per-socket", None, REQUIRED, no_layout),
+        ("cpu-freq", None, REQUIRED, "Horizon does not set CPU frequencies"),
+        ("deadline", None, REQUIRED, "Horizon has no deadline; horizon submit --scheduling-timeout gives up on a "
+                                     "job not started in time"),
+        ("delay-boot", None, REQUIRED, "Horizon does not reboot nodes"),
+        ("distribution", "m", REQUIRED, no_layout),
+        ("exclude", "x", REQUIRED, no_nodes),
+        ("exclusive", None, OPTIONAL, no_exclusive),
+        ("export-file", None, REQUIRED, "name the variables with --export=VAR,VAR=value"),
+        ("extra", None, REQUIRED, "Horizon has no node features"),
+        ("extra-node-info", "B", REQUIRED, no_layout),
+        ("get-user-env", None, OPTIONAL, "Horizon does not load login environments"),
+        ("gid", None, REQUIRED, "Horizon runs jobs as the node agent's user"),
+        ("gpu-bind", None, REQUIRED, no_layout),
+        ("gpu-freq", None, REQUIRED, "Horizon does not set GPU frequencies"),
+        ("gpus-per-socket", None, REQUIRED, no_layout),
+        ("gres-flags", None, REQUIRED, no_layout),
+        ("hint", None, REQUIRED, no_layout),
+        ("hold", "H", NONE, "a job cannot be submitted held; submit it, then horizon hold JOB"),
+        ("ignore-pbs", None, NONE, "Horizon reads only #SBATCH directives"),
+        ("immediate", "I", OPTIONAL, "Horizon has no immediate mode"),
+        ("input", "i", REQUIRED, "Horizon does not connect a job's standard input"),
+        ("jobid", None, REQUIRED, "Horizon job ids are given with horizon sbatch --job-id"),
+        ("licenses", "L", REQUIRED, "Horizon has no licenses"),
+        ("mail-type", None, REQUIRED, no_mail),
+        ("mail-user", None, REQUIRED, no_mail),
+        ("mcs-label", None, REQUIRED, "Horizon has no MCS labels"),
+        ("mem-bind", None, REQUIRED, no_layout),
+        ("mincpus", None, REQUIRED, "ask for CPUs per task with --cpus-per-task"),
+        ("network", None, REQUIRED, "Horizon has no network options"),
+        ("no-kill", "k", OPTIONAL, "Horizon ends a job whose node is lost"),
+        ("no-requeue", None, NONE, "Horizon's requeue is its restart policy (horizon submit --restart-policy)"),
+        ("nodefile", "F", REQUIRED, no_nodes),
+        ("nodelist", "w", REQUIRED, no_nodes),
+        ("ntasks-per-core", None, REQUIRED, no_layout),
+        ("ntasks-per-gpu", None, REQUIRED, "give --ntasks-per-node and --gpus-per-task"),
+        ("ntasks-per-socket", None, REQUIRED, no_layout),
+        ("overcommit", "O", NONE, "Horizon never overcommits CPUs"),
+        ("oversubscribe", "s", NONE, "Horizon never oversubscribes resources"),
+        ("power", None, REQUIRED, "Horizon has no power options"),
+        ("prefer", None, REQUIRED, "Horizon has no node features"),
+        ("priority", None, REQUIRED, "use --qos, --nice, or horizon sbatch --priority-class"),
+        ("profile", None, REQUIRED, "Horizon does not profile jobs (a Horizon profile is --partition)"),
+        ("propagate", None, OPTIONAL, "Horizon does not propagate resource limits"),
+        ("reboot", None, NONE, "Horizon does not reboot nodes"),
+        ("requeue", None, NONE, "Horizon's requeue is its restart policy (horizon submit --restart-policy)"),
+        ("reservation", None, REQUIRED, "Horizon's reservations belong to accounts: a job of the account may use "
+                                        "them without naming them"),
+        ("signal", None, REQUIRED, "Horizon signals a job only when it is preempted (its checkpoint signal, "
+                                   "horizon submit), not before its time limit"),
+        ("sockets-per-node", None, REQUIRED, no_layout),
+        ("spread-job", None, NONE, no_layout),
+        ("switches", None, REQUIRED, "Horizon places a gang inside one interconnect domain by itself"),
+        ("test-only", None, NONE, "horizon sbatch --dry-run prints the job without submitting it (no start "
+                                  "estimate)"),
+        ("thread-spec", None, REQUIRED, no_layout),
+        ("threads-per-core", None, REQUIRED, no_layout),
+        ("time-min", None, REQUIRED, "Horizon has one time limit per job (--time)"),
+        ("tmp", None, REQUIRED, "Horizon does not schedule local disk"),
+        ("tres-per-task", None, REQUIRED, "give --cpus-per-task and --gpus-per-task"),
+        ("uid", None, REQUIRED, "Horizon runs jobs as the node agent's user"),
+        ("use-min-nodes", None, NONE, "Horizon's gangs have a fixed number of nodes"),
+        ("wait", "W", NONE, "follow the job with horizon watch --job JOB"),
+        ("wait-all-nodes", None, REQUIRED, "Horizon starts a job when all its nodes are allocated"),
+        ("wckey", None, REQUIRED, "Horizon has no workload keys"),
+        ("help", None, NONE, "run horizon sbatch --help"),
+        ("usage", "u", NONE, "run horizon sbatch --help"),
+        ("version", "V", NONE, "run horizon --version"),
+    ]
+    horizon = [
+        ("nats", None, REQUIRED), ("tenant", None, REQUIRED), ("job-id", None, REQUIRED), ("json", None, NONE),
+        ("dry-run", None, NONE), ("check", None, NONE), ("no-wait", None, NONE), ("sim-runtime", None, REQUIRED),
+        ("priority-class", None, REQUIRED),
+    ]
+    table: dict[str, _Opt] = {}
+    for long, short, arg in ok:
+        table[long] = _Opt(long, short, arg)
+    for long, short, arg, why in unsupported:
+        table[long] = _Opt(long, short, arg, unsupported=why)
+    for long, short, arg in horizon:
+        table[long] = _Opt(long, short, arg, horizon=True)
+    return table
+
+
+OPTIONS: dict[str, _Opt] = _opts()
+_SHORT: dict[str, _Opt] = {o.short: o for o in OPTIONS.values() if o.short}
+# Slurm accepts --wrap only on the command line; the output flags are horizon sbatch's there too.
+COMMAND_LINE_ONLY = {"wrap", "parsable", "quiet", "verbose"}
+
+
+# --------------------------------------------------------------------------
+# Reading directives
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Directive:
+    """One option: its long name, value (``None`` for a flag), where it was given and how it was spelt."""
+
+    option: str
+    value: str | None
+    where: str  # "line 7" or "command line"
+    given: str  # "-N" or "--nodes"
+
+    def problem(self, text: str) -> str:
+        return f"{self.where}: {self.given}: {text}"
+
+
+def _arguments(line: str, where: str) -> list[str]:
+    """Split a directive line as Slurm's ``_get_argument`` does: quotes group, ``\\`` escapes, ``#`` comments."""
+    args: list[str] = []
+    i, n = 0, len(line)
+    while True:
+        while i < n and line[i].isspace():
+            i += 1
+        if i >= n:
+            return args
+        arg: list[str] = []
+        quote = ""
+        escaped = False
+        while i < n and (quote or not line[i].isspace()):
+            ch = line[i]
+            i += 1
+            if escaped:
+                escaped = False
+                arg.append(ch)
+            elif ch == "\\":
+                escaped = True
+            elif quote:
+                if ch == quote:
+                    quote = ""
+                else:
+                    arg.append(ch)
+            elif ch in "\"'":
+                quote = ch
+            elif ch == "#":
+                if arg:
+                    args.append("".join(arg))
+                return args  # the rest of the line is a comment
+            else:
+                arg.append(ch)
+        if quote:
+            raise SbatchError([f"{where}: unmatched {quote} in {line.strip()!r}"])
+        args.append("".join(arg))
+
+
+def _find_long(name: str, where: str, given: str) -> _Opt:
+    if name in OPTIONS:
+        return OPTIONS[name]
+    matches = [o for long, o in OPTIONS.items() if long.startswith(name)]
+    if len(matches) == 1 and name:
+        return matches[0]
+    if len(matches) > 1:
+        raise Problem(f"{where}: {given}: ambiguous: {', '.join('--' + m.long for m in matches)}")
+    raise Problem(f"{where}: {given}: not an sbatch option")
+
+
+def getopt(tokens: Sequence[str], where: str | Sequence[str]) -> tuple[list[Directive], int, list[str]]:
+    """Options from ``tokens`` up to the first operand (``getopt_long`` rules without permutation).
+
+    ``where`` is one place for all the tokens, or one per token. Returns the directives, the
+    index of the first operand (``len(tokens)`` if none), and the problems found.
+    """
+    places = [where] * len(tokens) if isinstance(where, str) else list(where)
+    out: list[Directive] = []
+    problems: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token, place = tokens[i], places[i]
+        if token == "--":
+            return out, i + 1, problems
+        if not token.startswith("-") or token == "-":
+            return out, i, problems
+        i += 1
+        try:
+            if token.startswith("--"):
+                name, eq, value = token[2:].partition("=")
+                opt = _find_long(name, place, token if not eq else f"--{name}")
+                given = f"--{opt.long}"
+                if opt.arg == NONE:
+                    if eq:
+                        raise Problem(f"{place}: {given}: takes no value")
+                    out.append(Directive(opt.long, None, place, given))
+                elif eq or opt.arg == OPTIONAL:
+                    out.append(Directive(opt.long, value if eq else None, place, given))
+                elif i < len(tokens):
+                    out.append(Directive(opt.long, tokens[i], place, given))
+                    i += 1
+                else:
+                    raise Problem(f"{place}: {given}: needs a value")
+                continue
+            chars = token[1:]
+            while chars:
+                letter, chars = chars[0], chars[1:]
+                opt = _SHORT.get(letter)  # type: ignore[assignment]
+                if opt is None:
+                    raise Problem(f"{place}: -{letter}: not an sbatch option")
+                given = f"-{letter}"
+                if opt.arg == NONE:
+                    out.append(Directive(opt.long, None, place, given))
+                    continue
+                if chars:
+                    value, chars = chars[1:] if chars.startswith("=") else chars, ""
+                    out.append(Directive(opt.long, value, place, given))
+                elif opt.arg == OPTIONAL:
+                    out.append(Directive(opt.long, None, place, given))
+                elif i < len(tokens):
+                    out.append(Directive(opt.long, tokens[i], place, given))
+                    i += 1
+                else:
+                    raise Problem(f"{place}: {given}: needs a value")
+        except Problem as exc:
+            problems.append(str(exc))
+    return out, len(tokens), problems
+
+
+_PREFIXES = ("#SBATCH", "#SLURM")
+
+
+def read_directives(text: str) -> tuple[list[Directive], str, list[str]]:
+    """The ``#SBATCH`` directives of a script's leading comment block, the rest of the script, and the
+    problems found (bad syntax, options that are not sbatch's)."""
+    lines = text.splitlines()
+    directives: list[Directive] = []
+    problems: list[str] = []
+    body_start = len(lines)
+    for number, line in enumerate(lines, 1):
+        prefix = next((p for p in _PREFIXES if line.startswith(p)), None)
+        if prefix is None:
+            stripped = line.lstrip()
+            if stripped and not stripped.startswith("#"):
+                body_start = number - 1
+                break
+            continue
+        where = f"line {number}"
+        try:
+            tokens = _arguments(line[len(prefix):], where)
+        except SbatchError as exc:
+            problems.extend(exc.problems)
+            continue
+        if any(t.lower() in ("packjob", "hetjob") for t in tokens):
+            problems.append(f"{where}: {line.strip()}: heterogeneous jobs are not supported")
+            continue
+        found, stop, bad = getopt(tokens, where)
+        problems.extend(bad)
+        directives.extend(found)
+        if stop < len(tokens):
+            problems.append(f"{where}: {tokens[stop]!r} is not an option (a directive line holds options only)")
+    return directives, "\n".join(lines[body_start:]), problems

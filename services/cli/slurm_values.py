@@ -1,0 +1,197 @@
+"""Values in Slurm's syntax, read exactly as Slurm reads them: times, memory sizes, counts, ``--dependency``,
+``--gres``/``--gpus`` and output filename patterns.
+
+Pure functions of their text, shared by ``horizon sbatch`` (``services/cli/sbatch.py``) and ``horizon submit``
+(its ``--dependency``). A value Horizon cannot honour raises ``Problem`` with an actionable message; the
+caller says where the value came from (a script's line, an option).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from events import catalogue as c
+from events.resources import ResourceError, parse_gpu_model
+from events.subjects import valid_token
+
+__all__ = ["Problem", "slurm_time", "slurm_memory", "whole_number", "parse_dependencies", "gpu_spec", "gres", "filename"]
+
+
+class Problem(Exception):
+    """A problem with one value (located by the caller)."""
+
+
+_TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 90, 1:30:00, 2-00:00:00)"
+_TIME_RE = [
+    (re.compile(r"^(\d+)$"), lambda m: int(m[1]) * 60),
+    (re.compile(r"^(\d+):(\d+)$"), lambda m: int(m[1]) * 60 + int(m[2])),
+    (re.compile(r"^(\d+):(\d+):(\d+)$"), lambda m: int(m[1]) * 3600 + int(m[2]) * 60 + int(m[3])),
+    (re.compile(r"^(\d+)-(\d+)$"), lambda m: int(m[1]) * 86400 + int(m[2]) * 3600),
+    (re.compile(r"^(\d+)-(\d+):(\d+)$"), lambda m: int(m[1]) * 86400 + int(m[2]) * 3600 + int(m[3]) * 60),
+    (re.compile(r"^(\d+)-(\d+):(\d+):(\d+)$"),
+     lambda m: int(m[1]) * 86400 + int(m[2]) * 3600 + int(m[3]) * 60 + int(m[4])),
+]
+
+
+def slurm_time(text: str) -> float:
+    """Slurm's ``--time``: a bare number is **minutes**. ``"90"`` -> 5400.0, ``"1-12"`` -> 129600.0."""
+    value = text.strip()
+    if value.upper() in ("INFINITE", "UNLIMITED", "-1"):
+        raise Problem("no time limit is not supported: every Horizon job has one (at most 30 days)")
+    for pattern, seconds in _TIME_RE:
+        m = pattern.match(value)
+        if m:
+            total = seconds(m)
+            if total == 0:
+                raise Problem("0 means no time limit in Slurm; every Horizon job has one")
+            return float(total)
+    raise Problem(f"{text!r} is not a time; accepted: {_TIME_FORMS}")
+
+
+_MEM_RE = re.compile(r"^(\d+)([KMGTkmgt]?)$")
+_MEM_UNITS = {"": 1 << 20, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def slurm_memory(text: str) -> int:
+    """Slurm's memory sizes: a whole number, megabytes unless suffixed K, M, G or T (binary). ``"4G"`` -> 4 GiB."""
+    m = _MEM_RE.match(text.strip())
+    if m is None:
+        raise Problem(f"{text!r} is not a memory size; accepted: a whole number of megabytes, or with a "
+                       "K, M, G or T suffix (4000, 16G, 512M)")
+    return int(m[1]) * _MEM_UNITS[m[2].lower()]
+
+
+def whole_number(text: str, what: str, minimum: int = 1) -> int:
+    value = text.strip()
+    if not value.isdigit() or int(value) < minimum:
+        raise Problem(f"{text!r} is not {what} (a whole number of at least {minimum})")
+    return int(value)
+
+
+_DEP_KINDS = {"after": "after", "afterok": "after-ok", "afternotok": "after-not-ok", "afterany": "after-any"}
+_DEP_UNSUPPORTED = {
+    "singleton": "singleton (one job of a name and user at a time) is not supported; name the jobs to wait for "
+                 "with afterany:JOB",
+    "aftercorr": "aftercorr (array task by array task) is not supported: Horizon waits for the whole array",
+    "afterburstbuffer": "Horizon has no burst buffers",
+    "expand": "Horizon does not grow running jobs",
+}
+
+
+def parse_dependencies(text: str) -> list[c.Dependency]:
+    """Slurm's ``--dependency``: ``afterok:a:b,afterany:c`` (all must be met); also ``after``, ``afternotok``."""
+    if "?" in text:
+        raise Problem("'?' (any one of them) is not supported: Horizon starts a job when every dependency is met; "
+                       "separate them with ','")
+    out: list[c.Dependency] = []
+    for part in text.split(","):
+        kind, _, ids = part.strip().partition(":")
+        kind = kind.strip().lower()
+        if kind in _DEP_UNSUPPORTED:
+            raise Problem(_DEP_UNSUPPORTED[kind])
+        if kind not in _DEP_KINDS:
+            raise Problem(f"{part.strip()!r} is not KIND:JOB[:JOB...]; kinds: {', '.join(_DEP_KINDS)}")
+        if not ids:
+            raise Problem(f"{part.strip()!r} names no job")
+        for job in ids.split(":"):
+            if "+" in job:
+                raise Problem(f"{kind}:{job}: a delay after the job starts (+minutes) is not supported")
+            if not valid_token(job):
+                raise Problem(f"{job!r} is not a job id")
+            out.append(c.Dependency(kind=_DEP_KINDS[kind], job_id=job))
+    return out
+
+
+def gpu_spec(text: str, what: str) -> tuple[str | None, int]:
+    """``[type:]count`` -> (type, count)."""
+    if "," in text:
+        raise Problem(f"{text!r}: GPUs of several types in one job are not supported")
+    kind, sep, count = text.strip().rpartition(":")
+    if not sep:
+        kind, count = "", count
+    n = whole_number(count, f"a number of {what}", minimum=0)
+    return _gpu_type(kind), n
+
+
+def _gpu_type(kind: str) -> str | None:
+    if not kind:
+        return None
+    try:
+        return str(parse_gpu_model(kind, "GPU type"))
+    except ResourceError as exc:
+        raise Problem(f"{kind!r}: {exc.problem}; accepted: {exc.accepted}") from None
+
+
+def gres(text: str) -> tuple[str | None, int]:
+    """``--gres``: ``gpu``, ``gpu:N``, ``gpu:TYPE:N`` or ``gpu:TYPE`` per node; ``none``."""
+    if text.strip().lower() == "none":
+        return None, 0
+    found: tuple[str | None, int] | None = None
+    for item in text.split(","):
+        item = item.strip()
+        if item.startswith("gres/"):
+            item = item[5:]
+        parts = item.split(":")
+        if parts[0] != "gpu":
+            raise Problem(f"{parts[0]!r}: only the gpu resource is supported (gpu, gpu:N or gpu:TYPE:N)")
+        if found is not None:
+            raise Problem(f"{text!r}: GPUs of several types in one job are not supported")
+        if len(parts) == 1:
+            found = (None, 1)
+        elif len(parts) == 2:
+            found = (None, whole_number(parts[1], "a number of GPUs", 0)) if parts[1].isdigit() else (_gpu_type(parts[1]), 1)
+        elif len(parts) == 3:
+            found = (_gpu_type(parts[1]), whole_number(parts[2], "a number of GPUs", 0))
+        else:
+            raise Problem(f"{item!r} is not gpu[:TYPE][:COUNT]")
+    assert found is not None
+    return found
+
+
+_PATTERN_RE = re.compile(r"%(\d*)(.)")
+# Slurm's filename patterns, as shell words on the node (the wrapper has these variables).
+_PATTERNS = {
+    "j": '"${SLURM_JOB_ID}"',
+    "J": '"${SLURM_JOB_ID}.batch"',
+    "x": '"${SLURM_JOB_NAME}"',
+    "u": '"${SLURM_JOB_USER}"',
+    "A": '"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}"',
+    "a": '"${SLURM_ARRAY_TASK_ID:-4294967294}"',
+    "N": '"${HORIZON_NODE}"',
+    "n": "0",
+    "t": "0",
+    "s": "batch",
+}
+_PADDED = {"a", "n", "t"}  # the numeric ones: %3a zero-pads
+
+
+def filename(pattern: str) -> str:
+    """A Slurm output filename pattern as one POSIX shell word (literal parts quoted)."""
+    if pattern.lower() == "none":
+        return "/dev/null"
+    if "\\" in pattern:  # Slurm: a backslash anywhere turns the replacements off
+        return shlex.quote(pattern.replace("\\", ""))
+    words: list[str] = []
+    last = 0
+    for m in _PATTERN_RE.finditer(pattern):
+        if m.start() > last:
+            words.append(shlex.quote(pattern[last:m.start()]))
+        last = m.end()
+        width, letter = m[1], m[2]
+        if letter == "%":
+            words.append("%")
+            continue
+        if letter not in _PATTERNS:
+            raise Problem(f"%{letter} is not a filename pattern Horizon knows; known: %%, "
+                           + ", ".join(f"%{k}" for k in _PATTERNS))
+        if width and letter not in _PADDED:
+            raise Problem(f"%{width}{letter}: zero padding only applies to %a, %n and %t (Horizon job ids are "
+                           "not numbers)")
+        word = _PATTERNS[letter]
+        if width:
+            word = f"\"$(printf '%0{int(width)}d' {word})\""
+        words.append(word)
+    if last < len(pattern):
+        words.append(shlex.quote(pattern[last:]))
+    return "".join(words)

@@ -1,0 +1,154 @@
+"""``horizon submit -- CMD``: a job (or an array) from command-line options, as a ``JobSubmitted``.
+
+What the CLI can check alone it checks here, with the messages the submission service would give;
+the rest is the service's verdict, which ``services/cli/submitter.py`` waits for.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from events import catalogue as c
+from events.arrays import parse_array
+from events.resources import parse_cpus, parse_duration, parse_gpu_model, parse_memory
+from services.cli.client import default_user
+from services.cli.options import nats_option, tenant_option
+from services.cli.slurm_values import Problem, parse_dependencies
+from services.cli.submitter import check_submission, new_job_id, report_check, send_submission
+
+__all__ = ["submit", "register"]
+
+
+def _key_values(pairs: tuple[str, ...], what: str) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=what)
+        out[key] = value
+    return out
+
+
+def _dependencies(text: str) -> list[c.Dependency]:
+    """``--dependency``, read by the one Slurm dependency parser that ``horizon sbatch`` uses too."""
+    try:
+        return parse_dependencies(text)
+    except Problem as exc:
+        raise click.BadParameter(str(exc), param_hint="--dependency") from None
+
+
+@click.command(context_settings={"ignore_unknown_options": False})
+@nats_option
+@tenant_option
+@click.option("--job-id", default=None, help="Your id for the job (default: generated). Reusing one is a duplicate.")
+@click.option("--name", default="", help="A name for the job.")
+@click.option("--account", default="default", show_default=True)
+@click.option("--user", default=default_user, show_default="$USER")
+@click.option("--gpus", type=int, default=0, show_default=True, help="GPUs per task.")
+@click.option("--gpu-type", default=None, help="GPU model, e.g. a100 or h100-80gb.")
+@click.option("--gpu-memory", default=None, help="Minimum memory per GPU, e.g. 40Gi.")
+@click.option("--cpus", default="1", show_default=True, help="CPUs per task: 2, 2.5 or 500m.")
+@click.option("--mem", "memory", default="1Gi", show_default=True, help="Memory per task: 512m, 8g, 16Gi.")
+@click.option("--nodes", type=int, default=1, show_default=True, help="Nodes (all or nothing).")
+@click.option("--tasks-per-node", type=int, default=1, show_default=True)
+@click.option("--time", "time_limit", default=None, help="Time limit: 90, 10m, 2h, 1-00:00:00 (default 1h).")
+@click.option("--priority-class", default="normal", show_default=True,
+              type=click.Choice(list(c.PRIORITY_CLASSES)))
+@click.option("--restart-policy", default="never", show_default=True, type=click.Choice(list(c.RESTART_POLICIES)))
+@click.option("--max-retries", type=int, default=0, show_default=True)
+@click.option("--scheduling-timeout", default=None, help="Give up if not started within this duration.")
+@click.option("--nice", type=int, default=0, show_default=True, help="Priority adjustment: higher is lower priority.")
+@click.option("--array", "array", default=None,
+              help="A job array, as Slurm's --array: 0-99, 0-99%10 (at most 10 at once), 1,3,5-7, 0-15:4. "
+                   "Tasks are <job id>_<index>.")
+@click.option("--dependency", "dependency", default=None,
+              help="Start only after other jobs, as Slurm: afterok:a:b,afterany:c (also after, afternotok). "
+                   "They may be submitted later.")
+@click.option("--env", "env", multiple=True, help="KEY=VALUE for the job's environment (repeatable).")
+@click.option("--label", "labels", multiple=True, help="KEY=VALUE label (repeatable).")
+@click.option("--profile", default="default", show_default=True, help="Placement profile (horizon profile set).")
+@click.option("--node-selector", "selector", multiple=True, help="KEY=VALUE the node must have (repeatable).")
+@click.option("--toleration", "tolerations", multiple=True,
+              help="Tolerate a taint: KEY (any value), KEY=VALUE, optionally :EFFECT (repeatable).")
+@click.option("--sim-runtime", type=float, default=None, help="Seconds a simulated job runs (sim executor).")
+@click.option("--no-wait", is_flag=True, help="Do not wait for acceptance.")
+@click.option("--check", is_flag=True, help="Only ask a submission instance whether the job would be accepted "
+                                           "(the validation queue group); submit nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print {\"job_id\": …, \"state\": …} as JSON.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def submit(
+    nats_url: str, tenant: str, job_id: str | None, name: str, account: str, user: str, gpus: int,
+    gpu_type: str | None, gpu_memory: str | None, cpus: str, memory: str, nodes: int, tasks_per_node: int,
+    time_limit: str | None, priority_class: str, restart_policy: str, max_retries: int,
+    scheduling_timeout: str | None, nice: int, array: str | None, dependency: str | None, env: tuple[str, ...],
+    labels: tuple[str, ...], profile: str, selector: tuple[str, ...], tolerations: tuple[str, ...],
+    sim_runtime: float | None, no_wait: bool, check: bool, as_json: bool, command: tuple[str, ...],
+) -> None:
+    """Submit a job: horizon submit --gpus 2 -- python train.py"""
+    # Catch what we can here, with the same messages the submission service would give.
+    parse_cpus(cpus, "--cpus")
+    parse_memory(memory, "--mem")
+    if gpu_type:
+        parse_gpu_model(gpu_type, "--gpu-type")
+    if gpu_memory:
+        parse_memory(gpu_memory, "--gpu-memory")
+    first_index = parse_array(array, "--array").indices[0] if array is not None else None
+    job_id = job_id or new_job_id(user)
+    event = c.JobSubmitted(
+        ts=time.time(),
+        source="horizon-cli",
+        correlation_id=job_id,
+        job_id=job_id,
+        tenant=tenant,
+        account=account,
+        user=user,
+        name=name,
+        command=list(command),
+        env=_key_values(env, "--env"),
+        labels=_key_values(labels, "--label"),
+        profile=profile,
+        node_selector=_key_values(selector, "--node-selector"),
+        tolerations=[_toleration(t) for t in tolerations],
+        resources=c.ResourceRequest(cpus=cpus, memory=memory, gpus=gpus, gpu_type=gpu_type, gpu_memory=gpu_memory),
+        nodes=nodes,
+        tasks_per_node=tasks_per_node,
+        time_limit_s=parse_duration(time_limit, "--time") if time_limit else None,
+        scheduling_timeout_s=parse_duration(scheduling_timeout, "--scheduling-timeout") if scheduling_timeout else None,
+        priority_class=priority_class,
+        nice=nice,
+        array=array,
+        dependencies=_dependencies(dependency) if dependency else [],
+        restart_policy=restart_policy,
+        max_retries=max_retries,
+        sim_runtime_s=sim_runtime,
+    )
+    if check:
+        report_check(check_submission(nats_url, event), event.job_id, as_json)
+        return
+    result = send_submission(nats_url, event, no_wait=no_wait, first_index=first_index)
+    if as_json:
+        click.echo(json.dumps(result))
+    elif result["state"] == "REJECTED":
+        pass
+    else:
+        click.echo(job_id)
+    if result["state"] == "REJECTED":
+        raise click.ClickException(f"job {job_id} rejected: {result['reason']}")
+
+
+def _toleration(text: str) -> c.Toleration:
+    body, _, effect = text.partition(":")
+    key, sep, value = body.partition("=")
+    if not key:
+        raise click.BadParameter(f"{text!r}: give KEY, KEY=VALUE, KEY:EFFECT or KEY=VALUE:EFFECT",
+                                 param_hint="--toleration")
+    if effect and effect not in c.TAINT_EFFECTS:
+        raise click.BadParameter(f"{effect!r} is not one of {', '.join(c.TAINT_EFFECTS)}", param_hint="--toleration")
+    return c.Toleration(key=key, operator="Equal" if sep else "Exists", value=value, effect=effect)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(submit)
