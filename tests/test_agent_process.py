@@ -5,7 +5,7 @@ from __future__ import annotations
 import nats
 import pytest
 
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.host.stack import Stack
 from tests.e2e import Tally, read_log, wait_until
 from tests.test_e2e_services import assert_replays, job_json, publish_all

@@ -12,7 +12,7 @@ import pytest
 from events import catalogue as c
 from events.arrays import parse_array
 from events.resources import ResourceError, parse_memory
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.domain.dependencies import MET, NEVER, WAITING, dependency_status
 from services.sim.driver import SimSettings, make_cores, simulate
 from services.sim.buses import InProcessBus

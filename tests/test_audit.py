@@ -34,7 +34,7 @@ import pytest
 from events import catalogue as c
 from events.codec import decode, encode
 from events.subjects import event_subject
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import Outgoing
 from services.domain.protocol import Record

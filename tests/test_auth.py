@@ -35,7 +35,7 @@ import pytest
 from events import catalogue as c
 from events.codec import encode
 from events.subjects import PUBLISHERS, input_subject
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import LogError
 from services.runtime.natsserver import NatsServer

@@ -17,8 +17,9 @@ import msgspec
 from events import catalogue as c
 from events.codec import decode, encode
 from events.subjects import event_subject
-from services.agent.app import NodeAgent, local_nodes
+from services.agent.app import NodeAgent
 from services.agent.executors import SimExecutor
+from services.agent.nodes import local_nodes
 from services.bench.chaos import DECIDERS, ChaosConfig, fault_plan, make_parts, run_chaos, workload
 from services.bench.chaos_verdict import duplicates
 from services.domain.protocol import Record

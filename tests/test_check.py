@@ -12,7 +12,7 @@ import pytest
 from events import catalogue as c
 from events.codec import encode
 from events.subjects import admin_subject, event_subject, input_subject
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.host.check import check_log
 from services.runtime.memory import MemoryLog
 from services.sim.driver import SimSettings, make_cores, simulate

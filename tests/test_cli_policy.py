@@ -10,7 +10,7 @@ import sys
 import nats
 import pytest
 
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.host.stack import Stack
 from tests.e2e import read_log
 from tests.test_e2e_services import assert_replays, job_json, publish_all

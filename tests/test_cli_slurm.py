@@ -12,7 +12,7 @@ import nats
 import pytest
 from click.testing import CliRunner
 
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.cli.client import default_user
 from services.cli.main import cli
 from services.cli.slurm import hostlist, sacct_duration, slurm_datetime, slurm_state, squeue_duration, squeue_lines

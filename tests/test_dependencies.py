@@ -9,7 +9,7 @@ import pytest
 
 from events import catalogue as c
 from events.resources import parse_memory
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.domain.dependencies import NEVER, WAITING, dependency_status
 from services.sim.driver import SimSettings, make_cores, simulate
 from services.sim.buses import InProcessBus

@@ -21,8 +21,9 @@ import pytest
 from events import catalogue as c
 from events.codec import encode
 from events.subjects import event_subject
-from services.agent.app import NodeAgent, local_nodes
+from services.agent.app import NodeAgent
 from services.agent.executors import Outcome, ProcessExecutor, SimExecutor
+from services.agent.nodes import local_nodes
 from services.host.check import check_log
 from services.host.stack import Stack
 from tests.e2e import Tally, events_of, read_log, wait_until

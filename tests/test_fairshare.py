@@ -9,7 +9,7 @@ import pytest
 
 from events import catalogue as c
 from events.subjects import admin_subject
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.domain.fairshare import FairShare
 from services.sim.driver import SimSettings, make_cores, simulate
 from services.sim.buses import InProcessBus

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from events import catalogue as c
 from events.codec import DecodeError, encode
 from events.subjects import event_subject, parse_subject, valid_token
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.inventory.core import InventoryCore
 from services.placement.core import PlacementCore
 from services.preemption.core import PreemptionCore

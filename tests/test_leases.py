@@ -20,7 +20,7 @@ import nats
 import pytest
 
 from events import catalogue as c
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.host.check import check_log
 from services.runtime.jetstream import JetStreamLog, StreamSettings
 from services.runtime.lease import Lease

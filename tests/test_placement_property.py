@@ -137,7 +137,7 @@ def workloads(draw):
 @given(workloads(), st.sampled_from(["easy", "conservative"]))
 def test_with_exact_estimates_no_backfilled_job_delays_a_reservation(jobs, mode):
     from events.codec import decode
-    from services.agent.app import NodeSpec
+    from services.agent.nodes import NodeSpec
     from services.sim.driver import SimSettings, make_cores, simulate
     from services.sim.buses import InProcessBus
 

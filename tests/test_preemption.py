@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from events import catalogue as c
 from events.codec import decode
 from events.subjects import admin_subject
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.preemption.core import PreemptionCore
 from services.host.check import check_log
 from services.sim.driver import SimSettings, make_cores, simulate

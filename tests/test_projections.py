@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from events.codec import decode, encode
-from services.agent.app import local_nodes
+from events.codec import decode
+from services.agent.nodes import local_nodes
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import Outgoing
 from services.sim.driver import SimSettings, make_cores, simulate

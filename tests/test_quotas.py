@@ -7,7 +7,7 @@ import asyncio
 from events import catalogue as c
 from events.codec import encode
 from events.subjects import admin_subject
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.host.check import check_log
 from services.domain.protocol import Record
 from services.scheduling.core import SchedulingCore

@@ -8,7 +8,7 @@ import nats
 import pytest
 
 from events import catalogue as c
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.inventory.core import InventoryCore
 from services.placement.core import PlacementCore
 from services.preemption.core import PreemptionCore

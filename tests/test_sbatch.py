@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from events import catalogue as c
 from events.codec import decode
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.cli.main import cli
 from services.cli.sbatch import SbatchDefaults, parse_sbatch, script_warnings
 from services.cli.sbatch_options import SbatchError, read_directives

@@ -32,7 +32,7 @@ from events import catalogue as c
 from events.base import Event
 from events.codec import encode
 from events.subjects import admin_subject, event_subject
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.domain.protocol import Record
 from services.runtime.service import fold_record
 from services.scheduling.core import SchedulingCore

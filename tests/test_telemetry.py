@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.host.stack import Stack
 from services.runtime.telemetry import parse_traceparent, root_context, traceparent
 from tests.e2e import Tally, read_log, wait_until

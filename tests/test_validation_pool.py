@@ -10,7 +10,7 @@ import json
 import nats
 
 from events.subjects import STREAM
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.host.stack import Stack
 from tests.test_cli_slurm import _invoke
 

@@ -1,8 +1,11 @@
 """The node agent: registers its nodes, heartbeats, runs what placement put on them, reports.
 
 One agent process can host many nodes (simulated clusters, ``horizon up``).
-It follows the log like the services, but its "decisions" are effects on the
-machine, so it is not a pure core; its reports are observations:
+It follows the log like the services; what the log asks of its nodes is
+decided by its pure core (``services/agent/core.py``: the fold, which jobs are
+its own, the requests, the start-up plan), and this adapter carries it out:
+its "decisions" are effects on the machine (processes, through an executor)
+and its reports are observations:
 ``JobStarted``, ``JobSucceeded``, ``JobFailed`` (exit code, stderr tail, or
 the time limit), ``JobCancelled`` (after a ``JobStopRequested``),
 ``JobCheckpointed`` and ``JobPreempted`` (after a ``PreemptionRequested``).
@@ -46,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -58,74 +60,20 @@ from events import catalogue as c
 from events.base import Event
 from events.codec import encode
 from events.subjects import event_subject, heartbeat_subject
+from services.agent.core import Action, AgentCore
 from services.agent.executors import Execution, Executor, Outcome
+from services.agent.nodes import NodeSpec
 from services.runtime.consume import readable
 from services.runtime.log import EventLog
 from services.domain.protocol import Record
-from services.domain.jobs import HOLDS_RESOURCES, JobState, JobTable
+from services.domain.jobs import JobState
 
-__all__ = ["NodeSpec", "NodeAgent", "local_nodes", "MIN_STOP_GRACE_S"]
+__all__ = ["NodeAgent", "MIN_STOP_GRACE_S"]
 
 log = logging.getLogger("horizon.agent")
 
 # SIGTERM to SIGKILL when a checkpoint used up the grace period (Kubernetes gives 2 s after a preStop hook).
 MIN_STOP_GRACE_S = 2.0
-
-_ENDINGS = (c.JobSucceeded, c.JobFailed, c.JobCancelled, c.JobPreempted)  # the reports that end an attempt
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    name: str
-    cpus_milli: int
-    memory_bytes: int
-    gpus: tuple[c.GpuDevice, ...] = ()
-    labels: dict[str, str] = field(default_factory=dict)
-    taints: tuple[c.Taint, ...] = ()
-
-    def registration(self, agent: str) -> c.NodeRegistered:
-        body = c.NodeRegistered(
-            node=self.name,
-            cpus_milli=self.cpus_milli,
-            memory_bytes=self.memory_bytes,
-            gpus=list(self.gpus),
-            labels=dict(self.labels),
-            taints=list(self.taints),
-            agent=agent,
-            correlation_id=self.name,
-            source=f"agent/{self.name}",
-        )
-        digest = hashlib.sha1(encode(body)).hexdigest()[:12]
-        return msgspec.structs.replace(body, id=f"agent/NodeRegistered/{self.name}/{digest}")
-
-
-def local_nodes(
-    count: int,
-    *,
-    gpus_per_node: int = 8,
-    gpu_type: str = "a100",
-    cpus: int = 64,
-    memory_bytes: int = 512 * 1024**3,
-    gpu_memory_bytes: int = 80 * 1024**3,
-    prefix: str = "node",
-) -> list[NodeSpec]:
-    """``count`` identical nodes; GPUs split evenly over two NUMA nodes."""
-    model, _, variant = gpu_type.lower().partition("-")
-    nodes = []
-    for i in range(count):
-        gpus = tuple(
-            c.GpuDevice(
-                id=f"gpu{g}",
-                type=model,
-                variant=variant or None,
-                memory_bytes=gpu_memory_bytes,
-                numa_node=0 if g < max(1, gpus_per_node // 2) else 1,
-            )
-            for g in range(gpus_per_node)
-        )
-        width = max(2, len(str(count - 1)))
-        nodes.append(NodeSpec(f"{prefix}-{i:0{width}d}", cpus * 1000, memory_bytes, gpus))
-    return nodes
 
 
 @dataclass
@@ -159,20 +107,12 @@ class NodeAgent:
         self.name = name
         self.heartbeat_interval_s = heartbeat_interval_s
         self.grace_period_s = grace_period_s
-        self.jobs = JobTable()
+        self.core = AgentCore(self.nodes)  # the log's jobs, requests and checkpoints; the fold's decisions
         self.running: dict[str, _Running] = {}
-        self.stop_requests: dict[str, c.JobStopRequested] = {}
-        self.preemptions: dict[str, c.PreemptionRequested] = {}  # job -> the request for its current attempt
-        self.checkpoints: dict[str, tuple[int, str]] = {}  # job -> (attempt, latest checkpoint reference)
         self.heartbeats_paused = False  # tests simulate a silent node with this
         self.ready = asyncio.Event()
         self._follower: Any = None
         self._heartbeat: asyncio.Task[None] | None = None
-        self._seq = 0
-        # job -> the attempt whose ending this agent has reported, until the log shows it ended: a
-        # stop or preemption request folded meanwhile finds nothing running and must not report a
-        # second ending (two outcomes for one attempt, which `horizon check` rejects).
-        self._reported_end: dict[str, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -220,95 +160,46 @@ class NodeAgent:
 
     # ------------------------------------------------------------------ following the log
 
-    def _mine(self, allocations: list[c.NodeAllocation]) -> c.NodeAllocation | None:
-        if allocations and allocations[0].node in self.nodes:
-            return allocations[0]
-        return None
-
-    def _fold(self, batch: list[Record]) -> list[tuple[str, str]]:
-        """Fold records; return the actions they call for: (action, job id)."""
-        actions: list[tuple[str, str]] = []
-        for record, event in readable(batch, self._seq):
-            self._seq = record.seq
-            if event is None:
-                continue  # services dead-letter what they cannot read; an agent only skips it
-            if isinstance(event, c.JobStopRequested):
-                job = self.jobs.get(event.job_id)
-                if job is not None and job.state in HOLDS_RESOURCES and self._mine(job.allocations):
-                    self.stop_requests[event.job_id] = event
-                    actions.append(("stop", event.job_id))
-                continue
-            if isinstance(event, c.PreemptionRequested):
-                job = self.jobs.get(event.job_id)
-                if (job is not None and job.state in HOLDS_RESOURCES and job.attempt == event.attempt
-                        and self._mine(job.allocations) and event.job_id not in self.preemptions):
-                    self.preemptions[event.job_id] = event  # dropped when the attempt ends: one per attempt
-                    actions.append(("preempt", event.job_id))
-                continue
-            if isinstance(event, (c.JobCheckpointed, c.JobPreempted, c.JobRequeued)):
-                ref = event.checkpoint_ref
-                if ref is not None:
-                    self.checkpoints[event.job_id] = (event.attempt, ref)
-            tr = self.jobs.apply(event, record.seq, record.time)
-            if tr is None and isinstance(event, c.JobCancelled):
-                # A cancel decided before this attempt was scheduled: stop the attempt and
-                # report its cancellation (the job table left the attempt running for that).
-                job = self.jobs.get(event.job_id)
-                if job is not None and job.state in HOLDS_RESOURCES and self._mine(job.allocations):
-                    self.stop_requests[job.job_id] = c.JobStopRequested(
-                        job_id=job.job_id, attempt=job.attempt, reason=event.reason or "cancelled"
-                    )
-                    actions.append(("stop", job.job_id))
-                continue
-            if tr is None or not self._mine(tr.job.allocations):
-                continue
-            if tr.after is JobState.SCHEDULED:
-                actions.append(("start", tr.job.job_id))
-            elif tr.before in HOLDS_RESOURCES and tr.after not in HOLDS_RESOURCES:
-                self.stop_requests.pop(tr.job.job_id, None)
-                self._reported_end.pop(tr.job.job_id, None)
-                self.preemptions.pop(tr.job.job_id, None)
-                actions.append(("ended", tr.job.job_id))
-        return actions
+    def _fold(self, batch: list[Record]) -> list[Action]:
+        """Fold records (the core); return the actions they call for."""
+        return self.core.fold(readable(batch, self.core.seq))
 
     async def _on_batch(self, batch: list[Record]) -> None:
         for action, job_id in self._fold(batch):
             await self._act(action, job_id)
 
     async def _resume(self) -> None:
-        for job_id in sorted(self.jobs.jobs):
-            job = self.jobs.jobs[job_id]
-            if job.state not in HOLDS_RESOURCES or not self._mine(job.allocations):
-                continue
+        for action, job_id in self.core.resume():
+            job = self.core.jobs.jobs[job_id]
             if self.executor.reap_orphan(job_id, job.attempt):
                 log.warning("killed the process of %s attempt %d left by a previous agent", job_id, job.attempt)
-            if job_id in self.stop_requests:
-                await self._report(c.JobCancelled, job_id, job.attempt, reason=self.stop_requests[job_id].reason)
-            elif job_id in self.preemptions:
-                await self._report_preempted(job_id, job.attempt, self.preemptions[job_id], None)
-            elif job.state is JobState.SCHEDULED:
+            if action == "cancelled":
+                await self._report(c.JobCancelled, job_id, job.attempt, reason=self.core.stop_requests[job_id].reason)
+            elif action == "preempted":
+                await self._report_preempted(job_id, job.attempt, self.core.preemptions[job_id], None)
+            elif action == "start":
                 await self._act("start", job_id)
-            else:
+            else:  # "lost"
                 await self._report(
                     c.JobFailed, job_id, job.attempt, node=job.allocations[0].node,
                     reason="the agent restarted and the job's process was lost",
                 )
 
     async def _act(self, action: str, job_id: str) -> None:
-        job = self.jobs.get(job_id)
+        job = self.core.jobs.get(job_id)
         if job is None:
             return
         if action == "start" and job_id not in self.running and job.state is JobState.SCHEDULED:
-            alloc = self._mine(job.allocations)
+            alloc = self.core.mine(job.allocations)
             assert alloc is not None and job.spec is not None
             run = _Running(job.attempt)
             self.running[job_id] = run
             run.task = asyncio.create_task(self._run(job_id, job.attempt, job.spec, alloc, run), name=f"job-{job_id}")
         elif action == "stop":
             run = self.running.get(job_id)
-            request = self.stop_requests.get(job_id)
+            request = self.core.stop_requests.get(job_id)
             if run is None:
-                if request is not None and self._reported_end.get(job_id) != job.attempt:
+                if request is not None and not self.core.ending_reported(job_id, job.attempt):
                     await self._report(c.JobCancelled, job_id, job.attempt, reason=request.reason)
                 return
             if run.stop_reason == "silent":
@@ -319,13 +210,13 @@ class NodeAgent:
             # else: stopped as soon as it has started (_run), or a cancel's stop is under way
         elif action == "preempt":
             run = self.running.get(job_id)
-            request = self.preemptions.get(job_id)
+            request = self.core.preemptions.get(job_id)
             if request is None:
                 return  # the attempt ended in the same batch
             if run is None:
                 # Nothing runs: its ending is reported already (it ended by itself a moment ago, or
                 # this agent restarted and reported it lost), or, after a restart, nothing had run.
-                if self._reported_end.get(job_id) != job.attempt:
+                if not self.core.ending_reported(job_id, job.attempt):
                     await self._report_preempted(job_id, job.attempt, request, None)
                 return
             if run.stop_reason is not None:
@@ -349,7 +240,7 @@ class NodeAgent:
         """Stop a started job: checkpoint first if it is preempted and can, then SIGTERM, then SIGKILL."""
         execution = run.execution
         assert execution is not None
-        job = self.jobs.get(job_id)
+        job = self.core.jobs.get(job_id)
         request = run.preemption
         if run.stop_reason == "preempt" and request is not None:
             grace = request.grace_period_s
@@ -362,15 +253,15 @@ class NodeAgent:
                     await self._report(c.JobCheckpointed, job_id, run.attempt, checkpoint_ref=ref)
                 grace = max(grace - (time.monotonic() - started), MIN_STOP_GRACE_S)
         else:
-            stop = self.stop_requests.get(job_id)
+            stop = self.core.stop_requests.get(job_id)
             grace = stop.grace_period_s if stop is not None else self.grace_period_s
         await execution.stop(grace)
 
     async def _run(self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, run: _Running) -> None:
         try:
-            known = self.checkpoints.get(job_id)
+            known = self.core.latest_checkpoint(job_id)  # a new attempt restarts from the job's latest checkpoint
             try:
-                run.execution = await self.executor.start(job_id, attempt, spec, alloc, known[1] if known else None)
+                run.execution = await self.executor.start(job_id, attempt, spec, alloc, known)
             except Exception as exc:  # noqa: BLE001 - any failure to start is the job's failure
                 await self._report(c.JobFailed, job_id, attempt, node=alloc.node, reason=f"could not start: {exc}")
                 return
@@ -403,7 +294,7 @@ class NodeAgent:
         if run.stop_reason == "silent":
             return
         if run.stop_reason == "cancel":
-            request = self.stop_requests.get(job_id)
+            request = self.core.stop_requests.get(job_id)
             await self._report(c.JobCancelled, job_id, attempt, reason=request.reason if request else "cancelled")
         elif run.stop_reason == "preempt" and run.preemption is not None:
             await self._report_preempted(job_id, attempt, run.preemption, run)
@@ -430,16 +321,14 @@ class NodeAgent:
         if run is not None and run.execution is not None:
             ref = run.execution.checkpoint_ref() or run.checkpoint_ref
         if ref is None:
-            known = self.checkpoints.get(job_id)
-            ref = known[1] if known is not None and known[0] == attempt else None
+            ref = self.core.checkpoint_of(job_id, attempt)
         if run is not None and ref is not None and run.checkpoint_ref is None:
             await self._report(c.JobCheckpointed, job_id, attempt, checkpoint_ref=ref)
         await self._report(c.JobPreempted, job_id, attempt, for_job=request.for_job, checkpoint_ref=ref)
 
     async def _report(self, cls: type[Event], job_id: str, attempt: int, **fields: Any) -> None:
-        if cls in _ENDINGS:
-            self._reported_end[job_id] = attempt
-        job = self.jobs.get(job_id)
+        self.core.reporting(cls, job_id, attempt)
+        job = self.core.jobs.get(job_id)
         node = fields.get("node") or (job.allocations[0].node if job is not None and job.allocations else "")
         event = cls(
             id=f"agent/{cls.__struct_config__.tag}/{job_id}/{attempt}",

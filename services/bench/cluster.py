@@ -36,7 +36,7 @@ from typing import Any
 from events import catalogue as c
 from events.codec import DecodeError, decode, encode
 from events.subjects import STREAM, input_subject
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.runtime.jetstream import JetStreamLog, StreamSettings
 from services.runtime.log import Outgoing
 from services.runtime.natscluster import NatsCluster

@@ -31,7 +31,7 @@ import nats
 from events import catalogue as c
 from events.codec import encode
 from events.subjects import input_subject
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import Outgoing
 from services.runtime.natsserver import NatsServer

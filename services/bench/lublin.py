@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from services.agent.app import NodeSpec
+from services.agent.nodes import NodeSpec
 from services.sim.driver import SimSettings, make_cores, simulate
 from services.sim.buses import InProcessBus
 from services.sim.metrics import report

@@ -12,7 +12,7 @@ import nats
 from events import catalogue as c
 from events.codec import encode
 from events.subjects import event_subject, input_subject
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import Outgoing
 from services.sim.metrics import percentile

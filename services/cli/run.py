@@ -14,7 +14,7 @@ import click
 
 from events.resources import parse_cpus, parse_memory
 from events.subjects import valid_token
-from services.agent.app import local_nodes
+from services.agent.nodes import local_nodes
 from services.runtime.jetstream import JetStreamLog, StreamSettings, redact_url
 from services.runtime.natsserver import NatsServer
 from services.host.stack import Stack

@@ -14,7 +14,7 @@ import click
 
 from events import catalogue as c
 from events.resources import parse_memory
-from services.agent.app import NodeSpec, local_nodes
+from services.agent.nodes import NodeSpec, local_nodes
 from services.cli.progress import Bar
 from services.preemption.core import VICTIM_ORDERS, PreemptionConfig
 from services.sim.driver import SimSettings, make_cores, simulate

@@ -17,8 +17,9 @@ from typing import Any
 from projections.jobs import JobsProjection, QueryServer
 from projections.scheduling import SchedulerView
 from projections.standing import StandingStore
-from services.agent.app import NodeAgent, NodeSpec
+from services.agent.app import NodeAgent
 from services.agent.executors import Executor, ProcessExecutor, SimExecutor
+from services.agent.nodes import NodeSpec
 from services.domain.queue.fold import QueueFold
 from services.host.registry import SERVICES
 from services.runtime.jetstream import JetStreamLog, StreamSettings

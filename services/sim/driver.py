@@ -53,7 +53,7 @@ from events.arrays import parse_array, task_id
 from events.base import Event
 from events.resources import ResourceError
 from events.subjects import admin_subject, event_subject, input_subject
-from services.agent.app import NodeSpec
+from services.agent.nodes import NodeSpec
 from services.sim.buses import Bus
 from services.sim.traces import SimJob, admin_verb
 

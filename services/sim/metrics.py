@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 from events.catalogue import PRIORITY_CLASSES
-from services.agent.app import NodeSpec
+from services.agent.nodes import NodeSpec
 from services.sim.driver import SimRun
 from services.sim.traces import SimJob
 
