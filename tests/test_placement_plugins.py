@@ -7,8 +7,10 @@ import pytest
 
 from events import catalogue as c
 from services.placement.core import PlacementCore
-from services.domain.fit.node import Context, Overlay, fit_node
-from services.domain.fit.plugins import DEFAULT_WEIGHTS, Profile
+from services.domain.fit.context import Context, Overlay
+from services.domain.fit.node import fit_node
+from services.domain.fit.framework import DEFAULT_WEIGHTS
+from services.domain.fit.profile import Profile
 from services.domain.cluster import Cluster, request_of
 from tests.helpers import Feed, accepted, node
 
@@ -262,3 +264,59 @@ def test_advance_reservations_hold_nodes_for_one_account_in_their_window():
     blocked = {e.job_id: e for e in out if isinstance(e, c.PlacementBlocked)}
     assert any(r.filter == "Reservation" and "reserved for account vip (demo)" in r.reason
                for r in blocked["long2"].reasons)
+
+
+# ----------------------------------------------------------------------------------- the framework
+
+
+def test_the_registry_is_the_one_list_of_plugins():
+    from services.domain.fit.framework import FILTERS, NEVER_FILTERS, SCORE_PLUGINS, SCORES
+    from services.domain.fit.profile import BACKFILL_MODES
+    from services.placement.backfill import MODES
+
+    assert SCORE_PLUGINS == tuple(s.name for s in SCORES)
+    assert dict(DEFAULT_WEIGHTS) == {s.name: s.default_weight for s in SCORES}
+    assert NEVER_FILTERS == {"GpuCapacity", "CpuCapacity", "MemoryCapacity", "NodeSelector", "NodeAffinity", "Taints"}
+    assert [f.name for f in FILTERS][:2] == ["NodeReady", "Preemption"]
+    assert [f.name for f in FILTERS][-3:] == ["GpuFree", "CpuFree", "MemoryFree"]
+    assert tuple(MODES) == BACKFILL_MODES
+
+
+def test_a_new_score_plugin_needs_no_second_list(monkeypatch):
+    """A plugin added to SCORES is weighed by the profile under its own name."""
+    from services.domain.fit import framework, node as fit_module
+
+    class Even:
+        name, default_weight = "even", 0.0
+
+        def score(self, cyc) -> float:
+            return 1.0 if int(cyc.node.name[-1]) % 2 == 0 else 0.0
+
+    monkeypatch.setattr(fit_module, "SCORES", framework.SCORES + (Even(),))
+    cluster = _cluster(node("n1", gpus=8), node("n2", gpus=8))
+    weights = {**DEFAULT_WEIGHTS, "even": 100.0}
+    one, two = (_fit(cluster, n, _spec(gpus=1), Profile("p", weights)) for n in ("n1", "n2"))
+    assert (one.parts["even"], two.parts["even"]) == (0.0, 1.0)
+    assert two.score[0] - one.score[0] == pytest.approx(-100.0)
+
+
+def test_skipping_filters_that_do_not_apply_changes_no_answer():
+    """Fitter runs only the filters whose relevant() is true; running them all gives the same fits."""
+    from services.domain.fit.framework import FILTERS
+    from services.domain.fit.node import Fitter
+
+    import msgspec
+
+    cluster = _cluster(node("n1", gpus=8), msgspec.structs.replace(node("n2", gpus=4), labels={"zone": "eu"}),
+                       node("n3", gpus=0))
+    _take(cluster, "n1", ["gpu0", "gpu1", "gpu2"], cpus=2000)
+    specs = [_spec(gpus=g, node_selector=sel) for g in (0, 1, 5, 8) for sel in ({}, {"zone": "eu"})]
+    for spec in specs:
+        req = request_of(spec)
+        skipping = Fitter(req, Context())
+        every = Fitter(req, Context())
+        every.checks = tuple((f.name, f.check) for f in FILTERS)
+        assert len(skipping.checks) < len(every.checks)
+        for name in ("n1", "n2", "n3"):
+            a, b = skipping(cluster.nodes[name], Overlay()), every(cluster.nodes[name], Overlay())
+            assert (a.devices, a.score, a.filter, a.detail, a.parts) == (b.devices, b.score, b.filter, b.detail, b.parts)

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from events import catalogue as c
 from services.placement.core import PlacementCore
-from services.domain.fit.plugins import requirement_holds, untolerated
+from services.domain.fit.filters.labels import requirement_holds
+from services.domain.taints import untolerated
 from services.host.check import check_log
 from services.domain.cluster import request_of
 from tests.helpers import Feed, accepted, node

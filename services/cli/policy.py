@@ -34,7 +34,8 @@ from services.cli.options import console, nats_option
 from services.runtime.log import LogError
 from services.placement.core import check_reservation
 from services.preemption.core import VICTIM_ORDERS, PreemptionConfig
-from services.domain.fit.plugins import BACKFILL_MODES, SCORE_PLUGINS, check_profile
+from services.domain.fit.framework import SCORE_PLUGINS
+from services.domain.fit.profile import BACKFILL_MODES, check_profile
 from services.domain.policy import POLICIES, WEIGHT_NAMES
 
 __all__ = ["register"]

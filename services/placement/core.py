@@ -4,7 +4,7 @@ For the latest cycle it has not handled, placement walks the candidates in
 the scheduler's order. For each job still pending:
 
 1. it runs the filter plugins of the job's **profile** on every kind of node
-   (``services.domain.fit.plugins``, ``fit_node``) against the ledger plus what
+   (``services.domain.fit.framework``, ``fit_node``) against the ledger plus what
    this decision has already placed (the ``Overlay``), and scores the nodes
    that pass;
 2. if enough nodes fit (all of a multi-node gang, or none), it takes the
@@ -18,34 +18,11 @@ the scheduler's order. For each job still pending:
 and closes with ``PlacementCycleCompleted``.
 
 What a job that does not fit means for the jobs behind it is its profile's
-``backfill`` mode:
-
-``none``
-    strict order: the first job that does not fit now stops the cycle (what
-    "FCFS without backfilling" means in the literature).
-``easy`` (default)
-    EASY backfilling. The first job that does not fit now (the head) gets a
-    reservation: the earliest time, by the running jobs' time limits, at which
-    enough nodes would fit it, and the nodes they would be. A later job starts
-    now only if it does not delay that reservation: it ends (by its own time
-    limit) by the reservation's time, or after it starts enough nodes still
-    fit the head at that time. Jobs after the head that do not fit simply
-    wait.
-``conservative``
-    every blocked job, up to the profile's ``reservation_depth``, gets a
-    reservation (each computed with the earlier ones holding their nodes
-    over their run), and a later job starts now only if it delays none.
-``shadow``
-    EASY without the "extra nodes" rule: a later job starts now only if it
-    ends strictly before the head's reservation time (what RLScheduler's
-    simulator calls backfilling; kept to compare with their published table).
-``greedy``
-    every job that fits starts, in order, with no reservation (fast, but a big
-    job can starve behind a stream of small ones).
-
-In every mode a job that fits on no node even when the cluster is empty
-(``fits_nowhere``: 16 GPUs on 8-GPU nodes, or a selector no node matches)
-blocks nobody and gets no reservation: it waits for the nodes to change.
+``backfill`` mode (``none``, ``easy`` by default, ``conservative``, ``shadow``,
+``greedy``): ``services/placement/backfill.py`` holds the modes side by side,
+the reservations and the rule that a later job must not delay them. Placing one
+job is ``services/placement/place.py``; the filter and score plugins are
+``services/domain/fit/``.
 
 Configuration (operator inputs on ``horizon.in._admin.*``, answered with
 ``ConfigRejected`` when they cannot be applied): ``ProfileConfigured`` (score
@@ -56,26 +33,25 @@ from the start with this core's ``backfill``) and ``ReservationConfigured``
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from events import catalogue as c
 from events.base import Event
 from events.subjects import WHOLE_LOG, parse_subject, valid_token
-from services.domain.fit.node import (AdvanceReservation, Context, Fit, Overlay, Topology, explain, fit_node, hold_room,
-                                    release_room)
-from services.placement.index import NodeIndex
-from services.domain.fit.plugins import (BACKFILL_MODES, NEVER_FILTERS, TOPOLOGY_LABELS, Profile, check_profile,
-                                        profile_from)
-from services.domain.protocol import Record
-from services.domain.protocol import CoreState
 from services.domain.cluster import Cluster, Request, fold_cluster, request_of
 from services.domain.config import config_rejected
+from services.domain.fit.context import AdvanceReservation, Context, Overlay, hold_room, release_room
+from services.domain.fit.profile import Profile, check_profile, profile_from
+from services.domain.fit.topology import Topology
 from services.domain.jobs import HOLDS_RESOURCES, JobState, JobTable
+from services.domain.protocol import CoreState, Record
+from services.placement.backfill import MODES, Reservation, reserve
+from services.placement.index import NodeIndex
+from services.placement.place import Placed, place_job
 
-__all__ = ["PlacementCore", "PlacementState", "place_job", "Reservation", "BACKFILL_MODES", "check_reservation"]
+__all__ = ["PlacementCore", "PlacementState", "check_reservation"]
 
 _CONFIG_VERBS = {c.ProfileConfigured: "profile", c.ReservationConfigured: "reservation"}
 
@@ -97,113 +73,6 @@ class PlacementState(CoreState):
 
 
 @dataclass
-class Placed:
-    allocations: list[c.NodeAllocation] | None
-    reasons: list[c.BlockReason] = field(default_factory=list)
-    fits_nowhere: bool = False
-
-
-def place_job(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex | None = None,
-              ctx: Context | None = None) -> Placed:
-    """Allocations for one job on the best nodes, or the reasons per node group.
-
-    With an ``index`` (built on the same overlay), nodes are evaluated once per
-    kind; without one, one by one. Both give the same answer.
-    """
-    ctx = ctx or Context()
-    if index is None:
-        index = NodeIndex(cluster, overlay, ctx)
-    fitting: list[tuple[Fit, list[str]]] = []
-    failures: dict[tuple[str, tuple[object, ...]], int] = {}
-    usable = total = 0
-    for fit, members in index.evaluate(req, ctx):
-        total += len(members)
-        if fit.devices is not None:
-            fitting.append((fit, members))
-        else:
-            key = (fit.filter, fit.detail)
-            failures[key] = failures.get(key, 0) + len(members)
-        if fit.filter not in NEVER_FILTERS:
-            usable += len(members)  # these nodes could hold the job if they were empty (and ready)
-    fit_count = sum(len(m) for _, m in fitting)
-    if fit_count >= req.nodes:
-        chosen = _gang_nodes(cluster, fitting, req.nodes) if req.nodes > 1 else NodeIndex.best(fitting, 1)
-        return Placed([fit.allocation_on(name) for name, fit in chosen])
-    grouped: dict[tuple[str, str], int] = {}
-    for (flt, detail), count in failures.items():
-        key = (flt, explain(flt, detail, req))
-        grouped[key] = grouped.get(key, 0) + count
-    reasons = [c.BlockReason(reason=reason, nodes=count, filter=flt) for (flt, reason), count in sorted(grouped.items())]
-    if req.nodes > 1 and fit_count:
-        reasons.append(c.BlockReason(reason=f"only {fit_count} of the {req.nodes} nodes the gang needs fit",
-                                     nodes=fit_count, filter="Gang"))
-    if not reasons:
-        reasons.append(c.BlockReason(reason="no nodes registered", nodes=0, filter="NodeReady"))
-    return Placed(None, reasons, fits_nowhere=usable < req.nodes)
-
-
-def _gang_nodes(cluster: Cluster, fitting: list[tuple[Fit, list[str]]], count: int) -> list[tuple[str, Fit]]:
-    """A gang's nodes: the best ``count`` inside one interconnect domain when one has room (the
-    finest label of ``TOPOLOGY_LABELS`` first; among domains, the best summed score, then the
-    name), else the best ``count`` anywhere."""
-    every = [(fit.score[:-1], name, fit) for fit, members in fitting for name in members]
-    every.sort(key=lambda e: (e[0], e[1]))
-    for label in TOPOLOGY_LABELS:
-        domains: dict[str, list[tuple[tuple[object, ...], str, Fit]]] = {}
-        for entry in every:
-            value = cluster.nodes[entry[1]].labels.get(label)
-            if value is not None:
-                domains.setdefault(value, []).append(entry)
-        options = []
-        for value, entries in domains.items():
-            if len(entries) >= count:
-                best = entries[:count]
-                options.append((sum(e[0][0] for e in best), value, best))  # type: ignore[misc]
-        if options:
-            _, _, best = min(options, key=lambda o: (o[0], o[1]))
-            return [(name, fit) for _, name, fit in best]
-    return [(name, fit) for _, name, fit in every[:count]]
-
-
-@dataclass
-class Reservation:
-    """The head job's reservation: at ``start_ts``, ``fitting`` nodes could hold it (it needs ``need``).
-
-    ``at_start`` is the ledger as it is expected to be at ``start_ts`` (running
-    jobs that will have ended given back, backfilled jobs still running taken).
-    """
-
-    job_id: str
-    req: Request
-    start_ts: float
-    at_start: Overlay
-    fitting: set[str]
-    need: int
-    shadow_only: bool = False
-    end_ts: float = math.inf  # the start plus the job's time limit
-    allocations: list[c.NodeAllocation] = field(default_factory=list)  # where it would run
-    ctx: Context = field(default_factory=Context)
-
-    def admits(self, cluster: Cluster, allocs: list[c.NodeAllocation], end_ts: float) -> bool:
-        """Can a job holding ``allocs`` until ``end_ts`` start now without delaying the head?"""
-        if self.shadow_only:
-            return end_ts < self.start_ts
-        if end_ts <= self.start_ts:
-            return True
-        trial = self.at_start.copy()
-        for alloc in allocs:
-            trial.take(alloc)
-        still = set(self.fitting)
-        for alloc in allocs:
-            if alloc.node in still and not fit_node(cluster.nodes[alloc.node], self.req, trial, self.ctx).ok:
-                still.discard(alloc.node)
-        if len(still) < self.need:
-            return False
-        self.at_start, self.fitting = trial, still
-        return True
-
-
-@dataclass
 class PlacementCore:
     name: ClassVar[str] = "placement"
     backfill: str = "easy"
@@ -211,8 +80,8 @@ class PlacementCore:
     subjects: tuple[str, ...] = WHOLE_LOG
 
     def __post_init__(self) -> None:
-        if self.backfill not in BACKFILL_MODES:
-            raise ValueError(f"unknown backfill mode {self.backfill!r}; modes: {', '.join(BACKFILL_MODES)}")
+        if self.backfill not in MODES:
+            raise ValueError(f"unknown backfill mode {self.backfill!r}; modes: {', '.join(MODES)}")
 
     def initial(self) -> PlacementState:
         state = PlacementState()
@@ -269,83 +138,6 @@ class PlacementCore:
                         event.name, event.account, frozenset(event.nodes), event.start_ts, event.end_ts)
         if why is not None:
             state.config_rejections[record.seq] = (verb, why)
-
-    # ------------------------------------------------------------------ reservations
-
-    def reserve(
-        self, state: PlacementState, job_id: str, req: Request, overlay: Overlay,
-        placed_now: list[tuple[float, str, list[c.NodeAllocation]]], ctx: Context,
-        time_limit_s: float, earlier: list[Reservation] = (),  # type: ignore[assignment]
-        concrete: bool = False,
-    ) -> Reservation | None:
-        """The earliest time the job fits, walking running jobs' expected ends in order, with the
-        ``earlier`` reservations holding their nodes over their runs. ``concrete``: also choose the
-        allocation it would take (what later reservations must leave alone)."""
-        now = state.now
-        ending: list[tuple[float, str, list[c.NodeAllocation]]] = list(placed_now)
-        seen: set[str] = set()
-        for node in state.cluster.sorted_nodes():
-            for holder in node.jobs:
-                if holder in seen:
-                    continue
-                seen.add(holder)
-                job = state.jobs.get(holder)
-                if job is None or job.spec is None:
-                    continue
-                ending.append((max(now, job.scheduled_ts + job.spec.time_limit_s), holder, job.allocations))
-        ending.sort(key=lambda e: (e[0], e[1]))
-        hyp = overlay.copy()
-        nodes = [n for n in state.cluster.sorted_nodes() if not n.removed]
-        if not earlier and not ctx.reservations:
-            # Only the time moves the answer here through what ends: re-check just those nodes
-            # (the first answer per kind of node, through the index).
-            fitting = {name for fit, members in NodeIndex(state.cluster, hyp, ctx).evaluate(req, ctx) if fit.ok
-                       for name in members}
-            for end, _holder, allocations in ending:
-                for alloc in allocations:
-                    hyp.give(alloc)
-                for alloc in allocations:
-                    node = state.cluster.nodes.get(alloc.node)
-                    if node is not None and not node.removed and fit_node(node, req, hyp, ctx).ok:
-                        fitting.add(alloc.node)
-                if len(fitting) >= req.nodes:
-                    at = dataclasses.replace(ctx, start_ts=end, end_ts=end + time_limit_s)
-                    return Reservation(job_id, req, end, hyp, fitting, req.nodes, end_ts=end + time_limit_s,
-                                       allocations=self._where(state, req, hyp, at, fitting) if concrete else [],
-                                       ctx=at)
-            return None
-        times = [now] + [end for end, _, _ in ending]
-        done = 0
-        for t in times:
-            while done < len(ending) and ending[done][0] <= t:
-                for alloc in ending[done][2]:
-                    hyp.give(alloc)
-                done += 1
-            at = dataclasses.replace(ctx, start_ts=t, end_ts=t + time_limit_s)
-            trial = hyp
-            overlapping = [r for r in earlier if r.start_ts < t + time_limit_s and r.end_ts > t]
-            if overlapping:
-                trial = hyp.copy()
-                for r in overlapping:
-                    for alloc in r.allocations:
-                        trial.take(alloc)
-            fitting = {n.name for n in nodes if fit_node(n, req, trial, at).ok}
-            if len(fitting) >= req.nodes:
-                return Reservation(job_id, req, t, trial.copy() if trial is hyp else trial, fitting, req.nodes,
-                                   end_ts=t + time_limit_s, allocations=self._where(state, req, trial, at, fitting),
-                                   ctx=at)
-        return None
-
-    @staticmethod
-    def _where(state: PlacementState, req: Request, overlay: Overlay, ctx: Context,
-               fitting: set[str]) -> list[c.NodeAllocation]:
-        """The allocation a reservation would take on its fitting nodes (best scores, gangs whole)."""
-        fits = [(fit_node(state.cluster.nodes[name], req, overlay, ctx), [name]) for name in sorted(fitting)]
-        fits = [(fit, members) for fit, members in fits if fit.ok]
-        if len(fits) < req.nodes:
-            return []
-        chosen = _gang_nodes(state.cluster, fits, req.nodes) if req.nodes > 1 else NodeIndex.best(fits, 1)
-        return [fit.allocation_on(name) for name, fit in chosen]
 
     # ------------------------------------------------------------------ decide
 
@@ -427,16 +219,15 @@ class PlacementCore:
                     reason=f"starting now would delay the reservation of {delayed.job_id} "
                            f"at {delayed.start_ts:.0f}", nodes=len(placed.allocations), filter="Backfill")]
             elif not placed.fits_nowhere and profile is not None:
-                mode = profile.backfill
-                if mode == "none":
+                mode = MODES[profile.backfill]
+                if mode.stops:
                     stopped_by = job_id
-                elif (mode in ("easy", "shadow") and not reservations) or (
-                        mode == "conservative" and len(reservations) < profile.reservation_depth):
-                    held = self.reserve(state, job_id, req, overlay, placed_now, ctx, spec.time_limit_s,
-                                        reservations if mode == "conservative" else [],
-                                        concrete=mode == "conservative" or bool(advance))
+                elif len(reservations) < mode.reservations(profile):
+                    held = reserve(state.cluster, state.jobs, now, job_id, req, overlay, placed_now, ctx,
+                                   spec.time_limit_s, reservations if mode.stacked else [],
+                                   concrete=mode.stacked or bool(advance))
                     if held is not None:
-                        held.shadow_only = mode == "shadow"
+                        held.shadow_only = mode.shadow_only
                         reservations.append(held)
                         earliest = held.start_ts
                         reserved = sorted(a.node for a in held.allocations) or sorted(held.fitting)[: req.nodes]

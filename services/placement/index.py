@@ -9,7 +9,7 @@ devices, same score except the node name that breaks ties. (A request with
 inter-job affinity, or any request while some running job has an
 anti-affinity term, depends on which jobs run where: it is evaluated node by
 node.) The index keeps
-nodes grouped by that signature, so ``place`` evaluates ``fit_node`` once per
+nodes grouped by that signature, so ``place`` evaluates a node's fit once per
 group, and a cluster of 1,000 identical 8-GPU nodes is a handful of groups
 (the idle ones, and one per distinct fill level) instead of 1,000 scans.
 
@@ -26,7 +26,8 @@ import bisect
 import heapq
 from collections.abc import Iterator
 
-from services.domain.fit.node import DEFAULT_CONTEXT, Context, Fit, Overlay, fit_node
+from services.domain.fit.context import Context, DEFAULT_CONTEXT, Overlay
+from services.domain.fit.node import Fit, Fitter
 from services.domain.cluster import Cluster, Node, Request
 
 __all__ = ["NodeIndex"]
@@ -103,12 +104,13 @@ class NodeIndex:
         ctx = ctx or self.ctx
         topo = ctx.topology
         one_by_one = topo is not None and (req.topological or topo.has_anti_affinity)
+        fit = Fitter(req, ctx)
         for members in self.groups.values():
             if one_by_one:
                 for name in members:
-                    yield fit_node(self.cluster.nodes[name], req, self.overlay, ctx), [name]
+                    yield fit(self.cluster.nodes[name], self.overlay), [name]
             else:
-                yield fit_node(self.cluster.nodes[members[0]], req, self.overlay, ctx), members
+                yield fit(self.cluster.nodes[members[0]], self.overlay), members
 
     @staticmethod
     def best(fitting: list[tuple[Fit, list[str]]], count: int) -> list[tuple[str, Fit]]:

@@ -16,7 +16,7 @@ from events import catalogue as c
 from events.base import Event
 from events.subjects import WHOLE_LOG, parse_subject
 from services.domain.cluster import fold_cluster
-from services.domain.fit.node import hold_room, release_room
+from services.domain.fit.context import hold_room, release_room
 from services.domain.jobs import HOLDS_RESOURCES, JobState
 from services.domain.preemption.state import PreemptionState
 from services.domain.protocol import Record

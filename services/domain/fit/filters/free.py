@@ -1,0 +1,70 @@
+"""Free now: enough of the matching GPUs, CPUs and memory are free on the node, given the ledger and
+the decision's overlay (``GpuFree``, ``CpuFree``, ``MemoryFree``). They leave what they counted in
+the cycle for the scores (``free_all``, ``free_matching``, ``free_cpus``, ``free_mem``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from events.resources import format_cpus, format_memory
+from services.domain.cluster import Request, device_matches
+from services.domain.fit.filters.capacity import describe_gpus
+
+if TYPE_CHECKING:
+    from services.domain.fit.context import Context, Cycle
+
+
+class GpuFree:
+    name = "GpuFree"
+    never = False
+
+    def relevant(self, req: Request, ctx: Context) -> bool:
+        return True  # also counts what is free, for the filters and scores after it
+
+    def check(self, cyc: Cycle) -> tuple[object, ...] | None:
+        node, req, overlay = cyc.node, cyc.req, cyc.overlay
+        name = node.name
+        cyc.free_cpus = node.cpus_milli - node.used_cpus_milli - overlay.cpus_milli.get(name, 0)
+        cyc.free_mem = node.memory_bytes - node.used_memory_bytes - overlay.memory_bytes.get(name, 0)
+        gpus = node.gpus
+        if gpus:
+            taken = overlay.devices.get(name, ())
+            freed = overlay.freed.get(name, ())
+            used = node.used_devices
+            cyc.free_all = [d for d in gpus.values() if (d.id not in used or d.id in freed) and d.id not in taken]
+        if req.gpus:
+            cyc.free_matching = [d for d in cyc.free_all if device_matches(d, req)]
+            if req.gpus > len(cyc.free_matching):
+                return ()
+        return None
+
+    def explain(self, detail: tuple[object, ...], req: Request) -> str:
+        return f"too few free {describe_gpus(req)} (needs {req.gpus})"
+
+
+class CpuFree:
+    name = "CpuFree"
+    never = False
+
+    def relevant(self, req: Request, ctx: Context) -> bool:
+        return True
+
+    def check(self, cyc: Cycle) -> tuple[object, ...] | None:
+        return () if cyc.req.cpus_milli > cyc.free_cpus else None
+
+    def explain(self, detail: tuple[object, ...], req: Request) -> str:
+        return f"too few free CPUs (needs {format_cpus(req.cpus_milli)})"
+
+
+class MemoryFree:
+    name = "MemoryFree"
+    never = False
+
+    def relevant(self, req: Request, ctx: Context) -> bool:
+        return True
+
+    def check(self, cyc: Cycle) -> tuple[object, ...] | None:
+        return () if cyc.req.memory_bytes > cyc.free_mem else None
+
+    def explain(self, detail: tuple[object, ...], req: Request) -> str:
+        return f"too little free memory (needs {format_memory(req.memory_bytes)})"

@@ -1,0 +1,30 @@
+"""Advance reservations (``Reservation``): a window held for another account keeps the job off the
+node unless it would end, by its time limit, before the window opens."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from services.domain.cluster import Request
+
+if TYPE_CHECKING:
+    from services.domain.fit.context import Context, Cycle
+
+
+class Reservation:
+    name = "Reservation"
+    never = False
+
+    def relevant(self, req: Request, ctx: Context) -> bool:
+        return bool(ctx.reservations)
+
+    def check(self, cyc: Cycle) -> tuple[object, ...] | None:
+        ctx = cyc.ctx
+        name = cyc.node.name
+        for held in ctx.reservations:
+            if name in held.nodes and held.excludes(ctx.account, ctx.start_ts, ctx.end_ts):
+                return (held.account, held.name)
+        return None
+
+    def explain(self, detail: tuple[object, ...], req: Request) -> str:
+        return f"reserved for account {detail[0]} ({detail[1]})"

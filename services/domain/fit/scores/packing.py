@@ -1,0 +1,35 @@
+"""``binpack``: the node's utilisation after placing, ``(G - g)/G`` for a GPU job (``G`` GPUs, ``g``
+free after), ``(C - c)/C`` otherwise (CPUs). ``spread``: ``1 - binpack``. Packing is on by default
+(weight 10), spreading off (0)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.domain.fit.context import Cycle
+
+
+def utilisation_after(cyc: Cycle) -> float:
+    node, req = cyc.node, cyc.req
+    if req.gpus:
+        total_gpus = len(node.gpus)
+        return (total_gpus - (len(cyc.free_all) - req.gpus)) / total_gpus
+    cpus_after = cyc.free_cpus - req.cpus_milli
+    return (node.cpus_milli - cpus_after) / node.cpus_milli if node.cpus_milli else 1.0
+
+
+class Binpack:
+    name = "binpack"
+    default_weight = 10.0
+
+    def score(self, cyc: Cycle) -> float:
+        return utilisation_after(cyc)
+
+
+class Spread:
+    name = "spread"
+    default_weight = 0.0
+
+    def score(self, cyc: Cycle) -> float:
+        return 1.0 - utilisation_after(cyc)

@@ -1,0 +1,194 @@
+"""Backfilling: what a job that does not fit now means for the jobs behind it. Pure.
+
+What a job that does not fit means for the jobs behind it is its profile's ``backfill`` mode, one
+row of ``MODES``:
+
+``none``
+    strict order: the first job that does not fit now stops the cycle (what
+    "FCFS without backfilling" means in the literature).
+``easy`` (default)
+    EASY backfilling. The first job that does not fit now (the head) gets a
+    reservation: the earliest time, by the running jobs' time limits, at which
+    enough nodes would fit it, and the nodes they would be. A later job starts
+    now only if it does not delay that reservation: it ends (by its own time
+    limit) by the reservation's time, or after it starts enough nodes still
+    fit the head at that time. Jobs after the head that do not fit simply
+    wait.
+``conservative``
+    every blocked job, up to the profile's ``reservation_depth``, gets a
+    reservation (each computed with the earlier ones holding their nodes
+    over their run), and a later job starts now only if it delays none.
+``shadow``
+    EASY without the "extra nodes" rule: a later job starts now only if it
+    ends strictly before the head's reservation time (what RLScheduler's
+    simulator calls backfilling; kept to compare with their published table).
+``greedy``
+    every job that fits starts, in order, with no reservation (fast, but a big
+    job can starve behind a stream of small ones).
+
+In every mode a job that fits on no node even when the cluster is empty
+(``fits_nowhere``: 16 GPUs on 8-GPU nodes, or a selector no node matches)
+blocks nobody and gets no reservation: it waits for the nodes to change.
+
+A mode is data (``BackfillMode``): whether the first blocked job stops the cycle, how many blocked
+jobs get a reservation, whether each reservation is computed with the earlier ones holding their
+nodes, and whether a later job must end before a reservation's time. ``reserve`` finds a blocked
+job's reservation (the earliest time it fits, by the running jobs' time limits) and
+``Reservation.admits`` says whether a job that fits now may start without delaying it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from events import catalogue as c
+from services.domain.cluster import Cluster, Request
+from services.domain.fit.context import Context, Overlay
+from services.domain.fit.node import Fitter
+from services.domain.fit.profile import BACKFILL_MODES, Profile
+from services.domain.jobs import JobTable
+from services.placement.index import NodeIndex
+from services.placement.place import best_nodes
+
+__all__ = ["BackfillMode", "MODES", "Reservation", "reserve"]
+
+
+@dataclass(frozen=True)
+class BackfillMode:
+    name: str
+    stops: bool = False  # the first job that does not fit stops the cycle (strict order)
+    depth: int | None = 0  # blocked jobs that get a reservation in a cycle (None: the profile's reservation_depth)
+    stacked: bool = False  # each reservation holds its nodes over its run for the later ones (and is concrete)
+    shadow_only: bool = False  # a later job starts now only if it ends before the reservation's time
+
+    def reservations(self, profile: Profile) -> int:
+        """How many blocked jobs of a cycle get a reservation under this mode."""
+        return profile.reservation_depth if self.depth is None else self.depth
+
+
+MODES: dict[str, BackfillMode] = {m.name: m for m in (
+    BackfillMode("none", stops=True),
+    BackfillMode("easy", depth=1),
+    BackfillMode("shadow", depth=1, shadow_only=True),
+    BackfillMode("greedy"),
+    BackfillMode("conservative", depth=None, stacked=True),
+)}
+assert tuple(MODES) == BACKFILL_MODES, "every backfill mode a profile may name has its row here"
+
+
+@dataclass
+class Reservation:
+    """The head job's reservation: at ``start_ts``, ``fitting`` nodes could hold it (it needs ``need``).
+
+    ``at_start`` is the ledger as it is expected to be at ``start_ts`` (running
+    jobs that will have ended given back, backfilled jobs still running taken).
+    """
+
+    job_id: str
+    req: Request
+    start_ts: float
+    at_start: Overlay
+    fitting: set[str]
+    need: int
+    shadow_only: bool = False
+    end_ts: float = math.inf  # the start plus the job's time limit
+    allocations: list[c.NodeAllocation] = field(default_factory=list)  # where it would run
+    ctx: Context = field(default_factory=Context)
+
+    def admits(self, cluster: Cluster, allocs: list[c.NodeAllocation], end_ts: float) -> bool:
+        """Can a job holding ``allocs`` until ``end_ts`` start now without delaying the head?"""
+        if self.shadow_only:
+            return end_ts < self.start_ts
+        if end_ts <= self.start_ts:
+            return True
+        trial = self.at_start.copy()
+        for alloc in allocs:
+            trial.take(alloc)
+        still = set(self.fitting)
+        fit = Fitter(self.req, self.ctx)
+        for alloc in allocs:
+            if alloc.node in still and not fit(cluster.nodes[alloc.node], trial).ok:
+                still.discard(alloc.node)
+        if len(still) < self.need:
+            return False
+        self.at_start, self.fitting = trial, still
+        return True
+
+
+def reserve(
+    cluster: Cluster, jobs: JobTable, now: float, job_id: str, req: Request, overlay: Overlay,
+    placed_now: list[tuple[float, str, list[c.NodeAllocation]]], ctx: Context,
+    time_limit_s: float, earlier: list[Reservation] = (),  # type: ignore[assignment]
+    concrete: bool = False,
+) -> Reservation | None:
+    """The earliest time the job fits, walking running jobs' expected ends in order, with the
+    ``earlier`` reservations holding their nodes over their runs. ``concrete``: also choose the
+    allocation it would take (what later reservations must leave alone)."""
+    ending: list[tuple[float, str, list[c.NodeAllocation]]] = list(placed_now)
+    seen: set[str] = set()
+    for node in cluster.sorted_nodes():
+        for holder in node.jobs:
+            if holder in seen:
+                continue
+            seen.add(holder)
+            job = jobs.get(holder)
+            if job is None or job.spec is None:
+                continue
+            ending.append((max(now, job.scheduled_ts + job.spec.time_limit_s), holder, job.allocations))
+    ending.sort(key=lambda e: (e[0], e[1]))
+    hyp = overlay.copy()
+    nodes = [n for n in cluster.sorted_nodes() if not n.removed]
+    if not earlier and not ctx.reservations:
+        # Only the time moves the answer here through what ends: re-check just those nodes
+        # (the first answer per kind of node, through the index).
+        fitting = {name for fit, members in NodeIndex(cluster, hyp, ctx).evaluate(req, ctx) if fit.ok
+                   for name in members}
+        fit_then = Fitter(req, ctx)
+        for end, _holder, allocations in ending:
+            for alloc in allocations:
+                hyp.give(alloc)
+            for alloc in allocations:
+                node = cluster.nodes.get(alloc.node)
+                if node is not None and not node.removed and fit_then(node, hyp).ok:
+                    fitting.add(alloc.node)
+            if len(fitting) >= req.nodes:
+                at = dataclasses.replace(ctx, start_ts=end, end_ts=end + time_limit_s)
+                return Reservation(job_id, req, end, hyp, fitting, req.nodes, end_ts=end + time_limit_s,
+                                   allocations=_where(cluster, req, hyp, at, fitting) if concrete else [],
+                                   ctx=at)
+        return None
+    times = [now] + [end for end, _, _ in ending]
+    done = 0
+    for t in times:
+        while done < len(ending) and ending[done][0] <= t:
+            for alloc in ending[done][2]:
+                hyp.give(alloc)
+            done += 1
+        at = dataclasses.replace(ctx, start_ts=t, end_ts=t + time_limit_s)
+        trial = hyp
+        overlapping = [r for r in earlier if r.start_ts < t + time_limit_s and r.end_ts > t]
+        if overlapping:
+            trial = hyp.copy()
+            for r in overlapping:
+                for alloc in r.allocations:
+                    trial.take(alloc)
+        fit_at = Fitter(req, at)
+        fitting = {n.name for n in nodes if fit_at(n, trial).ok}
+        if len(fitting) >= req.nodes:
+            return Reservation(job_id, req, t, trial.copy() if trial is hyp else trial, fitting, req.nodes,
+                               end_ts=t + time_limit_s, allocations=_where(cluster, req, trial, at, fitting),
+                               ctx=at)
+    return None
+
+def _where(cluster: Cluster, req: Request, overlay: Overlay, ctx: Context,
+           fitting: set[str]) -> list[c.NodeAllocation]:
+    """The allocation a reservation would take on its fitting nodes (best scores, gangs whole)."""
+    fit = Fitter(req, ctx)
+    fits = [(fit(cluster.nodes[name], overlay), [name]) for name in sorted(fitting)]
+    fits = [(fit, members) for fit, members in fits if fit.ok]
+    if len(fits) < req.nodes:
+        return []
+    chosen = best_nodes(cluster, fits, req.nodes)
+    return [fit.allocation_on(name) for name, fit in chosen]
