@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from events import catalogue as c
 from services.placement.core import place_job
-from services.domain.fit.context import Overlay
+from services.domain.fit.cycle import Overlay
 from services.domain.fit.node import fit_node
 from services.host.check import check_log
 from services.domain.cluster import Request

@@ -7,7 +7,8 @@ import pytest
 
 from events import catalogue as c
 from services.placement.core import PlacementCore
-from services.domain.fit.context import Context, Overlay
+from services.domain.fit.context import Context
+from services.domain.fit.cycle import Overlay
 from services.domain.fit.node import fit_node
 from services.domain.fit.framework import DEFAULT_WEIGHTS
 from services.domain.fit.profile import Profile

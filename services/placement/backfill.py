@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 
 from events import catalogue as c
 from services.domain.cluster import Cluster, Request
-from services.domain.fit.context import Context, Overlay
+from services.domain.fit.context import Context
+from services.domain.fit.cycle import Overlay
 from services.domain.fit.node import Fitter
 from services.domain.fit.profile import BACKFILL_MODES, Profile
 from services.domain.jobs import JobTable

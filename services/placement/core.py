@@ -42,7 +42,8 @@ from events.base import Event
 from events.subjects import WHOLE_LOG, parse_subject, valid_token
 from services.domain.cluster import Cluster, Request, fold_cluster, request_of
 from services.domain.config import config_rejected
-from services.domain.fit.context import AdvanceReservation, Context, Overlay, hold_room, release_room
+from services.domain.fit.context import Context, hold_room, release_room
+from services.domain.fit.cycle import AdvanceReservation, Overlay
 from services.domain.fit.profile import Profile, check_profile, profile_from
 from services.domain.fit.topology import Topology
 from services.domain.jobs import HOLDS_RESOURCES, JobState, JobTable

@@ -26,7 +26,8 @@ import bisect
 import heapq
 from collections.abc import Iterator
 
-from services.domain.fit.context import Context, DEFAULT_CONTEXT, Overlay
+from services.domain.fit.context import Context, DEFAULT_CONTEXT
+from services.domain.fit.cycle import Overlay
 from services.domain.fit.node import Fit, Fitter
 from services.domain.cluster import Cluster, Node, Request
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from events import catalogue as c
 from services.domain.cluster import Cluster, Request
-from services.domain.fit.context import Context, Overlay
+from services.domain.fit.context import Context
+from services.domain.fit.cycle import Overlay
 from services.domain.fit.framework import NEVER_FILTERS, explain
 from services.domain.fit.node import Fit
 from services.domain.fit.profile import TOPOLOGY_LABELS

@@ -1,0 +1,13 @@
+"""The plumbing every part runs on, which serves and never knows whom.
+
+The ``EventLog`` port (``log.py``) and its two adapters (``jetstream.py`` on NATS JetStream,
+``memory.py`` for tests and the simulator), the pull reader (``pullreader.py``) and the consume loop
+(``consume.py``), the ``ServiceRunner`` every decision service runs on (``service.py``) and the
+``ServicePart`` a service registers itself with (``parts.py``), leader leases (``lease.py``),
+snapshots (``snapshots.py``), the replay that audits a log (``replay.py``), telemetry
+(``telemetry.py``) and the bundled nats-server (``natsserver.py``, ``natscluster.py``).
+
+It imports ``events/`` and the pure protocol of ``services/domain/`` only: never a service, the CLI,
+the host, the benchmarks or the simulator (``tests/test_walls.py``). What is special about a service
+is declared by the service (its core's attributes, its part), never branched on by name here.
+"""

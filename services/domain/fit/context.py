@@ -1,9 +1,7 @@
-"""What a node's fit is judged against besides the node and the request. Pure.
-
-``Overlay``: the changes to the ledger that a decision is considering.
-``Context``: the profile, the job's window, its account, advance reservations, where jobs run, the
-room held for preemptors. ``Cycle``: one (node, request) evaluation, the state the filter plugins
-fill in for the ones after them and for the score plugins (as the Kubernetes framework's CycleState).
+"""The context a job's fit is judged in: ``Context`` (the profile, when the job would run, its account,
+advance reservations, where jobs run, the room held for preemptors), and the room a preemption holds
+for its preemptor (``hold_room``, ``release_room``). Pure. The ledger overlay and the per-node cycle
+the plugins read are ``services/domain/fit/cycle.py``.
 """
 
 from __future__ import annotations
@@ -11,68 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from events import catalogue as c
-from services.domain.cluster import Node, Request
+from services.domain.fit.cycle import AdvanceReservation
 from services.domain.fit.profile import Profile
+from services.domain.fit.topology import Topology
 
-if TYPE_CHECKING:
-    from services.domain.fit.topology import Topology
-
-__all__ = ["Overlay", "AdvanceReservation", "Context", "DEFAULT_CONTEXT", "Cycle", "hold_room", "release_room"]
-
-
-@dataclass(slots=True)
-class Overlay:
-    """Changes to the ledger that a decision is considering: resources taken by placements
-    made earlier in the same decision, and (for reservations) resources given back by
-    running jobs expected to have ended by some future time."""
-
-    cpus_milli: dict[str, int] = field(default_factory=dict)  # net taken (negative: freed)
-    memory_bytes: dict[str, int] = field(default_factory=dict)
-    devices: dict[str, set[str]] = field(default_factory=dict)  # taken
-    freed: dict[str, set[str]] = field(default_factory=dict)  # in the ledger, but given back
-
-    def take(self, alloc: c.NodeAllocation) -> None:
-        n = alloc.node
-        self.cpus_milli[n] = self.cpus_milli.get(n, 0) + alloc.cpus_milli
-        self.memory_bytes[n] = self.memory_bytes.get(n, 0) + alloc.memory_bytes
-        self.devices.setdefault(n, set()).update(alloc.device_ids)
-
-    def give(self, alloc: c.NodeAllocation) -> None:
-        n = alloc.node
-        self.cpus_milli[n] = self.cpus_milli.get(n, 0) - alloc.cpus_milli
-        self.memory_bytes[n] = self.memory_bytes.get(n, 0) - alloc.memory_bytes
-        taken = self.devices.get(n)
-        for device in alloc.device_ids:
-            if taken is not None and device in taken:
-                taken.discard(device)  # placed in this decision, ended by then
-            else:
-                self.freed.setdefault(n, set()).add(device)
-
-    def copy(self) -> Overlay:
-        return Overlay(
-            dict(self.cpus_milli),
-            dict(self.memory_bytes),
-            {n: set(s) for n, s in self.devices.items()},
-            {n: set(s) for n, s in self.freed.items()},
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class AdvanceReservation:
-    """Nodes held for ``account`` from ``start_ts`` to ``end_ts`` (``ReservationConfigured``)."""
-
-    name: str
-    account: str
-    nodes: frozenset[str]
-    start_ts: float
-    end_ts: float
-
-    def excludes(self, account: str, start: float, end: float) -> bool:
-        """Whether a job of ``account`` running from ``start`` to ``end`` may not use these nodes."""
-        return account != self.account and start < self.end_ts and end > self.start_ts
+__all__ = ["Context", "DEFAULT_CONTEXT", "hold_room", "release_room"]
 
 
 @dataclass(slots=True)
@@ -92,24 +35,6 @@ class Context:
 
 
 DEFAULT_CONTEXT = Context()
-
-
-class Cycle:
-    """One node judged for one request: the inputs, and what the filters found on the way (free
-    devices, CPUs and memory) for the filters after them and for the scores."""
-
-    __slots__ = ("node", "req", "overlay", "ctx", "free_all", "free_matching", "free_cpus", "free_mem", "chosen")
-
-    def __init__(self, node: Node, req: Request, overlay: Overlay, ctx: Context) -> None:
-        self.node = node
-        self.req = req
-        self.overlay = overlay
-        self.ctx = ctx
-        self.free_all: list[c.GpuDevice] = []  # free GPUs of any kind
-        self.free_matching: list[c.GpuDevice] = []  # free GPUs the request may take
-        self.free_cpus = 0
-        self.free_mem = 0
-        self.chosen: list[c.GpuDevice] = []  # the devices it would take (set once every filter passed)
 
 
 def hold_room(held: dict[str, frozenset[str]], allocations: Iterable[c.NodeAllocation], for_job: str) -> None:

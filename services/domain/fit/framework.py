@@ -55,7 +55,7 @@ from services.domain.fit.scores.packing import Binpack, Spread
 from services.domain.fit.scores.preferences import PreferNoScheduleTaints, PreferredNodeAffinity
 
 if TYPE_CHECKING:
-    from services.domain.fit.context import Context, Cycle
+    from services.domain.fit.cycle import Cycle, Where
 
 __all__ = ["Filter", "Score", "FILTERS", "SCORES", "SCORE_PLUGINS", "DEFAULT_WEIGHTS", "NEVER_FILTERS", "explain"]
 
@@ -64,7 +64,7 @@ class Filter(Protocol):
     name: str  # the BlockReason's filter
     never: bool  # failing it does not change as jobs end: only the nodes themselves changing can
 
-    def relevant(self, req: Request, ctx: Context) -> bool:
+    def relevant(self, req: Request, ctx: Where) -> bool:
         """Whether it has anything to check for this job in this context, on any node (Kubernetes'
         PreFilter "skip"); asked once per job and context, not per node."""
         ...

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from events import catalogue as c
 from services.domain.cluster import Node, Request, device_sort_key
-from services.domain.fit.context import DEFAULT_CONTEXT, Context, Cycle, Overlay
+from services.domain.fit.context import Context, DEFAULT_CONTEXT
+from services.domain.fit.cycle import Cycle, Overlay
 from services.domain.fit.framework import FILTERS, SCORES
 
 __all__ = ["Fit", "Fitter", "fit_node", "choose_devices"]

@@ -55,7 +55,8 @@ import math
 
 from services.domain.cluster import Request, request_of
 from services.domain.fairshare import association
-from services.domain.fit.context import Context, Overlay
+from services.domain.fit.context import Context
+from services.domain.fit.cycle import Overlay
 from services.domain.fit.node import fit_node
 from services.domain.jobs import HOLDS_RESOURCES, Job, JobState
 from services.domain.policy import CLASS_RANK

@@ -11,7 +11,7 @@ from events.resources import format_cpus, format_memory
 from services.domain.cluster import Request, device_matches
 
 if TYPE_CHECKING:
-    from services.domain.fit.context import Context, Cycle
+    from services.domain.fit.cycle import Cycle, Where
 
 __all__ = ["GpuCapacity", "CpuCapacity", "MemoryCapacity", "describe_gpus"]
 
@@ -31,7 +31,7 @@ class GpuCapacity:
     name = "GpuCapacity"
     never = True
 
-    def relevant(self, req: Request, ctx: Context) -> bool:
+    def relevant(self, req: Request, ctx: Where) -> bool:
         return req.gpus > 0
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:
@@ -50,7 +50,7 @@ class CpuCapacity:
     name = "CpuCapacity"
     never = True
 
-    def relevant(self, req: Request, ctx: Context) -> bool:
+    def relevant(self, req: Request, ctx: Where) -> bool:
         return True
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:
@@ -65,7 +65,7 @@ class MemoryCapacity:
     name = "MemoryCapacity"
     never = True
 
-    def relevant(self, req: Request, ctx: Context) -> bool:
+    def relevant(self, req: Request, ctx: Where) -> bool:
         return True
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:

@@ -11,14 +11,14 @@ from services.domain.cluster import Request, device_matches
 from services.domain.fit.filters.capacity import describe_gpus
 
 if TYPE_CHECKING:
-    from services.domain.fit.context import Context, Cycle
+    from services.domain.fit.cycle import Cycle, Where
 
 
 class GpuFree:
     name = "GpuFree"
     never = False
 
-    def relevant(self, req: Request, ctx: Context) -> bool:
+    def relevant(self, req: Request, ctx: Where) -> bool:
         return True  # also counts what is free, for the filters and scores after it
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:
@@ -46,7 +46,7 @@ class CpuFree:
     name = "CpuFree"
     never = False
 
-    def relevant(self, req: Request, ctx: Context) -> bool:
+    def relevant(self, req: Request, ctx: Where) -> bool:
         return True
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:
@@ -60,7 +60,7 @@ class MemoryFree:
     name = "MemoryFree"
     never = False
 
-    def relevant(self, req: Request, ctx: Context) -> bool:
+    def relevant(self, req: Request, ctx: Where) -> bool:
         return True
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from services.domain.cluster import Request, Requirement
 
 if TYPE_CHECKING:
-    from services.domain.fit.context import Context, Cycle
+    from services.domain.fit.cycle import Cycle, Where
 
 __all__ = ["NodeSelector", "NodeAffinity", "requirement_holds", "describe_requirement"]
 
@@ -43,7 +43,7 @@ class NodeSelector:
     name = "NodeSelector"
     never = True
 
-    def relevant(self, req: Request, ctx: Context) -> bool:
+    def relevant(self, req: Request, ctx: Where) -> bool:
         return bool(req.selector)
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:
@@ -61,7 +61,7 @@ class NodeAffinity:
     name = "NodeAffinity"
     never = True
 
-    def relevant(self, req: Request, ctx: Context) -> bool:
+    def relevant(self, req: Request, ctx: Where) -> bool:
         return bool(req.required)
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 from services.domain.cluster import Request
 
 if TYPE_CHECKING:
-    from services.domain.fit.context import Context, Cycle
+    from services.domain.fit.cycle import Cycle, Where
 
 
 class NodeReady:
     name = "NodeReady"
     never = False  # a node comes back, is uncordoned
 
-    def relevant(self, req: Request, ctx: Context) -> bool:
+    def relevant(self, req: Request, ctx: Where) -> bool:
         return True
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:
@@ -30,7 +30,7 @@ class Preemption:
     name = "Preemption"
     never = False  # the preemptor starts or ends, the room is released
 
-    def relevant(self, req: Request, ctx: Context) -> bool:
+    def relevant(self, req: Request, ctx: Where) -> bool:
         return bool(ctx.held)
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 from services.domain.cluster import Request
 
 if TYPE_CHECKING:
-    from services.domain.fit.context import Context, Cycle
+    from services.domain.fit.cycle import Cycle, Where
 
 
 class Reservation:
     name = "Reservation"
     never = False
 
-    def relevant(self, req: Request, ctx: Context) -> bool:
+    def relevant(self, req: Request, ctx: Where) -> bool:
         return bool(ctx.reservations)
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:

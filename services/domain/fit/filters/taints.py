@@ -8,14 +8,14 @@ from services.domain.cluster import Request
 from services.domain.taints import taint_text, untolerated
 
 if TYPE_CHECKING:
-    from services.domain.fit.context import Context, Cycle
+    from services.domain.fit.cycle import Cycle, Where
 
 
 class Taints:
     name = "Taints"
     never = True
 
-    def relevant(self, req: Request, ctx: Context) -> bool:
+    def relevant(self, req: Request, ctx: Where) -> bool:
         return True  # depends on the node
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:

@@ -11,14 +11,14 @@ from services.domain.cluster import Request
 from services.domain.fit.topology import labels_match, labels_text
 
 if TYPE_CHECKING:
-    from services.domain.fit.context import Context, Cycle
+    from services.domain.fit.cycle import Cycle, Where
 
 
 class JobAffinity:
     name = "JobAffinity"
     never = False
 
-    def relevant(self, req: Request, ctx: Context) -> bool:
+    def relevant(self, req: Request, ctx: Where) -> bool:
         return ctx.topology is not None and bool(req.affinity)
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:
@@ -43,7 +43,7 @@ class JobAntiAffinity:
     name = "JobAntiAffinity"
     never = False
 
-    def relevant(self, req: Request, ctx: Context) -> bool:
+    def relevant(self, req: Request, ctx: Where) -> bool:
         return ctx.topology is not None
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:

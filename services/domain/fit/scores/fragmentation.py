@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from services.domain.fit.context import Cycle
+    from services.domain.fit.cycle import Cycle
 
 
 class Fragmentation:

@@ -10,7 +10,7 @@ from services.domain.fit.filters.labels import requirement_holds
 from services.domain.taints import untolerated
 
 if TYPE_CHECKING:
-    from services.domain.fit.context import Cycle
+    from services.domain.fit.cycle import Cycle
 
 
 class PreferNoScheduleTaints:
