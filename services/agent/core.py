@@ -50,15 +50,14 @@ from events.base import Event
 from services.domain.jobs import HOLDS_RESOURCES, JobState, JobTable
 from services.domain.protocol import Record
 
-__all__ = ["Action", "AgentCore", "ENDINGS", "FOLD_ACTIONS", "RESUME_ACTIONS"]
+__all__ = ["Action", "AgentCore", "ENDINGS"]
 
 ENDINGS = (c.JobSucceeded, c.JobFailed, c.JobCancelled, c.JobPreempted)  # the reports that end an attempt
-FOLD_ACTIONS = ("start", "stop", "preempt", "ended")  # what ``AgentCore.fold`` may return
-RESUME_ACTIONS = ("cancelled", "preempted", "start", "lost")  # what ``AgentCore.resume`` may return
 
 
 class Action(NamedTuple):
-    """What the adapter must do about one job: ``kind`` is one of ``FOLD_ACTIONS`` or ``RESUME_ACTIONS``."""
+    """What the adapter must do about one job: ``kind`` is ``start``, ``stop``, ``preempt`` or ``ended`` from
+    ``AgentCore.fold``; ``cancelled``, ``preempted``, ``start`` or ``lost`` from ``AgentCore.resume``."""
 
     kind: str
     job_id: str

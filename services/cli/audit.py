@@ -29,6 +29,7 @@ from events.codec import DecodeError, decode
 from events.resources import format_cpus, format_memory
 from events.subjects import STREAM, parse_subject
 from services.cli.progress import Bar
+from services.cli.options import nats_option
 from services.runtime.log import LogError
 from services.domain.protocol import Record
 from services.runtime.replay import OBSERVATION, REPRODUCED, AuditReport, audit, concerns, differing_fields
@@ -406,8 +407,7 @@ def job_story(mine: list[tuple[Record, Event]], job_id: str, report: AuditReport
 
 
 @click.command("audit")
-@click.option("--nats", "nats_url", envvar="HORIZON_NATS_URL", default="nats://127.0.0.1:4222", show_default=True,
-              help="URL of the NATS server (or $HORIZON_NATS_URL).")
+@nats_option
 @click.option("--from", "from_seq", type=click.IntRange(min=1), default=1, show_default=True,
               help="Check the decisions recorded from this seq on (the replay still folds from seq 1).")
 @click.option("--to", "to_seq", type=click.IntRange(min=1), default=None,

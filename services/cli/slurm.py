@@ -42,6 +42,7 @@ from events.codec import DecodeError, decode
 from events.resources import format_cpus, format_memory
 from events.subjects import STREAM, valid_token
 from services.cli.client import default_user, query, session
+from services.cli.options import nats_option
 
 __all__ = ["slurm_state", "select_states", "hostlist", "squeue_lines", "needs_specs", "accepted_specs",
            "slurm_datetime", "sacct_rows", "sacct", "run_sacct", "register", "SQUEUE_FIELDS"]
@@ -493,8 +494,7 @@ def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, accou
 
 
 @click.command()
-@click.option("--nats", "nats_url", envvar="HORIZON_NATS_URL", default="nats://127.0.0.1:4222", show_default=True,
-              help="URL of the NATS server (or $HORIZON_NATS_URL).")
+@nats_option
 @click.option("-s", "--state", "states", multiple=True,
               help="Only jobs in these states: Slurm's names or codes (COMPLETED, CD, FAILED, TIMEOUT, RUNNING, "
                    "PENDING, ...), Horizon's (SUCCEEDED, ...), comma-separated or repeated; 'all'. "

@@ -42,9 +42,8 @@ def place_job(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex
         index = NodeIndex(cluster, overlay, ctx)
     fitting: list[tuple[Fit, list[str]]] = []
     failures: dict[tuple[str, tuple[object, ...]], int] = {}
-    usable = total = 0
+    usable = 0
     for fit, members in index.evaluate(req, ctx):
-        total += len(members)
         if fit.devices is not None:
             fitting.append((fit, members))
         else:
@@ -54,8 +53,7 @@ def place_job(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex
             usable += len(members)  # these nodes could hold the job if they were empty (and ready)
     fit_count = sum(len(m) for _, m in fitting)
     if fit_count >= req.nodes:
-        chosen = gang_nodes(cluster, fitting, req.nodes) if req.nodes > 1 else NodeIndex.best(fitting, 1)
-        return Placed([fit.allocation_on(name) for name, fit in chosen])
+        return Placed([fit.allocation_on(name) for name, fit in best_nodes(cluster, fitting, req.nodes)])
     grouped: dict[tuple[str, str], int] = {}
     for (flt, detail), count in failures.items():
         key = (flt, explain(flt, detail, req))

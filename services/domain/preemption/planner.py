@@ -53,11 +53,11 @@ from __future__ import annotations
 
 import math
 
-from services.domain.cluster import Request, request_of
+from services.domain.cluster import request_of
 from services.domain.fairshare import association
 from services.domain.fit.context import Context
 from services.domain.fit.cycle import Overlay
-from services.domain.fit.node import fit_node
+from services.domain.fit.node import Fitter
 from services.domain.jobs import HOLDS_RESOURCES, Job, JobState
 from services.domain.policy import CLASS_RANK
 from services.domain.preemption.fold import PreemptionFold
@@ -185,12 +185,13 @@ class PreemptionPlanner(PreemptionFold):
         # Room placement holds for another preemptor is not room for this one (nor is it to be made there).
         ctx = Context(start_ts=state.now, end_ts=state.now + spec.time_limit_s, account=spec.account, job_id=job_id,
                       held=state.held)
+        fit = Fitter(req, ctx)  # the filters that apply to this job, chosen once for every node tried
         base = Overlay()  # victims chosen for others in this round are not eligible: their room is theirs
-        chosen = self._global(state, req, ctx, base, eligible)
+        chosen = self._global(state, fit, base, eligible)
         if state.config.victims == "cheapest":
             # Node by node finds the cheap room on the right nodes; the cluster-wide pass finds
             # gang victims that free several nodes at once. The cheaper set wins.
-            per_node = self._per_node(state, req, ctx, base, eligible)
+            per_node = self._per_node(state, fit, base, eligible)
             if chosen is None or (per_node is not None and self._set_cost(state, per_node[0]) < self._set_cost(
                     state, chosen[0])):
                 chosen = per_node
@@ -211,34 +212,35 @@ class PreemptionPlanner(PreemptionFold):
         costs = [self.cost(state, state.jobs.jobs[v]) for v in ids]
         return (math.fsum(x[1] for x in costs), math.fsum(x[0] for x in costs), math.fsum(x[2] for x in costs), ids)
 
-    def _fits(self, state: PreemptionState, name: str, req: Request, ctx: Context, overlay: Overlay) -> bool:
-        return fit_node(state.cluster.nodes[name], req, overlay, ctx).ok
+    @staticmethod
+    def _fits(state: PreemptionState, name: str, fit: Fitter, overlay: Overlay) -> bool:
+        return fit(state.cluster.nodes[name], overlay).ok
 
     @staticmethod
     def _give(overlay: Overlay, job: Job) -> None:
         for alloc in job.allocations:  # a gang is given back whole
             overlay.give(alloc)
 
-    def _per_node(self, state: PreemptionState, req: Request, ctx: Context, base: Overlay,
+    def _per_node(self, state: PreemptionState, fit: Fitter, base: Overlay,
                   eligible: dict[str, tuple[Job, str]]) -> tuple[set[str], list[str]] | None:
         options: list[tuple[tuple[float, float, float], str, set[str]]] = []
         for node in state.cluster.sorted_nodes():
             if not node.schedulable:
                 continue
-            if self._fits(state, node.name, req, ctx, base):
+            if self._fits(state, node.name, fit, base):
                 options.append(((0.0, 0.0, 0.0), node.name, set()))
                 continue
             here = sorted((eligible[j][0] for j in node.jobs if j in eligible), key=lambda v: self._order(state, v))
-            picked = self._add_until_fits(state, [node.name], req, ctx, base, here, need=1)
+            picked = self._add_until_fits(state, [node.name], fit, base, here, need=1)
             if picked is None:
                 continue
             costs = [self.cost(state, v) for v in picked]
             total = (math.fsum(x[0] for x in costs), math.fsum(x[1] for x in costs), math.fsum(x[2] for x in costs))
             options.append((total, node.name, {v.job_id for v in picked}))
-        if len(options) < req.nodes:
+        if len(options) < fit.req.nodes:
             return None
         options.sort(key=lambda o: ((o[0][1], o[0][0], o[0][2]), o[1]))  # work lost, GPUs, age; then the name
-        best = options[: req.nodes]
+        best = options[: fit.req.nodes]
         victims: set[str] = set()
         for _, _, vs in best:
             victims |= vs
@@ -246,28 +248,28 @@ class PreemptionPlanner(PreemptionFold):
             return None  # it fits already: nothing to preempt (placement will place it)
         return victims, [name for _, name, _ in best]
 
-    def _global(self, state: PreemptionState, req: Request, ctx: Context, base: Overlay,
+    def _global(self, state: PreemptionState, fit: Fitter, base: Overlay,
                 eligible: dict[str, tuple[Job, str]]) -> tuple[set[str], list[str]] | None:
         order = sorted((v for v, _ in eligible.values()), key=lambda v: self._order(state, v))
         names = [n.name for n in state.cluster.sorted_nodes() if n.schedulable]
-        picked = self._add_until_fits(state, names, req, ctx, base, order, need=req.nodes)
+        picked = self._add_until_fits(state, names, fit, base, order, need=fit.req.nodes)
         if not picked:
             return None  # never fits, or fits already
         overlay = base.copy()
         for v in picked:
             self._give(overlay, v)
-        nodes = [n for n in names if self._fits(state, n, req, ctx, overlay)][: req.nodes]
+        nodes = [n for n in names if self._fits(state, n, fit, overlay)][: fit.req.nodes]
         return {v.job_id for v in picked}, nodes
 
-    def _add_until_fits(self, state: PreemptionState, names: list[str], req: Request, ctx: Context,
-                        base: Overlay, order: list[Job], need: int) -> list[Job] | None:
+    def _add_until_fits(self, state: PreemptionState, names: list[str], fit: Fitter, base: Overlay,
+                        order: list[Job], need: int) -> list[Job] | None:
         """Victims from ``order`` added one by one until ``need`` of ``names`` fit the job, then those
         it fits without put back (the newest addition first); None if it never fits."""
         def enough(victims: list[Job]) -> bool:
             overlay = base.copy()
             for v in victims:
                 self._give(overlay, v)
-            return sum(1 for n in names if self._fits(state, n, req, ctx, overlay)) >= need
+            return sum(1 for n in names if self._fits(state, n, fit, overlay)) >= need
 
         if enough([]):
             return []  # it fits already: nothing to preempt

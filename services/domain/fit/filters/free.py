@@ -19,13 +19,11 @@ class GpuFree:
     never = False
 
     def relevant(self, req: Request, ctx: Where) -> bool:
-        return True  # also counts what is free, for the filters and scores after it
+        return True  # also counts the free GPUs, for the scores
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:
         node, req, overlay = cyc.node, cyc.req, cyc.overlay
         name = node.name
-        cyc.free_cpus = node.cpus_milli - node.used_cpus_milli - overlay.cpus_milli.get(name, 0)
-        cyc.free_mem = node.memory_bytes - node.used_memory_bytes - overlay.memory_bytes.get(name, 0)
         gpus = node.gpus
         if gpus:
             taken = overlay.devices.get(name, ())
@@ -50,6 +48,8 @@ class CpuFree:
         return True
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:
+        node = cyc.node
+        cyc.free_cpus = node.cpus_milli - node.used_cpus_milli - cyc.overlay.cpus_milli.get(node.name, 0)
         return () if cyc.req.cpus_milli > cyc.free_cpus else None
 
     def explain(self, detail: tuple[object, ...], req: Request) -> str:
@@ -64,6 +64,8 @@ class MemoryFree:
         return True
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:
+        node = cyc.node
+        cyc.free_mem = node.memory_bytes - node.used_memory_bytes - cyc.overlay.memory_bytes.get(node.name, 0)
         return () if cyc.req.memory_bytes > cyc.free_mem else None
 
     def explain(self, detail: tuple[object, ...], req: Request) -> str:
