@@ -152,6 +152,14 @@ class JobSpec(_Part, kw_only=True):
     labels: dict[str, str] = {}
     sim_runtime_s: float | None = None
     sim_exit_code: int = 0
+    # where and how it runs (services/agent/): the submitter's working directory, Slurm-style output
+    # patterns (%j %A %a %x %u %N %%; relative to cwd; "" = the agent's own file for the attempt,
+    # stderr "" with stdout set = both streams in stdout, as Slurm) and a container image
+    cwd: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    open_mode: str = "truncate"  # or "append": what a new attempt does to existing output files
+    image: str = ""
 
     @property
     def total_gpus(self) -> int:
@@ -175,6 +183,9 @@ class GpuDevice(_Part, kw_only=True):
     memory_bytes: int = 0
     numa_node: int = 0
     interconnect: str = ""  # e.g. "nvlink-0": devices sharing a fabric
+    uuid: str = ""  # the driver's id (NVML), what CUDA_VISIBLE_DEVICES names on a real node
+    minor: int | None = None  # /dev/nvidia<minor>: the device file a job's cgroup is allowed
+    health: str = ""  # "" healthy; else why not (an XID error, lost from the bus): placement skips it
 
 
 class Quota(_Part, kw_only=True):
@@ -242,6 +253,11 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
     labels: dict[str, str] = {}
     sim_runtime_s: float | None = None
     sim_exit_code: int = 0
+    cwd: str = ""  # absolute; the submitter's working directory (horizon submit records it)
+    stdout: str = ""  # Slurm's --output pattern
+    stderr: str = ""  # Slurm's --error pattern
+    open_mode: str = "truncate"  # Slurm's --open-mode: truncate or append
+    image: str = ""  # run in a container of this image (Podman on the node)
 
 
 class JobCancelRequested(Event, tag="JobCancelRequested", kw_only=True):
@@ -597,6 +613,9 @@ class JobStarted(Event, tag="JobStarted", kw_only=True):
     attempt: int
     node: str
     pid: int | None = None
+    stdout: str = ""  # the files the attempt writes on its node (horizon logs reads them through the agent)
+    stderr: str = ""
+    cwd: str = ""
 
 
 class JobSucceeded(Event, tag="JobSucceeded", kw_only=True):
@@ -617,6 +636,7 @@ class JobFailed(Event, tag="JobFailed", kw_only=True):
     runtime_s: float = 0.0
     basis_seq: int = 0  # set when a service decides the failure (e.g. node lost); 0 for an agent's report
     node_lost: bool = False  # the node was lost or removed under the job: requeued whatever its restart policy
+    out_of_memory: bool = False  # killed for going over its memory limit: the job ends OUT_OF_MEMORY
 
 
 class NodeRegistered(Event, tag="NodeRegistered", kw_only=True):
@@ -627,6 +647,8 @@ class NodeRegistered(Event, tag="NodeRegistered", kw_only=True):
     labels: dict[str, str] = {}
     taints: list[Taint] = []
     agent: str = ""
+    isolation: str = ""  # how the agent confines jobs, e.g. "cgroup v1 (memory cpu cpuset pids devices)"; "none: ..."
+    simulated: bool = False  # a development node: its GPUs (and CPUs beyond the machine's) are not real
 
 
 # --------------------------------------------------------------------------

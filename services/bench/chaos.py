@@ -60,7 +60,7 @@ from services.runtime.log import LogError, Outgoing
 from services.domain.protocol import Record
 from services.bench.chaos_verdict import accounting, duplicates, horizon_check, recovery_summary, render
 from services.runtime.natsserver import NatsServer
-from services.domain.jobs import TERMINAL, JobState, JobTable
+from services.domain.jobs import FAILURES, TERMINAL, JobState, JobTable
 
 __all__ = ["ChaosConfig", "DECIDERS", "run_chaos", "fault_plan", "make_parts", "workload", "main"]
 
@@ -259,7 +259,7 @@ class Progress:
             return
         grant = tr.after is JobState.PREEMPTED or (
             self.retries[job.job_id] < spec.max_retries
-            and ((tr.after is JobState.FAILED and spec.restart_policy in ("on-failure", "always"))
+            and ((tr.after in FAILURES and spec.restart_policy in ("on-failure", "always"))
                  or (tr.after is JobState.SUCCEEDED and spec.restart_policy == "always")))
         if grant:
             self.retries[job.job_id] += 1

@@ -7,6 +7,7 @@ the rest is the service's verdict, which ``services/cli/submitter.py`` waits for
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import click
@@ -17,6 +18,7 @@ from events.resources import parse_cpus, parse_duration, parse_gpu_model, parse_
 from services.cli.client import default_user
 from services.cli.options import nats_option, tenant_option
 from services.cli.slurm_values import Problem, parse_dependencies
+from services.domain.output import pattern_problem
 from services.cli.submitter import check_submission, new_job_id, report_check, send_submission
 
 __all__ = ["submit", "register"]
@@ -73,6 +75,17 @@ def _dependencies(text: str) -> list[c.Dependency]:
 @click.option("--node-selector", "selector", multiple=True, help="KEY=VALUE the node must have (repeatable).")
 @click.option("--toleration", "tolerations", multiple=True,
               help="Tolerate a taint: KEY (any value), KEY=VALUE, optionally :EFFECT (repeatable).")
+@click.option("--chdir", "-D", "chdir", default=None,
+              help="Working directory of the job (default: the directory you submit from); relative to it.")
+@click.option("--output", "-o", "output", default=None,
+              help="Standard output file, with Slurm's patterns %j %A %a %x %u %N (relative to the working "
+                   "directory). Default: kept by the node's agent (horizon logs JOB).")
+@click.option("--error", "-e", "error", default=None,
+              help="Standard error file (patterns as --output). Default: with --output, the same file; "
+                   "else kept by the agent (horizon logs --err JOB).")
+@click.option("--open-mode", type=click.Choice(["truncate", "append"]), default="truncate", show_default=True,
+              help="What a new attempt does to existing --output/--error files.")
+@click.option("--image", default=None, help="Run the command in a container of this image (Podman on the node).")
 @click.option("--sim-runtime", type=float, default=None, help="Seconds a simulated job runs (sim executor).")
 @click.option("--no-wait", is_flag=True, help="Do not wait for acceptance.")
 @click.option("--check", is_flag=True, help="Only ask a submission instance whether the job would be accepted "
@@ -85,6 +98,7 @@ def submit(
     time_limit: str | None, priority_class: str, restart_policy: str, max_retries: int,
     scheduling_timeout: str | None, nice: int, array: str | None, dependency: str | None, env: tuple[str, ...],
     labels: tuple[str, ...], profile: str, selector: tuple[str, ...], tolerations: tuple[str, ...],
+    chdir: str | None, output: str | None, error: str | None, open_mode: str, image: str | None,
     sim_runtime: float | None, no_wait: bool, check: bool, as_json: bool, command: tuple[str, ...],
 ) -> None:
     """Submit a job: horizon submit --gpus 2 -- python train.py"""
@@ -95,6 +109,14 @@ def submit(
         parse_gpu_model(gpu_type, "--gpu-type")
     if gpu_memory:
         parse_memory(gpu_memory, "--gpu-memory")
+    if not command and sim_runtime is None:
+        raise click.UsageError("give the command to run after --, e.g. horizon submit -- python train.py "
+                               "(a simulated job takes --sim-runtime instead)")
+    cwd = os.path.normpath(os.path.join(os.getcwd(), os.path.expanduser(chdir))) if chdir else os.getcwd()
+    for flag, pattern in (("--output", output), ("--error", error)):
+        problem = pattern_problem(pattern) if pattern else None
+        if problem is not None:
+            raise click.BadParameter(f"{pattern!r}: {problem}", param_hint=flag)
     first_index = parse_array(array, "--array").indices[0] if array is not None else None
     job_id = job_id or new_job_id(user)
     event = c.JobSubmitted(
@@ -124,6 +146,11 @@ def submit(
         restart_policy=restart_policy,
         max_retries=max_retries,
         sim_runtime_s=sim_runtime,
+        cwd=cwd,
+        stdout=output or "",
+        stderr=error or "",
+        open_mode=open_mode,
+        image=image or "",
     )
     if check:
         report_check(check_submission(nats_url, event), event.job_id, as_json)

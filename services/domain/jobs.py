@@ -10,9 +10,11 @@ from           event -> to
 PENDING        JobHeld -> HELD;  JobScheduled(attempt+1) -> SCHEDULED
 HELD           JobReleased -> PENDING
 SCHEDULED      JobStarted -> RUNNING
-SCHEDULED,     JobSucceeded -> SUCCEEDED;  JobFailed -> FAILED;
-RUNNING        JobPreempted -> PREEMPTED  (each only for the current attempt)
+SCHEDULED,     JobSucceeded -> SUCCEEDED;  JobFailed -> FAILED (OUT_OF_MEMORY
+RUNNING        if out_of_memory);  JobPreempted -> PREEMPTED  (each only for
+               the current attempt)
 FAILED,        JobRequeued -> PENDING (the next JobScheduled is attempt+1)
+OUT_OF_MEMORY,
 PREEMPTED,
 SUCCEEDED
 PENDING, HELD  JobCancelled -> CANCELLED;  JobUnschedulable -> UNSCHEDULABLE;
@@ -38,7 +40,7 @@ import msgspec
 
 from events import catalogue as c
 
-__all__ = ["JobState", "Job", "JobTable", "Transition", "LIVE", "TERMINAL", "HOLDS_RESOURCES", "STATES"]
+__all__ = ["JobState", "Job", "JobTable", "Transition", "LIVE", "TERMINAL", "FAILURES", "HOLDS_RESOURCES", "STATES"]
 
 
 class JobState(str, Enum):
@@ -53,15 +55,19 @@ class JobState(str, Enum):
     REJECTED = "REJECTED"
     UNSCHEDULABLE = "UNSCHEDULABLE"
     DEPENDENCY_NEVER_SATISFIED = "DEPENDENCY_NEVER_SATISFIED"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"  # a failure: killed for going over its memory limit (last: STATES indices hold)
 
 
 HOLDS_RESOURCES = frozenset({JobState.SCHEDULED, JobState.RUNNING})
 LIVE = frozenset({JobState.PENDING, JobState.HELD, JobState.SCHEDULED, JobState.RUNNING})
-# FAILED and PREEMPTED are terminal unless a JobRequeued follows.
+# The failures: a restart policy of on-failure requeues either.
+FAILURES = frozenset({JobState.FAILED, JobState.OUT_OF_MEMORY})
+# FAILED, OUT_OF_MEMORY and PREEMPTED are terminal unless a JobRequeued follows.
 TERMINAL = frozenset(
     {
         JobState.SUCCEEDED,
         JobState.FAILED,
+        JobState.OUT_OF_MEMORY,
         JobState.PREEMPTED,
         JobState.CANCELLED,
         JobState.REJECTED,
@@ -198,7 +204,8 @@ class JobTable:
             case c.JobSucceeded(job_id=job_id, attempt=attempt, exit_code=code):
                 return self._end(job_id, attempt, JobState.SUCCEEDED, time, "", code)
             case c.JobFailed(job_id=job_id, attempt=attempt, exit_code=code, reason=reason):
-                return self._end(job_id, attempt, JobState.FAILED, time, reason, code)
+                ended = JobState.OUT_OF_MEMORY if event.out_of_memory else JobState.FAILED
+                return self._end(job_id, attempt, ended, time, reason, code)
             case c.JobPreempted(job_id=job_id, attempt=attempt):
                 job = self.jobs.get(job_id)
                 if job is not None and event.checkpoint_ref and attempt == job.attempt:
@@ -212,7 +219,7 @@ class JobTable:
                 return None
             case c.JobRequeued(job_id=job_id, attempt=attempt, reason=reason):
                 job = self.jobs.get(job_id)
-                requeueable = (JobState.FAILED, JobState.PREEMPTED, JobState.SUCCEEDED)
+                requeueable = (JobState.FAILED, JobState.OUT_OF_MEMORY, JobState.PREEMPTED, JobState.SUCCEEDED)
                 if job is None or job.state not in requeueable or attempt != job.attempt:
                     return None
                 job.reason = reason

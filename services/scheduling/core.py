@@ -69,7 +69,7 @@ from events import catalogue as c
 from events.base import Event
 from services.domain.config import config_rejected
 from services.domain.dependencies import NEVER, dependency_status
-from services.domain.jobs import JobState
+from services.domain.jobs import FAILURES
 from services.domain.queue.codec import SNAPSHOT_FORMAT
 from services.domain.queue.fold import SCHEDULER, QueueFold
 from services.domain.queue.state import SchedulingState
@@ -91,7 +91,7 @@ class SchedulingCore(QueueFold):
         for job_id in sorted(state.to_requeue):
             job = state.to_requeue[job_id]
             delay = 0.0
-            if job.state is JobState.FAILED and job_id not in state.requeue_now:
+            if job.state in FAILURES and job_id not in state.requeue_now:
                 delay = state.config.backoff_s(state.retries.get(job_id, 1))
             out.append(
                 c.JobRequeued(

@@ -10,6 +10,7 @@ would close a cycle, whether an array task's id is taken) is the core's part
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import msgspec
@@ -18,6 +19,7 @@ from events import catalogue as c
 from events.arrays import parse_array, task_id
 from events.resources import ResourceError, parse_count, parse_cpus, parse_duration, parse_gpu_model, parse_memory
 from events.subjects import ADMIN_TENANT, valid_token
+from services.domain.output import pattern_problem
 
 __all__ = ["Limits", "Rejection", "normalise", "admit", "class_limit_reason"]
 
@@ -56,6 +58,8 @@ class Rejection(Exception):
 
 
 _size_encoder = msgspec.json.Encoder()
+# An OCI image reference: [registry/]path[:tag][@digest], no spaces, not an option.
+_IMAGE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")
 
 
 def _choice(value: str, allowed: tuple[str, ...], field: str) -> str:
@@ -180,6 +184,18 @@ def normalise(
         _choice(tol.operator, ("Equal", "Exists"), f"tolerations[{i}].operator")
     if sub.sim_runtime_s is not None and not (sub.sim_runtime_s >= 0):
         raise Rejection("sim_runtime_s", "must be 0 or more seconds")
+    # 5. where and how it runs
+    if sub.cwd and (not sub.cwd.startswith("/") or "\x00" in sub.cwd or len(sub.cwd) > 4096):
+        raise Rejection("cwd", f"{sub.cwd[:200]!r} must be an absolute path (horizon submit sends the directory it "
+                        "runs in; --chdir changes it)")
+    for name in ("stdout", "stderr"):
+        problem = pattern_problem(getattr(sub, name))
+        if problem is not None:
+            raise Rejection(name, f"{getattr(sub, name)[:200]!r}: {problem}")
+    _choice(sub.open_mode, ("truncate", "append"), "open_mode")
+    if sub.image and not _IMAGE_RE.fullmatch(sub.image):
+        raise Rejection("image", f"{sub.image[:200]!r} is not an image reference (e.g. localhost/busybox:latest, "
+                        "docker.io/library/python:3.12)")
 
     spec = c.JobSpec(
         tenant=sub.tenant,
@@ -217,8 +233,13 @@ def normalise(
         labels=dict(sub.labels),
         sim_runtime_s=sub.sim_runtime_s,
         sim_exit_code=sub.sim_exit_code,
+        cwd=sub.cwd,
+        stdout=sub.stdout,
+        stderr=sub.stderr,
+        open_mode=sub.open_mode,
+        image=sub.image,
     )
-    # 5. size: what the job costs to carry (encoding is deterministic, so is this check)
+    # 6. size: what the job costs to carry (encoding is deterministic, so is this check)
     size = len(_size_encoder.encode(spec))
     if size > limits.max_spec_bytes:
         raise Rejection("job", f"is {size:,} bytes as accepted; at most {limits.max_spec_bytes:,}: shorten its "

@@ -34,7 +34,7 @@ from events import catalogue as c
 from events.base import Event
 from events.subjects import WHOLE_LOG, parse_subject
 from services.domain.fairshare import association
-from services.domain.jobs import HOLDS_RESOURCES, TERMINAL, Job, JobState, Transition
+from services.domain.jobs import FAILURES, HOLDS_RESOURCES, TERMINAL, Job, JobState, Transition
 from services.domain.policy import Context, PolicyConfig, make_policy
 from services.domain.protocol import Record
 from services.domain.queue import codec, order, waiting
@@ -215,7 +215,7 @@ class QueueFold:
             state.dirty_seq = state.capacity_seq = seq  # capacity freed
         if tr.after in TERMINAL:
             state.deadlines.pop(job.job_id, None)
-        if tr.after in (JobState.FAILED, JobState.SUCCEEDED, JobState.PREEMPTED):
+        if tr.after in FAILURES or tr.after in (JobState.SUCCEEDED, JobState.PREEMPTED):
             if job.job_id in state.requeue_now:
                 state.to_requeue[job.job_id] = job
             elif self._may_retry(state, job, tr.after):
@@ -302,7 +302,7 @@ class QueueFold:
             return outcome is JobState.PREEMPTED
         if state.retries.get(job.job_id, 0) >= spec.max_retries:
             return False
-        if outcome is JobState.FAILED:
+        if outcome in FAILURES:
             return spec.restart_policy in ("on-failure", "always")
         return spec.restart_policy == "always"
 
