@@ -75,6 +75,7 @@ def feed() -> Feed:
 
 
 def array_job(job_id: str, array: str, tenant: str = "acme", **kw) -> c.JobSubmitted:
+    kw.setdefault("command", ["true"])  # an empty command is rejected
     return c.JobSubmitted(job_id=job_id, tenant=tenant, array=array, resources=c.ResourceRequest(gpus=1), **kw)
 
 
@@ -119,7 +120,7 @@ def test_bad_arrays_are_rejected_as_one_naming_the_field(job, field, words):
 
 def test_an_array_whose_task_ids_are_taken_is_rejected():
     f = feed()
-    f.input("acme", "submit", c.JobSubmitted(job_id="run_2", tenant="acme"))
+    f.input("acme", "submit", c.JobSubmitted(job_id="run_2", tenant="acme", command=["true"]))
     f.input("acme", "submit", array_job("run", "0-3"))
     plain, verdict = f.settle()
     assert isinstance(plain, c.JobAccepted)
@@ -127,7 +128,7 @@ def test_an_array_whose_task_ids_are_taken_is_rejected():
     assert "task 'run_2' would take the id of an existing job" in verdict.reason
     # within one round too, and the later plain submission of a task id is the array's task
     f.input("acme", "submit", array_job("b", "0-1"))
-    f.input("acme", "submit", c.JobSubmitted(job_id="b_1", tenant="acme", name="other"))
+    f.input("acme", "submit", c.JobSubmitted(job_id="b_1", tenant="acme", name="other", command=["true"]))
     out = f.settle()
     assert [e.job_id for e in out] == ["b_0", "b_1"] and out[1].spec.array == "b"
     assert f.decide() == []
@@ -335,9 +336,10 @@ async def test_the_cli_holds_reprioritises_and_cancels_an_array_as_owner_and_ope
         return result.exit_code, result.output
 
     try:
-        # two GPUs per task on a one-GPU node: the tasks stay pending, whatever the timing
-        code, out = await horizon("submit", "--tenant", "acme", "--job-id", "sweep", "--array", "0-3%2", "--gpus", "2",
-                                  "--", "true")
+        # waiting for prep, never submitted: the tasks stay pending, whatever the timing (two GPUs per
+        # task on a one-GPU node would be refused: no node could ever hold them)
+        code, out = await horizon("submit", "--tenant", "acme", "--job-id", "sweep", "--array", "0-3%2", "--gpus", "1",
+                                  "--dependency", "afterok:prep", "--", "true")
         assert (code, out.strip()) == (0, "sweep")
         code, out = await horizon("submit", "--tenant", "acme", "--job-id", "after", "--dependency",
                                   "afterok:sweep:prep", "--", "true")

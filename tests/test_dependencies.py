@@ -26,6 +26,7 @@ def feed() -> Feed:
 
 
 def job(job_id: str, *deps: str, kind: str = "after-ok", **kw) -> c.JobSubmitted:
+    kw.setdefault("command", ["true"])  # an empty command is rejected
     return c.JobSubmitted(job_id=job_id, tenant="acme", resources=c.ResourceRequest(gpus=1),
                           dependencies=[c.Dependency(kind=kind, job_id=d) for d in deps], **kw)
 
@@ -54,7 +55,7 @@ def test_a_cycle_is_rejected_naming_it():
                               "so none of them could ever start")
     # in one round, and through an array's task
     f.input("acme", "submit", job("x", "sweep_1"))
-    f.input("acme", "submit", c.JobSubmitted(job_id="sweep", tenant="acme", array="0-3",
+    f.input("acme", "submit", c.JobSubmitted(job_id="sweep", tenant="acme", array="0-3", command=["true"],
                                              dependencies=[c.Dependency(job_id="x")]))
     x, sweep = f.settle()
     assert isinstance(x, c.JobAccepted) and isinstance(sweep, c.JobRejected)
@@ -81,7 +82,7 @@ def test_only_jobs_still_waiting_can_close_a_cycle():
 def test_self_and_rejected_dependencies_are_refused():
     f = feed()
     f.input("acme", "submit", job("me", "me"))
-    f.input("acme", "submit", c.JobSubmitted(job_id="bad", tenant="acme", time_limit_s=0))
+    f.input("acme", "submit", c.JobSubmitted(job_id="bad", tenant="acme", time_limit_s=0, command=["true"]))
     f.input("acme", "submit", job("after-bad", "bad"))
     me, bad, after_bad = f.settle()
     assert me.field == "dependencies[0].job_id" and me.reason.endswith("a job cannot depend on itself")

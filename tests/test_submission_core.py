@@ -17,6 +17,7 @@ def feed_with_cluster() -> Feed:
 
 def submit(job_id: str, tenant: str = "acme", **kw) -> c.JobSubmitted:
     resources = kw.pop("resources", c.ResourceRequest(gpus=1, gpu_type="a100"))
+    kw.setdefault("command", ["true"])  # an empty command is rejected (tests/test_capacity.py)
     return c.JobSubmitted(job_id=job_id, tenant=tenant, resources=resources, **kw)
 
 

@@ -1,12 +1,15 @@
 """Submission: admission of jobs and of requests about them. Pure.
 
 Folds client and operator inputs (``horizon.in.>``), its own verdicts, the job
-lifecycle (to know whether a job is pending, running or over) and node
-registrations (the cluster's GPU vocabulary). ``decide`` answers every input
-not yet answered, in log order:
+lifecycle (to know whether a job is pending, running or over) and the nodes
+(``NodeRegistered``, ``NodeRemoved``: the cluster's GPU vocabulary, and what
+each node could ever hold, ``services.submission.capacity``). ``decide``
+answers every input not yet answered, in log order:
 
 * ``JobSubmitted`` -> ``JobAccepted`` (with the normalised ``JobSpec``) or
-  ``JobRejected`` (field and reason). A second submission of a known job id
+  ``JobRejected`` (field and reason): among the reasons, an empty command, and
+  a job no registered node could ever hold ("resources.gpus: 99 GPUs per node
+  ... the largest has 8 a100 GPUs"). A second submission of a known job id
   is the same job: it gets no second verdict. An array (``array: "0-99%10"``)
   becomes one ``JobAccepted`` per task, ``<job_id>_<index>``, in one round;
   the array id itself is not a job.
@@ -57,6 +60,7 @@ from services.domain.protocol import CoreState
 from services.domain.fairshare import FairShare
 from services.domain.echo import bounded_id, clipped, id_token
 from services.domain.jobs import LIVE, JobState, JobTable
+from services.submission.capacity import Capacity
 from services.submission.validate import Limits, Rejection, admit, class_limit_reason
 
 __all__ = ["SubmissionCore", "SubmissionState"]
@@ -88,7 +92,8 @@ class SubmissionState(CoreState):
     def __init__(self) -> None:
         super().__init__()
         self.jobs = JobTable()
-        self.gpu_models: set[tuple[str, str | None]] = set()
+        self.gpu_models: set[tuple[str, str | None]] = set()  # every model ever registered (a vocabulary)
+        self.capacity = Capacity()  # what the registered nodes offer now
         self.submissions: dict[str, _Pending] = {}  # job id -> unanswered submission
         self.requests: dict[int, _Pending] = {}  # request seq -> unanswered request
         self.verdicts: set[str] = set()  # job and array ids with their verdict in the log
@@ -160,6 +165,7 @@ class SubmissionCore:
                     del state.requests[pending.seq]
         if isinstance(event, c.NodeRegistered):
             state.gpu_models.update((d.type, d.variant) for d in event.gpus)
+        state.capacity.apply(event)  # NodeRegistered, NodeRemoved
         state.jobs.apply(event, record.seq, state.now)
         if isinstance(event, c.JobAccepted):
             state.accounts.leaf_for(event.spec, state.now)  # as the scheduler does: its account now exists
@@ -240,7 +246,8 @@ class SubmissionCore:
         }
         done = state.jobs.arrays.get(sub.job_id)
         try:
-            jobs = admit(sub, subject_tenant=pending.tenant, gpu_models=state.gpu_models, limits=self.limits)
+            jobs = admit(sub, subject_tenant=pending.tenant, gpu_models=state.gpu_models, limits=self.limits,
+                         capacity=state.capacity)
             if done:
                 # A round cut short (a crash between the tasks' publications): finish it. The log
                 # checks passed when the first tasks were accepted, and the rest are the same job.

@@ -5,7 +5,10 @@ allowed, so ``JobRejected.reason`` can be shown to the person who submitted.
 
 What needs the rest of the log (whether a dependency was rejected, whether it
 would close a cycle, whether an array task's id is taken) is the core's part
-(``services.submission.core``); this module looks at one submission alone.
+(``services.submission.core``); this module looks at one submission alone,
+against the cluster the core folded: the GPU models known (``gpu_models``)
+and what the registered nodes could ever hold (``capacity``,
+``services.submission.capacity``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from events.arrays import parse_array, task_id
 from events.resources import ResourceError, parse_count, parse_cpus, parse_duration, parse_gpu_model, parse_memory
 from events.subjects import ADMIN_TENANT, valid_token
 from services.domain.output import pattern_problem
+from services.submission.capacity import Capacity, Need
 
 __all__ = ["Limits", "Rejection", "normalise", "admit", "class_limit_reason"]
 
@@ -74,6 +78,7 @@ def normalise(
     subject_tenant: str,
     gpu_models: set[tuple[str, str | None]],
     limits: Limits = Limits(),
+    capacity: Capacity | None = None,
 ) -> c.JobSpec:
     """Return the validated spec, or raise ``Rejection``.
 
@@ -85,6 +90,15 @@ def normalise(
     type (and variant, if given) that no node has is rejected, since it could
     never run. An empty set means "no GPU nodes known": any GPU request is
     then rejected with that explanation.
+
+    ``capacity``: the registered nodes; a job that not enough of them could
+    ever hold (too many GPUs, CPUs or memory per node, too few nodes) is
+    rejected naming the resource and the largest node's. None, or no node
+    registered yet: not judged.
+
+    ``command``: a job runs a command, unless it is simulated
+    (``sim_runtime_s``: the simulated executor runs nothing) or carries an
+    opaque ``payload`` for an external executor (SPEC, section 3).
     """
     # 1. identity and tenancy
     if not valid_token(sub.job_id):
@@ -102,6 +116,8 @@ def normalise(
             raise Rejection(name, f"{value!r} must be 1-128 letters, digits, '_' or '-'")
     if len(sub.name) > limits.max_name_length:
         raise Rejection("name", f"is {len(sub.name)} characters long; at most {limits.max_name_length}")
+    if (not sub.command or not sub.command[0]) and sub.sim_runtime_s is None and sub.payload is None:
+        raise Rejection("command", "is empty: give the command to run")
     if sum(len(part) for part in sub.command) > limits.max_command_bytes:
         raise Rejection("command", f"is longer than {limits.max_command_bytes} bytes")
     if len(sub.env) > limits.max_env_entries:
@@ -144,6 +160,11 @@ def normalise(
         _check_gpu_model(model, gpu_models)
     elif model is not None:
         raise Rejection("resources.gpu_type", f"{r.gpu_type!r} is set but resources.gpus is 0")
+    if capacity is not None:  # what no registered node could ever hold would wait for ever
+        problem = capacity.problem(Need(cpus_milli, memory_bytes, gpus, model.type if model else None,
+                                        model.variant if model else None, gpu_memory, nodes, tasks_per_node))
+        if problem is not None:
+            raise Rejection(*problem)
 
     # 3. policy fields
     priority_class = _choice(sub.priority_class, c.PRIORITY_CLASSES, "priority_class")
@@ -256,10 +277,12 @@ def admit(
     subject_tenant: str,
     gpu_models: set[tuple[str, str | None]],
     limits: Limits = Limits(),
+    capacity: Capacity | None = None,
 ) -> list[tuple[str, c.JobSpec]]:
     """The jobs one submission makes, as (job id, spec): the job itself, or each task of an array
-    in index order. Raises ``Rejection`` like ``normalise``."""
-    spec = normalise(sub, subject_tenant=subject_tenant, gpu_models=gpu_models, limits=limits)
+    in index order. Raises ``Rejection`` like ``normalise`` (which judges the submission once,
+    not per task)."""
+    spec = normalise(sub, subject_tenant=subject_tenant, gpu_models=gpu_models, limits=limits, capacity=capacity)
     if spec.array is None:
         return [(sub.job_id, spec)]
     indices = parse_array(sub.array, "array", max_tasks=limits.max_array_tasks).indices  # valid: normalise checked it

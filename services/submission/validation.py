@@ -8,8 +8,9 @@ the checks a client wants before it publishes — ``horizon submit --check``,
 instances adds validation capacity without a second decider.
 
 The answer is the verdict ``admit`` (``services/submission/validate.py``)
-gives on the instance's fold: the same field-by-field rules and limits, and
-the GPU models of the nodes registered so far. It is advice, not a
+gives on the instance's fold: the same field-by-field rules and limits, the
+GPU models of the nodes registered so far, and what those nodes could ever
+hold (a job too large for them is refused here too). It is advice, not a
 decision: the leader decides on the submission when it reads it from the
 log, with the checks against the log too (duplicate ids, dependencies on
 rejected jobs, cycles), which need the decider's own basis.
@@ -74,7 +75,8 @@ class ValidationServer:
         if not isinstance(event, c.JobSubmitted):
             return {**body, "ok": False, "field": "type", "reason": f"{event.event_type} is not a JobSubmitted"}
         try:
-            jobs = admit(event, subject_tenant=tenant, gpu_models=state.gpu_models, limits=self.runner.core.limits)
+            jobs = admit(event, subject_tenant=tenant, gpu_models=state.gpu_models, limits=self.runner.core.limits,
+                         capacity=state.capacity)
             state.check_class(jobs[0][1])  # a tenant asks here: its account's class limit applies
         except Rejection as rej:
             return {**body, "ok": False, "field": rej.field, "reason": clipped(str(rej))}
