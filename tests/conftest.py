@@ -46,3 +46,13 @@ async def event_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
     finally:
         await log.close()
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_job_left_running(tmp_path: Path) -> Iterator[None]:
+    """Jobs outlive their agent (services/agent/shim.py), so a test that stops its stack leaves the
+    jobs it did not wait for running: kill them, as an operator clearing the node would."""
+    yield
+    from services.agent.executors import kill_attempts
+
+    kill_attempts(tmp_path)

@@ -47,25 +47,30 @@ async def test_process_jobs_report_exit_stderr_time_limit_and_cancel(nats_server
     assert "time limit of 1 s exceeded" in tally.last[("JobFailed", "slow")]["reason"]
     assert tally.has("JobStopRequested", "victim")
     assert "could not start" in tally.last[("JobFailed", "missing")]["reason"]
-    assert (tmp_path / "jobs" / "env.1.err").exists()
+    assert "devices=0,1" in (tmp_path / "jobs" / "env" / "1" / "stderr").read_text()
     assert_replays(await read_log(nats_server.url))
 
 
-async def test_a_job_left_by_a_killed_agent_is_found_and_ended(tmp_path):
-    import os
-    import signal
-
+async def test_an_attempt_outlives_its_executor_and_is_adopted_by_the_next(tmp_path):
+    """A new executor on the same directory (a restarted agent) watches the attempt the first one
+    started, and learns its real end, also when it ended while no one watched."""
     from events import catalogue as c
     from services.agent.executors import ProcessExecutor
 
-    spec = c.JobSpec(tenant="acme", command=["sleep", "30"])
+    spec = c.JobSpec(tenant="acme", command=["sh", "-c", "sleep 1; echo done; exit 7"])
+    alloc = c.NodeAllocation(node="n", cpus_milli=1000, memory_bytes=1 << 30)
     first = ProcessExecutor(tmp_path)
-    execution = await first.start("orphan", 1, spec, c.NodeAllocation(node="n"))
-    pid = execution.pid
-    os.kill(pid, 0)  # running
-    # a new agent (a new executor on the same directory) finds and kills it
-    assert ProcessExecutor(tmp_path).reap_orphan("orphan", 1) is True
-    outcome = await execution.wait()
-    assert outcome.exit_code == -signal.SIGKILL
-    assert not (tmp_path / "orphan.1.pid").exists()
-    assert ProcessExecutor(tmp_path).reap_orphan("orphan", 1) is False
+    execution = await first.start("orphan", 1, spec, alloc)
+    assert execution.pid is not None
+    del first, execution  # the agent is gone; the supervisor is not
+    second = ProcessExecutor(tmp_path)
+    assert second.running() == [("orphan", 1)]
+    adopted = second.adopt("orphan", 1, alloc)
+    assert adopted is not None
+    outcome = await adopted.wait()
+    assert outcome.exit_code == 7 and not outcome.out_of_memory and outcome.runtime_s >= 0.9
+    assert (tmp_path / "orphan" / "1" / "stdout").read_text() == "done\n"
+    # ended while no agent watched: a third executor still finds the status
+    assert ProcessExecutor(tmp_path).adopt("orphan", 1, alloc) is not None
+    assert ProcessExecutor(tmp_path).running() == []
+    assert ProcessExecutor(tmp_path).adopt("never", 1, alloc) is None

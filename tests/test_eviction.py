@@ -101,8 +101,8 @@ async def test_no_execute_taint_evicts_checkpoints_and_requeues_elsewhere(nats_s
         assert rows["node-00"]["jobs"] == ["tolerant"] and rows["node-01"]["taints"] == []
         code, out, err = await horizon(url, "nodes")
         assert "TAINTS" in out and "gpu=broken:NoExecute" in out, err
-        await wait_until(lambda: (tmp_path / "jobs" / "ckpt.2.err").exists()
-                         and "resumed" in (tmp_path / "jobs" / "ckpt.2.err").read_text(), 10, "attempt 2 to say")
+        await wait_until(lambda: (tmp_path / "jobs" / "ckpt" / "2" / "stderr").exists()
+                         and "resumed" in (tmp_path / "jobs" / "ckpt" / "2" / "stderr").read_text(), 10, "attempt 2 to say")
         code, out, err = await horizon(url, "node", "untaint", "node-00", "gpu")
         assert code == 0 and out.strip() == "node-00: no taints", err
         code, out, err = await horizon(url, "node", "untaint", "node-00", "gpu")
@@ -111,8 +111,8 @@ async def test_no_execute_taint_evicts_checkpoints_and_requeues_elsewhere(nats_s
         await nc.close()
         await stack.stop()
 
-    assert (tmp_path / "jobs" / "ckpt.1.err").read_text().splitlines()[0] == "resumed from nothing"
-    assert (tmp_path / "jobs" / "ckpt.2.err").read_text().splitlines()[0] == "resumed from ckpt-of-attempt-1"
+    assert (tmp_path / "jobs" / "ckpt" / "1" / "stderr").read_text().splitlines()[0] == "resumed from nothing"
+    assert (tmp_path / "jobs" / "ckpt" / "2" / "stderr").read_text().splitlines()[0] == "resumed from ckpt-of-attempt-1"
     records = await read_log(url)
     events = events_of(records)
     requests = [e for e in events if isinstance(e, c.PreemptionRequested)]
@@ -229,6 +229,7 @@ class _Watched:
 
     def __init__(self, inner, stops: list) -> None:
         self.inner, self.stops, self.pid = inner, stops, inner.pid
+        self.files, self.started_wall = inner.files, inner.started_wall
 
     async def wait(self) -> Outcome:
         return await self.inner.wait()

@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,11 +138,12 @@ class NodeAgent:
                 await self._heartbeat
         if self._follower is not None:
             await self._follower.stop()
-        # Processes die with the agent; the next agent reports them lost (see module doc).
+        # Jobs under their own supervisors run on; the next agent adopts them. Simulated
+        # ones die with the agent, and the next agent reports them lost (see module doc).
         tasks = []
         for run in self.running.values():
             run.stop_reason = "silent"
-            if run.execution is not None:
+            if run.execution is not None and not self.executor.detached:
                 tasks.append(run.execution.stop(min(self.grace_period_s, 2.0)))
         for coro in tasks:
             with contextlib.suppress(Exception):
@@ -171,9 +173,17 @@ class NodeAgent:
     async def _resume(self) -> None:
         for action, job_id in self.core.resume():
             job = self.core.jobs.jobs[job_id]
-            if self.executor.reap_orphan(job_id, job.attempt):
-                log.warning("killed the process of %s attempt %d left by a previous agent", job_id, job.attempt)
-            if action == "cancelled":
+            alloc = self.core.mine(job.allocations)
+            assert alloc is not None
+            # A job the previous agent started runs on under its supervisor (or left its status):
+            # watch it again; a stop asked meanwhile is carried out on it now.
+            adopted = self.executor.adopt(job_id, job.attempt, alloc)
+            if adopted is not None:
+                log.info("%s attempt %d: adopted from a previous agent", job_id, job.attempt)
+                reason = {"cancelled": "cancel", "preempted": "preempt"}.get(action)
+                self._launch(job_id, _Running(job.attempt, adopted, stop_reason=reason,
+                                              preemption=self.core.preemptions.get(job_id)))
+            elif action == "cancelled":
                 await self._report(c.JobCancelled, job_id, job.attempt, reason=self.core.stop_requests[job_id].reason)
             elif action == "preempted":
                 await self._report_preempted(job_id, job.attempt, self.core.preemptions[job_id], None)
@@ -181,20 +191,24 @@ class NodeAgent:
                 await self._act("start", job_id)
             else:  # "lost"
                 await self._report(
-                    c.JobFailed, job_id, job.attempt, node=job.allocations[0].node,
-                    reason="the agent restarted and the job's process was lost",
+                    c.JobFailed, job_id, job.attempt, node=alloc.node,
+                    reason="the agent restarted and the job's process was lost" if not self.executor.detached
+                    else "the job's process was lost with its supervisor (the node's agent found no trace of it)",
                 )
+
+    def _launch(self, job_id: str, run: _Running) -> None:
+        job = self.core.jobs.jobs[job_id]
+        alloc = self.core.mine(job.allocations)
+        assert alloc is not None and job.spec is not None
+        self.running[job_id] = run
+        run.task = asyncio.create_task(self._run(job_id, job.attempt, job.spec, alloc, run), name=f"job-{job_id}")
 
     async def _act(self, action: str, job_id: str) -> None:
         job = self.core.jobs.get(job_id)
         if job is None:
             return
         if action == "start" and job_id not in self.running and job.state is JobState.SCHEDULED:
-            alloc = self.core.mine(job.allocations)
-            assert alloc is not None and job.spec is not None
-            run = _Running(job.attempt)
-            self.running[job_id] = run
-            run.task = asyncio.create_task(self._run(job_id, job.attempt, job.spec, alloc, run), name=f"job-{job_id}")
+            self._launch(job_id, _Running(job.attempt))
         elif action == "stop":
             run = self.running.get(job_id)
             request = self.core.stop_requests.get(job_id)
@@ -259,27 +273,38 @@ class NodeAgent:
 
     async def _run(self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, run: _Running) -> None:
         try:
-            known = self.core.latest_checkpoint(job_id)  # a new attempt restarts from the job's latest checkpoint
-            try:
-                run.execution = await self.executor.start(job_id, attempt, spec, alloc, known)
-            except Exception as exc:  # noqa: BLE001 - any failure to start is the job's failure
-                await self._report(c.JobFailed, job_id, attempt, node=alloc.node, reason=f"could not start: {exc}")
-                return
+            adopted = run.execution is not None
+            if not adopted:
+                known = self.core.latest_checkpoint(job_id)  # a new attempt restarts from the job's latest checkpoint
+                try:
+                    run.execution = await self.executor.start(job_id, attempt, spec, alloc, known)
+                except Exception as exc:  # noqa: BLE001 - any failure to start is the job's failure
+                    await self._report(c.JobFailed, job_id, attempt, node=alloc.node, reason=f"could not start: {exc}")
+                    return
+            execution = run.execution
+            assert execution is not None
             if run.stop_reason == "silent":
-                await run.execution.stop(0)
+                await execution.stop(0)
                 return
-            await self._report(c.JobStarted, job_id, attempt, node=alloc.node, pid=run.execution.pid)
+            job = self.core.jobs.get(job_id)
+            if job is not None and job.state is JobState.SCHEDULED and job.attempt == attempt:
+                files = execution.files
+                await self._report(c.JobStarted, job_id, attempt, node=alloc.node, pid=execution.pid,
+                                   stdout=files.stdout, stderr=files.stderr, cwd=files.cwd)
             if run.stop_reason in ("cancel", "preempt"):
-                self._begin_stop(job_id, run)  # asked to stop while it was starting
+                self._begin_stop(job_id, run)  # asked to stop while it was starting (or while no agent watched)
             started = time.monotonic()
+            # The time limit counts from the process's start, also across agent restarts.
+            elapsed = time.time() - execution.started_wall if execution.started_wall else 0.0
             timed_out = False
             try:
-                outcome = await asyncio.wait_for(asyncio.shield(run.execution.wait()), spec.time_limit_s)
+                outcome = await asyncio.wait_for(asyncio.shield(execution.wait()), max(0.0, spec.time_limit_s - elapsed))
             except asyncio.TimeoutError:
                 timed_out = True
-                outcome = await run.execution.stop(self.grace_period_s)
-            runtime = time.monotonic() - started
+                outcome = await execution.stop(self.grace_period_s)
+            runtime = outcome.runtime_s if outcome.runtime_s is not None else time.monotonic() - started
             await self._finish(job_id, attempt, alloc, run, outcome, runtime, timed_out, spec)
+            self.executor.released(job_id, attempt, alloc)
         finally:
             self.running.pop(job_id, None)
 
@@ -293,24 +318,35 @@ class NodeAgent:
                 await stopper
         if run.stop_reason == "silent":
             return
+        failed = {"node": alloc.node, "exit_code": outcome.exit_code, "stderr_tail": outcome.stderr_tail,
+                  "runtime_s": round(runtime, 3)}
         if run.stop_reason == "cancel":
             request = self.core.stop_requests.get(job_id)
             await self._report(c.JobCancelled, job_id, attempt, reason=request.reason if request else "cancelled")
         elif run.stop_reason == "preempt" and run.preemption is not None:
             await self._report_preempted(job_id, attempt, run.preemption, run)
-        elif timed_out:
+        elif outcome.lost:
+            await self._report(c.JobFailed, job_id, attempt, reason="the job's supervisor died, so how the job "
+                               "ended is unknown", **failed)
+        elif outcome.error:
+            await self._report(c.JobFailed, job_id, attempt, node=alloc.node, reason=f"could not start: {outcome.error}")
+        elif outcome.out_of_memory:
+            limit = alloc.memory_bytes or spec.memory_bytes * spec.tasks_per_node
             await self._report(
-                c.JobFailed, job_id, attempt, node=alloc.node, exit_code=outcome.exit_code,
-                reason=f"time limit of {spec.time_limit_s:g} s exceeded", stderr_tail=outcome.stderr_tail,
-                runtime_s=round(runtime, 3),
+                c.JobFailed, job_id, attempt, out_of_memory=True, **failed,
+                reason=f"out of memory: the job went over its memory limit of {_size(limit)} and the kernel killed "
+                       f"it; ask for more with --mem",
             )
+        elif timed_out:
+            await self._report(c.JobFailed, job_id, attempt, reason=f"time limit of {spec.time_limit_s:g} s exceeded",
+                               **failed)
         elif outcome.exit_code == 0:
             await self._report(c.JobSucceeded, job_id, attempt, node=alloc.node, exit_code=0, runtime_s=round(runtime, 3))
         else:
-            await self._report(
-                c.JobFailed, job_id, attempt, node=alloc.node, exit_code=outcome.exit_code,
-                reason=f"exit code {outcome.exit_code}", stderr_tail=outcome.stderr_tail, runtime_s=round(runtime, 3),
-            )
+            why = f"exit code {outcome.exit_code}"
+            if outcome.exit_code is not None and outcome.exit_code < 0:
+                why = f"killed by signal {_signal_name(-outcome.exit_code)}"
+            await self._report(c.JobFailed, job_id, attempt, reason=why, **failed)
 
     async def _report_preempted(
         self, job_id: str, attempt: int, request: c.PreemptionRequested, run: _Running | None
@@ -350,3 +386,18 @@ class NodeAgent:
                 log.warning("could not report %s for %s (%s); retrying in %.1f s", event.event_type, job_id, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
+
+
+def _size(n: int) -> str:
+    """Bytes as the largest binary unit that keeps a whole number or one decimal: 64 MiB, 1.5 GiB."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{n} B"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)

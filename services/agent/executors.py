@@ -1,9 +1,22 @@
-"""How a node agent runs a job: a real process, or a simulated one that only takes time.
+"""How a node agent runs a job: a real process under its own supervisor, or a simulated one.
 
 An execution's ``wait`` returns an ``Outcome`` when the job ends by itself;
 ``stop`` ends it early (SIGTERM, then SIGKILL after the grace period). The
 agent enforces the time limit by calling ``stop`` when it passes, and calls
 it for a cancel, a preemption or an eviction too.
+
+**Real processes** (``ProcessExecutor``). Each attempt runs under its own
+supervisor (``services/agent/shim.py``), in its own cgroup with its limits
+(``services/agent/cgroups.py``: memory with no swap, a CPU quota and a
+cpuset of whole cores near its GPUs chosen by ``services/agent/cores.py``,
+pids, and no access to the node's other GPUs), in the job's working
+directory, writing where ``--output``/``--error`` say or, by default, to
+``<data dir>/jobs/<job>/<attempt>/stdout`` and ``stderr``. The supervisor
+outlives the agent: a restarted agent ``adopt`` s every attempt still
+running (or ended while it was away: the supervisor kept the status) instead
+of losing it. Stopping the agent (Ctrl-C, an upgrade) leaves the jobs running
+(``detached``). An attempt the kernel killed for memory ends with
+``Outcome.out_of_memory``, read from the cgroup's OOM counter.
 
 **Checkpoints.** Before stopping a preempted job that declares a
 ``checkpoint_signal``, the agent calls ``checkpoint``: the signal goes to the
@@ -26,18 +39,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
+import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from events import catalogue as c
+from services.agent import shim
+from services.agent.cgroups import Hierarchy, Limits, probe
+from services.agent.cores import CoreAllocator, Machine
+from services.domain.output import Names, expand, resolve
 
-__all__ = ["Outcome", "Execution", "Executor", "ProcessExecutor", "SimExecutor", "job_environment", "signal_number"]
+__all__ = ["Outcome", "Files", "Execution", "Executor", "ProcessExecutor", "SimExecutor", "job_environment",
+           "signal_number", "kill_attempts", "NVIDIA_MAJOR"]
 
 STDERR_TAIL_LINES = 20
+NVIDIA_MAJOR = 195  # /dev/nvidia<minor>: the GPUs' character devices
+START_TIMEOUT_S = 30.0  # from starting the supervisor to the job's process running (or its start error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +71,25 @@ class Outcome:
     exit_code: int | None
     stderr_tail: str = ""
     signalled: bool = False
+    out_of_memory: bool = False  # the kernel killed a process of the attempt for going over its memory limit
+    error: str = ""  # it never ran: why (no such directory, command or output file)
+    runtime_s: float | None = None  # measured by the supervisor (across agent restarts); None: the agent measures
+    lost: bool = False  # its supervisor died without a status: how it ended is unknown
+
+
+@dataclass(frozen=True, slots=True)
+class Files:
+    """Where an attempt runs and writes, on its node."""
+
+    cwd: str = ""
+    stdout: str = ""
+    stderr: str = ""
 
 
 class Execution(Protocol):
     pid: int | None
+    files: Files
+    started_wall: float | None  # when the process started (wall clock), if the executor knows
 
     async def wait(self) -> Outcome: ...
 
@@ -65,31 +106,60 @@ class Execution(Protocol):
 
 
 class Executor(Protocol):
+    detached: bool  # its jobs outlive the agent (they are adopted by the next one, not lost)
+
     async def start(
         self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None
     ) -> Execution: ...
 
-    def reap_orphan(self, job_id: str, attempt: int) -> bool:
-        """Kill what a dead agent left of this attempt (True if something was killed)."""
+    def adopt(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> Execution | None:
+        """The attempt a previous agent started, if its supervisor runs or left its status."""
+        ...
+
+    def released(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> None:
+        """The attempt is over and reported: forget what it held (its cores)."""
+        ...
+
+    def isolation(self) -> str:
+        """How jobs are confined (the node's ``isolation``, shown by ``horizon nodes``)."""
         ...
 
 
 def job_environment(
-    job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None
+    job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None,
+    devices: Mapping[str, c.GpuDevice] | None = None,
 ) -> dict[str, str]:
-    """The variables a job sees: its own ``env``, plus where it runs (Slurm-like names alongside ours)
-    and the checkpoint an earlier attempt left (``HORIZON_CHECKPOINT_REF``), if any."""
-    indices = [d.rsplit("gpu", 1)[-1] if "gpu" in d else d for d in alloc.device_ids]
+    """The variables a job sees: its own ``env``, plus where it runs (Slurm-like names alongside ours),
+    its array task, and the checkpoint an earlier attempt left (``HORIZON_CHECKPOINT_REF``), if any.
+
+    ``CUDA_VISIBLE_DEVICES`` names the allocated GPUs by UUID where the node knows them (a real
+    GPU: CUDA's own numbering need not be the driver's), else by index (a simulated node)."""
+    devices = devices or {}
+    visible = []
+    for device_id in alloc.device_ids:
+        known = devices.get(device_id)
+        if known is not None and known.uuid:
+            visible.append(known.uuid)
+        else:
+            visible.append(device_id.rsplit("gpu", 1)[-1] if "gpu" in device_id else device_id)
     env = {
         "HORIZON_JOB_ID": job_id,
         "HORIZON_ATTEMPT": str(attempt),
         "HORIZON_NODE": alloc.node,
         "HORIZON_GPU_IDS": ",".join(alloc.device_ids),
         "HORIZON_CPUS": f"{alloc.cpus_milli / 1000:g}",
-        "CUDA_VISIBLE_DEVICES": ",".join(indices),
+        "CUDA_VISIBLE_DEVICES": ",".join(visible),
         "SLURM_JOB_ID": job_id,
         "SLURM_JOB_NAME": spec.name,
+        "SLURMD_NODENAME": alloc.node,
     }
+    if spec.user:
+        env["SLURM_JOB_USER"] = spec.user
+    if spec.cwd:
+        env["SLURM_SUBMIT_DIR"] = spec.cwd
+    if spec.array is not None and spec.array_index is not None:
+        env.update(HORIZON_ARRAY_ID=spec.array, HORIZON_ARRAY_INDEX=str(spec.array_index),
+                   SLURM_ARRAY_JOB_ID=spec.array, SLURM_ARRAY_TASK_ID=str(spec.array_index))
     if checkpoint_ref is not None:
         env["HORIZON_CHECKPOINT_REF"] = checkpoint_ref
     env.update(spec.env)
@@ -125,26 +195,111 @@ def _read_ref(path: Path) -> str | None:
     return text or None
 
 
-class _Process:
-    def __init__(self, proc: asyncio.subprocess.Process, stderr_path: Path, pid_path: Path,
-                 checkpoint_path: Path) -> None:
-        self._proc = proc
-        self._stderr_path = stderr_path
-        self._pid_path = pid_path
-        self._checkpoint_path = checkpoint_path
-        self.pid: int | None = proc.pid
+def _tail(path: str) -> str:
+    """The last ``STDERR_TAIL_LINES`` lines of a file (at most its last 8 KiB)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 8192))
+            lines = fh.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(deque(lines, maxlen=STDERR_TAIL_LINES))
+
+
+def _alive(pid_file: Path) -> bool:
+    """Does the process a pid file names still run (the same process: its start time matches)?"""
+    known = shim.read_pid_file(pid_file)
+    return known is not None and bool(known[1]) and shim.start_time(known[0]) == known[1]
+
+
+class _Attempt:
+    """One attempt under its supervisor, watched through the files in its directory (``shim.py``)."""
+
+    POLL_S = 0.1
+
+    def __init__(self, directory: Path, plan: dict[str, Any], hierarchy: Hierarchy,
+                 child: subprocess.Popen[bytes] | None = None) -> None:
+        self.directory = directory
+        self.plan = plan
+        self._child = child  # the supervisor, when this agent started it (reaped here, not left a zombie)
+        self._cgroup = hierarchy.cgroup(plan["node"], plan["job_id"], plan["attempt"]) if hierarchy.usable else None
+        self._checkpoint_path = Path(plan["env"]["HORIZON_CHECKPOINT_FILE"])
+        self.files = Files(plan["cwd"], plan["stdout"], plan["stderr"])
         self._stopping = False
+        job = shim.read_pid_file(directory / shim.JOB_PID)
+        self.pid: int | None = job[0] if job else None
+        self._pid_start = job[1] if job else ""
+        self.started_wall: float | None = job[2] if job else None
+
+    def status(self) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.directory / shim.STATUS).read_text())  # type: ignore[no-any-return]
+        except (OSError, ValueError):
+            return None
+
+    def _supervisor_alive(self) -> bool:
+        if self._child is not None:
+            return self._child.poll() is None
+        return _alive(self.directory / shim.SHIM_PID)
+
+    def _outcome(self, status: dict[str, Any] | None) -> Outcome:
+        if status is None:
+            return Outcome(None, _tail(self.files.stderr), signalled=self._stopping, lost=True)
+        sig = status.get("signal")
+        runtime = None
+        if self.started_wall is not None and status.get("ended"):
+            runtime = max(0.0, float(status["ended"]) - self.started_wall)
+        return Outcome(
+            -int(sig) if sig else status.get("exit_code"),
+            _tail(self.files.stderr),
+            signalled=bool(sig) or self._stopping,
+            out_of_memory=int(status.get("oom_kills") or 0) > 0,
+            error=status.get("error") or "",
+            runtime_s=runtime,
+        )
+
+    async def wait(self) -> Outcome:
+        while True:
+            status = self.status()
+            if status is not None:
+                if self._child is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.to_thread(self._child.wait, 5)
+                return self._outcome(status)
+            if not self._supervisor_alive():
+                return self._outcome(self.status())  # written just before it exited, or never
+            await asyncio.sleep(self.POLL_S)
+
+    def _signal_group(self, sig: int) -> None:
+        if self.pid is not None and shim.start_time(self.pid) == self._pid_start:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, sig)
+
+    async def stop(self, grace_period_s: float) -> Outcome:
+        self._stopping = True
+        if self.status() is None:
+            self._signal_group(signal.SIGTERM)
+            try:
+                return await asyncio.wait_for(self.wait(), grace_period_s)
+            except asyncio.TimeoutError:
+                self._signal_group(signal.SIGKILL)
+                if self._cgroup is not None:
+                    self._cgroup.signal_all(signal.SIGKILL)  # also what left the process group
+        return await self.wait()
 
     def checkpoint_ref(self) -> str | None:
         return _read_ref(self._checkpoint_path)
 
     async def checkpoint(self, signal_name: str, timeout_s: float) -> str | None:
         number = signal_number(signal_name)
-        if number is None or self._proc.returncode is not None:
+        if number is None or self.pid is None or self.status() is not None:
             return self.checkpoint_ref()
         before = _version(self._checkpoint_path)  # a checkpoint written earlier is not the answer
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self._proc.pid, number)  # the job's main process only (see the module doc)
+        if shim.start_time(self.pid) == self._pid_start:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, number)  # the job's main process only (see the module doc)
         # Poll: the file is the job's answer, and a job may also answer by exiting.
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
@@ -153,106 +308,173 @@ class _Process:
             if ref is not None and _version(self._checkpoint_path) != before:
                 return ref
             remaining = deadline - loop.time()
-            if self._proc.returncode is not None or remaining <= 0:
+            if self.status() is not None or remaining <= 0:
                 return ref
             await asyncio.sleep(min(0.05, remaining))
 
-    async def wait(self) -> Outcome:
-        code = await self._proc.wait()
-        with contextlib.suppress(OSError):
-            self._pid_path.unlink()
-        return Outcome(code, self._tail(), signalled=code < 0 or self._stopping)
 
-    def _tail(self) -> str:
-        try:
-            with open(self._stderr_path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                size = fh.tell()
-                fh.seek(max(0, size - 8192))
-                lines = fh.read().decode(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(deque(lines, maxlen=STDERR_TAIL_LINES))
-
-    async def stop(self, grace_period_s: float) -> Outcome:
-        self._stopping = True
-        if self._proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._proc.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self._proc.wait(), grace_period_s)
-            except asyncio.TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self._proc.pid, signal.SIGKILL)
-        return await self.wait()
+def _machine() -> Machine:
+    """This machine's usable cores and their NUMA nodes (``/sys/devices/system/node``)."""
+    cores = tuple(sorted(os.sched_getaffinity(0)))
+    numa: dict[int, int] = {}
+    for node_dir in sorted(Path("/sys/devices/system/node").glob("node[0-9]*")):
+        with contextlib.suppress(OSError, ValueError):
+            for part in (node_dir / "cpulist").read_text().strip().split(","):
+                low, _, high = part.partition("-")
+                for core in range(int(low), int(high or low) + 1):
+                    numa[core] = int(node_dir.name[4:])
+    return Machine(cores, numa)
 
 
 class ProcessExecutor:
-    """Runs ``spec.command`` in its own process group; output goes to ``<output_dir>/<job>.<attempt>.{out,err}``."""
+    """Runs ``spec.command`` for real, each attempt under its own supervisor (see the module doc).
 
-    def __init__(self, output_dir: Path) -> None:
-        self.output_dir = Path(output_dir)
+    ``state_dir``: where attempts keep their files (``<job>/<attempt>/``). ``nodes``: the nodes this
+    agent hosts (their GPUs: device files and UUIDs; their CPUs: the cores a job may be pinned to).
+    ``hierarchy``: the cgroups to confine jobs with (default: what ``probe`` finds).
+    """
+
+    detached = True
+
+    def __init__(self, state_dir: Path, nodes: Mapping[str, Any] | None = None,
+                 hierarchy: Hierarchy | None = None, machine: Machine | None = None) -> None:
+        self.state_dir = Path(state_dir)
+        self.nodes = dict(nodes or {})
+        self.hierarchy = hierarchy if hierarchy is not None else probe()
+        self.cores = CoreAllocator(machine or _machine(),
+                                   {name: node.cpus_milli // 1000 for name, node in self.nodes.items()})
+
+    def isolation(self) -> str:
+        return self.hierarchy.describe()
+
+    def attempt_dir(self, job_id: str, attempt: int) -> Path:
+        return self.state_dir / job_id / str(attempt)
+
+    def _devices(self, node: str) -> dict[str, c.GpuDevice]:
+        spec = self.nodes.get(node)
+        return {gpu.id: gpu for gpu in spec.gpus} if spec is not None else {}
+
+    def _plan(self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation,
+              checkpoint_ref: str | None, directory: Path) -> dict[str, Any]:
+        cwd = spec.cwd or str(directory)
+        names = Names(job_id, spec.name, spec.user, alloc.node, spec.array, spec.array_index)
+        stdout = resolve(expand(spec.stdout, names), cwd) if spec.stdout else str(directory / "stdout")
+        if spec.stderr:
+            stderr = resolve(expand(spec.stderr, names), cwd)
+        else:
+            stderr = stdout if spec.stdout else str(directory / "stderr")
+        devices = self._devices(alloc.node)
+        env = dict(os.environ)
+        env.update(job_environment(job_id, attempt, spec, alloc, checkpoint_ref, devices))
+        env["HORIZON_CHECKPOINT_FILE"] = str((directory / "checkpoint").resolve())  # the agent reads this path
+        numa = {devices[d].numa_node for d in alloc.device_ids if d in devices}
+        cpus = self.cores.take(alloc.node, job_id, attempt, alloc.cpus_milli or spec.cpus_milli, numa)
+        cores = self.cores.machine_cores(cpus)
+        deny = tuple(("c", NVIDIA_MAJOR, gpu.minor) for gpu_id, gpu in sorted(devices.items())
+                     if gpu.minor is not None and gpu_id not in alloc.device_ids)
+        limits = Limits(memory_bytes=alloc.memory_bytes or spec.memory_bytes * spec.tasks_per_node,
+                        cpus_milli=alloc.cpus_milli or spec.cpus_milli, cpus=cores,
+                        mems=self.cores.numa_nodes(cores), deny_devices=deny)
+        return {
+            "job_id": job_id, "attempt": attempt, "node": alloc.node, "argv": list(spec.command), "env": env,
+            "cwd": cwd, "stdout": stdout, "stderr": stderr, "open_mode": spec.open_mode,
+            "node_cpus": list(cpus), "limits": limits.to_json(), "hierarchy": self.hierarchy.to_json(),
+        }
 
     async def start(
         self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None
-    ) -> _Process:
+    ) -> _Attempt:
+        adopted = self.adopt(job_id, attempt, alloc)
+        if adopted is not None:
+            return adopted  # a previous agent started it: the same attempt, not a second run
         if not spec.command:
             raise ValueError("the job has no command to run")
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        out_path = self.output_dir / f"{job_id}.{attempt}.out"
-        err_path = self.output_dir / f"{job_id}.{attempt}.err"
-        checkpoint_path = self.output_dir / f"{job_id}.{attempt}.checkpoint"
-        env = dict(os.environ)
-        env.update(job_environment(job_id, attempt, spec, alloc, checkpoint_ref))
-        env["HORIZON_CHECKPOINT_FILE"] = str(checkpoint_path.resolve())  # the agent reads this path, whatever env says
-        pid_path = self.output_dir / f"{job_id}.{attempt}.pid"
-        self.reap_orphan(job_id, attempt)
-        with contextlib.suppress(OSError):
-            checkpoint_path.unlink()  # left by this attempt's run under an earlier agent: not this run's answer
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = await asyncio.create_subprocess_exec(
-                *spec.command,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=env,
-                start_new_session=True,  # its own process group: stop() signals the whole job
+        directory = self.attempt_dir(job_id, attempt)
+        if directory.exists():
+            shutil.rmtree(directory, ignore_errors=True)  # planned by an agent that died before starting it
+        directory.mkdir(parents=True)
+        plan = self._plan(job_id, attempt, spec, alloc, checkpoint_ref, directory)
+        (directory / shim.PLAN).write_text(json.dumps(plan))
+        with open(directory / "supervisor.log", "wb") as log_file:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "services.agent.shim", str(directory)],
+                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, close_fds=True,
+                start_new_session=True,  # its own session: Ctrl-C and the agent's death do not reach it
+                cwd="/",
             )
-        # The job outlives a SIGKILLed agent (its own session); the pid file lets the
-        # next agent find and end it before reporting or restarting the attempt.
-        pid_path.write_text(f"{proc.pid} {_start_time(proc.pid)}")
-        return _Process(proc, err_path, pid_path, checkpoint_path)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (directory / shim.JOB_PID).exists():
+            status_path = directory / shim.STATUS
+            if status_path.exists() or child.poll() is not None:
+                await asyncio.to_thread(child.wait)
+                self.cores.release(alloc.node, job_id, attempt)
+                try:
+                    error = json.loads(status_path.read_text()).get("error") or "the job's supervisor failed"
+                except (OSError, ValueError):
+                    error = f"the job's supervisor exited ({_supervisor_log(directory)})"
+                raise RuntimeError(error)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the job did not start within {START_TIMEOUT_S:g} s")
+            await asyncio.sleep(0.01)
+        return _Attempt(directory, plan, self.hierarchy, child)
 
-    def reap_orphan(self, job_id: str, attempt: int) -> bool:
-        pid_path = self.output_dir / f"{job_id}.{attempt}.pid"
+    def adopt(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> _Attempt | None:
+        directory = self.attempt_dir(job_id, attempt)
         try:
-            pid_text, _, started = pid_path.read_text().partition(" ")
-            pid = int(pid_text)
+            plan = json.loads((directory / shim.PLAN).read_text())
         except (OSError, ValueError):
-            return False
-        killed = False
-        # Only if that pid is still the process we started (a pid can be reused).
-        if started and _start_time(pid) == started:
+            return None
+        if not (directory / shim.STATUS).exists() and not _alive(directory / shim.SHIM_PID):
+            return None  # planned, never started (or its supervisor was killed): nothing to watch
+        self.cores.hold(alloc.node, job_id, attempt, plan.get("node_cpus", ()))
+        return _Attempt(directory, plan, self.hierarchy)
+
+    def released(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> None:
+        self.cores.release(alloc.node, job_id, attempt)
+
+    def running(self) -> list[tuple[str, int]]:
+        """(job, attempt) of every supervisor still alive under ``state_dir`` (tests stop them with this)."""
+        found = []
+        for pid_file in sorted(self.state_dir.glob(f"*/*/{shim.SHIM_PID}")):
+            if _alive(pid_file) and not (pid_file.parent / shim.STATUS).exists():
+                found.append((pid_file.parent.parent.name, int(pid_file.parent.name)))
+        return found
+
+
+def kill_attempts(state_dir: Path) -> int:
+    """Kill every attempt still running under ``state_dir`` (its process group and cgroup); the
+    supervisors record the ends. For tests and operators clearing a node: stopping an agent never does
+    this. Returns how many were running."""
+    killed = 0
+    for pid_file in sorted(Path(state_dir).glob(f"**/{shim.SHIM_PID}")):
+        directory = pid_file.parent
+        if not _alive(pid_file) or (directory / shim.STATUS).exists():
+            continue
+        killed += 1
+        job = shim.read_pid_file(directory / shim.JOB_PID)
+        if job is not None and shim.start_time(job[0]) == job[1]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)  # the job's own process group, named by its leader's pid
-                killed = True
-        with contextlib.suppress(OSError):
-            pid_path.unlink()
-        return killed
+                os.killpg(job[0], signal.SIGKILL)
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            plan = json.loads((directory / shim.PLAN).read_text())
+            hierarchy = Hierarchy.from_json(plan["hierarchy"])
+            if hierarchy.usable:
+                hierarchy.cgroup(plan["node"], plan["job_id"], plan["attempt"]).signal_all(signal.SIGKILL)
+    return killed
 
 
-def _start_time(pid: int) -> str:
-    """The kernel's start time of ``pid`` (field 22 of /proc/<pid>/stat), "" if unknown."""
+def _supervisor_log(directory: Path) -> str:
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
+        return (directory / "supervisor.log").read_text(errors="replace").strip()[-500:] or "no output"
+    except OSError:
+        return "no output"
 
 
 class _Simulated:
     def __init__(self, runtime_s: float, exit_code: int) -> None:
         self.pid: int | None = None
+        self.files = Files()
+        self.started_wall: float | None = None
         self._exit_code = exit_code
         self._task = asyncio.ensure_future(asyncio.sleep(runtime_s))
 
@@ -279,8 +501,16 @@ class _Simulated:
 class SimExecutor:
     """A job "runs" for its ``sim_runtime_s`` (else its time limit) and exits with ``sim_exit_code``."""
 
-    def reap_orphan(self, job_id: str, attempt: int) -> bool:
-        return False  # a simulated job dies with its agent
+    detached = False  # a simulated job dies with its agent
+
+    def adopt(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> None:
+        return None
+
+    def released(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> None:
+        pass
+
+    def isolation(self) -> str:
+        return "simulated: jobs run no process"
 
     async def start(
         self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None

@@ -130,7 +130,8 @@ class Stack:
 
     async def start_agent(self) -> Part:
         log_ = await self._connect("agent")
-        executor: Executor = SimExecutor() if self.executor == "sim" else ProcessExecutor(self.data_dir / "jobs")
+        executor: Executor = (SimExecutor() if self.executor == "sim"
+                              else ProcessExecutor(self.data_dir / "jobs", {n.name: n for n in self.nodes}))
         agent = NodeAgent(log_, self.nodes, executor, nc=log_.nc, heartbeat_interval_s=self.heartbeat_interval_s)
 
         async def run() -> None:

@@ -1,0 +1,171 @@
+"""The per-attempt supervisor: runs one attempt of a job and outlives the agent that started it.
+
+``python -m services.agent.shim ATTEMPT_DIR`` is started by the agent in a
+session of its own (so neither Ctrl-C in the agent's terminal nor the agent's
+death reaches it), like Slurm's ``slurmstepd`` or a container runtime's
+shim. It owns the attempt: its cgroup, its process group, its output files and
+its exit status. The agent talks to it only through files in ``ATTEMPT_DIR``:
+
+``plan.json``   written by the agent before the start: the command, its
+                environment, working directory, output files and open mode,
+                the cgroup hierarchy and limits (``services/agent/cgroups.py``)
+``shim.pid``    ``<pid> <start time>`` of this supervisor
+``job.pid``     ``<pid> <start time> <wall clock>`` of the command: the leader of
+                its process group; written once it runs
+``status.json`` the end, written once by an atomic rename: ``exit_code``,
+                ``signal``, ``oom_kills``, ``error`` (could not start: no such
+                directory, no such command, an output file that cannot be
+                opened) and ``ended`` (wall clock)
+
+A restarted agent finds the attempt by these files and watches it again
+(``services/agent/executors.py``: ``ProcessExecutor.adopt``); the status is
+there whether or not an agent was watching when the job ended. The agent
+stops a job by signalling the job's process group (SIGTERM), then every
+process in the cgroup (SIGKILL); the supervisor itself ignores SIGINT, SIGHUP
+and SIGTERM and ends when its command has, after killing what the command
+left in the cgroup and removing the cgroup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from services.agent.cgroups import Hierarchy, JobCgroup, Limits
+
+__all__ = ["main", "start_time", "read_pid_file", "PLAN", "STATUS", "SHIM_PID", "JOB_PID"]
+
+PLAN, STATUS, SHIM_PID, JOB_PID = "plan.json", "status.json", "shim.pid", "job.pid"
+_IGNORED = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
+
+
+def start_time(pid: int) -> str:
+    """The kernel's start time of ``pid`` (field 22 of /proc/<pid>/stat), "" if there is no such process.
+    A pid and this together name one process: pids are reused, start times are not."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def read_pid_file(path: Path) -> tuple[int, str, float] | None:
+    """``(pid, start time, wall clock)`` from a pid file, None if absent or unreadable."""
+    try:
+        parts = path.read_text().split()
+        return int(parts[0]), parts[1] if len(parts) > 1 else "", float(parts[2]) if len(parts) > 2 else 0.0
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _open_outputs(plan: dict[str, Any]) -> tuple[IO[bytes], IO[bytes]]:
+    mode = "ab" if plan.get("open_mode") == "append" else "wb"
+    stdout_path, stderr_path = plan["stdout"], plan["stderr"]
+    out = open(stdout_path, mode)
+    if stderr_path == stdout_path:
+        return out, out
+    try:
+        return out, open(stderr_path, mode)
+    except OSError:
+        out.close()
+        raise
+
+
+def run(directory: Path) -> dict[str, Any]:
+    """Run the attempt planned in ``directory``; return its status (also written to ``status.json``)."""
+    plan = json.loads((directory / PLAN).read_text())
+    cgroup: JobCgroup | None = None
+    hierarchy = Hierarchy.from_json(plan["hierarchy"])
+    if hierarchy.usable:
+        cgroup = hierarchy.cgroup(plan["node"], plan["job_id"], plan["attempt"])
+    status: dict[str, Any] = {"exit_code": None, "signal": None, "oom_kills": 0, "error": ""}
+    try:
+        if cgroup is not None:
+            try:
+                cgroup.create(Limits.from_json(plan["limits"]))
+            except OSError as exc:
+                raise _StartError(f"cannot set up the job's cgroup: {exc.strerror or exc}") from None
+        cwd = plan["cwd"]
+        if not os.path.isdir(cwd):
+            raise _StartError(f"working directory {cwd} does not exist on node {plan['node']}")
+        try:
+            out, err = _open_outputs(plan)
+        except OSError as exc:
+            raise _StartError(f"cannot open output file {exc.filename}: {exc.strerror}") from None
+
+        def enter() -> None:  # in the child, before exec: default signals again, join the attempt's cgroup
+            for sig in _IGNORED:
+                signal.signal(sig, signal.SIG_DFL)
+            if cgroup is not None:
+                cgroup.join(0)
+
+        try:
+            proc = subprocess.Popen(
+                plan["argv"], cwd=cwd, env=plan["env"], stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                start_new_session=True, preexec_fn=enter, close_fds=True,
+            )
+        except OSError as exc:
+            what = exc.filename or plan["argv"][0]
+            raise _StartError(f"cannot run {what}: {exc.strerror}") from None
+        finally:
+            out.close()
+            if err is not out:
+                err.close()
+        _atomic_write(directory / JOB_PID, f"{proc.pid} {start_time(proc.pid)} {time.time():.3f}\n")
+        code = proc.wait()
+        if code < 0:
+            status["signal"] = -code
+        else:
+            status["exit_code"] = code
+    except _StartError as exc:
+        status["error"] = str(exc)
+    finally:
+        if cgroup is not None:
+            status["oom_kills"] = cgroup.oom_kills()
+            cgroup.remove()  # the job's helpers that outlived it die with the attempt
+        status["ended"] = round(time.time(), 3)
+        _atomic_write(directory / STATUS, json.dumps(status))
+    return status
+
+
+class _StartError(Exception):
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m services.agent.shim ATTEMPT_DIR", file=sys.stderr)
+        return 2
+    directory = Path(args[0])
+    for sig in _IGNORED:
+        signal.signal(sig, signal.SIG_IGN)  # the job is stopped through its own process group
+    _atomic_write(directory / SHIM_PID, f"{os.getpid()} {start_time(os.getpid())} {time.time():.3f}\n")
+    try:
+        run(directory)
+    except Exception as exc:  # noqa: BLE001 - an unreadable plan: the agent must still learn the end
+        if not (directory / STATUS).exists():
+            _atomic_write(directory / STATUS, json.dumps(
+                {"exit_code": None, "signal": None, "oom_kills": 0, "error": f"the job's supervisor failed: {exc}",
+                 "ended": round(time.time(), 3)}))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
