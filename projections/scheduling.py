@@ -225,10 +225,12 @@ class SchedulerView:
             for node in self.pstate.cluster.nodes.values():
                 if node.removed:
                     continue
-                total += len(node.gpus)
-                used += len(node.used_devices)
+                healthy = len(node.gpus) - node.unhealthy_gpus  # an unhealthy GPU is no capacity
+                free_here = len(node.free_devices()) if node.unhealthy_gpus else healthy - len(node.used_devices)
+                total += healthy
+                used += healthy - free_here
                 if node.used_devices:
-                    stranded += len(node.gpus) - len(node.used_devices)  # free, but on a node in use
+                    stranded += free_here  # free, but on a node in use
             free = total - used
             return [Observation(used / total if total else 0.0, {"what": "utilisation"}),
                     Observation(stranded / free if free else 0.0, {"what": "fragmentation"})]

@@ -12,7 +12,8 @@ table             rows
                   effective priority and its factors, why it waits (``why_kind``: one of the
                   scheduling core's ``WAITING_KINDS``, and ``why``: the sentence), each filter's
                   verdict, its reservation, deadline and restart backoff
-``nodes``         every node: state, capacity and use, GPU models, labels, taints
+``nodes``         every node: state, capacity and use, GPU models, labels, taints, whether it is
+                  simulated, how its agent isolates jobs, its unhealthy GPUs and why
 ``allocations``   every running attempt's share of each node: devices, CPUs, memory
 ``usage``         the fair-share tree depth first (like ``sshare``): shares, decayed usage, factor,
                   the tenants whose jobs were charged under each node
@@ -71,8 +72,8 @@ QUEUE_COLUMNS = (
 ).split()
 _JSON_QUEUE = {"factors", "reasons", "reserved_nodes"}
 NODE_COLUMNS = ("node state cpus_milli cpus_used_milli memory_bytes memory_used_bytes gpus gpus_used gpu_types "
-                "labels taints").split()
-_JSON_NODES = {"gpu_types", "labels", "taints"}
+                "labels taints simulated isolation unhealthy").split()
+_JSON_NODES = {"gpu_types", "labels", "taints", "unhealthy"}
 USAGE_COLUMNS = ("rank account user depth parent raw_shares norm_shares raw_usage norm_usage level_fs fairshare "
                  "running quota borrowing tenants").split()
 _JSON_USAGE = {"quota", "tenants"}
@@ -80,7 +81,8 @@ ALLOCATION_COLUMNS = ("job_id node attempt state tenant account user device_ids 
                       "borrowed").split()
 # The layout of the tables below; a database of another layout is emptied and refilled from the
 # log (every table is derived from it). 2: queue.why_kind, usage.tenants, fold_state.
-SCHEMA_VERSION = 2
+# 3: nodes.simulated, nodes.isolation, nodes.unhealthy.
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tracking (projection TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
@@ -98,7 +100,8 @@ CREATE INDEX IF NOT EXISTS queue_by_account ON queue (account, rank);
 CREATE INDEX IF NOT EXISTS queue_by_tenant ON queue (tenant, rank);
 CREATE TABLE IF NOT EXISTS nodes (
     node TEXT PRIMARY KEY, state TEXT, cpus_milli INTEGER, cpus_used_milli INTEGER, memory_bytes INTEGER,
-    memory_used_bytes INTEGER, gpus INTEGER, gpus_used INTEGER, gpu_types TEXT, labels TEXT, taints TEXT
+    memory_used_bytes INTEGER, gpus INTEGER, gpus_used INTEGER, gpu_types TEXT, labels TEXT, taints TEXT,
+    simulated INTEGER, isolation TEXT, unhealthy TEXT
 );
 CREATE TABLE IF NOT EXISTS allocations (
     job_id TEXT NOT NULL, node TEXT NOT NULL, attempt INTEGER, state TEXT, tenant TEXT, account TEXT, user TEXT,
@@ -315,6 +318,7 @@ class StandingStore:
                                    [*args, limit, offset]) as cur:
             rows = [_row_dict(NODE_COLUMNS, r, _JSON_NODES) async for r in cur]
         for row in rows:
+            row["simulated"] = bool(row["simulated"])
             async with self.db.execute("SELECT job_id FROM allocations WHERE node = ? ORDER BY job_id",
                                        (row["node"],)) as cur:
                 row["jobs"] = [r[0] async for r in cur]
@@ -459,7 +463,8 @@ def node_rows(pstate: PreemptionState) -> tuple[list[tuple[Any, ...]], list[tupl
         nodes.append((node.name, node.status, node.cpus_milli, node.used_cpus_milli, node.memory_bytes,
                       node.used_memory_bytes, len(node.gpus), len(node.used_devices), json.dumps(models),
                       json.dumps(dict(sorted(node.labels.items()))),
-                      json.dumps([{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints])))
+                      json.dumps([{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints]),
+                      int(node.simulated), node.isolation, json.dumps(node.unhealthy)))
         for job_id in sorted(node.jobs):
             job: Job | None = pstate.jobs.get(job_id)
             if job is None or job.state not in HOLDS_RESOURCES:

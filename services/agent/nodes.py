@@ -6,7 +6,9 @@ the ``NodeRegistered`` the agent publishes at start-up; its id is
 deterministic (``agent/NodeRegistered/<node>/<digest of the body>``), so an
 agent that restarts with the same node registers it once, and one whose node
 changed registers the change. ``local_nodes`` builds ``count`` identical
-nodes for simulated clusters, ``horizon up``, the benchmarks and the tests.
+nodes for the development cluster (``horizon up --nodes N``), the simulator,
+the benchmarks and the tests: they are ``simulated`` (their GPUs are not
+real devices). A real machine's node comes from ``services/agent/discovery.py``.
 
 No I/O here: the agent (``services/agent/app.py``) stamps the time and
 publishes; the simulator, the benchmarks and the CLI use the same model
@@ -34,6 +36,11 @@ class NodeSpec:
     gpus: tuple[c.GpuDevice, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[c.Taint, ...] = ()
+    simulated: bool = False  # a development node: its GPUs (and CPUs beyond the machine's) are not real
+    isolation: str = ""  # how the agent confines jobs on it ("none: ..." when it cannot)
+    # NUMA node -> its CPU ids (discovery's layout; the agent pins jobs NUMA-local to their GPUs).
+    # Not registered: the agent's own knowledge, not the scheduler's.
+    numa_cpus: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def registration(self, agent: str) -> c.NodeRegistered:
         body = c.NodeRegistered(
@@ -44,6 +51,8 @@ class NodeSpec:
             labels=dict(self.labels),
             taints=list(self.taints),
             agent=agent,
+            isolation=self.isolation,
+            simulated=self.simulated,
             correlation_id=self.name,
             source=f"agent/{self.name}",
         )
@@ -76,5 +85,5 @@ def local_nodes(
             for g in range(gpus_per_node)
         )
         width = max(2, len(str(count - 1)))
-        nodes.append(NodeSpec(f"{prefix}-{i:0{width}d}", cpus * 1000, memory_bytes, gpus))
+        nodes.append(NodeSpec(f"{prefix}-{i:0{width}d}", cpus * 1000, memory_bytes, gpus, simulated=True))
     return nodes

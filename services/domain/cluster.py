@@ -5,6 +5,11 @@ memory are exactly the allocations of the jobs that the job table says hold
 resources (SCHEDULED or RUNNING) on it. ``Cluster.on_transition`` keeps the
 two in step, and ``Cluster.check`` recomputes the ledger from the jobs to
 prove it (used by the invariant checker and the property tests).
+
+A device whose ``health`` is set (its agent saw an XID error, or lost it
+from the bus) stays in ``Node.gpus`` (a job may still hold it) but is
+neither free nor capacity: the fit filters and scores count the healthy
+ones only (``Node.unhealthy_gpus``).
 """
 
 from __future__ import annotations
@@ -46,6 +51,17 @@ class Node:
     used_devices: dict[str, str] = field(default_factory=dict)  # device id -> job id
     jobs: dict[str, c.NodeAllocation] = field(default_factory=dict)
     kind: tuple[object, ...] | None = None  # cached by the node index: hardware, labels, taints (see index.py)
+    simulated: bool = False  # registered as a development node (its GPUs are not real devices)
+    isolation: str = ""  # how its agent confines jobs, as it registered
+    unhealthy_gpus: int = field(init=False, default=0)  # devices with a health problem (derived from gpus)
+
+    def __post_init__(self) -> None:
+        self.unhealthy_gpus = sum(1 for d in self.gpus.values() if d.health)
+
+    @property
+    def unhealthy(self) -> dict[str, str]:
+        """Device id -> why it is unhealthy."""
+        return {i: d.health for i, d in sorted(self.gpus.items(), key=lambda kv: device_sort_key(kv[0])) if d.health}
 
     @property
     def schedulable(self) -> bool:
@@ -76,7 +92,8 @@ class Node:
         return self.memory_bytes - self.used_memory_bytes
 
     def free_devices(self) -> list[c.GpuDevice]:
-        return [d for i, d in sorted(self.gpus.items(), key=lambda kv: device_sort_key(kv[0])) if i not in self.used_devices]
+        return [d for i, d in sorted(self.gpus.items(), key=lambda kv: device_sort_key(kv[0]))
+                if i not in self.used_devices and not d.health]
 
 
 Requirement = tuple[str, str, tuple[str, ...]]  # node label key, operator, values
@@ -202,6 +219,8 @@ class Cluster:
             labels=dict(event.labels),
             taints=list(event.taints),
             registered_seq=seq,
+            simulated=event.simulated,
+            isolation=event.isolation,
         )
         if old is not None and not old.removed:
             # Re-registration (an agent restarted): keep the node's state and ledger.

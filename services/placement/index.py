@@ -1,7 +1,7 @@
 """The node index: placement asks one node per *kind of node*, not every node per job.
 
 Two nodes with the same hardware (CPUs, memory, GPU devices with their ids,
-models, memory, NUMA and interconnect layout), the same labels and taints,
+models, memory, NUMA and interconnect layout and health), the same labels and taints,
 the same advance reservations and the same free resources right now (free
 CPUs, free memory, the same set of free device ids) and the same state
 (ready, cordoned, ...) answer every request identically: same fit, same
@@ -37,7 +37,7 @@ __all__ = ["NodeIndex"]
 def _hardware(node: Node, held: frozenset[str]) -> tuple[object, ...]:
     kind = node.kind
     if kind is None:  # computed once per node (and again when its taints change)
-        devices = tuple(sorted((d.id, d.type, d.variant, d.memory_bytes, d.numa_node, d.interconnect)
+        devices = tuple(sorted((d.id, d.type, d.variant, d.memory_bytes, d.numa_node, d.interconnect, d.health)
                                for d in node.gpus.values()))
         labels = tuple(sorted(node.labels.items()))
         taints = tuple(sorted((t.key, t.value, t.effect) for t in node.taints))

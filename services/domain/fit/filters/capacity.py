@@ -1,6 +1,6 @@
 """Capacity in total: enough matching GPUs (type, variant, memory), CPUs and memory on the node when
 it is empty (``GpuCapacity``, ``CpuCapacity``, ``MemoryCapacity``). A node failing these can never
-take the job, whatever finishes."""
+take the job, whatever finishes. An unhealthy GPU (``GpuDevice.health`` set) is no capacity."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class GpuCapacity:
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:
         req = cyc.req
         if req.gpus:
-            matching = sum(1 for d in cyc.node.gpus.values() if device_matches(d, req))
+            matching = sum(1 for d in cyc.node.gpus.values() if device_matches(d, req) and not d.health)
             if req.gpus > matching:
                 return (matching,)
         return None

@@ -1,6 +1,7 @@
 """Free now: enough of the matching GPUs, CPUs and memory are free on the node, given the ledger and
 the decision's overlay (``GpuFree``, ``CpuFree``, ``MemoryFree``). They leave what they counted in
-the cycle for the scores (``free_all``, ``free_matching``, ``free_cpus``, ``free_mem``)."""
+the cycle for the scores (``free_all``, ``free_matching``, ``free_cpus``, ``free_mem``). An unhealthy
+GPU is never free."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ class GpuFree:
             freed = overlay.freed.get(name, ())
             used = node.used_devices
             cyc.free_all = [d for d in gpus.values() if (d.id not in used or d.id in freed) and d.id not in taken]
+            if node.unhealthy_gpus:
+                cyc.free_all = [d for d in cyc.free_all if not d.health]
         if req.gpus:
             cyc.free_matching = [d for d in cyc.free_all if device_matches(d, req)]
             if req.gpus > len(cyc.free_matching):

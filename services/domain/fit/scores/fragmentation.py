@@ -15,7 +15,7 @@ class Fragmentation:
 
     def score(self, cyc: Cycle) -> float:
         node, req = cyc.node, cyc.req
-        total_gpus = len(node.gpus)
+        total_gpus = len(node.gpus) - node.unhealthy_gpus
         free_gpus = len(cyc.free_all)
         gpus_after = free_gpus - req.gpus
         cpus_after = cyc.free_cpus - req.cpus_milli

@@ -1,5 +1,5 @@
-"""``binpack``: the node's utilisation after placing, ``(G - g)/G`` for a GPU job (``G`` GPUs, ``g``
-free after), ``(C - c)/C`` otherwise (CPUs). ``spread``: ``1 - binpack``. Packing is on by default
+"""``binpack``: the node's utilisation after placing, ``(G - g)/G`` for a GPU job (``G`` healthy GPUs,
+``g`` free after), ``(C - c)/C`` otherwise (CPUs). ``spread``: ``1 - binpack``. Packing is on by default
 (weight 10), spreading off (0)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ if TYPE_CHECKING:
 def utilisation_after(cyc: Cycle) -> float:
     node, req = cyc.node, cyc.req
     if req.gpus:
-        total_gpus = len(node.gpus)
-        return (total_gpus - (len(cyc.free_all) - req.gpus)) / total_gpus
+        total_gpus = len(node.gpus) - node.unhealthy_gpus
+        return (total_gpus - (len(cyc.free_all) - req.gpus)) / total_gpus if total_gpus else 1.0
     cpus_after = cyc.free_cpus - req.cpus_milli
     return (node.cpus_milli - cpus_after) / node.cpus_milli if node.cpus_milli else 1.0
 
