@@ -111,6 +111,7 @@ async def log_subjects(server: NatsServer) -> list[str]:
 
 
 def submitted(job_id: str, tenant: str, **kw: Any) -> bytes:
+    kw.setdefault("command", ["true"])  # an empty command is rejected
     return encode(c.JobSubmitted(id=job_id, job_id=job_id, tenant=tenant, resources=c.ResourceRequest(gpus=1), **kw))
 
 
@@ -356,11 +357,11 @@ async def test_the_stack_runs_under_its_users_and_tenants_see_only_their_jobs(au
         assert done.returncode == 0 and json.loads(done.stdout)["type"] in ("JobCancelled", "JobStopRequested"), done
         done = await horizon("cancel", "g-1")
         assert done.returncode == 1 and "no job 'g-1' in tenant 'acme'" in done.stderr, done
-        done = await horizon("submit", "--tenant", "globex", "--job-id", "cli-2", "--gpus", "1")
+        done = await horizon("submit", "--tenant", "globex", "--job-id", "cli-2", "--gpus", "1", "--", "true")
         assert done.returncode == 1 and "may publish only under its own tenant" in done.stderr, done
         assert "Traceback" not in done.stderr
         # Validation (the submission instances' queue group): her own tenant's subject only.
-        done = await horizon("submit", "--check", "--gpus", "1")
+        done = await horizon("submit", "--check", "--gpus", "1", "--", "true")
         assert done.returncode == 0 and "would be accepted" in done.stdout, done
         with pytest.raises(nats.errors.NoRespondersError):
             await alice.nc.request("horizon.validate.globex", b"{}", timeout=2)

@@ -121,10 +121,11 @@ async def test_sacct_squeue_format_and_scancel_filters(nats_server, tmp_path):
             await asyncio.sleep(0.2)
         # queued behind slow1 (3 GPUs do not fit beside its 2): three sweeps of mine, one of bob's
         await publish_in_order(url, [
-            *[("horizon.in.default.submit", job_json(f"sweep-{x}", **mine, name="sweep", resources={"gpus": 3}),
+            *[("horizon.in.default.submit", job_json(f"sweep-{x}", **mine, name="sweep", resources={"gpus": 3},
+                                                      command=["true"]),
                f"sweep-{x}") for x in "abc"],
             ("horizon.in.default.submit", job_json("sweep-bob", tenant="default", user="bob", name="sweep",
-                                                   resources={"gpus": 3}), "sweep-bob"),
+                                                   resources={"gpus": 3}, command=["true"]), "sweep-bob"),
         ])
         while len(await rows()) < 7:
             assert asyncio.get_running_loop().time() < deadline

@@ -29,7 +29,8 @@ async def test_timeout_and_backoff_happen_on_the_clock(nats_server, tmp_path):
         await publish_all(js, [
             ("horizon.in.acme.submit", job_json("hog", resources={"gpus": 4}, sim_runtime_s=60,
                                                 priority_class="high"), "hog"),
-            ("horizon.in.acme.submit", job_json("impatient", resources={"gpus": 2}, scheduling_timeout_s=1.5), "impatient"),
+            ("horizon.in.acme.submit", job_json("impatient", resources={"gpus": 2}, scheduling_timeout_s=1.5,
+                                                      command=["true"]), "impatient"),
             ("horizon.in.acme.submit", job_json("flaky", resources={"gpus": 0}, sim_runtime_s=0.1, sim_exit_code=1,
                                                 restart_policy="on-failure", max_retries=1), "flaky"),
         ])

@@ -92,20 +92,30 @@ async def test_an_external_client_gets_exactly_one_decision_per_job(nats_server,
     assert stack.failed() == []
 
 
-async def test_a_job_too_big_for_any_node_does_not_block_the_small_ones(nats_server, stack_factory):
+async def test_a_job_no_node_can_hold_does_not_block_the_small_ones(nats_server, stack_factory):
+    """Too big for any node: refused at submission (issue 16). Held by none for its selector:
+    accepted, and placement says why it fits nowhere while the small jobs pass it."""
     await stack_factory(nodes=local_nodes(4, gpus_per_node=8))
     nc = await nats.connect(nats_server.url)
     tally = Tally()
     await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
-    items = [("horizon.in.acme.submit", job_json("huge", resources={"gpus": 16}, priority_class="critical"), "huge")]
+    items = [("horizon.in.acme.submit", job_json("huge", resources={"gpus": 16}, priority_class="critical",
+                                                 command=["true"]), "huge"),
+             ("horizon.in.acme.submit", job_json("picky", resources={"gpus": 1}, priority_class="critical",
+                                                 node_selector={"zone": "nowhere"}, command=["true"]), "picky")]
     items += [("horizon.in.acme.submit", job_json(f"small-{i}", resources={"gpus": 1}, sim_runtime_s=0.05),
                f"small-{i}") for i in range(100)]
     await publish_all(nc.jetstream(), items)
     await wait_until(lambda: tally.count("JobSucceeded") == 100, 60, "100 small jobs to finish")
     await nc.close()
-    assert not tally.has("JobScheduled", "huge")
-    blocked = tally.last[("PlacementBlocked", "huge")]
-    assert blocked["reasons"] == [{"reason": "has 8 GPUs, needs 16", "nodes": 4, "filter": "GpuCapacity"}]
+    assert tally.last[("JobRejected", "huge")]["reason"] == (
+        "resources.gpus: 16 GPUs per node (16 per task x 1 task per node) is more than any node has: "
+        "the largest has 8 a100 GPUs")
+    assert not tally.has("JobScheduled", "picky")
+    blocked = tally.last[("PlacementBlocked", "picky")]
+    assert blocked["reasons"] == [{"reason": "labels do not match the node selector zone=nowhere", "nodes": 4,
+                                   "filter": "NodeSelector"}]
+    assert blocked["fits_nowhere"] is True
 
 
 async def test_killing_scheduling_and_placement_mid_burst_loses_and_repeats_nothing(nats_server, stack_factory):
@@ -162,7 +172,7 @@ async def test_a_silent_node_is_lost_its_jobs_fail_and_its_devices_are_not_offer
     await wait_until(lambda: tally.has("NodeLost", "lonely-00"), 10, "the node to be declared lost")
     await wait_until(lambda: tally.has("JobFailed", on_lonely), 10, "its job to be failed")
     assert tally.last[("JobFailed", on_lonely)]["reason"] == "node lonely-00 lost"
-    await publish_all(js, [("horizon.in.acme.submit", job_json("after", resources={"gpus": 8}), "after")])
+    await publish_all(js, [("horizon.in.acme.submit", job_json("after", resources={"gpus": 8}, command=["true"]), "after")])
     await wait_until(lambda: tally.has("PlacementBlocked", "after"), 10, "the new job to be blocked")
     reasons = {r["reason"]: r["nodes"] for r in tally.last[("PlacementBlocked", "after")]["reasons"]}
     assert reasons == {"node lost": 1, "too few free GPUs (needs 8)": 1}
@@ -186,7 +196,7 @@ async def test_bad_submissions_are_rejected_with_the_field_and_garbage_is_dead_l
         "wrong-tenant": ("globex", {}, "tenant"),
         "zero-time": ("acme", {"time_limit_s": 0}, "time_limit_s"),
     }
-    items = [("horizon.in.acme.submit", job_json(job_id, tenant=tenant, **fields), job_id)
+    items = [("horizon.in.acme.submit", job_json(job_id, tenant=tenant, command=["true"], **fields), job_id)
              for job_id, (tenant, fields, _) in bad.items()]
     items.append(("horizon.in.acme.submit", b"\xff not json", "garbage"))
     await publish_all(nc.jetstream(), items)

@@ -117,9 +117,13 @@ def _seeded() -> list[Record]:
     for name in SEED_NODES:
         world.fold(f"horizon.evt.agent.NodeRegistered.{name}", encode(node(name, gpus=4)), f"reg/{name}")
     seeds = [
-        c.JobSubmitted(job_id="seed-pending", tenant="acme", resources=c.ResourceRequest(gpus=1, gpu_type="a100")),
-        c.JobSubmitted(job_id="seed-big", tenant="acme", resources=c.ResourceRequest(gpus=64), priority_class="high"),
-        c.JobSubmitted(job_id="seed-array", tenant="acme", array="0-2", resources=c.ResourceRequest(gpus=4)),
+        c.JobSubmitted(job_id="seed-pending", tenant="acme", resources=c.ResourceRequest(gpus=1, gpu_type="a100"),
+                       command=["true"]),
+        # fits no node, whatever runs: a selector no node matches (64 GPUs on 4-GPU nodes are refused at submission)
+        c.JobSubmitted(job_id="seed-big", tenant="acme", resources=c.ResourceRequest(gpus=4), priority_class="high",
+                       node_selector={"zone": "nowhere"}, command=["true"]),
+        c.JobSubmitted(job_id="seed-array", tenant="acme", array="0-2", resources=c.ResourceRequest(gpus=4),
+                       command=["true"]),
     ]
     for sub in seeds:
         world.fold("horizon.in.acme.submit", encode(sub), sub.job_id)

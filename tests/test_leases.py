@@ -137,6 +137,7 @@ async def test_a_round_longer_than_one_atomic_batch_chains_its_fences(event_log)
 
 
 def job_json(job_id: str, **fields) -> bytes:
+    fields.setdefault("command", ["true"])  # an empty command is rejected
     return json.dumps({"type": "JobSubmitted", "job_id": job_id, "tenant": "acme", **fields}).encode()
 
 

@@ -108,7 +108,7 @@ async def test_the_in_memory_log_runs_the_same_services():
         reg = spec.registration("agent")
         await log.publish("horizon.evt.agent.NodeRegistered." + spec.name, encode(reg), msg_id=reg.id)
     for i in range(3):
-        sub = c.JobSubmitted(job_id=f"m{i}", tenant="acme", resources=c.ResourceRequest(gpus=1))
+        sub = c.JobSubmitted(job_id=f"m{i}", tenant="acme", resources=c.ResourceRequest(gpus=1), command=["true"])
         await log.publish("horizon.in.acme.submit", encode(sub), msg_id=sub.job_id)
     import asyncio
 

@@ -16,6 +16,7 @@ from tests.test_cli_slurm import _invoke
 
 
 def submission(job_id: str, tenant: str = "acme", **fields) -> bytes:
+    fields.setdefault("command", ["true"])  # an empty command is rejected
     return json.dumps({"type": "JobSubmitted", "job_id": job_id, "tenant": tenant, **fields}).encode()
 
 

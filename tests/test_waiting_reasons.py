@@ -53,6 +53,7 @@ class World:
 
     async def submit(self, job_id: str, gpus: int, tenant: str = TENANT, **kw) -> None:
         kw.setdefault("time_limit_s", 1000.0)
+        kw.setdefault("command", ["true"])  # an empty command is rejected
         await self.send((input_subject(tenant, "submit"), c.JobSubmitted(
             id=f"client/{job_id}", correlation_id=job_id, job_id=job_id, tenant=tenant,
             resources=c.ResourceRequest(gpus=gpus, cpus=1, memory="1Gi"), **kw)))
@@ -103,7 +104,8 @@ async def build_queue() -> World:
     await w.agent(c.JobFailed(job_id="flaky", attempt=1, exit_code=1, reason="exit code 1"))
     await w.submit("big", 8, nodes=2, priority_class="high")  # 16 GPUs: the head, reserved for t=1001
     await w.submit("small", 1, time_limit_s=5000.0)  # fits on n1 now, but would delay big's reservation
-    await w.submit("wide", 16)  # 16 GPUs on one node: no node could ever hold it
+    # no node could ever hold it: its selector matches none (16 GPUs on one node would be refused at submission)
+    await w.submit("wide", 1, node_selector={"zone": "nowhere"})
     await w.submit("capped-2", 1, account="capped")  # over its account's 2-GPU quota
     await w.submit("child", 1, dependencies=[c.Dependency(kind="after-ok", job_id="run-a")])
     await w.submit("sweep", 1, array="0-1%1", time_limit_s=5000.0)  # one task at a time
@@ -122,7 +124,7 @@ async def build_queue() -> World:
 EXPECTED = {
     "big": ("resources", ["free GPU", "reserved to start at t=1001"]),
     "small": ("reservation", ["would delay the reservation of big"]),
-    "wide": ("fits-nowhere", ["GPU"]),
+    "wide": ("fits-nowhere", ["zone=nowhere"]),
     "capped-2": ("quota", ["account capped quota"]),
     "child": ("dependency", ["run-a"]),
     "flaky": ("backoff", ["restart backoff until t=12", "exit code 1"]),
