@@ -63,6 +63,7 @@ from events.codec import encode
 from events.subjects import event_subject, heartbeat_subject
 from services.agent.core import Action, AgentCore
 from services.agent.executors import Execution, Executor, Outcome
+from services.agent.logs import LogServer
 from services.agent.nodes import NodeSpec
 from services.runtime.consume import readable
 from services.runtime.log import EventLog
@@ -114,6 +115,7 @@ class NodeAgent:
         self.ready = asyncio.Event()
         self._follower: Any = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self._logs: LogServer | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -124,6 +126,9 @@ class NodeAgent:
             await self.log.publish(event_subject("agent", reg), encode(reg), msg_id=reg.id)
         if self.nc is not None:
             self._heartbeat = asyncio.create_task(self._beat(), name=f"{self.name}-heartbeat")
+            if self.executor.state_dir is not None:
+                self._logs = LogServer(self.nc, self.executor.state_dir, sorted(self.nodes))
+                await self._logs.start()
         end = await self.log.last_seq()
         async for batch in self.log.read(1, subjects=("horizon.evt.>",), until_seq=end):
             self._fold(batch)
@@ -138,6 +143,8 @@ class NodeAgent:
                 await self._heartbeat
         if self._follower is not None:
             await self._follower.stop()
+        if self._logs is not None:
+            await self._logs.stop()
         # Jobs under their own supervisors run on; the next agent adopts them. Simulated
         # ones die with the agent, and the next agent reports them lost (see module doc).
         tasks = []

@@ -107,6 +107,7 @@ class Execution(Protocol):
 
 class Executor(Protocol):
     detached: bool  # its jobs outlive the agent (they are adopted by the next one, not lost)
+    state_dir: Path | None  # where attempts keep their files (served to `horizon logs`); None: no files
 
     async def start(
         self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None
@@ -376,7 +377,7 @@ class ProcessExecutor:
                         cpus_milli=alloc.cpus_milli or spec.cpus_milli, cpus=cores,
                         mems=self.cores.numa_nodes(cores), deny_devices=deny)
         return {
-            "job_id": job_id, "attempt": attempt, "node": alloc.node, "argv": list(spec.command), "env": env,
+            "job_id": job_id, "attempt": attempt, "node": alloc.node, "tenant": spec.tenant, "argv": list(spec.command), "env": env,
             "cwd": cwd, "stdout": stdout, "stderr": stderr, "open_mode": spec.open_mode,
             "node_cpus": list(cpus), "limits": limits.to_json(), "hierarchy": self.hierarchy.to_json(),
         }
@@ -502,6 +503,7 @@ class SimExecutor:
     """A job "runs" for its ``sim_runtime_s`` (else its time limit) and exits with ``sim_exit_code``."""
 
     detached = False  # a simulated job dies with its agent
+    state_dir = None  # and writes nothing
 
     def adopt(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> None:
         return None

@@ -91,6 +91,7 @@ def _register() -> None:
         bench,
         check,
         jobs,
+        logs,
         nodes,
         policy,
         projections,
@@ -102,7 +103,7 @@ def _register() -> None:
         submit,
     )
 
-    for module in (audit, bench, check, jobs, nodes, policy, projections, requests, run, sbatch, simulate, slurm,
+    for module in (audit, bench, check, jobs, logs, nodes, policy, projections, requests, run, sbatch, simulate, slurm,
                    submit):
         module.register(cli)
 

@@ -440,6 +440,7 @@ def show(nats_url: str, job_id: str, as_json: bool) -> None:
         out.append(f"  attempt {a['attempt']}: {a['outcome']} on {a['nodes'] or '-'} from {when}{extra}"
                    f"{' exit ' + str(a['exit_code']) if a['exit_code'] not in (None, 0) else ''}"
                    f"{': ' + a['reason'] if a['reason'] else ''}")
+        out.extend(_attempt_files(job.get("events") or [], a["attempt"], row["job_id"]))
     events = job.get("events") or []
     if events:
         out.append("  events:")
@@ -447,6 +448,23 @@ def show(nats_url: str, job_id: str, as_json: bool) -> None:
             out.append(f"    {ev['seq']:>8}  {time.strftime('%H:%M:%S', time.localtime(ev['ts']))}  {ev['type']}")
     for line in out:
         click.echo(line)
+
+
+def _attempt_files(events: list[dict[str, Any]], attempt: int, job_id: str) -> list[str]:
+    """Where an attempt wrote (its JobStarted) and, if it failed, the end of its standard error."""
+    lines = []
+    for ev in events:
+        detail = ev.get("detail") or {}
+        if detail.get("attempt") != attempt:
+            continue
+        if ev["type"] == "JobStarted" and detail.get("stdout"):
+            lines.append(f"    output {detail['stdout']}" + (f"  errors {detail['stderr']}"
+                                                               if detail.get("stderr") != detail["stdout"] else "")
+                         + f"  (horizon logs --attempt {attempt} {job_id})")
+        if ev["type"] == "JobFailed" and detail.get("stderr_tail"):
+            lines.append("    stderr, last lines:")
+            lines.extend(f"      | {line}" for line in detail["stderr_tail"].splitlines())
+    return lines
 
 
 def register(group: click.Group) -> None:
