@@ -287,9 +287,28 @@ def test_warnings_about_what_slurm_would_launch():
 # ------------------------------------------------------------------ how the job runs
 
 
-def test_the_wrapper_runs_the_script_like_slurm(tmp_path):
-    """The command the agent runs, run by /bin/sh: working directory, array variables, output files
-    named by Slurm's patterns, the interpreter of the #! line, the script's arguments."""
+async def _run_on_a_node(tmp_path: Path, fields: dict[str, Any], job_id: str, index: int | None = None):
+    """Run what sbatch made the way an agent runs it: validated by submission, started by the
+    process executor (its supervisor, working directory and output files); the attempt's outcome."""
+    from services.agent.executors import ProcessExecutor
+    from services.submission.validate import admit
+
+    jobs = dict(admit(c.JobSubmitted(job_id=job_id, tenant="acme", **fields), subject_tenant="acme", gpu_models=set()))
+    name = job_id if index is None else f"{job_id}_{index}"
+    spec = jobs[name]
+    executor = ProcessExecutor(tmp_path / "state")
+    attempt = len(list((tmp_path / "state" / name).glob("*"))) + 1 if (tmp_path / "state" / name).exists() else 1
+    try:
+        execution = await executor.start(name, attempt, spec, c.NodeAllocation(node="n-01", cpus_milli=1000,
+                                                                                memory_bytes=1 << 30))
+    except RuntimeError as exc:
+        return str(exc)
+    return await execution.wait()
+
+
+async def test_the_script_runs_like_slurm(tmp_path):
+    """Working directory, array variables, output files named by Slurm's patterns, the interpreter of
+    the #! line, the script's arguments: as the agent runs it."""
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh -e\n#SBATCH --array=0-7 -o out/%x_%A_%3a.txt -e out/%x.err -J demo\n"
                       'echo "task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID on $SLURMD_NODENAME in $(pwd) '
@@ -298,27 +317,33 @@ def test_the_wrapper_runs_the_script_like_slurm(tmp_path):
     defaults = SbatchDefaults(user="ann", workdir=str(tmp_path), script_path=str(script), script_args=("a", "b c"))
     fields, body = parse_sbatch(script.read_text(), defaults=defaults)
     assert body.startswith("echo")
-    env = {**os.environ, **fields["env"], "SLURM_JOB_ID": "sweep_7", "SLURM_JOB_NAME": "demo", "HORIZON_NODE": "n-01"}
-    done = subprocess.run(fields["command"], env=env, cwd="/", capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
+    outcome = await _run_on_a_node(tmp_path, fields, "sweep", 7)
+    assert outcome.exit_code == 0, outcome
     assert (tmp_path / "out" / "demo_sweep_007.txt").read_text() == \
         f"task 7 of sweep on n-01 in {tmp_path} args a b c\n"
     assert (tmp_path / "out" / "demo.err").read_text() == "oops\n"
 
 
-def test_output_without_error_takes_both_streams_and_a_missing_directory_fails_the_job(tmp_path):
+async def test_output_without_error_takes_both_streams_and_a_missing_directory_fails_the_job(tmp_path):
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\n#SBATCH --output=%j.log --open-mode=append\necho out; echo err >&2\n")
     fields, _ = parse_sbatch(script.read_text(), defaults=SbatchDefaults(user="ann", workdir=str(tmp_path),
                                                                          script_path=str(script)))
-    env = {**os.environ, "SLURM_JOB_ID": "j1"}
     for _ in range(2):
-        assert subprocess.run(fields["command"], env=env, timeout=30).returncode == 0
+        assert (await _run_on_a_node(tmp_path, fields, "j1")).exit_code == 0
     assert (tmp_path / "j1.log").read_text() == "out\nerr\nout\nerr\n"
     fields, _ = parse_sbatch(script.read_text(), defaults=SbatchDefaults(
         user="ann", workdir=str(tmp_path / "missing"), script_path=str(script)))
-    done = subprocess.run(fields["command"], env=env, capture_output=True, text=True, timeout=30)
-    assert done.returncode != 0 and "missing" in done.stderr
+    problem = await _run_on_a_node(tmp_path, fields, "j2")
+    assert problem == f"working directory {tmp_path / 'missing'} does not exist on node n-01"
+
+
+def test_slurm_writes_to_slurm_jobid_out_by_default(tmp_path):
+    fields, _ = parse_sbatch("#!/bin/sh\necho hi\n", defaults=SbatchDefaults(user="ann", workdir=str(tmp_path)))
+    assert (fields["cwd"], fields["stdout"], fields["stderr"]) == (str(tmp_path), "slurm-%j.out", "")
+    fields, _ = parse_sbatch("#!/bin/sh\n#SBATCH --array=1-2 --container-image=localhost/busybox\necho hi\n",
+                             defaults=SbatchDefaults(user="ann", workdir=str(tmp_path)))
+    assert (fields["stdout"], fields["image"]) == ("slurm-%A_%a.out", "localhost/busybox")
 
 
 # ------------------------------------------------------------------ the command, without a server
@@ -410,7 +435,7 @@ GOOD: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 async def test_every_good_script_is_accepted_with_its_resources(nats_server, tmp_path):
-    nodes = local_nodes(2, gpus_per_node=8) + local_nodes(1, gpus_per_node=4, gpu_type="h100-80gb", prefix="h100")
+    nodes = local_nodes(4, gpus_per_node=8) + local_nodes(1, gpus_per_node=4, gpu_type="h100-80gb", prefix="h100")
     stack = Stack(nats_server.url, tmp_path, nodes=nodes, executor="sim")
     await stack.start()
     url = nats_server.url
@@ -443,7 +468,7 @@ async def test_every_good_script_is_accepted_with_its_resources(nats_server, tmp
     assert sorted(j for j in accepted if j.startswith("sweep-001_")) == sorted(f"sweep-001_{i}" for i in range(16))
     assert accepted["nightly-001"].env["DATASET"] == "imagenet"
     # --chdir=results: relative to where horizon sbatch ran, as in Slurm
-    assert f"cd -- {Path.cwd() / 'results'} ||" in accepted["nightly-001"].command[2]
+    assert accepted["nightly-001"].cwd == str(Path.cwd() / "results")
     assert_replays(records)
 
 

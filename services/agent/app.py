@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 import time
@@ -120,6 +121,10 @@ class NodeAgent:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        isolation = self.executor.isolation()
+        if isolation.startswith("none"):
+            log.warning("JOBS ARE NOT CONFINED on %s: %s", ", ".join(sorted(self.nodes)), isolation)
+        self.nodes = {name: dataclasses.replace(spec, isolation=isolation) for name, spec in self.nodes.items()}
         for spec in self.nodes.values():
             reg = spec.registration(self.name)
             reg = msgspec.structs.replace(reg, ts=time.time())

@@ -45,7 +45,6 @@ from services.cli.options import NATS_DEFAULT
 from services.cli.sbatch_options import COMMAND_LINE_ONLY, OPTIONS, Directive, SbatchError, getopt, read_directives
 from services.cli.slurm_values import (
     Problem,
-    filename,
     gpu_spec,
     gres,
     parse_dependencies,
@@ -53,6 +52,7 @@ from services.cli.slurm_values import (
     slurm_time,
     whole_number,
 )
+from services.domain.output import pattern_problem
 from services.cli.submitter import check_submission, new_job_id, report_check, send_submission
 
 __all__ = ["SbatchDefaults", "parse_sbatch", "script_warnings", "split_command_line", "register"]
@@ -315,9 +315,10 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
     export = get("export", _export)
     open_mode = get("open-mode", _choice("append", "truncate"))
     get("kill-on-invalid-dep", _kill_on_invalid_dep)
-    output = get("output", filename)
-    error = get("error", filename)
+    output = get("output", _output_pattern)
+    error = get("error", _output_pattern)
     chdir = get("chdir", _text)
+    image = get("container-image", _text)
     if problems:
         return {}
 
@@ -335,8 +336,7 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
         "ntasks-per-node" in given))
     workdir = os.path.join(defaults.workdir, chdir) if chdir else defaults.workdir
     program = interpreter if defaults.script_path == "" else [*interpreter, defaults.script_path]
-    command = ["/bin/sh", "-c", _wrapper(workdir, output, error, open_mode or "truncate", array is not None,
-                                         nodes, [*program, *defaults.script_args]), "horizon-sbatch"]
+    command = ["/bin/sh", "-c", _wrapper(array is not None, nodes, [*program, *defaults.script_args]), "horizon-sbatch"]
     fields: dict[str, Any] = {
         "name": name,
         "account": account,
@@ -354,6 +354,12 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
         "qos": qos or "",
         "profile": partition or "default",
         "labels": {"comment": comment} if comment else {},
+        # Where it runs and writes: the agent opens the files, with Slurm's default name.
+        "cwd": workdir,
+        "stdout": output if output is not None else ("slurm-%A_%a.out" if array is not None else "slurm-%j.out"),
+        "stderr": error or "",
+        "open_mode": open_mode or "truncate",
+        "image": image or "",
     }
     return fields
 
@@ -396,24 +402,25 @@ def _slurm_environment(defaults: SbatchDefaults, user: str, account: str, nodes:
     return env
 
 
-def _wrapper(workdir: str, output: str | None, error: str | None, open_mode: str, array: bool, nodes: int,
-             program: list[str]) -> str:
-    """The POSIX shell the agent runs: working directory, node-side Slurm variables, output, then the script."""
-    lines = [f"cd -- {shlex.quote(workdir)} || exit 1"]
+def _wrapper(array: bool, nodes: int, program: list[str]) -> str:
+    """The POSIX shell the agent runs: the Slurm variables only known on the node, then the script (the
+    agent puts it in its working directory and its output files)."""
+    lines = []
     if array:  # a task's id is <array id>_<index>
         lines.append('export SLURM_ARRAY_JOB_ID="${SLURM_JOB_ID%_*}" SLURM_ARRAY_TASK_ID="${SLURM_JOB_ID##*_}"')
     lines.append('export SLURMD_NODENAME="${HORIZON_NODE}"')
     if nodes == 1:
         lines.append('export SLURM_JOB_NODELIST="${HORIZON_NODE}" SLURM_NODELIST="${HORIZON_NODE}"')
-    redirect = ">>" if open_mode == "append" else ">"
-    if output is not None and error is not None:
-        lines.append(f"exec {redirect}{output} 2{redirect}{error} || exit 1")
-    elif output is not None:
-        lines.append(f"exec {redirect}{output} 2>&1 || exit 1")
-    elif error is not None:
-        lines.append(f"exec 2{redirect}{error} || exit 1")
     lines.append("exec " + " ".join(shlex.quote(p) for p in program))
     return "\n".join(lines) + "\n"
+
+
+def _output_pattern(text: str) -> str:
+    """An ``--output``/``--error`` pattern the agent can expand (services/domain/output.py)."""
+    problem = pattern_problem(text)
+    if problem is not None:
+        raise Problem(problem)
+    return text
 
 
 _LAUNCHERS = re.compile(r"(?:^|[\s;|&(`])(srun|scontrol|mpirun|mpiexec)(?=\s|$)")

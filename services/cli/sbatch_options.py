@@ -52,6 +52,7 @@ class _Opt:
 def _opts() -> dict[str, _Opt]:
     ok = [
         ("account", "A", REQUIRED), ("array", "a", REQUIRED), ("chdir", "D", REQUIRED), ("comment", None, REQUIRED),
+        ("container-image", None, REQUIRED),
         ("cpus-per-gpu", None, REQUIRED), ("cpus-per-task", "c", REQUIRED), ("dependency", "d", REQUIRED),
         ("error", "e", REQUIRED), ("export", None, REQUIRED), ("gpus", "G", REQUIRED),
         ("gpus-per-node", None, REQUIRED), ("gpus-per-task", None, REQUIRED), ("gres", None, REQUIRED),
@@ -76,8 +77,8 @@ def _opts() -> dict[str, _Opt]:
         ("clusters", "M", REQUIRED, "Horizon schedules one cluster"),
         ("constraint", "C", REQUIRED, "Horizon has no node features; use horizon submit --node-selector with "
                                       "node labels, or a GPU type with --gres=gpu:TYPE:N"),
-        ("container", None, REQUIRED, "Horizon runs no containers itself"),
-        ("container-id", None, REQUIRED, "Horizon runs no containers itself"),
+        ("container", None, REQUIRED, "Horizon takes an image, not an OCI bundle: use --container-image"),
+        ("container-id", None, REQUIRED, "Horizon names its containers itself: use --container-image"),
         ("contiguous", None, NONE, no_nodes),
         ("core-spec", "S", REQUIRED, no_layout),
         ("cores-per-socket", None, REQUIRED, no_layout),

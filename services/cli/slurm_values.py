@@ -1,5 +1,5 @@
 """Values in Slurm's syntax, read exactly as Slurm reads them: times, memory sizes, counts, ``--dependency``,
-``--gres``/``--gpus`` and output filename patterns.
+``--gres``/``--gpus`` (output filename patterns: ``services/domain/output.py``).
 
 Pure functions of their text, shared by ``horizon sbatch`` (``services/cli/sbatch.py``) and ``horizon submit``
 (its ``--dependency``). A value Horizon cannot honour raises ``Problem`` with an actionable message; the
@@ -9,13 +9,12 @@ caller says where the value came from (a script's line, an option).
 from __future__ import annotations
 
 import re
-import shlex
 
 from events import catalogue as c
 from events.resources import ResourceError, parse_gpu_model
 from events.subjects import valid_token
 
-__all__ = ["Problem", "slurm_time", "slurm_memory", "whole_number", "parse_dependencies", "gpu_spec", "gres", "filename"]
+__all__ = ["Problem", "slurm_time", "slurm_memory", "whole_number", "parse_dependencies", "gpu_spec", "gres"]
 
 
 class Problem(Exception):
@@ -147,51 +146,3 @@ def gres(text: str) -> tuple[str | None, int]:
             raise Problem(f"{item!r} is not gpu[:TYPE][:COUNT]")
     assert found is not None
     return found
-
-
-_PATTERN_RE = re.compile(r"%(\d*)(.)")
-# Slurm's filename patterns, as shell words on the node (the wrapper has these variables).
-_PATTERNS = {
-    "j": '"${SLURM_JOB_ID}"',
-    "J": '"${SLURM_JOB_ID}.batch"',
-    "x": '"${SLURM_JOB_NAME}"',
-    "u": '"${SLURM_JOB_USER}"',
-    "A": '"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}"',
-    "a": '"${SLURM_ARRAY_TASK_ID:-4294967294}"',
-    "N": '"${HORIZON_NODE}"',
-    "n": "0",
-    "t": "0",
-    "s": "batch",
-}
-_PADDED = {"a", "n", "t"}  # the numeric ones: %3a zero-pads
-
-
-def filename(pattern: str) -> str:
-    """A Slurm output filename pattern as one POSIX shell word (literal parts quoted)."""
-    if pattern.lower() == "none":
-        return "/dev/null"
-    if "\\" in pattern:  # Slurm: a backslash anywhere turns the replacements off
-        return shlex.quote(pattern.replace("\\", ""))
-    words: list[str] = []
-    last = 0
-    for m in _PATTERN_RE.finditer(pattern):
-        if m.start() > last:
-            words.append(shlex.quote(pattern[last:m.start()]))
-        last = m.end()
-        width, letter = m[1], m[2]
-        if letter == "%":
-            words.append("%")
-            continue
-        if letter not in _PATTERNS:
-            raise Problem(f"%{letter} is not a filename pattern Horizon knows; known: %%, "
-                           + ", ".join(f"%{k}" for k in _PATTERNS))
-        if width and letter not in _PADDED:
-            raise Problem(f"%{width}{letter}: zero padding only applies to %a, %n and %t (Horizon job ids are "
-                           "not numbers)")
-        word = _PATTERNS[letter]
-        if width:
-            word = f"\"$(printf '%0{int(width)}d' {word})\""
-        words.append(word)
-    if last < len(pattern):
-        words.append(shlex.quote(pattern[last:]))
-    return "".join(words)

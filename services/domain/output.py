@@ -65,10 +65,10 @@ def pattern_problem(pattern: str) -> str | None:
         if letter == "%":
             continue
         if letter not in PATTERN_LETTERS:
-            return (f"%{letter} is not a filename pattern; known: %%, "
+            return (f"%{letter} is not a filename pattern Horizon knows; known: %%, "
                     + ", ".join(f"%{k}" for k in PATTERN_LETTERS))
         if width and letter not in _PADDED:
-            return f"%{width}{letter}: zero padding applies to %a, %n and %t only"
+            return f"%{width}{letter}: zero padding only applies to %a, %n and %t (Horizon job ids are not numbers)"
         if width and int(width) > 32:
             return f"%{width}{letter}: at most 32 digits"
     if pattern.endswith("%") and not pattern.endswith("%%"):
