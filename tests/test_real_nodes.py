@@ -1,0 +1,176 @@
+"""Real nodes through `horizon up`, as a user meets them: limits, where jobs run and write, `horizon
+logs`, `show`'s stderr tail, and jobs that outlive their agent (kill -9, and Ctrl-C of `up`).
+
+Real processes, a real nats-server (the one `up` bundles), real cgroups (v1 on these machines).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from services.agent.cgroups import probe
+from tests.test_cli_up import free_port
+
+HORIZON = [sys.executable, "-m", "services.cli.main"]
+pytestmark = pytest.mark.timeout(180)
+needs_cgroups = pytest.mark.skipif(not probe().usable, reason=f"no writable cgroups: {probe().describe()}")
+
+LONG_JOB_S = 20  # the issue's job: it must outlive the agent's death and come back SUCCEEDED
+
+
+class Up:
+    """`horizon up` on a free port and a data dir of its own; the CLI against it."""
+
+    def __init__(self, data_dir: Path, *extra: str) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self.extra = extra
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self.err = open(self.data_dir.parent / f"up-{self.port}.err", "a")
+        self.proc = subprocess.Popen([*HORIZON, "up", "--port", str(self.port), "--data-dir", str(self.data_dir),
+                                      *self.extra], stdout=subprocess.PIPE, stderr=self.err, text=True)
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().strip() == self.url, self.log()
+
+    def log(self) -> str:
+        return (self.data_dir.parent / f"up-{self.port}.err").read_text()
+
+    def stop(self, sig: int = signal.SIGINT) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=60)
+        self.err.close()
+        return code
+
+    def cli(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*HORIZON, *args], cwd=cwd, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "HORIZON_NATS_URL": self.url})
+
+    def submit(self, *args: str, cwd: Path | None = None) -> str:
+        done = self.cli("submit", "--json", *args, cwd=cwd)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["job_id"]  # type: ignore[no-any-return]
+
+    def rows(self) -> dict[str, dict]:
+        done = self.cli("jobs", "--json")
+        return {r["job_id"]: r for r in json.loads(done.stdout)} if done.returncode == 0 else {}
+
+    def wait_state(self, job_id: str, states: tuple[str, ...], timeout: float = 60) -> dict:
+        deadline = time.time() + timeout
+        row: dict = {}
+        while time.time() < deadline:
+            row = self.rows().get(job_id, {})
+            if row.get("state") in states:
+                return row
+            time.sleep(0.3)
+        raise AssertionError(f"{job_id} is {row.get('state')}, not {states}; up said:\n{self.log()[-3000:]}")
+
+
+def endings(up: Up, job_id: str) -> list[str]:
+    shown = up.cli("show", "--json", job_id)
+    assert shown.returncode == 0, shown.stderr
+    events = json.loads(shown.stdout)["job"]["events"]
+    return [e["type"] for e in events if e["type"] in ("JobSucceeded", "JobFailed", "JobCancelled", "JobPreempted")]
+
+
+@needs_cgroups
+def test_limits_working_directory_output_logs_and_show(tmp_path):
+    up = Up(tmp_path / "h", "--nodes", "2", "--gpus-per-node", "2")
+    work = tmp_path / "project"
+    work.mkdir()
+    up.start()
+    try:
+        hog = up.submit("--mem", "64M", "--", sys.executable, "-c", "x = bytearray(200 * 1024 * 1024); print('alive')")
+        pinned = up.submit("--cpus", "1", "--", "grep", "Cpus_allowed_list", "/proc/self/status")
+        here = up.submit("--", "pwd", cwd=work)
+        bad = up.submit("--", sys.executable, "-c", "raise ValueError('bad lr')")
+        named = up.submit("--output", "out-%j.txt", "--", "echo", "hello", cwd=work)
+        up.submit("--job-id", "sweep", "--array", "0-1", "--", "sh", "-c", "echo task $SLURM_ARRAY_TASK_ID")
+
+        row = up.wait_state(hog, ("OUT_OF_MEMORY", "FAILED", "SUCCEEDED"))
+        assert row["state"] == "OUT_OF_MEMORY", row
+        assert "out of memory" in row["reason"] and "64 MiB" in row["reason"]
+        assert up.wait_state(pinned, ("SUCCEEDED",))
+        cores = up.cli("logs", pinned).stdout.split()[-1]
+        assert re.fullmatch(r"\d+", cores), f"the cpuset of a --cpus 1 job is one core, not {cores!r}"
+
+        assert up.wait_state(here, ("SUCCEEDED",))
+        assert up.cli("logs", here).stdout == f"{work}\n"  # it ran where it was submitted from
+        assert up.wait_state(bad, ("FAILED",))
+        shown = up.cli("show", bad).stdout
+        assert "ValueError: bad lr" in shown and f"{up.data_dir}/jobs/{bad}/1/stderr" in shown
+        assert up.cli("logs", "--err", bad).stdout.endswith("ValueError: bad lr\n")
+        assert up.wait_state(named, ("SUCCEEDED",))
+        assert (work / f"out-{named}.txt").read_text() == "hello\n"
+        assert up.cli("logs", named).stdout == "hello\n"  # wherever --output put it
+        assert up.wait_state("sweep_1", ("SUCCEEDED",))
+        assert up.cli("logs", "sweep_1").stdout == "task 1\n"
+        missing = up.cli("logs", "no-such-job")
+        assert missing.returncode == 1 and "no job 'no-such-job'" in missing.stderr and "Traceback" not in missing.stderr
+    finally:
+        assert up.stop() == 0
+
+
+def _running(up: Up, job_id: str) -> int:
+    """The job's process id, once it runs."""
+    up.wait_state(job_id, ("RUNNING",))
+    pid_file = up.data_dir / "jobs" / job_id / "1" / "job.pid"
+    deadline = time.time() + 10
+    while not pid_file.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    return int(pid_file.read_text().split()[0])
+
+
+def test_a_job_outlives_kill_9_of_its_agent(tmp_path):
+    up = Up(tmp_path / "h", "--processes", "--nodes", "1", "--gpus-per-node", "2")
+    up.start()
+    try:
+        job = up.submit("--", "sh", "-c", f"sleep {LONG_JOB_S}; echo survived")
+        pid = _running(up, job)
+        agent = json.loads((up.data_dir / "processes.json").read_text())["agent"]
+        os.kill(agent, signal.SIGKILL)
+        time.sleep(1)
+        os.kill(pid, 0)  # the job runs on without its agent
+        row = up.wait_state(job, ("SUCCEEDED", "FAILED"), timeout=LONG_JOB_S + 40)
+        assert row["state"] == "SUCCEEDED", row
+        assert json.loads((up.data_dir / "processes.json").read_text())["agent"] != agent  # restarted
+        assert up.cli("logs", job).stdout == "survived\n"
+        assert endings(up, job) == ["JobSucceeded"]
+        check = up.cli("check")
+        assert check.returncode == 0 and check.stdout.strip().endswith("ok"), check.stdout + check.stderr
+    finally:
+        assert up.stop(signal.SIGTERM) == 0
+
+
+def test_a_job_outlives_ctrl_c_of_up_and_a_restart(tmp_path):
+    up = Up(tmp_path / "h", "--nodes", "1", "--gpus-per-node", "2")
+    up.start()
+    job = up.submit("--", "sh", "-c", f"sleep {LONG_JOB_S}; echo survived")
+    try:
+        pid = _running(up, job)
+    finally:
+        assert up.stop(signal.SIGINT) == 0
+    os.kill(pid, 0)  # Ctrl-C stopped Horizon, not the work
+    again = Up(up.data_dir, "--nodes", "1", "--gpus-per-node", "2")
+    again.start()
+    try:
+        row = again.wait_state(job, ("SUCCEEDED", "FAILED"), timeout=LONG_JOB_S + 40)
+        assert row["state"] == "SUCCEEDED", row
+        assert again.cli("logs", job).stdout == "survived\n"
+        assert endings(again, job) == ["JobSucceeded"]
+        check = again.cli("check")
+        assert check.returncode == 0 and check.stdout.strip().endswith("ok"), check.stdout + check.stderr
+    finally:
+        assert again.stop() == 0
