@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from events import catalogue as c
 from events.resources import format_cpus, format_memory
@@ -33,7 +34,12 @@ __all__ = ["register"]
 @click.option("--json", "as_json", is_flag=True)
 def nodes(nats_url: str, states: tuple[str, ...], gpu_type: str | None, names: tuple[str, ...], limit: int,
           offset: int, as_json: bool) -> None:
-    """Nodes with their state, capacity and use (like sinfo)."""
+    """Nodes with their state, capacity and use (like sinfo).
+
+    KIND says whether a node is this machine as its agent found it or a simulated development node
+    (its GPUs are not real devices); ISOLATION how its agent confines jobs (NONE, loudly, when it
+    cannot); unhealthy GPUs are counted in GPUS and listed below the table with the reason.
+    """
     if limit < 0 or offset < 0:
         raise click.BadParameter("must not be negative", param_hint="--limit/--offset")
 
@@ -46,19 +52,48 @@ def nodes(nats_url: str, states: tuple[str, ...], gpu_type: str | None, names: t
     if as_json:
         click.echo(json.dumps(body["nodes"]))
         return
-    table = Table(box=None, header_style="bold")
-    for col in ("NODE", "STATE", "CPUS(used/total)", "MEMORY(used/total)", "GPUS(used/total)", "GPU TYPES", "JOBS",
-                "TAINTS"):
-        table.add_column(col)
-    for n in body["nodes"]:
-        taints = ",".join(taint_text(c.Taint(**t)) for t in n.get("taints", []))
-        table.add_row(n["node"], n["state"], f"{format_cpus(n['cpus_used_milli'])}/{format_cpus(n['cpus_milli'])}",
-                      f"{format_memory(n['memory_used_bytes'])}/{format_memory(n['memory_bytes'])}",
-                      f"{n['gpus_used']}/{n['gpus']}", ",".join(n["gpu_types"]) or "-", str(len(n["jobs"])),
-                      taints or "-")
-    console().print(table)
+    out = console()
+    table, notes = nodes_table(body["nodes"])
+    out.print(table)
+    for note in notes:
+        out.print(note)
     if body["total"] > len(body["nodes"]):
         click.echo(f"{len(body['nodes'])} of {body['total']} nodes shown (--offset {offset}, --limit {limit})")
+
+
+def nodes_table(rows: list[dict[str, Any]]) -> tuple[Table, list[Text]]:
+    """The table of ``horizon nodes`` and the lines below it (unhealthy GPUs, unconfined jobs)."""
+    table = Table(box=None, header_style="bold")
+    for col in ("NODE", "STATE", "KIND", "CPUS(used/total)", "MEMORY(used/total)", "GPUS(used/total)", "GPU TYPES",
+                "JOBS", "TAINTS", "ISOLATION"):
+        table.add_column(col)
+    notes: list[Text] = []
+    for n in rows:
+        taints = ",".join(taint_text(c.Taint(**t)) for t in n.get("taints", []))
+        unhealthy = n.get("unhealthy") or {}
+        gpus = f"{n['gpus_used']}/{n['gpus']}" + (f" ({len(unhealthy)} unhealthy)" if unhealthy else "")
+        table.add_row(n["node"], n["state"], "simulated" if n.get("simulated") else "machine",
+                      f"{format_cpus(n['cpus_used_milli'])}/{format_cpus(n['cpus_milli'])}",
+                      f"{format_memory(n['memory_used_bytes'])}/{format_memory(n['memory_bytes'])}",
+                      Text(gpus, style="bold red") if unhealthy else gpus, ",".join(n["gpu_types"]) or "-",
+                      str(len(n["jobs"])), taints or "-", _isolation(n.get("isolation") or ""))
+        for device, why in unhealthy.items():
+            notes.append(Text(f"{n['node']} {device} unhealthy: {why}", style="bold red"))
+        if _unconfined(n.get("isolation") or ""):
+            notes.append(Text(f"{n['node']}: jobs are NOT isolated ({n['isolation']}): no memory, CPU or device "
+                              "limits", style="bold red"))
+    return table, notes
+
+
+def _unconfined(isolation: str) -> bool:
+    """The agent said it cannot confine jobs ("none: ...")."""
+    return isolation.lower().startswith("none")
+
+
+def _isolation(isolation: str) -> Text | str:
+    if _unconfined(isolation):
+        return Text(isolation.upper() if isolation.lower() == "none" else "NONE" + isolation[4:], style="bold red")
+    return isolation or "-"
 
 
 _ANSWERS = {"NodeCordoned", "NodeUncordoned", "NodeDraining", "NodeRemoved", "NodeTaintsChanged", "RequestRejected"}

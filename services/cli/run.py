@@ -14,9 +14,11 @@ import click
 
 from events.resources import parse_cpus, parse_memory
 from events.subjects import valid_token
-from services.agent.nodes import local_nodes
+from services.agent.discovery import describe_machine, machine_node
+from services.agent.nodes import NodeSpec, local_nodes
 from services.runtime.jetstream import JetStreamLog, StreamSettings, redact_url
 from services.runtime.natsserver import NatsServer
+from services.host.lock import DataDirBusy, DataDirLock
 from services.host.stack import Stack
 from services.host.registry import SERVICES
 from services.host.supervisor import ChildSpec, Supervisor, notify_ready
@@ -50,14 +52,89 @@ def _logging(verbose: bool, log_file: Path | None = None) -> None:
     logging.getLogger("nats").setLevel(logging.WARNING)
 
 
+# The shape of a development cluster when any shape option is given (the others take these).
+DEV_NODES, DEV_GPUS, DEV_GPU_TYPE, DEV_CPUS, DEV_MEMORY = 4, 8, "a100", "64", "512Gi"
+_SHAPE_HELP = "Development cluster (simulated nodes): "
+
+
+def shape_options(command: Any) -> Any:
+    """--nodes, --gpus-per-node, --gpu-type, --cpus-per-node, --memory-per-node: any of them makes a
+    development cluster of simulated nodes; none of them, this machine as it is."""
+    for option in reversed([
+        click.option("--nodes", type=click.IntRange(min=0), default=None,
+                     help=f"{_SHAPE_HELP}how many [default: {DEV_NODES} when any shape option is given]. "
+                          "Without any shape option: this machine is the one node, as discovered."),
+        click.option("--gpus-per-node", type=click.IntRange(min=0), default=None,
+                     help=f"{_SHAPE_HELP}GPUs of each [default: {DEV_GPUS}]."),
+        click.option("--gpu-type", default=None, help=f"{_SHAPE_HELP}their GPU model, e.g. h100-80gb "
+                                                      f"[default: {DEV_GPU_TYPE}]."),
+        click.option("--cpus-per-node", default=None, help=f"{_SHAPE_HELP}CPUs of each [default: {DEV_CPUS}]."),
+        click.option("--memory-per-node", default=None, help=f"{_SHAPE_HELP}memory of each [default: {DEV_MEMORY}]."),
+    ]):
+        command = option(command)
+    return command
+
+
+class Shape:
+    """What an ``up`` or an agent runs: a development cluster (``dev``) or this machine."""
+
+    def __init__(self, nodes: int | None, gpus_per_node: int | None, gpu_type: str | None,
+                 cpus_per_node: str | None, memory_per_node: str | None) -> None:
+        self.dev = any(v is not None for v in (nodes, gpus_per_node, gpu_type, cpus_per_node, memory_per_node))
+        self.nodes = DEV_NODES if nodes is None else nodes
+        self.gpus_per_node = DEV_GPUS if gpus_per_node is None else gpus_per_node
+        self.gpu_type = gpu_type or DEV_GPU_TYPE
+        self.cpus_text = cpus_per_node or DEV_CPUS
+        self.memory_text = memory_per_node or DEV_MEMORY
+        if self.dev:  # checked before anything starts (a bad value touches nothing)
+            self.cpus = parse_cpus(self.cpus_text, "--cpus-per-node") // 1000
+            self.memory_bytes = parse_memory(self.memory_text, "--memory-per-node")
+
+    def args(self) -> list[str]:
+        """The same shape as agent options (``horizon service agent``); none for the machine."""
+        if not self.dev:
+            return []
+        return ["--nodes", str(self.nodes), "--gpus-per-node", str(self.gpus_per_node), "--gpu-type", self.gpu_type,
+                "--cpus-per-node", self.cpus_text, "--memory-per-node", self.memory_text]
+
+    def dev_nodes(self, prefix: str = "node") -> list[NodeSpec]:
+        return local_nodes(self.nodes, gpus_per_node=self.gpus_per_node, gpu_type=self.gpu_type, cpus=self.cpus,
+                           memory_bytes=self.memory_bytes, prefix=prefix)
+
+    def describe_dev(self) -> str:
+        what = f"{self.nodes} simulated node{'s' if self.nodes != 1 else ''}"
+        if not self.gpus_per_node:
+            return f"{what}, no GPUs"
+        return f"{what} x {self.gpus_per_node} {self.gpu_type} GPUs (simulated: not real devices)"
+
+
+def _machine(name: str | None = None) -> tuple[NodeSpec, str]:
+    """This machine's node, and what to say of it."""
+    spec, notes = machine_node(name)
+    return spec, describe_machine(spec, notes)
+
+
+def try_hint(nodes: list[NodeSpec]) -> str:
+    """A first job that works here: ``nvidia-smi`` only where real GPUs are."""
+    if any(n.gpus and not n.simulated for n in nodes):
+        return "horizon submit --gpus 1 -- nvidia-smi"
+    if any(n.gpus for n in nodes):
+        return "horizon submit --gpus 1 -- sh -c 'echo \"GPUs: $CUDA_VISIBLE_DEVICES\"'"
+    return "horizon submit -- hostname"
+
+
+def _hold(data_dir: Path) -> DataDirLock:
+    """The data directory's lock, or exit non-zero saying who holds it (touching nothing else)."""
+    try:
+        return DataDirLock(data_dir, command="horizon up").acquire()
+    except DataDirBusy as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @click.command()
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".horizon"), show_default=True)
 @click.option("--port", type=int, default=4222, show_default=True, help="NATS client port (0: a free one).")
-@click.option("--nodes", type=int, default=4, show_default=True, help="Local nodes to run.")
-@click.option("--gpus-per-node", type=int, default=8, show_default=True)
-@click.option("--gpu-type", default="a100", show_default=True, help="GPU model of the local nodes, e.g. h100-80gb.")
-@click.option("--cpus-per-node", default="64", show_default=True)
-@click.option("--memory-per-node", default="512Gi", show_default=True)
+@shape_options
 @click.option("--executor", type=click.Choice(["process", "sim"]), default="process", show_default=True,
               help="process: run the commands for real; sim: jobs only take their sim runtime.")
 @click.option("--heartbeat-timeout", type=float, default=10.0, show_default=True, help="Seconds before a silent node is lost.")
@@ -72,35 +149,49 @@ def _logging(verbose: bool, log_file: Path | None = None) -> None:
               help="Run every part as its own OS process (`horizon service NAME`), restarted if it dies; "
                    "logs in DATA_DIR/logs/, PIDs in DATA_DIR/processes.json.")
 @click.option("--verbose", is_flag=True)
-def up(data_dir: Path, port: int, nodes: int, gpus_per_node: int, gpu_type: str, cpus_per_node: str,
-       memory_per_node: str, executor: str, heartbeat_timeout: float, policy: str, backfill_mode: str,
-       otel: str, processes: bool, verbose: bool) -> None:
-    """Start everything on this machine: nats-server, the five services, projections, local nodes."""
-    node_specs = local_nodes(
-        nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type, cpus=parse_cpus(cpus_per_node, "--cpus-per-node") // 1000,
-        memory_bytes=parse_memory(memory_per_node, "--memory-per-node"),
-    )
-    _logging(verbose, data_dir / "horizon.log")
-    server = NatsServer(store_dir=data_dir / "nats", port=port, log_file=data_dir / "nats-server.log")
-    if processes:
-        common = ["--executor", executor, "--heartbeat-timeout", str(heartbeat_timeout), "--policy", policy,
-                  "--backfill-mode", backfill_mode, "--otel", otel, *(["--verbose"] if verbose else [])]
-        agent = ["--nodes", str(nodes), "--gpus-per-node", str(gpus_per_node), "--gpu-type", gpu_type,
-                 "--cpus-per-node", cpus_per_node, "--memory-per-node", memory_per_node]
-        _up_processes(server, data_dir, common, agent if nodes else None,
-                      f"{nodes} nodes x {gpus_per_node} {gpu_type} GPUs, {executor} executor")
-        return
-    server.start()
+def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, gpu_type: str | None,
+       cpus_per_node: str | None, memory_per_node: str | None, executor: str, heartbeat_timeout: float, policy: str,
+       backfill_mode: str, otel: str, processes: bool, verbose: bool) -> None:
+    """Start everything on this machine: nats-server, the five services, projections, and a node.
+
+    Without shape options the node is this machine as it is: its CPUs, memory and GPUs (found
+    through NVML). With any of --nodes, --gpus-per-node, --gpu-type, --cpus-per-node,
+    --memory-per-node it is a development cluster of simulated nodes of that shape instead (their
+    GPUs are not real devices; jobs still run for real with the process executor).
+
+    One `horizon up` per data directory: a second one on the same --data-dir says who holds it and
+    exits non-zero.
+    """
+    shape = Shape(nodes, gpus_per_node, gpu_type, cpus_per_node, memory_per_node)
+    lock = _hold(data_dir)  # 1. the data dir is ours before anything in it is touched
     try:
-        asyncio.run(_up(server, data_dir, node_specs, executor, heartbeat_timeout, nodes, gpus_per_node, gpu_type,
-                        policy, backfill_mode, otel))
+        # 2. what runs: the machine (discovered) or the development cluster
+        if shape.dev:
+            node_specs, what = shape.dev_nodes(), shape.describe_dev()
+        else:
+            machine, what = _machine()
+            node_specs = [machine]
+        _logging(verbose, data_dir / "horizon.log")
+        server = NatsServer(store_dir=data_dir / "nats", port=port, log_file=data_dir / "nats-server.log")
+        if processes:
+            common = ["--executor", executor, "--heartbeat-timeout", str(heartbeat_timeout), "--policy", policy,
+                      "--backfill-mode", backfill_mode, "--otel", otel, *(["--verbose"] if verbose else [])]
+            _up_processes(server, data_dir, common, shape.args() if node_specs else None,
+                          f"{what}, {executor} executor", try_hint(node_specs))
+            return
+        server.start()
+        try:
+            asyncio.run(_up(server, data_dir, node_specs, executor, heartbeat_timeout, what, policy, backfill_mode,
+                            otel))
+        finally:
+            server.stop()
+            click.echo("stopped", err=True)
     finally:
-        server.stop()
-        click.echo("stopped", err=True)
+        lock.release()
 
 
-async def _up(server: NatsServer, data_dir: Path, node_specs: list, executor: str, heartbeat_timeout: float,
-              nodes: int, gpus_per_node: int, gpu_type: str, policy: str, backfill: str, otel: str = "none") -> None:
+async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], executor: str, heartbeat_timeout: float,
+              what: str, policy: str, backfill: str, otel: str = "none") -> None:
     tracing, meters = _telemetry(otel, "horizon")
     stack = Stack(server.url, data_dir, nodes=node_specs, executor=executor, heartbeat_timeout_s=heartbeat_timeout,
                   policy=policy, backfill=backfill, tracer_provider=tracing, meter_provider=meters)
@@ -108,10 +199,10 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list, executor: st
         await stack.start()
         click.echo(server.url, nl=True)
         click.echo(
-            f"Horizon is up: {nodes} nodes x {gpus_per_node} {gpu_type} GPUs, {executor} executor; "
+            f"Horizon is up: {what}, {executor} executor; "
             f"data in {data_dir}/, logs in {data_dir}/horizon.log\n"
             f"Try, in another shell:\n"
-            f"  horizon submit --gpus 2 -- nvidia-smi\n"
+            f"  {try_hint(node_specs)}\n"
             f"  horizon queue\n"
             f"  horizon jobs\n"
             f"  horizon watch\n"
@@ -129,7 +220,7 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list, executor: st
 
 def process_specs(url: str, data_dir: Path, common: list[str], agent: list[str] | None) -> list[ChildSpec]:
     """One ``horizon service NAME`` command line per part: the five services, the projections,
-    and (unless ``agent`` is None) the agent with its node options."""
+    and (unless ``agent`` is None) the agent with its node options (``[]``: this machine)."""
     base = [sys.executable, "-m", "services.cli.main", "service"]
     where = ["--nats", url, "--data-dir", str(data_dir.resolve())]
     specs = [ChildSpec(name, [*base, name, *where, *common]) for name in [*SERVICES, "projections"]]
@@ -139,7 +230,7 @@ def process_specs(url: str, data_dir: Path, common: list[str], agent: list[str] 
 
 
 def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: list[str] | None,
-                  shape: str) -> None:
+                  shape: str, hint: str = "horizon submit -- hostname") -> None:
     """``horizon up --processes``: nats-server here, every part a supervised child process.
 
     Phases: 1. the server and the streams (so a submission made as soon as the URL is printed is
@@ -167,7 +258,9 @@ def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: 
             names = ", ".join(f"{name} {pid}" for name, pid in supervisor.pids().items())
             click.echo(
                 f"Horizon is up as processes: {shape}; PIDs: {names}\n"
-                f"logs in {data_dir}/logs/, PIDs in {data_dir}/processes.json. Ctrl-C stops everything.",
+                f"logs in {data_dir}/logs/, PIDs in {data_dir}/processes.json. Try, in another shell:\n"
+                f"  {hint}\n"
+                f"Ctrl-C stops everything.",
                 err=True,
             )
             supervisor.run(lambda: bool(signals))
@@ -190,12 +283,11 @@ async def _create_streams(url: str) -> None:
 @click.option("--nats", "nats_url", envvar="HORIZON_NATS_URL", default="nats://127.0.0.1:4222", show_default=True)
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".horizon"), show_default=True)
 @click.option("--replicas", type=int, default=1, show_default=True, help="Stream replicas (3 on a NATS cluster).")
-@click.option("--nodes", type=int, default=1, show_default=True, help="agent: local nodes this agent hosts.")
-@click.option("--node-prefix", default="node", show_default=True, help="agent: node name prefix.")
-@click.option("--gpus-per-node", type=int, default=8, show_default=True)
-@click.option("--gpu-type", default="a100", show_default=True)
-@click.option("--cpus-per-node", default="64", show_default=True, help="agent: CPUs of each node.")
-@click.option("--memory-per-node", default="512Gi", show_default=True, help="agent: memory of each node.")
+@shape_options
+@click.option("--node-prefix", default="node", show_default=True,
+              help="agent, development cluster: node name prefix (nodes PREFIX-00, PREFIX-01, ...).")
+@click.option("--node-name", default=None,
+              help="agent, this machine: the node's name [default: the short host name].")
 @click.option("--executor", type=click.Choice(["process", "sim"]), default="process", show_default=True)
 @click.option("--heartbeat-timeout", type=float, default=10.0, show_default=True)
 @click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="multifactor", show_default=True)
@@ -208,10 +300,10 @@ async def _create_streams(url: str) -> None:
               help="Seconds a service's leader lease lasts unrenewed: how long a standby waits after its "
                    "leader dies. Must exceed the longest decision round.")
 @click.option("--verbose", is_flag=True)
-def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int, node_prefix: str,
-            gpus_per_node: int, gpu_type: str, cpus_per_node: str, memory_per_node: str, executor: str,
-            heartbeat_timeout: float, policy: str, backfill_mode: str, otel: str, lease_ttl: int,
-            verbose: bool) -> None:
+def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int | None, gpus_per_node: int | None,
+            gpu_type: str | None, cpus_per_node: str | None, memory_per_node: str | None, node_prefix: str,
+            node_name: str | None, executor: str, heartbeat_timeout: float, policy: str, backfill_mode: str,
+            otel: str, lease_ttl: int, verbose: bool) -> None:
     """Run one part alone against any NATS (the distributed shape).
 
     --nats takes one URL or several separated by commas (the servers of a NATS cluster). Once the
@@ -220,14 +312,19 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int,
     Run a service as many times as you like: every instance folds the log, the one holding the
     service's lease (KV bucket HORIZON_LEASES) decides, the others are hot standbys that take over
     within --lease-ttl seconds of its death (at once when it stops gracefully).
+
+    The agent hosts this machine as one node (its CPUs, memory and GPUs, as discovered) unless a
+    shape option makes it host a development cluster of simulated nodes instead.
     """
     _logging(verbose)
     settings = StreamSettings(replicas=replicas)
-    cpus = parse_cpus(cpus_per_node, "--cpus-per-node") // 1000
-    memory_bytes = parse_memory(memory_per_node, "--memory-per-node")
+    shape = Shape(nodes, gpus_per_node, gpu_type, cpus_per_node, memory_per_node)
     if not valid_token(f"{node_prefix}-00"):  # node names go into subjects (horizon.hb.<node>)
         raise click.BadParameter(f"{node_prefix!r}: use letters, digits, '_' or '-' (no dots)",
                                  param_hint="--node-prefix")
+    if node_name is not None and not valid_token(node_name):
+        raise click.BadParameter(f"{node_name!r}: use letters, digits, '_' or '-' (no dots)",
+                                 param_hint="--node-name")
 
     async def go() -> None:
         tracing, meters = _telemetry(otel, f"horizon-{name}")
@@ -237,8 +334,12 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int,
         setup = await JetStreamLog.open(nats_url, name=f"horizon-{name}-setup", settings=settings)
         await setup.close()
         if name == "agent":
-            stack.nodes = local_nodes(nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type, cpus=cpus,
-                                      memory_bytes=memory_bytes, prefix=node_prefix)
+            if shape.dev:
+                stack.nodes, what = shape.dev_nodes(node_prefix), shape.describe_dev()
+            else:
+                machine, what = _machine(node_name)
+                stack.nodes = [machine]
+            click.echo(f"agent: {what}, {executor} executor", err=True)
             await stack.start_agent()
         elif name == "projections":
             await stack.start_projection()
