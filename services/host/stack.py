@@ -21,6 +21,7 @@ from services.agent.app import NodeAgent
 from services.agent.executors import Executor, ProcessExecutor, SimExecutor
 from services.agent.nodes import NodeSpec
 from services.domain.queue.fold import QueueFold
+from services.host.lock import DataDirLock
 from services.host.registry import SERVICES
 from services.runtime.jetstream import JetStreamLog, StreamSettings
 from services.runtime.lease import Lease
@@ -130,16 +131,25 @@ class Stack:
 
     async def start_agent(self) -> Part:
         log_ = await self._connect("agent")
-        executor: Executor = (SimExecutor() if self.executor == "sim"
-                              else ProcessExecutor(self.data_dir / "jobs", {n.name: n for n in self.nodes}))
+        lock = None
+        if self.executor == "sim":
+            executor: Executor = SimExecutor()
+        else:
+            # One agent per data dir: two would both adopt (and report) the same attempts.
+            lock = DataDirLock(self.data_dir, "agent").acquire()
+            executor = ProcessExecutor(self.data_dir / "jobs", {n.name: n for n in self.nodes})
         agent = NodeAgent(log_, self.nodes, executor, nc=log_.nc, heartbeat_interval_s=self.heartbeat_interval_s)
 
         async def run() -> None:
-            await agent.start()
             try:
-                await asyncio.Event().wait()
+                await agent.start()
+                try:
+                    await asyncio.Event().wait()
+                finally:
+                    await agent.stop()
             finally:
-                await agent.stop()
+                if lock is not None:
+                    lock.release()
 
         return await self._launch("agent", log_, agent, run(), agent.ready)
 
