@@ -219,7 +219,7 @@ def test_output_exit_code_environment_and_working_directory(run, tmp_path):
     work.mkdir()
     (work / "input.txt").write_text("from the host\n")
     r = run(["sh", "-c", 'echo "out $GREETING|$SPACED|$EQ|$LINES"; pwd; cat input.txt; echo made > result.txt; '
-             'echo oops >&2; grep -E "^[0-9]+:(memory|pids|devices):" /proc/self/cgroup; exit 7'],
+             'echo oops >&2; grep -E "^[0-9]+:(memory|cpu|cpuset|pids|devices):" /proc/self/cgroup; exit 7'],
             env={"GREETING": "hello", "SPACED": " two words ", "EQ": "a=b", "LINES": "one\ntwo"}, cwd=work)
     started = time.monotonic()
     assert r.start().wait() == 7, r.err.read_text()
@@ -231,10 +231,10 @@ def test_output_exit_code_environment_and_working_directory(run, tmp_path):
     assert out[3] == "from the host"
     assert (work / "result.txt").read_text() == "made\n"  # the working directory is the host's, read-write
     assert r.err.read_text() == "oops\n"
-    # The container's processes are in the job's memory and pids cgroups; devices stays Podman's.
+    # The container's processes are in the job's cgroups; devices stays Podman's.
     cgroups = dict(line.split(":", 2)[1:] for line in out[4:])
-    assert cgroups["memory"] == "/" + r.cgroup.relative
-    assert cgroups["pids"] == "/" + r.cgroup.relative
+    for controller in ("memory", "cpu", "cpuset", "pids"):
+        assert cgroups[controller] == "/" + r.cgroup.relative, controller
     assert cgroups["devices"].startswith("/libpod_parent/libpod-")
     assert elapsed < 20
     assert r.name not in _containers()  # --rm
@@ -293,7 +293,7 @@ def test_image_checks(image):
 
 
 @real
-def test_a_missing_image_is_not_pulled(tmp_path, hierarchy, image):
+def test_a_missing_image_is_not_pulled(tmp_path, image):
     argv = ct.podman_argv(name=ct.container_name(f"missing-{os.getpid()}", 1),
                           image="localhost/horizon-no-such-image:0", command=["true"], env={}, cwd=str(tmp_path))
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
