@@ -17,9 +17,10 @@ import pynvml
 import pytest
 
 from services.agent.discovery import (
-    GpuHealth, NvmlBackend, describe_machine, discover_gpus, gpu_model, machine_node, node_name, numa_layout,
-    parse_cpulist, xid_reason,
+    describe_machine, discover_gpus, gpu_model, machine_node, node_name, numa_layout, parse_cpulist,
 )
+from services.agent.gpu_health import GpuHealth, xid_reason
+from services.agent.nvml import NvmlBackend
 from services.agent.nodes import local_nodes
 
 

@@ -4,298 +4,40 @@
 (``os.sched_getaffinity``), the memory (``/proc/meminfo`` MemTotal), the NUMA
 layout (``/sys/devices/system/node/node*/cpulist``; one node 0 when the
 kernel shows none) and the GPUs as the NVIDIA driver reports them through
-NVML. ``machine_node`` turns that into the one ``NodeSpec`` the agent
-registers, with the notes a person should read ("no GPU found (NVML: ...)").
+NVML (``services/agent/nvml.py``: the ``GpuBackend`` protocol and
+``NvmlBackend``, which the tests drive through a fake of the pynvml module).
+``machine_node`` turns that into the one ``NodeSpec`` the agent registers,
+with the notes a person should read ("no GPU found (NVML: ...)": on a
+machine without a driver ``nvmlInit`` raises ``NVMLError_LibraryNotFound``).
 
-NVML sits behind a small protocol, ``GpuBackend``; ``NvmlBackend`` is the
-real one, written over a pynvml-like module (``nvidia-ml-py``). The tests
-hand ``NvmlBackend`` a fake of that module, so the code that runs on a GPU
-machine is the code the tests run; on a machine without a driver
-``nvmlInit`` raises ``NVMLError_LibraryNotFound`` and discovery finds no GPU.
-
-Per GPU: ``id`` ``gpu<index>`` (the NVML index, what ``CUDA_VISIBLE_DEVICES``
-counts when ``CUDA_DEVICE_ORDER=PCI_BUS_ID``), the model as Horizon names it
+Per GPU: ``id`` ``gpu<index>`` (the NVML index), the model as Horizon names it
 (``gpu_model``: "NVIDIA A100-SXM4-80GB" -> ``a100`` / ``80gb``), memory, UUID,
 minor number (``/dev/nvidia<minor>``), NUMA node (NVML's, else the PCI
 device's ``numa_node`` in sysfs, else 0) and ``interconnect``: devices joined
 by NVLink (directly or through NVSwitches) share ``nvlink-<n>``, numbered in
 the order of their lowest index.
 
-``GpuHealth`` watches the devices while the agent runs: ``check()`` returns
-the devices that turned unhealthy since the last call, with the reason (an
-XID critical error, a device NVML can no longer reach). The agent re-registers
-its node with that reason in the device's ``health``; placement skips it.
+While the agent runs, ``services/agent/gpu_health.py`` watches the devices
+found here.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
-
-import msgspec
 
 from events import catalogue as c
 from events.resources import format_memory
 from events.subjects import valid_token
 from services.agent.nodes import NodeSpec
+from services.agent.nvml import GpuBackend, GpuUnavailable, NvmlBackend
 
-__all__ = [
-    "GpuBackend", "GpuUnavailable", "RawGpu", "NvmlBackend", "Machine", "GpuHealth", "discover", "discover_gpus",
-    "machine_node", "node_name", "gpu_model", "parse_cpulist", "xid_reason", "describe_machine",
-]
-
-log = logging.getLogger("horizon.agent.discovery")
-
-
-class GpuUnavailable(Exception):
-    """The GPU backend cannot be used at all (no driver, no library); the message says why."""
-
-
-@dataclass(frozen=True)
-class RawGpu:
-    """One device as the driver describes it, before Horizon names it."""
-
-    index: int
-    name: str  # the driver's model name, "NVIDIA A100-SXM4-80GB"
-    memory_bytes: int
-    uuid: str
-    minor: int | None = None
-    numa_node: int | None = None  # None: the driver does not say
-    pci_bus_id: str = ""  # sysfs form, "0000:3b:00.0"
-
-
-class GpuBackend(Protocol):
-    """The few questions discovery and the health check ask of a GPU driver."""
-
-    def open(self) -> None:
-        """Start talking to the driver; raises ``GpuUnavailable`` with the reason."""
-
-    def close(self) -> None: ...
-
-    def gpus(self) -> list[RawGpu]:
-        """Every device, by index."""
-
-    def nvlink_peers(self, index: int) -> set[int]:
-        """The indices of the devices NVLink joins to device ``index`` (empty where unknown)."""
-
-    def problem(self, uuid: str) -> str:
-        """Why the device cannot be reached ("" when it answers)."""
-
-    def watch_xids(self) -> None:
-        """Register for XID critical error events where the driver supports them."""
-
-    def next_xid(self, timeout_ms: int) -> tuple[str, int] | None:
-        """The next XID event (device UUID, "" for all devices; XID number), None after ``timeout_ms``."""
-
-
-# ------------------------------------------------------------------------------------------------ NVML
-
-
-def _text(value: object) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def sysfs_bus_id(nvml_bus_id: str) -> str:
-    """NVML's ``00000000:3B:00.0`` as sysfs names it: ``0000:3b:00.0``."""
-    domain, _, rest = nvml_bus_id.strip().partition(":")
-    if not rest:
-        return nvml_bus_id.strip().lower()
-    try:
-        return f"{int(domain, 16):04x}:{rest.lower()}"
-    except ValueError:
-        return nvml_bus_id.strip().lower()
-
-
-# Errors that mean the device itself is gone or broken (not "this query is not supported").
-_LOST_ERRORS = {"NVMLError_GpuIsLost": "GPU is lost", "NVMLError_NotFound": "not found",
-                "NVMLError_ResetRequired": "needs a reset", "NVMLError_Unknown": "unknown error"}
-
-
-class NvmlBackend:
-    """``GpuBackend`` over NVML through a pynvml-like module (``nvidia-ml-py``'s ``pynvml`` by default).
-
-    ``sys_root`` is where sysfs is mounted (``/sys``): the PCI device's ``numa_node`` is read there
-    when NVML does not say.
-    """
-
-    def __init__(self, nvml: Any = None, sys_root: Path = Path("/sys")) -> None:
-        self._nvml = nvml
-        self.sys_root = sys_root
-        self._open = False
-        self._events: Any = None
-        self._handles: dict[int, Any] = {}
-
-    @property
-    def nvml(self) -> Any:
-        if self._nvml is None:
-            try:
-                import pynvml
-            except ImportError as exc:
-                raise GpuUnavailable(f"nvidia-ml-py is not installed ({exc})") from None
-            self._nvml = pynvml
-        return self._nvml
-
-    def open(self) -> None:
-        nvml = self.nvml
-        try:
-            nvml.nvmlInit()
-        except nvml.NVMLError as exc:
-            raise GpuUnavailable(f"NVML: {_text(exc)}") from None
-        except OSError as exc:  # the library is there but cannot be loaded
-            raise GpuUnavailable(f"NVML: {exc}") from None
-        self._open = True
-
-    def close(self) -> None:
-        if not self._open:
-            return
-        nvml = self.nvml
-        if self._events is not None:
-            try:
-                nvml.nvmlEventSetFree(self._events)
-            except nvml.NVMLError:
-                pass
-            self._events = None
-        try:
-            nvml.nvmlShutdown()
-        except nvml.NVMLError:
-            pass
-        self._open = False
-        self._handles.clear()
-
-    def _handle(self, index: int) -> Any:
-        handle = self._handles.get(index)
-        if handle is None:
-            handle = self._handles[index] = self.nvml.nvmlDeviceGetHandleByIndex(index)
-        return handle
-
-    def _optional(self, call: str, *args: Any) -> Any:
-        """A query some devices or drivers do not answer: None then."""
-        nvml = self.nvml
-        fn = getattr(nvml, call, None)
-        if fn is None:
-            return None
-        try:
-            return fn(*args)
-        except nvml.NVMLError:
-            return None
-
-    def gpus(self) -> list[RawGpu]:
-        nvml = self.nvml
-        out = []
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = self._handle(index)
-            pci = self._optional("nvmlDeviceGetPciInfo", handle)
-            bus_id = sysfs_bus_id(_text(pci.busId)) if pci is not None else ""
-            numa = self._optional("nvmlDeviceGetNumaNodeId", handle)
-            if numa is None or numa < 0:
-                numa = self._sysfs_numa(bus_id)
-            out.append(RawGpu(
-                index=index,
-                name=_text(nvml.nvmlDeviceGetName(handle)),
-                memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
-                uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-                minor=self._optional("nvmlDeviceGetMinorNumber", handle),
-                numa_node=numa,
-                pci_bus_id=bus_id,
-            ))
-        return out
-
-    def _sysfs_numa(self, bus_id: str) -> int | None:
-        if not bus_id:
-            return None
-        try:
-            node = int((self.sys_root / "bus" / "pci" / "devices" / bus_id / "numa_node").read_text().strip())
-        except (OSError, ValueError):
-            return None
-        return node if node >= 0 else None  # -1: the platform has no NUMA affinity for it
-
-    def nvlink_peers(self, index: int) -> set[int]:
-        """Peers by NVML's peer-to-peer NVLink status (which also sees links through NVSwitches);
-        where the driver does not answer that, by the remote PCI devices of the device's own links."""
-        nvml = self.nvml
-        count = nvml.nvmlDeviceGetCount()
-        mine = self._handle(index)
-        peers: set[int] = set()
-        try:
-            for other in range(count):
-                if other != index:
-                    status = nvml.nvmlDeviceGetP2PStatus(mine, self._handle(other), nvml.NVML_P2P_CAPS_INDEX_NVLINK)
-                    if status == nvml.NVML_P2P_STATUS_OK:
-                        peers.add(other)
-            return peers
-        except (nvml.NVMLError, AttributeError):
-            pass
-        by_bus: dict[str, int] = {}
-        for other in range(count):
-            pci = self._optional("nvmlDeviceGetPciInfo", self._handle(other))
-            if pci is not None:
-                by_bus[sysfs_bus_id(_text(pci.busId))] = other
-        for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
-            try:
-                if nvml.nvmlDeviceGetNvLinkState(mine, link) != nvml.NVML_FEATURE_ENABLED:
-                    continue
-                remote = nvml.nvmlDeviceGetNvLinkRemotePciInfo(mine, link)
-            except nvml.NVMLError:
-                break  # no such link (or no NVLink at all)
-            other = by_bus.get(sysfs_bus_id(_text(remote.busId)))
-            if other is not None and other != index:
-                peers.add(other)
-        return peers
-
-    def problem(self, uuid: str) -> str:
-        nvml = self.nvml
-        try:
-            handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
-            nvml.nvmlDeviceGetMemoryInfo(handle)
-        except nvml.NVMLError as exc:
-            what = _LOST_ERRORS.get(type(exc).__name__)
-            return f"lost: NVML cannot reach the device ({what})" if what else ""
-        return ""
-
-    def watch_xids(self) -> None:
-        nvml = self.nvml
-        try:
-            events = nvml.nvmlEventSetCreate()
-        except nvml.NVMLError as exc:
-            log.info("no XID events from NVML: %s", _text(exc))
-            return
-        watched = 0
-        for index in range(nvml.nvmlDeviceGetCount()):
-            try:
-                nvml.nvmlDeviceRegisterEvents(self._handle(index), nvml.nvmlEventTypeXidCriticalError, events)
-                watched += 1
-            except nvml.NVMLError as exc:  # NotSupported on some boards
-                log.info("no XID events for gpu%d: %s", index, _text(exc))
-        if watched:
-            self._events = events
-        else:
-            try:
-                nvml.nvmlEventSetFree(events)
-            except nvml.NVMLError:
-                pass
-
-    def next_xid(self, timeout_ms: int) -> tuple[str, int] | None:
-        if self._events is None:
-            return None
-        nvml = self.nvml
-        wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
-        try:
-            data = wait(self._events, timeout_ms)
-        except nvml.NVMLError_Timeout:
-            return None
-        if data.eventType != nvml.nvmlEventTypeXidCriticalError:
-            return "", -1  # not an XID; the caller skips it
-        try:
-            uuid = _text(nvml.nvmlDeviceGetUUID(data.device)) if data.device else ""
-        except nvml.NVMLError:
-            uuid = ""  # which device is not known: every device is suspect
-        return uuid, int(data.eventData)
+__all__ = ["Machine", "discover", "discover_gpus", "machine_node", "node_name", "gpu_model", "parse_cpulist",
+           "numa_layout", "describe_machine"]
 
 
 # ------------------------------------------------------------------------------------------------ names
@@ -502,103 +244,3 @@ def machine_node(name: str | None = None, backend: GpuBackend | None = None, *, 
         numa_cpus=dict(machine.numa),
     )
     return spec, list(machine.notes)
-
-
-# ------------------------------------------------------------------------------------------------ health
-
-
-# XIDs an application causes (bad address, illegal instruction, its own kill): the device is fine.
-# NVIDIA's Kubernetes device plugin skips the same ones.
-APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-_XIDS = {
-    48: "double-bit ECC error",
-    61: "internal micro-controller breakpoint",
-    62: "internal micro-controller halt",
-    63: "ECC page retirement or row remapping event",
-    64: "ECC page retirement or row remapping failure",
-    74: "NVLink error",
-    79: "fell off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-}
-
-
-def xid_reason(xid: int) -> str:
-    """``XID 79: fell off the bus``."""
-    return f"XID {xid}: {_XIDS.get(xid, 'critical error')}"
-
-
-class GpuHealth:
-    """Watches ``devices`` (this node's, with their UUIDs) through ``backend``.
-
-    ``start()`` opens the backend and registers for XID events; each ``check()`` then (1) drains the
-    XID events, waiting at most ``xid_wait_ms`` for the first, (2) asks after every device still
-    healthy, and returns the devices that turned unhealthy in this call: device id -> reason. A
-    device stays unhealthy until the agent restarts (an XID 79 needs a reset, at least). ``check``
-    blocks up to ``xid_wait_ms``: an asyncio agent calls it in a thread (``asyncio.to_thread``).
-    ``start()`` returns False (and ``check`` finds nothing) when the backend cannot be opened.
-    """
-
-    def __init__(self, backend: GpuBackend, devices: Sequence[c.GpuDevice], *, xid_wait_ms: int = 100,
-                 max_events: int = 1000) -> None:
-        self.backend = backend
-        self.devices = {d.id: d for d in devices if d.uuid}
-        self.by_uuid = {d.uuid: d.id for d in self.devices.values()}
-        self.xid_wait_ms = xid_wait_ms
-        self.max_events = max_events
-        self.unhealthy: dict[str, str] = {d.id: d.health for d in devices if d.health}
-        self.started = False
-
-    def start(self) -> bool:
-        if not self.devices:
-            return False
-        try:
-            self.backend.open()
-        except GpuUnavailable as exc:
-            log.warning("GPU health is not watched: %s", exc)
-            return False
-        self.backend.watch_xids()
-        self.started = True
-        return True
-
-    def stop(self) -> None:
-        if self.started:
-            self.backend.close()
-            self.started = False
-
-    def check(self) -> dict[str, str]:
-        if not self.started:
-            return {}
-        found: dict[str, str] = {}
-        # 1. XID events: the first wait is the poll interval's grace, the rest are drained at once.
-        wait = self.xid_wait_ms
-        for _ in range(self.max_events):
-            event = self.backend.next_xid(wait)
-            if event is None:
-                break
-            wait = 0
-            uuid, xid = event
-            if xid < 0 or xid in APPLICATION_XIDS:
-                continue
-            targets = [self.by_uuid[uuid]] if uuid in self.by_uuid else ([] if uuid else list(self.devices))
-            for device in targets:
-                if device not in self.unhealthy and device not in found:
-                    found[device] = xid_reason(xid)
-        # 2. Every device still believed healthy must answer.
-        for device_id, device in self.devices.items():
-            if device_id in self.unhealthy or device_id in found:
-                continue
-            why = self.backend.problem(device.uuid)
-            if why:
-                found[device_id] = why
-        self.unhealthy.update(found)
-        return found
-
-    def apply(self, devices: Sequence[c.GpuDevice]) -> tuple[c.GpuDevice, ...]:
-        """``devices`` with ``health`` set to the reason of those found unhealthy."""
-        return tuple(msgspec.structs.replace(d, health=self.unhealthy[d.id]) if d.id in self.unhealthy
-                     and d.health != self.unhealthy[d.id] else d for d in devices)
-
