@@ -277,7 +277,8 @@ async def test_a_job_that_ignores_sigterm_is_killed_when_the_grace_period_ends(j
     deaf = f"trap '' TERM\nsleep 60 & echo $! > {child}\ntouch {ready}\nwait"
     try:
         await feed.run("deaf", c.JobSpec(tenant="acme", command=("bash", "-c", deaf)))
-        await wait_until(lambda: ready.exists() and child.read_text().strip(), 10, "the job to ignore SIGTERM")
+        await wait_until(lambda: ready.exists() and child.read_text().strip() and "deaf" in agent.running
+                         and agent.running["deaf"].execution is not None, 10, "the job to ignore SIGTERM")
         leader = agent.running["deaf"].execution.pid
         helper = int(child.read_text())
         t0 = asyncio.get_running_loop().time()
