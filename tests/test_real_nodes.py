@@ -174,3 +174,31 @@ def test_a_job_outlives_ctrl_c_of_up_and_a_restart(tmp_path):
         assert check.returncode == 0 and check.stdout.strip().endswith("ok"), check.stdout + check.stderr
     finally:
         assert again.stop() == 0
+
+
+from tests.test_containers import image  # noqa: E402,F401 - the busybox image, built once per session
+
+
+@needs_cgroups
+def test_a_container_job_has_its_limits_and_its_output_in_horizon_logs(tmp_path, image):
+    up = Up(tmp_path / "h", "--nodes", "1", "--gpus-per-node", "2")
+    work = tmp_path / "project"
+    work.mkdir()
+    up.start()
+    try:
+        boxed = up.submit("--image", image, "--cpus", "1", "--", "sh", "-c",
+                          "echo hello from $(pwd) task $HORIZON_JOB_ID; grep Cpus_allowed_list /proc/self/status",
+                          cwd=work)
+        hog = up.submit("--image", image, "--mem", "64M", "--", "sh", "-c",
+                        "head -c 200m /dev/zero | tail > /dev/null; echo survived")
+        assert up.wait_state(boxed, ("SUCCEEDED",))
+        lines = up.cli("logs", boxed).stdout.splitlines()
+        assert lines[0] == f"hello from {work} task {boxed}"
+        assert re.fullmatch(r"Cpus_allowed_list:\s+\d+", lines[1]), lines
+        row = up.wait_state(hog, ("OUT_OF_MEMORY", "FAILED", "SUCCEEDED"))
+        assert row["state"] == "OUT_OF_MEMORY", row
+        missing = up.submit("--image", "localhost/no-such-image:1", "--", "true")
+        row = up.wait_state(missing, ("FAILED",))
+        assert "no-such-image" in row["reason"], row
+    finally:
+        assert up.stop() == 0

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from events import catalogue as c
-from services.agent import shim
+from services.agent import containers, shim
 from services.agent.cgroups import Hierarchy, Limits, probe
 from services.agent.cores import CoreAllocator, Machine
 from services.domain.output import Names, expand, resolve
@@ -365,7 +365,8 @@ class ProcessExecutor:
         else:
             stderr = stdout if spec.stdout else str(directory / "stderr")
         devices = self._devices(alloc.node)
-        env = dict(os.environ)
+        # A process inherits the node's environment; a container keeps its image's (PATH, libraries).
+        env = {} if spec.image else dict(os.environ)
         env.update(job_environment(job_id, attempt, spec, alloc, checkpoint_ref, devices))
         env["HORIZON_CHECKPOINT_FILE"] = str((directory / "checkpoint").resolve())  # the agent reads this path
         numa = {devices[d].numa_node for d in alloc.device_ids if d in devices}
@@ -380,6 +381,8 @@ class ProcessExecutor:
             "job_id": job_id, "attempt": attempt, "node": alloc.node, "tenant": spec.tenant, "argv": list(spec.command), "env": env,
             "cwd": cwd, "stdout": stdout, "stderr": stderr, "open_mode": spec.open_mode,
             "node_cpus": list(cpus), "limits": limits.to_json(), "hierarchy": self.hierarchy.to_json(),
+            "image": spec.image, "container": containers.container_name(job_id, attempt) if spec.image else "",
+            "gpu_minors": [devices[d].minor for d in alloc.device_ids if d in devices and devices[d].minor is not None],
         }
 
     async def start(
@@ -390,6 +393,10 @@ class ProcessExecutor:
             return adopted  # a previous agent started it: the same attempt, not a second run
         if not spec.command:
             raise ValueError("the job has no command to run")
+        if spec.image:
+            problem = await asyncio.to_thread(containers.image_problem, spec.image)
+            if problem is not None:
+                raise RuntimeError(problem)
         directory = self.attempt_dir(job_id, attempt)
         if directory.exists():
             shutil.rmtree(directory, ignore_errors=True)  # planned by an agent that died before starting it

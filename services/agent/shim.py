@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from services.agent import containers
 from services.agent.cgroups import Hierarchy, JobCgroup, Limits
 
 __all__ = ["main", "start_time", "read_pid_file", "PLAN", "STATUS", "SHIM_PID", "JOB_PID"]
@@ -108,6 +109,10 @@ def run(directory: Path) -> dict[str, Any]:
         except OSError as exc:
             raise _StartError(f"cannot open output file {exc.filename}: {exc.strerror}") from None
 
+        argv, env = plan["argv"], plan["env"]
+        if plan.get("image"):
+            argv, env = _container(plan, directory, cgroup, cwd), None  # Podman runs with the node's environment
+
         def enter() -> None:  # in the child, before exec: default signals again, join the attempt's cgroup
             for sig in _IGNORED:
                 signal.signal(sig, signal.SIG_DFL)
@@ -116,7 +121,7 @@ def run(directory: Path) -> dict[str, Any]:
 
         try:
             proc = subprocess.Popen(
-                plan["argv"], cwd=cwd, env=plan["env"], stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                 start_new_session=True, preexec_fn=enter, close_fds=True,
             )
         except OSError as exc:
@@ -138,6 +143,8 @@ def run(directory: Path) -> dict[str, Any]:
         if cgroup is not None:
             status["oom_kills"] = cgroup.oom_kills()
             cgroup.remove()  # the job's helpers that outlived it die with the attempt
+        if plan.get("container"):
+            containers.cleanup(plan["container"])  # what a SIGKILL left in Podman's list
         status["ended"] = round(time.time(), 3)
         _atomic_write(directory / STATUS, json.dumps(status))
     return status
@@ -145,6 +152,27 @@ def run(directory: Path) -> dict[str, Any]:
 
 class _StartError(Exception):
     pass
+
+
+def _container(plan: dict[str, Any], directory: Path, cgroup: JobCgroup | None, cwd: str) -> list[str]:
+    """The ``podman run`` that runs the command in the image, inside the attempt's cgroup
+    (``services/agent/containers.py``: why each option)."""
+    name = plan["container"]
+    containers.cleanup(name)  # a leftover of this very attempt (a supervisor killed before its cleanup)
+    hooks = directory / "hooks"
+    if cgroup is not None:
+        containers.write_cgroup_hook(hooks, cgroup.paths())
+    env_file = directory / "container.env"
+    containers.write_env_file(env_file, plan["env"])
+    try:
+        return containers.podman_argv(
+            name=name, image=plan["image"], command=plan["argv"], env=plan["env"], cwd=cwd,
+            mounts=[str(directory.resolve())],  # the checkpoint file is written there
+            devices=containers.gpu_device_files(plan.get("gpu_minors", [])),
+            hooks_dir=hooks if cgroup is not None else None, env_file=env_file,
+        )
+    except ValueError as exc:
+        raise _StartError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
