@@ -202,3 +202,50 @@ def test_a_container_job_has_its_limits_and_its_output_in_horizon_logs(tmp_path,
         assert "no-such-image" in row["reason"], row
     finally:
         assert up.stop() == 0
+
+
+async def test_a_gpu_the_driver_reports_broken_is_re_registered_unhealthy(js_log, tmp_path):
+    """The agent's health watch, with a driver injected at the NVML boundary: an XID 79 on one GPU
+    re-registers the node with that device's health set (placement then skips it)."""
+    import asyncio
+
+    from events import catalogue as c
+    from services.agent.app import NodeAgent
+    from services.agent.discovery import discover_gpus
+    from services.agent.executors import SimExecutor
+    from services.agent.nodes import NodeSpec
+    from services.agent.nvml import NvmlBackend
+    from tests.e2e import events_of
+    from tests.test_discovery import FakeNvml, dgx
+
+    fake = FakeNvml(dgx(4), p2p=[{0, 1, 2, 3}])
+    gpus, note = discover_gpus(NvmlBackend(fake))
+    assert note == "" and all(g.uuid for g in gpus)
+    node = NodeSpec("gpu-box", 32_000, 256 << 30, tuple(gpus))
+    agent = NodeAgent(js_log, [node], SimExecutor(), gpu_backend=NvmlBackend(fake), health_interval_s=0.05)
+    await agent.start()
+
+    async def registrations() -> list[c.NodeRegistered]:
+        records = []
+        async for batch in js_log.read(1, until_seq=await js_log.last_seq()):
+            records.extend(batch)
+        return [e for e in events_of(records) if isinstance(e, c.NodeRegistered)]
+
+    try:
+        fake.events.append((2, 79))
+        found: list[c.NodeRegistered] = []
+
+        async def reregistered() -> bool:
+            found[:] = await registrations()
+            return len(found) == 2
+
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await reregistered():
+            assert asyncio.get_running_loop().time() < deadline, found
+            await asyncio.sleep(0.05)
+        first, second = found
+        assert [g.health for g in first.gpus] == ["", "", "", ""]
+        assert [g.health for g in second.gpus] == ["", "", "XID 79: fell off the bus", ""]
+        assert not first.simulated and first.isolation == "simulated: jobs run no process"
+    finally:
+        await agent.stop()

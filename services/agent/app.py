@@ -64,7 +64,9 @@ from events.codec import encode
 from events.subjects import event_subject, heartbeat_subject
 from services.agent.core import Action, AgentCore
 from services.agent.executors import Execution, Executor, Outcome
+from services.agent.gpu_health import GpuHealth
 from services.agent.logs import LogServer
+from services.agent.nvml import GpuBackend, NvmlBackend
 from services.agent.nodes import NodeSpec
 from services.runtime.consume import readable
 from services.runtime.log import EventLog
@@ -102,6 +104,8 @@ class NodeAgent:
         name: str = "agent",
         heartbeat_interval_s: float = 1.0,
         grace_period_s: float = 10.0,
+        gpu_backend: GpuBackend | None = None,
+        health_interval_s: float = 10.0,
     ) -> None:
         self.log = log_
         self.nodes = {n.name: n for n in nodes}
@@ -117,6 +121,10 @@ class NodeAgent:
         self._follower: Any = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._logs: LogServer | None = None
+        self.gpu_backend = gpu_backend  # the driver (NVML) of the machine's real GPUs; tests inject one
+        self.health_interval_s = health_interval_s
+        self._health: dict[str, GpuHealth] = {}
+        self._health_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -129,6 +137,12 @@ class NodeAgent:
             reg = spec.registration(self.name)
             reg = msgspec.structs.replace(reg, ts=time.time())
             await self.log.publish(event_subject("agent", reg), encode(reg), msg_id=reg.id)
+        self._health = {name: GpuHealth(self.gpu_backend or NvmlBackend(), spec.gpus)
+                        for name, spec in sorted(self.nodes.items())
+                        if not spec.simulated and any(gpu.uuid for gpu in spec.gpus)}
+        self._health = {name: h for name, h in self._health.items() if await asyncio.to_thread(h.start)}
+        if self._health:
+            self._health_task = asyncio.create_task(self._watch_gpus(), name=f"{self.name}-gpu-health")
         if self.nc is not None:
             self._heartbeat = asyncio.create_task(self._beat(), name=f"{self.name}-heartbeat")
             if self.executor.state_dir is not None:
@@ -142,6 +156,12 @@ class NodeAgent:
         self.ready.set()
 
     async def stop(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health_task
+        for health in self._health.values():
+            health.stop()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -163,6 +183,27 @@ class NodeAgent:
         for run in self.running.values():
             if run.task is not None:
                 run.task.cancel()
+
+    async def _watch_gpus(self) -> None:
+        """Every ``health_interval_s``: devices the driver reports broken (XID errors, lost from the
+        bus) are re-registered with their reason, so placement stops choosing them."""
+        while True:
+            for name, health in self._health.items():
+                try:
+                    found = await asyncio.to_thread(health.check)
+                except Exception as exc:  # noqa: BLE001 - a driver hiccup must not stop the agent
+                    log.warning("GPU health check of %s failed: %s", name, exc)
+                    continue
+                if not found:
+                    continue
+                for device, reason in sorted(found.items()):
+                    log.error("%s %s is unhealthy: %s", name, device, reason)
+                spec = dataclasses.replace(self.nodes[name], gpus=health.apply(self.nodes[name].gpus))
+                self.nodes[name] = spec
+                reg = msgspec.structs.replace(spec.registration(self.name), ts=time.time())
+                with contextlib.suppress(Exception):
+                    await self.log.publish(event_subject("agent", reg), encode(reg), msg_id=reg.id)
+            await asyncio.sleep(self.health_interval_s)
 
     async def _beat(self) -> None:
         while True:

@@ -56,6 +56,7 @@ from events import catalogue as c
 from services.agent import containers, shim
 from services.agent.cgroups import Hierarchy, Limits, probe
 from services.agent.cores import CoreAllocator, Machine
+from services.agent.discovery import numa_layout, usable_cpus
 from services.domain.output import Names, expand, resolve
 
 __all__ = ["Outcome", "Files", "Execution", "Executor", "ProcessExecutor", "SimExecutor", "job_environment",
@@ -315,16 +316,9 @@ class _Attempt:
 
 
 def _machine() -> Machine:
-    """This machine's usable cores and their NUMA nodes (``/sys/devices/system/node``)."""
-    cores = tuple(sorted(os.sched_getaffinity(0)))
-    numa: dict[int, int] = {}
-    for node_dir in sorted(Path("/sys/devices/system/node").glob("node[0-9]*")):
-        with contextlib.suppress(OSError, ValueError):
-            for part in (node_dir / "cpulist").read_text().strip().split(","):
-                low, _, high = part.partition("-")
-                for core in range(int(low), int(high or low) + 1):
-                    numa[core] = int(node_dir.name[4:])
-    return Machine(cores, numa)
+    """This machine's usable cores and their NUMA nodes (discovery's reading of ``/sys``)."""
+    cores = usable_cpus()
+    return Machine(cores, {core: node for node, cpus in numa_layout(cores).items() for core in cpus})
 
 
 class ProcessExecutor:
