@@ -12,6 +12,7 @@ subject                                     what
 ``horizon.tenant.<tenant>.evt.>``           the tenant feed: live events about its jobs, core NATS
 ``horizon.validate.<tenant>``               "would this JobSubmitted be accepted?", any submission instance
 ``horizon.hb.<node>``                       heartbeats, core NATS (not in the stream)
+``horizon.logs.<node>[.<tenant>]``          request/reply: a job's output files, served by the node's agent
 ``horizon.dlq.<service>``                   dead letters, stream ``HORIZON_DLQ``
 ==========================================  =====================================================
 
