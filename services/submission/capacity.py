@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from events import catalogue as c
 from events.resources import format_cpus, format_memory
 
-__all__ = ["Capacity", "Need", "Shape", "GpuGroup", "need_of"]
+__all__ = ["Capacity", "Need", "Shape", "GpuGroup"]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -140,11 +140,6 @@ class Need:
         parts.append(f"{format_cpus(self.node_cpus)} {'CPU' if self.node_cpus == 1000 else 'CPUs'}")
         parts.append(f"{format_memory(self.node_memory)} memory")
         return ", ".join(parts[:-1]) + " and " + parts[-1]
-
-
-def need_of(spec: c.JobSpec) -> Need:
-    return Need(spec.cpus_milli, spec.memory_bytes, spec.gpus, spec.gpu_type, spec.gpu_variant,
-                spec.gpu_memory_bytes, spec.nodes, spec.tasks_per_node)
 
 
 def _gpus(n: int) -> str:
