@@ -3,8 +3,8 @@ update), the only reader of the client input subjects.
 
 ``core.py`` is the pure core (state, evolve, decide: ``JobAccepted``/``JobRejected`` and the
 answers to requests); ``validate.py`` turns a ``JobSubmitted`` into a ``JobSpec`` or an actionable
-reason (pure), judging against ``capacity.py`` what the registered nodes could ever hold (pure:
-a job none could run is refused at once); ``validation.py`` answers dry checks as a NATS queue group (``horizon submit
---check``); ``part.py`` registers the service. Fair-share and quota rules it shares with scheduling
-come from ``services/domain/``; it imports no other service.
+reason (pure), judging against ``capacity.py`` what the registered nodes could ever hold (pure: a
+job none of them could run is refused at once); ``validation.py`` answers dry checks as a NATS
+queue group (``horizon submit --check``); ``part.py`` registers the service. Fair-share and quota
+rules it shares with scheduling come from ``services/domain/``; it imports no other service.
 """
