@@ -538,7 +538,9 @@ class PlacementBlocked(Event, tag="PlacementBlocked", kw_only=True):
     reasons: list[BlockReason] = []
     earliest_start_ts: float | None = None
     reserved_nodes: list[str] = []
-    fits_nowhere: bool = False  # no node could hold it even empty: waits for the set of nodes to change
+    # no node could hold it even empty (a selector no node matches, nodes removed since it was accepted):
+    # waits for the set of nodes to change
+    fits_nowhere: bool = False
 
 
 class JobUnschedulable(Event, tag="JobUnschedulable", kw_only=True):
