@@ -118,7 +118,8 @@ def _cpu_ticks(pid: int) -> int:
 def _submission(i: int, runtime_s: float | None) -> Outgoing:
     job_id = f"ov-{i}"
     event = c.JobSubmitted(id=job_id, job_id=job_id, tenant="bench", correlation_id=job_id, source="overload",
-                           resources=c.ResourceRequest(cpus=1, memory="1Gi"), sim_runtime_s=runtime_s)
+                           command=["true"], resources=c.ResourceRequest(cpus=1, memory="1Gi"),
+                           sim_runtime_s=runtime_s)
     return Outgoing(SUBJECT, encode(event), job_id)
 
 
