@@ -350,6 +350,22 @@ def test_a_stale_backoff_wakeup_is_not_a_difference_between_replay_and_restart()
     check_restart_equals_full_replay(SchedulingCore(policy="fcfs"), log.records, 8)
 
 
+def test_a_backoff_that_ends_on_a_node_event_still_wakes_its_job_after_a_restart():
+    """Hypothesis's find: a node event (which does not wake jobs) moves "now" past a requeued job's
+    backoff; a snapshot there must still carry the wakeup the next waking record (the tick) takes."""
+    log = HandLog()
+    for a, dt in [
+        (("registered", "n0"), 1.0), (accepted_job("j0"), 1.0),
+        (("schedule", "j0", False, False), 1.0), (("start", "j0", False, False), 1.0),
+        (("fail", "j0", False, False), 1.0),
+        (("requeue", "j0", False, True), 1.0),  # pending again, not before +300 s: a wakeup entry
+        (("registered", "n0"), 600.0),  # "now" passes the backoff; node events wake nothing
+        (("tick", 1.0), 0.0),  # wakes j0: a cycle is due
+    ]:
+        log.act(a, dt)
+    check_restart_equals_full_replay(SchedulingCore(policy="fcfs"), log.records, 7)
+
+
 # ---------------------------------------------------------------------------- settled jobs
 
 

@@ -20,7 +20,7 @@ from services.domain.quotas import Amount
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 2  # 2: settled jobs kept as outcomes, arrays written out
+SNAPSHOT_FORMAT = 3  # 2: settled jobs kept as outcomes, arrays written out; 3: wakeups due, not yet folded
 
 
 
@@ -47,6 +47,11 @@ class _Snapshot(msgspec.Struct, array_like=True):
     to_requeue: list[str]
     deadlines: dict[str, float]
     config_rejections: dict[int, tuple[str, str]]
+    # Pending jobs whose backoff is over but whose wakeup the fold has not taken yet: it wakes
+    # only on some records (not on node, cycle or configuration events), so "now" can pass a
+    # backoff before the wakeup sets ``dirty_seq``. ``load`` cannot tell these from the jobs
+    # already woken, which the live heap no longer holds.
+    wakeups_due: list[str]
 
 
 
@@ -69,6 +74,7 @@ def dump(state: SchedulingState, fingerprint: str) -> bytes:
         fits_nowhere=_sorted(state.fits_nowhere), charges=_sorted(state.charges), retries=_sorted(state.retries),
         requeue_now=sorted(state.requeue_now), to_requeue=sorted(state.to_requeue),
         deadlines=_sorted(state.deadlines), config_rejections=_sorted(state.config_rejections),
+        wakeups_due=_wakeups_due(state),
     )
     return msgspec.msgpack.encode(snap)
 
@@ -96,10 +102,19 @@ def load(data: bytes, fingerprint: str) -> SchedulingState | None:
     state.charges, state.retries, state.requeue_now = snap.charges, snap.retries, set(snap.requeue_now)
     state.to_requeue = {j: state.jobs.jobs[j] for j in snap.to_requeue}
     state.deadlines, state.config_rejections = snap.deadlines, snap.config_rejections
-    _rebuild(state)
+    _rebuild(state, set(snap.wakeups_due))
     return state
 
-def _rebuild(state: SchedulingState) -> None:
+def _wakeups_due(state: SchedulingState) -> list[str]:
+    """The heap's entries that are due and would still wake their job (the fold skips stale ones)."""
+    due: set[str] = set()
+    for at, job_id in state.wakeups:
+        job = state.pending.get(job_id)
+        if at <= state.now and job is not None and job.not_before_ts == at:
+            due.add(job_id)
+    return sorted(due)
+
+def _rebuild(state: SchedulingState, wakeups_due: set[str]) -> None:
     for job in state.jobs.jobs.values():
         spec = job.spec
         if spec is None:
@@ -112,7 +127,7 @@ def _rebuild(state: SchedulingState) -> None:
                 state.gated.add(job.job_id)
             if spec.array_max_running:
                 state.throttled.add(job.job_id)
-            if job.not_before_ts > state.now:
+            if job.not_before_ts > state.now or job.job_id in wakeups_due:
                 state.wakeups.append((job.not_before_ts, job.job_id))
         if job.job_id in state.charges and spec.array is not None:
             state.array_running[spec.array] = state.array_running.get(spec.array, 0) + 1
