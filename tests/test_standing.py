@@ -308,7 +308,7 @@ async def _two_tenants() -> list:
     placed = await w.tick(start=False)  # placed, their agents silent
     assert sorted(e.job_id for e in placed) == ["a3", "u2"]
     w.now = 3.0
-    await w.submit("u3", 16, tenant="umbrella", account="bio", user="dan")  # waits
+    await w.submit("u3", 8, tenant="umbrella", account="bio", user="dan")  # waits: no node has 8 free
     await w.tick()
     return w.bus.records
 
