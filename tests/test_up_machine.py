@@ -126,7 +126,10 @@ def test_a_second_up_on_a_held_data_dir_exits_at_once_and_the_first_keeps_workin
         assert stop(first) == 0
     # its lock went with it: the data dir can be used again
     again, url, _ = start_up(data_dir, "--nodes", "1", "--executor", "sim")
-    assert stop(again) == 0
+    try:
+        assert {n["node"] for n in nodes_json(url)} >= {"node-00"}  # up and serving on the same log
+    finally:
+        assert stop(again) == 0
 
 
 # ------------------------------------------------------------------------------------ the pieces, alone

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
 from pathlib import Path
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import click
@@ -26,14 +28,17 @@ from services.host.supervisor import ChildSpec, Supervisor, notify_ready
 __all__ = ["register"]
 
 
-async def _until_signalled() -> None:
-    """Wait for Ctrl-C or SIGTERM; either stops everything in order."""
+@contextlib.asynccontextmanager
+async def _signals() -> AsyncIterator[asyncio.Event]:
+    """An event Ctrl-C or SIGTERM sets, from the start of the block: one that comes while the parts
+    are still starting stops everything in order once they have started (not a KeyboardInterrupt
+    in the middle of a start, which leaves files open)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        yield stop
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -102,6 +107,8 @@ class Shape:
                            memory_bytes=self.memory_bytes, prefix=prefix)
 
     def describe_dev(self) -> str:
+        if not self.nodes:
+            return "no nodes (an agent started apart registers its own: horizon service agent)"
         what = f"{self.nodes} simulated node{'s' if self.nodes != 1 else ''}"
         if not self.gpus_per_node:
             return f"{what}, no GPUs"
@@ -129,6 +136,8 @@ def _hold(data_dir: Path) -> DataDirLock:
         return DataDirLock(data_dir, command="horizon up").acquire()
     except DataDirBusy as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:  # not a directory, not writable
+        raise click.ClickException(f"cannot use {data_dir} as the data directory: {exc}") from None
 
 
 @click.command()
@@ -195,27 +204,28 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], ex
     tracing, meters = _telemetry(otel, "horizon")
     stack = Stack(server.url, data_dir, nodes=node_specs, executor=executor, heartbeat_timeout_s=heartbeat_timeout,
                   policy=policy, backfill=backfill, tracer_provider=tracing, meter_provider=meters)
-    try:
-        await stack.start()
-        click.echo(server.url, nl=True)
-        click.echo(
-            f"Horizon is up: {what}, {executor} executor; "
-            f"data in {data_dir}/, logs in {data_dir}/horizon.log\n"
-            f"Try, in another shell:\n"
-            f"  {try_hint(node_specs)}\n"
-            f"  horizon queue\n"
-            f"  horizon jobs\n"
-            f"  horizon watch\n"
-            f"Ctrl-C stops everything.",
-            err=True,
-        )
-        supervisor = asyncio.create_task(stack.supervise())
+    async with _signals() as stop:
         try:
-            await _until_signalled()
+            await stack.start()
+            click.echo(server.url, nl=True)
+            click.echo(
+                f"Horizon is up: {what}, {executor} executor; "
+                f"data in {data_dir}/, logs in {data_dir}/horizon.log\n"
+                f"Try, in another shell:\n"
+                f"  {try_hint(node_specs)}\n"
+                f"  horizon queue\n"
+                f"  horizon jobs\n"
+                f"  horizon watch\n"
+                f"Ctrl-C stops everything.",
+                err=True,
+            )
+            supervisor = asyncio.create_task(stack.supervise())
+            try:
+                await stop.wait()
+            finally:
+                supervisor.cancel()
         finally:
-            supervisor.cancel()
-    finally:
-        await stack.stop()
+            await stack.stop()
 
 
 def process_specs(url: str, data_dir: Path, common: list[str], agent: list[str] | None) -> list[ChildSpec]:
@@ -333,29 +343,33 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
                       lease_ttl_s=lease_ttl)
         setup = await JetStreamLog.open(nats_url, name=f"horizon-{name}-setup", settings=settings)
         await setup.close()
-        if name == "agent":
-            if shape.dev:
-                stack.nodes, what = shape.dev_nodes(node_prefix), shape.describe_dev()
-            else:
-                machine, what = _machine(node_name)
-                stack.nodes = [machine]
-            click.echo(f"agent: {what}, {executor} executor", err=True)
-            await stack.start_agent()
-        elif name == "projections":
-            await stack.start_projection()
-        else:
-            await stack.start_service(name)
-        role = f"; it decides while it holds the {name} lease (ttl {lease_ttl} s)" if name in SERVICES else ""
-        click.echo(f"{name} running against {redact_url(nats_url)}{role}; Ctrl-C stops it", err=True)
-        notify_ready(f"{name} running")
-        part = stack.parts[name]
-        signalled = asyncio.create_task(_until_signalled())
-        try:
-            await asyncio.wait({part.task, signalled}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            signalled.cancel()
-            failed = stack.failed()
-            await stack.stop()
+        failed: list[str] = []
+        async with _signals() as stop:
+            try:
+                if name == "agent":
+                    if shape.dev:
+                        stack.nodes, what = shape.dev_nodes(node_prefix), shape.describe_dev()
+                    else:
+                        machine, what = _machine(node_name)
+                        stack.nodes = [machine]
+                    click.echo(f"agent: {what}, {executor} executor", err=True)
+                    await stack.start_agent()
+                elif name == "projections":
+                    await stack.start_projection()
+                else:
+                    await stack.start_service(name)
+                role = f"; it decides while it holds the {name} lease (ttl {lease_ttl} s)" if name in SERVICES else ""
+                click.echo(f"{name} running against {redact_url(nats_url)}{role}; Ctrl-C stops it", err=True)
+                notify_ready(f"{name} running")
+                part = stack.parts[name]
+                signalled = asyncio.create_task(stop.wait())
+                try:
+                    await asyncio.wait({part.task, signalled}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    signalled.cancel()
+                    failed = stack.failed()
+            finally:
+                await stack.stop()
         if failed:  # exit non-zero so a supervisor (systemd, Kubernetes) restarts us
             raise click.ClickException("; ".join(failed))
 
