@@ -203,3 +203,11 @@ def test_horizon_nodes_shows_kind_isolation_loudly_and_unhealthy_gpus():
     assert "simulated" in dev and "NONE: no writable cgroup (memory, cpu)" in dev
     assert "g1 gpu3 unhealthy: XID 79: fell off the bus" in text
     assert "node-00: jobs are NOT isolated (none: no writable cgroup (memory, cpu))" in text
+
+
+def test_a_second_agent_on_a_data_dir_says_who_holds_it(tmp_path, nats_server):
+    with DataDirLock(tmp_path / "d", "agent", command="horizon service agent"):
+        out = subprocess.run([*HORIZON, "service", "agent", "--nats", nats_server.url, "--data-dir",
+                              str(tmp_path / "d")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert f"is in use by horizon service agent, pid {os.getpid()}" in out.stderr

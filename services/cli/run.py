@@ -192,6 +192,8 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
         try:
             asyncio.run(_up(server, data_dir, node_specs, executor, heartbeat_timeout, what, policy, backfill_mode,
                             otel))
+        except DataDirBusy as exc:  # the agent's own lock: an agent started apart on this data dir
+            raise click.ClickException(str(exc)) from None
         finally:
             server.stop()
             click.echo("stopped", err=True)
@@ -373,7 +375,10 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
         if failed:  # exit non-zero so a supervisor (systemd, Kubernetes) restarts us
             raise click.ClickException("; ".join(failed))
 
-    asyncio.run(go())
+    try:
+        asyncio.run(go())
+    except DataDirBusy as exc:  # the agent's lock on --data-dir (one agent per data dir)
+        raise click.ClickException(str(exc)) from None
 
 
 def _telemetry(exporter: str, service_name: str) -> tuple[Any, Any]:

@@ -109,6 +109,10 @@ class DataDirLock:
 
 
 def _command() -> str:
-    """``horizon up``: the subcommand of this process's command line (callers may say better)."""
-    first = sys.argv[1] if len(sys.argv) > 1 else ""
-    return f"horizon {first}" if first and not first.startswith("-") else "horizon"
+    """``horizon up``, ``horizon service agent``: the subcommand of this process's command line."""
+    words = []
+    for arg in sys.argv[1:3]:
+        if arg.startswith("-") or (words and words[0] != "service"):
+            break
+        words.append(arg)
+    return " ".join(["horizon", *words])
