@@ -333,6 +333,9 @@ class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
     priority_boost: float = 0.0
     user: str = ""
     max_priority_class: PriorityClass | None = None
+    # The tenants whose jobs may charge this account (``horizon account set NAME --tenant T``);
+    # empty: any tenant's. A tenant's submission naming an account not open to it is rejected.
+    tenants: list[str] = []
 
 
 class FairShareConfigured(Event, tag="FairShareConfigured", kw_only=True):
@@ -438,6 +441,25 @@ class JobRejected(Event, tag="JobRejected", kw_only=True):
     reason: str
     field: str = ""
     submitted_seq: int = 0
+    basis_seq: int = 0
+
+
+class InputRejected(Event, tag="InputRejected", kw_only=True):
+    """The verdict on a client input that is not a well-formed request: not JSON, not an event,
+    a field of the wrong type (``path`` is the JSON path, e.g. ``$.resources.gpus``), an event
+    its subject does not take, a header a client may not send, or a body naming another tenant.
+    ``causation_id`` is ``seq:<input_seq>``, the sequence the publisher's PubAck carried;
+    ``msg_id`` the ``Nats-Msg-Id`` it sent (as sent); ``job_id`` the job id its body names, when
+    one can be read. Published by submission, on the sender's feed like every verdict."""
+
+    tenant: str
+    input_seq: int
+    subject: str = ""
+    verb: str = ""
+    msg_id: str = ""
+    job_id: str = ""
+    path: str = ""
+    reason: str
     basis_seq: int = 0
 
 
@@ -732,6 +754,7 @@ AnyEvent = (
     | ReservationConfigured
     | JobAccepted
     | JobRejected
+    | InputRejected
     | JobCancelled
     | JobHeld
     | JobReleased

@@ -100,6 +100,7 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
     "JobPriorityChanged": ("submission",),
     "JobStopRequested": ("submission",),
     "RequestRejected": ("submission", "inventory"),
+    "InputRejected": ("submission",),
     "PlacementCycleCompleted": ("placement",),
     "SchedulingCycleCompleted": ("scheduling",),
     "JobUnschedulable": ("scheduling",),
