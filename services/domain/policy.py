@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from events import catalogue as c
+from events.vocabulary import POLICY_WEIGHTS, QUEUE_POLICIES
 from services.domain.config import check_weights
 from services.domain.jobs import Job
 
@@ -48,7 +49,7 @@ def job_size(spec: c.JobSpec) -> float:
     return spec.cpus_milli * tasks / 1000.0
 
 
-WEIGHT_NAMES = ("class", "fairshare", "age", "estimate", "size", "qos")
+WEIGHT_NAMES = POLICY_WEIGHTS
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,7 @@ def _factor_values(job: Job, ctx: Context) -> tuple[float, float, float, float, 
 
 
 POLICIES: dict[str, type] = {"fcfs": Fcfs, "sjf": Sjf, "f1": F1, "multifactor": Multifactor}
+assert tuple(POLICIES) == QUEUE_POLICIES, "the policies a PolicyConfigured may name (events/vocabulary.py)"
 
 
 def make_policy(name: str) -> Policy:

@@ -43,6 +43,7 @@ from typing import ClassVar
 from events import catalogue as c
 from events.base import Event
 from events.subjects import WHOLE_LOG
+from events.vocabulary import NODE_ACTIONS
 from events.subjects import parse_subject
 from services.domain.protocol import Record
 from services.domain.protocol import CoreState
@@ -53,7 +54,6 @@ from services.domain.taints import check_taint, taint_text, untolerated
 
 __all__ = ["InventoryCore", "InventoryState", "NODE_ACTIONS", "EVICTION_GRACE_S"]
 
-NODE_ACTIONS = ("cordon", "uncordon", "drain", "remove", "taint", "untaint")
 EVICTION_GRACE_S = 30.0  # Kubernetes' default terminationGracePeriodSeconds (see the module doc)
 
 

@@ -14,7 +14,6 @@ and what the registered nodes could ever hold (``capacity``,
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import msgspec
 
@@ -22,36 +21,11 @@ from events import catalogue as c
 from events.arrays import parse_array, task_id
 from events.resources import ResourceError, parse_count, parse_cpus, parse_duration, parse_gpu_model, parse_memory
 from events.subjects import ADMIN_TENANT, valid_token
+from events.vocabulary import MAX_RETRIES, MAX_TASKS_PER_NODE, NICE_LIMIT, OPEN_MODES, TOLERATION_OPS, Limits
 from services.domain.output import pattern_problem
 from services.submission.capacity import Capacity, Need
 
 __all__ = ["Limits", "Rejection", "normalise", "admit", "class_limit_reason"]
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Admission limits of the cluster (configuration of the submission core)."""
-
-    max_gpus_per_job: int = 512
-    max_nodes_per_job: int = 1024
-    max_time_limit_s: float = 30 * 86400.0
-    default_time_limit_s: float = 3600.0
-    max_name_length: int = 256
-    max_command_bytes: int = 128 * 1024
-    max_env_entries: int = 1024
-    # Tasks per array. One submission becomes this many JobAccepted in one decision round
-    # (~1 KB each: 10 MB, a fraction of a second for publish_many) and this many queued jobs
-    # in every service (~0.9 KB each). It is also the scheduler's default number of candidates
-    # per cycle, so a whole array can be offered at once. Slurm's default MaxArraySize is 1001;
-    # larger sweeps are split into several arrays.
-    max_array_tasks: int = 10_000
-    # The normalised job, as JSON. Its JobAccepted must fit in one log message (the server's
-    # max_payload, 1 MiB by default), and every service holds it in memory while the job lives;
-    # the command alone may take 128 KiB. Whatever else is large (env, labels, payload) counts here.
-    max_spec_bytes: int = 256 * 1024
-    # An array's tasks all carry the spec: tasks x spec size is what one submission adds to each
-    # service's memory and to one decision round (10,000 tasks of 6.5 KB, or 256 of 256 KiB).
-    max_array_bytes: int = 64 * 1024 * 1024
 
 
 class Rejection(Exception):
@@ -131,14 +105,14 @@ def normalise(
         gpus = parse_count(r.gpus, "resources.gpus", minimum=0, maximum=limits.max_gpus_per_job)
         gpu_memory = 0 if r.gpu_memory is None else parse_memory(r.gpu_memory, "resources.gpu_memory")
         nodes = parse_count(sub.nodes, "nodes", minimum=1, maximum=limits.max_nodes_per_job)
-        tasks_per_node = parse_count(sub.tasks_per_node, "tasks_per_node", minimum=1, maximum=4096)
+        tasks_per_node = parse_count(sub.tasks_per_node, "tasks_per_node", minimum=1, maximum=MAX_TASKS_PER_NODE)
         model = parse_gpu_model(r.gpu_type, "resources.gpu_type") if r.gpu_type else None
         time_limit = (
             limits.default_time_limit_s if sub.time_limit_s is None else parse_duration(sub.time_limit_s, "time_limit_s")
         )
         timeout = None if sub.scheduling_timeout_s is None else parse_duration(sub.scheduling_timeout_s, "scheduling_timeout_s")
         min_runtime = parse_duration(sub.min_runtime_s, "min_runtime_s")
-        max_retries = parse_count(sub.max_retries, "max_retries", minimum=0, maximum=100)
+        max_retries = parse_count(sub.max_retries, "max_retries", minimum=0, maximum=MAX_RETRIES)
     except ResourceError as exc:
         raise Rejection(exc.field, f"{exc.value!r} {exc.problem}; accepted: {exc.accepted}") from None
     if cpus_milli == 0:
@@ -169,8 +143,8 @@ def normalise(
     # 3. policy fields
     priority_class = _choice(sub.priority_class, c.PRIORITY_CLASSES, "priority_class")
     restart_policy = _choice(sub.restart_policy, c.RESTART_POLICIES, "restart_policy")
-    if not -10000 <= sub.nice <= 10000:
-        raise Rejection("nice", f"{sub.nice} is outside -10000..10000")
+    if not -NICE_LIMIT <= sub.nice <= NICE_LIMIT:
+        raise Rejection("nice", f"{sub.nice} is outside -{NICE_LIMIT}..{NICE_LIMIT}")
     if sub.nice < 0 and subject_tenant != ADMIN_TENANT:
         # A negative nice raises the job's priority (it is subtracted), which only operators may
         # do, as in Slurm; otherwise any tenant could jump its class by up to 10,000.
@@ -202,7 +176,7 @@ def normalise(
     for i, tol in enumerate(sub.tolerations):
         if tol.effect and tol.effect not in c.TAINT_EFFECTS:
             raise Rejection(f"tolerations[{i}].effect", f"{tol.effect!r} is not one of {', '.join(c.TAINT_EFFECTS)}")
-        _choice(tol.operator, ("Equal", "Exists"), f"tolerations[{i}].operator")
+        _choice(tol.operator, TOLERATION_OPS, f"tolerations[{i}].operator")
     if sub.sim_runtime_s is not None and not (sub.sim_runtime_s >= 0):
         raise Rejection("sim_runtime_s", "must be 0 or more seconds")
     # 5. where and how it runs
@@ -213,7 +187,7 @@ def normalise(
         problem = pattern_problem(getattr(sub, name))
         if problem is not None:
             raise Rejection(name, f"{getattr(sub, name)[:200]!r}: {problem}")
-    _choice(sub.open_mode, ("truncate", "append"), "open_mode")
+    _choice(sub.open_mode, OPEN_MODES, "open_mode")
     if sub.image and not _IMAGE_RE.fullmatch(sub.image):
         raise Rejection("image", f"{sub.image[:200]!r} is not an image reference (e.g. localhost/busybox:latest, "
                         "docker.io/library/python:3.12)")

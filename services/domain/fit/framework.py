@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
+from events.vocabulary import SCORE_WEIGHTS
 from services.domain.cluster import Request
 from services.domain.fit.filters.capacity import CpuCapacity, GpuCapacity, MemoryCapacity
 from services.domain.fit.filters.free import CpuFree, GpuFree, MemoryFree
@@ -95,6 +96,7 @@ SCORES: tuple[Score, ...] = (
 )
 
 SCORE_PLUGINS: tuple[str, ...] = tuple(s.name for s in SCORES)
+assert SCORE_PLUGINS == SCORE_WEIGHTS, "the weights a ProfileConfigured may name (events/vocabulary.py)"
 DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType({s.name: s.default_weight for s in SCORES})
 # Filters whose failure does not go away when jobs end: a job every node rejects for one of
 # these fits nowhere until the nodes themselves change.

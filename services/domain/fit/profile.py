@@ -12,12 +12,12 @@ from types import MappingProxyType
 from typing import Mapping
 
 from events import catalogue as c
+from events.vocabulary import BACKFILL_MODES, RESERVATION_DEPTH
 from services.domain.config import check_weights
 from services.domain.fit.framework import DEFAULT_WEIGHTS, SCORE_PLUGINS
 
 __all__ = ["Profile", "BACKFILL_MODES", "TOPOLOGY_LABELS", "check_profile", "profile_from"]
 
-BACKFILL_MODES = ("none", "easy", "shadow", "greedy", "conservative")
 # Node labels naming interconnect domains, finest first: a gang prefers to stay inside one.
 TOPOLOGY_LABELS = ("nvlink-domain", "rack")
 
@@ -38,8 +38,9 @@ def check_profile(ev: c.ProfileConfigured) -> str | None:
         return bad
     if ev.backfill not in BACKFILL_MODES:
         return f"backfill: {ev.backfill!r} is not one of {', '.join(BACKFILL_MODES)}"
-    if not 1 <= ev.reservation_depth <= 1000:
-        return f"reservation_depth: {ev.reservation_depth} must be between 1 and 1000"
+    low, high = RESERVATION_DEPTH
+    if not low <= ev.reservation_depth <= high:
+        return f"reservation_depth: {ev.reservation_depth} must be between {low} and {high}"
     return None
 
 

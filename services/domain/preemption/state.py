@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from events import catalogue as c
+from events.vocabulary import GRACE_PERIOD_MAX_S, VICTIM_ORDERS
 from services.domain.cluster import Cluster
 from services.domain.jobs import JobTable
 from services.domain.policy import CLASS_RANK
@@ -23,7 +24,6 @@ DEFAULT_RULES: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "low": (),
     "scavenger": (),
 })
-VICTIM_ORDERS = ("cheapest", "lowest-priority-youngest")
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,8 @@ class PreemptionConfig:
                     return f"rules.{cls}: may only preempt lower classes, not {other!r}"
         if ev.victims is not None and ev.victims not in VICTIM_ORDERS:
             return f"victims: {ev.victims!r} is not one of {', '.join(VICTIM_ORDERS)}"
-        if ev.grace_period_s is not None and not (0 <= ev.grace_period_s <= 86400):
-            return f"grace_period_s: {ev.grace_period_s!r} must be between 0 and 86400"
+        if ev.grace_period_s is not None and not (0 <= ev.grace_period_s <= GRACE_PERIOD_MAX_S):
+            return f"grace_period_s: {ev.grace_period_s!r} must be between 0 and {GRACE_PERIOD_MAX_S:g}"
         for name in ("max_preemptions", "per_minute", "per_account_per_minute"):
             value = getattr(ev, name)
             if value is not None and value < 0:

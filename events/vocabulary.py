@@ -1,0 +1,88 @@
+"""The words and bounds the services check an event's plain fields against.
+
+The catalogue keeps most enumerations as plain strings on purpose (a wrong
+value decodes, and earns a rejection that names it), so the set of accepted
+values lives in code that checks them. That code imports the sets from here,
+and so does the published contract (``events/asyncapi.py``), which turns them
+into JSON Schema enums and bounds: one copy, read by both.
+
+The enumerations of a job (priority classes, restart policies, dependency
+kinds, taint effects) are in ``events/catalogue.py`` beside the ``Literal``
+types of ``JobSpec``; the ones here are checked by one service each:
+
+====================  ==========================================================
+constant              checked by
+====================  ==========================================================
+``NODE_ACTIONS``      inventory (``NodeCommandIssued.action``)
+``TOLERATION_OPS``    submission (``Toleration.operator``)
+``OPEN_MODES``        submission (``JobSubmitted.open_mode``)
+``SELECTOR_OPS``      placement (``NodeSelectorRequirement.operator``; an unknown
+                      operator is not refused, it matches no node)
+``BACKFILL_MODES``    placement profiles (``ProfileConfigured.backfill``)
+``SCORE_WEIGHTS``     placement profiles (``ProfileConfigured.weights`` keys)
+``VICTIM_ORDERS``     preemption (``PreemptionConfigured.victims``)
+``QUEUE_POLICIES``    scheduling (``PolicyConfigured.policy``)
+``POLICY_WEIGHTS``    scheduling (``PolicyConfigured.weights`` keys)
+====================  ==========================================================
+
+``Limits`` are submission's admission limits (a cluster may configure other
+values; these are the defaults), and the bounds below it are fixed ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "NODE_ACTIONS", "TOLERATION_OPS", "OPEN_MODES", "SELECTOR_OPS", "BACKFILL_MODES", "SCORE_WEIGHTS",
+    "VICTIM_ORDERS", "QUEUE_POLICIES", "POLICY_WEIGHTS", "Limits", "MAX_TASKS_PER_NODE", "MAX_RETRIES",
+    "NICE_LIMIT", "RESERVATION_DEPTH", "GRACE_PERIOD_MAX_S",
+]
+
+NODE_ACTIONS: tuple[str, ...] = ("cordon", "uncordon", "drain", "remove", "taint", "untaint")
+TOLERATION_OPS: tuple[str, ...] = ("Equal", "Exists")
+OPEN_MODES: tuple[str, ...] = ("truncate", "append")
+SELECTOR_OPS: tuple[str, ...] = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+BACKFILL_MODES: tuple[str, ...] = ("none", "easy", "shadow", "greedy", "conservative")
+# The score plugins' names (services/domain/fit/framework.py asserts its plugins are these).
+SCORE_WEIGHTS: tuple[str, ...] = ("binpack", "spread", "numa", "interconnect", "fragmentation", "taints",
+                                  "node_affinity")
+VICTIM_ORDERS: tuple[str, ...] = ("cheapest", "lowest-priority-youngest")
+# The queue policies' names (services/domain/policy.py asserts its POLICIES are these).
+QUEUE_POLICIES: tuple[str, ...] = ("fcfs", "sjf", "f1", "multifactor")
+# The multifactor priority's factors, in the order it sums them.
+POLICY_WEIGHTS: tuple[str, ...] = ("class", "fairshare", "age", "estimate", "size", "qos")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Admission limits of the cluster (configuration of the submission core)."""
+
+    max_gpus_per_job: int = 512
+    max_nodes_per_job: int = 1024
+    max_time_limit_s: float = 30 * 86400.0
+    default_time_limit_s: float = 3600.0
+    max_name_length: int = 256
+    max_command_bytes: int = 128 * 1024
+    max_env_entries: int = 1024
+    # Tasks per array. One submission becomes this many JobAccepted in one decision round
+    # (~1 KB each: 10 MB, a fraction of a second for publish_many) and this many queued jobs
+    # in every service (~0.9 KB each). It is also the scheduler's default number of candidates
+    # per cycle, so a whole array can be offered at once. Slurm's default MaxArraySize is 1001;
+    # larger sweeps are split into several arrays.
+    max_array_tasks: int = 10_000
+    # The normalised job, as JSON. Its JobAccepted must fit in one log message (the server's
+    # max_payload, 1 MiB by default), and every service holds it in memory while the job lives;
+    # the command alone may take 128 KiB. Whatever else is large (env, labels, payload) counts here.
+    max_spec_bytes: int = 256 * 1024
+    # An array's tasks all carry the spec: tasks x spec size is what one submission adds to each
+    # service's memory and to one decision round (10,000 tasks of 6.5 KB, or 256 of 256 KiB).
+    max_array_bytes: int = 64 * 1024 * 1024
+
+
+MAX_TASKS_PER_NODE = 4096
+MAX_RETRIES = 100
+# nice is -NICE_LIMIT..NICE_LIMIT; below 0 only for an operator (it raises the priority)
+NICE_LIMIT = 10_000
+RESERVATION_DEPTH = (1, 1000)  # ProfileConfigured.reservation_depth, inclusive
+GRACE_PERIOD_MAX_S = 86400.0  # PreemptionConfigured.grace_period_s is 0..this
