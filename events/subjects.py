@@ -6,6 +6,9 @@ subject                                     what
 ``horizon.in.<tenant>.<verb>``              client inputs; verbs ``submit cancel hold release update``
 ``horizon.in._admin.<verb>``                operator inputs; ``node account fairshare policy profile reservation preemption``
                                             and ``cancel hold release update`` of any job
+``horizon.intake.<tenant>.<verb>``          the intake (request/reply, every submission instance): a tenant's
+                                            input under accounts, stored as ``horizon.in.<tenant>.<verb>``
+                                            (tenants import it under that name; docs/tenants.md)
 ``horizon.evt.<service>.<Type>.<id>``       service outputs; ``<id>`` is the job or node
 ``horizon.query.<view>``                    request/reply read models (not in the stream)
 ``horizon.query.<view>.<tenant>``           the same about one tenant's jobs (jobs job queue allocations)
@@ -48,10 +51,26 @@ __all__ = [
     "parse_subject",
     "Subject",
     "valid_token",
+    "valid_job_key",
+    "job_key",
+    "tenant_view",
+    "intake_subject",
     "check_token",
+    "INTAKE_PREFIX",
+    "INTAKE_HEADER",
+    "CLIENT_MSG_ID_HEADER",
+    "REFUSED_HEADER",
 ]
 
 STREAM = "HORIZON"
+INTAKE_PREFIX = "horizon.intake"
+# Headers only the intake writes (it drops any a client sends): the tenant whose input this is
+# (its job ids are then that tenant's own, ``<tenant>:<id>``), the client's own Nats-Msg-Id, and
+# the headers the intake refused (the input is then answered with ``InputRejected``).
+INTAKE_HEADER = "Horizon-Intake"
+CLIENT_MSG_ID_HEADER = "Horizon-Client-Msg-Id"
+REFUSED_HEADER = "Horizon-Refused-Headers"
+KEY_SEPARATOR = ":"  # <tenant>:<id>, a tenant's job under accounts; ':' is in no tenant's id
 DLQ_STREAM = "HORIZON_DLQ"
 INPUT_PREFIX = "horizon.in"
 EVENT_PREFIX = "horizon.evt"
@@ -127,10 +146,29 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
 }
 
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_KEY_RE = re.compile(r"^[A-Za-z0-9-][A-Za-z0-9_-]{0,127}:[A-Za-z0-9_-]{1,128}$")
 
 
 def valid_token(value: str) -> bool:
     return isinstance(value, str) and _TOKEN_RE.match(value) is not None
+
+
+def valid_job_key(value: str) -> bool:
+    """A job's key in the log: an id (a token), or ``<tenant>:<id>`` for a tenant's job that came
+    through the intake (``job_key``). Both fit a subject token (NATS takes ':' in one)."""
+    return valid_token(value) or (isinstance(value, str) and _KEY_RE.match(value) is not None)
+
+
+def job_key(tenant: str, job_id: str) -> str:
+    """The log's key of ``tenant``'s job ``job_id`` when it came through the intake: two tenants
+    may use the same id, and nothing a tenant writes can name another tenant's job."""
+    return f"{tenant}{KEY_SEPARATOR}{job_id}"
+
+
+def tenant_view(tenant: str, key: str) -> str:
+    """The id ``tenant`` knows its job ``key`` by (``key`` without ``<tenant>:``)."""
+    prefix = tenant + KEY_SEPARATOR
+    return key[len(prefix):] if key.startswith(prefix) else key
 
 
 def check_token(value: str, what: str) -> str:
@@ -160,9 +198,13 @@ def event_subject(service: str, event: c.Event) -> str:
     """``horizon.evt.<service>.<Type>.<aggregate>``; an id unfit for a subject token (a rejected
     job id such as ``a.b``) becomes ``_invalid-<digest>`` so the event is still publishable."""
     aggregate = event.correlation_id or "_"
-    if not valid_token(aggregate):
+    if not valid_job_key(aggregate):
         aggregate = "_invalid-" + hashlib.sha1(aggregate.encode("utf-8", "replace")).hexdigest()[:16]
     return f"{EVENT_PREFIX}.{service}.{event.event_type}.{aggregate}"
+
+
+def intake_subject(tenant: str, verb: str) -> str:
+    return f"{INTAKE_PREFIX}.{tenant}.{verb}"
 
 
 def dlq_subject(service: str) -> str:

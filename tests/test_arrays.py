@@ -91,9 +91,13 @@ def test_one_submission_becomes_one_accepted_job_per_task_in_one_round():
     assert {e.spec.priority_class for e in out} == {"low"}
     assert f.state.jobs.arrays == {"sweep": ["sweep_0", "sweep_3", "sweep_6"]}
     assert f.state.jobs.get("sweep") is None  # the array id is not a job
-    f.input("acme", "submit", array_job("sweep", "0-99"))  # a resubmission is the same array
+    f.input("acme", "submit", array_job("sweep", "0-99"))  # a resubmission is the same array: nothing new
     f.input("acme", "submit", array_job("sweep_3", "0-1"))  # a task's id is taken
-    assert f.settle() == []
+    answers = f.settle()  # each is answered, and changes nothing
+    assert [(type(e).__name__, e.job_id, e.verb) for e in answers] == [
+        ("RequestRejected", "sweep", "submit"), ("RequestRejected", "sweep_3", "submit")]
+    assert "already submitted" in answers[0].reason
+    assert f.state.jobs.arrays == {"sweep": ["sweep_0", "sweep_3", "sweep_6"]}
     plain = f.state.jobs.get("sweep_0").spec
     assert plain.array == "sweep" and plain.array_index == 0
 
@@ -147,7 +151,8 @@ def test_an_array_round_cut_short_is_finished_after_a_restart():
     assert [e.spec for e in rest] == [e.spec for e in decided[2:]]
     assert f.decide() == []
     f.input("acme", "submit", array_job("sweep", "0-4"))
-    assert f.settle() == []  # now a resubmission
+    [again] = f.settle()  # now a resubmission: answered, nothing new
+    assert isinstance(again, c.RequestRejected) and again.verb == "submit" and again.job_id == "sweep"
 
 
 def test_requests_about_an_array_answer_for_every_live_task():

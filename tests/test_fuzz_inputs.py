@@ -160,19 +160,25 @@ def known_before(seq: int, inputs: list[tuple[int, str, bytes]], events: list[c.
 def expect_answer(subject: str, data: bytes, seq: int, error: str | None, answers: list[c.Event],
                   verdicts: set[str]) -> None:
     """The rule every input obeys, at both levels. ``answers``: decisions caused by ``seq``.
-    ``verdicts``: job ids taken before it (a resubmission gets no verdict)."""
-    if error is not None:
-        assert answers == [], (error, answers)
-        return
+    ``verdicts``: job ids taken before it (a resubmission is answered "already submitted")."""
     parsed = parse_subject(subject)
     assert parsed is not None
     by = Counter((e.source, e.event_type) for e in answers)
+    if error is not None:
+        if parsed.kind == "input":  # a client's: its verdict, on its feed (the dead letter is the operators')
+            [verdict] = answers
+            assert isinstance(verdict, c.InputRejected), (error, answers)
+            assert verdict.tenant == bounded_id(parsed.owner) and verdict.input_seq == seq and verdict.reason
+        else:
+            assert answers == [], (error, answers)
+        return
     if parsed.name == "submit":
         sub = decode_record(Record(seq, subject, data, 0.0))
         accepted = by[("submission", "JobAccepted")]
         rejected = by[("submission", "JobRejected")]
         if bounded_id(sub.job_id) in verdicts and not accepted + rejected:  # type: ignore[attr-defined]
-            return  # the same job again: no second verdict
+            assert [(e.event_type, e.verb) for e in answers] == [("RequestRejected", "submit")], by
+            return  # the same job again: answered, no second verdict
         assert (rejected == 1 and not accepted) or (accepted >= 1 and not rejected), by
         assert set(by) <= {("submission", "JobAccepted"), ("submission", "JobRejected")}, by
     elif parsed.name in REQUEST_VERBS:

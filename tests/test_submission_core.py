@@ -59,12 +59,17 @@ def test_bad_submissions_are_rejected_naming_the_field(job, field, words):
     assert words in verdict.reason
 
 
-def test_a_resubmission_is_the_same_job():
+def test_a_resubmission_is_the_same_job_and_is_answered():
     f = feed_with_cluster()
     f.input("acme", "submit", submit("j1"))
     f.input("acme", "submit", submit("j1", name="again"))  # same job id, a new message
-    assert len(f.settle()) == 1
+    accepted, repeat = f.settle()
+    assert isinstance(accepted, c.JobAccepted) and accepted.spec.name != "again"
+    assert isinstance(repeat, c.RequestRejected) and repeat.verb == "submit" and repeat.causation_id == "seq:3"
+    assert "being judged" in repeat.reason
     f.input("acme", "submit", submit("j1"))
+    [repeat] = f.settle()
+    assert "already submitted and it was accepted (PENDING)" in repeat.reason
     assert f.settle() == []
 
 

@@ -19,7 +19,7 @@ from typing import ClassVar, Protocol, TypeVar
 from events import catalogue as c
 from events.base import Event
 
-__all__ = ["MSG_ID", "Record", "CoreState", "Core", "SnapshotCore", "snapshot_interval", "fold_event"]
+__all__ = ["MSG_ID", "Record", "CoreState", "Core", "SnapshotCore", "snapshot_interval", "fold_event", "fold_undecodable"]
 
 MSG_ID = "Nats-Msg-Id"  # the header holding an event's deterministic id (JetStream's de-duplication key)
 
@@ -63,7 +63,11 @@ class Core(Protocol[S]):
       (``horizon.in.>``) are its to dead-letter (submission owns the inputs);
     * ``observations`` (default empty): event types it records with
       ``basis_seq`` 0 as observations of the world rather than decisions
-      (inventory's heartbeat watch), which an audit cannot replay.
+      (inventory's heartbeat watch), which an audit cannot replay;
+    * ``evolve_undecodable(state, record, error)`` (optional method): fold a
+      record that does not decode (submission answers a malformed client
+      input with ``InputRejected``); without it such a record only moves
+      ``state.seq``.
     """
 
     name: ClassVar[str]  # the service name: the <service> token of its subjects
@@ -97,6 +101,17 @@ def snapshot_interval(core: object) -> int:
     if not (callable(getattr(core, "dump", None)) and callable(getattr(core, "load", None))):
         return 0
     return every
+
+
+def fold_undecodable(core: Core[S], state: S, record: Record, error: str) -> S:
+    """Fold a record that does not decode, as the live runner, replay and audit all do."""
+    state.seq = record.seq
+    hook = getattr(core, "evolve_undecodable", None)
+    if hook is None:
+        return state
+    if not core.virtual_time:
+        state.now = max(state.now, record.time)
+    return hook(state, record, error)  # type: ignore[no-any-return]
 
 
 def fold_event(core: Core[S], state: S, record: Record, event: Event) -> S:

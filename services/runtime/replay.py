@@ -66,7 +66,7 @@ from events.subjects import DECISION_SERVICES, PUBLISHERS, parse_subject
 from services.runtime.consume import decode_record
 from services.runtime.log import subject_matches
 from services.domain.protocol import Record
-from services.domain.protocol import Core, fold_event
+from services.domain.protocol import Core, fold_event, fold_undecodable
 
 __all__ = [
     "observations",
@@ -312,16 +312,17 @@ class _Audit:
                 active = active or i < len(bases)
             if not active:
                 break
+            error = ""
             try:
                 event: Event | None = decode_record(r)
-            except DecodeError:
-                event = None
+            except DecodeError as exc:
+                event, error = None, str(exc)
             for entry in plan:
                 core, state, bases, i, whole = entry
                 if i >= len(bases) or not (whole or any(subject_matches(p, r.subject) for p in core.subjects)):
                     continue
                 if event is None:
-                    state.seq = r.seq
+                    entry[1] = fold_undecodable(core, state, r, error)
                 else:
                     entry[1] = fold_event(core, state, r, event)
         for core, state, bases, i, _ in plan:

@@ -62,7 +62,7 @@ from events.base import Event
 from events.codec import DecodeError, encode
 from events.subjects import event_subject
 from services.runtime.consume import decode_record
-from services.domain.protocol import Core, CoreState, Record, fold_event, snapshot_interval
+from services.domain.protocol import Core, CoreState, Record, fold_event, fold_undecodable, snapshot_interval
 from services.runtime.log import EventLog, Fence, LogConflict, Outgoing, PublishAck
 from services.runtime.snapshots import SnapshotUploader
 
@@ -89,8 +89,7 @@ def fold_record(core: Core[S], state: S, record: Record) -> tuple[S, Event | Non
     try:
         event = decode_record(record)
     except DecodeError as exc:
-        state.seq = record.seq
-        return state, None, str(exc)
+        return fold_undecodable(core, state, record, str(exc)), None, str(exc)
     return fold_event(core, state, record, event), event, None
 
 

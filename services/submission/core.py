@@ -54,13 +54,15 @@ import msgspec
 from events import catalogue as c
 from events.arrays import parse_array, task_id
 from events.base import Event
-from events.subjects import ADMIN_TENANT, WHOLE_LOG, parse_subject
+from events.subjects import (ADMIN_TENANT, INTAKE_HEADER, REFUSED_HEADER, WHOLE_LOG,
+                             job_key, parse_subject, tenant_view)
 from services.domain.protocol import Record
 from services.domain.protocol import CoreState
 from services.domain.fairshare import FairShare
 from services.domain.echo import bounded_id, clipped, id_token
 from services.domain.jobs import LIVE, JobState, JobTable
 from services.submission.capacity import Capacity
+from services.submission.intake_rules import malformed_input, scoped, scoped_spec
 from services.submission.validate import Limits, Rejection, admit, class_limit_reason
 
 __all__ = ["SubmissionCore", "SubmissionState"]
@@ -86,6 +88,10 @@ class _Pending:
     targets: tuple[str, ...] = ()
     unanswered: set[str] = field(default_factory=set)
     tasks: int = 0
+    # Came through the intake: the tenant whose ids these are (``event`` names its jobs by their
+    # keys ``<tenant>:<id>``), and the event as the tenant wrote it.
+    scope: str = ""
+    raw: Event | None = None
 
 
 class SubmissionState(CoreState):
@@ -102,6 +108,9 @@ class SubmissionState(CoreState):
         # created), only to judge AccountConfigured as it does; and each account's class limit.
         self.accounts = FairShare()
         self.class_limits: dict[str, str] = {}  # account -> max_priority_class
+        self.account_tenants: dict[str, tuple[str, ...]] = {}  # account -> the tenants it is open to
+        self.malformed: dict[int, c.InputRejected] = {}  # input seq -> its verdict, not yet in the log
+        self.repeats: dict[int, _Pending] = {}  # seq -> a submission of a job id already submitted
 
     def class_limit(self, account: str) -> tuple[str, str] | None:
         """The strictest ``max_priority_class`` on the path from ``account`` up to the root, as
@@ -116,6 +125,27 @@ class SubmissionState(CoreState):
                 found = (acc.name, highest)
             acc = self.accounts.accounts[acc.parent]
         return found
+
+    def account_open_to(self, account: str) -> tuple[str, ...]:
+        """The tenants that may charge ``account``: the nearest list configured on the path from it
+        up to the root; empty: any tenant."""
+        acc = self.accounts.accounts.get(account)
+        if acc is None:
+            return self.account_tenants.get(account, ())
+        while acc is not None and acc.parent is not None:
+            tenants = self.account_tenants.get(acc.name)
+            if tenants:
+                return tenants
+            acc = self.accounts.accounts[acc.parent]
+        return ()
+
+    def check_account(self, spec: c.JobSpec) -> None:
+        """Raise the ``Rejection`` a tenant gets for charging an account that is not open to it."""
+        tenants = self.account_open_to(spec.account)
+        if tenants and spec.tenant not in tenants:
+            raise Rejection("account", f"account {spec.account!r} is not open to tenant {spec.tenant!r}; submit under "
+                            f"an account of yours, or ask an operator: horizon account set {spec.account} "
+                            f"--tenant {spec.tenant}")
 
     def check_class(self, spec: c.JobSpec) -> None:
         """Raise the ``Rejection`` a tenant gets for a class above its account's limit (the leader's
@@ -146,19 +176,36 @@ class SubmissionCore:
     def evolve(self, state: SubmissionState, event: Event, record: Record) -> SubmissionState:
         subject = parse_subject(record.subject)
         if subject is not None and subject.kind in ("input", "admin"):
+            headers = record.headers or {}
+            if subject.kind == "input" and headers.get(REFUSED_HEADER):
+                state.malformed[record.seq] = malformed_input(
+                    record, subject, headers, f"headers a client may not send: {headers[REFUSED_HEADER]}; "
+                    "Horizon sets the log's own headers itself (send only Nats-Msg-Id and traceparent)",
+                    path="headers")
+                return state
+            scope = subject.owner if subject.kind == "input" and headers.get(INTAKE_HEADER) == subject.owner else ""
+            raw = event
+            if scope:
+                event = scoped(event, scope)
             if isinstance(event, c.JobSubmitted):
                 # Keyed as its verdict will name it: a long (invalid) id is answered by a bounded one.
                 key = bounded_id(event.job_id)
+                pending = _Pending(record.seq, state.now, subject.owner, event, scope=scope, raw=raw if scope else None)
                 if key not in state.verdicts and key not in state.submissions:
-                    state.submissions[key] = _Pending(record.seq, state.now, subject.owner, event)
+                    state.submissions[key] = pending
+                elif subject.kind == "input":
+                    state.repeats[record.seq] = pending  # answered: the id is taken
             elif type(event) in _VERBS:  # the admin subjects also carry node and configuration commands
                 state.requests[record.seq] = self._request(state, record.seq, subject.owner, event,
-                                                           admin=subject.kind == "admin")
+                                                           admin=subject.kind == "admin", scope=scope)
             elif isinstance(event, c.AccountConfigured) and subject.kind == "admin":
                 self._configure_account(state, event)
             return state
         if event.source == self.name and event.causation_id and event.causation_id.startswith("seq:"):
-            pending = state.requests.get(int(event.causation_id[4:]))
+            answered = int(event.causation_id[4:])
+            state.malformed.pop(answered, None)
+            state.repeats.pop(answered, None)
+            pending = state.requests.get(answered)
             if pending is not None:
                 pending.unanswered.discard(getattr(event, "job_id", ""))
                 if not pending.unanswered:
@@ -179,10 +226,19 @@ class SubmissionCore:
             state.submissions.pop(event.job_id, None)
         return state
 
+    def evolve_undecodable(self, state: SubmissionState, record: Record, error: str) -> SubmissionState:
+        """A client input that does not decode gets its verdict, ``InputRejected``, on the sender's
+        feed (operators' inputs are dead-lettered only)."""
+        subject = parse_subject(record.subject)
+        if subject is not None and subject.kind == "input":
+            state.malformed[record.seq] = malformed_input(record, subject, record.headers or {}, error)
+        return state
+
     @staticmethod
-    def _request(state: SubmissionState, seq: int, owner: str, event: Event, admin: bool) -> _Pending:
+    def _request(state: SubmissionState, seq: int, owner: str, event: Event, admin: bool,
+                 scope: str = "") -> _Pending:
         job_id: str = event.job_id  # type: ignore[attr-defined]
-        pending = _Pending(seq, state.now, owner, event, admin=admin, targets=(bounded_id(job_id),))
+        pending = _Pending(seq, state.now, owner, event, admin=admin, targets=(bounded_id(job_id),), scope=scope)
         tasks = state.jobs.arrays.get(job_id)
         owner_spec = state.jobs.jobs[tasks[0]].spec if tasks else None
         if tasks and owner_spec is not None and (admin or owner_spec.tenant == owner):
@@ -201,6 +257,10 @@ class SubmissionCore:
         if state.accounts.check_account(event) is not None:
             return
         state.accounts.configure_account(event, state.now)
+        if event.tenants:
+            state.account_tenants[event.account] = tuple(event.tenants)
+        else:
+            state.account_tenants.pop(event.account, None)
         if event.max_priority_class is None:
             state.class_limits.pop(event.account, None)
         else:
@@ -231,7 +291,34 @@ class SubmissionCore:
         shadow: dict[str, _Shadow] = {}
         for seq in sorted(state.requests):
             out.extend(self._answer(state, state.requests[seq], shadow))
+        for seq in sorted(state.repeats):
+            out.append(self._repeat(state, state.repeats[seq]))
+        for seq in sorted(state.malformed):
+            out.append(msgspec.structs.replace(state.malformed[seq], ts=state.now, basis_seq=state.seq))
         return out
+
+    def _repeat(self, state: SubmissionState, pending: _Pending) -> c.RequestRejected:
+        """The answer to a second submission of a job id (another body, or the same one published
+        again without its Nats-Msg-Id): it changes nothing, and says so."""
+        key = bounded_id(pending.event.job_id)  # type: ignore[attr-defined]
+        job = state.jobs.get(key)
+        first = state.submissions.get(key)
+        if job is not None and job.spec is not None:
+            known = f"it was accepted ({job.state.value})"
+        elif job is not None:
+            known = f"it was {job.state.value}"
+        elif first is not None:
+            known = f"its first submission (seq {first.seq}) is being judged"
+        else:
+            known = "its tasks were accepted"
+        shown = tenant_view(pending.tenant, key)
+        return c.RequestRejected(
+            id=f"submission/RequestRejected/{id_token(key)}/{pending.seq}", job_id=key,
+            tenant=bounded_id(pending.tenant), verb="submit", request_seq=pending.seq,
+            reason=clipped(f"job id {shown!r} is already submitted and {known}: a second submission changes "
+                           "nothing; use another job id"),
+            ts=state.now, causation_id=f"seq:{pending.seq}", correlation_id=key, basis_seq=state.seq,
+            source=self.name)
 
     # -- admission
 
@@ -246,8 +333,10 @@ class SubmissionCore:
         }
         done = state.jobs.arrays.get(sub.job_id)
         try:
-            jobs = admit(sub, subject_tenant=pending.tenant, gpu_models=state.gpu_models, limits=self.limits,
-                         capacity=state.capacity)
+            jobs = admit(pending.raw or sub, subject_tenant=pending.tenant,  # type: ignore[arg-type]
+                         gpu_models=state.gpu_models, limits=self.limits, capacity=state.capacity)
+            if pending.scope:
+                jobs = [(job_key(pending.scope, job_id), scoped_spec(spec, pending.scope)) for job_id, spec in jobs]
             if done:
                 # A round cut short (a crash between the tasks' publications): finish it. The log
                 # checks passed when the first tasks were accepted, and the rest are the same job.
@@ -261,8 +350,11 @@ class SubmissionCore:
                 round_.decided.add(sub.job_id)
                 round_.rejected.add(sub.job_id)
                 # What the client wrote comes back bounded: the answer must fit in one message.
+                # Its tenant is the sender's (the subject's), whatever the body says: a body naming
+                # another tenant is answered to its sender, and the other tenant sees nothing.
+                tenant = sub.tenant if pending.tenant == ADMIN_TENANT else pending.tenant
                 return [c.JobRejected(id=f"submission/JobRejected/{id_token(sub.job_id)}",
-                                      job_id=bounded_id(sub.job_id), tenant=bounded_id(sub.tenant),
+                                      job_id=bounded_id(sub.job_id), tenant=bounded_id(tenant),
                                       reason=clipped(str(rej)), field=rej.field, correlation_id=bounded_id(sub.job_id),
                                       **common)]
         round_.add(sub.job_id, jobs)
@@ -284,6 +376,7 @@ class SubmissionCore:
         """What one submission cannot tell alone: the account's class limit, rejected dependencies,
         task ids taken, cycles."""
         if not operator:  # every task of an array has the same account and class
+            state.check_account(jobs[0][1])
             state.check_class(jobs[0][1])
         for i, dep in enumerate(sub.dependencies):
             other = state.jobs.get(dep.job_id)
@@ -363,7 +456,7 @@ class SubmissionCore:
         job = state.jobs.get(tasks[0] if tasks and job_id == named else job_id)
         if job is None or job.spec is None or not (pending.admin or job.spec.tenant == pending.tenant):
             # The same answer whether the job does not exist or belongs to someone else.
-            return f"no job {named!r} in tenant {pending.tenant!r}"
+            return f"no job {tenant_view(pending.tenant, named)!r} in tenant {pending.tenant!r}"
         if tasks and job_id == named:
             return f"array {named} has no live task: all {len(tasks)} have ended"
         body_tenant = getattr(req, "tenant", pending.tenant)

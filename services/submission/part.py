@@ -1,4 +1,5 @@
-"""The submission service as the host runs it: its core, and the validation answers every instance gives."""
+"""The submission service as the host runs it: its core, and what every instance serves besides:
+the validation answers and the intake of tenants' inputs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from services.runtime.log import EventLog
 from services.runtime.parts import PartSettings, ServicePart
 from services.runtime.service import ServiceRunner
 from services.submission.core import SubmissionCore
+from services.submission.intake import IntakeServer
 from services.submission.validation import ValidationServer
 
 __all__ = ["PART"]
@@ -19,8 +21,10 @@ def _core(settings: PartSettings) -> SubmissionCore:
 
 
 def _serve(log_: EventLog, runner: ServiceRunner[Any], key: str, work: Awaitable[None]) -> Awaitable[None]:
-    # Every instance, leader or standby, answers `horizon submit --check` (a queue group).
-    return ValidationServer(log_.nc, runner, key).serve(work)  # type: ignore[attr-defined]
+    # Every instance, leader or standby, answers `horizon submit --check` and stores tenants'
+    # inputs (two queue groups).
+    nc = log_.nc  # type: ignore[attr-defined]
+    return IntakeServer(nc).serve(ValidationServer(nc, runner, key).serve(work))
 
 
 PART = ServicePart("submission", _core, serve=_serve)

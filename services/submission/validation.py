@@ -77,7 +77,8 @@ class ValidationServer:
         try:
             jobs = admit(event, subject_tenant=tenant, gpu_models=state.gpu_models, limits=self.runner.core.limits,
                          capacity=state.capacity)
-            state.check_class(jobs[0][1])  # a tenant asks here: its account's class limit applies
+            state.check_account(jobs[0][1])  # a tenant asks here: its accounts and their class limits apply
+            state.check_class(jobs[0][1])
         except Rejection as rej:
             return {**body, "ok": False, "field": rej.field, "reason": clipped(str(rej))}
         return {**body, "ok": True, "jobs": len(jobs)}
