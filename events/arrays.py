@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from events.resources import ResourceError
 
-__all__ = ["ArraySpec", "parse_array", "task_id", "ARRAY_FORMS", "MAX_INDEX"]
+__all__ = ["ArraySpec", "parse_array", "task_id", "ARRAY_FORMS", "ARRAY_PATTERN", "MAX_INDEX"]
 
 # Slurm caps indices below MaxArraySize (default 1001). Ours is wider but keeps a task id
 # short: a job id of up to 118 characters plus "_" and 9 digits is still a subject token.
@@ -39,6 +39,10 @@ ARRAY_FORMS = (
 )
 
 _RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?$")
+# The syntax alone, for the published JSON Schema (events/asyncapi.py): indices and ranges with blanks
+# around the commas, then %N. What it cannot say (a range's end not below its start, a step and a %N of
+# at least 1, no index above MAX_INDEX, at most so many tasks) parse_array says.
+ARRAY_PATTERN = r"^\s*[0-9]+(?:-[0-9]+(?::[0-9]+)?)?\s*(?:,\s*[0-9]+(?:-[0-9]+(?::[0-9]+)?)?\s*)*(?:%[0-9]+)?\s*$"
 _COUNT = re.compile(r"^[0-9]+$")
 
 

@@ -255,3 +255,49 @@ def format_memory(num_bytes: int) -> str:
 def format_cpus(milli: int) -> str:
     """Millicores to cores as people write them: 2500 -> ``2.5``, 2000 -> ``2``."""
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli / 1000:g}"
+
+
+# --------------------------------------------------------------------------
+# The same rules as regular expressions, for the published JSON Schema
+# (events/asyncapi.py). They are written in the subset of syntax that Python
+# and JSON Schema (ECMA-262) read alike, and tests/test_asyncapi.py holds them
+# against the parsers above, string by string.
+# --------------------------------------------------------------------------
+
+_DECIMAL = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_WHOLE = r"(?:\d+(?:\.0*)?|\.0+)"  # a decimal that is a whole number: 512, 512., 512.00
+_ZERO = r"(?:0+(?:\.0*)?|\.0+)"
+_NONZERO = r"(?=[0-9.]*[1-9])"  # the number ahead has a digit other than 0
+
+
+def _any_case(text: str) -> str:
+    return "".join(f"[{ch.lower()}{ch.upper()}]" if ch.isalpha() else re.escape(ch) for ch in text)
+
+
+def memory_pattern(*, positive: bool = False) -> str:
+    """The memory strings ``parse_memory`` accepts (``positive``: and that are more than 0 bytes).
+
+    A number then a unit of ``_UNITS`` in any case, blanks around and between them allowed; a number
+    without a unit or with ``b`` must be whole (a fraction of a byte is refused), with another unit
+    it may have a fraction (rounded up to whole bytes); ``-`` only before a zero. What no pattern
+    says: at most ``MAX_MEMORY_BYTES``.
+    """
+    scaled = "|".join(_any_case(unit) for unit in sorted(_UNITS, key=lambda u: (-len(u), u)) if unit not in ("", "b"))
+    lead = _NONZERO if positive else ""
+    forms = [rf"\+?{lead}{_WHOLE}\s*(?:[bB])?", rf"\+?{lead}{_DECIMAL}\s*(?:{scaled})"]
+    if not positive:
+        forms.append(rf"-{_ZERO}\s*(?:[bB]|{scaled})?")
+    return rf"^\s*(?:{'|'.join(forms)})\s*$"
+
+
+def cpus_pattern(*, positive: bool = True) -> str:
+    """The CPU strings ``parse_cpus`` accepts: cores (``"2"``, ``"0.5"``) or millicores (``"500m"``, a
+    lower-case ``m`` only); ``positive``: more than 0 after rounding up to a millicore, as submission
+    requires. What no pattern says: at most a million cores."""
+    if positive:
+        return rf"^\s*\+?{_NONZERO}{_DECIMAL}\s*m?\s*$"
+    return rf"^\s*(?:\+?{_DECIMAL}|-{_ZERO})\s*m?\s*$"
+
+
+# Letters in any case (the parser lowers them), blanks around (it strips them), at most 64 characters.
+GPU_MODEL_PATTERN = r"^\s*(?=\S{1,64}\s*$)[A-Za-z0-9][A-Za-z0-9_]*(?:-[A-Za-z0-9][A-Za-z0-9_.]*)?\s*$"

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 __all__ = [
     "NODE_ACTIONS", "TOLERATION_OPS", "OPEN_MODES", "SELECTOR_OPS", "BACKFILL_MODES", "SCORE_WEIGHTS",
     "VICTIM_ORDERS", "QUEUE_POLICIES", "POLICY_WEIGHTS", "Limits", "MAX_TASKS_PER_NODE", "MAX_RETRIES",
-    "NICE_LIMIT", "RESERVATION_DEPTH", "GRACE_PERIOD_MAX_S",
+    "NICE_LIMIT", "RESERVATION_DEPTH", "GRACE_PERIOD_MAX_S", "MAX_CWD_LENGTH", "IMAGE_PATTERN",
+    "TAINT_KEY_PATTERN", "TAINT_VALUE_PATTERN", "TAINT_KEY_MAX", "TAINT_VALUE_MAX",
 ]
 
 NODE_ACTIONS: tuple[str, ...] = ("cordon", "uncordon", "drain", "remove", "taint", "untaint")
@@ -86,3 +87,13 @@ MAX_RETRIES = 100
 NICE_LIMIT = 10_000
 RESERVATION_DEPTH = (1, 1000)  # ProfileConfigured.reservation_depth, inclusive
 GRACE_PERIOD_MAX_S = 86400.0  # PreemptionConfigured.grace_period_s is 0..this
+MAX_CWD_LENGTH = 4096  # JobSubmitted.cwd: an absolute path of at most this many characters
+# An OCI image reference (JobSubmitted.image, matched whole): [registry/]path[:tag][@digest], no
+# spaces, not an option.
+IMAGE_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}"
+# A taint's key and value (matched whole), as Kubernetes' label keys and values: letters, digits and
+# these signs, starting and ending with a letter or digit; the value may be empty.
+TAINT_KEY_PATTERN = r"[A-Za-z0-9]([A-Za-z0-9_./-]*[A-Za-z0-9])?"
+TAINT_VALUE_PATTERN = r"([A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?)?"
+TAINT_KEY_MAX = 253
+TAINT_VALUE_MAX = 63

@@ -29,13 +29,14 @@ import re
 from collections.abc import Iterable
 
 from events import catalogue as c
+from events.vocabulary import TAINT_KEY_MAX, TAINT_KEY_PATTERN, TAINT_VALUE_MAX, TAINT_VALUE_PATTERN
 
 __all__ = ["tolerates", "untolerated", "taint_text", "parse_taint", "check_taint", "TaintSyntaxError"]
 
-_KEY = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_./-]*[A-Za-z0-9])?")
-_VALUE = re.compile(r"([A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?)?")
-MAX_KEY = 253
-MAX_VALUE = 63
+_KEY = re.compile(TAINT_KEY_PATTERN)
+_VALUE = re.compile(TAINT_VALUE_PATTERN)
+MAX_KEY = TAINT_KEY_MAX
+MAX_VALUE = TAINT_VALUE_MAX
 
 
 def tolerates(tolerations: Iterable[c.Toleration], taint: c.Taint) -> bool:

@@ -21,7 +21,8 @@ from events import catalogue as c
 from events.arrays import parse_array, task_id
 from events.resources import ResourceError, parse_count, parse_cpus, parse_duration, parse_gpu_model, parse_memory
 from events.subjects import ADMIN_TENANT, valid_token
-from events.vocabulary import MAX_RETRIES, MAX_TASKS_PER_NODE, NICE_LIMIT, OPEN_MODES, TOLERATION_OPS, Limits
+from events.vocabulary import (IMAGE_PATTERN, MAX_CWD_LENGTH, MAX_RETRIES, MAX_TASKS_PER_NODE, NICE_LIMIT, OPEN_MODES,
+                               TOLERATION_OPS, Limits)
 from services.domain.output import pattern_problem
 from services.submission.capacity import Capacity, Need
 
@@ -36,8 +37,7 @@ class Rejection(Exception):
 
 
 _size_encoder = msgspec.json.Encoder()
-# An OCI image reference: [registry/]path[:tag][@digest], no spaces, not an option.
-_IMAGE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")
+_IMAGE_RE = re.compile(IMAGE_PATTERN)
 
 
 def _choice(value: str, allowed: tuple[str, ...], field: str) -> str:
@@ -180,7 +180,7 @@ def normalise(
     if sub.sim_runtime_s is not None and not (sub.sim_runtime_s >= 0):
         raise Rejection("sim_runtime_s", "must be 0 or more seconds")
     # 5. where and how it runs
-    if sub.cwd and (not sub.cwd.startswith("/") or "\x00" in sub.cwd or len(sub.cwd) > 4096):
+    if sub.cwd and (not sub.cwd.startswith("/") or "\x00" in sub.cwd or len(sub.cwd) > MAX_CWD_LENGTH):
         raise Rejection("cwd", f"{sub.cwd[:200]!r} must be an absolute path (horizon submit sends the directory it "
                         "runs in; --chdir changes it)")
     for name in ("stdout", "stderr"):
