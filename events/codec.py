@@ -63,6 +63,15 @@ def upcast_job_submitted_v1_v2(old: dict[str, Any]) -> dict[str, Any]:
     return new
 
 
+# The version of a payload that leaves out "v", by type, where the answer is not simply "the
+# current one": a client that writes JobSubmitted's v1 fields (flat ``gpus``, ``time_limit_min``)
+# without "v" means v1, and gets the resources it asked for, not the defaults.
+_V1_JOB_FIELDS = ("cpus", "memory", "gpus", "gpu_type", "time_limit_min")
+UNVERSIONED: dict[str, Callable[[dict[str, Any]], int]] = {
+    "JobSubmitted": lambda p: 1 if "resources" not in p and any(k in p for k in _V1_JOB_FIELDS) else 2,
+}
+
+
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(AnyEvent)
 _header_decoder = msgspec.json.Decoder()
@@ -99,7 +108,7 @@ def decode(data: bytes | str) -> Event:
         except msgspec.DecodeError as exc:
             first_error: str | None = str(exc)
         else:
-            if event.v == type(event).VERSION:
+            if event.v == type(event).VERSION and not _older_unversioned(event.event_type, data):
                 return event
             first_error = None
         return _slow_decode(data, first_error)
@@ -107,6 +116,18 @@ def decode(data: bytes | str) -> Event:
         raise DecodeError(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
     except RecursionError:
         raise DecodeError("nested too deeply to be a Horizon event") from None
+
+
+def _older_unversioned(event_type: str, data: bytes | str) -> bool:
+    """True if the payload has no "v" key and ``UNVERSIONED`` reads it as an older version (a
+    cheap look first: a "v" anywhere in the payload counts as one)."""
+    detect = UNVERSIONED.get(event_type)
+    if detect is None:
+        return False
+    if (b'"v"' in data) if isinstance(data, (bytes, bytearray)) else ('"v"' in str(data)):
+        return False
+    payload = _header_decoder.decode(data)
+    return isinstance(payload, dict) and detect(payload) < EVENT_TYPES[event_type].VERSION
 
 
 def _slow_decode(data: bytes | str, first_error: str | None) -> Event:
@@ -120,7 +141,11 @@ def _slow_decode(data: bytes | str, first_error: str | None) -> Event:
     cls = EVENT_TYPES.get(event_type)
     if cls is None:
         raise DecodeError(f"unknown event type {event_type!r}")
-    version = cls.VERSION if header.v is None else header.v
+    if header.v is None and event_type in UNVERSIONED:
+        payload = _header_decoder.decode(data)
+        version = UNVERSIONED[event_type](payload) if isinstance(payload, dict) else cls.VERSION
+    else:
+        version = cls.VERSION if header.v is None else header.v
     if isinstance(version, bool) or not isinstance(version, int):
         raise DecodeError(f'{event_type}: field "v" must be an integer, got {version!r}')
     if version > cls.VERSION:

@@ -129,3 +129,12 @@ def test_schema_covers_every_event_and_one_event():
     assert set(one["$defs"]["JobSubmitted"]["required"]) == {"job_id", "tenant", "type"}
     with pytest.raises(KeyError, match="known:"):
         event_schema("Nope")
+
+
+def test_a_flat_submission_without_v_is_read_as_v1_and_keeps_its_resources():
+    """A client that writes v1's flat fields and no "v" asked for 2 GPUs: it gets 2, not the default 0."""
+    event = decode(b'{"type": "JobSubmitted", "job_id": "a", "tenant": "t", "gpus": 2, "memory": "4g", '
+                   b'"time_limit_min": 3}')
+    assert event.v == 2 and event.resources.gpus == 2 and event.resources.memory == "4g"
+    assert event.time_limit_s == 180
+    assert decode(b'{"type": "JobSubmitted", "job_id": "a", "tenant": "t"}').resources.gpus == 0

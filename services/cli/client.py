@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -19,7 +19,11 @@ from services.runtime.jetstream import connect
 from services.runtime.log import LogError
 from services.domain.protocol import MSG_ID
 
-__all__ = ["session", "publish_input", "query", "default_tenant", "default_user", "await_answer"]
+__all__ = ["session", "publish_input", "query", "query_all", "default_tenant", "default_user", "await_answer"]
+
+# Rows asked for in one request when the caller wants them all: the projection answers with about a
+# message's worth and says where to go on (projections/paging.py), so this only bounds one read.
+PAGE_ASK = 100_000
 
 
 def default_tenant() -> str:
@@ -39,8 +43,9 @@ async def session(url: str) -> AsyncIterator[Any]:
         await nc.close()
 
 
-async def publish_input(nc: Any, subject: str, event: Event, msg_id: str) -> int:
-    """Publish a client input into the log; returns its sequence (a retried publish is a duplicate)."""
+async def publish_input(nc: Any, subject: str, event: Event, msg_id: str, with_duplicate: bool = False) -> Any:
+    """Publish a client input into the log; returns its sequence (a retried publish is a duplicate),
+    or (sequence, duplicate) with ``with_duplicate``."""
     js = nc.jetstream(timeout=5)
     # A new trace for what this request starts (W3C traceparent): the services continue it.
     trace_id, span_id = os.urandom(16).hex(), os.urandom(8).hex()
@@ -59,11 +64,13 @@ async def publish_input(nc: Any, subject: str, event: Event, msg_id: str) -> int
         raise LogError(f"the {event.event_type} is too large: {len(encode(event)):,} bytes, and this server takes at "
                        f"most {nc.max_payload:,} bytes in one message; nothing was submitted (put large inputs in "
                        f"files the job reads)") from None
-    return int(ack.seq)
+    return (int(ack.seq), bool(ack.duplicate)) if with_duplicate else int(ack.seq)
 
 
-async def await_answer(sub: Any, types: set[str], timeout_s: float) -> dict[str, Any] | None:
-    """The first event of one of ``types`` arriving on ``sub`` within the timeout, as JSON."""
+async def await_answer(sub: Any, types: set[str], timeout_s: float,
+                       causation: str | None = None) -> dict[str, Any] | None:
+    """The first event of one of ``types`` (and, if given, with that ``causation_id``) arriving on
+    ``sub`` within the timeout, as JSON."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         remaining = deadline - asyncio.get_running_loop().time()
@@ -74,7 +81,7 @@ async def await_answer(sub: Any, types: set[str], timeout_s: float) -> dict[str,
         except (nats.errors.TimeoutError, asyncio.TimeoutError):
             return None
         body = json.loads(msg.data)
-        if body.get("type") in types:
+        if body.get("type") in types and (causation is None or body.get("causation_id") == causation):
             return body
 
 
@@ -89,3 +96,33 @@ async def query(nc: Any, view: str, request: dict[str, Any], timeout_s: float = 
     if "error" in body:
         raise LogError(f"query {view}: {body['error']}")
     return body  # type: ignore[no-any-return]
+
+
+async def query_all(nc: Any, view: str, request: dict[str, Any], key: str, *, limit: int | None = None,
+                    unique: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+    """A listing followed page by page (each answer fits in one message, projections/paging.py):
+    the first page's answer with the rows of every page under ``key``, at most ``limit`` of them
+    (None: to the end of the listing), and the last page's ``total``, ``next_offset`` and ``next``.
+
+    Each page is read at its own moment. ``unique``: a row's identity, for a listing ranked by
+    what changes (the queue), where a row can move across pages: the first sighting is kept."""
+    ask = dict(request)
+    rows: list[dict[str, Any]] = []
+    seen: set[Any] = set()
+    first: dict[str, Any] | None = None
+    while True:
+        ask["limit"] = PAGE_ASK if limit is None else limit - len(rows)
+        page = await query(nc, view, ask)
+        first = first or page
+        for row in page.get(key) or []:
+            if unique is not None:
+                if unique(row) in seen:
+                    continue
+                seen.add(unique(row))
+            rows.append(row)
+        following = page.get("next")
+        if not following or not page.get(key) or (limit is not None and len(rows) >= limit):
+            break
+        ask.update(following)
+    tail = {k: page[k] for k in ("total", "next_offset", "next") if k in page}
+    return {**first, **tail, key: rows}

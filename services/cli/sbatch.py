@@ -560,6 +560,10 @@ def sbatch(args: tuple[str, ...]) -> None:
         if ours.get("json"):
             click.echo(json.dumps(result))
         raise click.ClickException(f"job {event.job_id} rejected: {result['reason']}")
+    if result["state"] == "SUBMITTED" and not ours.get("no-wait"):
+        if ours.get("json"):
+            click.echo(json.dumps(result))
+        raise click.ClickException(f"job {event.job_id}: {result['reason']}")
     if ours.get("json"):
         click.echo(json.dumps(result))
     elif ours.get("parsable"):

@@ -117,7 +117,8 @@ def submit(
         problem = pattern_problem(pattern) if pattern else None
         if problem is not None:
             raise click.BadParameter(f"{pattern!r}: {problem}", param_hint=flag)
-    first_index = parse_array(array, "--array").indices[0] if array is not None else None
+    if array is not None:
+        parse_array(array, "--array")  # a bad range is a usage error here, before anything is sent
     job_id = job_id or new_job_id(user)
     event = c.JobSubmitted(
         ts=time.time(),
@@ -155,15 +156,15 @@ def submit(
     if check:
         report_check(check_submission(nats_url, event), event.job_id, as_json)
         return
-    result = send_submission(nats_url, event, no_wait=no_wait, first_index=first_index)
+    result = send_submission(nats_url, event, no_wait=no_wait)
     if as_json:
         click.echo(json.dumps(result))
-    elif result["state"] == "REJECTED":
-        pass
-    else:
+    elif result["state"] != "REJECTED" and (no_wait or result["state"] != "SUBMITTED"):
         click.echo(job_id)
     if result["state"] == "REJECTED":
         raise click.ClickException(f"job {job_id} rejected: {result['reason']}")
+    if result["state"] == "SUBMITTED" and not no_wait:
+        raise click.ClickException(f"job {job_id}: {result['reason']}")
 
 
 def _toleration(text: str) -> c.Toleration:

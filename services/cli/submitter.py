@@ -17,7 +17,6 @@ from typing import Any
 import click
 
 from events import catalogue as c
-from events.arrays import parse_array
 from events.subjects import input_subject, valid_token
 from services.cli.client import await_answer, publish_input, session
 from services.cli.options import run
@@ -66,40 +65,66 @@ def report_check(verdict: dict[str, Any], job_id: str, as_json: bool) -> None:
         raise click.ClickException(f"job {job_id} would be rejected: {verdict['reason']}")
 
 
-def send_submission(nats_url: str, event: c.JobSubmitted, *, no_wait: bool = False,
-                    first_index: int | None = None) -> dict[str, Any]:
-    """Publish a submission and wait (10 s at most) for its verdict: ``{"job_id", "state", "seq"}``, with
-    ``state`` PENDING, REJECTED (and ``reason``, ``field``) or SUBMITTED (no answer yet, or ``no_wait``).
+VERDICTS = {"JobAccepted", "JobRejected", "InputRejected", "RequestRejected"}
 
-    ``first_index``: the first task's index when ``event`` is an array (default: parsed from ``event.array``).
+
+def send_submission(nats_url: str, event: c.JobSubmitted, *, no_wait: bool = False,
+                    timeout_s: float = 30.0) -> dict[str, Any]:
+    """Publish a submission and wait (``timeout_s`` at most) for its verdict: ``{"job_id", "state", "seq"}``,
+    with ``state`` PENDING (accepted), REJECTED (and ``reason``, ``field``) or SUBMITTED (``no_wait``, or
+    no verdict in time: then ``reason`` says so).
+
+    The verdict is the submission service's event whose ``causation_id`` is ``seq:<the PubAck's seq>``
+    (``JobAccepted``, one per task of an array; ``JobRejected``; ``InputRejected``; ``RequestRejected``
+    for a job id already submitted), read from ``horizon.evt.submission.>``: the whole stream of them,
+    or, connected as a tenant under accounts, that tenant's feed. A publish the log had already stored
+    (a retry, the same Nats-Msg-Id) has had its verdict: the job's state is asked of the projections.
     """
     job_id = event.job_id
-    if first_index is None and event.array is not None:
-        first_index = parse_array(event.array, "--array").indices[0]
     subject = input_subject(event.tenant, "submit")
-    # An array's verdict: JobRejected about the array, or a JobAccepted per task (the first is enough).
-    answer_subjects = [f"horizon.evt.submission.*.{job_id}"]
-    if first_index is not None:
-        answer_subjects = [f"horizon.evt.submission.JobRejected.{job_id}",
-                           f"horizon.evt.submission.JobAccepted.{job_id}_{first_index}"]
 
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
-            sub = await Inbox.open(nc, answer_subjects) if valid_token(job_id) else None
-            seq = await publish_input(nc, subject, event, msg_id=job_id)
+            sub = None if no_wait else await Inbox.open(nc, ["horizon.evt.submission.>"])
+            seq, duplicate = await publish_input(nc, subject, event, msg_id=job_id, with_duplicate=True)
             result: dict[str, Any] = {"job_id": job_id, "state": "SUBMITTED", "seq": seq}
-            if no_wait or sub is None:
+            if sub is None:
                 return result
-            answer = await await_answer(sub, {"JobAccepted", "JobRejected"}, timeout_s=10.0)
+            if duplicate:
+                return await _known(nc, result)
+            answer = await await_answer(sub, VERDICTS, timeout_s=timeout_s, causation=f"seq:{seq}")
             if answer is None:
-                return result
-            if answer["type"] == "JobRejected":
-                result.update(state="REJECTED", reason=answer["reason"], field=answer.get("field", ""))
-            else:
+                result["reason"] = (f"no verdict within {timeout_s:g} s (the log stored the submission at seq "
+                                    f"{seq}); see `horizon show {job_id}`")
+            elif answer["type"] == "JobAccepted":
                 result["state"] = "PENDING"
+            else:
+                field = answer.get("field") or answer.get("path") or ("job_id" if answer["type"] == "RequestRejected"
+                                                                       else "")
+                result.update(state="REJECTED", reason=answer["reason"], field=field)
             return result
 
     return run(go())  # type: ignore[no-any-return]
+
+
+async def _known(nc: Any, result: dict[str, Any]) -> dict[str, Any]:
+    """A submission the log already held: its job's state now, from the projections."""
+    from services.cli.client import query
+    from services.runtime.log import LogError
+
+    try:
+        body = await query(nc, "job", {"job_id": result["job_id"], "limit": 0})
+    except LogError as exc:
+        result["reason"] = f"already submitted (seq {result['seq']}); its state is unknown: {exc}"
+        return result
+    job = body.get("job")
+    if job is None:
+        result["reason"] = f"already submitted (seq {result['seq']}); no verdict is known yet"
+    elif job["state"] == "REJECTED":
+        result.update(state="REJECTED", reason=job.get("reason") or "rejected", field="")
+    else:
+        result["state"] = "PENDING" if job["state"] == "PENDING" else job["state"]
+    return result
 
 
 class Inbox:
