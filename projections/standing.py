@@ -124,6 +124,16 @@ CREATE TABLE IF NOT EXISTS fold_state (projection TEXT PRIMARY KEY, seq INTEGER 
 TABLES = ("tracking", "settings", "queue", "nodes", "allocations", "usage", "usage_history", "fold_state")
 
 MAX_LIMIT = 10_000
+# The filters each list query takes (request key -> column; a value or a list of values), besides
+# limit and offset (PAGING) and the usage history's keys (HISTORY_KEYS).
+QUEUE_FILTERS = {"tenant": "tenant", "account": "account", "user": "user", "state": "state", "states": "state",
+                 "priority_class": "priority_class", "job_id": "job_id"}
+NODE_FILTERS = {"state": "state", "states": "state", "node": "node"}  # and gpu_type: one GPU model
+ALLOCATION_FILTERS = {"node": "node", "job_id": "job_id", "tenant": "tenant", "account": "account", "user": "user",
+                      "state": "state", "states": "state"}
+USAGE_FILTERS = {"account": "account", "user": "user"}  # and tenant: one tenant
+PAGING = ("limit", "offset")
+HISTORY_KEYS = ("history", "from_ts", "to_ts")
 
 
 def _insert(table: str, columns: list[str]) -> str:
@@ -147,7 +157,7 @@ def _page(request: dict[str, Any]) -> tuple[int, int]:
 
 def _where(request: dict[str, Any], allowed: dict[str, str]) -> tuple[str, list[Any]]:
     """Filters of a request (``{"account": "a"}`` or a list of values) as a SQL WHERE clause."""
-    unknown = set(request) - set(allowed) - {"limit", "offset", "history", "from_ts", "to_ts"}
+    unknown = set(request) - set(allowed) - {*PAGING, *HISTORY_KEYS}
     if unknown:
         raise ValueError(f"unknown filter {sorted(unknown)[0]!r}; filters: {', '.join(sorted(allowed))}")
     clauses, args = [], []
@@ -290,9 +300,7 @@ class StandingStore:
         priority_class, job_id (a value or a list); ``limit`` and ``offset`` page."""
         assert self.db is not None
         limit, offset = _page(request)
-        where, args = _where(request, {"tenant": "tenant", "account": "account", "user": "user",
-                                       "state": "state", "states": "state", "priority_class": "priority_class",
-                                       "job_id": "job_id"})
+        where, args = _where(request, QUEUE_FILTERS)
         sql = (f"SELECT {', '.join(QUEUE_COLUMNS)} FROM queue{where} "
                "ORDER BY rank IS NULL, rank, accepted_seq, job_id LIMIT ? OFFSET ?")
         async with self.db.execute(sql, [*args, limit, offset]) as cur:
@@ -307,7 +315,7 @@ class StandingStore:
         limit, offset = _page(request)
         gpu_type = request.get("gpu_type")
         rest = {k: v for k, v in request.items() if k != "gpu_type"}
-        where, args = _where(rest, {"state": "state", "states": "state", "node": "node"})
+        where, args = _where(rest, NODE_FILTERS)
         if gpu_type is not None:
             if not isinstance(gpu_type, str):
                 raise ValueError("gpu_type: give one GPU model")
@@ -330,8 +338,7 @@ class StandingStore:
         (``SCHEDULED``: placed, its agent has not reported the start yet; ``RUNNING``); paged."""
         assert self.db is not None
         limit, offset = _page(request)
-        where, args = _where(request, {"node": "node", "job_id": "job_id", "tenant": "tenant", "account": "account",
-                                       "user": "user", "state": "state", "states": "state"})
+        where, args = _where(request, ALLOCATION_FILTERS)
         async with self.db.execute(f"SELECT {', '.join(ALLOCATION_COLUMNS)} FROM allocations{where} "
                                    "ORDER BY node, job_id LIMIT ? OFFSET ?", [*args, limit, offset]) as cur:
             rows = [_row_dict(ALLOCATION_COLUMNS, r, {"device_ids"}) async for r in cur]
@@ -353,7 +360,7 @@ class StandingStore:
         if tenant is not None and not isinstance(tenant, str):
             raise ValueError("tenant: give one tenant")
         rest = {k: v for k, v in request.items() if k != "tenant" and (not history or k != "account")}
-        where, args = _where(rest, {"account": "account", "user": "user"})
+        where, args = _where(rest, USAGE_FILTERS)
         if tenant is not None:
             where += (" AND " if where else " WHERE ") + _HAS_TENANT
             args.append(tenant)
