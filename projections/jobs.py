@@ -12,8 +12,12 @@ Kept current from the log by ``JobsProjection.start`` (a follower from the store
   WAL journal, ``synchronous=NORMAL``: SQLite is then far from the bottleneck.
 
 Served over NATS request/reply on ``horizon.query.jobs`` (a list with filters
-and paging) and ``horizon.query.job`` (one job with its history), in the
-queue group ``projections`` so several replicas can share the load.
+and paging) and ``horizon.query.job`` (one job with its history, paged), in the
+queue group ``projections`` so several replicas can share the load. Every answer
+fits in one message: listings come in pages (``projections/paging.py``); in
+submission order ``jobs`` pages by a keyset cursor, ``after``: the log sequence
+that placed the row (its ``accepted_seq``, or for a job rejected before
+acceptance its ``updated_seq``), which never changes and is unique per row.
 
 **The tenant feed.** A tenant may read only its own jobs' events, but event
 subjects (``horizon.evt.<service>.<Type>.<job>``) do not name the tenant, so
@@ -46,6 +50,7 @@ import msgspec
 from events import catalogue as c
 from events.base import Event
 from projections.db import open_database, stored_position
+from projections.paging import Listing, Pager, page_fields
 from events.subjects import ADMIN_TENANT, valid_token
 from services.runtime.consume import readable
 from services.runtime.log import EventLog
@@ -77,6 +82,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated_seq INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, class_rank, accepted_seq);
+CREATE INDEX IF NOT EXISTS jobs_by_submit ON jobs (COALESCE(accepted_seq, updated_seq), job_id);
 CREATE TABLE IF NOT EXISTS attempts (
     job_id TEXT NOT NULL, attempt INTEGER NOT NULL,
     nodes TEXT, allocation TEXT, scheduled_ts REAL, started_ts REAL, ended_ts REAL,
@@ -319,8 +325,14 @@ class JobsProjection:
         limit: int = 1000,
         offset: int = 0,
         order: str = "submit",
+        after: int | None = None,
     ) -> dict[str, Any]:
+        """Jobs matching the filters, ``limit`` of them from ``offset``; in submission order (``order``
+        ``submit``) ``after`` starts past the row of that key (``submit_key``, the keyset cursor
+        ``next`` carries; ``offset`` then counts from there). Paging fields: ``projections/paging.py``."""
         assert self.db is not None
+        if after is not None and order == "queue":
+            raise ValueError("after pages the submission order; the queue order pages by offset")
         where, args = [], []
         for column, value in (("tenant", tenant), ("account", account), ("user", user)):
             if value:
@@ -333,28 +345,49 @@ class JobsProjection:
             where.append(f"job_id IN ({', '.join('?' for _ in job_ids)})")
             args.extend(job_ids)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
-        order_by = "class_rank, accepted_seq" if order == "queue" else "COALESCE(accepted_seq, updated_seq), job_id"
-        async with self.db.execute(f"SELECT COUNT(*) FROM jobs{clause}", args) as cur:
-            total = (await cur.fetchone())[0]  # type: ignore[index]
+        order_by = "class_rank, accepted_seq" if order == "queue" else f"{_SUBMIT_KEY}, job_id"
+        total = await self._count(clause, args)
+        start, offset = max(0, int(offset)), max(0, int(offset))
+        if after is not None:  # the page starts past the cursor: count what lies before it
+            joiner = " AND" if where else " WHERE"
+            start += await self._count(f"{clause}{joiner} {_SUBMIT_KEY} <= ?", [*args, int(after)])
+            clause, args = f"{clause}{joiner} {_SUBMIT_KEY} > ?", [*args, int(after)]
         cols = [col for col in _COLUMNS if col != "spec"]
         async with self.db.execute(
             f"SELECT {', '.join(cols)} FROM jobs{clause} ORDER BY {order_by} LIMIT ? OFFSET ?",
-            [*args, max(0, min(limit, 100_000)), max(0, offset)],
+            [*args, max(0, min(limit, 100_000)), offset],
         ) as cur:
             rows = [dict(zip(cols, row, strict=True)) for row in await cur.fetchall()]
         for row in rows:
             row["allocation"] = json.loads(row["allocation"]) if row["allocation"] else []
             row.pop("class_rank", None)
-        return {"jobs": rows, "total": total, "last_seq": self.last_seq}
+        keyset = order != "queue"
+        following, ask = page_fields(start, len(rows), total, keyset=keyset,
+                                     cursor=submit_key(rows[-1]) if keyset and rows else None)
+        return {"jobs": rows, "total": total, "offset": start, "next_offset": following, "next": ask,
+                "last_seq": self.last_seq}
 
-    async def query_job(self, job_id: str, *, tenant: str | None = None) -> dict[str, Any]:
-        """One job with its history; with ``tenant``, only if the job is that tenant's (else as unknown)."""
+    async def _count(self, clause: str, args: list[Any]) -> int:
+        assert self.db is not None
+        async with self.db.execute(f"SELECT COUNT(*) FROM jobs{clause}", args) as cur:
+            return int((await cur.fetchone())[0])  # type: ignore[index]
+
+    async def query_job(self, job_id: str, *, tenant: str | None = None, limit: int | None = None,
+                        offset: int = 0) -> dict[str, Any]:
+        """One job with its history; with ``tenant``, only if the job is that tenant's (else as unknown).
+
+        The history pages: ``limit`` events (None: all) from ``offset``, in log order (``events_total``,
+        ``events_offset``, ``events_next_offset``, ``next``: ``projections/paging.py``)."""
         assert self.db is not None
         found = await self.query_jobs(job_ids=[job_id], limit=1)
         if tenant is not None and (not found["jobs"] or found["jobs"][0]["tenant"] != tenant):
-            return {"job": None, "events": [], "attempts": [], "last_seq": self.last_seq}
+            return {"job": None, "events": [], "attempts": [], **_events_page(offset, 0, 0),
+                    "last_seq": self.last_seq}
+        async with self.db.execute("SELECT COUNT(*) FROM job_events WHERE job_id = ?", (job_id,)) as cur:
+            total = int((await cur.fetchone())[0])  # type: ignore[index]
         async with self.db.execute(
-            "SELECT seq, type, ts, source, body FROM job_events WHERE job_id = ? ORDER BY seq", (job_id,)
+            "SELECT seq, type, ts, source, body FROM job_events WHERE job_id = ? ORDER BY seq LIMIT ? OFFSET ?",
+            (job_id, -1 if limit is None else max(0, int(limit)), max(0, int(offset))),
         ) as cur:
             events = [
                 {"seq": r[0], "type": r[1], "ts": r[2], "source": r[3], "detail": json.loads(r[4])}
@@ -369,7 +402,7 @@ class JobsProjection:
             row["allocation"] = json.loads(row["allocation"]) if row["allocation"] else []
             row["backfilled"], row["borrowed"] = bool(row["backfilled"]), bool(row["borrowed"])
         return {"job": found["jobs"][0] if found["jobs"] else None, "events": events, "attempts": attempts,
-                "last_seq": self.last_seq}
+                **_events_page(max(0, int(offset)), len(events), total), "last_seq": self.last_seq}
 
 
     async def query_decisions(self, *, job_id: str | None = None, service: str | None = None,
@@ -400,7 +433,30 @@ class JobsProjection:
         async with self.db.execute(f"SELECT {', '.join(cols)} FROM decisions{clause} ORDER BY seq LIMIT ? OFFSET ?",
                                    [*args, max(0, min(limit, 100_000)), max(0, offset)]) as cur:
             rows = [dict(zip(cols, r, strict=True)) for r in await cur.fetchall()]
-        return {"decisions": rows, "total": total, "offset": max(0, offset), "last_seq": self.last_seq}
+        following, ask = page_fields(max(0, offset), len(rows), total)
+        return {"decisions": rows, "total": total, "offset": max(0, offset), "next_offset": following, "next": ask,
+                "last_seq": self.last_seq}
+
+
+EVENTS = Listing("events", total="events_total", offset="events_offset", next_offset="events_next_offset")
+
+
+def _events_page(start: int, shown: int, total: int) -> dict[str, Any]:
+    following, ask = page_fields(start, shown, total)
+    return {"events_total": total, "events_offset": start, "events_next_offset": following, "next": ask}
+
+
+_SUBMIT_KEY = "COALESCE(accepted_seq, updated_seq)"  # the submission order (index jobs_by_submit)
+
+
+def submit_key(row: dict[str, Any]) -> int:
+    """A ``jobs`` row's place in the submission order: the log sequence that placed it."""
+    return int(row["accepted_seq"] or row["updated_seq"])
+
+
+JOBS = Listing("jobs", cursor=submit_key)  # in submission order: keyset pages
+JOBS_BY_QUEUE = Listing("jobs")
+DECISIONS = Listing("decisions")
 
 
 def feed_tenant(event: Event, job: Job | None, known: str | None) -> str | None:
@@ -424,12 +480,16 @@ class QueryServer:
     ``horizon.query.jobs`` and ``horizon.query.job``, so the tenant is set by the server's
     configuration, not by the asker, and the unscoped subjects are the operators' and services'.
 
+    Every answer fits in one message (``projections/paging.py``): a listing is cut to a page that
+    does, and says where the next page starts.
+
     It also publishes the projection's tenant feed (module docstring).
     """
 
     def __init__(self, nc: Any, projection: JobsProjection) -> None:
         self.nc = nc
         self.projection = projection
+        self.pager = Pager(nc)
         self._subs: list[Any] = []
 
     async def start(self) -> None:
@@ -446,10 +506,11 @@ class QueryServer:
             unknown = set(req) - allowed
             if unknown:
                 raise ValueError(f"unknown query fields {sorted(unknown)}; allowed: {sorted(allowed)}")
+            req["limit"] = self.pager.rows("decisions", req.get("limit", 1000))
             body = await self.projection.query_decisions(**req)
         except (ValueError, TypeError) as exc:
             body = {"error": str(exc)}
-        await self._reply(msg, body)
+        await self._reply(msg, body, "decisions", DECISIONS)
 
     async def _feed(self, feed: list[tuple[str, Record]]) -> None:
         cut = len("horizon.")
@@ -463,14 +524,15 @@ class QueryServer:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
-    async def _reply(self, msg: Any, body: dict[str, Any]) -> None:
+    async def _reply(self, msg: Any, body: dict[str, Any], view: str, listing: Listing | None = None) -> None:
         if msg.reply:
-            await self.nc.publish(msg.reply, json.dumps(body).encode())
+            await self.nc.publish(msg.reply, self.pager.encode(view, body, listing))
 
     async def _jobs(self, msg: Any) -> None:
+        req: Any = {}
         try:
             req = json.loads(msg.data or b"{}")
-            allowed = {"states", "tenant", "account", "user", "job_ids", "limit", "offset", "order"}
+            allowed = {"states", "tenant", "account", "user", "job_ids", "limit", "offset", "order", "after"}
             unknown = set(req) - allowed
             if unknown:
                 raise ValueError(f"unknown query fields {sorted(unknown)}; allowed: {sorted(allowed)}")
@@ -479,18 +541,21 @@ class QueryServer:
                 if req.get("tenant") not in (None, "", tenant):
                     raise ValueError(f"tenant {tenant!r} may list only its own jobs, not {req['tenant']!r}'s")
                 req["tenant"] = tenant
+            req["limit"] = self.pager.rows("jobs", req.get("limit", 1000))
             body = await self.projection.query_jobs(**req)
         except (ValueError, TypeError) as exc:
             body = {"error": str(exc)}
-        await self._reply(msg, body)
+        await self._reply(msg, body, "jobs", JOBS_BY_QUEUE if isinstance(req, dict) and req.get("order") == "queue"
+                          else JOBS)
 
     async def _job(self, msg: Any) -> None:
         try:
             req = json.loads(msg.data or b"{}")
-            body = await self.projection.query_job(str(req["job_id"]), tenant=_scope(msg.subject))
+            page = {"limit": self.pager.rows("job", req.get("limit", 100_000)), "offset": req.get("offset", 0)}
+            body = await self.projection.query_job(str(req["job_id"]), tenant=_scope(msg.subject), **page)
         except (ValueError, TypeError, KeyError) as exc:
             body = {"error": f"bad request: {exc}"}
-        await self._reply(msg, body)
+        await self._reply(msg, body, "job", EVENTS)
 
 
 def _scope(subject: str) -> str | None:

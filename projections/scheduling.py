@@ -42,6 +42,11 @@ Served on (queue group ``projections``):
 * ``horizon.query.config`` with ``{"seq": N}`` -> whether the operator input at
   sequence N has been seen, and the reason if it was rejected
   (``{"seen": bool, "rejected": reason | null, "last_seq"}``).
+
+Every answer fits in one message (``projections/paging.py``): the listings (queue, nodes,
+allocations, usage and its history, priority's list) are cut to a page that does and carry
+``offset``, ``total``, ``next_offset`` and ``next``; anything else that would not fit is an error
+naming the limit.
 """
 
 from __future__ import annotations
@@ -68,11 +73,20 @@ from services.domain.policy import WEIGHT_NAMES, Multifactor, make_policy
 from services.domain.jobs import JobState
 from projections import fold_state
 from projections.jobs import _scope
+from projections.paging import Listing, Pager, page_fields
 from projections.standing import StandingStore
 
 __all__ = ["SchedulerView", "priority_report", "usage_report"]
 
 log = logging.getLogger("horizon.projections")
+
+_USAGE_HISTORY = Listing("history", total="history_total", offset="history_offset", next_offset="history_next_offset")
+# Each view's listing; usage's history pages instead of its rows when it is asked for (the rows come whole).
+_LISTINGS: dict[str, Any] = {
+    "queue": Listing("jobs"), "nodes": Listing("nodes"), "allocations": Listing("allocations"),
+    "usage": lambda request: _USAGE_HISTORY if request.get("history") else Listing("rows"),
+    "priority": Listing("jobs"),
+}
 
 
 def usage_report(core: QueueFold, state: SchedulingState) -> dict[str, Any]:
@@ -86,15 +100,19 @@ def usage_report(core: QueueFold, state: SchedulingState) -> dict[str, Any]:
 
 
 def priority_report(core: QueueFold, state: SchedulingState, job_id: str | None = None,
-                    limit: int = 50) -> dict[str, Any]:
+                    limit: int = 50, offset: int = 0) -> dict[str, Any]:
     ctx = core.context(state)
     policy = make_policy(state.config.policy)
     ordered = core.ordered_queue(state, ctx=ctx)
     base = {"policy": state.config.policy, "now": state.now, "last_seq": state.seq, "queued": len(ordered)}
     if job_id is None:
         waiting = core.waiting_all(state, ordered, ctx)  # one pass, not a scan per row
-        rows = [_row(core, state, job, ctx, i + 1, waiting) for i, job in enumerate(ordered[:limit])]
-        return {**base, "jobs": rows}
+        offset, limit = max(0, offset), max(0, limit)
+        rows = [_row(core, state, job, ctx, i + 1, waiting)
+                for i, job in enumerate(ordered[offset:offset + limit], offset)]
+        following, ask = page_fields(offset, len(rows), len(ordered))
+        return {**base, "jobs": rows, "total": len(ordered), "offset": offset, "next_offset": following,
+                "next": ask}
     job = state.jobs.get(job_id)
     if job is None:
         return {**base, "error": f"no job {job_id!r} is known to the scheduler"}
@@ -184,6 +202,7 @@ class SchedulerView:
         self._flush_lock = asyncio.Lock()
         self._start_end = 0
         self._subs: list[Any] = []
+        self.pager = Pager(nc)
 
     async def apply(self, batch: list[Record]) -> None:
         for record, event in readable(batch, self.state.seq):
@@ -353,11 +372,11 @@ class SchedulerView:
             for view, handler in (("queue", self.store.query_queue), ("nodes", self.store.query_nodes),
                                   ("allocations", self.store.query_allocations), ("usage", self.store.query_usage)):
                 self._subs.append(await self.nc.subscribe(f"horizon.query.{view}", queue="projections",
-                                                          cb=self._stored(handler)))
+                                                          cb=self._stored(view, handler)))
             for view, handler in (("queue", self.store.query_queue), ("allocations", self.store.query_allocations)):
                 # a tenant's view of the queue and of where its jobs run (see QueryServer in jobs.py)
                 self._subs.append(await self.nc.subscribe(f"horizon.query.{view}.*", queue="projections",
-                                                          cb=self._stored(handler)))
+                                                          cb=self._stored(view, handler)))
         else:
             self._subs.append(await self.nc.subscribe("horizon.query.usage", queue="projections", cb=self._usage))
         self._follower = await self.log.follow(self.apply, from_seq=self.state.seq + 1)
@@ -365,10 +384,10 @@ class SchedulerView:
         self._subs.append(await self.nc.subscribe("horizon.query.config", queue="projections", cb=self._config))
         self._subs.append(await self.nc.subscribe("horizon.query.preempt", queue="projections", cb=self._preempt))
 
-    def _stored(self, handler: Any) -> Any:
+    def _stored(self, view: str, handler: Any) -> Any:
         """A query answered from the store, once it shows everything the fold has applied (a reader
         sees what the view knows, not what it knew at the last periodic flush); on a tenant's
-        subject, about that tenant's jobs only."""
+        subject, about that tenant's jobs only; in pages of about one message (``_page_of``)."""
         async def answer(msg: Any) -> None:
             async def ask(request: dict[str, Any]) -> dict[str, Any]:
                 tenant = _scope(msg.subject)
@@ -380,15 +399,23 @@ class SchedulerView:
                     await self.flush()
                 return await handler(request)  # type: ignore[no-any-return]
 
-            await self._reply(msg, ask)
+            await self._reply(msg, lambda request: ask(self._page_of(view, request)), view, _LISTINGS[view])
 
         return answer
 
+    def _page_of(self, view: str, request: dict[str, Any]) -> dict[str, Any]:
+        """A ``limit`` asked for is read at most about one message's worth at a time (the rest is for
+        the next pages); without one, the view's default page is read."""
+        if "limit" in request:
+            request["limit"] = self.pager.rows(view, request["limit"])
+        return request
+
     async def _preempt(self, msg: Any) -> None:
-        await self._reply(msg, lambda request: preempt_report(self.preemption, self.pstate, str(request["job_id"])))
+        await self._reply(msg, lambda request: preempt_report(self.preemption, self.pstate, str(request["job_id"])),
+                          "preempt")
 
     async def _config(self, msg: Any) -> None:
-        await self._reply(msg, lambda request: self.config_status(int(request["seq"])))
+        await self._reply(msg, lambda request: self.config_status(int(request["seq"])), "config")
 
     async def _usage(self, msg: Any) -> None:
         def answer(request: dict[str, Any]) -> dict[str, Any]:
@@ -398,13 +425,16 @@ class SchedulerView:
                 body["history"] = [h for h in self.history if account is None or h["account"] == account]
             return body
 
-        await self._reply(msg, answer)
+        await self._reply(msg, answer, "usage", _LISTINGS["usage"])
 
     async def _priority(self, msg: Any) -> None:
         await self._reply(msg, lambda request: priority_report(
-            self.core, self.state, request.get("job_id"), int(request.get("limit", 50))))
+            self.core, self.state, request.get("job_id"), self.pager.rows("priority", request.get("limit", 50)),
+            int(request.get("offset", 0))), "priority", _LISTINGS["priority"])
 
-    async def _reply(self, msg: Any, answer: Any) -> None:
+    async def _reply(self, msg: Any, answer: Any, view: str, listing: Any = None) -> None:
+        """Answer ``msg`` with ``answer(request)``, encoded to fit in one message (``listing``: the
+        ``Listing`` of the answer, or a function of the request that picks it)."""
         if not msg.reply:
             return
         try:
@@ -415,8 +445,9 @@ class SchedulerView:
             if inspect.isawaitable(body):
                 body = await body
         except (ValueError, TypeError, KeyError) as exc:
-            body = {"error": str(exc)}
-        await self.nc.publish(msg.reply, json.dumps(body).encode())
+            body, request = {"error": str(exc)}, {}
+        listing = listing(request) if callable(listing) else listing
+        await self.nc.publish(msg.reply, self.pager.encode(view, body, listing))
 
     async def stop(self) -> None:
         for sub in self._subs:

@@ -55,6 +55,7 @@ from typing import Any
 import aiosqlite
 
 from projections.db import open_database, stored_position
+from projections.paging import page_fields
 from services.domain.preemption.state import PreemptionState
 from services.domain.queue.fold import QueueFold
 from services.domain.queue.state import SchedulingState
@@ -153,6 +154,12 @@ def _page(request: dict[str, Any]) -> tuple[int, int]:
     if limit < 0 or offset < 0:
         raise ValueError("limit and offset must not be negative")
     return min(limit, MAX_LIMIT), offset
+
+
+def _paged(offset: int, shown: int, total: int) -> dict[str, Any]:
+    """The paging fields of an answer (``projections/paging.py``)."""
+    following, ask = page_fields(offset, shown, total)
+    return {"total": total, "offset": offset, "next_offset": following, "next": ask}
 
 
 def _where(request: dict[str, Any], allowed: dict[str, str]) -> tuple[str, list[Any]]:
@@ -306,7 +313,7 @@ class StandingStore:
         async with self.db.execute(sql, [*args, limit, offset]) as cur:
             rows = [_row_dict(QUEUE_COLUMNS, r, _JSON_QUEUE) async for r in cur]
         settings = await self._settings()
-        return {"jobs": rows, "total": await self._count("queue", where, args), "offset": offset,
+        return {"jobs": rows, **_paged(offset, len(rows), await self._count("queue", where, args)),
                 "last_seq": self.last_seq, "now": settings.get("now"), "policy": settings.get("policy")}
 
     async def query_nodes(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -330,7 +337,7 @@ class StandingStore:
             async with self.db.execute("SELECT job_id FROM allocations WHERE node = ? ORDER BY job_id",
                                        (row["node"],)) as cur:
                 row["jobs"] = [r[0] async for r in cur]
-        return {"nodes": rows, "total": await self._count("nodes", where, args), "offset": offset,
+        return {"nodes": rows, **_paged(offset, len(rows), await self._count("nodes", where, args)),
                 "last_seq": self.last_seq}
 
     async def query_allocations(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -342,7 +349,7 @@ class StandingStore:
         async with self.db.execute(f"SELECT {', '.join(ALLOCATION_COLUMNS)} FROM allocations{where} "
                                    "ORDER BY node, job_id LIMIT ? OFFSET ?", [*args, limit, offset]) as cur:
             rows = [_row_dict(ALLOCATION_COLUMNS, r, {"device_ids"}) async for r in cur]
-        return {"allocations": rows, "total": await self._count("allocations", where, args), "offset": offset,
+        return {"allocations": rows, **_paged(offset, len(rows), await self._count("allocations", where, args)),
                 "last_seq": self.last_seq}
 
     async def query_usage(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -352,7 +359,8 @@ class StandingStore:
         Without ``history``, ``limit``/``offset`` page the rows (``total`` counts them). With
         ``history``, the rows come whole (``account`` then picks the history, not the rows) and
         ``limit``/``offset`` page the hourly standing of the accounts asked (``from_ts``, ``to_ts``
-        bound it; ``history_total`` counts it)."""
+        bound it; ``history_total`` counts it, ``history_offset`` and ``history_next_offset`` place the
+        page, and ``next`` is then the history's). Paging fields: ``projections/paging.py``."""
         assert self.db is not None
         settings = await self._settings()
         history = bool(request.get("history"))
@@ -374,8 +382,9 @@ class StandingStore:
         for row in rows:
             row["borrowing"] = bool(row["borrowing"])
             del row["rank"]
-        body: dict[str, Any] = {"rows": rows, "total": await self._count("usage", where, args),
-                                "offset": 0 if history else offset, "now": settings.get("now", 0.0),
+        total = await self._count("usage", where, args)
+        body: dict[str, Any] = {"rows": rows, **_paged(0 if history else offset, len(rows), total),
+                                "now": settings.get("now", 0.0),
                                 "half_life_s": settings.get("half_life_s"), "weights": settings.get("weights", {}),
                                 "last_seq": self.last_seq}
         if history:
@@ -397,7 +406,9 @@ class StandingStore:
                                        "ORDER BY ts, account LIMIT ? OFFSET ?", [*hargs, limit, offset]) as cur:
                 body["history"] = [{"ts": r[0], "account": r[1], "usage": r[2], "running": r[3], "fairshare": r[4]}
                                    async for r in cur]
-            body["history_total"] = await self._count("usage_history", hwhere, hargs)
+            history_total = await self._count("usage_history", hwhere, hargs)
+            following, body["next"] = page_fields(offset, len(body["history"]), history_total)
+            body.update(history_total=history_total, history_offset=offset, history_next_offset=following)
         return body
 
 

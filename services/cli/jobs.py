@@ -15,15 +15,19 @@ import click
 from rich.table import Table
 
 from events.resources import format_cpus, format_memory
-from services.cli.client import default_user, query, session
+from services.cli.client import default_user, query_all, session
 from services.cli.options import console, nats_option, run
 
 __all__ = ["queue", "jobs", "watch", "register"]
 
 
-def _check_page(limit: int, offset: int) -> None:
-    if limit < 0 or offset < 0:
+def _check_page(limit: int | None, offset: int) -> None:
+    if (limit is not None and limit < 0) or offset < 0:
         raise click.UsageError("--limit and --offset must not be negative")
+
+
+def _job_id(row: dict[str, Any]) -> Any:
+    return row["job_id"]
 
 
 def _page_line(offset: int, shown: int, total: int) -> str:
@@ -62,7 +66,7 @@ def _age(ts: float | None) -> str:
 @click.option("-t", "--states", "states", multiple=True,
               help="Jobs in these states instead of the pending and held ones: Slurm's names or codes (PENDING, "
                    "PD, RUNNING, R, CONFIGURING, CF, ...), Horizon's, comma-separated or repeated, or 'all'.")
-@click.option("--limit", type=int, default=1000, show_default=True)
+@click.option("--limit", type=int, default=None, help="At most this many rows (default: all).")
 @click.option("--offset", type=int, default=0, show_default=True, help="Skip this many rows first (paging, with --limit).")
 @click.option("--why", is_flag=True, help="Under each job, every filter's verdict: how many nodes and why, and "
                                           "its reservation (from the scheduler's view).")
@@ -76,7 +80,7 @@ def _age(ts: float | None) -> str:
 @click.option("--noheader", is_flag=True, help="With --format: no header line.")
 @click.option("--json", "as_json", is_flag=True)
 def queue(nats_url: str, tenant: str | None, account: str | None, user: str | None, me: bool,
-          states: tuple[str, ...], limit: int, offset: int, why: bool, fmt: str | None, noheader: bool,
+          states: tuple[str, ...], limit: int | None, offset: int, why: bool, fmt: str | None, noheader: bool,
           as_json: bool) -> None:
     """Pending and held jobs in scheduling order, with why each waits (like squeue)."""
     from services.cli import slurm
@@ -99,11 +103,13 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
             filters = {"tenant": tenant, "account": account, "user": user}
             body: dict[str, Any] = {"jobs": [], "total": 0, "last_seq": 0}
             if waiting:
-                body = await query(nc, "queue", {**filters, "states": waiting, "limit": limit, "offset": offset})
+                body = await query_all(nc, "queue", {**filters, "states": waiting, "offset": offset}, "jobs",
+                                       limit=limit, unique=_job_id)
             if others is None or others:
                 # One list, the waiting jobs first: a page that starts past them starts inside the rest.
-                rest = await query(nc, "jobs", {**filters, "states": others, "limit": max(0, limit - len(body["jobs"])),
-                                                "offset": max(0, offset - body["total"]), "order": "queue"})
+                rest_ask = {**filters, "states": others, "offset": max(0, offset - body["total"]), "order": "queue"}
+                rest = await query_all(nc, "jobs", rest_ask, "jobs", unique=_job_id,
+                                       limit=None if limit is None else max(0, limit - len(body["jobs"])))
                 body["jobs"] += [row for row in rest["jobs"] if row["state"] not in ("PENDING", "HELD")]
                 body["total"] += sum(1 for row in rest["jobs"] if row["state"] not in ("PENDING", "HELD"))
                 body["last_seq"] = min(body["last_seq"], rest["last_seq"]) if waiting else rest["last_seq"]
@@ -165,15 +171,19 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
 @click.option("--tenant", default=None)
 @click.option("--account", default=None)
 @click.option("--user", default=None)
-@click.option("--limit", type=int, default=1000, show_default=True)
+@click.option("--limit", type=int, default=None, help="At most this many jobs (default: all).")
 @click.option("--offset", type=int, default=0, show_default=True, help="Skip this many rows first (paging, with --limit).")
 @click.option("--history", is_flag=True, help="sacct's view: jobs that ran or ended, every user's unless --user "
                                              "(horizon sacct --allusers; see horizon sacct --help for more).")
 @click.option("--starttime", default="midnight", show_default=True, help="With --history: as sacct's --starttime.")
 @click.option("--json", "as_json", is_flag=True)
 def jobs(nats_url: str, states: tuple[str, ...], tenant: str | None, account: str | None, user: str | None,
-         limit: int, offset: int, history: bool, starttime: str, as_json: bool) -> None:
-    """All jobs with their state, node and devices."""
+         limit: int | None, offset: int, history: bool, starttime: str, as_json: bool) -> None:
+    """All jobs with their state, node and devices, in submission order.
+
+    Read page by page (each answer of the projection fits in one NATS message), following a cursor
+    on the submission order: every job that matches for the whole read is listed once; one that
+    starts or stops matching meanwhile may or may not be."""
     _check_page(limit, offset)
     if history:
         from services.cli.slurm import SACCT_DEFAULT, run_sacct
@@ -184,8 +194,8 @@ def jobs(nats_url: str, states: tuple[str, ...], tenant: str | None, account: st
 
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
-            return await query(nc, "jobs", {"states": list(states) or None, "tenant": tenant, "account": account,
-                                            "user": user, "limit": limit, "offset": offset})
+            return await query_all(nc, "jobs", {"states": list(states) or None, "tenant": tenant, "account": account,
+                                                "user": user, "offset": offset}, "jobs", limit=limit)
 
     body = run(go())
     if as_json:

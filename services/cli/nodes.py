@@ -15,7 +15,7 @@ from rich.text import Text
 from events import catalogue as c
 from events.resources import format_cpus, format_memory
 from events.subjects import admin_subject
-from services.cli.client import await_answer, default_user, publish_input, query, session
+from services.cli.client import await_answer, default_user, publish_input, query_all, session
 from services.cli.options import console, nats_option
 from services.inventory.core import NODE_ACTIONS
 from services.domain.taints import TaintSyntaxError, parse_taint, taint_text
@@ -29,10 +29,10 @@ __all__ = ["register"]
               help="Only nodes in this state: idle, mixed, allocated, cordoned, draining, drained, lost, removed, registered (repeatable).")
 @click.option("--gpu-type", default=None, help="Only nodes with this GPU model (a100 also matches a100-80gb).")
 @click.option("-n", "--nodes", "names", multiple=True, help="Only these nodes (repeatable).")
-@click.option("--limit", type=int, default=1000, show_default=True)
+@click.option("--limit", type=int, default=None, help="At most this many nodes (default: all).")
 @click.option("--offset", type=int, default=0, show_default=True, help="Skip this many nodes (paging).")
 @click.option("--json", "as_json", is_flag=True)
-def nodes(nats_url: str, states: tuple[str, ...], gpu_type: str | None, names: tuple[str, ...], limit: int,
+def nodes(nats_url: str, states: tuple[str, ...], gpu_type: str | None, names: tuple[str, ...], limit: int | None,
           offset: int, as_json: bool) -> None:
     """Nodes with their state, capacity and use (like sinfo).
 
@@ -40,13 +40,13 @@ def nodes(nats_url: str, states: tuple[str, ...], gpu_type: str | None, names: t
     (its GPUs are not real devices); ISOLATION how its agent confines jobs (NONE, loudly, when it
     cannot); unhealthy GPUs are counted in GPUS and listed below the table with the reason.
     """
-    if limit < 0 or offset < 0:
+    if (limit is not None and limit < 0) or offset < 0:
         raise click.BadParameter("must not be negative", param_hint="--limit/--offset")
 
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
-            return await query(nc, "nodes", {"states": list(states), "gpu_type": gpu_type, "node": list(names),
-                                             "limit": limit, "offset": offset})
+            return await query_all(nc, "nodes", {"states": list(states), "gpu_type": gpu_type, "node": list(names),
+                                                 "offset": offset}, "nodes", limit=limit)
 
     body = asyncio.run(go())
     if as_json:
@@ -58,7 +58,8 @@ def nodes(nats_url: str, states: tuple[str, ...], gpu_type: str | None, names: t
     for note in notes:
         out.print(note)
     if body["total"] > len(body["nodes"]):
-        click.echo(f"{len(body['nodes'])} of {body['total']} nodes shown (--offset {offset}, --limit {limit})")
+        click.echo(f"{len(body['nodes'])} of {body['total']} nodes shown (--offset {offset}"
+                   f"{'' if limit is None else f', --limit {limit}'})")
 
 
 def nodes_table(rows: list[dict[str, Any]]) -> tuple[Table, list[Text]]:

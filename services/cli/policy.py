@@ -29,7 +29,7 @@ from rich.table import Table
 from events import catalogue as c
 from events.resources import ResourceError, format_cpus, format_memory, parse_cpus, parse_duration, parse_memory
 from events.subjects import admin_subject
-from services.cli.client import default_user, publish_input, query, session
+from services.cli.client import default_user, publish_input, query, query_all, session
 from services.cli.options import console, nats_option
 from services.runtime.log import LogError
 from services.placement.core import check_reservation
@@ -350,9 +350,9 @@ def usage(nats_url: str, account_history: str | None, account: str | None, user:
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
             if account_history:
-                return await query(nc, "usage", {"history": True, "account": account_history})
+                return await query_all(nc, "usage", {"history": True, "account": account_history}, "history")
             request = {k: v for k, v in (("account", account), ("user", user), ("tenant", tenant)) if v is not None}
-            return await query(nc, "usage", request)
+            return await query_all(nc, "usage", request, "rows")
 
     body = asyncio.run(go())
     if as_json:
@@ -391,7 +391,7 @@ def show(nats_url: str, job_id: str, as_json: bool) -> None:
 
     async def go() -> tuple[dict[str, Any], dict[str, Any]]:
         async with session(nats_url) as nc:
-            job = await query(nc, "job", {"job_id": job_id})
+            job = await query_all(nc, "job", {"job_id": job_id}, "events")
             try:
                 prio = await query(nc, "priority", {"job_id": job_id})
             except LogError as exc:

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from events import catalogue as c
 from events.subjects import ADMIN_TENANT, admin_subject, input_subject, valid_token
-from services.cli.client import default_user, publish_input, query, session
+from services.cli.client import default_user, publish_input, query_all, session
 from services.cli.options import admin_option, nats_option, run, tenant_option
 
 __all__ = ["cancel", "hold", "release", "update", "register"]
@@ -170,8 +170,8 @@ def _cancel_matching(nats_url: str, *, tenant: str, admin: bool, reason: str, na
 
     async def go() -> tuple[list[str], dict[str, dict[str, Any]]]:
         async with session(nats_url) as nc:
-            body = await query(nc, "jobs", {"states": states, "tenant": None if admin else tenant,
-                                            "account": account, "user": user, "limit": 100_000})
+            body = await query_all(nc, "jobs", {"states": states, "tenant": None if admin else tenant,
+                                                "account": account, "user": user}, "jobs")
             targets = [row["job_id"] for row in body["jobs"] if name is None or row["name"] == name]
             if not targets:
                 return targets, {}

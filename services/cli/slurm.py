@@ -41,7 +41,7 @@ from events import catalogue as c
 from events.codec import DecodeError, decode
 from events.resources import format_cpus, format_memory
 from events.subjects import STREAM, valid_token
-from services.cli.client import default_user, query, session
+from services.cli.client import default_user, query_all, session
 from services.cli.options import nats_option
 
 __all__ = ["slurm_state", "select_states", "hostlist", "squeue_lines", "needs_specs", "accepted_specs",
@@ -448,7 +448,7 @@ def sacct_rows(rows: list[dict[str, Any]], *, match: set[str], start: float | No
 
 
 def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, account: str | None,
-              tenant: str | None, starttime: str | None, endtime: str | None, limit: int, fmt: str,
+              tenant: str | None, starttime: str | None, endtime: str | None, limit: int | None, fmt: str,
               as_json: bool, parsable: bool = False, noheader: bool = False, offset: int = 0) -> None:
     now = time.time()
     start = slurm_datetime(starttime, now) if starttime else None
@@ -462,12 +462,13 @@ def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, accou
 
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
-            return await query(nc, "jobs", {"states": ask, "tenant": tenant, "account": account, "user": user,
-                                            "limit": limit + offset})
+            return await query_all(nc, "jobs", {"states": ask, "tenant": tenant, "account": account, "user": user},
+                                   "jobs", limit=None if limit is None else limit + offset)
 
     body = asyncio.run(go())
     # The time window is sacct's and applied here, so the page is taken after it.
-    rows = sacct_rows(body["jobs"], match=match, start=start, end=end, now=now)[offset:offset + limit]
+    rows = sacct_rows(body["jobs"], match=match, start=start, end=end, now=now)[offset:]
+    rows = rows if limit is None else rows[:limit]
     if as_json:
         for row in rows:
             row["slurm"] = {name: SACCT_FIELDS[name](row, now) for name in SACCT_FIELDS}
