@@ -101,10 +101,11 @@ def _register() -> None:
         simulate,
         slurm,
         submit,
+        tenant,
     )
 
     for module in (audit, bench, check, jobs, logs, nodes, policy, projections, requests, run, sbatch, simulate, slurm,
-                   submit):
+                   submit, tenant):
         module.register(cli)
 
 

@@ -6,25 +6,55 @@ Click and rich only: no NATS, no service. A command module imports these instead
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Coroutine
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import click
 from rich.console import Console
 
+from events.subjects import valid_token
 from services.cli.client import default_tenant
 
-__all__ = ["NATS_DEFAULT", "nats_option", "tenant_option", "admin_option", "console", "run"]
+__all__ = ["NATS_DEFAULT", "nats_option", "tenant_option", "tenant_of_url", "admin_option", "console", "run"]
 
 NATS_DEFAULT = "nats://127.0.0.1:4222"
 
+def tenant_of_url(url: str | None) -> str | None:
+    """The user of a NATS URL when it can be a tenant: ``horizon up --auth`` names each tenant's user
+    like the tenant (services/host/auth.py), so its URL alone says which tenant it is."""
+    from services.host.auth import HORIZON_USERS
+
+    if not url:
+        return None
+    try:
+        user = urlsplit(url.split(",")[0].strip()).username
+    except ValueError:
+        return None
+    if not user or not valid_token(unquote(user)) or user.startswith("_") or unquote(user) in HORIZON_USERS:
+        return None
+    return unquote(user)
+
+
+def _tenant_default() -> str:
+    """$HORIZON_TENANT; else the tenant whose user is in --nats ($HORIZON_NATS_URL); else ``default``."""
+    if os.environ.get("HORIZON_TENANT"):
+        return default_tenant()
+    ctx = click.get_current_context(silent=True)
+    url = (ctx.params.get("nats_url") if ctx is not None else None) or os.environ.get("HORIZON_NATS_URL")
+    return tenant_of_url(url) or default_tenant()
+
+
+# Eager: read before --tenant, whose default may come from it.
 nats_option = click.option(
-    "--nats", "nats_url", envvar="HORIZON_NATS_URL", default=NATS_DEFAULT, show_default=True,
+    "--nats", "nats_url", envvar="HORIZON_NATS_URL", default=NATS_DEFAULT, show_default=True, is_eager=True,
     help="URL of the NATS server (or $HORIZON_NATS_URL).",
 )
 tenant_option = click.option(
-    "--tenant", default=default_tenant, show_default="$HORIZON_TENANT or default", help="Your tenant."
+    "--tenant", default=_tenant_default, show_default="$HORIZON_TENANT, else the user of a tenant's --nats URL, "
+                                                      "else default", help="Your tenant."
 )
 admin_option = click.option(
     "--admin", is_flag=True,

@@ -28,8 +28,9 @@ from rich.table import Table
 
 from events import catalogue as c
 from events.resources import ResourceError, format_cpus, format_memory, parse_cpus, parse_duration, parse_memory
-from events.subjects import admin_subject
+from events.subjects import admin_subject, valid_token
 from services.cli.client import default_user, publish_input, query, query_all, session
+from services.cli.operator import operator_options
 from services.cli.options import console, nats_option
 from services.runtime.log import LogError
 from services.placement.core import check_reservation
@@ -63,7 +64,7 @@ def _pairs(items: tuple[str, ...], hint: str, cast: Any = float) -> dict[str, An
     return out
 
 
-def _configure(nats_url: str, verb: str, event: c.Event, wait_s: float = 10.0) -> dict[str, Any]:
+def configure(nats_url: str, verb: str, event: c.Event, wait_s: float = 10.0) -> dict[str, Any]:
     """Publish an operator input and wait until the scheduler's view has seen it: applied or rejected."""
 
     async def go() -> dict[str, Any]:
@@ -101,7 +102,7 @@ def account() -> None:
 
 
 @account.command(name="set")
-@nats_option
+@operator_options
 @click.argument("name")
 @click.option("--parent", default=None, help="Parent account (default: top level). Configure parents first.")
 @click.option("--shares", type=float, default=1.0, show_default=True, help="Shares among its siblings.")
@@ -116,19 +117,26 @@ def account() -> None:
 @click.option("--max-priority-class", "max_class", type=click.Choice(list(c.PRIORITY_CLASSES)), default=None,
               help="The highest class a tenant may give jobs of this account and the accounts below it, at "
                    "submission or by an update (default: no limit; operators are not limited).")
+@click.option("--tenant", "tenants", multiple=True,
+              help="A tenant whose jobs may charge this account (repeatable; default: any tenant's). Setting the "
+                   "account again replaces its tenants too: name them every time.")
 @click.option("--json", "as_json", is_flag=True)
 def account_set(nats_url: str, name: str, parent: str | None, shares: float, quota_gpus: int | None,
                 quota_cpus: str | None, quota_mem: str | None, quota_jobs: int | None, gpu_types: tuple[str, ...],
-                borrowing: bool, boost: float, max_class: str | None, as_json: bool) -> None:
-    """Create or replace account NAME: its place in the tree, shares, quota and class limit."""
+                borrowing: bool, boost: float, max_class: str | None, tenants: tuple[str, ...], as_json: bool) -> None:
+    """Create or replace account NAME: its place in the tree, shares, quota, class limit and tenants."""
+    for tenant in tenants:
+        if not valid_token(tenant) or tenant.startswith("_"):
+            raise click.BadParameter(f"{tenant!r} is not a tenant name (letters, digits, '_' or '-', not starting "
+                                     f"with '_')", param_hint="--tenant")
     quota = c.Quota(gpus=quota_gpus, cpus_milli=_parse(parse_cpus, quota_cpus, "--quota-cpus"),
                     memory_bytes=_parse(parse_memory, quota_mem, "--quota-mem"), running_jobs=quota_jobs,
                     gpus_by_type=_pairs(gpu_types, "--quota-gpu-type", int))
     event = c.AccountConfigured(ts=time.time(), source="horizon-cli", correlation_id=name, account=name,
                                 parent=parent, shares=shares, quota=quota, borrowing=borrowing,
                                 priority_boost=boost, max_priority_class=max_class,  # type: ignore[arg-type]
-                                user=default_user())
-    _report(_configure(nats_url, "account", event), f"account {name}", as_json)
+                                tenants=list(dict.fromkeys(tenants)), user=default_user())
+    _report(configure(nats_url, "account", event), f"account {name}", as_json)
 
 
 @click.group()
@@ -137,7 +145,7 @@ def fairshare() -> None:
 
 
 @fairshare.command(name="set")
-@nats_option
+@operator_options
 @click.option("--half-life", required=True, help="Usage decay half-life (7d, 12h, 3600).")
 @click.option("--gpu-weight", type=float, default=1.0, show_default=True, help="Usage per GPU-second.")
 @click.option("--cpu-weight", type=float, default=0.0625, show_default=True, help="Usage per core-second.")
@@ -151,7 +159,7 @@ def fairshare_set(nats_url: str, half_life: str, gpu_weight: float, cpu_weight: 
                                   half_life_s=_parse(parse_duration, half_life, "--half-life"),
                                   gpu_weight=gpu_weight, cpu_weight=cpu_weight, memory_weight=memory_weight,
                                   dominant_share=dominant, user=default_user())
-    _report(_configure(nats_url, "fairshare", event), "fair-share settings", as_json)
+    _report(configure(nats_url, "fairshare", event), "fair-share settings", as_json)
 
 
 @click.group()
@@ -160,7 +168,7 @@ def policy() -> None:
 
 
 @policy.command(name="set")
-@nats_option
+@operator_options
 @click.option("--policy", "name", type=click.Choice(list(POLICIES)), default=None, help="The queue policy.")
 @click.option("--weight", "weights", multiple=True,
               help=f"NAME=VALUE multifactor weight, NAME one of {', '.join(WEIGHT_NAMES)} (repeatable).")
@@ -181,7 +189,7 @@ def policy_set(nats_url: str, name: str | None, weights: tuple[str, ...], max_ag
         backoff_base_s=_parse(parse_duration, backoff_base, "--backoff-base"),
         backoff_max_s=_parse(parse_duration, backoff_max, "--backoff-max"), user=default_user(),
     )
-    _report(_configure(nats_url, "policy", event), "policy", as_json)
+    _report(configure(nats_url, "policy", event), "policy", as_json)
 
 
 @click.group()
@@ -190,7 +198,7 @@ def profile() -> None:
 
 
 @profile.command(name="set")
-@nats_option
+@operator_options
 @click.argument("name")
 @click.option("--weight", "weights", multiple=True,
               help=f"PLUGIN=VALUE score weight, PLUGIN one of {', '.join(SCORE_PLUGINS)} (repeatable).")
@@ -207,7 +215,7 @@ def profile_set(nats_url: str, name: str, weights: tuple[str, ...], backfill: st
     why = check_profile(event)
     if why:
         raise click.BadParameter(why)
-    _report(_configure(nats_url, "profile", event), f"profile {name}", as_json)
+    _report(configure(nats_url, "profile", event), f"profile {name}", as_json)
 
 
 def _when(text: str, hint: str, now: float) -> float:
@@ -233,7 +241,7 @@ def reservation() -> None:
 
 
 @reservation.command(name="create")
-@nats_option
+@operator_options
 @click.argument("name")
 @click.option("--account", required=True, help="The account whose jobs may use the nodes in the window.")
 @click.option("--nodes", "node_list", required=True, help="Comma-separated node names.")
@@ -250,18 +258,18 @@ def reservation_create(nats_url: str, name: str, account: str, node_list: str, s
     why = check_reservation(event)
     if why:
         raise click.BadParameter(why)
-    _report(_configure(nats_url, "reservation", event), f"reservation {name}", as_json)
+    _report(configure(nats_url, "reservation", event), f"reservation {name}", as_json)
 
 
 @reservation.command(name="cancel")
-@nats_option
+@operator_options
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True)
 def reservation_cancel(nats_url: str, name: str, as_json: bool) -> None:
     """Withdraw reservation NAME."""
     event = c.ReservationConfigured(ts=time.time(), source="horizon-cli", correlation_id=name, name=name,
                                     account="-", cancelled=True, user=default_user())
-    _report(_configure(nats_url, "reservation", event), f"reservation {name} cancel", as_json)
+    _report(configure(nats_url, "reservation", event), f"reservation {name} cancel", as_json)
 
 
 @click.group()
@@ -270,7 +278,7 @@ def preemption() -> None:
 
 
 @preemption.command(name="set")
-@nats_option
+@operator_options
 @click.option("--victims", type=click.Choice(list(VICTIM_ORDERS)), default=None, help="How victims are chosen.")
 @click.option("--rule", "rules", multiple=True,
               help="CLASS=LOWER,LOWER: the classes CLASS may preempt, e.g. high=normal,low,scavenger (repeatable).")
@@ -296,7 +304,7 @@ def preemption_set(nats_url: str, victims: str | None, rules: tuple[str, ...], g
     why = PreemptionConfig().check(event)
     if why:
         raise click.BadParameter(why)
-    _report(_configure(nats_url, "preemption", event), "preemption settings", as_json)
+    _report(configure(nats_url, "preemption", event), "preemption settings", as_json)
 
 
 @click.command()

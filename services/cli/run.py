@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ from services.agent.nodes import NodeSpec, local_nodes
 from services.runtime.jetstream import JetStreamLog, StreamSettings, redact_url
 from services.runtime.natsserver import NatsServer
 from services.host.lock import DataDirBusy, DataDirLock
+from services.host.running import Running
+from services.host.secure import Secured, mode_warning, prepare
 from services.host.stack import Stack
 from services.host.registry import SERVICES
 from services.host.supervisor import ChildSpec, Supervisor, notify_ready
@@ -157,10 +160,17 @@ def _hold(data_dir: Path) -> DataDirLock:
 @click.option("--processes", is_flag=True,
               help="Run every part as its own OS process (`horizon service NAME`), restarted if it dies; "
                    "logs in DATA_DIR/logs/, PIDs in DATA_DIR/processes.json.")
+@click.option("--auth", is_flag=True,
+              help="NATS accounts and permissions: each part and the operator its own user, each tenant an "
+                   "account of its own (add them with `horizon tenant add NAME`); credentials in "
+                   "DATA_DIR/auth/, never printed. See docs/tenants.md.")
+@click.option("--tls", "use_tls", is_flag=True,
+              help="Mutual TLS between every part and the server: a CA and certificates made in DATA_DIR/tls/; "
+                   "other clients need HORIZON_TLS_CA, HORIZON_TLS_CERT and HORIZON_TLS_KEY.")
 @click.option("--verbose", is_flag=True)
 def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, gpu_type: str | None,
        cpus_per_node: str | None, memory_per_node: str | None, executor: str, heartbeat_timeout: float, policy: str,
-       backfill_mode: str, otel: str, processes: bool, verbose: bool) -> None:
+       backfill_mode: str, otel: str, processes: bool, auth: bool, use_tls: bool, verbose: bool) -> None:
     """Start everything on this machine: nats-server, the five services, projections, and a node.
 
     Without shape options the node is this machine as it is: its CPUs, memory and GPUs (found
@@ -170,6 +180,11 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
 
     One `horizon up` per data directory: a second one on the same --data-dir says who holds it and
     exits non-zero.
+
+    With --auth the same stack runs with NATS accounts: the services, the agent, the projections and
+    the operator are users of their own with only the subjects they need, and each tenant an account
+    of its own whose inputs reach the log only through the submission service's intake. The operator
+    commands run beside it find the operator's credentials in the data dir (--data-dir).
     """
     shape = Shape(nodes, gpus_per_node, gpu_type, cpus_per_node, memory_per_node)
     lock = _hold(data_dir)  # 1. the data dir is ours before anything in it is touched
@@ -181,43 +196,69 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
             machine, what = _machine()
             node_specs = [machine]
         _logging(verbose, data_dir / "horizon.log")
-        server = NatsServer(store_dir=data_dir / "nats", port=port, log_file=data_dir / "nats-server.log")
+        warning = mode_warning(data_dir, auth)
+        if warning:
+            click.echo(f"warning: {warning}", err=True)
+        # 3. credentials and certificates (kept from an earlier run, made if missing), the server's config
+        secured = prepare(data_dir, auth, use_tls)
+        if secured.tls is not None:  # every part of this process, and every child, presents this machine's
+            os.environ.update(secured.tls.env())
+        server = NatsServer(store_dir=data_dir / "nats", port=port, log_file=data_dir / "nats-server.log",
+                            config=secured.config)
         if processes:
             common = ["--executor", executor, "--heartbeat-timeout", str(heartbeat_timeout), "--policy", policy,
                       "--backfill-mode", backfill_mode, "--otel", otel, *(["--verbose"] if verbose else [])]
             _up_processes(server, data_dir, common, shape.args() if node_specs else None,
-                          f"{what}, {executor} executor", try_hint(node_specs))
+                          f"{what}, {executor} executor", try_hint(node_specs), secured)
             return
         server.start()
         try:
             asyncio.run(_up(server, data_dir, node_specs, executor, heartbeat_timeout, what, policy, backfill_mode,
-                            otel))
+                            otel, secured))
         except DataDirBusy as exc:  # the agent's own lock: an agent started apart on this data dir
             raise click.ClickException(str(exc)) from None
         finally:
+            Running.remove(data_dir)
             server.stop()
             click.echo("stopped", err=True)
     finally:
         lock.release()
 
 
+def _ready_lines(secured: Secured, data_dir: Path, hint: str) -> str:
+    """What to try once up: without accounts, the commands as they are; with them, a tenant first."""
+    if secured.users is None:
+        tls = ("Clients need this machine's certificate: HORIZON_TLS_CA, HORIZON_TLS_CERT and HORIZON_TLS_KEY "
+               f"set to {data_dir}/tls/ca.pem, client.pem and client.key (docs/tenants.md)\n"
+               if secured.tls is not None else "")
+        return f"{tls}Try, in another shell:\n  {hint}\n  horizon queue\n  horizon jobs\n  horizon watch\n"
+    where = f" --data-dir {data_dir}" if data_dir != Path(".horizon") else ""
+    return (f"Accounts on: each part and the operator have a user of their own (credentials in {data_dir}/auth/, "
+            f"not shown)\n"
+            f"Try, in another shell:\n"
+            f"  horizon tenant add acme{where}        # prints acme's URL\n"
+            f"  HORIZON_NATS_URL=<that URL> {hint}\n"
+            f"  horizon account set acme --tenant acme --shares 2{where}   # an operator command\n")
+
+
 async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], executor: str, heartbeat_timeout: float,
-              what: str, policy: str, backfill: str, otel: str = "none") -> None:
+              what: str, policy: str, backfill: str, otel: str = "none", secured: Secured | None = None) -> None:
+    secured = secured or Secured(None, None, None)
     tracing, meters = _telemetry(otel, "horizon")
-    stack = Stack(server.url, data_dir, nodes=node_specs, executor=executor, heartbeat_timeout_s=heartbeat_timeout,
-                  policy=policy, backfill=backfill, tracer_provider=tracing, meter_provider=meters)
+    url = secured.public_url(server.host, server.port)
+    stack = Stack(url, data_dir, nodes=node_specs, executor=executor, heartbeat_timeout_s=heartbeat_timeout,
+                  policy=policy, backfill=backfill, tracer_provider=tracing, meter_provider=meters,
+                  urls=secured.part_urls(server.host, server.port))
     async with _signals() as stop:
         try:
             await stack.start()
-            click.echo(server.url, nl=True)
+            assert server.pid is not None
+            secured.running(server.host, server.port, server.pid).write(data_dir)
+            click.echo(url, nl=True)
             click.echo(
                 f"Horizon is up: {what}, {executor} executor; "
                 f"data in {data_dir}/, logs in {data_dir}/horizon.log\n"
-                f"Try, in another shell:\n"
-                f"  {try_hint(node_specs)}\n"
-                f"  horizon queue\n"
-                f"  horizon jobs\n"
-                f"  horizon watch\n"
+                f"{_ready_lines(secured, data_dir, try_hint(node_specs))}"
                 f"Ctrl-C stops everything.",
                 err=True,
             )
@@ -230,19 +271,27 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], ex
             await stack.stop()
 
 
-def process_specs(url: str, data_dir: Path, common: list[str], agent: list[str] | None) -> list[ChildSpec]:
+def process_specs(url: str, data_dir: Path, common: list[str], agent: list[str] | None,
+                  urls: dict[str, str] | None = None) -> list[ChildSpec]:
     """One ``horizon service NAME`` command line per part: the five services, the projections,
-    and (unless ``agent`` is None) the agent with its node options (``[]``: this machine)."""
+    and (unless ``agent`` is None) the agent with its node options (``[]``: this machine).
+
+    ``urls`` (``--auth``): each part's own URL, given in its environment (``HORIZON_NATS_URL``),
+    not on its command line, which holds no password."""
     base = [sys.executable, "-m", "services.cli.main", "service"]
-    where = ["--nats", url, "--data-dir", str(data_dir.resolve())]
-    specs = [ChildSpec(name, [*base, name, *where, *common]) for name in [*SERVICES, "projections"]]
-    if agent is not None:
-        specs.append(ChildSpec("agent", [*base, "agent", *where, *common, *agent]))
+    names = [*SERVICES, "projections", *(["agent"] if agent is not None else [])]
+    specs = []
+    for name in names:
+        own = (urls or {}).get(name)
+        where = [*(["--nats", url] if own is None else []), "--data-dir", str(data_dir.resolve())]
+        env = {"HORIZON_NATS_URL": own} if own is not None else {}
+        specs.append(ChildSpec(name, [*base, name, *where, *common, *(agent if name == "agent" and agent else [])],
+                               env=env))
     return specs
 
 
 def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: list[str] | None,
-                  shape: str, hint: str = "horizon submit -- hostname") -> None:
+                  shape: str, hint: str = "horizon submit -- hostname", secured: Secured | None = None) -> None:
     """``horizon up --processes``: nats-server here, every part a supervised child process.
 
     Phases: 1. the server and the streams (so a submission made as soon as the URL is printed is
@@ -257,21 +306,25 @@ def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: 
     logging.getLogger("horizon.supervisor").addHandler(shout)
     supervisor: Supervisor | None = None
     try:
+        secured = secured or Secured(None, None, None)
         server.start()
-        asyncio.run(_create_streams(server.url))
-        supervisor = Supervisor(process_specs(server.url, data_dir, common, agent), data_dir / "logs",
+        url, urls = secured.public_url(server.host, server.port), secured.part_urls(server.host, server.port)
+        asyncio.run(_create_streams(urls.get("admin", url)))
+        supervisor = Supervisor(process_specs(url, data_dir, common, agent, urls), data_dir / "logs",
                                 pid_file=data_dir / "processes.json")
         supervisor.start()
         waiting = supervisor.wait_ready(120.0, should_stop=lambda: bool(signals))
         if not signals:
             if waiting:
                 click.echo(f"not ready after 120 s: {', '.join(waiting)} (see {data_dir}/logs/)", err=True)
-            click.echo(server.url, nl=True)
+            assert server.pid is not None
+            secured.running(server.host, server.port, server.pid).write(data_dir)
+            click.echo(url, nl=True)
             names = ", ".join(f"{name} {pid}" for name, pid in supervisor.pids().items())
             click.echo(
                 f"Horizon is up as processes: {shape}; PIDs: {names}\n"
-                f"logs in {data_dir}/logs/, PIDs in {data_dir}/processes.json. Try, in another shell:\n"
-                f"  {hint}\n"
+                f"logs in {data_dir}/logs/, PIDs in {data_dir}/processes.json.\n"
+                f"{_ready_lines(secured, data_dir, hint)}"
                 f"Ctrl-C stops everything.",
                 err=True,
             )
@@ -279,6 +332,7 @@ def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: 
     finally:
         if supervisor is not None:
             supervisor.stop(force=lambda: len(signals) > 1)
+        Running.remove(data_dir)
         server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -59,6 +59,9 @@ class Stack:
     # caller sure that each service runs once (a restarted service then decides at once).
     lease_ttl_s: int | None = 10
     parts: dict[str, Part] = field(default_factory=dict)
+    # On a server with accounts (``horizon up --auth``): each part's URL, by its user (the service's
+    # name, "agent", "projections"; "admin" sets up the streams). A part not named here uses ``url``.
+    urls: dict[str, str] = field(default_factory=dict)
     tracer_provider: Any = None  # OpenTelemetry: each part's log is traced (services/runtime/telemetry.py)
     meter_provider: Any = None
 
@@ -66,8 +69,12 @@ class Stack:
         return PartSettings(policy=self.policy, backfill=self.backfill, heartbeat_timeout_s=self.heartbeat_timeout_s,
                             tick_interval_s=self.tick_interval_s)
 
+    def url_of(self, part: str) -> str:
+        """The URL part ``part`` connects with ("scheduling#2", a standby, as scheduling)."""
+        return self.urls.get(part.split("#", 1)[0], self.url)
+
     async def start(self) -> None:
-        setup = await JetStreamLog.open(self.url, name="horizon-setup", settings=self.settings)
+        setup = await JetStreamLog.open(self.url_of("admin"), name="horizon-setup", settings=self.settings)
         await setup.close()
         for name in SERVICES:
             await self.start_service(name)
@@ -76,7 +83,8 @@ class Stack:
             await self.start_agent()
 
     async def _connect(self, name: str) -> Any:
-        log_ = await JetStreamLog.open(self.url, name=f"horizon-{name}", settings=self.settings, create=False)
+        log_ = await JetStreamLog.open(self.url_of(name), name=f"horizon-{name}", settings=self.settings,
+                                       create=False)
         if self.tracer_provider is None and self.meter_provider is None:
             return log_
         from services.runtime.telemetry import TracedLog

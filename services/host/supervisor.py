@@ -73,10 +73,13 @@ def _die_with_parent() -> None:
 
 @dataclass(frozen=True)
 class ChildSpec:
-    """One part to run: its name (also its log file's) and its command line."""
+    """One part to run: its name (also its log file's), its command line, and variables of its own
+    (a secret such as its NATS URL with its password goes here, never into ``argv``, which every
+    user of the machine can read in ``ps``)."""
 
     name: str
     argv: Sequence[str]
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,6 +129,7 @@ class Supervisor:
 
     def _spawn(self, child: _Child) -> None:
         env = dict(os.environ if self.env is None else self.env)
+        env.update(child.spec.env)
         env["NOTIFY_SOCKET"] = child.notify_path
         env.setdefault("PYTHONUNBUFFERED", "1")
         with open(self.log_dir / f"{child.spec.name}.log", "ab") as out:

@@ -43,6 +43,7 @@ import contextlib
 import dataclasses
 import logging
 import re
+import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -55,6 +56,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from events.subjects import DLQ_STREAM, DLQ_SUBJECTS, STREAM, STREAM_SUBJECTS, WHOLE_LOG, dlq_subject
+from services.runtime.tls import TlsSettingsError, client_tls
 from services.runtime.pullreader import PullReader, parse_ack_subject
 from services.runtime.log import DLQ_ERROR, DLQ_SEQ, DLQ_SUBJECT, EXPECTED_LAST_SUBJECT_SEQ, EXPECTED_LAST_SUBJECT_SEQ_SUBJECT, FENCED_BATCH_MAX, BatchHandler, DeadLetter, Delivery, Fence, LogConflict, LogError, LogUnavailable, Outgoing, PublishAck, TaskFollower, clean_header, subject_matches
 from services.domain.protocol import MSG_ID, Record
@@ -108,7 +110,8 @@ _pub_ack = msgspec.json.Decoder(_PubAckWire)
 
 
 async def connect(
-    url: str, *, name: str = "horizon", connect_timeout_s: float = 5.0, max_attempts: int = -1
+    url: str, *, name: str = "horizon", connect_timeout_s: float = 5.0, max_attempts: int = -1,
+    tls: ssl.SSLContext | None = None,
 ) -> NATS:
     """Connect, reconnecting forever once connected.
 
@@ -117,11 +120,19 @@ async def connect(
     ``max_attempts``: connection attempts before giving up with ``LogUnavailable``
     (-1, the default for services, waits for the server as long as it takes; the
     CLI passes a small number so a person gets an answer).
+    ``tls``: the TLS context; by default the one ``HORIZON_TLS_CA``/``_CERT``/``_KEY`` describe
+    (services/runtime/tls.py), if any.
     """
 
     async def _quiet(exc: Exception) -> None:
         log.debug("nats: %s", exc)
 
+    if tls is None:
+        try:
+            tls = client_tls()
+        except TlsSettingsError as exc:
+            raise LogUnavailable(f"cannot connect to NATS: {exc}") from None
+    options: dict[str, Any] = {"tls": tls} if tls is not None else {}
     try:
         return await nats.connect(
             servers=[u.strip() for u in url.split(",") if u.strip()],
@@ -131,6 +142,7 @@ async def connect(
             max_reconnect_attempts=max_attempts,
             reconnect_time_wait=0.25,
             error_cb=_quiet,
+            **options,
         )
     except (nats.errors.NoServersError, OSError, asyncio.TimeoutError) as exc:
         raise LogUnavailable(
