@@ -1,0 +1,130 @@
+"""The tenant boundary in the pure submission core: what the intake stores and how it is judged
+(docs/tenants.md). The real server, accounts and the intake itself: tests/test_tenant_boundary.py."""
+
+from __future__ import annotations
+
+from events import catalogue as c
+from events.codec import encode
+from services.domain.protocol import Record
+from services.runtime.replay import replay_decisions
+from services.runtime.service import fold_record
+from services.submission.core import SubmissionCore
+from services.submission.intake_rules import screen
+from tests.helpers import Feed, node
+
+
+def submit(job_id: str, tenant: str = "acme", **kw) -> c.JobSubmitted:
+    kw.setdefault("command", ["true"])
+    return c.JobSubmitted(job_id=job_id, tenant=tenant, **kw)
+
+
+class Intake(Feed):
+    """A feed whose tenant inputs arrive as the intake stores them."""
+
+    def raw(self, tenant: str, verb: str, data: bytes, headers: dict[str, str] | None = None) -> int:
+        stored, _ = screen(tenant, headers or {"Nats-Msg-Id": f"c{self.seq + 1}"})
+        self.seq += 1
+        self.time += 1.0
+        record = Record(self.seq, f"horizon.in.{tenant}.{verb}", data, self.time, stored)
+        self.records.append(record)
+        self.state, _, _ = fold_record(self.core, self.state, record)
+        return self.seq
+
+    def send(self, tenant: str, verb: str, event: c.Event, headers: dict[str, str] | None = None) -> int:
+        return self.raw(tenant, verb, encode(event), headers)
+
+
+def cluster() -> Intake:
+    f = Intake(SubmissionCore())
+    f.evt("agent", node("n1"))
+    return f
+
+
+def test_screen_namespaces_the_msg_id_and_refuses_server_headers():
+    kept, refused = screen("acme", {"Nats-Msg-Id": "placement/PlacementCycleCompleted/6", "traceparent": "00-x",
+                                    "X-Mine": "1"})
+    assert kept == {"Horizon-Intake": "acme", "Nats-Msg-Id": "in/acme/placement/PlacementCycleCompleted/6",
+                    "Horizon-Client-Msg-Id": "placement/PlacementCycleCompleted/6", "traceparent": "00-x"}
+    assert refused == []
+    kept, refused = screen("acme", {"Nats-Batch-Id": "b", "Nats-Batch-Sequence": "1", "Nats-Rollup": "sub",
+                                    "Nats-TTL": "1s", "Nats-Expected-Last-Subject-Sequence": "3",
+                                    "Horizon-Intake": "globex"})
+    assert refused == sorted(["Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Rollup", "Nats-TTL",
+                              "Nats-Expected-Last-Subject-Sequence", "Horizon-Intake"])
+    assert kept["Horizon-Intake"] == "acme" and not any(k.startswith("Nats-") for k in kept)
+
+
+def test_two_tenants_may_use_one_job_id_and_each_sees_its_own():
+    f = cluster()
+    f.send("acme", "submit", submit("eval-7"))
+    f.send("globex", "submit", submit("eval-7", tenant="globex"))
+    out = f.settle()
+    assert [(type(e).__name__, e.job_id, e.spec.tenant) for e in out] == [
+        ("JobAccepted", "acme:eval-7", "acme"), ("JobAccepted", "globex:eval-7", "globex")]
+    assert out[0].spec.name == "eval-7"  # shown by the id its tenant gave
+
+
+def test_a_dependency_names_the_tenants_own_job_whether_or_not_another_tenant_has_one():
+    f = cluster()
+    f.send("globex", "submit", submit("g-1", tenant="globex"))
+    f.settle()
+    f.send("acme", "submit", submit("a-1", dependencies=[c.Dependency(job_id="g-1")]))
+    f.send("acme", "submit", submit("a-2", dependencies=[c.Dependency(job_id="nobody")]))
+    a1, a2 = f.settle()
+    assert [d.job_id for d in a1.spec.dependencies] == ["acme:g-1"]  # not globex's g-1
+    assert [d.job_id for d in a2.spec.dependencies] == ["acme:nobody"]
+
+
+def test_requests_reach_only_the_tenants_own_jobs_and_answer_alike():
+    f = cluster()
+    f.send("globex", "submit", submit("g-1", tenant="globex"))
+    f.settle()
+    f.send("acme", "cancel", c.JobCancelRequested(job_id="g-1", tenant="acme"))
+    f.send("acme", "cancel", c.JobCancelRequested(job_id="never", tenant="acme"))
+    exists, missing = f.settle()
+    assert isinstance(exists, c.RequestRejected) and isinstance(missing, c.RequestRejected)
+    assert exists.reason.replace("g-1", "X") == missing.reason.replace("never", "X")
+    assert f.state.jobs.get("globex:g-1").state.value == "PENDING"
+
+
+def test_a_body_naming_another_tenant_is_answered_to_its_sender_only():
+    f = cluster()
+    f.send("acme", "submit", submit("x", tenant="globex"))
+    [verdict] = f.settle()
+    assert isinstance(verdict, c.JobRejected) and verdict.field == "tenant"
+    assert verdict.tenant == "acme" and verdict.job_id == "acme:x"
+
+
+def test_malformed_inputs_get_input_rejected_with_the_json_path():
+    f = cluster()
+    bad_type = f.raw("acme", "submit", b'{"type": "JobSubmitted", "v": 2, "job_id": "j", "tenant": "acme", '
+                                       b'"resources": {"gpus": "two"}}', {"Nats-Msg-Id": "mine-1"})
+    missing = f.raw("acme", "submit", b'{"type": "JobSubmitted", "v": 2, "tenant": "acme"}')
+    not_json = f.raw("acme", "submit", b"{nope")
+    wrong_verb = f.raw("acme", "explode", encode(submit("k")))
+    headers = f.send("acme", "submit", submit("h"), {"Nats-Msg-Id": "h", "Nats-Rollup": "sub"})
+    out = {e.input_seq: e for e in f.settle()}
+    assert set(out) == {bad_type, missing, not_json, wrong_verb, headers}
+    assert all(isinstance(e, c.InputRejected) and e.tenant == "acme" for e in out.values())
+    assert all(e.causation_id == f"seq:{seq}" for seq, e in out.items())
+    assert out[bad_type].path == "$.resources.gpus" and out[bad_type].msg_id == "mine-1"
+    assert out[bad_type].job_id == "acme:j"
+    assert "job_id" in out[missing].reason
+    assert out[headers].path == "headers" and "Nats-Rollup" in out[headers].reason
+    assert f.state.jobs.get("acme:h") is None  # refused, not run
+    assert f.settle() == []
+    assert replay_decisions(SubmissionCore(), f.records).mismatches == []
+
+
+def test_an_account_open_to_a_tenant_refuses_the_others_naming_it():
+    f = cluster()
+    f.admin("account", c.AccountConfigured(account="globex", tenants=["globex"]))
+    f.admin("account", c.AccountConfigured(account="globex-team", parent="globex"))
+    f.send("acme", "submit", submit("a", account="globex", priority_class="normal"))
+    f.send("acme", "submit", submit("b", account="globex-team"))
+    f.send("globex", "submit", submit("g", tenant="globex", account="globex-team"))
+    f.send("acme", "submit", submit("c", account="anything-else"))
+    a, b, g, other = f.settle()
+    assert isinstance(a, c.JobRejected) and a.field == "account" and "'globex'" in a.reason
+    assert isinstance(b, c.JobRejected) and "'globex-team'" in b.reason
+    assert isinstance(g, c.JobAccepted) and isinstance(other, c.JobAccepted)
