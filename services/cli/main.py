@@ -72,7 +72,9 @@ def nats(data_dir: Path, port: int, host: str, config: Path | None) -> None:
 @cli.command()
 @click.option("--event", "event_type", default=None, help="Print the schema of one event type, e.g. JobSubmitted.")
 @click.option("--list", "list_types", is_flag=True, help="List the event types.")
-def schema(event_type: str | None, list_types: bool) -> None:
+@click.option("--asyncapi", is_flag=True, help="Print the whole contract as an AsyncAPI 3.0.0 document: every "
+              "subject, who publishes what, the verdicts, queries, and every message's schema.")
+def schema(event_type: str | None, list_types: bool, asyncapi: bool) -> None:
     """Print the JSON Schema of the events, so other languages can publish them."""
     from events.catalogue import EVENT_TYPES
     from events.schema import catalogue_schema, event_schema
@@ -80,6 +82,11 @@ def schema(event_type: str | None, list_types: bool) -> None:
     if list_types:
         for name in sorted(EVENT_TYPES):
             click.echo(name)
+        return
+    if asyncapi:
+        from services.host.contract import asyncapi_document
+
+        click.echo(json.dumps(asyncapi_document(), indent=2))
         return
     doc = event_schema(event_type) if event_type else catalogue_schema()
     click.echo(json.dumps(doc, indent=2, sort_keys=True))

@@ -1,0 +1,473 @@
+"""Horizon's published contract as an AsyncAPI 3.0.0 document (``horizon schema --asyncapi``).
+
+Pure: the document is a function of the catalogue (``events/catalogue.py``,
+the payloads' JSON Schema in ``events/payloads.py``), the subjects and who
+publishes what (``events/subjects.py``), and of what the caller adds about the
+subjects served outside the log (the query views, validation, job output,
+dead letters: ``Served`` and ``Sent``, which ``services/host/contract.py``
+builds from the modules that serve them, since ``events`` imports nothing
+of ours). Nothing is written twice by hand: a new event type, verb or
+publisher appears in the document by itself.
+
+The operations are Horizon's, as AsyncAPI 3 asks (the document describes one
+application): Horizon *receives* inputs and requests and *sends* decisions,
+replies and heartbeats. A client does the opposite of what an operation says.
+
+The verdict contract, which every client relies on, is stated where a client
+reads it: in the operations on ``horizon.in.<tenant>.<verb>`` and in
+``VERDICTS`` (tests/test_asyncapi.py holds ``VERDICTS`` against the
+submission core).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from events import catalogue as c
+from events import subjects
+from events.catalogue import EVENT_TYPES
+from events.payloads import JOB_KEY_PATTERN, TENANT_PATTERN, TOKEN_PATTERN, payload_schemas
+
+__all__ = ["document", "Param", "Served", "Sent", "VERDICTS", "TENANT_FEED_TYPES", "ASYNCAPI_VERSION"]
+
+ASYNCAPI_VERSION = "3.0.0"
+Schema = dict[str, Any]
+_SCHEMAS = "#/components/schemas/"
+_MESSAGES = "#/components/messages/"
+
+# verb -> the event types that may be the verdict on an input on horizon.in.<tenant>.<verb>: exactly one
+# of them per job the input names (a submitted array: one JobAccepted per task), causation_id "seq:<n>".
+# InputRejected answers a malformed input on any verb; RequestRejected also answers a submit of a job id
+# already taken.
+VERDICTS: dict[str, tuple[str, ...]] = {
+    "submit": ("JobAccepted", "JobRejected", "RequestRejected", "InputRejected"),
+    "cancel": ("JobCancelled", "JobStopRequested", "RequestRejected", "InputRejected"),
+    "hold": ("JobHeld", "RequestRejected", "InputRejected"),
+    "release": ("JobReleased", "RequestRejected", "InputRejected"),
+    "update": ("JobPriorityChanged", "RequestRejected", "InputRejected"),
+}
+
+# The events a tenant's feed carries: those about a job (projections/jobs.py feed_tenant), and the
+# verdicts on its inputs.
+TENANT_FEED_TYPES: tuple[str, ...] = tuple(
+    name for name in subjects.PUBLISHERS
+    if "job_id" in EVENT_TYPES[name].__struct_fields__ or name == "InputRejected"
+)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A ``{name}`` in a channel's address. AsyncAPI 3 parameters carry no schema, so the pattern a
+    value must match goes in ``x-pattern`` and in the description."""
+
+    description: str
+    pattern: str = ""
+    enum: tuple[str, ...] = ()
+    examples: tuple[str, ...] = ()
+
+    def render(self) -> Schema:
+        out: Schema = {"description": self.description + (f" Pattern: `{self.pattern}`." if self.pattern else "")}
+        if self.enum:
+            out["enum"] = list(self.enum)
+        if self.examples:
+            out["examples"] = list(self.examples)
+        if self.pattern:
+            out["x-pattern"] = self.pattern
+        return out
+
+
+@dataclass(frozen=True)
+class Served:
+    """A request/reply subject that Horizon answers outside the log: ``address`` (with ``{params}``),
+    the request's and the reply's JSON Schema, and the NATS queue group its responders share."""
+
+    key: str  # channel, operation and message id stem, e.g. "query.jobs"
+    address: str
+    summary: str
+    description: str
+    request: Schema
+    reply: Schema
+    parameters: Mapping[str, Param] = field(default_factory=dict)
+    queue: str = ""
+    tags: tuple[str, ...] = ("queries",)
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A subject Horizon publishes on outside the tenants' view of the log (dead letters)."""
+
+    key: str
+    address: str
+    summary: str
+    description: str
+    payload: Schema
+    headers: Schema | None = None
+    content_type: str = "application/json"
+    parameters: Mapping[str, Param] = field(default_factory=dict)
+    tags: tuple[str, ...] = ("operators",)
+
+
+# --------------------------------------------------------------------------
+# Parameters and headers
+# --------------------------------------------------------------------------
+
+TENANT = Param("The tenant: 1 to 128 letters, digits, `_` or `-`, not starting with `_` (`_admin` is the "
+               "operators').", TENANT_PATTERN, examples=("acme",))
+NODE = Param("A node's name, a subject token: 1 to 128 letters, digits, `_` or `-`.", TOKEN_PATTERN,
+             examples=("gpu-node-01",))
+AGGREGATE = Param(
+    "What the event is about, its `correlation_id`: a job (the client's id, or `<tenant>:<id>` for a tenant's "
+    "job under accounts), a node, or a cycle number; `_` when none, `_invalid-<digest>` for an id unfit for a "
+    "subject (a rejected `a.b`).", f"^(?:{JOB_KEY_PATTERN})$", examples=("train-001", "acme:train-001", "n1"))
+
+_MSG_ID_TEXT = (
+    "JetStream stores a message once per Nats-Msg-Id within the stream's duplicate window (120 s by "
+    "default); a retry with the same id is acknowledged with `duplicate: true` and the first copy's seq. "
+    "For `submit` use the job id; for the other verbs an id naming the request (`j-42/cancel/1`), the same "
+    "on every retry. Under accounts the intake keeps it in the tenant's own namespace (`in/<tenant>/<id>`), "
+    "so it can collide with nothing of another tenant's or of a service's."
+)
+TRACEPARENT = {"type": "string", "pattern": "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
+               "description": "W3C trace context: the trace the decisions about this input join."}
+
+
+def input_headers(kept: Iterable[str]) -> Schema:
+    """The headers a client may send with an input: Nats-Msg-Id and ``kept`` (the trace context)."""
+    props: Schema = {"Nats-Msg-Id": {"type": "string", "minLength": 1, "description": _MSG_ID_TEXT}}
+    for name in kept:
+        props[name] = dict(TRACEPARENT) if name == "traceparent" else {
+            "type": "string", "description": "W3C trace context, vendor part."}
+    return {"type": "object", "properties": props, "description": (
+        "Headers of a client's input. Under accounts any other `Nats-*` header (rollup, TTL, atomic batch, "
+        "expected sequence, ...) or `Horizon-*` header is refused: the input is stored without it and answered "
+        "with InputRejected naming it.")}
+
+
+EVENT_HEADERS: Schema = {"type": "object", "properties": {
+    "Nats-Msg-Id": {"type": "string", "description": "Equal to the event's `id`: deterministic for a decision, "
+                    "so a decision made twice is stored once."},
+    "traceparent": TRACEPARENT,
+}}
+
+PUBACK: Schema = {
+    "type": "object", "required": ["stream", "seq"], "description": (
+        "JetStream's acknowledgement: the input is stored in the log at `seq`. The verdict on it will carry "
+        "`causation_id` `seq:<seq>`."),
+    "properties": {
+        "stream": {"type": "string", "const": subjects.STREAM},
+        "seq": {"type": "integer", "minimum": 1, "description": "The input's sequence in the HORIZON stream."},
+        "duplicate": {"type": "boolean", "description": "A retry of a Nats-Msg-Id already stored: nothing "
+                      "new was stored, `seq` is the first copy's (whose verdict the client may already have)."},
+        "domain": {"type": "string"},
+    },
+}
+PUB_ERROR: Schema = {
+    "type": "object", "required": ["error"], "description": (
+        "The input was not stored (the server's or the intake's error, e.g. 503 when the log does not answer): "
+        "send it again with the same Nats-Msg-Id."),
+    "properties": {"error": {"type": "object", "required": ["code"], "properties": {
+        "code": {"type": "integer"}, "err_code": {"type": "integer"}, "description": {"type": "string"}}}},
+}
+
+
+# --------------------------------------------------------------------------
+# The document
+# --------------------------------------------------------------------------
+
+
+def _ref(path: str) -> Schema:
+    return {"$ref": path}
+
+
+def _summary(cls: type) -> str:
+    doc = inspect.getdoc(cls) if cls.__doc__ else ""
+    first = (doc or "").split("\n\n")[0].replace("``", "`").replace("\n", " ")
+    return first
+
+
+def _event_message(name: str, verdict_of: Mapping[str, list[str]]) -> Schema:
+    cls = EVENT_TYPES[name]
+    is_input = name not in subjects.PUBLISHERS
+    who = ("a client or an operator" if is_input else ", ".join(subjects.PUBLISHERS[name]))
+    summary = _summary(cls) or f"{name}, published by {who}."
+    message: Schema = {
+        "name": name, "title": name, "summary": summary, "contentType": "application/json",
+        "payload": _ref(_SCHEMAS + name),
+        "headers": _ref(_SCHEMAS + ("InputHeaders" if is_input else "EventHeaders")),
+    }
+    if name in verdict_of:
+        message["correlationId"] = {"location": "$message.payload#/causation_id", "description": (
+            f"A verdict on a client's input ({', '.join(verdict_of[name])}): `seq:<n>`, n the input's PubAck seq.")}
+    elif not is_input:
+        message["correlationId"] = {"location": "$message.payload#/correlation_id",
+                                    "description": "The job or node the event is about."}
+    example = _EXAMPLES.get(name)
+    if example is not None:
+        message["examples"] = [{"name": example[0], "summary": example[1], "payload": _builtins(example[2])}]
+    return message
+
+
+def _builtins(event: c.Event) -> Schema:
+    return msgspec.to_builtins(event)  # type: ignore[no-any-return]
+
+
+_EXAMPLES: dict[str, tuple[str, str, c.Event]] = {
+    "JobSubmitted": ("two-a100s", "A command on two A100s, everything else defaulted.", c.JobSubmitted(
+        job_id="train-001", tenant="acme", command=["python", "train.py"],
+        resources=c.ResourceRequest(cpus=8, memory="64Gi", gpus=2, gpu_type="a100"))),
+    "JobCancelRequested": ("cancel", "Cancel a job.", c.JobCancelRequested(job_id="train-001", tenant="acme",
+                                                                           reason="not needed")),
+    "JobAccepted": ("accepted", "The verdict on the submission stored at seq 42.", c.JobAccepted(
+        id="submission/JobAccepted/train-001", ts=1767225600.5, causation_id="seq:42", correlation_id="train-001",
+        source="submission", job_id="train-001", submitted_seq=42, submitted_ts=1767225600.5, basis_seq=42,
+        spec=c.JobSpec(tenant="acme", name="train-001", command=("python", "train.py"), cpus_milli=8000,
+                       memory_bytes=64 << 30, gpus=2, gpu_type="a100"))),
+    "JobRejected": ("rejected", "A well-typed but wrong submission.", c.JobRejected(
+        id="submission/JobRejected/train-002", causation_id="seq:43", correlation_id="train-002",
+        source="submission", job_id="train-002", tenant="acme", field="resources.memory",
+        reason="resources.memory: '8 GiB' has an unknown unit 'GiB'", submitted_seq=43, basis_seq=43)),
+    "InputRejected": ("type-error", "A malformed input: a string where an integer belongs.", c.InputRejected(
+        id="submission/InputRejected/44", causation_id="seq:44", correlation_id="train-003", source="submission",
+        tenant="acme", input_seq=44, subject="horizon.in.acme.submit", verb="submit", msg_id="train-003",
+        job_id="train-003", path="$.resources.gpus", reason="JobSubmitted: Expected `int`, got `str`",
+        basis_seq=44)),
+    "JobScheduled": ("scheduled", "Placed on one node with two GPUs.", c.JobScheduled(
+        id="placement/JobScheduled/train-001/1", causation_id="scheduling/SchedulingCycleCompleted/7",
+        correlation_id="train-001", source="placement", job_id="train-001", attempt=1, cycle=7, basis_seq=50,
+        time_limit_s=3600.0, allocations=[c.NodeAllocation(node="n1", device_ids=["n1-gpu0", "n1-gpu1"],
+                                                           cpus_milli=8000, memory_bytes=64 << 30)])),
+}
+
+
+def _channel_messages(names: Iterable[str]) -> Schema:
+    return {name: _ref(_MESSAGES + name) for name in names}
+
+
+def _op(action: str, channel: str, messages: Iterable[str], summary: str, description: str = "",
+        tags: Iterable[str] = (), reply: Schema | None = None, queue: str = "") -> Schema:
+    op: Schema = {"action": action, "channel": _ref(f"#/channels/{channel}"), "summary": summary,
+                  "messages": [_ref(f"#/channels/{channel}/messages/{m}") for m in messages]}
+    if description:
+        op["description"] = description
+    if tags:
+        op["tags"] = [{"name": t} for t in tags]
+    if reply is not None:
+        op["reply"] = reply
+    if queue:
+        op["bindings"] = {"nats": {"queue": queue, "bindingVersion": "0.1.0"}}
+    return op
+
+
+def _verdict_text(verb: str) -> str:
+    kinds = VERDICTS[verb]
+    return (
+        "**The answer.** The publish is a request: JetStream (under accounts, the intake in front of it) replies "
+        "with a PubAck `{\"stream\": \"HORIZON\", \"seq\": N}` once the input is stored, or with an error (then send "
+        "it again, same Nats-Msg-Id). Then exactly one verdict per job the input names arrives on the sender's "
+        f"feed (`horizon.evt.>`), with `causation_id` `\"seq:N\"`: {', '.join(kinds)}. InputRejected is the "
+        "verdict on a malformed input: not JSON, not this verb's event type, a field of the wrong JSON type or "
+        "a required field missing (its `path` is the JSON path, e.g. `$.resources.gpus`), a header the client "
+        "may not send, or a body naming another tenant. Subscribe before publishing, and match on "
+        "`causation_id` (a verdict may arrive before the PubAck is read).\n\n"
+        "**Under accounts** (`horizon up --auth`, `deploy/nats/auth.conf`) a tenant publishes on its own "
+        "`horizon.in.<tenant>.<verb>` as here; the intake stores the input with its Nats-Msg-Id namespaced as "
+        "`in/<tenant>/<id>`, and the job ids it names appear in events as `<tenant>:<id>`."
+    )
+
+
+def document(
+    version: str,
+    *,
+    served: Iterable[Served] = (),
+    sent: Iterable[Sent] = (),
+    input_header_names: Iterable[str] = ("traceparent", "tracestate"),
+    server_host: str = "127.0.0.1:4222",
+) -> Schema:
+    """The AsyncAPI 3.0.0 document, as JSON-ready builtins."""
+    channels: Schema = {}
+    operations: Schema = {}
+    messages: Schema = {}
+    verdict_of: dict[str, list[str]] = {}
+    for verb, kinds in VERDICTS.items():
+        for kind in kinds:
+            verdict_of.setdefault(kind, []).append(verb)
+
+    # 1. client inputs: horizon.in.<tenant>.<verb>, one event type each
+    tenant_tag = "inputs"
+    for verb, cls in subjects.VERBS.items():
+        name = cls.__struct_config__.tag  # type: ignore[attr-defined]
+        key = f"in.{verb}"
+        channels[key] = {
+            "address": f"{subjects.INPUT_PREFIX}.{{tenant}}.{verb}", "title": f"{verb} (a tenant's input)",
+            "description": f"A tenant's `{verb}`: only {name} is taken here (stored in the HORIZON stream).",
+            "parameters": {"tenant": TENANT.render()}, "messages": _channel_messages([name]),
+        }
+        operations[key] = _op(
+            "receive", key, [name], f"Horizon takes a tenant's {name}", _verdict_text(verb), [tenant_tag],
+            reply={"channel": _ref("#/channels/pubAck"),
+                   "messages": [_ref("#/channels/pubAck/messages/PubAck"),
+                                _ref("#/channels/pubAck/messages/PubError")]})
+
+    # 2. operator inputs: horizon.in._admin.<verb>
+    for verb, cls in subjects.ADMIN_VERBS.items():
+        name = cls.__struct_config__.tag  # type: ignore[attr-defined]
+        key = f"in._admin.{verb}"
+        channels[key] = {
+            "address": f"{subjects.INPUT_PREFIX}.{subjects.ADMIN_TENANT}.{verb}", "title": f"{verb} (an operator's)",
+            "description": f"An operator's `{verb}`: only {name} is taken here.",
+            "messages": _channel_messages([name]),
+        }
+        operations[key] = _op(
+            "receive", key, [name], f"Horizon takes an operator's {name}",
+            "Acknowledged with a PubAck like a tenant's input; the answer (applied, ConfigRejected or "
+            "RequestRejected, a node command's Node* event) carries `causation_id` `seq:<n>`. Requests about a "
+            "job here are about any tenant's.", ["operators"],
+            reply={"channel": _ref("#/channels/pubAck"),
+                   "messages": [_ref("#/channels/pubAck/messages/PubAck"),
+                                _ref("#/channels/pubAck/messages/PubError")]})
+    channels["pubAck"] = {
+        "address": None, "title": "the publisher's reply inbox",
+        "description": "Where JetStream (or the intake) answers a publish sent as a request: the requester's "
+                       "own inbox subject.",
+        "messages": {"PubAck": _ref(_MESSAGES + "PubAck"), "PubError": _ref(_MESSAGES + "PubError")},
+    }
+    messages["PubAck"] = {"name": "PubAck", "title": "PubAck", "summary": "The input is stored at seq.",
+                          "contentType": "application/json", "payload": _ref(_SCHEMAS + "PubAck")}
+    messages["PubError"] = {"name": "PubError", "title": "PubError", "summary": "The input was not stored.",
+                            "contentType": "application/json", "payload": _ref(_SCHEMAS + "PubError")}
+
+    # 3. decisions and reports: horizon.evt.<service>.<Type>.<aggregate>, per publisher
+    for name, services in subjects.PUBLISHERS.items():
+        for service in services:
+            key = f"evt.{service}.{name}"
+            channels[key] = {
+                "address": f"{subjects.EVENT_PREFIX}.{service}.{name}.{{aggregate}}", "title": f"{name} by {service}",
+                "description": f"{name} as {service} publishes it, stored in the HORIZON stream.",
+                "parameters": {"aggregate": AGGREGATE.render()}, "messages": _channel_messages([name]),
+            }
+            text = ""
+            if name in verdict_of:
+                text = (f"A verdict on a tenant's {' / '.join(verdict_of[name])}: `causation_id` is `seq:<n>`, the "
+                        "sequence of the input it answers (its PubAck's `seq`).")
+            operations[key] = _op("send", key, [name], f"{service} publishes {name}", text,
+                                  ["decisions" if service in subjects.DECISION_SERVICES else "reports"])
+
+    # 4. the tenant feed: what a tenant sees on horizon.evt.> under accounts
+    feed_services = sorted({s for name in TENANT_FEED_TYPES for s in subjects.PUBLISHERS[name]})
+    channels["tenantFeed"] = {
+        "address": "horizon.tenant.{tenant}.evt.{service}.{eventType}.{aggregate}",
+        "title": "a tenant's feed",
+        "description": (
+            "The live events about a tenant's jobs, and the verdicts on its inputs, copied from the log by the "
+            "projections (core NATS, not stored; the log and the queries stay the truth). A tenant's account "
+            "imports this as `horizon.evt.{service}.{eventType}.{aggregate}`: a tenant subscribes to "
+            "`horizon.evt.>` and sees its own jobs' events and nothing else. Without accounts (plain "
+            "`horizon up`) `horizon.evt.>` carries every event directly."),
+        "parameters": {"tenant": TENANT.render(),
+                       "service": Param("The publishing service.", enum=tuple(feed_services)).render(),
+                       "eventType": Param("The event type.", enum=TENANT_FEED_TYPES).render(),
+                       "aggregate": AGGREGATE.render()},
+        "messages": _channel_messages(TENANT_FEED_TYPES),
+    }
+    operations["tenantFeed"] = _op(
+        "send", "tenantFeed", TENANT_FEED_TYPES, "Horizon tells a tenant about its jobs",
+        "Subscribe before you publish. A job's story: JobAccepted, then (per attempt) JobScheduled, JobStarted, "
+        "and one of JobSucceeded, JobFailed (JobRequeued may follow), JobPreempted (requeued), JobCancelled; or "
+        "JobUnschedulable, JobDependencyNeverSatisfied, JobRejected. Under accounts the job ids are "
+        "`<tenant>:<id>`.", ["inputs"])
+
+    # 5. heartbeats: horizon.hb.<node>, core NATS
+    channels["hb"] = {"address": "horizon.hb.{node}", "title": "heartbeats",
+                      "description": "An agent's heartbeat for its node, core NATS, not stored: inventory records "
+                                     "only NodeLost when they stop and NodeReady when they come back.",
+                      "parameters": {"node": NODE.render()}, "messages": {"Heartbeat": _ref(_MESSAGES + "Heartbeat")}}
+    messages["Heartbeat"] = {"name": "Heartbeat", "title": "Heartbeat", "summary": "An empty message, every second.",
+                             "payload": {"type": "string", "maxLength": 0, "description": "Empty."}}
+    operations["hb"] = _op("send", "hb", ["Heartbeat"], "A node's agent says it is alive", tags=["reports"])
+
+    # 6. what the caller serves: queries, validation, logs (request/reply); dead letters
+    for s in served:
+        req, rep = f"{s.key}.request", f"{s.key}.reply"
+        channels[s.key] = {"address": s.address, "title": s.summary, "description": s.description,
+                           "messages": {req: _ref(_MESSAGES + req)}}
+        if s.parameters:
+            channels[s.key]["parameters"] = {n: p.render() for n, p in s.parameters.items()}
+        channels[rep] = {"address": None, "title": f"reply to {s.address}",
+                         "description": "The requester's own inbox subject.",
+                         "messages": {rep: _ref(_MESSAGES + rep)}}
+        messages[req] = {"name": req, "title": f"{s.key} request", "contentType": "application/json",
+                         "payload": s.request}
+        messages[rep] = {"name": rep, "title": f"{s.key} reply", "contentType": "application/json",
+                         "payload": s.reply}
+        operations[s.key] = _op("receive", s.key, [req], s.summary, s.description, s.tags, queue=s.queue,
+                                reply={"channel": _ref(f"#/channels/{rep}"),
+                                       "messages": [_ref(f"#/channels/{rep}/messages/{rep}")]})
+    for t in sent:
+        channels[t.key] = {"address": t.address, "title": t.summary, "description": t.description,
+                           "messages": {t.key: _ref(_MESSAGES + t.key)}}
+        if t.parameters:
+            channels[t.key]["parameters"] = {n: p.render() for n, p in t.parameters.items()}
+        messages[t.key] = {"name": t.key, "title": t.summary, "contentType": t.content_type, "payload": t.payload}
+        if t.headers is not None:
+            messages[t.key]["headers"] = t.headers
+        operations[t.key] = _op("send", t.key, [t.key], t.summary, tags=t.tags)
+
+    schemas = payload_schemas(_SCHEMAS + "{name}")
+    schemas.update({"InputHeaders": input_headers(input_header_names), "EventHeaders": EVENT_HEADERS,
+                    "PubAck": PUBACK, "PubError": PUB_ERROR})
+    for name in EVENT_TYPES:
+        messages[name] = _event_message(name, verdict_of)
+    return {
+        "asyncapi": ASYNCAPI_VERSION,
+        "info": {"title": "Horizon", "version": version, "description": _INFO,
+                 "license": {"name": "Apache-2.0"},
+                 "tags": [{"name": n, "description": d} for n, d in _TAGS.items()]},
+        "defaultContentType": "application/json",
+        "servers": {"local": {"host": server_host, "protocol": "nats", "description": (
+            "`horizon up`'s bundled nats-server (`--port` changes the port). Under accounts (`horizon up --auth`) "
+            "a tenant connects with the URL `horizon tenant add NAME --json` prints.")}},
+        "channels": channels,
+        "operations": operations,
+        "components": {"schemas": schemas, "messages": messages},
+    }
+
+
+_TAGS = {
+    "inputs": "What a tenant publishes, and what it sees of the answers.",
+    "operators": "Operators' inputs and signals.",
+    "decisions": "The services' decisions: each a pure function of the log up to its basis_seq.",
+    "reports": "Observations: agents' reports, heartbeats, the clock.",
+    "queries": "Request/reply over the read models and the services, not stored.",
+}
+
+_INFO = """\
+Horizon is a cluster job scheduler on a NATS JetStream log. Every fact is an event: JSON on the \
+subjects below, one JSON Schema per event type (the `type` field selects it; unknown fields are \
+ignored; a field left out takes its default). This document is generated from the code \
+(`horizon schema --asyncapi`); the operations are Horizon's, so a client does the opposite: it \
+*sends* where Horizon receives.
+
+**Submitting and waiting for the verdict.** Subscribe to your feed (`horizon.evt.>`), then publish a \
+JobSubmitted on `horizon.in.<tenant>.submit` as a request (a JetStream publish) with the header \
+`Nats-Msg-Id: <job_id>`. The reply is a PubAck `{"stream": "HORIZON", "seq": N}`. Exactly one verdict \
+follows whose `causation_id` is `"seq:N"`: JobAccepted (one per task of an array) or JobRejected \
+(`field` and `reason`), RequestRejected (the job id is taken), or InputRejected for a malformed input \
+(its `path` names the JSON path). Then the job's decisions follow on the same feed, with `job_id` \
+(under accounts `<tenant>:<job_id>`): JobScheduled, JobStarted, JobSucceeded or JobFailed, and so on. \
+Requests (cancel, hold, release, update) work the same way.
+
+**Conventions.** Ids and tenants are subject tokens: 1 to 128 of `[A-Za-z0-9_-]` (a tenant does not \
+start with `_`). `*_s` fields are seconds, `*_ts` seconds since the Unix epoch, `*_bytes` bytes, \
+`cpus_milli` thousandths of a core, `*_seq` sequences of the `HORIZON` stream. Memory strings: `512m`, \
+`8g` (binary, as Slurm), `16Gi` (binary), `16GB` (decimal). The trusted time of an input is the one \
+JetStream stored, not its `ts`.
+
+**Versions.** `v` is the schema version of a type (absent: the current one). Older versions are \
+upgraded on read, a newer one is refused; new fields always have defaults. \
+Reference: docs/events.md.
+"""
