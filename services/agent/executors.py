@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from events import catalogue as c
+from events.subjects import tenant_view
 from services.agent import containers, shim
 from services.agent.cgroups import Hierarchy, Limits, probe
 from services.agent.cores import CoreAllocator, Machine
@@ -144,6 +145,9 @@ def job_environment(
             visible.append(known.uuid)
         else:
             visible.append(device_id.rsplit("gpu", 1)[-1] if "gpu" in device_id else device_id)
+    # The job sees itself by the id its tenant gave it (``eval-7``, not the log's key ``acme:eval-7``).
+    job_id = tenant_view(spec.tenant, job_id)
+    array_id = tenant_view(spec.tenant, spec.array) if spec.array is not None else None
     env = {
         "HORIZON_JOB_ID": job_id,
         "HORIZON_ATTEMPT": str(attempt),
@@ -159,9 +163,9 @@ def job_environment(
         env["SLURM_JOB_USER"] = spec.user
     if spec.cwd:
         env["SLURM_SUBMIT_DIR"] = spec.cwd
-    if spec.array is not None and spec.array_index is not None:
-        env.update(HORIZON_ARRAY_ID=spec.array, HORIZON_ARRAY_INDEX=str(spec.array_index),
-                   SLURM_ARRAY_JOB_ID=spec.array, SLURM_ARRAY_TASK_ID=str(spec.array_index))
+    if array_id is not None and spec.array_index is not None:
+        env.update(HORIZON_ARRAY_ID=array_id, HORIZON_ARRAY_INDEX=str(spec.array_index),
+                   SLURM_ARRAY_JOB_ID=array_id, SLURM_ARRAY_TASK_ID=str(spec.array_index))
     if checkpoint_ref is not None:
         env["HORIZON_CHECKPOINT_REF"] = checkpoint_ref
     env.update(spec.env)
@@ -352,7 +356,8 @@ class ProcessExecutor:
     def _plan(self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation,
               checkpoint_ref: str | None, directory: Path) -> dict[str, Any]:
         cwd = spec.cwd or str(directory)
-        names = Names(job_id, spec.name, spec.user, alloc.node, spec.array, spec.array_index)
+        names = Names(tenant_view(spec.tenant, job_id), spec.name, spec.user, alloc.node,
+                      tenant_view(spec.tenant, spec.array) if spec.array is not None else None, spec.array_index)
         stdout = resolve(expand(spec.stdout, names), cwd) if spec.stdout else str(directory / "stdout")
         if spec.stderr:
             stderr = resolve(expand(spec.stderr, names), cwd)
