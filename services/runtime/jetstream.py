@@ -56,7 +56,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from events.subjects import DLQ_STREAM, DLQ_SUBJECTS, STREAM, STREAM_SUBJECTS, WHOLE_LOG, dlq_subject
-from services.runtime.tls import TlsSettingsError, client_tls
+from services.runtime.tls import TlsSettingsError, client_tls, quiet_ssl_eof
 from services.runtime.pullreader import PullReader, parse_ack_subject
 from services.runtime.log import DLQ_ERROR, DLQ_SEQ, DLQ_SUBJECT, EXPECTED_LAST_SUBJECT_SEQ, EXPECTED_LAST_SUBJECT_SEQ_SUBJECT, FENCED_BATCH_MAX, BatchHandler, DeadLetter, Delivery, Fence, LogConflict, LogError, LogUnavailable, Outgoing, PublishAck, TaskFollower, clean_header, subject_matches
 from services.domain.protocol import MSG_ID, Record
@@ -127,6 +127,7 @@ async def connect(
     async def _quiet(exc: Exception) -> None:
         log.debug("nats: %s", exc)
 
+    quiet_ssl_eof()
     if tls is None:
         try:
             tls = client_tls()

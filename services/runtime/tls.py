@@ -16,10 +16,11 @@ None of them set: no TLS context is made, and nats-py does as it always does
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 
-__all__ = ["TLS_VARIABLES", "TlsSettingsError", "client_tls"]
+__all__ = ["TLS_VARIABLES", "TlsSettingsError", "client_tls", "quiet_ssl_eof"]
 
 TLS_VARIABLES = ("HORIZON_TLS_CA", "HORIZON_TLS_CERT", "HORIZON_TLS_KEY")
 
@@ -46,3 +47,20 @@ def client_tls(environ: dict[str, str] | None = None) -> ssl.SSLContext | None:
         except (OSError, ssl.SSLError) as exc:
             raise TlsSettingsError(f"HORIZON_TLS_CERT={cert}, HORIZON_TLS_KEY={key}: {exc}") from None
     return context
+
+
+class _SslEofNoise(logging.Filter):
+    """asyncio warns "returning true from eof_received() has no effect when using ssl" each time a
+    TLS connection of nats-py's closes: nats-py's protocol asks to keep a half-closed socket open,
+    which TLS cannot do, and nothing is lost. Dropped, so that a CLI's output stays its answer."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "eof_received() has no effect when using ssl" not in record.getMessage()
+
+
+_NOISE = _SslEofNoise()
+
+
+def quiet_ssl_eof() -> None:
+    """Drop that one asyncio warning in this process (idempotent)."""
+    logging.getLogger("asyncio").addFilter(_NOISE)
