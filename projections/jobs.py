@@ -28,10 +28,9 @@ it catches up on) to ``horizon.tenant.<tenant>.evt.<service>.<Type>.<job>``
 ``deploy/nats/auth.conf`` each tenant's account imports its own prefix as
 ``horizon.evt.>``, so a tenant's ``horizon submit``, ``cancel`` or ``watch``
 sees its jobs' events on the usual subjects and nothing else. Which tenant:
-the job's; for ``RequestRejected``, the tenant that asked (never an operator's
-request); for ``JobRejected``, its tenant unless the rejection is that tenant
-not matching the subject (that one reaches nobody: the publisher named another
-tenant). One copy per projection replica running.
+the job's; for ``RequestRejected``, ``JobRejected`` and ``InputRejected``, the
+tenant that sent the input (never an operator's request; a body naming another
+tenant is answered to its sender alone). One copy per projection replica running.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ from events import catalogue as c
 from events.base import Event
 from projections.db import open_database, stored_position
 from projections.paging import Listing, Pager, page_fields
-from events.subjects import ADMIN_TENANT, valid_token
+from events.subjects import ADMIN_TENANT, job_key, tenant_view, valid_token
 from services.runtime.consume import readable
 from services.runtime.log import EventLog
 from services.domain.protocol import Record
@@ -246,6 +245,12 @@ class JobsProjection:
                 parts = record.subject.split(".")
                 decisions.append((record.seq, parts[2] if len(parts) > 2 else event.source, event.event_type,
                                   parts[4] if len(parts) > 4 else None, basis, record.time, event.id))
+            if isinstance(event, c.InputRejected):  # a verdict about an input, not about a job
+                if self.listeners and record.seq >= self.feed_from:
+                    tenant = feed_tenant(event, None, None)
+                    if tenant is not None:
+                        feed.append((tenant, record))
+                continue
             job_id = getattr(event, "job_id", None)
             if not isinstance(job_id, str) or not job_id:
                 continue
@@ -461,10 +466,8 @@ DECISIONS = Listing("decisions")
 
 def feed_tenant(event: Event, job: Job | None, known: str | None) -> str | None:
     """The tenant whose feed gets ``event`` (about a job), or None (see the module docstring)."""
-    if isinstance(event, c.RequestRejected):
-        tenant: str | None = event.tenant
-    elif isinstance(event, c.JobRejected):
-        tenant = None if event.field == "tenant" else event.tenant
+    if isinstance(event, (c.RequestRejected, c.JobRejected, c.InputRejected)):
+        tenant: str | None = event.tenant  # the sender's (submission names it from the subject)
     else:
         tenant = job.spec.tenant if job is not None and job.spec is not None else known
     if tenant is None or tenant == ADMIN_TENANT or not valid_token(tenant):
@@ -541,8 +544,12 @@ class QueryServer:
                 if req.get("tenant") not in (None, "", tenant):
                     raise ValueError(f"tenant {tenant!r} may list only its own jobs, not {req['tenant']!r}'s")
                 req["tenant"] = tenant
+                if req.get("job_ids"):
+                    req["job_ids"] = tenant_keys(tenant, req["job_ids"])
             req["limit"] = self.pager.rows("jobs", req.get("limit", 1000))
             body = await self.projection.query_jobs(**req)
+            if tenant is not None:
+                as_tenant_sees(tenant, body.get("jobs", ()))
         except (ValueError, TypeError) as exc:
             body = {"error": str(exc)}
         await self._reply(msg, body, "jobs", JOBS_BY_QUEUE if isinstance(req, dict) and req.get("order") == "queue"
@@ -552,10 +559,31 @@ class QueryServer:
         try:
             req = json.loads(msg.data or b"{}")
             page = {"limit": self.pager.rows("job", req.get("limit", 100_000)), "offset": req.get("offset", 0)}
-            body = await self.projection.query_job(str(req["job_id"]), tenant=_scope(msg.subject), **page)
+            tenant = _scope(msg.subject)
+            body = {"job": None}
+            for job_id in tenant_keys(tenant, [str(req["job_id"])]) if tenant else [str(req["job_id"])]:
+                body = await self.projection.query_job(job_id, tenant=tenant, **page)
+                if body["job"] is not None:
+                    break
+            if tenant is not None and body["job"] is not None:
+                as_tenant_sees(tenant, [body["job"]])
         except (ValueError, TypeError, KeyError) as exc:
             body = {"error": f"bad request: {exc}"}
         await self._reply(msg, body, "job", EVENTS)
+
+
+def tenant_keys(tenant: str, job_ids: list[str]) -> list[str]:
+    """The log keys a tenant's ids may stand for: its job through the intake (``<tenant>:<id>``)
+    first, then the id as it is (a job submitted without accounts); the tenant filter keeps
+    either to that tenant's own jobs."""
+    return [key for job_id in job_ids for key in (job_key(tenant, str(job_id)), str(job_id))]
+
+
+def as_tenant_sees(tenant: str, rows: Iterable[dict[str, Any]]) -> None:
+    """A tenant's answer names its jobs by the ids it gave them (``tenant_view``)."""
+    for row in rows:
+        if isinstance(row.get("job_id"), str):
+            row["job_id"] = tenant_view(tenant, row["job_id"])
 
 
 def _scope(subject: str) -> str | None:
