@@ -31,6 +31,10 @@ __all__ = ["screen", "intake_msg_id", "scoped", "scoped_spec", "malformed_input"
 # header besides Nats-Msg-Id refuses the input.
 KEPT_HEADERS = ("traceparent", "tracestate")
 _RESERVED = ("nats-", "horizon-")
+# Added by the server itself to every request that crosses an account's service import (the
+# requester's account and round-trip time): on every tenant input under accounts, never the
+# client's doing. Not stored, not refused.
+_SERVER_ADDED = ("nats-request-info",)
 _PATH = re.compile(r"at `(\$[^`]*)`")
 
 
@@ -52,6 +56,8 @@ def screen(tenant: str, headers: Mapping[str, str] | None) -> tuple[dict[str, st
                 out[CLIENT_MSG_ID_HEADER] = value
         elif lower in KEPT_HEADERS:
             out[lower] = value
+        elif lower in _SERVER_ADDED:
+            continue
         elif lower.startswith(_RESERVED):
             refused.append(name)
     if refused:
