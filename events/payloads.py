@@ -181,7 +181,7 @@ def _facts() -> dict[tuple[str, str], Callable[[Schema], None]]:
         return apply
 
     def cpus(prop: Schema) -> None:
-        _bounds(prop, "number", above=0, maximum=MAX_CPUS_MILLI / 1000)
+        _bounds(prop, "number", above=0, maximum=MAX_CPUS_MILLI // 1000)
         _pattern(prop, cpus_pattern(positive=True))
         _describe(prop, "CPU cores per task: a number (`2`, `0.5`) or a string of cores (`\"2\"`) or millicores "
                   f"(`\"500m\"`, lower-case `m`), more than 0 and at most {MAX_CPUS_MILLI // 1000:,} cores; finer "
@@ -269,7 +269,7 @@ def _facts() -> dict[tuple[str, str], Callable[[Schema], None]]:
             "Makes it a job array (Slurm's --array): indices and ranges, a range optionally with a step, then "
             f"optionally %N, at most N running at once: `0-99`, `0-99%10`, `1,3,5-7`, `0-15:4`. Indices 0 to "
             f"{MAX_INDEX}, at most {limits.max_array_tasks:,} tasks; task i is the job `<job_id>_<i>`.")),
-        ("JobSubmitted", "cwd"): pattern(r"^(?:/.*)?$", "Its working directory: an absolute path (or empty: the "
+        ("JobSubmitted", "cwd"): pattern(r"^(?:/[^\x00]*)?$", "Its working directory: an absolute path (or empty: the "
                                          "agent's).", max_length=vocab.MAX_CWD_LENGTH),
         ("JobSubmitted", "stdout"): text("Where its standard output goes: a path relative to cwd, with Slurm's "
                                          "%j %A %a %x %u %N %% patterns; empty: the agent's own file."),
@@ -285,9 +285,9 @@ def _facts() -> dict[tuple[str, str], Callable[[Schema], None]]:
         ("ResourceRequest", "gpu_memory"): memory(positive=False),
         ("ResourceRequest", "gpus"): count(0, limits.max_gpus_per_job, "Whole GPUs per task (a JSON integer); "
                                            f"at most {limits.max_gpus_per_job} in the whole job."),
-        ("ResourceRequest", "gpu_type"): pattern(GPU_MODEL_PATTERN, (
+        ("ResourceRequest", "gpu_type"): pattern(f"^$|{GPU_MODEL_PATTERN}", (
             "A GPU model the cluster has: `type` or `type-variant` (`a100`, `h100-80gb`), any case, at most 64 "
-            "characters; `null`: any model.")),
+            "characters; `null` (or empty): any model.")),
         ("Dependency", "kind"): choice(c.DEPENDENCY_KINDS, "after-ok: it succeeded; after-not-ok: it ended "
                                        "without success; after-any: it ended; after: it started."),
         ("Dependency", "job_id"): pattern(JOB_KEY_PATTERN, "The job (or array, or one task `<array>_<i>`) "
@@ -296,8 +296,9 @@ def _facts() -> dict[tuple[str, str], Callable[[Schema], None]]:
         ("Toleration", "operator"): choice(vocab.TOLERATION_OPS),
         ("Toleration", "effect"): choice(effects_or_any, "Empty tolerates every effect."),
         ("Toleration", "key"): text("The taint's key; empty with `Exists` tolerates every taint."),
-        ("NodeSelectorRequirement", "operator"): choice(vocab.SELECTOR_OPS, "Gt and Lt compare numbers (the "
-                                                        "first value)."),
+        # not an enum: placement does not refuse another operator, it matches no node with it
+        ("NodeSelectorRequirement", "operator"): text(f"One of {', '.join(vocab.SELECTOR_OPS)} (Gt and Lt compare "
+                                                      "numbers, the first value); any other matches no node."),
         # a client's requests
         ("JobUpdateRequested", "priority_class"): choice(classes, "The new class; `null`: unchanged."),
         ("JobUpdateRequested", "nice"): count(-nice, nice, "The new nice (below 0: operators only); `null`: "
