@@ -16,6 +16,7 @@ And in every case the log is read afterwards (as the operator) to show the messa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -34,12 +35,13 @@ import pytest
 
 from events import catalogue as c
 from events.codec import encode
-from events.subjects import PUBLISHERS, input_subject
+from events.subjects import PUBLISHERS, input_subject, job_key, tenant_view
 from services.agent.nodes import local_nodes
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import LogError
 from services.runtime.natsserver import NatsServer
 from services.host.stack import Stack
+from services.submission.intake import IntakeServer
 from tests.e2e import read_log, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -106,6 +108,24 @@ async def connect_as(auth_server: NatsServer) -> AsyncIterator[Any]:
         await client.nc.close()
 
 
+@pytest.fixture
+async def intake(auth_server: NatsServer) -> AsyncIterator[IntakeServer]:
+    """The submission service's intake, as its user: the one door of tenants' inputs into the log
+    (auth.conf imports horizon.intake.<tenant>.* into each tenant as horizon.in.<tenant>.*)."""
+    nc = await nats.connect(url(auth_server, "submission"))
+    server = IntakeServer(nc)
+    task = asyncio.create_task(server.serve(asyncio.Event().wait()))
+    await asyncio.sleep(0.05)
+    await nc.flush()
+    try:
+        yield server
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await nc.close()
+
+
 async def log_subjects(server: NatsServer) -> list[str]:
     return [r.subject for r in await read_log(url(server, "admin"))]
 
@@ -122,7 +142,8 @@ async def test_wrong_password_is_refused(auth_server: NatsServer) -> None:
     assert "authorization violation" in str(caught.value).lower()
 
 
-async def test_a_tenant_puts_inputs_in_the_log_only_under_its_own_tenant(auth_server, admin_log, connect_as) -> None:
+async def test_a_tenant_puts_inputs_in_the_log_only_under_its_own_tenant(auth_server, admin_log, connect_as,
+                                                                        intake) -> None:
     alice = await connect_as("alice")
     js = alice.nc.jetstream(timeout=2)
     ack = await js.publish("horizon.in.acme.submit", submitted("a-1", "acme"), headers={"Nats-Msg-Id": "a-1"})
@@ -206,11 +227,13 @@ async def test_each_service_publishes_only_its_own_events(auth_server, admin_log
 
 async def test_no_service_may_delete_purge_or_rewrite_the_log(auth_server, admin_log, connect_as) -> None:
     await admin_log.publish("horizon.in.acme.submit", submitted("a-1", "acme"), msg_id="a-1")
-    forbidden = ("$JS.API.STREAM.DELETE.HORIZON", "$JS.API.STREAM.PURGE.HORIZON", "$JS.API.STREAM.UPDATE.HORIZON",
-                 "$JS.API.STREAM.MSG.DELETE.HORIZON", "$JS.API.STREAM.DELETE.HORIZON_DLQ",
-                 "$JS.API.STREAM.DELETE.HORIZON_SNAPSHOTS", "$JS.API.STREAM.PURGE.HORIZON_DLQ",
-                 # ... nor submit or command as a tenant or an operator: inputs come from those
-                 "horizon.in.acme.submit", "horizon.in._admin.node")
+    rewrites = ("$JS.API.STREAM.DELETE.HORIZON", "$JS.API.STREAM.PURGE.HORIZON", "$JS.API.STREAM.UPDATE.HORIZON",
+                "$JS.API.STREAM.MSG.DELETE.HORIZON", "$JS.API.STREAM.DELETE.HORIZON_DLQ",
+                "$JS.API.STREAM.DELETE.HORIZON_SNAPSHOTS", "$JS.API.STREAM.PURGE.HORIZON_DLQ")
+    # ... nor submit or command as a tenant or an operator: inputs come from those, through the intake
+    # (the submission service's, which alone of the services stores them) or from the operator
+    inputs = ("horizon.in.acme.submit", "horizon.in._admin.node")
+    forbidden = {user: (*rewrites, *(inputs if user != "submission" else ())) for user in SERVICE_USERS}
     clients = {user: await connect_as(user) for user in SERVICE_USERS}
     answers: list[str] = []
 
@@ -224,12 +247,12 @@ async def test_no_service_may_delete_purge_or_rewrite_the_log(auth_server, admin
     for user, client in clients.items():
         inbox = client.nc.new_inbox()
         await client.nc.subscribe(inbox, cb=on_answer)
-        for subject in (*forbidden, *leases[user]):
+        for subject in (*forbidden[user], *leases[user]):
             await client.nc.publish(subject, b"{}", reply=inbox)
     for client in clients.values():
         await client.nc.flush()
     await asyncio.sleep(0.3)
-    missing = [(user, subject) for user, client in clients.items() for subject in (*forbidden, *leases[user])
+    missing = [(user, subject) for user, client in clients.items() for subject in (*forbidden[user], *leases[user])
                if not client.refused(subject)]
     assert missing == []
     assert answers == []  # neither JetStream nor a stream answered any of them
@@ -336,10 +359,11 @@ async def test_the_stack_runs_under_its_users_and_tenants_see_only_their_jobs(au
         # The feeds: alice saw her job's story and her own refused request; bob his job only, not the
         # request alice made about it.
         await asyncio.sleep(0.2)
-        assert {(e["type"], e["job_id"]) for e in feeds["alice"]} >= {
+        # (a job's id in the log is its tenant's key, <tenant>:<id>, when it came through the intake)
+        assert {(e["type"], tenant_view("acme", e["job_id"])) for e in feeds["alice"]} >= {
             ("JobAccepted", "a-1"), ("JobScheduled", "a-1"), ("JobStarted", "a-1"), ("JobSucceeded", "a-1")}
-        assert {e["job_id"] for e in feeds["alice"] if e["type"] != "RequestRejected"} == {"a-1"}
-        assert {e["job_id"] for e in feeds["bob"]} == {"g-1"}
+        assert {tenant_view("acme", e["job_id"]) for e in feeds["alice"] if e["type"] != "RequestRejected"} == {"a-1"}
+        assert {tenant_view("globex", e["job_id"]) for e in feeds["bob"]} == {"g-1"}
         assert "RequestRejected" not in {e["type"] for e in feeds["bob"]}
         assert all(e["subject"] == f"horizon.evt.{e['subject'].split('.')[2]}.{e['type']}.{e['job_id']}"
                    for e in feeds["alice"] + feeds["bob"])
@@ -376,9 +400,11 @@ async def test_the_stack_runs_under_its_users_and_tenants_see_only_their_jobs(au
         assert done.returncode == 0, done
         done = await as_admin("node", "cordon", "node-01", "--reason", "maintenance")
         assert done.returncode == 0, done
-        done = await as_admin("cancel", "--admin", "g-1", "--json")
+        # (the operator names a tenant's job by its key in the log, <tenant>:<id>)
+        done = await as_admin("cancel", "--admin", job_key("globex", "g-1"), "--json")
         assert done.returncode == 0 and json.loads(done.stdout)["type"] in ("JobCancelled", "JobStopRequested"), done
-        await wait_until(lambda: any(e["type"] == "JobCancelled" and e["job_id"] == "g-1" for e in feeds["bob"]), 15,
+        await wait_until(lambda: any(e["type"] == "JobCancelled" and tenant_view("globex", e["job_id"]) == "g-1"
+                                     for e in feeds["bob"]), 15,
                          "bob's job cancelled by the operator, in bob's feed")
         nodes = await as_admin("nodes", "--json")
         assert nodes.returncode == 0, nodes
@@ -387,7 +413,7 @@ async def test_the_stack_runs_under_its_users_and_tenants_see_only_their_jobs(au
         # The log holds the story of a-1 told by the right services, and no input on globex's cancel subject.
         records = await read_log(url(auth_server, "admin"))
         story = [(r.subject.split(".")[2], json.loads(r.data)["type"]) for r in records
-                 if r.subject.startswith("horizon.evt.") and json.loads(r.data).get("job_id") == "a-1"]
+                 if r.subject.startswith("horizon.evt.") and json.loads(r.data).get("job_id") == job_key("acme", "a-1")]
         for step in [("submission", "JobAccepted"), ("placement", "JobScheduled"), ("agent", "JobStarted"),
                      ("agent", "JobSucceeded")]:
             assert step in story, story
@@ -473,6 +499,10 @@ async def test_tls_with_the_same_accounts(tmp_path: Path, monkeypatch: pytest.Mo
 
         monkeypatch.setenv("SSL_CERT_FILE", str(ca))
         log = await JetStreamLog.open(tls_url, name="test-tls")
+        door = await nats.connect(f"tls://submission:dev-submission-CHANGE-ME@localhost:{server.port}")
+        intake = asyncio.create_task(IntakeServer(door).serve(asyncio.Event().wait()))
+        await asyncio.sleep(0.05)
+        await door.flush()
         try:
             alice = await nats.connect(f"tls://alice:dev-alice-CHANGE-ME@localhost:{server.port}")
             ack = await alice.jetstream(timeout=2).publish("horizon.in.acme.submit", submitted("t-1", "acme"),
@@ -481,6 +511,8 @@ async def test_tls_with_the_same_accounts(tmp_path: Path, monkeypatch: pytest.Mo
             await alice.close()
             assert [r.subject async for batch in log.read(1) for r in batch] == ["horizon.in.acme.submit"]
         finally:
+            intake.cancel()
+            await door.close()
             await log.close()
     finally:
         server.stop()

@@ -18,7 +18,7 @@ import click
 from rich.console import Console
 
 from events import catalogue as c
-from events.subjects import ADMIN_TENANT, admin_subject, input_subject, valid_token
+from events.subjects import ADMIN_TENANT, admin_subject, input_subject, valid_job_key, valid_token
 from services.cli.client import default_user, publish_input, query_all, session
 from services.cli.options import admin_option, nats_option, run, tenant_option
 
@@ -93,6 +93,12 @@ def _ask(nats_url: str, verb: str, event: c.Event, job_id: str, admin: bool, ten
         raise click.ClickException(f"{verb} {job_id}: {refused[0]['reason']}")
 
 
+def _names_a_job(job_id: str, admin: bool) -> bool:
+    """A job id; for an operator also a tenant's job by its key in the log, ``<tenant>:<id>`` (a job that
+    came through the intake under accounts: events/subjects.py ``job_key``)."""
+    return valid_token(job_id) or (admin and valid_job_key(job_id))
+
+
 def _request(verb: str, cls: type[c.Event]) -> click.Command:
     @click.command(name=verb, help=f"{verb.capitalize()} a job, or every task of an array (its job id).")
     @nats_option
@@ -102,7 +108,7 @@ def _request(verb: str, cls: type[c.Event]) -> click.Command:
     @click.option("--json", "as_json", is_flag=True)
     @click.argument("job_id")
     def command(nats_url: str, tenant: str, admin: bool, reason: str, as_json: bool, job_id: str) -> None:
-        if not valid_token(job_id):
+        if not _names_a_job(job_id, admin):
             raise click.BadParameter(f"{job_id!r} is not a job id", param_hint="JOB_ID")
         fields: dict[str, Any] = {"job_id": job_id, "tenant": ADMIN_TENANT if admin else tenant, "user": default_user()}
         if "reason" in cls.__struct_fields__:
@@ -275,7 +281,7 @@ release = _request("release", c.JobReleaseRequested)
 def update(nats_url: str, tenant: str, admin: bool, priority_class: str | None, nice: int | None, as_json: bool,
            job_id: str) -> None:
     """Change the priority of a pending or held job, or of every task of an array."""
-    if not valid_token(job_id):
+    if not _names_a_job(job_id, admin):
         raise click.BadParameter(f"{job_id!r} is not a job id", param_hint="JOB_ID")
     if priority_class is None and nice is None:
         raise click.UsageError("give --priority-class, --nice or both")

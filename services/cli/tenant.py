@@ -104,7 +104,7 @@ def tenant_add(name: str, data_dir: Path, as_json: bool) -> None:
             context = ssl.create_default_context(cafile=str(tls.ca))
             context.load_cert_chain(str(tls.cert), str(tls.key))
         try:
-            asyncio.run(open_doors(running, admin_url, name, url, context))
+            asyncio.run(open_doors(running, admin_url, name, url, context, changed=new))
         except DoorsClosed as exc:
             raise click.ClickException(str(exc)) from None
         if not record.get("account_configured"):

@@ -79,9 +79,12 @@ async def _doors_open(tenant_nc: Any, admin_nc: Any, tenant: str, probe: str) ->
 
 
 async def open_doors(running: Running, admin_url: str, tenant: str, tenant_url: str,
-                     tenant_tls: ssl.SSLContext | None = None, timeout_s: float = 20.0) -> int:
+                     tenant_tls: ssl.SSLContext | None = None, *, changed: bool = True,
+                     timeout_s: float = 20.0) -> int:
     """Make the running server serve ``tenant`` as its config file now says; returns the reloads
-    it took (0: it already did). Raises ``DoorsClosed`` after ``timeout_s``."""
+    it took (0: it already did). ``changed``: the file has just changed, so reload before the first
+    look (else look first: adding a tenant again reloads nothing). Raises ``DoorsClosed`` after
+    ``timeout_s``."""
     probe = f"_probe-{os.urandom(6).hex()}"
     admin_nc = await connect(admin_url, name="horizon-tenant-add", connect_timeout_s=3.0, max_attempts=2)
     reloads = 0
@@ -94,6 +97,10 @@ async def open_doors(running: Running, admin_url: str, tenant: str, tenant_url: 
         await admin_nc.flush()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        if changed:
+            reload_server(running)
+            reloads += 1
+            await asyncio.sleep(0.1)
         while True:
             # a fresh connection each round: the one made before a reload is of the account as it was
             tenant_nc = await _tenant_connection(tenant_url, tenant_tls)
