@@ -28,6 +28,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from events.subjects import job_key
+
 __all__ = ["LogServer", "logs_subject", "read_chunk", "MAX_CHUNK"]
 
 log = logging.getLogger("horizon.agent.logs")
@@ -53,8 +55,11 @@ def read_chunk(state_dir: Path, node: str, request: dict[str, Any], tenant: str 
         return {"error": f"stream must be one of {', '.join(STREAMS)}"}
     if not job_id or "/" in job_id or job_id.startswith("."):
         return {"error": f"{job_id!r} is not a job id"}
-    attempt = int(request.get("attempt") or 0) or _latest_attempt(state_dir / job_id)
-    directory = state_dir / job_id / str(attempt)
+    # A tenant names its job by the id it gave; the attempts are kept under the log's key for it,
+    # <tenant>:<id>, when the job came through the intake (events/subjects.py job_key).
+    kept = job_key(tenant, job_id) if tenant is not None and (state_dir / job_key(tenant, job_id)).is_dir() else job_id
+    attempt = int(request.get("attempt") or 0) or _latest_attempt(state_dir / kept)
+    directory = state_dir / kept / str(attempt)
     try:
         plan = json.loads((directory / "plan.json").read_text())
     except (OSError, ValueError):
