@@ -13,22 +13,28 @@ order, is the core's (``JobAccepted``, ``JobRejected``, ``RequestRejected``, ``I
 so that every input, well formed or not, is answered on the sender's feed and replayed by audit.
 
 It acknowledges a client only after the log has stored the input. If the log does not answer,
-the client gets a 503 error and sends again under the same Nats-Msg-Id (stored once).
+the client gets a 503 error and sends again under the same Nats-Msg-Id (stored once). An input
+sent without a Nats-Msg-Id is stored under one made of its verb and body, so that an identical
+input sent again within the stream's duplicate window is stored once (and acknowledged as a
+duplicate).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Any
 
 import nats.errors
 
 from events.subjects import INPUT_PREFIX, INTAKE_PREFIX, valid_token
-from services.submission.intake_rules import screen
+from services.domain.protocol import MSG_ID
+from services.submission.intake_rules import intake_msg_id, screen
 
 __all__ = ["IntakeServer", "QUEUE_GROUP"]
 
@@ -43,62 +49,130 @@ def _error(code: int, description: str) -> bytes:
 
 
 class IntakeServer:
-    """Stores tenants' inputs (``horizon.intake.<tenant>.<verb>`` -> ``horizon.in.<tenant>.<verb>``)."""
+    """Stores tenants' inputs (``horizon.intake.<tenant>.<verb>`` -> ``horizon.in.<tenant>.<verb>``).
 
-    def __init__(self, nc: Any, *, attempts: int = 6, timeout_s: float = 5.0) -> None:
+    Pipelined and in order: the subscription's callback only queues (NATS delivers in arrival
+    order), one writer publishes each input with a reply inbox of its own and goes on, and each
+    PubAck is passed to its client as it comes. An input the log does not answer within
+    ``timeout_s`` (or answers 503: no stream leader yet) is sent again under the same Msg-Id,
+    ``attempts`` times in all, then its client gets a 503 error.
+    """
+
+    def __init__(self, nc: Any, *, attempts: int = 6, timeout_s: float = 5.0, window: int = 1024) -> None:
         self.nc = nc
         self.attempts = attempts
         self.timeout_s = timeout_s
+        self.window = window
         self.stored = 0
         self.refused = 0
-        self._sub: Any = None
+        self._queue: asyncio.Queue[tuple[str, bytes, dict[str, str], str, int]] = asyncio.Queue()
+        self._waiting: dict[int, _Waiting] = {}
+        self._next = 0
+        self._space = asyncio.Event()
+        self._space.set()
+        self._prefix = ""
+        self._subs: list[Any] = []
 
     async def serve(self, work: Awaitable[None]) -> None:
         """Answer while ``work`` (the instance's runner) runs."""
-        self._sub = await self.nc.subscribe(f"{INTAKE_PREFIX}.*.*", queue=QUEUE_GROUP, cb=self._take)
+        self._prefix = self.nc.new_inbox()
+        self._subs.append(await self.nc.subscribe(self._prefix + ".*", cb=self._on_ack))
+        self._subs.append(await self.nc.subscribe(f"{INTAKE_PREFIX}.*.*", queue=QUEUE_GROUP, cb=self._take))
+        tasks = [asyncio.create_task(self._write(), name="intake-writer"),
+                 asyncio.create_task(self._sweep(), name="intake-sweeper")]
         try:
             await work
         finally:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
+            for sub in self._subs:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _take(self, msg: Any) -> None:
-        try:
-            answer = await self.store(msg.subject, msg.data, msg.headers)
-        except Exception as exc:  # noqa: BLE001 - one input must never take the instance down
-            log.exception("intake: storing an input on %s failed", msg.subject)
-            answer = _error(500, f"the intake failed: {type(exc).__name__}; send again (same Nats-Msg-Id)")
-        if msg.reply:
-            with contextlib.suppress(Exception):
-                await self.nc.publish(msg.reply, answer)
-
-    async def store(self, subject: str, data: bytes, headers: dict[str, str] | None) -> bytes:
-        """Store one input; returns the answer for its sender (the log's PubAck, or an error)."""
+        subject = msg.subject
         _, _, tenant, verb = (subject.split(".") + ["", ""])[:4]
         if not valid_token(tenant) or tenant.startswith("_") or not verb:
             self.refused += 1
-            return _error(400, f"{subject}: not a tenant's input subject (horizon.intake.<tenant>.<verb>)")
-        stored_headers, refused = screen(tenant, headers)
+            await self._answer(msg.reply, _error(400, f"{subject}: not a tenant's input subject "
+                                                      "(horizon.intake.<tenant>.<verb>)"))
+            return
+        headers, refused = screen(tenant, msg.headers)
         if refused:
-            log.info("intake: %s sent headers it may not (%s); stored for its InputRejected", tenant, ", ".join(refused))
-        target = f"{INPUT_PREFIX}.{tenant}.{verb}"
-        pause = 0.1
-        for attempt in range(self.attempts):
+            log.info("intake: %s sent headers it may not (%s); stored for its InputRejected", tenant,
+                     ", ".join(refused))
+        if MSG_ID not in headers:
+            # No id of the client's: one from what it sent, so that the intake's own retries store it once.
+            headers[MSG_ID] = intake_msg_id(tenant, "~" + hashlib.sha256(verb.encode() + b"\n" + msg.data).hexdigest())
+        self._queue.put_nowait((f"{INPUT_PREFIX}.{tenant}.{verb}", msg.data, headers, msg.reply or "", 0))
+
+    async def _write(self) -> None:
+        while True:
+            target, data, headers, reply, attempt = await self._queue.get()
+            while len(self._waiting) >= self.window:
+                self._space.clear()
+                await self._space.wait()
+            token = self._next
+            self._next += 1
+            loop = asyncio.get_running_loop()
+            self._waiting[token] = _Waiting(target, data, headers, reply, attempt + 1, loop.time() + self.timeout_s)
             try:
-                reply = await self.nc.request(target, data, headers=stored_headers, timeout=self.timeout_s)
+                await self.nc.publish(target, data, reply=f"{self._prefix}.{token}", headers=headers)
             except nats.errors.MaxPayloadError:
-                return _error(413, f"the input and the headers Horizon adds exceed the server's max_payload "
-                                   f"({self.nc.max_payload:,} bytes); nothing was stored")
-            except (nats.errors.TimeoutError, asyncio.TimeoutError, nats.errors.NoRespondersError):
-                if attempt + 1 < self.attempts:
-                    await asyncio.sleep(pause)
-                    pause = min(2 * pause, 2.0)
-                continue
-            if b'"error"' in reply.data[:64] and b'"code":503' in reply.data.replace(b" ", b""):
-                await asyncio.sleep(pause)  # no stream leader yet: as a publisher would, wait and send again
-                pause = min(2 * pause, 2.0)
-                continue
-            self.stored += 1
-            return bytes(reply.data)
-        return _error(503, "the log did not store the input in time; send it again (the same Nats-Msg-Id is "
-                           "stored once)")
+                self._waiting.pop(token, None)
+                await self._answer(reply, _error(413, f"the input and the headers Horizon adds exceed the server's "
+                                                      f"max_payload ({self.nc.max_payload:,} bytes); nothing was stored"))
+            except Exception as exc:  # noqa: BLE001 - the connection is going: the sweeper retries
+                log.warning("intake: publishing to %s failed: %s", target, exc)
+
+    async def _on_ack(self, msg: Any) -> None:
+        token = int(msg.subject.rsplit(".", 1)[1])
+        entry = self._waiting.pop(token, None)
+        if len(self._waiting) < self.window:
+            self._space.set()
+        if entry is None:
+            return  # a late answer to an attempt already sent again
+        data = bytes(msg.data)
+        unavailable = (not data and msg.headers and msg.headers.get("Status") == "503") or (
+            b"503" in data[:80] and b'"error"' in data[:20])
+        if unavailable:
+            self._retry(entry)
+            return
+        self.stored += 1
+        await self._answer(entry.reply, data)
+
+    def _retry(self, entry: _Waiting) -> None:
+        if entry.attempt >= self.attempts:
+            asyncio.get_running_loop().create_task(self._answer(entry.reply, _error(
+                503, "the log did not store the input in time; send it again (the same Nats-Msg-Id is stored once)")))
+            return
+        pause = min(0.1 * 2 ** entry.attempt, 2.0)
+        asyncio.get_running_loop().call_later(pause, self._queue.put_nowait,
+                                              (entry.target, entry.data, entry.headers, entry.reply, entry.attempt))
+
+    async def _sweep(self) -> None:
+        """Inputs unanswered past their time are sent again (the same Msg-Id: stored once)."""
+        while True:
+            await asyncio.sleep(min(1.0, self.timeout_s / 2))
+            now = asyncio.get_running_loop().time()
+            late = [token for token, entry in self._waiting.items() if entry.deadline <= now]
+            for token in late:
+                self._retry(self._waiting.pop(token))
+            if late:
+                self._space.set()
+
+    async def _answer(self, reply: str, data: bytes) -> None:
+        if reply:
+            with contextlib.suppress(Exception):
+                await self.nc.publish(reply, data)
+
+
+@dataclass(slots=True)
+class _Waiting:
+    target: str
+    data: bytes
+    headers: dict[str, str]
+    reply: str
+    attempt: int
+    deadline: float
