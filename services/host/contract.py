@@ -27,7 +27,9 @@ from events import subjects
 from events.asyncapi import TENANT, NODE, Param, Served, Sent, document
 from events.payloads import TOKEN_PATTERN
 from projections import jobs as jobs_view
+from projections import scheduling as scheduling_view
 from projections import standing
+from projections.paging import Listing
 from services.agent import logs
 from services.domain.protocol import MSG_ID
 from services.runtime.log import DLQ_ERROR, DLQ_SEQ, DLQ_SUBJECT
@@ -102,15 +104,32 @@ def _any(description: str) -> Schema:
     return {"description": description}
 
 
+_NEXT: Schema = {"type": ["object", "null"], "description": (
+    "The fields to merge into the same request for the next page (`offset`, and `after` for a listing paged by "
+    "a key that never changes); `null` on the last page."), "properties": {
+        "offset": {"type": "integer", "minimum": 0}, "after": {"type": ["integer", "null"]}}}
+
+
+def _paging(listing: Listing) -> Schema:
+    """The paging fields of a listing (``projections/paging.py``); an answer is cut to fit one message."""
+    return {
+        listing.total: {"type": "integer", "minimum": 0, "description": "How many rows the listing holds."},
+        listing.offset: {"type": "integer", "minimum": 0, "description": "The position of this page's first row."},
+        listing.next_offset: {"type": ["integer", "null"], "minimum": 0,
+                              "description": "Where the next page starts; `null` when this page ends the listing."},
+    }
+
+
 def _listing(key: str, row: Schema, *, extra: dict[str, Schema] | None = None) -> Schema:
+    listing = Listing(key)
     props: Schema = {
         key: {"type": "array", "items": row},
-        "total": {"type": "integer", "minimum": 0, "description": "How many rows match, in all pages."},
-        "offset": {"type": "integer", "minimum": 0, "description": "The position of this page's first row."},
+        **_paging(listing),
+        "next": _NEXT,
         "last_seq": {"type": "integer", "minimum": 0, "description": "The log position the answer shows."},
     }
     props.update(extra or {})
-    return {"type": "object", "properties": props, "required": [key, "total", "last_seq"]}
+    return {"type": "object", "properties": props, "required": [key, listing.total, "last_seq"]}
 
 
 _ERROR: Schema = {"type": "object", "required": ["error"], "properties": {
@@ -159,7 +178,8 @@ def view_reply_schemas() -> dict[str, Schema]:
             "job": {"anyOf": [job_row, {"type": "null"}], "description": "`null`: no such job (for a tenant: "
                     "none of its own)."},
             "events": {"type": "array", "items": event_row, "description": "Its history, in log order."},
-            "attempts": {"type": "array", "items": attempt_row}, "last_seq": {"type": "integer"}}},
+            "attempts": {"type": "array", "items": attempt_row}, "last_seq": {"type": "integer"},
+            **_paging(jobs_view.EVENTS), "next": _NEXT}},
         "decisions": _listing("decisions", decision_row),
         "queue": _listing("jobs", queue_row, extra={"now": {"type": ["number", "null"]},
                                                     "policy": {"type": ["string", "null"]}}),
@@ -170,7 +190,7 @@ def view_reply_schemas() -> dict[str, Schema]:
             "weights": {"type": "object"},
             "history": {"type": "array", "items": history_row, "description": "With `history`: each account's "
                         "standing at each hour boundary of log time."},
-            "history_total": {"type": "integer"}}),
+            **_paging(scheduling_view._USAGE_HISTORY)}),
         "priority": {"type": "object", "required": ["policy", "now", "last_seq"], "properties": {
             "policy": {"type": "string"}, "now": {"type": "number"}, "last_seq": {"type": "integer"},
             "queued": {"type": "integer"}, "jobs": {"type": "array", "items": {"type": "object"}},
