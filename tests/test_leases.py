@@ -123,6 +123,23 @@ async def test_a_fenced_round_is_stored_whole_or_not_at_all(event_log):
     assert acks[0].seq == 9 and not acks[0].duplicate
 
 
+async def test_a_fenced_batch_outwaits_atomic_batches_left_open_by_someone_else(js_log, nats_server):
+    """60 batches opened and never committed make the server refuse new atomic batches ("incomplete")
+    for a few seconds: the fenced publish waits it out instead of giving up (issue 17)."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        for n in range(60):
+            await nc.publish("horizon.in.t.submit", b"{}", headers={"Nats-Batch-Id": f"open-{n}",
+                                                                    "Nats-Batch-Sequence": "1"})
+        await nc.flush()
+    finally:
+        await nc.close()
+    start = time.monotonic()
+    acks = await js_log.publish_fenced([decision(i) for i in range(3)], Fence("horizon.evt.svc.>", 0))
+    assert [a.seq for a in acks] == [1, 2, 3]
+    assert time.monotonic() - start < 30
+
+
 async def test_a_round_longer_than_one_atomic_batch_chains_its_fences(event_log):
     log = event_log
     own = "horizon.evt.svc.>"

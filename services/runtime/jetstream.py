@@ -457,16 +457,26 @@ class JetStreamLog:
                         if not a.duplicate and subject_matches(fence.subjects, i.subject)), default=last)
         return acks
 
-    async def _fenced_part(self, part: Sequence[Outgoing], fence: Fence, retries: int = 5) -> list[PublishAck]:
+    async def _fenced_part(self, part: Sequence[Outgoing], fence: Fence, patience_s: float = 60.0) -> list[PublishAck]:
         """One fenced publish (one message) or atomic batch, sent again whole if unanswered or incomplete.
 
         Sending again is safe: if the first attempt was stored after all, the fence (or, for a
         batch, its msg ids) no longer match, and the caller gets ``LogConflict`` and re-reads.
+
+        An incomplete batch is sent again after a pause that doubles up to 5 s, for ``patience_s``:
+        the server drops the messages of new batches while too many others are open (measured on
+        2.15.1: 60 batches opened and never committed refuse every atomic batch for about 5 s, with
+        "atomic publish batch is incomplete"), and whoever opened them, the decider must outwait
+        it, not give up in milliseconds.
         """
         fence_headers = {EXPECTED_LAST_SUBJECT_SEQ: str(fence.last_seq), EXPECTED_LAST_SUBJECT_SEQ_SUBJECT: fence.subjects}
         n = len(part)
         pause = 0.25
-        for _attempt in range(retries + 1):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + patience_s
+        attempt = 0
+        while attempt == 0 or loop.time() < deadline:
+            attempt += 1
             if n == 1:
                 item = part[0]
                 headers = {**(item.headers or {}), MSG_ID: item.msg_id, **fence_headers}
@@ -500,6 +510,8 @@ class JetStreamLog:
                 if code in (WRONG_LAST_SEQUENCE, BATCH_DUPLICATE):
                     raise LogConflict(f"{fence.subjects}: {text}")
                 if code == BATCH_INCOMPLETE:
+                    await asyncio.sleep(pause)
+                    pause = min(2 * pause, 5.0)
                     continue
                 if ack.error.get("code") == 503:
                     await asyncio.sleep(pause)
