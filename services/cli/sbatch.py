@@ -40,6 +40,7 @@ import msgspec
 from events import catalogue as c
 from events.arrays import parse_array
 from events.resources import ResourceError
+from events.vocabulary import NICE_LIMIT
 from services.cli.client import default_tenant, default_user
 from services.cli.options import NATS_DEFAULT
 from services.cli.sbatch_options import COMMAND_LINE_ONLY, OPTIONS, Directive, SbatchError, getopt, read_directives
@@ -171,8 +172,8 @@ def _nice(text: str) -> int:
         value = int(text)
     except ValueError:
         raise Problem(f"{text!r} is not a whole number") from None
-    if not -10000 <= value <= 10000:
-        raise Problem(f"{value} is outside -10000..10000")
+    if not -NICE_LIMIT <= value <= NICE_LIMIT:
+        raise Problem(f"{value} is outside -{NICE_LIMIT}..{NICE_LIMIT}")
     return value
 
 

@@ -15,6 +15,7 @@ import click
 from events import catalogue as c
 from events.arrays import parse_array
 from events.resources import parse_cpus, parse_duration, parse_gpu_model, parse_memory
+from events.vocabulary import OPEN_MODES
 from services.cli.client import default_user
 from services.cli.options import nats_option, tenant_option
 from services.cli.slurm_values import Problem, parse_dependencies
@@ -83,7 +84,7 @@ def _dependencies(text: str) -> list[c.Dependency]:
 @click.option("--error", "-e", "error", default=None,
               help="Standard error file (patterns as --output). Default: with --output, the same file; "
                    "else kept by the agent (horizon logs --err JOB).")
-@click.option("--open-mode", type=click.Choice(["truncate", "append"]), default="truncate", show_default=True,
+@click.option("--open-mode", type=click.Choice(list(OPEN_MODES)), default="truncate", show_default=True,
               help="What a new attempt does to existing --output/--error files.")
 @click.option("--image", default=None, help="Run the command in a container of this image (Podman on the node).")
 @click.option("--sim-runtime", type=float, default=None, help="Seconds a simulated job runs (sim executor).")

@@ -54,6 +54,7 @@ import msgspec
 from events import catalogue as c
 from events.arrays import parse_array, task_id
 from events.base import Event
+from events.vocabulary import NICE_LIMIT
 from events.subjects import (ADMIN_TENANT, INTAKE_HEADER, REFUSED_HEADER, WHOLE_LOG,
                              job_key, parse_subject, tenant_view)
 from services.domain.protocol import Record
@@ -480,8 +481,8 @@ class SubmissionCore:
             if pc not in c.PRIORITY_CLASSES:
                 return f"priority_class: {pc!r} is not one of {', '.join(c.PRIORITY_CLASSES)}"
             nice = current.nice if req.nice is None else req.nice  # type: ignore[attr-defined]
-            if isinstance(nice, bool) or not isinstance(nice, int) or not -10000 <= nice <= 10000:
-                return f"nice: {nice!r} is outside -10000..10000"
+            if isinstance(nice, bool) or not isinstance(nice, int) or not -NICE_LIMIT <= nice <= NICE_LIMIT:
+                return f"nice: {nice!r} is outside -{NICE_LIMIT}..{NICE_LIMIT}"
             if not pending.admin:
                 if _RANK[pc] < _RANK[current.priority_class]:
                     return (f"priority_class: raising {job_id} from {current.priority_class!r} to {pc!r} needs an "
