@@ -123,7 +123,7 @@ NODE = Param("A node's name, a subject token: 1 to 128 letters, digits, `_` or `
 AGGREGATE = Param(
     "What the event is about, its `correlation_id`: a job (the client's id, or `<tenant>:<id>` for a tenant's "
     "job under accounts), a node, or a cycle number; `_` when none, `_invalid-<digest>` for an id unfit for a "
-    "subject (a rejected `a.b`).", f"^(?:{JOB_KEY_PATTERN})$", examples=("train-001", "acme:train-001", "n1"))
+    "subject (a rejected `a.b`).", JOB_KEY_PATTERN, examples=("train-001", "acme:train-001", "n1"))
 
 _MSG_ID_TEXT = (
     "JetStream stores a message once per Nats-Msg-Id within the stream's duplicate window (120 s by "
@@ -263,13 +263,21 @@ def _op(action: str, channel: str, messages: Iterable[str], summary: str, descri
     return op
 
 
+_VERB_NOTES = {
+    "submit": " RequestRejected answers a job id already taken (a retry after the duplicate window).",
+    "cancel": " JobStopRequested answers a job that had started: its agent stops it, then reports "
+              "JobCancelled for the job (follow it by `job_id`).",
+}
+
+
 def _verdict_text(verb: str) -> str:
     kinds = VERDICTS[verb]
     return (
         "**The answer.** The publish is a request: JetStream (under accounts, the intake in front of it) replies "
         "with a PubAck `{\"stream\": \"HORIZON\", \"seq\": N}` once the input is stored, or with an error (then send "
-        "it again, same Nats-Msg-Id). Then exactly one verdict per job the input names arrives on the sender's "
-        f"feed (`horizon.evt.>`), with `causation_id` `\"seq:N\"`: {', '.join(kinds)}. InputRejected is the "
+        "it again, same Nats-Msg-Id). Then exactly one verdict arrives on the sender's feed (`horizon.evt.>`), "
+        f"with `causation_id` `\"seq:N\"`: {', '.join(kinds)} (for an array, one per task).{_VERB_NOTES.get(verb, '')} "
+        "InputRejected is the "
         "verdict on a malformed input: not JSON, not this verb's event type, a field of the wrong JSON type or "
         "a required field missing (its `path` is the JSON path, e.g. `$.resources.gpus`), a header the client "
         "may not send, or a body naming another tenant. Subscribe before publishing, and match on "

@@ -45,7 +45,9 @@ TOKEN_PATTERN = subjects._TOKEN_RE.pattern
 TENANT_PATTERN = r"^[A-Za-z0-9-][A-Za-z0-9_-]{0,127}$"
 # A job id as events carry it: the client's id, or "<tenant>:<id>" for a tenant's job that came
 # through the intake (events.subjects.valid_job_key).
-JOB_KEY_PATTERN = f"(?:{TOKEN_PATTERN})|(?:{subjects._KEY_RE.pattern})"
+_BARE_TOKEN = TOKEN_PATTERN.removeprefix("^").removesuffix("$")
+_BARE_KEY = subjects._KEY_RE.pattern.removeprefix("^").removesuffix("$")
+JOB_KEY_PATTERN = f"^(?:{_BARE_TOKEN}|{_BARE_KEY})$"
 _TOKEN_OR_EMPTY = r"^(?:[A-Za-z0-9_-]{1,128})?$"
 
 # The event types a client or an operator publishes (horizon.in.<tenant|_admin>.<verb>).
@@ -121,9 +123,10 @@ def _by_name(struct: str, name: str, prop: Schema, *, is_input: bool) -> None:
         elif struct not in _ANY_JOB_ID:
             _pattern(prop, JOB_KEY_PATTERN)
             _describe(prop, "The job's id as the log knows it: the client's id, or `<tenant>:<id>` for a "
-                      "tenant's job that came through the intake (under accounts). Empty where none applies.")
+                      "tenant's job that came through the intake (under accounts).")
             if name == "for_job":  # empty for an eviction
-                prop["pattern"] = f"^(?:{JOB_KEY_PATTERN})?$"
+                prop["pattern"] = f"^(?:{_BARE_TOKEN}|{_BARE_KEY})?$"
+                _describe(prop, "Empty for an eviction.")
         else:
             _describe(prop, "The job id the input named, as written (it may be malformed: this answers it).")
     elif name == "tenant" and struct not in _ANY_JOB_ID:
