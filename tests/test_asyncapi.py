@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -36,7 +35,7 @@ from events import catalogue as c
 from events import subjects
 from events.arrays import ARRAY_PATTERN, parse_array
 from events.asyncapi import TENANT_FEED_TYPES, VERDICTS
-from events.codec import DecodeError, decode, encode
+from events.codec import decode, encode
 from events.resources import (GPU_MODEL_PATTERN, ResourceError, cpus_pattern, memory_pattern, parse_cpus,
                               parse_gpu_model, parse_memory)
 from services.domain.protocol import Record
@@ -393,7 +392,6 @@ def test_verdicts_are_what_the_submission_core_answers_each_verb_with():
         return seq
 
     def answer(subject: str, data: bytes) -> list[c.Event]:
-        nonlocal state
         at = fold(subject, data)
         out = core.decide(state)
         for event in out:

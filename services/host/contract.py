@@ -24,7 +24,8 @@ from typing import Any
 import msgspec
 
 from events import subjects
-from events.asyncapi import TENANT, NODE, Param, Served, Sent, document
+from events.asyncapi import document
+from events.wire import NODE, TENANT, Param, Served, Sent
 from events.payloads import TOKEN_PATTERN
 from projections import jobs as jobs_view
 from projections import scheduling as scheduling_view
