@@ -220,3 +220,15 @@ def test_render_config_without_accounts_is_tls_alone():
     text = render_config(None, {}, {"ca": "/ca.pem", "cert": "/s.pem", "key": "/s.key"})
     body = json.loads(text[text.index("{"):])
     assert "accounts" not in body and body["tls"]["verify"] is True
+
+
+def test_sbatch_takes_the_tenant_from_a_tenants_url():
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("HORIZON_TENANT", "HORIZON_NATS_URL")}
+    done = subprocess.run([sys.executable, "-m", "services.cli.main", "sbatch", "--nats", "nats://acme:pw@127.0.0.1:1",
+                           "--dry-run", "--wrap", "true"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tenant"] == "acme"

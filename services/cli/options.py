@@ -18,7 +18,7 @@ from rich.console import Console
 from events.subjects import valid_token
 from services.cli.client import default_tenant
 
-__all__ = ["NATS_DEFAULT", "nats_option", "tenant_option", "tenant_of_url", "admin_option", "console", "run"]
+__all__ = ["NATS_DEFAULT", "nats_option", "tenant_option", "tenant_of_url", "tenant_for", "admin_option", "console", "run"]
 
 NATS_DEFAULT = "nats://127.0.0.1:4222"
 
@@ -38,13 +38,16 @@ def tenant_of_url(url: str | None) -> str | None:
     return unquote(user)
 
 
-def _tenant_default() -> str:
-    """$HORIZON_TENANT; else the tenant whose user is in --nats ($HORIZON_NATS_URL); else ``default``."""
+def tenant_for(url: str | None) -> str:
+    """$HORIZON_TENANT; else the tenant whose user is in ``url`` (or $HORIZON_NATS_URL); else ``default``."""
     if os.environ.get("HORIZON_TENANT"):
         return default_tenant()
+    return tenant_of_url(url or os.environ.get("HORIZON_NATS_URL")) or default_tenant()
+
+
+def _tenant_default() -> str:
     ctx = click.get_current_context(silent=True)
-    url = (ctx.params.get("nats_url") if ctx is not None else None) or os.environ.get("HORIZON_NATS_URL")
-    return tenant_of_url(url) or default_tenant()
+    return tenant_for(ctx.params.get("nats_url") if ctx is not None else None)
 
 
 # Eager: read before --tenant, whose default may come from it.

@@ -41,8 +41,8 @@ from events import catalogue as c
 from events.arrays import parse_array
 from events.resources import ResourceError
 from events.vocabulary import NICE_LIMIT
-from services.cli.client import default_tenant, default_user
-from services.cli.options import NATS_DEFAULT
+from services.cli.client import default_user
+from services.cli.options import NATS_DEFAULT, tenant_for
 from services.cli.sbatch_options import COMMAND_LINE_ONLY, OPTIONS, Directive, SbatchError, getopt, read_directives
 from services.cli.slurm_values import (
     Problem,
@@ -496,7 +496,7 @@ def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, st
     except SbatchError as exc:
         name = script[0] if script else "--wrap"
         raise click.ClickException(f"{name}: " + str(exc)) from None
-    tenant = ours.get("tenant") or default_tenant()
+    tenant = ours.get("tenant") or tenant_for(ours.get("nats"))  # a tenant's URL names its tenant (up --auth)
     job_id = ours.get("job-id") or new_job_id(user)
     if ours.get("priority-class") is not None:
         if ours["priority-class"] not in c.PRIORITY_CLASSES:
