@@ -167,11 +167,11 @@ async def test_a_tenant_added_to_a_running_server_is_served_after_its_reloads(tm
         await intake.flush()
         acme = await nats.connect(_url(tmp_path, running, "acme"))
         clients.append(acme)
-        ack = await acme.jetstream(timeout=2).publish("horizon.in.acme.submit", b"{}", headers={"Nats-Msg-Id": "a-1"})
+        ack = await acme.jetstream(timeout=5).publish("horizon.in.acme.submit", b"{}", headers={"Nats-Msg-Id": "a-1"})
         assert (ack.stream, ack.seq) == ("HORIZON", 1)
         assert arrived == [("horizon.intake.acme.submit", "a-1")]
         with pytest.raises(nats.js.errors.NoStreamResponseError):  # no door to another tenant's intake
-            await acme.jetstream(timeout=2).publish("horizon.in.globex.submit", b"{}")
+            await acme.jetstream(timeout=5).publish("horizon.in.globex.submit", b"{}")
 
         with Registry.locked(tmp_path) as registry:
             registry.add_tenant("globex")
@@ -181,10 +181,10 @@ async def test_a_tenant_added_to_a_running_server_is_served_after_its_reloads(tm
         assert reloads >= 2  # one reload alone leaves the new account's imports unwired (nats-server 2.15)
         globex = await nats.connect(globex_url)
         clients.append(globex)
-        ack = await globex.jetstream(timeout=2).publish("horizon.in.globex.submit", b"{}")
+        ack = await globex.jetstream(timeout=5).publish("horizon.in.globex.submit", b"{}")
         assert arrived[-1][0] == "horizon.intake.globex.submit"
         # acme's door still works after the reloads, on its connection from before them
-        await acme.jetstream(timeout=2).publish("horizon.in.acme.cancel", b"{}")
+        await acme.jetstream(timeout=5).publish("horizon.in.acme.cancel", b"{}")
         assert arrived[-1][0] == "horizon.intake.acme.cancel"
         assert await open_doors(running, _url(tmp_path, running, "admin"), "globex", globex_url, changed=False) == 0
     finally:

@@ -230,6 +230,8 @@ async def test_account_set_tenant_finds_the_operator_in_the_data_dir(up: Up, ten
     # tenant add bound an account of the same name to each tenant
     assert (configured["acme"], configured["globex"]) == (["acme"], ["globex"])
     assert configured["research"] == ["acme", "globex"]
+    done = horizon("node", "uncordon", "node-01", "--data-dir", str(up.data_dir))  # the node commands likewise
+    assert done.returncode == 0, done.stderr
     # A tenant is no operator: its URL cannot configure anything.
     refused = horizon("account", "set", "research", "--nats", tenants["acme"], "--json")
     assert refused.returncode == 1

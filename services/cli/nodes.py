@@ -16,6 +16,7 @@ from events import catalogue as c
 from events.resources import format_cpus, format_memory
 from events.subjects import admin_subject
 from services.cli.client import await_answer, default_user, publish_input, query_all, session
+from services.cli.operator import operator_options
 from services.cli.options import console, nats_option
 from services.inventory.core import NODE_ACTIONS
 from services.domain.taints import TaintSyntaxError, parse_taint, taint_text
@@ -101,7 +102,7 @@ _ANSWERS = {"NodeCordoned", "NodeUncordoned", "NodeDraining", "NodeRemoved", "No
 
 
 @click.command()
-@nats_option
+@operator_options
 @click.argument("action", type=click.Choice(list(NODE_ACTIONS)))
 @click.argument("node")
 @click.argument("taint", required=False)

@@ -58,7 +58,7 @@ async def _tenant_connection(url: str, tls: ssl.SSLContext | None) -> Any:
 async def _doors_open(tenant_nc: Any, admin_nc: Any, tenant: str, probe: str) -> bool:
     """Both kinds of import work: a service (request and reply) and a stream (the feed)."""
     try:
-        reply = await tenant_nc.request(f"horizon.logs.{probe}", b"", timeout=1.0)
+        reply = await tenant_nc.request(f"horizon.logs.{probe}", b"", timeout=2.0)
     except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
         return False
     if reply.data != b"open":
@@ -69,7 +69,7 @@ async def _doors_open(tenant_nc: Any, admin_nc: Any, tenant: str, probe: str) ->
         await admin_nc.publish(f"horizon.tenant.{tenant}.evt.{probe}.feed", b"open")
         await admin_nc.flush()
         try:
-            await sub.next_msg(timeout=1.0)
+            await sub.next_msg(timeout=2.0)
         except (nats.errors.TimeoutError, asyncio.TimeoutError):
             return False
         return True
