@@ -57,6 +57,8 @@ __all__ = [
     "tenant_account",
     "tenant_exports",
     "tenant_imports",
+    "tls_only_config",
+    "urls_for",
     "user_url",
     "write_private",
 ]
