@@ -4,9 +4,9 @@ nats-server reloads its configuration on SIGHUP, new accounts included, without
 dropping a connection. But measured on nats-server 2.15: the reload that adds a
 tenant's account and, in the same file, HORIZON's exports to it creates the
 account and its users, yet leaves the account's imports unwired (its requests
-find no responders and its feed stays silent), because the imports are checked
-against HORIZON's exports as they were before that reload. A second reload of
-the same file wires them. So ``open_doors`` does not trust a reload: it probes
+find no responders and its feed stays silent); a second reload of the same file
+wires them (our reading: the new account's imports are checked against HORIZON's
+exports as they stood before the reload). So ``open_doors`` does not trust a reload: it probes
 the doors as the tenant, and reloads again until they open (two reloads in
 practice; four at most).
 
