@@ -19,31 +19,21 @@ from typing import Any
 
 import nats
 import pytest
-from click.testing import CliRunner
 
 from events import catalogue as c
 from events.codec import encode
 from events.subjects import event_subject
 from projections.jobs import JobsProjection, QueryServer
 from projections.paging import HEADROOM_BYTES, Listing, Pager, page_fields
-from services.cli.main import cli
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import Outgoing
 from services.runtime.natsserver import NatsServer
 from tests.helpers import accepted
+from tests.test_cli_slurm import horizon  # a CLI command in a thread, against the server at a URL
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def _invoke(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, list(args))
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
-    return result.exit_code, result.stdout, result.stderr
-
-
-async def horizon(url: str, *args: str) -> tuple[int, str, str]:
-    """A CLI command in a thread (the projection runs on this loop), against the server at ``url``."""
-    return await asyncio.to_thread(_invoke, *args, "--nats", url)
 
 
 def _accepted(i: int) -> Outgoing:
