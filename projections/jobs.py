@@ -580,10 +580,18 @@ def tenant_keys(tenant: str, job_ids: list[str]) -> list[str]:
 
 
 def as_tenant_sees(tenant: str, rows: Iterable[dict[str, Any]]) -> None:
-    """A tenant's answer names its jobs by the ids it gave them (``tenant_view``)."""
+    """A tenant's answer names its jobs by the ids it gave them (``tenant_view``), in the explanations
+    too ("waiting for g-1: not submitted yet", not "acme:g-1")."""
+    own = tenant + ":"
     for row in rows:
         if isinstance(row.get("job_id"), str):
             row["job_id"] = tenant_view(tenant, row["job_id"])
+        for holder in (row, row.get("why")):
+            if not isinstance(holder, dict):
+                continue
+            for field in ("why", "reason"):
+                if isinstance(holder.get(field), str) and own in holder[field]:
+                    holder[field] = holder[field].replace(own, "")
 
 
 def _scope(subject: str) -> str | None:

@@ -215,6 +215,7 @@ async def test_nothing_tells_a_tenant_whether_another_tenants_job_exists(up):
         await asyncio.sleep(1.0)
         rows = {r["job_id"]: r for r in json.loads(up.cli("queue", "--json", "--why", tenant="acme", ok=True).stdout)}
         assert rows["dep-real"]["state"] == rows["dep-none"]["state"] == "PENDING"
+        assert rows["dep-none"]["why"]["why"] == "waiting for g-none: not submitted yet"  # by acme's own ids
         real = _neutral(json.dumps({k: v for k, v in rows["dep-real"].items() if k != "job_id"}), "dep-real", "g-real")
         none = _neutral(json.dumps({k: v for k, v in rows["dep-none"].items() if k != "job_id"}), "dep-none", "g-none")
         assert real == none
