@@ -39,6 +39,8 @@ DependencyKind = Literal["after-ok", "after-any", "after-not-ok", "after"]
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
+
+DEFAULT_ACCOUNT = "default"  # the account a submission names when it names none
 class _Part(msgspec.Struct, frozen=True, kw_only=True):
     """Base of the value objects nested inside events."""
 
@@ -225,7 +227,7 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
 
     job_id: str
     tenant: str
-    account: str = "default"
+    account: str = DEFAULT_ACCOUNT  # under accounts, the tenant's own account (docs/tenants.md)
     user: str = ""
     name: str = ""
     command: list[str] = []

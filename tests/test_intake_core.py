@@ -62,6 +62,7 @@ def test_two_tenants_may_use_one_job_id_and_each_sees_its_own():
     assert [(type(e).__name__, e.job_id, e.spec.tenant) for e in out] == [
         ("JobAccepted", "acme:eval-7", "acme"), ("JobAccepted", "globex:eval-7", "globex")]
     assert out[0].spec.name == "eval-7"  # shown by the id its tenant gave
+    assert [e.spec.account for e in out] == ["acme", "globex"]  # naming no account: the tenant's own
 
 
 def test_a_dependency_names_the_tenants_own_job_whether_or_not_another_tenant_has_one():

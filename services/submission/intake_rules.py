@@ -77,9 +77,12 @@ def scoped(event: Event, tenant: str) -> Event:
 
 
 def scoped_spec(spec: c.JobSpec, tenant: str) -> c.JobSpec:
-    """An accepted spec with the ids it names (dependencies, its array) as ``tenant``'s keys."""
+    """An accepted spec with the ids it names (dependencies, its array) as ``tenant``'s keys, and
+    charged to the tenant's own account ``<tenant>`` when it names none (``default``): under
+    accounts, tenants share no account unless an operator opens one to several."""
     return msgspec.structs.replace(
         spec,
+        account=tenant if spec.account == c.DEFAULT_ACCOUNT else spec.account,
         dependencies=tuple(msgspec.structs.replace(d, job_id=job_key(tenant, d.job_id)) for d in spec.dependencies),
         array=None if spec.array is None else job_key(tenant, spec.array))
 
