@@ -110,6 +110,18 @@ class Affinity(_Part, kw_only=True):
 
 class JobSpec(_Part, kw_only=True):
     """A validated, normalised job: what every service after submission reads.
+class LimitSignal(_Part, kw_only=True):
+    """A signal sent ``before_s`` seconds before the job's time limit (Slurm's ``--signal``).
+
+    ``signal``: a name (``USR1``) or number (``10``); ``batch_only``: only to the job's main
+    process (its batch shell, Slurm's ``B:``), else to every other process of the job, which is
+    what Slurm signals without ``B:`` (its steps, not the batch shell)."""
+
+    signal: str
+    before_s: float = 60.0
+    batch_only: bool = False
+
+
 
     Sequences are tuples: immutable like the spec, and an empty one is a single
     shared object, which keeps a queued job's state small (it is held once per
@@ -165,8 +177,25 @@ class JobSpec(_Part, kw_only=True):
 
     @property
     def total_gpus(self) -> int:
-        return self.gpus * self.tasks_per_node * self.nodes
+        return self.gpus_on_node * self.nodes
 
+    # Slurm's option forms and directives (docs/slurm.md). Each default means what the spec meant
+    # before the field existed.
+    gpus_per_node: int = 0  # > 0: GPUs each node holds for all its tasks to share (then gpus is 0)
+    exclusive: bool = False  # whole nodes: all their CPUs and GPUs, and no other job beside it
+    whole_node_memory: bool = False  # all the memory of each node (--mem=0; memory_bytes is then 0)
+    constraint: str = ""  # node features: a | b, a & b, (..), [a | b] (one alternative for all nodes)
+    nodelist: tuple[str, ...] = ()  # it runs on exactly these nodes (--nodelist)
+    exclude_nodes: tuple[str, ...] = ()  # never on these (--exclude)
+    requeue: bool = True  # requeued when its node is lost or it is preempted; False: it ends then
+    time_min_s: float = 0.0  # > 0: backfill may start it with a shorter limit, down to this
+    limit_signal: LimitSignal | None = None  # sent before the time limit
+    singleton: bool = False  # starts only when no other job of its tenant, user and name runs
+
+    @property
+    def gpus_on_node(self) -> int:
+        """The GPUs the job holds on each node: shared by its tasks there, or theirs one by one."""
+        return self.gpus_per_node or self.gpus * self.tasks_per_node
 
 class NodeAllocation(_Part, kw_only=True):
     """What one job holds on one node: the exact devices, CPUs and memory."""
@@ -268,6 +297,18 @@ class JobCancelRequested(Event, tag="JobCancelRequested", kw_only=True):
     job_id: str
     tenant: str
     reason: str = ""
+    # Slurm's option forms and directives (horizon sbatch); what each does: JobSpec's fields of the
+    # same names and docs/slurm.md.
+    gpus_per_node: int = 0  # GPUs per node shared by its tasks (resources.gpus must then be 0)
+    exclusive: bool = False
+    whole_node_memory: bool = False  # all of each node's memory (resources.memory is then ignored)
+    constraint: str = ""
+    nodelist: list[str] = []  # host lists (node[01-04])
+    exclude_nodes: list[str] = []
+    requeue: bool = True
+    time_min_s: float | None = None
+    limit_signal: LimitSignal | None = None
+    singleton: bool = False
     user: str = ""
 
 
