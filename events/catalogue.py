@@ -108,8 +108,6 @@ class Affinity(_Part, kw_only=True):
     job_anti_affinity: list[AffinityTerm] = []
 
 
-class JobSpec(_Part, kw_only=True):
-    """A validated, normalised job: what every service after submission reads.
 class LimitSignal(_Part, kw_only=True):
     """A signal sent ``before_s`` seconds before the job's time limit (Slurm's ``--signal``).
 
@@ -122,6 +120,8 @@ class LimitSignal(_Part, kw_only=True):
     batch_only: bool = False
 
 
+class JobSpec(_Part, kw_only=True):
+    """A validated, normalised job: what every service after submission reads.
 
     Sequences are tuples: immutable like the spec, and an empty one is a single
     shared object, which keeps a queued job's state small (it is held once per
@@ -174,11 +174,6 @@ class LimitSignal(_Part, kw_only=True):
     stderr: str = ""
     open_mode: str = "truncate"  # or "append": what a new attempt does to existing output files
     image: str = ""
-
-    @property
-    def total_gpus(self) -> int:
-        return self.gpus_on_node * self.nodes
-
     # Slurm's option forms and directives (docs/slurm.md). Each default means what the spec meant
     # before the field existed.
     gpus_per_node: int = 0  # > 0: GPUs each node holds for all its tasks to share (then gpus is 0)
@@ -196,6 +191,11 @@ class LimitSignal(_Part, kw_only=True):
     def gpus_on_node(self) -> int:
         """The GPUs the job holds on each node: shared by its tasks there, or theirs one by one."""
         return self.gpus_per_node or self.gpus * self.tasks_per_node
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_on_node * self.nodes
+
 
 class NodeAllocation(_Part, kw_only=True):
     """What one job holds on one node: the exact devices, CPUs and memory."""
@@ -289,14 +289,6 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
     stderr: str = ""  # Slurm's --error pattern
     open_mode: str = "truncate"  # Slurm's --open-mode: truncate or append
     image: str = ""  # run in a container of this image (Podman on the node)
-
-
-class JobCancelRequested(Event, tag="JobCancelRequested", kw_only=True):
-    """``horizon.in.<tenant>.cancel``."""
-
-    job_id: str
-    tenant: str
-    reason: str = ""
     # Slurm's option forms and directives (horizon sbatch); what each does: JobSpec's fields of the
     # same names and docs/slurm.md.
     gpus_per_node: int = 0  # GPUs per node shared by its tasks (resources.gpus must then be 0)
@@ -309,6 +301,14 @@ class JobCancelRequested(Event, tag="JobCancelRequested", kw_only=True):
     time_min_s: float | None = None
     limit_signal: LimitSignal | None = None
     singleton: bool = False
+
+
+class JobCancelRequested(Event, tag="JobCancelRequested", kw_only=True):
+    """``horizon.in.<tenant>.cancel``."""
+
+    job_id: str
+    tenant: str
+    reason: str = ""
     user: str = ""
 
 
