@@ -152,8 +152,16 @@ async def test_sacct_squeue_format_and_scancel_filters(nats_server, tmp_path):
         assert [r["job_id"] for r in json.loads(out)] == ["slow1"]  # the ended ones ended before
         code, out, err = await horizon(url, "sacct", "-S", "now-1day", "-a", "-P", "--format", "JobID,State,ExitCode")
         assert code == 0, err
-        assert out.splitlines() == ["JobID|State|ExitCode|", "ok1|COMPLETED|0:0|", "bad1|FAILED|3:0|",
-                                    "slow1|RUNNING|0:0|"]
+        assert out.splitlines() == ["JobID|State|ExitCode", "ok1|COMPLETED|0:0", "bad1|FAILED|3:0",
+                                    "slow1|RUNNING|0:0"]  # -P: no | at the end (that is -p)
+        code, out, err = await horizon(url, "sacct", "-S", "now-1day", "-a", "-p", "-n", "-o", "JobID,State")
+        assert out.splitlines() == ["ok1|COMPLETED|", "bad1|FAILED|", "slow1|RUNNING|"], err
+        code, out, err = await horizon(url, "sacct", "-j", "bad1,ok1", "-P", "-n", "-b", "--delimiter", ";")
+        assert out.splitlines() == ["ok1;COMPLETED;0:0", "bad1;FAILED;3:0"], err  # -j: anyone's, since ever
+        code, out, err = await horizon(url, "sacct", "-a", "-s", "R", "-n", "-P", "-o", "JobID%-10,State")
+        assert out.splitlines() == ["slow1|RUNNING"], err  # -s without -S: the jobs in that state now
+        code, out, err = await horizon(url, "sacct", "-a", "-S", "now-1day", "-o", "JobID%-6,State%4", "-n")
+        assert out.splitlines()[0] == "ok1    COM+", out  # cut to the width, + marking the cut
         code, out, err = await horizon(url, "sacct", "-S", "now-1day")
         lines = out.splitlines()
         assert lines[0].split() == ["JobID", "JobName", "Account", "State", "ExitCode", "Elapsed", "Start", "End",

@@ -30,9 +30,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import click
@@ -418,17 +419,33 @@ _SACCT_NAMES = {k.lower(): k for k in SACCT_FIELDS}
 
 
 def _sacct_columns(fmt: str) -> list[tuple[str, int | None]]:
+    """``NAME[%WIDTH],...`` -> (field, width); as sacct, ``%30`` right-justifies, ``%-30`` left-justifies
+    (a negative width)."""
     cols = []
     for item in fmt.split(","):
+        if not item.strip():
+            continue  # sacct reads "JobID,,State" and a trailing comma as no field
         name, _, width = item.strip().partition("%")
         key = _SACCT_NAMES.get(name.lower())
         if key is None:
             raise click.BadParameter(f"{name!r} is not a field Horizon knows; fields: {', '.join(SACCT_FIELDS)}",
                                      param_hint="--format")
-        if width and not width.isdigit():
+        if width and not re.fullmatch(r"-?\d+", width):
             raise click.BadParameter(f"{item!r}: the width after % must be a number", param_hint="--format")
         cols.append((key, int(width) if width else None))
+    if not cols:
+        raise click.BadParameter("names no field", param_hint="--format")
     return cols
+
+
+def job_matches(job_id: str, wanted: Iterable[str]) -> bool:
+    """sacct's and squeue's ``-j``: a job id, or an array's id for all its tasks (``ID_N``); a step suffix
+    (``ID.batch``, ``ID.0``) names its job here."""
+    for item in wanted:
+        base = item.split(".", 1)[0]
+        if job_id == base or job_id.startswith(base + "_") and job_id[len(base) + 1:].isdigit():
+            return True
+    return False
 
 
 def sacct_rows(rows: list[dict[str, Any]], *, match: set[str], start: float | None, end: float | None,
@@ -449,25 +466,43 @@ def sacct_rows(rows: list[dict[str, Any]], *, match: set[str], start: float | No
 
 def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, account: str | None,
               tenant: str | None, starttime: str | None, endtime: str | None, limit: int | None, fmt: str,
-              as_json: bool, parsable: bool = False, noheader: bool = False, offset: int = 0) -> None:
+              as_json: bool, parsable: bool = False, noheader: bool = False, offset: int = 0,
+              job_ids: Sequence[str] = (), select: Callable[[dict[str, Any]], bool] | None = None,
+              delimiter: str = "|", trailing: bool = True, allocations: bool = False) -> None:
+    """Print sacct's answer. ``parsable``: cells joined by ``delimiter``, with one more at the end of each
+    line when ``trailing`` (sacct ``-p``) and none without (``-P``). ``job_ids``: only these jobs (an array's
+    id: its tasks; ``ID.step`` names the job ``ID``), in every state unless ``states`` says. ``select``:
+    a further filter on the read model's rows. ``allocations`` (sacct ``-X``): the jobs alone, no steps."""
     now = time.time()
     start = slurm_datetime(starttime, now) if starttime else None
     end = slurm_datetime(endtime, now) if endtime else None
     if states:
         ask, match = select_states(states)
+    elif job_ids:  # jobs asked for by id are shown whatever their state, as sacct -j
+        ask, match = None, set()
     else:  # what has run or ended: not what still waits (that is horizon queue)
         ask = sorted(set(_LONG) - {"PENDING", "HELD"})
         match = set()
     columns = _sacct_columns(fmt)
+    filters = {"states": ask, "tenant": tenant, "account": account, "user": user}
+    page = None if limit is None or job_ids or select is not None else limit + offset
 
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
-            return await query_all(nc, "jobs", {"states": ask, "tenant": tenant, "account": account, "user": user},
-                                   "jobs", limit=None if limit is None else limit + offset)
+            if job_ids:
+                bases = sorted({j.split(".", 1)[0] for j in job_ids})
+                body = await query_all(nc, "jobs", {**filters, "job_ids": bases}, "jobs")
+                found = {row["job_id"] for row in body["jobs"]}
+                if all(b in found for b in bases):
+                    return body
+                # an id that names no job row is an array's: its tasks are <id>_<index>
+            return await query_all(nc, "jobs", filters, "jobs", limit=page)
 
     body = asyncio.run(go())
+    rows = [row for row in body["jobs"] if (not job_ids or job_matches(row["job_id"], job_ids))
+            and (select is None or select(row))]
     # The time window is sacct's and applied here, so the page is taken after it.
-    rows = sacct_rows(body["jobs"], match=match, start=start, end=end, now=now)[offset:]
+    rows = sacct_rows(rows, match=match, start=start, end=end, now=now)[offset:]
     rows = rows if limit is None else rows[:limit]
     if as_json:
         for row in rows:
@@ -476,58 +511,115 @@ def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, accou
         return
     table = [[SACCT_FIELDS[name](row, now) for name, _ in columns] for row in rows]
     if parsable:
+        tail = delimiter if trailing else ""
         if not noheader:
-            click.echo("|".join(name for name, _ in columns) + "|")
+            click.echo(delimiter.join(name for name, _ in columns) + tail)
         for cells in table:
-            click.echo("|".join(cells) + "|")
+            click.echo(delimiter.join(cells) + tail)
         return
     widths = []
     for i, (name, width) in enumerate(columns):
         widths.append(width if width is not None else max([len(name), *(len(cells[i]) for cells in table)]))
 
     def fit(value: str, width: int) -> str:
-        return value.rjust(width) if len(value) <= width else value[:width - 1] + "+"  # sacct's truncation mark
+        size = abs(width)
+        if len(value) > size:
+            return value[:size - 1] + "+"  # sacct's truncation mark
+        return value.ljust(size) if width < 0 else value.rjust(size)
 
     if not noheader:
         click.echo(" ".join(fit(name, w) for (name, _), w in zip(columns, widths)).rstrip())
-        click.echo(" ".join("-" * w for w in widths))
+        click.echo(" ".join("-" * abs(w) for w in widths))
     for cells in table:
         click.echo(" ".join(fit(v, w) for v, w in zip(cells, widths)).rstrip())
 
 
+def _listed(values: Iterable[str]) -> list[str]:
+    """Slurm's list options: repeated, comma-separated, or both."""
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
+def _sacct_window(starttime: str | None, states: tuple[str, ...], job_ids: list[str]) -> str | None:
+    """sacct's default ``--starttime``: with ``-j`` none (Unix epoch 0), with ``-s`` now (the jobs in
+    those states now), else midnight."""
+    if starttime is not None:
+        return starttime
+    if job_ids:
+        return None
+    return "now" if states else "midnight"
+
+
 @click.command()
 @nats_option
+@click.option("-j", "--jobs", "jobs", multiple=True,
+              help="Only these jobs (comma-separated or repeated; an array's id: all its tasks), in any state; "
+                   "without -S, since the beginning.")
 @click.option("-s", "--state", "states", multiple=True,
               help="Only jobs in these states: Slurm's names or codes (COMPLETED, CD, FAILED, TIMEOUT, RUNNING, "
                    "PENDING, ...), Horizon's (SUCCEEDED, ...), comma-separated or repeated; 'all'. "
-                   "Default: every job that has run or ended.")
-@click.option("-u", "--user", default=None, help="Only this user's jobs (default: yours).")
+                   "Default: every job that has run or ended. Without -S: the jobs in these states now.")
+@click.option("-u", "--user", "users", multiple=True, help="Only these users' jobs (default: yours; comma-separated).")
 @click.option("-a", "--allusers", is_flag=True, help="Every user's jobs.")
-@click.option("-A", "--account", default=None, help="Only this account's jobs.")
+@click.option("-A", "--account", "--accounts", "accounts", multiple=True, help="Only these accounts' jobs.")
+@click.option("--name", "names", multiple=True, help="Only jobs with these names (comma-separated).")
+@click.option("-N", "--nodelist", "nodelist", multiple=True,
+              help="Only jobs that ran on one of these nodes (comma-separated).")
 @click.option("--tenant", default=None, help="Only this tenant's jobs.")
-@click.option("-S", "--starttime", default="midnight", show_default=True,
+@click.option("-S", "--starttime", default=None,
               help="Jobs running or ended at or after this time: YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], HH:MM, "
-                   "now-2days, today, midnight.")
+                   "now-2days, today, midnight. Default: midnight; with -j the beginning; with -s now.")
 @click.option("-E", "--endtime", default=None, help="Jobs begun (or submitted) at or before this time; same forms.")
-@click.option("-o", "--format", "fmt", default=SACCT_DEFAULT, show_default=True,
-              help="Comma-separated fields, NAME%WIDTH to fix a width: " + ",".join(SACCT_FIELDS) + ".")
+@click.option("-o", "--format", "fmt", default=None,
+              help="Comma-separated fields, NAME%WIDTH right-justified, NAME%-WIDTH left-justified ($SACCT_FORMAT "
+                   "if set, else " + SACCT_DEFAULT + "): " + ",".join(SACCT_FIELDS) + ".")
+@click.option("-b", "--brief", is_flag=True, help="JobID, State and ExitCode.")
+@click.option("-l", "--long", "long_", is_flag=True, help="Every field Horizon has.")
+@click.option("-e", "--helpformat", is_flag=True, help="List the fields --format takes.")
+@click.option("-X", "--allocations", is_flag=True, help="The jobs alone, not their steps.")
+@click.option("-p", "--parsable", "parsable1", is_flag=True, help="Fields separated by |, one at the end too.")
 @click.option("-P", "--parsable2", "parsable", is_flag=True, help="Fields separated by |, no padding.")
+@click.option("--delimiter", default="|", show_default=True, help="The separator of -p and -P.")
 @click.option("-n", "--noheader", is_flag=True)
 @click.option("--limit", type=int, default=100_000, show_default=True)
 @click.option("--offset", type=int, default=0, show_default=True,
               help="Skip this many of the matching jobs first (paging, with --limit).")
 @click.option("--json", "as_json", is_flag=True, help="The read model's rows, with the sacct fields under 'slurm'.")
-def sacct(nats_url: str, states: tuple[str, ...], user: str | None, allusers: bool, account: str | None,
-          tenant: str | None, starttime: str, endtime: str | None, fmt: str, parsable: bool, noheader: bool,
-          limit: int, offset: int, as_json: bool) -> None:
+def sacct(nats_url: str, jobs: tuple[str, ...], states: tuple[str, ...], users: tuple[str, ...], allusers: bool,
+          accounts: tuple[str, ...], names: tuple[str, ...], nodelist: tuple[str, ...], tenant: str | None,
+          starttime: str | None, endtime: str | None, fmt: str | None, brief: bool, long_: bool, helpformat: bool,
+          allocations: bool, parsable1: bool, parsable: bool, delimiter: str, noheader: bool, limit: int,
+          offset: int, as_json: bool) -> None:
     """Jobs that ran or ended, with sacct's columns (your own since midnight, unless told otherwise)."""
+    if helpformat:
+        for i in range(0, len(SACCT_FIELDS), 4):
+            click.echo("".join(f"{name:<20}" for name in list(SACCT_FIELDS)[i:i + 4]).rstrip())
+        return
     if limit < 0 or offset < 0:
         raise click.UsageError("--limit and --offset must not be negative")
-    if user is None and not allusers:
-        user = default_user()
-    run_sacct(nats_url, states=states, user=user, account=account, tenant=tenant, starttime=starttime,
-              endtime=endtime, limit=limit, fmt=fmt, as_json=as_json, parsable=parsable, noheader=noheader,
-              offset=offset)
+    job_ids = _listed(jobs)
+    user_list, account_list, name_list = _listed(users), _listed(accounts), _listed(names)
+    nodes = set(_listed(nodelist))
+    if not user_list and not allusers and not job_ids:  # as sacct: your own jobs, unless you name them
+        user_list = [default_user()]
+    if fmt is None:
+        fmt = ("JobID,State,ExitCode" if brief else ",".join(SACCT_FIELDS) if long_ else
+               os.environ.get("SACCT_FORMAT") or SACCT_DEFAULT)
+    wanted_names = {n.lower() for n in name_list}
+    wanted_accounts = {a.lower() for a in account_list}
+
+    def select(row: dict[str, Any]) -> bool:
+        return ((not user_list or row.get("user") in user_list)
+                and (not wanted_accounts or (row.get("account") or "").lower() in wanted_accounts)
+                and (not wanted_names or (row.get("name") or "").lower() in wanted_names)
+                and (not nodes or bool(nodes & set(_nodes_of(row)))))
+
+    run_sacct(nats_url, states=states, user=user_list[0] if len(user_list) == 1 else None,
+              account=account_list[0] if len(account_list) == 1 else None, tenant=tenant,
+              starttime=_sacct_window(starttime, states, job_ids), endtime=endtime, limit=limit, fmt=fmt,
+              as_json=as_json, parsable=parsable or parsable1, trailing=parsable1 and not parsable,
+              delimiter=delimiter, noheader=noheader, offset=offset, job_ids=job_ids,
+              select=select if (len(user_list) > 1 or account_list or name_list or nodes) else None,
+              allocations=allocations)
 
 
 def register(group: click.Group) -> None:
