@@ -18,7 +18,7 @@ from events.resources import format_cpus, format_memory
 from services.cli.client import default_user, query_all, session
 from services.cli.options import console, nats_option, run
 
-__all__ = ["queue", "jobs", "watch", "register"]
+__all__ = ["queue", "jobs", "watch", "read_queue", "register"]
 
 
 def _check_page(limit: int | None, offset: int) -> None:
@@ -55,6 +55,28 @@ def _age(ts: float | None) -> str:
         return "-"
     seconds = max(0, int(time.time() - ts))
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+async def read_queue(nc: Any, ask: list[str] | None, filters: dict[str, Any], *, limit: int | None = None,
+                     offset: int = 0) -> dict[str, Any]:
+    """The jobs in the Horizon states ``ask`` (None: every state), as squeue lists them: the waiting
+    ones from the scheduler's queue (scheduling order, priority, why), the others (running, ended)
+    from the jobs read model, after them. ``filters``: tenant, account, user (the read models')."""
+    waiting = [s for s in (ask or ["PENDING", "HELD"]) if s in ("PENDING", "HELD")]
+    others = None if ask is None else [s for s in ask if s not in ("PENDING", "HELD")]
+    body: dict[str, Any] = {"jobs": [], "total": 0, "last_seq": 0}
+    if waiting:
+        body = await query_all(nc, "queue", {**filters, "states": waiting, "offset": offset}, "jobs",
+                               limit=limit, unique=_job_id)
+    if others is None or others:
+        # One list, the waiting jobs first: a page that starts past them starts inside the rest.
+        rest_ask = {**filters, "states": others, "offset": max(0, offset - body["total"]), "order": "queue"}
+        rest = await query_all(nc, "jobs", rest_ask, "jobs", unique=_job_id,
+                               limit=None if limit is None else max(0, limit - len(body["jobs"])))
+        body["jobs"] += [row for row in rest["jobs"] if row["state"] not in ("PENDING", "HELD")]
+        body["total"] += sum(1 for row in rest["jobs"] if row["state"] not in ("PENDING", "HELD"))
+        body["last_seq"] = min(body["last_seq"], rest["last_seq"]) if waiting else rest["last_seq"]
+    return body
 
 
 @click.command()
@@ -96,23 +118,8 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
 
     async def go() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         async with session(nats_url) as nc:
-            # Waiting jobs come from the scheduler's queue (scheduling order, priority, why), the
-            # others (running, ended) from the jobs read model, after them.
-            waiting = [s for s in (ask or ["PENDING", "HELD"]) if s in ("PENDING", "HELD")]
-            others = None if ask is None else [s for s in ask if s not in ("PENDING", "HELD")]
-            filters = {"tenant": tenant, "account": account, "user": user}
-            body: dict[str, Any] = {"jobs": [], "total": 0, "last_seq": 0}
-            if waiting:
-                body = await query_all(nc, "queue", {**filters, "states": waiting, "offset": offset}, "jobs",
-                                       limit=limit, unique=_job_id)
-            if others is None or others:
-                # One list, the waiting jobs first: a page that starts past them starts inside the rest.
-                rest_ask = {**filters, "states": others, "offset": max(0, offset - body["total"]), "order": "queue"}
-                rest = await query_all(nc, "jobs", rest_ask, "jobs", unique=_job_id,
-                                       limit=None if limit is None else max(0, limit - len(body["jobs"])))
-                body["jobs"] += [row for row in rest["jobs"] if row["state"] not in ("PENDING", "HELD")]
-                body["total"] += sum(1 for row in rest["jobs"] if row["state"] not in ("PENDING", "HELD"))
-                body["last_seq"] = min(body["last_seq"], rest["last_seq"]) if waiting else rest["last_seq"]
+            body = await read_queue(nc, ask, {"tenant": tenant, "account": account, "user": user}, limit=limit,
+                                    offset=offset)
             body["jobs"] = [row for row in body["jobs"] if slurm.state_matches(row, match)]
             details: dict[str, Any] = {}
             if why:  # the queue's rows carry the scheduler's explanation; others have none
