@@ -22,7 +22,7 @@ from events.subjects import ADMIN_TENANT, admin_subject, input_subject, valid_jo
 from services.cli.client import default_user, publish_input, query_all, session
 from services.cli.options import admin_option, nats_option, run, tenant_option
 
-__all__ = ["cancel", "hold", "release", "update", "register"]
+__all__ = ["cancel", "hold", "release", "update", "cancel_requests", "register"]
 
 
 _DONE = {"JobCancelled": "cancelled", "JobStopRequested": "stopping", "JobHeld": "held", "JobReleased": "released",
@@ -184,9 +184,9 @@ def _cancel_matching(nats_url: str, *, tenant: str, admin: bool, reason: str, na
             with Progress(TextColumn("cancelling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           console=err, transient=True, disable=len(targets) < 10 or not err.is_terminal) as bar:
                 task = bar.add_task("cancel", total=len(targets))
-                answers = await _cancel_each(nc, targets, tenant=tenant, admin=admin, reason=reason,
-                                             advance=lambda: bar.advance(task))
-            return targets, answers
+                answered = await cancel_requests(nc, targets, tenant=tenant, admin=admin, reason=reason,
+                                                 advance=lambda: bar.advance(task))
+            return targets, {job: bodies[0] for job, bodies in answered.items()}
 
     targets, answers = run(go())
     if as_json:
@@ -217,24 +217,41 @@ def _cancel_matching(nats_url: str, *, tenant: str, admin: bool, reason: str, na
         raise click.ClickException(f"cancel: {refused[0]['reason']}")
 
 
-async def _cancel_each(nc: Any, targets: list[str], *, tenant: str, admin: bool, reason: str,
-                       advance: Any, timeout_s: float = 10.0) -> dict[str, dict[str, Any]]:
-    """Publish a cancel request per job and collect submission's answer to each (by its request's seq)."""
+async def cancel_requests(nc: Any, targets: list[str], *, tenant: str, admin: bool, reason: str,
+                          advance: Any = None, timeout_s: float = 10.0,
+                          quiet_s: float = 0.5) -> dict[str, list[dict[str, Any]]]:
+    """Publish a cancel request per job id and collect submission's answers to each (by its request's
+    seq): one about the job itself, or, for an array's id, one per live task (``ID_N``), gathered
+    until ``quiet_s`` passes without another. ``advance()`` is called as each target is answered."""
     subject = admin_subject("cancel") if admin else input_subject(tenant, "cancel")
     who = default_user()
-    answers: dict[str, dict[str, Any]] = {}
+    answers: dict[str, list[dict[str, Any]]] = {}
+    done: set[str] = set()
     asked: dict[str, str] = {}  # "seq:<n>" -> job id
     early: dict[str, list[dict[str, Any]]] = {}  # answers that came before their publish was acknowledged
     finished = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    last_task: dict[str, float] = {}  # array id -> when its last task's answer came
+
+    def finish(job: str) -> None:
+        if job not in done:
+            done.add(job)
+            if advance is not None:
+                advance()
+        if len(done) == len(targets):
+            finished.set()
 
     def take(body: dict[str, Any]) -> None:
         job = asked.get(body.get("causation_id", ""))
-        if job is None or body.get("job_id") != job or job in answers:
+        if job is None or job in done:
             return
-        answers[job] = body
-        advance()
-        if len(answers) == len(targets):
-            finished.set()
+        about = body.get("job_id") or ""
+        if about == job:
+            answers.setdefault(job, []).append(body)
+            finish(job)
+        elif about.startswith(job + "_"):  # a task of the array named by ``job``
+            answers.setdefault(job, []).append(body)
+            last_task[job] = loop.time()
 
     async def on_msg(msg: Any) -> None:
         body = json.loads(msg.data)
@@ -253,18 +270,22 @@ async def _cancel_each(nc: Any, targets: list[str], *, tenant: str, admin: bool,
             asked[f"seq:{seq}"] = job_id
             for body in early.pop(f"seq:{seq}", []):
                 take(body)
-        loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while not finished.is_set() and loop.time() < deadline:
-            before = len(answers)
+            for job, when in list(last_task.items()):
+                if job not in done and loop.time() - when >= quiet_s:
+                    finish(job)  # an array: its tasks have answered
+            before = sum(len(a) for a in answers.values())
             try:
-                await asyncio.wait_for(finished.wait(), min(1.0, deadline - loop.time()))
+                await asyncio.wait_for(finished.wait(), min(quiet_s / 2, max(0.0, deadline - loop.time())))
             except asyncio.TimeoutError:
-                if len(answers) > before:
+                if sum(len(a) for a in answers.values()) > before:
                     deadline = max(deadline, loop.time() + 2.0)  # still answering: give it time
     finally:
         await sub.unsubscribe()
     return answers
+
+
 hold = _request("hold", c.JobHoldRequested)
 release = _request("release", c.JobReleaseRequested)
 
