@@ -60,7 +60,9 @@ class ResourceRequest(_Part, kw_only=True):
     """
 
     cpus: float | str = 1
-    memory: int | str = "1Gi"
+    # None: not given, so the job's partition's default memory per CPU or GPU applies (else 1 GiB).
+    # The default stays "1Gi": a submission that leaves the field out means what it always meant.
+    memory: int | str | None = "1Gi"
     gpus: int = 0
     gpu_type: str | None = None
     gpu_memory: int | str | None = None
@@ -151,6 +153,9 @@ class JobSpec(_Part, kw_only=True):
     nice: int = 0
     qos: str = ""
     profile: str = "default"
+    # The partition it runs in (its nodes only); "" for none: accepted where no partition is defined,
+    # or before partitions existed.
+    partition: str = ""
     dependencies: tuple[Dependency, ...] = ()
     array: str | None = None  # the array's job id (the submitted id) when this job is one task of an array
     array_index: int | None = None  # this task's index in the array
@@ -271,6 +276,9 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
     nice: int = 0
     qos: str = ""
     profile: str = "default"
+    # Slurm's -p a,b: the partitions it may run in, the first that can run it is taken; empty: the
+    # default partition. A name the cluster does not define: see PartitionPolicyConfigured.
+    partitions: list[str] = []
     dependencies: list[Dependency] = []
     array: str | None = None
     node_selector: dict[str, str] = {}
@@ -414,6 +422,51 @@ class ProfileConfigured(Event, tag="ProfileConfigured", kw_only=True):
     user: str = ""
 
 
+class PartitionConfigured(Event, tag="PartitionConfigured", kw_only=True):
+    """``horizon.in._admin.partition``: a partition, as Slurm's: a named set of nodes with defaults and
+    limits. Jobs name partitions in ``JobSubmitted.partitions`` and run on the nodes of the one they got
+    (``JobSpec.partition``). Configuring a partition again replaces its whole configuration;
+    ``removed`` withdraws it (jobs accepted in it wait until it exists again).
+
+    ``nodes``: Slurm host lists (``node[01-04]``) and shell globs (``gpu-*``); ``ALL`` or ``*``: every
+    node. ``node_labels``: a node must also have these labels (an empty ``nodes`` with labels: every
+    node that has them). ``default``: the partition of jobs that name none (the last one configured
+    so wins). ``state``: ``up``; ``down`` (jobs are accepted and wait); ``drain`` (no new jobs; those
+    accepted run). Limits (None: none): ``max_time_s``, ``max_nodes``; ``allowed_accounts`` and
+    ``allowed_qos`` (empty: any). Defaults for a job that gives none: ``default_time_s`` (else
+    ``max_time_s``, else the cluster's), ``default_mem_per_cpu`` / ``default_mem_per_gpu`` (bytes per
+    CPU, per GPU of a task). ``priority_tier``: the pending jobs of a higher tier are considered first.
+    ``profile``: the placement profile of its jobs (unless a job names its own).
+    """
+
+    name: str
+    nodes: list[str] = []
+    node_labels: dict[str, str] = {}
+    default: bool = False
+    state: str = "up"
+    max_time_s: float | None = None
+    default_time_s: float | None = None
+    default_mem_per_cpu: int | None = None
+    default_mem_per_gpu: int | None = None
+    max_nodes: int | None = None
+    allowed_accounts: list[str] = []
+    allowed_qos: list[str] = []
+    priority_tier: int = 0
+    profile: str = ""
+    removed: bool = False
+    user: str = ""
+
+
+class PartitionPolicyConfigured(Event, tag="PartitionPolicyConfigured", kw_only=True):
+    """``horizon.in._admin.partition-policy``: what a submission naming a partition the cluster does not
+    define gets. ``unknown``: ``default`` (the job runs in the default partition; its JobAccepted
+    carries a warning naming the partition it used) or ``reject`` (JobRejected naming it, as Slurm).
+    Before any is configured: ``default``."""
+
+    unknown: str = "default"
+    user: str = ""
+
+
 class ReservationConfigured(Event, tag="ReservationConfigured", kw_only=True):
     """``horizon.in._admin.reservation``: an advance reservation of ``nodes`` for ``account``
     from ``start_ts`` to ``end_ts``: in that window only the account's jobs use those nodes,
@@ -476,6 +529,9 @@ class JobAccepted(Event, tag="JobAccepted", kw_only=True):
     submitted_seq: int = 0
     submitted_ts: float = 0.0
     basis_seq: int = 0
+    # What the submitter should know though the job was accepted, e.g. "partition 'gpu' is not
+    # defined here; the job runs in 'main'" (horizon sbatch and submit print them on stderr).
+    warnings: list[str] = []
 
 
 class JobRejected(Event, tag="JobRejected", kw_only=True):
@@ -795,6 +851,8 @@ AnyEvent = (
     | PreemptionConfigured
     | ProfileConfigured
     | ReservationConfigured
+    | PartitionConfigured
+    | PartitionPolicyConfigured
     | JobAccepted
     | JobRejected
     | InputRejected

@@ -4,8 +4,8 @@
 subject                                     what
 ==========================================  =====================================================
 ``horizon.in.<tenant>.<verb>``              client inputs; verbs ``submit cancel hold release update``
-``horizon.in._admin.<verb>``                operator inputs; ``node account fairshare policy profile reservation preemption``
-                                            and ``cancel hold release update`` of any job
+``horizon.in._admin.<verb>``                operator inputs; ``node account fairshare policy profile reservation preemption``,
+                                            ``partition partition-policy``, and ``cancel hold release update`` of any job
 ``horizon.intake.<tenant>.<verb>``          the intake (request/reply, every submission instance): a tenant's
                                             input under accounts, stored as ``horizon.in.<tenant>.<verb>``
                                             (tenants import it under that name; docs/tenants.md)
@@ -98,6 +98,8 @@ ADMIN_VERBS: dict[str, type[c.Event]] = {
     "profile": c.ProfileConfigured,
     "preemption": c.PreemptionConfigured,
     "reservation": c.ReservationConfigured,
+    "partition": c.PartitionConfigured,
+    "partition-policy": c.PartitionPolicyConfigured,
     # an operator's requests about any tenant's job (owners use horizon.in.<tenant>.<verb>)
     "cancel": c.JobCancelRequested,
     "hold": c.JobHoldRequested,

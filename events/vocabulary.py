@@ -22,6 +22,8 @@ constant              checked by
 ``SCORE_WEIGHTS``     placement profiles (``ProfileConfigured.weights`` keys)
 ``VICTIM_ORDERS``     preemption (``PreemptionConfigured.victims``)
 ``QUEUE_POLICIES``    scheduling (``PolicyConfigured.policy``)
+``PARTITION_STATES``  every fold of partitions (``PartitionConfigured.state``)
+``UNKNOWN_PARTITION`` the same (``PartitionPolicyConfigured.unknown``)
 ``POLICY_WEIGHTS``    scheduling (``PolicyConfigured.weights`` keys)
 ====================  ==========================================================
 
@@ -37,7 +39,8 @@ __all__ = [
     "NODE_ACTIONS", "TOLERATION_OPS", "OPEN_MODES", "SELECTOR_OPS", "BACKFILL_MODES", "SCORE_WEIGHTS",
     "VICTIM_ORDERS", "QUEUE_POLICIES", "POLICY_WEIGHTS", "Limits", "MAX_TASKS_PER_NODE", "MAX_RETRIES",
     "NICE_LIMIT", "RESERVATION_DEPTH", "GRACE_PERIOD_MAX_S", "MAX_CWD_LENGTH", "IMAGE_PATTERN",
-    "TAINT_KEY_PATTERN", "TAINT_VALUE_PATTERN", "TAINT_KEY_MAX", "TAINT_VALUE_MAX",
+    "TAINT_KEY_PATTERN", "TAINT_VALUE_PATTERN", "TAINT_KEY_MAX", "TAINT_VALUE_MAX", "PARTITION_STATES",
+    "UNKNOWN_PARTITION", "PRIORITY_TIER_MAX",
 ]
 
 NODE_ACTIONS: tuple[str, ...] = ("cordon", "uncordon", "drain", "remove", "taint", "untaint")
@@ -51,6 +54,12 @@ SCORE_WEIGHTS: tuple[str, ...] = ("binpack", "spread", "numa", "interconnect", "
 VICTIM_ORDERS: tuple[str, ...] = ("cheapest", "lowest-priority-youngest")
 # The queue policies' names (services/domain/policy.py asserts its POLICIES are these).
 QUEUE_POLICIES: tuple[str, ...] = ("fcfs", "sjf", "f1", "multifactor")
+# A partition's state (Slurm's): up; down: jobs are accepted and wait; drain: no new jobs, those
+# accepted still run.
+PARTITION_STATES: tuple[str, ...] = ("up", "down", "drain")
+# What a submission naming a partition the cluster does not define gets (services/domain/partitions.py).
+UNKNOWN_PARTITION: tuple[str, ...] = ("default", "reject")
+PRIORITY_TIER_MAX = 65_533  # Slurm's PriorityTier range is 0..65533
 # The multifactor priority's factors, in the order it sums them.
 POLICY_WEIGHTS: tuple[str, ...] = ("class", "fairshare", "age", "estimate", "size", "qos")
 

@@ -277,8 +277,9 @@ def test_the_registry_is_the_one_list_of_plugins():
 
     assert SCORE_PLUGINS == tuple(s.name for s in SCORES)
     assert dict(DEFAULT_WEIGHTS) == {s.name: s.default_weight for s in SCORES}
-    assert NEVER_FILTERS == {"GpuCapacity", "CpuCapacity", "MemoryCapacity", "NodeSelector", "NodeAffinity", "Taints"}
-    assert [f.name for f in FILTERS][:2] == ["NodeReady", "Preemption"]
+    assert NEVER_FILTERS == {"Partition", "GpuCapacity", "CpuCapacity", "MemoryCapacity", "NodeSelector",
+                             "NodeAffinity", "Taints"}
+    assert [f.name for f in FILTERS][:3] == ["Partition", "NodeReady", "Preemption"]
     assert [f.name for f in FILTERS][-3:] == ["GpuFree", "CpuFree", "MemoryFree"]
     assert tuple(MODES) == BACKFILL_MODES
 

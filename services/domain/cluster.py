@@ -121,6 +121,7 @@ class Request:
     anti_affinity: tuple[Term, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
     profile: str = "default"
+    partition: str = ""  # jobs of different partitions never share an evaluation
 
     @property
     def topological(self) -> bool:
@@ -156,6 +157,7 @@ def request_of(spec: c.JobSpec) -> Request:
         anti_affinity=_terms(aff.job_anti_affinity) if aff else (),
         labels=tuple(sorted(spec.labels.items())),
         profile=spec.profile,
+        partition=spec.partition,
     )
 
 

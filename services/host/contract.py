@@ -311,6 +311,10 @@ def served() -> list[Served]:
 def _validate() -> Served:
     verdict = {"type": "object", "required": ["ok"], "properties": {
         "ok": {"type": "boolean"}, "jobs": {"type": "integer", "description": "How many jobs it would make."},
+        "partition": {"type": "string", "description": "The partition it would run in (empty: none is defined)."},
+        "warnings": {"type": "array", "items": {"type": "string"},
+                     "description": "What its JobAccepted would warn of (a partition name replaced by the "
+                                    "default one)."},
         "field": {"type": "string"}, "reason": {"type": "string"},
         "basis_seq": {"type": "integer", "description": "The log position the instance judged at."},
         "by": {"type": "string", "description": "Which submission instance answered."}}}
@@ -318,7 +322,7 @@ def _validate() -> Served:
         "validate", f"{validation.VALIDATE_PREFIX}.{{tenant}}", "Would this JobSubmitted be accepted?",
         "Advice, not a decision: a submission instance judges the body with the rules and limits it decides "
         "with, against what it has folded; nothing is stored (`horizon submit --check`). "
-        "The answer: `{\"ok\": true, \"jobs\": N}` or `{\"ok\": false, \"field\", \"reason\"}`.",
+        "The answer: `{\"ok\": true, \"jobs\": N, \"partition\", \"warnings\"}` or `{\"ok\": false, \"field\", \"reason\"}`.",
         {"$ref": _SCHEMAS + "JobSubmitted"}, verdict, parameters={"tenant": TENANT}, queue=validation.QUEUE_GROUP,
         tags=("inputs",))
 

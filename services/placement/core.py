@@ -28,7 +28,9 @@ Configuration (operator inputs on ``horizon.in._admin.*``, answered with
 ``ConfigRejected`` when they cannot be applied): ``ProfileConfigured`` (score
 weights, backfill mode, reservation depth; the ``default`` profile exists
 from the start with this core's ``backfill``) and ``ReservationConfigured``
-(advance reservations: nodes held for one account over a window).
+(advance reservations: nodes held for one account over a window). Partitions
+(``services/domain/partitions.py``, answered by scheduling) keep each job on its
+partition's nodes: the ``Partition`` filter.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from services.domain.fit.cycle import AdvanceReservation, Overlay
 from services.domain.fit.profile import Profile, check_profile, profile_from
 from services.domain.fit.topology import Topology
 from services.domain.jobs import HOLDS_RESOURCES, JobState, JobTable
+from services.domain.partitions import Partitions
 from services.domain.protocol import CoreState, Record
 from services.placement.backfill import MODES, Reservation, reserve
 from services.placement.index import NodeIndex
@@ -55,6 +58,8 @@ from services.placement.place import Placed, place_job
 __all__ = ["PlacementCore", "PlacementState", "check_reservation"]
 
 _CONFIG_VERBS = {c.ProfileConfigured: "profile", c.ReservationConfigured: "reservation"}
+_PARTITION_EVENTS = (c.PartitionConfigured, c.PartitionPolicyConfigured, c.NodeRegistered, c.NodeRemoved,
+                     c.ProfileConfigured)
 
 
 class PlacementState(CoreState):
@@ -71,6 +76,7 @@ class PlacementState(CoreState):
         self.config_rejections: dict[int, tuple[str, str]] = {}  # request seq -> (verb, reason)
         self.anti_affinity_running = 0  # jobs holding resources that have anti-affinity terms
         self.held: dict[str, frozenset[str]] = {}  # node -> pending preemptors its victims' room is held for
+        self.partitions = Partitions()  # a job runs on its partition's nodes (services/domain/partitions.py)
 
 
 @dataclass
@@ -90,6 +96,8 @@ class PlacementCore:
         return state
 
     def evolve(self, state: PlacementState, event: Event, record: Record) -> PlacementState:
+        if isinstance(event, _PARTITION_EVENTS):
+            state.partitions.apply(event, record.subject)  # scheduling answers what it cannot apply
         match event:
             case c.SchedulingCycleCompleted(cycle=cycle, candidates=candidates):
                 if cycle > state.cycle:
@@ -145,8 +153,10 @@ class PlacementCore:
     def _context(self, state: PlacementState, job_id: str, spec: c.JobSpec, profile: Profile,
                  topology: Topology | None, advance: tuple[AdvanceReservation, ...]) -> Context:
         now = state.now
+        parts = state.partitions
         return Context(profile, now, now + spec.time_limit_s, spec.account, advance, topology, job_id=job_id,
-                       held=state.held)
+                       held=state.held, partition=parts.view(spec.partition),
+                       memberships=parts.memberships() if parts else {})
 
     def decide(self, state: PlacementState) -> list[Event]:
         out: list[Event] = config_rejected(self.name, state.config_rejections, state.now, state.seq)
@@ -156,7 +166,8 @@ class PlacementCore:
         now = state.now
         advance = tuple(sorted((r for r in state.advance.values() if r.end_ts > now), key=lambda r: r.name))
         held = dict(state.held)
-        index = NodeIndex(state.cluster, overlay, Context(reservations=advance, held=held))
+        memberships = state.partitions.memberships() if state.partitions else {}
+        index = NodeIndex(state.cluster, overlay, Context(reservations=advance, held=held, memberships=memberships))
         cycle = state.cycle
         scheduled = blocked = 0
         reservations: list[Reservation] = []

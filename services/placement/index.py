@@ -2,7 +2,7 @@
 
 Two nodes with the same hardware (CPUs, memory, GPU devices with their ids,
 models, memory, NUMA and interconnect layout and health), the same labels and taints,
-the same advance reservations and the same free resources right now (free
+the same advance reservations, the same partitions and the same free resources right now (free
 CPUs, free memory, the same set of free device ids) and the same state
 (ready, cordoned, ...) answer every request identically: same fit, same
 devices, same score except the node name that breaks ties. (A request with
@@ -56,6 +56,8 @@ class NodeIndex:
                 held_by.setdefault(name, set()).add(r.name)
         for name, preemptors in ctx.held.items():
             held_by.setdefault(name, set()).update(f"preemption:{p}" for p in preemptors)
+        for name, partitions in ctx.memberships.items():  # a partition's job tells its nodes apart
+            held_by.setdefault(name, set()).update(f"partition:{p}" for p in partitions)
         self._hardware: dict[str, tuple[object, ...]] = {}
         self._key_of: dict[str, tuple[object, ...]] = {}
         self.groups: dict[tuple[object, ...], list[str]] = {}  # key -> node names, sorted

@@ -33,6 +33,7 @@ event changes the shapes, so a stream of same-sized jobs costs a dictionary look
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from events import catalogue as c
@@ -187,6 +188,16 @@ class Capacity:
             self.shapes[shape] = left
         else:
             del self.shapes[shape]
+
+    def subset(self, names: Iterable[str]) -> Capacity:
+        """What only the nodes ``names`` offer (a partition's; names not registered are left out)."""
+        out = Capacity()
+        for name in names:
+            shape = self.nodes.get(name)
+            if shape is not None:
+                out.nodes[name] = shape
+                out.shapes[shape] = out.shapes.get(shape, 0) + 1
+        return out
 
     def sorted_shapes(self) -> list[tuple[Shape, int]]:
         """The shapes and their node counts, in one fixed order (never the dictionaries')."""

@@ -64,7 +64,8 @@ from services.domain.echo import bounded_id, clipped, id_token
 from services.domain.jobs import LIVE, JobState, JobTable
 from services.submission.capacity import Capacity
 from services.submission.intake_rules import malformed_input, scoped, scoped_spec
-from services.submission.validate import Limits, Rejection, admit, class_limit_reason
+from services.domain.partitions import Partitions
+from services.submission.validate import Limits, Rejection, admission, class_limit_reason
 
 __all__ = ["SubmissionCore", "SubmissionState"]
 
@@ -75,6 +76,9 @@ _VERBS: dict[type[Event], str] = {
     c.JobUpdateRequested: "update",
 }
 _RANK = {name: rank for rank, name in enumerate(c.PRIORITY_CLASSES)}  # 0 = critical: a lower rank runs first
+# What partitions are made of and matched against (services/domain/partitions.py)
+_PARTITION_INPUTS = (c.PartitionConfigured, c.PartitionPolicyConfigured, c.ProfileConfigured, c.NodeRegistered,
+                     c.NodeRemoved)
 
 
 @dataclass(slots=True)
@@ -112,6 +116,24 @@ class SubmissionState(CoreState):
         self.account_tenants: dict[str, tuple[str, ...]] = {}  # account -> the tenants it is open to
         self.malformed: dict[int, c.InputRejected] = {}  # input seq -> its verdict, not yet in the log
         self.repeats: dict[int, _Pending] = {}  # seq -> a submission of a job id already submitted
+        self.partitions = Partitions()  # which partition a job gets (services/domain/partitions.py)
+        self._capacity_epoch = 0  # changes with what the registered nodes offer
+        self._partition_capacity: dict[str, tuple[tuple[int, int], Capacity]] = {}
+
+    def capacity_changed(self) -> None:
+        self._capacity_epoch += 1
+
+    def capacity_of(self, partition: str) -> Capacity:
+        """What the registered nodes of ``partition`` could ever hold (``Capacity.subset``), kept until
+        the nodes or the partitions change."""
+        key = (self._capacity_epoch, self.partitions.version)
+        found = self._partition_capacity.get(partition)
+        if found is None or found[0] != key:
+            if len(self._partition_capacity) > 256:
+                self._partition_capacity.clear()
+            found = (key, self.capacity.subset(self.partitions.members(partition)))
+            self._partition_capacity[partition] = found
+        return found[1]
 
     def class_limit(self, account: str) -> tuple[str, str] | None:
         """The strictest ``max_priority_class`` on the path from ``account`` up to the root, as
@@ -201,6 +223,8 @@ class SubmissionCore:
                                                            admin=subject.kind == "admin", scope=scope)
             elif isinstance(event, c.AccountConfigured) and subject.kind == "admin":
                 self._configure_account(state, event)
+            elif isinstance(event, _PARTITION_INPUTS):  # the scheduler answers what cannot be applied
+                state.partitions.apply(event, record.subject)
             return state
         if event.source == self.name and event.causation_id and event.causation_id.startswith("seq:"):
             answered = int(event.causation_id[4:])
@@ -213,7 +237,10 @@ class SubmissionCore:
                     del state.requests[pending.seq]
         if isinstance(event, c.NodeRegistered):
             state.gpu_models.update((d.type, d.variant) for d in event.gpus)
-        state.capacity.apply(event)  # NodeRegistered, NodeRemoved
+        if state.capacity.apply(event):  # NodeRegistered, NodeRemoved
+            state.capacity_changed()
+        if isinstance(event, _PARTITION_INPUTS):
+            state.partitions.apply(event, record.subject)
         state.jobs.apply(event, record.seq, state.now)
         if isinstance(event, c.JobAccepted):
             state.accounts.leaf_for(event.spec, state.now)  # as the scheduler does: its account now exists
@@ -333,9 +360,12 @@ class SubmissionCore:
             "source": self.name,
         }
         done = state.jobs.arrays.get(sub.job_id)
+        warnings: list[str] = []
         try:
-            jobs = admit(pending.raw or sub, subject_tenant=pending.tenant,  # type: ignore[arg-type]
-                         gpu_models=state.gpu_models, limits=self.limits, capacity=state.capacity)
+            admitted = admission(pending.raw or sub, subject_tenant=pending.tenant,  # type: ignore[arg-type]
+                                 gpu_models=state.gpu_models, limits=self.limits, capacity=state.capacity,
+                                 partitions=state.partitions, capacity_of=state.capacity_of, scope=pending.scope)
+            jobs, warnings = admitted.jobs, list(admitted.warnings)
             if pending.scope:
                 jobs = [(job_key(pending.scope, job_id), scoped_spec(spec, pending.scope)) for job_id, spec in jobs]
             if done:
@@ -361,7 +391,7 @@ class SubmissionCore:
         round_.add(sub.job_id, jobs)
         return [
             c.JobAccepted(id=f"submission/JobAccepted/{job_id}", job_id=job_id, spec=spec, submitted_ts=pending.time,
-                          correlation_id=job_id, **common)
+                          correlation_id=job_id, warnings=[clipped(w) for w in warnings], **common)
             for job_id, spec in jobs
         ]
 

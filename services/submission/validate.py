@@ -14,6 +14,8 @@ and what the registered nodes could ever hold (``capacity``,
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import msgspec
 
@@ -24,9 +26,10 @@ from events.subjects import ADMIN_TENANT, valid_token
 from events.vocabulary import (IMAGE_PATTERN, MAX_CWD_LENGTH, MAX_RETRIES, MAX_TASKS_PER_NODE, NICE_LIMIT, OPEN_MODES,
                                TOLERATION_OPS, Limits)
 from services.domain.output import pattern_problem
+from services.domain.partitions import Partitions, default_memory, default_time, limit_problem
 from services.submission.capacity import Capacity, Need
 
-__all__ = ["Limits", "Rejection", "normalise", "admit", "class_limit_reason"]
+__all__ = ["Limits", "Rejection", "Admission", "normalise", "admit", "admission", "class_limit_reason"]
 
 
 class Rejection(Exception):
@@ -46,6 +49,14 @@ def _choice(value: str, allowed: tuple[str, ...], field: str) -> str:
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The jobs one submission makes, as (job id, spec), and what its submitter should be told."""
+
+    jobs: list[tuple[str, c.JobSpec]]
+    warnings: tuple[str, ...] = ()
+
+
 def normalise(
     sub: c.JobSubmitted,
     *,
@@ -53,6 +64,10 @@ def normalise(
     gpu_models: set[tuple[str, str | None]],
     limits: Limits = Limits(),
     capacity: Capacity | None = None,
+    partitions: Partitions | None = None,
+    capacity_of: Callable[[str], Capacity] | None = None,
+    warnings: list[str] | None = None,
+    scope: str = "",
 ) -> c.JobSpec:
     """Return the validated spec, or raise ``Rejection``.
 
@@ -69,6 +84,16 @@ def normalise(
     ever hold (too many GPUs, CPUs or memory per node, too few nodes) is
     rejected naming the resource and the largest node's. None, or no node
     registered yet: not judged.
+
+    ``partitions``: the cluster's partitions (``services.domain.partitions``;
+    None: none defined). The job gets the first of the partitions it names
+    (or the default one) that can run it, and that partition's defaults for
+    the time limit and memory it did not give; ``capacity_of(partition)`` is
+    what the partition's registered nodes offer (None: ``capacity`` for
+    every partition). Warnings for the submitter (a partition name replaced
+    by the default one) are appended to ``warnings``. ``scope``: the tenant
+    whose own account a job naming none charges (a tenant's input under
+    accounts), for a partition's allowed accounts.
 
     ``command``: a job runs a command, unless it is simulated
     (``sim_runtime_s``: the simulated executor runs nothing) or carries an
@@ -99,9 +124,11 @@ def normalise(
 
     # 2. resources (ResourceError already names the field and the accepted forms)
     r = sub.resources
+    memory_given = r.memory is not None  # None: the partition's default (or 1 GiB)
+    time_given = sub.time_limit_s is not None
     try:
         cpus_milli = parse_cpus(r.cpus, "resources.cpus")
-        memory_bytes = parse_memory(r.memory, "resources.memory")
+        memory_bytes = parse_memory(r.memory, "resources.memory") if r.memory is not None else 0
         gpus = parse_count(r.gpus, "resources.gpus", minimum=0, maximum=limits.max_gpus_per_job)
         gpu_memory = 0 if r.gpu_memory is None else parse_memory(r.gpu_memory, "resources.gpu_memory")
         nodes = parse_count(sub.nodes, "nodes", minimum=1, maximum=limits.max_nodes_per_job)
@@ -117,15 +144,13 @@ def normalise(
         raise Rejection(exc.field, f"{exc.value!r} {exc.problem}; accepted: {exc.accepted}") from None
     if cpus_milli == 0:
         raise Rejection("resources.cpus", "must be more than 0 (e.g. 1, 0.5, \"250m\")")
-    if memory_bytes == 0:
+    if memory_given and memory_bytes == 0:
         raise Rejection("resources.memory", "must be more than 0 (e.g. \"512m\", \"8g\", \"16Gi\")")
     total_gpus = gpus * tasks_per_node * nodes
     if total_gpus > limits.max_gpus_per_job:
         raise Rejection("resources.gpus", f"{total_gpus} GPUs in total is above the limit of {limits.max_gpus_per_job} per job")
     if time_limit <= 0:
         raise Rejection("time_limit_s", f"{sub.time_limit_s!r} must be more than 0 seconds")
-    if time_limit > limits.max_time_limit_s:
-        raise Rejection("time_limit_s", f"{time_limit:g} s is above the maximum of {limits.max_time_limit_s:g} s")
     if timeout is not None and timeout <= 0:
         raise Rejection("scheduling_timeout_s", "must be more than 0 seconds, or omitted to wait forever")
     if model is None and (r.gpu_memory is not None) and gpus == 0:
@@ -134,11 +159,63 @@ def normalise(
         _check_gpu_model(model, gpu_models)
     elif model is not None:
         raise Rejection("resources.gpu_type", f"{r.gpu_type!r} is set but resources.gpus is 0")
-    if capacity is not None:  # what no registered node could ever hold would wait for ever
-        problem = capacity.problem(Need(cpus_milli, memory_bytes, gpus, model.type if model else None,
-                                        model.variant if model else None, gpu_memory, nodes, tasks_per_node))
-        if problem is not None:
+    # 2b. the partition: the first the job names (or the default) that can run it, with its defaults
+    parts = partitions if partitions is not None else Partitions()
+    candidates = parts.candidates(sub.partitions)
+    if candidates.problem is not None:
+        raise Rejection(*candidates.problem)
+    account = sub.account or c.DEFAULT_ACCOUNT
+    if scope and account == c.DEFAULT_ACCOUNT:
+        account = scope  # the account its job will charge (intake_rules.scoped_spec)
+
+    def need(memory: int) -> Need:
+        return Need(cpus_milli, memory, gpus, model.type if model else None, model.variant if model else None,
+                    gpu_memory, nodes, tasks_per_node)
+
+    partition = ""
+    if candidates.none_defined:
+        if not time_given:
+            time_limit = limits.default_time_limit_s
+        if not memory_given:
+            memory_bytes = default_memory(None, cpus_milli, gpus)
+        problem = capacity.problem(need(memory_bytes)) if capacity is not None else None
+        if problem is not None:  # what no registered node could ever hold would wait for ever
             raise Rejection(*problem)
+        if candidates.unknown and warnings is not None:
+            warnings.append(f"partition {', '.join(repr(n) for n in candidates.unknown)} is not defined here (this "
+                            "cluster defines no partitions); the job runs on any node")
+    else:
+        refused: list[tuple[str, str, str]] = []  # (partition, field, reason)
+        for name in candidates.names:
+            cfg = parts.configs[name]
+            t = time_limit if time_given else default_time(cfg, limits.default_time_limit_s)
+            m = memory_bytes if memory_given else default_memory(cfg, cpus_milli, gpus)
+            problem = limit_problem(cfg, time_limit_s=t, time_given=time_given, nodes=nodes, account=account,
+                                    qos=sub.qos)
+            if problem is None and capacity is not None:
+                nodes_of = capacity_of(name) if capacity_of is not None else capacity
+                problem = nodes_of.problem(need(m))
+                if problem is not None and len(nodes_of.nodes) < len(capacity.nodes):
+                    count = len(nodes_of.nodes)
+                    problem = (problem[0], f"partition {name!r} ({count} {'node' if count == 1 else 'nodes'}): "
+                                           f"{problem[1]}")
+            if problem is None:
+                partition, time_limit, memory_bytes = name, t, m
+                break
+            refused.append((name, *problem))
+        if not partition:
+            if len(refused) == 1:
+                raise Rejection(refused[0][1], refused[0][2])
+            raise Rejection("partitions", "no partition of " + ",".join(n for n, _, _ in refused) + " can run it: "
+                            + "; ".join(f"{field}: {reason}" for _, field, reason in refused))
+        if warnings is not None:
+            if candidates.unknown:
+                warnings.append(f"partition {', '.join(repr(n) for n in candidates.unknown)} is not defined here; "
+                                f"the job runs in {partition!r}")
+            if parts.configs[partition].state == "down":
+                warnings.append(f"partition {partition!r} is down: the job waits until an operator brings it up")
+    if time_limit > limits.max_time_limit_s:
+        raise Rejection("time_limit_s", f"{time_limit:g} s is above the maximum of {limits.max_time_limit_s:g} s")
 
     # 3. policy fields
     priority_class = _choice(sub.priority_class, c.PRIORITY_CLASSES, "priority_class")
@@ -213,7 +290,8 @@ def normalise(
         priority_class=priority_class,  # type: ignore[arg-type]
         nice=sub.nice,
         qos=sub.qos,
-        profile=sub.profile or "default",
+        profile=_profile(sub.profile, parts.configs[partition].profile if partition else ""),
+        partition=partition,
         dependencies=tuple(sub.dependencies),
         array=sub.job_id if array is not None else None,
         array_max_running=array.max_running if array is not None else 0,
@@ -245,6 +323,29 @@ def normalise(
     return spec
 
 
+def admission(
+    sub: c.JobSubmitted,
+    *,
+    subject_tenant: str,
+    gpu_models: set[tuple[str, str | None]],
+    limits: Limits = Limits(),
+    capacity: Capacity | None = None,
+    partitions: Partitions | None = None,
+    capacity_of: Callable[[str], Capacity] | None = None,
+    scope: str = "",
+) -> Admission:
+    """The jobs one submission makes, as (job id, spec): the job itself, or each task of an array
+    in index order; and the warnings for its submitter. Raises ``Rejection`` like ``normalise``
+    (which judges the submission once, not per task)."""
+    warnings: list[str] = []
+    spec = normalise(sub, subject_tenant=subject_tenant, gpu_models=gpu_models, limits=limits, capacity=capacity,
+                     partitions=partitions, capacity_of=capacity_of, warnings=warnings, scope=scope)
+    if spec.array is None:
+        return Admission([(sub.job_id, spec)], tuple(warnings))
+    indices = parse_array(sub.array, "array", max_tasks=limits.max_array_tasks).indices  # valid: normalise checked it
+    return Admission([(task_id(sub.job_id, i), spec_replace(spec, array_index=i)) for i in indices], tuple(warnings))
+
+
 def admit(
     sub: c.JobSubmitted,
     *,
@@ -252,15 +353,18 @@ def admit(
     gpu_models: set[tuple[str, str | None]],
     limits: Limits = Limits(),
     capacity: Capacity | None = None,
+    partitions: Partitions | None = None,
 ) -> list[tuple[str, c.JobSpec]]:
-    """The jobs one submission makes, as (job id, spec): the job itself, or each task of an array
-    in index order. Raises ``Rejection`` like ``normalise`` (which judges the submission once,
-    not per task)."""
-    spec = normalise(sub, subject_tenant=subject_tenant, gpu_models=gpu_models, limits=limits, capacity=capacity)
-    if spec.array is None:
-        return [(sub.job_id, spec)]
-    indices = parse_array(sub.array, "array", max_tasks=limits.max_array_tasks).indices  # valid: normalise checked it
-    return [(task_id(sub.job_id, i), spec_replace(spec, array_index=i)) for i in indices]
+    """``admission``'s jobs alone."""
+    return admission(sub, subject_tenant=subject_tenant, gpu_models=gpu_models, limits=limits, capacity=capacity,
+                     partitions=partitions).jobs
+
+
+def _profile(asked: str, of_partition: str) -> str:
+    """The placement profile of a job: its own, else its partition's, else ``default``."""
+    if asked and asked != "default":
+        return asked
+    return of_partition or "default"
 
 
 def class_limit_reason(priority_class: str, limit: tuple[str, str] | None) -> str | None:

@@ -15,8 +15,9 @@ decision: the leader decides on the submission when it reads it from the
 log, with the checks against the log too (duplicate ids, dependencies on
 rejected jobs, cycles), which need the decider's own basis.
 
-Request: the ``JobSubmitted`` JSON. Answer: ``{"ok": true, "jobs": N, "basis_seq", "by"}`` or
-``{"ok": false, "field", "reason", "basis_seq", "by"}``.
+Request: the ``JobSubmitted`` JSON. Answer: ``{"ok": true, "jobs": N, "partition", "warnings",
+"basis_seq", "by"}`` (the partition it would run in, "" for none; what its ``JobAccepted`` would
+warn) or ``{"ok": false, "field", "reason", "basis_seq", "by"}``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from events.codec import DecodeError, decode
 from events.subjects import valid_token
 from services.runtime.service import ServiceRunner
 from services.domain.echo import clipped
-from services.submission.validate import Rejection, admit
+from services.submission.validate import Rejection, admission
 
 __all__ = ["ValidationServer", "VALIDATE_PREFIX", "QUEUE_GROUP", "validate_subject"]
 
@@ -75,13 +76,16 @@ class ValidationServer:
         if not isinstance(event, c.JobSubmitted):
             return {**body, "ok": False, "field": "type", "reason": f"{event.event_type} is not a JobSubmitted"}
         try:
-            jobs = admit(event, subject_tenant=tenant, gpu_models=state.gpu_models, limits=self.runner.core.limits,
-                         capacity=state.capacity)
+            admitted = admission(event, subject_tenant=tenant, gpu_models=state.gpu_models,
+                                 limits=self.runner.core.limits, capacity=state.capacity, partitions=state.partitions,
+                                 capacity_of=state.capacity_of)
+            jobs = admitted.jobs
             state.check_account(jobs[0][1])  # a tenant asks here: its accounts and their class limits apply
             state.check_class(jobs[0][1])
         except Rejection as rej:
             return {**body, "ok": False, "field": rej.field, "reason": clipped(str(rej))}
-        return {**body, "ok": True, "jobs": len(jobs)}
+        return {**body, "ok": True, "jobs": len(jobs), "partition": jobs[0][1].partition,
+                "warnings": [clipped(w) for w in admitted.warnings]}
 
     async def _answer(self, msg: Any) -> None:
         if not msg.reply:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from events import catalogue as c
-from services.domain.fit.cycle import AdvanceReservation
+from services.domain.fit.cycle import AdvanceReservation, PartitionView
 from services.domain.fit.profile import Profile
 from services.domain.fit.topology import Topology
 
@@ -22,7 +22,8 @@ __all__ = ["Context", "DEFAULT_CONTEXT", "hold_room", "release_room"]
 class Context:
     """What a placement knows besides the node and the request: the profile, when the job would
     run (now or a reservation's time, until its time limit), its account, the advance
-    reservations and, for inter-job (anti-)affinity, where jobs run."""
+    reservations, for inter-job (anti-)affinity where jobs run, and its partition (None: it may
+    use any node). ``memberships`` (node -> its partitions) files nodes apart in the node index."""
 
     profile: Profile = field(default_factory=Profile)
     start_ts: float = 0.0
@@ -32,6 +33,8 @@ class Context:
     topology: Topology | None = None
     job_id: str = ""
     held: Mapping[str, frozenset[str]] = field(default_factory=dict)  # node -> preemptors its freed room is held for
+    partition: PartitionView | None = None
+    memberships: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 DEFAULT_CONTEXT = Context()

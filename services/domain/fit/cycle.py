@@ -17,7 +17,7 @@ from events import catalogue as c
 from services.domain.cluster import Node, Request
 from services.domain.fit.topology import Topology
 
-__all__ = ["Overlay", "AdvanceReservation", "Where", "Cycle"]
+__all__ = ["Overlay", "AdvanceReservation", "PartitionView", "Where", "Cycle"]
 
 
 @dataclass(slots=True)
@@ -72,9 +72,20 @@ class AdvanceReservation:
         return account != self.account and start < self.end_ts and end > self.start_ts
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """What placement needs of a job's partition (``services/domain/partitions.py``): its nodes now
+    and its state (``exists`` False: removed since the job was accepted)."""
+
+    name: str
+    nodes: frozenset[str]
+    state: str = "up"
+    exists: bool = True
+
+
 class Where(Protocol):
     """What a filter may read of the job's context: its window, account, the advance reservations,
-    where jobs run (inter-job affinity) and the room held for preemptors."""
+    where jobs run (inter-job affinity), the room held for preemptors and the job's partition."""
 
     start_ts: float
     end_ts: float
@@ -83,6 +94,7 @@ class Where(Protocol):
     topology: Topology | None
     job_id: str
     held: Mapping[str, frozenset[str]]
+    partition: PartitionView | None
 
 
 class Cycle:

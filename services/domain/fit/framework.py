@@ -14,6 +14,7 @@ from these two lists.
 Filters, in order:
 
 ==================  ==================================================================
+``Partition``        in the job's partition, and that partition is not down
 ``NodeReady``        ready, not cordoned, draining, lost or removed
 ``Preemption``       not holding room that a preemption freed for another job
 ``NodeSelector``     the node's labels include every ``node_selector`` pair
@@ -47,6 +48,7 @@ from services.domain.fit.filters.capacity import CpuCapacity, GpuCapacity, Memor
 from services.domain.fit.filters.free import CpuFree, GpuFree, MemoryFree
 from services.domain.fit.filters.labels import NodeAffinity, NodeSelector
 from services.domain.fit.filters.node import NodeReady, Preemption
+from services.domain.fit.filters.partition import Partition
 from services.domain.fit.filters.reservation import Reservation
 from services.domain.fit.filters.taints import Taints
 from services.domain.fit.filters.topology import JobAffinity, JobAntiAffinity
@@ -85,7 +87,7 @@ class Score(Protocol):
 
 
 FILTERS: tuple[Filter, ...] = (
-    NodeReady(), Preemption(),
+    Partition(), NodeReady(), Preemption(),
     NodeSelector(), NodeAffinity(), Taints(), Reservation(),
     GpuCapacity(), CpuCapacity(), MemoryCapacity(),
     JobAffinity(), JobAntiAffinity(),

@@ -183,8 +183,9 @@ class PreemptionPlanner(PreemptionFold):
             out.why_not = "no running job may be preempted for it (class rules, borrowing, minimum runtime, limits)"
             return out
         # Room placement holds for another preemptor is not room for this one (nor is it to be made there).
+        # Nor is room outside its partition (services/domain/partitions.py).
         ctx = Context(start_ts=state.now, end_ts=state.now + spec.time_limit_s, account=spec.account, job_id=job_id,
-                      held=state.held)
+                      held=state.held, partition=state.sched.partitions.view(spec.partition))
         fit = Fitter(req, ctx)  # the filters that apply to this job, chosen once for every node tried
         base = Overlay()  # victims chosen for others in this round are not eligible: their room is theirs
         chosen = self._global(state, fit, base, eligible)

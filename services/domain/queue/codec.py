@@ -14,13 +14,15 @@ import msgspec
 
 from services.domain.fairshare import Account
 from services.domain.jobs import Job, JobState
+from services.domain.partitions import Partitions, PartitionsData
 from services.domain.policy import PolicyConfig
 from services.domain.queue.state import Charge, SchedulingState
 from services.domain.quotas import Amount
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 3  # 2: settled jobs kept as outcomes, arrays written out; 3: wakeups due, not yet folded
+SNAPSHOT_FORMAT = 4  # 2: settled jobs kept as outcomes, arrays written out; 3: wakeups due, not yet folded;
+# 4: partitions
 
 
 
@@ -52,6 +54,7 @@ class _Snapshot(msgspec.Struct, array_like=True):
     # backoff before the wakeup sets ``dirty_seq``. ``load`` cannot tell these from the jobs
     # already woken, which the live heap no longer holds.
     wakeups_due: list[str]
+    partitions: PartitionsData
 
 
 
@@ -74,7 +77,7 @@ def dump(state: SchedulingState, fingerprint: str) -> bytes:
         fits_nowhere=_sorted(state.fits_nowhere), charges=_sorted(state.charges), retries=_sorted(state.retries),
         requeue_now=sorted(state.requeue_now), to_requeue=sorted(state.to_requeue),
         deadlines=_sorted(state.deadlines), config_rejections=_sorted(state.config_rejections),
-        wakeups_due=_wakeups_due(state),
+        wakeups_due=_wakeups_due(state), partitions=state.partitions.data(),
     )
     return msgspec.msgpack.encode(snap)
 
@@ -102,6 +105,7 @@ def load(data: bytes, fingerprint: str) -> SchedulingState | None:
     state.charges, state.retries, state.requeue_now = snap.charges, snap.retries, set(snap.requeue_now)
     state.to_requeue = {j: state.jobs.jobs[j] for j in snap.to_requeue}
     state.deadlines, state.config_rejections = snap.deadlines, snap.config_rejections
+    state.partitions = Partitions.from_data(snap.partitions)
     _rebuild(state, set(snap.wakeups_due))
     return state
 

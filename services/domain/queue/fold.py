@@ -22,7 +22,10 @@ What the fold keeps:
   preemption requeues at once and counts no retry);
 * configuration: ``AccountConfigured``, ``FairShareConfigured`` and
   ``PolicyConfigured`` on ``horizon.in._admin.*``; one that cannot be applied
-  is kept until the scheduler answers it with ``ConfigRejected``.
+  is kept until the scheduler answers it with ``ConfigRejected``;
+* partitions (``services.domain.partitions``): their priority tiers order the
+  queue, and the scheduler answers the partition configuration every fold
+  refuses alike (``PartitionConfigured``, ``PartitionPolicyConfigured``).
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ _NODE_EVENTS = (
     c.ReservationConfigured,
 )
 _CONFIG_VERBS = {c.AccountConfigured: "account", c.FairShareConfigured: "fairshare", c.PolicyConfigured: "policy"}
+_PARTITION_VERBS = {c.PartitionConfigured: "partition", c.PartitionPolicyConfigured: "partition-policy"}
+_PARTITION_INPUTS = (c.NodeRegistered, c.NodeRemoved, c.ProfileConfigured)  # what partitions match against
 
 
 
@@ -121,6 +126,14 @@ class QueueFold:
             case c.AccountConfigured() | c.FairShareConfigured() | c.PolicyConfigured():
                 self._configure(state, event, record)
                 return state
+            case c.PartitionConfigured() | c.PartitionPolicyConfigured():
+                # Every fold of partitions applies the same check; the scheduler answers the operator.
+                why = state.partitions.apply(event, record.subject)
+                if why is not None:
+                    state.config_rejections[seq] = (_PARTITION_VERBS[type(event)], why)
+                else:  # which nodes a job may use, or the tiers' order, may have changed
+                    state.dirty_seq = state.capacity_seq = state.nodes_seq = seq
+                return state
             case c.JobFailed(job_id=job_id, node_lost=True):
                 job = state.jobs.get(job_id)
                 if job is not None and job.attempt == event.attempt and job.state in HOLDS_RESOURCES:
@@ -129,6 +142,8 @@ class QueueFold:
                 job = state.jobs.get(job_id)
                 if job is not None and job.attempt == event.attempt and job.state in HOLDS_RESOURCES:
                     state.requeue_now.add(job_id)
+        if isinstance(event, _PARTITION_INPUTS):
+            state.partitions.apply(event, record.subject)
         if isinstance(event, _NODE_EVENTS):
             state.dirty_seq = state.capacity_seq = state.nodes_seq = seq
             return state

@@ -1,9 +1,11 @@
 """The queue's order and which pending jobs may start now. Pure.
 
-Order: the configured ``Policy`` (``services.domain.policy``): priority class
-first (critical, high, normal, low, scavenger), then first come first served,
-SJF, F1 or the multifactor priority; the acceptance sequence breaks every tie,
-so replays cannot disagree.
+Order: the partitions' priority tiers first, when they differ (Slurm's
+PriorityTier: a higher tier's jobs are considered first; all equal, as without
+partitions, the order is the policy's alone), then the configured ``Policy``
+(``services.domain.policy``): priority class first (critical, high, normal,
+low, scavenger), then first come first served, SJF, F1 or the multifactor
+priority; the acceptance sequence breaks every tie, so replays cannot disagree.
 
 ``candidates`` walks the queue in that order and leaves out the jobs that
 certainly cannot start (the rules are in ``services/scheduling/core.py``'s
@@ -16,6 +18,7 @@ backfilling must respect).
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 from services.domain.dependencies import MET, dependency_status
 from services.domain.fairshare import association
@@ -24,7 +27,7 @@ from services.domain.policy import Context, make_policy
 from services.domain.queue.state import SchedulingState
 from services.domain.quotas import BLOCKED, BORROW, Amount, amount_of
 
-__all__ = ["context", "ordered_queue", "ready", "candidates"]
+__all__ = ["context", "queue_key", "ordered_queue", "ready", "candidates"]
 
 
 def context(state: SchedulingState) -> Context:
@@ -36,11 +39,26 @@ def context(state: SchedulingState) -> Context:
     boosts = {a.name: a.priority_boost for a in fs.accounts.values() if a.priority_boost}
     return Context(state.now, state.config, fs.factors(state.now), boosts)
 
+def queue_key(state: SchedulingState) -> Callable[[Job, Context], tuple[float | int, ...]]:
+    """The sort key of the queue: the policy's, after the partition's priority tier when tiers differ."""
+    key = make_policy(state.config.policy).key
+    parts = state.partitions
+    if not parts.tiered():
+        return key
+    tiers = {name: cfg.priority_tier for name, cfg in parts.configs.items()}
+
+    def tiered(job: Job, ctx: Context) -> tuple[float | int, ...]:
+        assert job.spec is not None
+        return (-tiers.get(job.spec.partition, 0), *key(job, ctx))
+
+    return tiered
+
+
 def ordered_queue(state: SchedulingState, limit: int | None = None,
                   ctx: Context | None = None) -> list[Job]:
     """Pending jobs in scheduling order (all of them, or the first ``limit``)."""
     ctx = ctx or context(state)
-    key = make_policy(state.config.policy).key
+    key = queue_key(state)
     jobs = state.pending.values()
     if limit is None or limit >= len(state.pending):
         return sorted(jobs, key=lambda j: key(j, ctx))

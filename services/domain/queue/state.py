@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from services.domain.fairshare import FairShare
 from services.domain.jobs import Job, JobTable
+from services.domain.partitions import Partitions
 from services.domain.policy import PolicyConfig
 from services.domain.protocol import CoreState
 from services.domain.quotas import Amount, Quotas
@@ -52,6 +53,7 @@ class SchedulingState(CoreState):
         self.to_requeue: dict[str, Job] = {}
         self.deadlines: dict[str, float] = {}  # pending job -> when its scheduling timeout expires
         self.config_rejections: dict[int, tuple[str, str]] = {}  # request seq -> (verb, reason)
+        self.partitions = Partitions()  # their priority tiers order the queue (services/domain/partitions.py)
         # Derived from the above (rebuilt after a snapshot is loaded):
         self.pending: dict[str, Job] = {}
         self.gated: set[str] = set()  # pending jobs that have dependencies

@@ -13,8 +13,8 @@ from typing import NamedTuple, Protocol
 from services.domain.dependencies import MET, dependency_status
 from services.domain.fairshare import association
 from services.domain.jobs import Job, JobState
-from services.domain.policy import Context, make_policy
-from services.domain.queue.order import context, ordered_queue
+from services.domain.policy import Context
+from services.domain.queue.order import context, ordered_queue, queue_key
 from services.domain.queue.state import SchedulingState
 from services.domain.quotas import BLOCKED, amount_of
 
@@ -99,7 +99,7 @@ class _Scan:
     def _scan(self) -> tuple[int, Job | None, Job | None, Job | None, int]:
         if self._found is None:
             ctx = self.ctx or context(self.state)
-            key = make_policy(self.state.config.policy).key
+            key = queue_key(self.state)
             mine = key(self.job, ctx)
             array = self.job.spec.array if self.job.spec is not None else None
             count = tasks = 0
