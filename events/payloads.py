@@ -281,10 +281,15 @@ def _facts() -> dict[tuple[str, str], Callable[[Schema], None]]:
         ("JobSubmitted", "open_mode"): choice(vocab.OPEN_MODES, "What a new attempt does to existing output."),
         ("JobSubmitted", "image"): pattern(f"^(?:{vocab.IMAGE_PATTERN})?$", "A container image to run the "
                                            "command in (Podman on the node); empty: none."),
+        ("JobSubmitted", "partitions"): text("Slurm's `-p a,b`: the partitions it may run in; the first that can "
+                                             "run it is taken. Empty: the default partition. A name the cluster "
+                                             "does not define runs in the default one with a warning, or is "
+                                             "refused (PartitionPolicyConfigured)."),
         ("JobSubmitted", "checkpoint_signal"): text("The signal asking the job to checkpoint before a "
                                                     "preemption, e.g. `SIGUSR1`; `null`: it does not."),
         ("ResourceRequest", "cpus"): cpus,
-        ("ResourceRequest", "memory"): memory(positive=True),
+        ("ResourceRequest", "memory"): lambda p: (memory(positive=True)(p), _describe(
+            p, "`null`: not given; the partition's default memory per CPU or GPU, else 1 GiB. Left out: 1 GiB.")),
         ("ResourceRequest", "gpu_memory"): memory(positive=False),
         ("ResourceRequest", "gpus"): count(0, limits.max_gpus_per_job, "Whole GPUs per task (a JSON integer); "
                                            f"at most {limits.max_gpus_per_job} in the whole job."),
@@ -328,6 +333,26 @@ def _facts() -> dict[tuple[str, str], Callable[[Schema], None]]:
         ("AccountConfigured", "shares"): number(above=0, text="Its fair-share weight among its siblings."),
         ("AccountConfigured", "tenants"): lambda p: (p["items"].__setitem__("pattern", TENANT_PATTERN), _describe(
             p, "The tenants whose jobs may charge it; empty: any tenant's.")),
+        ("PartitionConfigured", "name"): pattern(TOKEN_PATTERN, "The partition's name (a token), as jobs name it."),
+        ("PartitionConfigured", "nodes"): text("Slurm host lists (`node[01-04,07]`) and shell globs (`gpu-*`); "
+                                               "`ALL` or `*`: every node. Empty with `node_labels`: every node "
+                                               "that has those labels."),
+        ("PartitionConfigured", "state"): choice(vocab.PARTITION_STATES, "up; down: jobs are accepted and wait; "
+                                                 "drain: no new jobs, those accepted run."),
+        ("PartitionConfigured", "priority_tier"): count(0, vocab.PRIORITY_TIER_MAX, "A higher tier's pending jobs "
+                                                        "are considered first (Slurm's PriorityTier)."),
+        ("PartitionConfigured", "max_nodes"): count(1, 2**31 - 1, "`null`: no limit."),
+        ("PartitionConfigured", "default_mem_per_cpu"): count(1, MAX_MEMORY_BYTES, "Bytes per CPU of a task that "
+                                                              "gives no memory; `null`: none."),
+        ("PartitionConfigured", "default_mem_per_gpu"): count(1, MAX_MEMORY_BYTES, "Bytes per GPU of a task with "
+                                                              "GPUs that gives no memory; `null`: none."),
+        ("PartitionConfigured", "max_time_s"): number(above=0, text="`null`: no limit."),
+        ("PartitionConfigured", "default_time_s"): number(above=0, text="`null`: `max_time_s`, else the "
+                                                          "cluster's default."),
+        ("PartitionConfigured", "profile"): text("The placement profile of its jobs (one configured already); "
+                                                 "empty: `default`."),
+        ("PartitionPolicyConfigured", "unknown"): choice(vocab.UNKNOWN_PARTITION, "What a submission naming a "
+                                                         "partition the cluster does not define gets."),
         ("ProfileConfigured", "name"): lambda p: (_branch(p, "string").update(minLength=1, maxLength=128)),
         ("ProfileConfigured", "backfill"): choice(vocab.BACKFILL_MODES),
         ("ProfileConfigured", "weights"): keys(vocab.SCORE_WEIGHTS, "Score plugin -> weight; unset ones keep "

@@ -161,6 +161,8 @@ def job_environment(
     }
     if spec.user:
         env["SLURM_JOB_USER"] = spec.user
+    if spec.partition:  # the partition it got (of those it named, or the default one)
+        env["SLURM_JOB_PARTITION"] = spec.partition
     if spec.cwd:
         env["SLURM_SUBMIT_DIR"] = spec.cwd
     if array_id is not None and spec.array_index is not None:
