@@ -168,12 +168,13 @@ def test_bad_directive_syntax(line, why):
     ("--mem=10G\n--ntasks-per-node=3", dict(memory=-(-10 * GiB // 3))),  # rounded up to a byte
     ("--mem-per-cpu=2G\n-c 4", dict(memory=8 * GiB)),
     ("--mem-per-gpu=10G\n--gpus-per-task=2", dict(memory=20 * GiB)),
-    ("", dict(memory="1Gi", cpus="1", gpus=0)),  # Horizon's defaults
+    ("", dict(memory=None, cpus="1", gpus=0)),  # not given: the partition's default applies (else 1 GiB)
     # the rest
     ("-t 1-12", dict(time_limit_s=36 * 3600.0)),
     ("", dict(time_limit_s=None)),  # submission's default applies
-    ("-p gpu\n-q high\n-A ml\n-J train", dict(profile="gpu", qos="high", account="ml", name="train")),
-    ("", dict(profile="default", qos="", account="default", name="job.sh", user="ann")),
+    ("-p gpu\n-q high\n-A ml\n-J train", dict(partitions=["gpu"], qos="high", account="ml", name="train")),
+    ("-p gpu_a100,batch,gpu_a100", dict(partitions=["gpu_a100", "batch"])),
+    ("", dict(partitions=[], qos="", account="default", name="job.sh", user="ann")),
     ("--array=0-99%10", dict(array="0-99%10")),
     ("--nice", dict(nice=100)),
     ("--nice=-5", dict(nice=-5)),
@@ -208,7 +209,7 @@ def test_slurm_variables_known_at_submission():
         "SLURM_SUBMIT_DIR": "/home/ann/project", "SLURM_JOB_USER": "ann", "SLURM_JOB_ACCOUNT": "ml",
         "SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "2", "SLURM_NTASKS": "8", "SLURM_NPROCS": "8",
         "SLURM_NTASKS_PER_NODE": "4", "SLURM_CPUS_PER_TASK": "3", "SLURM_GPUS_ON_NODE": "4",
-        "SLURM_JOB_PARTITION": "gpu", "SLURM_JOB_QOS": "high", "SLURM_ARRAY_TASK_COUNT": "5",
+        "SLURM_JOB_QOS": "high", "SLURM_ARRAY_TASK_COUNT": "5",
         "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "7"}
 
 
@@ -254,7 +255,8 @@ def test_export_names_variables_and_never_copies_everything():
     ("-c 0", "is not a number of CPUs"),
     ("-N 2-4", "a range of node counts is not supported"),
     ("-n 10\n-N 4", "10 tasks do not divide evenly over 4 node(s)"),
-    ("-p a,b", "one partition (Horizon placement profile) only"),
+    ("-p a,,b", "an empty partition name in the list"),
+    ("-p a.b", "'a.b' is not a partition name"),
     ("--time=INFINITE", "no time limit is not supported"),
     ("--array=5-1", "ends before it starts"),
     ("--open-mode=overwrite", "is not one of append, truncate"),
@@ -410,7 +412,7 @@ GOOD: dict[str, tuple[str, dict[str, Any]]] = {
     # script: (job id, what the accepted JobSpec says)
     "ddp_torchrun.sh": ("ddp-001", dict(name="llama-ddp", nodes=4, tasks_per_node=1, gpus=8, gpu_type="a100",
                                         cpus_milli=48000, memory_bytes=480 * GiB, time_limit_s=12 * 3600.0,
-                                        profile="gpu", account="ml")),
+                                        profile="default", partition="", account="ml")),
     "array_sweep.sh": ("sweep-001", dict(name="lr-sweep", nodes=1, tasks_per_node=1, gpus=1, cpus_milli=4000,
                                          memory_bytes=16 * GiB, time_limit_s=90 * 60.0, array_max_running=4)),
     "pipeline_prep.sh": ("prep-001", dict(name="prep", cpus_milli=16000, memory_bytes=64000 * MiB,

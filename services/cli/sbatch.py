@@ -54,7 +54,7 @@ from services.cli.slurm_values import (
     whole_number,
 )
 from services.domain.output import pattern_problem
-from services.cli.submitter import check_submission, new_job_id, report_check, send_submission
+from services.cli.submitter import check_submission, new_job_id, print_warnings, report_check, send_submission
 
 __all__ = ["SbatchDefaults", "parse_sbatch", "script_warnings", "split_command_line", "register"]
 
@@ -157,12 +157,17 @@ def _nodes(text: str) -> int:
     return n
 
 
-def _partition(text: str) -> str:
-    if "," in text:
-        raise Problem(f"{text!r}: one partition (Horizon placement profile) only")
-    if not text.strip():
+def _partitions(text: str) -> list[str]:
+    """``-p a,b``: the partitions the job may run in, the first that can run it taken (as Slurm)."""
+    names = [name.strip() for name in text.split(",")]
+    if not any(names):
         raise Problem("is empty")
-    return text.strip()
+    if not all(names):
+        raise Problem(f"{text!r}: an empty partition name in the list")
+    for name in names:
+        if not re.match(r"^[A-Za-z0-9_-]{1,128}$", name):
+            raise Problem(f"{name!r} is not a partition name (letters, digits, '_' or '-')")
+    return list(dict.fromkeys(names))
 
 
 def _nice(text: str) -> int:
@@ -308,7 +313,7 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
     array = get("array", _array)
     dependencies = get("dependency", parse_dependencies)
     nice = get("nice", _nice)
-    partition = get("partition", _partition)
+    partitions = get("partition", _partitions)
     qos = get("qos", _text)
     account = get("account", _text)
     name = get("job-name", _text)
@@ -333,7 +338,7 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
         elif var in defaults.environ:
             env[var] = defaults.environ[var]
     env.update(_slurm_environment(defaults, user, account, nodes, per_node, tasks, cpus if (
-        "cpus-per-task" in given or "cpus-per-gpu" in given) else None, gpus * per_node, partition, qos, array,
+        "cpus-per-task" in given or "cpus-per-gpu" in given) else None, gpus * per_node, qos, array,
         "ntasks-per-node" in given))
     workdir = os.path.join(defaults.workdir, chdir) if chdir else defaults.workdir
     program = interpreter if defaults.script_path == "" else [*interpreter, defaults.script_path]
@@ -344,7 +349,8 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
         "user": user,
         "command": command,
         "env": env,
-        "resources": c.ResourceRequest(cpus=str(cpus), memory=memory if memory is not None else "1Gi", gpus=gpus,
+        # No --mem*: null, so the partition's DefMemPerCPU/GPU applies (else 1 GiB per task)
+        "resources": c.ResourceRequest(cpus=str(cpus), memory=memory, gpus=gpus,
                                        gpu_type=gpu_type),
         "nodes": nodes,
         "tasks_per_node": per_node,
@@ -353,7 +359,7 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
         "dependencies": dependencies or [],
         "nice": nice or 0,
         "qos": qos or "",
-        "profile": partition or "default",
+        "partitions": partitions or [],
         "labels": {"comment": comment} if comment else {},
         # Where it runs and writes: the agent opens the files, with Slurm's default name.
         "cwd": workdir,
@@ -373,10 +379,11 @@ def _kill_on_invalid_dep(text: str) -> bool:
 
 
 def _slurm_environment(defaults: SbatchDefaults, user: str, account: str, nodes: int, per_node: int, tasks: int,
-                       cpus: int | None, gpus_per_node: int, partition: str | None, qos: str | None,
+                       cpus: int | None, gpus_per_node: int, qos: str | None,
                        array: str | None, per_node_given: bool) -> dict[str, str]:
     """The Slurm variables a batch script may read that are known at submission (the agent sets
-    ``SLURM_JOB_ID`` and ``SLURM_JOB_NAME``; the wrapper the ones only known on the node)."""
+    ``SLURM_JOB_ID``, ``SLURM_JOB_NAME`` and ``SLURM_JOB_PARTITION``, the partition the job got; the
+    wrapper the ones only known on the node)."""
     env = {
         "SLURM_SUBMIT_DIR": defaults.workdir,
         "SLURM_JOB_USER": user,
@@ -392,8 +399,6 @@ def _slurm_environment(defaults: SbatchDefaults, user: str, account: str, nodes:
         env["SLURM_CPUS_PER_TASK"] = str(cpus)
     if gpus_per_node:
         env["SLURM_GPUS_ON_NODE"] = str(gpus_per_node)
-    if partition:
-        env["SLURM_JOB_PARTITION"] = partition
     if qos:
         env["SLURM_JOB_QOS"] = qos
     if array is not None:
@@ -550,13 +555,18 @@ def sbatch(args: tuple[str, ...]) -> None:
     if ours.get("verbose"):
         r = event.resources
         click.echo(f"horizon sbatch: {event.nodes} node(s) x {event.tasks_per_node} task(s), per task {r.cpus} CPUs, "
-                   f"{r.memory} bytes of memory, {r.gpus} GPU(s){' ' + r.gpu_type if r.gpu_type else ''}; "
-                   f"time limit {event.time_limit_s} s; profile {event.profile}", err=True)
+                   f"{'the partition default of' if r.memory is None else r.memory} bytes of memory, {r.gpus} "
+                   f"GPU(s){' ' + r.gpu_type if r.gpu_type else ''}; "
+                   f"time limit {event.time_limit_s} s; partition {','.join(event.partitions) or '(default)'}",
+                   err=True)
     nats_url = ours.get("nats") or os.environ.get("HORIZON_NATS_URL") or NATS_DEFAULT
     if ours.get("check"):
-        report_check(check_submission(nats_url, event), event.job_id, bool(ours.get("json")))
+        report_check(check_submission(nats_url, event), event.job_id, bool(ours.get("json")),
+                     prog="horizon sbatch")
         return
     result = send_submission(nats_url, event, no_wait=bool(ours.get("no-wait")))
+    if not ours.get("quiet"):
+        print_warnings(result, "horizon sbatch")  # e.g. the partition it runs in instead of one not defined
     if result["state"] == "REJECTED":
         if ours.get("json"):
             click.echo(json.dumps(result))

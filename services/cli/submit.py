@@ -20,7 +20,7 @@ from services.cli.client import default_user
 from services.cli.options import nats_option, tenant_option
 from services.cli.slurm_values import Problem, parse_dependencies
 from services.domain.output import pattern_problem
-from services.cli.submitter import check_submission, new_job_id, report_check, send_submission
+from services.cli.submitter import check_submission, new_job_id, print_warnings, report_check, send_submission
 
 __all__ = ["submit", "register"]
 
@@ -54,7 +54,8 @@ def _dependencies(text: str) -> list[c.Dependency]:
 @click.option("--gpu-type", default=None, help="GPU model, e.g. a100 or h100-80gb.")
 @click.option("--gpu-memory", default=None, help="Minimum memory per GPU, e.g. 40Gi.")
 @click.option("--cpus", default="1", show_default=True, help="CPUs per task: 2, 2.5 or 500m.")
-@click.option("--mem", "memory", default="1Gi", show_default=True, help="Memory per task: 512m, 8g, 16Gi.")
+@click.option("--mem", "memory", default=None,
+              help="Memory per task: 512m, 8g, 16Gi (default: the partition's default per CPU or GPU, else 1Gi).")
 @click.option("--nodes", type=int, default=1, show_default=True, help="Nodes (all or nothing).")
 @click.option("--tasks-per-node", type=int, default=1, show_default=True)
 @click.option("--time", "time_limit", default=None, help="Time limit: 90, 10m, 2h, 1-00:00:00 (default 1h).")
@@ -72,7 +73,11 @@ def _dependencies(text: str) -> list[c.Dependency]:
                    "They may be submitted later.")
 @click.option("--env", "env", multiple=True, help="KEY=VALUE for the job's environment (repeatable).")
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE label (repeatable).")
-@click.option("--profile", default="default", show_default=True, help="Placement profile (horizon profile set).")
+@click.option("--profile", default="default", show_default=True,
+              help="Placement profile (horizon profile set); default: the partition's.")
+@click.option("-p", "--partition", "partition", default=None,
+              help="Partitions it may run in, as Slurm's -p a,b: the first that can run it (default: the "
+                   "default partition; horizon partition list).")
 @click.option("--node-selector", "selector", multiple=True, help="KEY=VALUE the node must have (repeatable).")
 @click.option("--toleration", "tolerations", multiple=True,
               help="Tolerate a taint: KEY (any value), KEY=VALUE, optionally :EFFECT (repeatable).")
@@ -95,17 +100,22 @@ def _dependencies(text: str) -> list[c.Dependency]:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def submit(
     nats_url: str, tenant: str, job_id: str | None, name: str, account: str, user: str, gpus: int,
-    gpu_type: str | None, gpu_memory: str | None, cpus: str, memory: str, nodes: int, tasks_per_node: int,
+    gpu_type: str | None, gpu_memory: str | None, cpus: str, memory: str | None, nodes: int, tasks_per_node: int,
     time_limit: str | None, priority_class: str, restart_policy: str, max_retries: int,
     scheduling_timeout: str | None, nice: int, array: str | None, dependency: str | None, env: tuple[str, ...],
-    labels: tuple[str, ...], profile: str, selector: tuple[str, ...], tolerations: tuple[str, ...],
+    labels: tuple[str, ...], profile: str, partition: str | None, selector: tuple[str, ...],
+    tolerations: tuple[str, ...],
     chdir: str | None, output: str | None, error: str | None, open_mode: str, image: str | None,
     sim_runtime: float | None, no_wait: bool, check: bool, as_json: bool, command: tuple[str, ...],
 ) -> None:
     """Submit a job: horizon submit --gpus 2 -- python train.py"""
     # Catch what we can here, with the same messages the submission service would give.
     parse_cpus(cpus, "--cpus")
-    parse_memory(memory, "--mem")
+    if memory is not None:
+        parse_memory(memory, "--mem")
+    partitions = [p.strip() for p in partition.split(",") if p.strip()] if partition else []
+    if partition is not None and not partitions:
+        raise click.BadParameter("is empty: name a partition, or several as a,b", param_hint="--partition")
     if gpu_type:
         parse_gpu_model(gpu_type, "--gpu-type")
     if gpu_memory:
@@ -134,6 +144,7 @@ def submit(
         env=_key_values(env, "--env"),
         labels=_key_values(labels, "--label"),
         profile=profile,
+        partitions=partitions,
         node_selector=_key_values(selector, "--node-selector"),
         tolerations=[_toleration(t) for t in tolerations],
         resources=c.ResourceRequest(cpus=cpus, memory=memory, gpus=gpus, gpu_type=gpu_type, gpu_memory=gpu_memory),
@@ -158,6 +169,7 @@ def submit(
         report_check(check_submission(nats_url, event), event.job_id, as_json)
         return
     result = send_submission(nats_url, event, no_wait=no_wait)
+    print_warnings(result, "horizon submit")
     if as_json:
         click.echo(json.dumps(result))
     elif result["state"] != "REJECTED" and (no_wait or result["state"] != "SUBMITTED"):

@@ -21,7 +21,7 @@ from events.subjects import input_subject, valid_token
 from services.cli.client import await_answer, publish_input, session
 from services.cli.options import run
 
-__all__ = ["new_job_id", "check_submission", "report_check", "send_submission", "Inbox"]
+__all__ = ["new_job_id", "check_submission", "report_check", "print_warnings", "send_submission", "Inbox"]
 
 
 def new_job_id(user: str) -> str:
@@ -54,13 +54,22 @@ def check_submission(nats_url: str, event: c.JobSubmitted, timeout_s: float = 5.
     return run(go())
 
 
-def report_check(verdict: dict[str, Any], job_id: str, as_json: bool) -> None:
+def print_warnings(answer: dict[str, Any], prog: str) -> None:
+    """The warnings of a verdict (``JobAccepted.warnings``, or a check's), one line each on stderr."""
+    for warning in answer.get("warnings") or ():
+        click.echo(f"{prog}: warning: {warning}", err=True)
+
+
+def report_check(verdict: dict[str, Any], job_id: str, as_json: bool, prog: str = "horizon submit") -> None:
     """Print a ``check_submission`` verdict; a job that would be rejected is an error (exit 1)."""
     if as_json:
         click.echo(json.dumps({"job_id": job_id, **verdict}))
     elif verdict["ok"]:
-        click.echo(f"job {job_id} would be accepted: {verdict['jobs']} job(s) "
+        where = f" in partition {verdict['partition']}" if verdict.get("partition") else ""
+        click.echo(f"job {job_id} would be accepted{where}: {verdict['jobs']} job(s) "
                    f"(checked by {verdict.get('by')} at log seq {verdict.get('basis_seq')}; nothing submitted)")
+    if not as_json:
+        print_warnings(verdict, prog)
     if not verdict["ok"]:
         raise click.ClickException(f"job {job_id} would be rejected: {verdict['reason']}")
 
@@ -71,8 +80,9 @@ VERDICTS = {"JobAccepted", "JobRejected", "InputRejected", "RequestRejected"}
 def send_submission(nats_url: str, event: c.JobSubmitted, *, no_wait: bool = False,
                     timeout_s: float = 30.0) -> dict[str, Any]:
     """Publish a submission and wait (``timeout_s`` at most) for its verdict: ``{"job_id", "state", "seq"}``,
-    with ``state`` PENDING (accepted), REJECTED (and ``reason``, ``field``) or SUBMITTED (``no_wait``, or
-    no verdict in time: then ``reason`` says so).
+    with ``state`` PENDING (accepted: and ``partition``, the one it got, and ``warnings`` if its
+    ``JobAccepted`` has any), REJECTED (and ``reason``, ``field``) or SUBMITTED (``no_wait``, or no
+    verdict in time: then ``reason`` says so).
 
     The verdict is the submission service's event whose ``causation_id`` is ``seq:<the PubAck's seq>``
     (``JobAccepted``, one per task of an array; ``JobRejected``; ``InputRejected``; ``RequestRejected``
@@ -98,6 +108,9 @@ def send_submission(nats_url: str, event: c.JobSubmitted, *, no_wait: bool = Fal
                                     f"{seq}); see `horizon show {job_id}`")
             elif answer["type"] == "JobAccepted":
                 result["state"] = "PENDING"
+                result["partition"] = (answer.get("spec") or {}).get("partition", "")
+                if answer.get("warnings"):
+                    result["warnings"] = list(answer["warnings"])
             else:
                 field = answer.get("field") or answer.get("path") or ("job_id" if answer["type"] == "RequestRejected"
                                                                        else "")
