@@ -128,7 +128,7 @@ def job_row(job: Job, seq: int, tenant: str = "") -> tuple[Any, ...]:
         CLASS_RANK.get(spec.priority_class, 9) if spec else 9,
         spec.cpus_milli if spec else None,
         spec.memory_bytes if spec else None,
-        spec.gpus * spec.tasks_per_node * spec.nodes if spec else None,
+        spec.total_gpus if spec else None,
         (spec.gpu_type + (f"-{spec.gpu_variant}" if spec.gpu_variant else "")) if spec and spec.gpu_type else None,
         spec.nodes if spec else None,
         spec.tasks_per_node if spec else None,

@@ -443,7 +443,7 @@ def queue_rows(core: QueueFold, state: SchedulingState) -> list[tuple[Any, ...]]
         gpu_type = (spec.gpu_type + (f"-{spec.gpu_variant}" if spec.gpu_variant else "")) if spec.gpu_type else None
         out.append((
             job.job_id, rank, job.state.value, spec.tenant, spec.account, spec.user, association(spec), spec.name,
-            spec.priority_class, priority, factors, spec.gpus * spec.tasks_per_node * spec.nodes, gpu_type,
+            spec.priority_class, priority, factors, spec.total_gpus, gpu_type,
             spec.cpus_milli, spec.memory_bytes, spec.nodes, spec.tasks_per_node, spec.time_limit_s,
             job.accepted_ts or None, job.accepted_seq or None, job.attempt, job.reason or None,
             waiting[job.job_id].why, waiting[job.job_id].kind, reasons, job.reserved_at,

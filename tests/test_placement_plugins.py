@@ -278,7 +278,7 @@ def test_the_registry_is_the_one_list_of_plugins():
     assert SCORE_PLUGINS == tuple(s.name for s in SCORES)
     assert dict(DEFAULT_WEIGHTS) == {s.name: s.default_weight for s in SCORES}
     assert NEVER_FILTERS == {"Partition", "GpuCapacity", "CpuCapacity", "MemoryCapacity", "NodeSelector",
-                             "NodeAffinity", "Taints"}
+                             "NodeAffinity", "Taints", "Constraint", "NodeName"}
     assert [f.name for f in FILTERS][:3] == ["Partition", "NodeReady", "Preemption"]
     assert [f.name for f in FILTERS][-3:] == ["GpuFree", "CpuFree", "MemoryFree"]
     assert tuple(MODES) == BACKFILL_MODES

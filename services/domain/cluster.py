@@ -122,6 +122,19 @@ class Request:
     labels: tuple[tuple[str, str], ...] = ()
     profile: str = "default"
     partition: str = ""  # jobs of different partitions never share an evaluation
+    # Slurm's directives (services/domain/fit/filters/slurm.py): whole nodes, all of their memory,
+    # node features, named nodes
+    exclusive: bool = False
+    whole_memory: bool = False
+    constraint: str = ""
+    nodelist: frozenset[str] = frozenset()
+    exclude: frozenset[str] = frozenset()
+
+    @property
+    def named(self) -> bool:
+        """Whether the answer depends on the node's name (a node list or exclusions), so that nodes
+        of one kind do not all answer alike."""
+        return bool(self.nodelist or self.exclude)
 
     @property
     def topological(self) -> bool:
@@ -143,7 +156,7 @@ def request_of(spec: c.JobSpec) -> Request:
     return Request(
         cpus_milli=spec.cpus_milli * per_node,
         memory_bytes=spec.memory_bytes * per_node,
-        gpus=spec.gpus * per_node,
+        gpus=spec.gpus_on_node,
         gpu_type=spec.gpu_type,
         gpu_variant=spec.gpu_variant,
         gpu_memory_bytes=spec.gpu_memory_bytes,
@@ -158,6 +171,11 @@ def request_of(spec: c.JobSpec) -> Request:
         labels=tuple(sorted(spec.labels.items())),
         profile=spec.profile,
         partition=spec.partition,
+        exclusive=spec.exclusive,
+        whole_memory=spec.whole_node_memory,
+        constraint=spec.constraint,
+        nodelist=frozenset(spec.nodelist),
+        exclude=frozenset(spec.exclude_nodes),
     )
 
 

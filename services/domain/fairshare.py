@@ -178,7 +178,7 @@ class FairShare:
 
     def rate_of(self, spec: c.JobSpec) -> float:
         tasks = spec.nodes * spec.tasks_per_node
-        parts = (self.gpu_weight * spec.gpus * tasks, self.cpu_weight * spec.cpus_milli * tasks / 1000.0,
+        parts = (self.gpu_weight * spec.total_gpus, self.cpu_weight * spec.cpus_milli * tasks / 1000.0,
                  self.memory_weight * spec.memory_bytes * tasks / GIB)
         return max(parts) if self.dominant_share else sum(parts)
 

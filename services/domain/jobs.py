@@ -101,6 +101,13 @@ class Job:
     reserved_nodes: tuple[str, ...] = ()  # ... and on which nodes
     checkpoint_ref: str | None = None  # the latest checkpoint an attempt reported (kept across requeues)
     not_before_ts: float = 0.0  # a requeued job waits until then (restart backoff)
+    time_limit_s: float = 0.0  # the current attempt's limit, as placement gave it (0: the spec's)
+
+    @property
+    def limit_s(self) -> float:
+        """The time limit of the current attempt: placement's (shorter than the spec's when backfill
+        used the job's ``time_min_s``), else the spec's."""
+        return self.time_limit_s or (self.spec.time_limit_s if self.spec is not None else 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +201,7 @@ class JobTable:
                 job.last_block = ()
                 job.reserved_at, job.reserved_nodes = None, ()
                 job.borrowed = event.borrowed
+                job.time_limit_s = event.time_limit_s
                 return self._set(job, JobState.SCHEDULED)
             case c.JobStarted(job_id=job_id, attempt=attempt):
                 job = self.jobs.get(job_id)

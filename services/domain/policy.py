@@ -44,8 +44,8 @@ CLASS_RANK = {name: rank for rank, name in enumerate(c.PRIORITY_CLASSES)}
 def job_size(spec: c.JobSpec) -> float:
     """Processors a job occupies: GPUs when it asks for GPUs, else cores."""
     tasks = spec.nodes * spec.tasks_per_node
-    if spec.gpus:
-        return float(spec.gpus * tasks)
+    if spec.gpus or spec.gpus_per_node:
+        return float(spec.total_gpus)
     return spec.cpus_milli * tasks / 1000.0
 
 
@@ -204,7 +204,7 @@ def _factor_values(job: Job, ctx: Context) -> tuple[float, float, float, float, 
     assert spec is not None
     cfg = ctx.config
     tasks = spec.nodes * spec.tasks_per_node
-    size = spec.gpus * tasks if spec.gpus else spec.cpus_milli * tasks / 1000.0  # job_size, inline: hot
+    size = spec.total_gpus if spec.gpus or spec.gpus_per_node else spec.cpus_milli * tasks / 1000.0  # job_size, inline
     return (
         (4 - CLASS_RANK[spec.priority_class]) / 4,
         ctx.fairshare.get(f"{spec.account}/{spec.user or '-'}", 1.0) if ctx.fairshare else 1.0,

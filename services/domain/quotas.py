@@ -69,7 +69,7 @@ class Amount:
 
 def amount_of(spec: c.JobSpec) -> Amount:
     tasks = spec.nodes * spec.tasks_per_node
-    gpus = spec.gpus * tasks
+    gpus = spec.total_gpus  # a node's tasks may share its GPUs (gpus_per_node)
     by_type: dict[str, int] = {}
     if gpus and spec.gpu_type:
         by_type[spec.gpu_type] = gpus

@@ -53,7 +53,7 @@ from services.domain.jobs import JobTable
 from services.placement.index import NodeIndex
 from services.placement.place import best_nodes
 
-__all__ = ["BackfillMode", "MODES", "Reservation", "reserve"]
+__all__ = ["BackfillMode", "MODES", "Reservation", "reserve", "shortened_limit"]
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,10 @@ class Reservation:
     allocations: list[c.NodeAllocation] = field(default_factory=list)  # where it would run
     ctx: Context = field(default_factory=Context)
 
-    def admits(self, cluster: Cluster, allocs: list[c.NodeAllocation], end_ts: float) -> bool:
-        """Can a job holding ``allocs`` until ``end_ts`` start now without delaying the head?"""
+    def admits(self, cluster: Cluster, allocs: list[c.NodeAllocation], end_ts: float, commit: bool = True) -> bool:
+        """Can a job holding ``allocs`` until ``end_ts`` start now without delaying the head? When it can
+        and ends after the reservation's time, the reservation's view of that time takes its room
+        (unless ``commit`` is false: only asking)."""
         if self.shadow_only:
             return end_ts < self.start_ts
         if end_ts <= self.start_ts:
@@ -114,8 +116,34 @@ class Reservation:
                 still.discard(alloc.node)
         if len(still) < self.need:
             return False
-        self.at_start, self.fitting = trial, still
+        if commit:
+            self.at_start, self.fitting = trial, still
         return True
+
+
+def shortened_limit(reservations: list[Reservation], cluster: Cluster, allocs: list[c.NodeAllocation], now: float,
+                    limit_s: float, time_min_s: float) -> float | None:
+    """Slurm's ``--time-min``: the longest time limit, from the job's own ``limit_s`` down to
+    ``time_min_s``, with which a job holding ``allocs`` from ``now`` delays no reservation; or None.
+
+    The limits tried, longest first: the job's own, then for each reservation the whole seconds
+    left before it starts (ending by then delays it by nothing; one second less for a ``shadow``
+    reservation, which wants the job gone strictly before), those of at least ``time_min_s``.
+    The first that every reservation admits is the job's limit, and the reservations take its room
+    as ``admits`` does. Worked through: a head reserved at now+3600, a job of 2 h with
+    ``--time-min=30``: 7200 s delays it, 3600 s does not, so the job starts now with a limit of 1 h.
+    """
+    tried = {limit_s}
+    for r in reservations:
+        left = math.floor(r.start_ts - now)
+        tried.update(t for t in (left, left - 1) if time_min_s <= t < limit_s)
+    for limit in sorted(tried, reverse=True):
+        end = now + limit
+        if all(r.admits(cluster, allocs, end, commit=False) for r in reservations):
+            for r in reservations:
+                r.admits(cluster, allocs, end)
+            return float(limit)
+    return None
 
 
 def reserve(
@@ -137,7 +165,7 @@ def reserve(
             job = jobs.get(holder)
             if job is None or job.spec is None:
                 continue
-            ending.append((max(now, job.scheduled_ts + job.spec.time_limit_s), holder, job.allocations))
+            ending.append((max(now, job.scheduled_ts + job.limit_s), holder, job.allocations))
     ending.sort(key=lambda e: (e[0], e[1]))
     hyp = overlay.copy()
     nodes = [n for n in cluster.sorted_nodes() if not n.removed]

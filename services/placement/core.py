@@ -51,7 +51,7 @@ from services.domain.fit.topology import Topology
 from services.domain.jobs import HOLDS_RESOURCES, JobState, JobTable
 from services.domain.partitions import Partitions
 from services.domain.protocol import CoreState, Record
-from services.placement.backfill import MODES, Reservation, reserve
+from services.placement.backfill import MODES, Reservation, reserve, shortened_limit
 from services.placement.index import NodeIndex
 from services.placement.place import Placed, place_job
 
@@ -209,8 +209,18 @@ class PlacementCore:
                     unfit[req] = placed
             reasons = placed.reasons
             if placed.allocations is not None:
-                end = now + spec.time_limit_s
-                delayed = next((r for r in reservations if not r.admits(state.cluster, placed.allocations, end)), None)
+                limit = spec.time_limit_s
+                if spec.time_min_s and reservations:  # Slurm's --time-min: a shorter limit may let it through
+                    shorter = shortened_limit(reservations, state.cluster, placed.allocations, now, limit,
+                                              spec.time_min_s)
+                    delayed = None if shorter is not None else next(
+                        r for r in reservations if not r.admits(state.cluster, placed.allocations, now + limit,
+                                                                commit=False))
+                    limit = shorter if shorter is not None else limit
+                else:
+                    delayed = next((r for r in reservations
+                                    if not r.admits(state.cluster, placed.allocations, now + limit)), None)
+                end = now + limit
                 if delayed is None:
                     for alloc in placed.allocations:
                         overlay.take(alloc)
@@ -222,7 +232,7 @@ class PlacementCore:
                     out.append(c.JobScheduled(
                         id=f"placement/JobScheduled/{job_id}/{attempt}", correlation_id=job_id, job_id=job_id,
                         attempt=attempt, allocations=placed.allocations, basis_seq=state.seq, cycle=cycle,
-                        time_limit_s=spec.time_limit_s, backfilled=bool(reservations),
+                        time_limit_s=limit, backfilled=bool(reservations),
                         borrowed=job_id in state.borrowing, **common,
                     ))
                     scheduled += 1

@@ -112,6 +112,14 @@ class NodeIndex:
             if one_by_one:
                 for name in members:
                     yield fit(self.cluster.nodes[name], self.overlay), [name]
+            elif req.named:
+                # A node list or exclusions tell nodes of one kind apart by name: one fit for the
+                # named ones of the group, one for the others (each computed on its first node).
+                allowed = [n for n in members if (not req.nodelist or n in req.nodelist) and n not in req.exclude]
+                others = [n for n in members if n not in allowed] if len(allowed) < len(members) else []
+                for part in (allowed, others):
+                    if part:
+                        yield fit(self.cluster.nodes[part[0]], self.overlay), part
             else:
                 yield fit(self.cluster.nodes[members[0]], self.overlay), members
 

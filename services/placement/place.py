@@ -9,12 +9,15 @@ none), it takes the best-scoring ones: a gang inside one interconnect domain (a 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from events import catalogue as c
 from services.domain.cluster import Cluster, Request
 from services.domain.fit.context import Context
 from services.domain.fit.cycle import Overlay
+from services.domain.features import formula_text
+from services.domain.fit.filters.slurm import constraint_of
 from services.domain.fit.framework import NEVER_FILTERS, explain
 from services.domain.fit.node import Fit
 from services.domain.fit.profile import TOPOLOGY_LABELS
@@ -40,6 +43,8 @@ def place_job(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex
     ctx = ctx or Context()
     if index is None:
         index = NodeIndex(cluster, overlay, ctx)
+    if req.nodes > 1 and req.constraint and constraint_of(req.constraint).matching:
+        return _place_matching(cluster, req, overlay, index, ctx)
     fitting: list[tuple[Fit, list[str]]] = []
     failures: dict[tuple[str, tuple[object, ...]], int] = {}
     usable = 0
@@ -65,6 +70,19 @@ def place_job(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex
     if not reasons:
         reasons.append(c.BlockReason(reason="no nodes registered", nodes=0, filter="NodeReady"))
     return Placed(None, reasons, fits_nowhere=usable < req.nodes)
+
+
+def _place_matching(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex, ctx: Context) -> Placed:
+    """A gang whose constraint has ``[a|b]``: all its nodes take one alternative, the first (in the
+    order written) that places it now; else the reasons of the first alternative."""
+    tried: list[Placed] = []
+    for alternative in constraint_of(req.constraint).alternatives:
+        placed = place_job(cluster, dataclasses.replace(req, constraint=formula_text(alternative)), overlay, index,
+                           ctx)
+        if placed.allocations is not None:
+            return placed
+        tried.append(placed)
+    return Placed(None, tried[0].reasons, fits_nowhere=all(p.fits_nowhere for p in tried))
 
 
 def gang_nodes(cluster: Cluster, fitting: list[tuple[Fit, list[str]]], count: int) -> list[tuple[str, Fit]]:

@@ -103,6 +103,7 @@ class Need:
     gpu_memory_bytes: int
     nodes: int
     tasks_per_node: int
+    gpus_per_node: int = 0  # > 0: the GPUs a node holds for its tasks to share (then ``gpus`` is 0)
 
     @property
     def node_cpus(self) -> int:
@@ -114,7 +115,7 @@ class Need:
 
     @property
     def node_gpus(self) -> int:
-        return self.gpus * self.tasks_per_node
+        return self.gpus_per_node or self.gpus * self.tasks_per_node
 
     @property
     def model(self) -> str:

@@ -61,6 +61,7 @@ from services.domain.protocol import Record
 from services.domain.protocol import CoreState
 from services.domain.fairshare import FairShare
 from services.domain.echo import bounded_id, clipped, id_token
+from services.domain.features import node_features
 from services.domain.jobs import LIVE, JobState, JobTable
 from services.submission.capacity import Capacity
 from services.submission.intake_rules import malformed_input, scoped, scoped_spec
@@ -105,6 +106,7 @@ class SubmissionState(CoreState):
         self.jobs = JobTable()
         self.gpu_models: set[tuple[str, str | None]] = set()  # every model ever registered (a vocabulary)
         self.capacity = Capacity()  # what the registered nodes offer now
+        self.features: dict[str, frozenset[str]] = {}  # node -> its features (a --constraint is judged on them)
         self.submissions: dict[str, _Pending] = {}  # job id -> unanswered submission
         self.requests: dict[int, _Pending] = {}  # request seq -> unanswered request
         self.verdicts: set[str] = set()  # job and array ids with their verdict in the log
@@ -237,6 +239,9 @@ class SubmissionCore:
                     del state.requests[pending.seq]
         if isinstance(event, c.NodeRegistered):
             state.gpu_models.update((d.type, d.variant) for d in event.gpus)
+            state.features[event.node] = node_features(event.labels, [(d.type, d.variant) for d in event.gpus])
+        elif isinstance(event, c.NodeRemoved):
+            state.features.pop(event.node, None)
         if state.capacity.apply(event):  # NodeRegistered, NodeRemoved
             state.capacity_changed()
         if isinstance(event, _PARTITION_INPUTS):
@@ -364,7 +369,8 @@ class SubmissionCore:
         try:
             admitted = admission(pending.raw or sub, subject_tenant=pending.tenant,  # type: ignore[arg-type]
                                  gpu_models=state.gpu_models, limits=self.limits, capacity=state.capacity,
-                                 partitions=state.partitions, capacity_of=state.capacity_of, scope=pending.scope)
+                                 partitions=state.partitions, capacity_of=state.capacity_of, scope=pending.scope,
+                                 features=state.features.values())
             jobs, warnings = admitted.jobs, list(admitted.warnings)
             if pending.scope:
                 jobs = [(job_key(pending.scope, job_id), scoped_spec(spec, pending.scope)) for job_id, spec in jobs]

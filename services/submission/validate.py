@@ -14,7 +14,7 @@ and what the registered nodes could ever hold (``capacity``,
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import msgspec
@@ -28,6 +28,7 @@ from events.vocabulary import (IMAGE_PATTERN, MAX_CWD_LENGTH, MAX_RETRIES, MAX_T
 from services.domain.output import pattern_problem
 from services.domain.partitions import Partitions, default_memory, default_time, limit_problem
 from services.submission.capacity import Capacity, Need
+from services.submission.directives import DirectiveRejection, gpus_per_node, slurm_fields
 
 __all__ = ["Limits", "Rejection", "Admission", "normalise", "admit", "admission", "class_limit_reason"]
 
@@ -68,6 +69,7 @@ def normalise(
     capacity_of: Callable[[str], Capacity] | None = None,
     warnings: list[str] | None = None,
     scope: str = "",
+    features: Collection[frozenset[str]] | None = None,
 ) -> c.JobSpec:
     """Return the validated spec, or raise ``Rejection``.
 
@@ -94,6 +96,10 @@ def normalise(
     by the default one) are appended to ``warnings``. ``scope``: the tenant
     whose own account a job naming none charges (a tenant's input under
     accounts), for a partition's allowed accounts.
+
+    ``features``: the registered nodes' features (``services.domain.features``), against which a
+    ``constraint`` no node could ever satisfy is refused (None: not judged). Slurm's other option
+    forms and directives are ``services/submission/directives.py``'s.
 
     ``command``: a job runs a command, unless it is simulated
     (``sim_runtime_s``: the simulated executor runs nothing) or carries an
@@ -144,18 +150,24 @@ def normalise(
         raise Rejection(exc.field, f"{exc.value!r} {exc.problem}; accepted: {exc.accepted}") from None
     if cpus_milli == 0:
         raise Rejection("resources.cpus", "must be more than 0 (e.g. 1, 0.5, \"250m\")")
-    if memory_given and memory_bytes == 0:
+    if memory_given and memory_bytes == 0 and not sub.whole_node_memory:
         raise Rejection("resources.memory", "must be more than 0 (e.g. \"512m\", \"8g\", \"16Gi\")")
-    total_gpus = gpus * tasks_per_node * nodes
+    if sub.whole_node_memory:  # all of each node's memory (Slurm's --mem=0): none counted per task
+        memory_bytes, memory_given = 0, True
+    try:
+        node_gpus = gpus_per_node(sub, gpus, limits)  # GPUs a node's tasks share (Slurm's --gres with tasks)
+    except DirectiveRejection as exc:
+        raise Rejection(exc.field, exc.reason) from None
+    total_gpus = (node_gpus or gpus * tasks_per_node) * nodes
     if total_gpus > limits.max_gpus_per_job:
         raise Rejection("resources.gpus", f"{total_gpus} GPUs in total is above the limit of {limits.max_gpus_per_job} per job")
     if time_limit <= 0:
         raise Rejection("time_limit_s", f"{sub.time_limit_s!r} must be more than 0 seconds")
     if timeout is not None and timeout <= 0:
         raise Rejection("scheduling_timeout_s", "must be more than 0 seconds, or omitted to wait forever")
-    if model is None and (r.gpu_memory is not None) and gpus == 0:
+    if model is None and (r.gpu_memory is not None) and gpus == 0 and node_gpus == 0:
         raise Rejection("resources.gpu_memory", "is set but no GPUs are requested")
-    if gpus > 0:
+    if gpus > 0 or node_gpus > 0:
         _check_gpu_model(model, gpu_models)
     elif model is not None:
         raise Rejection("resources.gpu_type", f"{r.gpu_type!r} is set but resources.gpus is 0")
@@ -170,7 +182,7 @@ def normalise(
 
     def need(memory: int) -> Need:
         return Need(cpus_milli, memory, gpus, model.type if model else None, model.variant if model else None,
-                    gpu_memory, nodes, tasks_per_node)
+                    gpu_memory, nodes, tasks_per_node, gpus_per_node=node_gpus)
 
     partition = ""
     if candidates.none_defined:
@@ -216,6 +228,10 @@ def normalise(
                 warnings.append(f"partition {partition!r} is down: the job waits until an operator brings it up")
     if time_limit > limits.max_time_limit_s:
         raise Rejection("time_limit_s", f"{time_limit:g} s is above the maximum of {limits.max_time_limit_s:g} s")
+    try:  # Slurm's option forms and directives (services/submission/directives.py)
+        directives = slurm_fields(sub, nodes=nodes, time_limit_s=time_limit, features=features)
+    except DirectiveRejection as exc:
+        raise Rejection(exc.field, exc.reason) from None
 
     # 3. policy fields
     priority_class = _choice(sub.priority_class, c.PRIORITY_CLASSES, "priority_class")
@@ -311,6 +327,8 @@ def normalise(
         stderr=sub.stderr,
         open_mode=sub.open_mode,
         image=sub.image,
+        gpus_per_node=node_gpus,
+        **directives,
     )
     # 6. size: what the job costs to carry (encoding is deterministic, so is this check)
     size = len(_size_encoder.encode(spec))
@@ -333,13 +351,15 @@ def admission(
     partitions: Partitions | None = None,
     capacity_of: Callable[[str], Capacity] | None = None,
     scope: str = "",
+    features: Collection[frozenset[str]] | None = None,
 ) -> Admission:
     """The jobs one submission makes, as (job id, spec): the job itself, or each task of an array
     in index order; and the warnings for its submitter. Raises ``Rejection`` like ``normalise``
     (which judges the submission once, not per task)."""
     warnings: list[str] = []
     spec = normalise(sub, subject_tenant=subject_tenant, gpu_models=gpu_models, limits=limits, capacity=capacity,
-                     partitions=partitions, capacity_of=capacity_of, warnings=warnings, scope=scope)
+                     partitions=partitions, capacity_of=capacity_of, warnings=warnings, scope=scope,
+                     features=features)
     if spec.array is None:
         return Admission([(sub.job_id, spec)], tuple(warnings))
     indices = parse_array(sub.array, "array", max_tasks=limits.max_array_tasks).indices  # valid: normalise checked it
@@ -354,10 +374,11 @@ def admit(
     limits: Limits = Limits(),
     capacity: Capacity | None = None,
     partitions: Partitions | None = None,
+    features: Collection[frozenset[str]] | None = None,
 ) -> list[tuple[str, c.JobSpec]]:
     """``admission``'s jobs alone."""
     return admission(sub, subject_tenant=subject_tenant, gpu_models=gpu_models, limits=limits, capacity=capacity,
-                     partitions=partitions).jobs
+                     partitions=partitions, features=features).jobs
 
 
 def _profile(asked: str, of_partition: str) -> str:

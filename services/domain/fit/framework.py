@@ -20,6 +20,8 @@ Filters, in order:
 ``NodeSelector``     the node's labels include every ``node_selector`` pair
 ``NodeAffinity``     every required ``NodeSelectorRequirement`` holds (In, NotIn, Exists,
                      DoesNotExist, Gt, Lt)
+``Constraint``       the node has the features of the job's ``--constraint``
+``NodeName``         the node is in the job's node list and not excluded
 ``Taints``           every ``NoSchedule``/``NoExecute`` taint of the node is tolerated
 ``Reservation``      an advance reservation of another account does not hold the node
                      while the job would run
@@ -27,6 +29,7 @@ capacity             enough CPUs, memory, matching GPUs in total (``GpuCapacity`
 ``JobAffinity``      each affinity term: a running job matching its labels in the node's
                      topology domain
 ``JobAntiAffinity``  no running job matching a term in the domain (symmetric)
+``Exclusive``        nothing runs on the node (a job of ``--exclusive``)
 free                 enough of them free now (``GpuFree``, ``CpuFree``, ``MemoryFree``)
 ==================  ==================================================================
 
@@ -50,6 +53,7 @@ from services.domain.fit.filters.labels import NodeAffinity, NodeSelector
 from services.domain.fit.filters.node import NodeReady, Preemption
 from services.domain.fit.filters.partition import Partition
 from services.domain.fit.filters.reservation import Reservation
+from services.domain.fit.filters.slurm import Constraint, Exclusive, NodeName
 from services.domain.fit.filters.taints import Taints
 from services.domain.fit.filters.topology import JobAffinity, JobAntiAffinity
 from services.domain.fit.scores.devices import Interconnect, Numa
@@ -88,9 +92,9 @@ class Score(Protocol):
 
 FILTERS: tuple[Filter, ...] = (
     Partition(), NodeReady(), Preemption(),
-    NodeSelector(), NodeAffinity(), Taints(), Reservation(),
+    NodeSelector(), NodeAffinity(), Constraint(), NodeName(), Taints(), Reservation(),
     GpuCapacity(), CpuCapacity(), MemoryCapacity(),
-    JobAffinity(), JobAntiAffinity(),
+    JobAffinity(), JobAntiAffinity(), Exclusive(),
     GpuFree(), CpuFree(), MemoryFree(),
 )
 SCORES: tuple[Score, ...] = (

@@ -34,10 +34,11 @@ class Fit:
     of a large cluster are counted per group, never shown one by one.
     """
 
-    __slots__ = ("node", "req", "devices", "score", "filter", "detail", "parts")
+    __slots__ = ("node", "req", "devices", "score", "filter", "detail", "parts", "cpus_milli", "memory_bytes")
 
     def __init__(self, node: str, req: Request, devices: list[str] | None = None, score: tuple[object, ...] = (),
-                 filter: str = "", detail: tuple[object, ...] = (), parts: dict[str, float] | None = None) -> None:
+                 filter: str = "", detail: tuple[object, ...] = (), parts: dict[str, float] | None = None,
+                 cpus_milli: int | None = None, memory_bytes: int | None = None) -> None:
         self.node = node
         self.req = req
         self.devices = devices
@@ -45,6 +46,10 @@ class Fit:
         self.filter = filter
         self.detail = detail
         self.parts = parts or {}  # score plugin -> its score in [0, 1]
+        # What the allocation holds when it is not the request's: a whole node's CPUs (--exclusive),
+        # its whole memory (--mem=0). Nodes of one kind have the same, so a group's fit serves them all.
+        self.cpus_milli = req.cpus_milli if cpus_milli is None else cpus_milli
+        self.memory_bytes = req.memory_bytes if memory_bytes is None else memory_bytes
 
     @property
     def ok(self) -> bool:
@@ -53,8 +58,8 @@ class Fit:
     def allocation_on(self, node: str) -> c.NodeAllocation:
         """This fit's allocation on ``node`` (the node it was computed on, or any node of its kind)."""
         req = self.req
-        return c.NodeAllocation(node=node, device_ids=list(self.devices or ()), cpus_milli=req.cpus_milli,
-                                memory_bytes=req.memory_bytes, tasks=req.tasks_per_node)
+        return c.NodeAllocation(node=node, device_ids=list(self.devices or ()), cpus_milli=self.cpus_milli,
+                                memory_bytes=self.memory_bytes, tasks=req.tasks_per_node)
 
 
 class Fitter:
@@ -77,7 +82,10 @@ class Fitter:
             detail = check(cyc)
             if detail is not None:
                 return Fit(node.name, req, filter=name, detail=detail)
-        chosen = choose_devices(cyc.free_matching, req.gpus) if req.gpus else []
+        if req.exclusive:  # the whole node: every GPU it has (all free: nothing runs there), as Slurm
+            chosen = sorted(cyc.free_all, key=lambda d: device_sort_key(d.id))
+        else:
+            chosen = choose_devices(cyc.free_matching, req.gpus) if req.gpus else []
         cyc.chosen = chosen
         parts: dict[str, float] = {}
         total = 0.0
@@ -85,7 +93,9 @@ class Fitter:
             part = parts[name] = score(cyc)
             total += weight * part
         devices = sorted((d.id for d in chosen), key=device_sort_key)
-        return Fit(node.name, req, devices=devices, score=(-total, node.name), parts=parts)
+        return Fit(node.name, req, devices=devices, score=(-total, node.name), parts=parts,
+                   cpus_milli=node.cpus_milli if req.exclusive else None,
+                   memory_bytes=node.memory_bytes if req.whole_memory else None)
 
 
 def fit_node(node: Node, req: Request, overlay: Overlay, ctx: Context = DEFAULT_CONTEXT) -> Fit:

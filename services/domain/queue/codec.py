@@ -127,7 +127,7 @@ def _rebuild(state: SchedulingState, wakeups_due: set[str]) -> None:
             state.dependents.setdefault(dep.job_id, set()).add(job.job_id)
         if job.state is JobState.PENDING:
             state.pending[job.job_id] = job
-            if spec.dependencies:
+            if spec.dependencies or spec.singleton:
                 state.gated.add(job.job_id)
             if spec.array_max_running:
                 state.throttled.add(job.job_id)
@@ -138,6 +138,7 @@ def _rebuild(state: SchedulingState, wakeups_due: set[str]) -> None:
     for job_id, deadline in state.deadlines.items():
         if job_id in state.pending:
             state.deadline_heap.append((deadline, job_id))
+    state.singletons.rebuild(state.jobs)
     heapq.heapify(state.wakeups)
     heapq.heapify(state.deadline_heap)
 

@@ -67,6 +67,12 @@ _PARTITION_INPUTS = (c.NodeRegistered, c.NodeRemoved, c.ProfileConfigured)  # wh
 
 
 
+def _requeues(job: Job) -> bool:
+    """Whether a job is requeued when its node is lost or it is preempted (Slurm's --requeue, the
+    default; a job of --no-requeue ends then)."""
+    return job.spec is None or job.spec.requeue
+
+
 @dataclass
 class QueueFold:
     max_candidates: int = 10_000  # jobs a cycle offers at most
@@ -136,11 +142,13 @@ class QueueFold:
                 return state
             case c.JobFailed(job_id=job_id, node_lost=True):
                 job = state.jobs.get(job_id)
-                if job is not None and job.attempt == event.attempt and job.state in HOLDS_RESOURCES:
+                if job is not None and job.attempt == event.attempt and job.state in HOLDS_RESOURCES \
+                        and _requeues(job):
                     state.requeue_now.add(job_id)
             case c.JobPreempted(job_id=job_id):
                 job = state.jobs.get(job_id)
-                if job is not None and job.attempt == event.attempt and job.state in HOLDS_RESOURCES:
+                if job is not None and job.attempt == event.attempt and job.state in HOLDS_RESOURCES \
+                        and _requeues(job):
                     state.requeue_now.add(job_id)
         if isinstance(event, _PARTITION_INPUTS):
             state.partitions.apply(event, record.subject)
@@ -203,6 +211,7 @@ class QueueFold:
     def _track(self, state: SchedulingState, tr: Transition, seq: int) -> None:
         job = tr.job
         spec = job.spec
+        state.singletons.track(state.jobs, tr)
         if tr.before is None and spec is not None:
             for dep in spec.dependencies:
                 state.dependents.setdefault(dep.job_id, set()).add(job.job_id)
@@ -260,7 +269,7 @@ class QueueFold:
         state.pending[job.job_id] = job
         leaf = state.fairshare.leaf_for(spec, state.now).name
         state.quotas.wait(state.fairshare, leaf, +1)
-        if spec.dependencies:
+        if spec.dependencies or spec.singleton:
             state.gated.add(job.job_id)
         if spec.array_max_running:
             state.throttled.add(job.job_id)
@@ -314,7 +323,7 @@ class QueueFold:
     def _may_retry(state: SchedulingState, job: Job, outcome: JobState) -> bool:
         spec = job.spec
         if spec is None or outcome is JobState.PREEMPTED:
-            return outcome is JobState.PREEMPTED
+            return outcome is JobState.PREEMPTED and _requeues(job)
         if state.retries.get(job.job_id, 0) >= spec.max_retries:
             return False
         if outcome in FAILURES:

@@ -65,9 +65,12 @@ def ordered_queue(state: SchedulingState, limit: int | None = None,
     return heapq.nsmallest(limit, jobs, key=lambda j: key(j, ctx))
 
 def ready(state: SchedulingState, job: Job) -> bool:
-    """All of the job's dependencies are met."""
+    """All of the job's dependencies are met (a singleton job's too: no other job of its name runs,
+    nor waits ahead of it; ``services.domain.queue.singleton``)."""
     deps = job.spec.dependencies if job.spec else ()
-    return all(dependency_status(d, state.jobs, state.to_requeue)[0] == MET for d in deps)
+    if not all(dependency_status(d, state.jobs, state.to_requeue)[0] == MET for d in deps):
+        return False
+    return state.singletons.blocker(job) is None
 
 def candidates(state: SchedulingState, max_candidates: int) -> tuple[list[Job], list[str]]:
     """The first ``max_candidates`` pending jobs in order that may start now, and which of them

@@ -15,6 +15,7 @@ from services.domain.jobs import Job, JobTable
 from services.domain.partitions import Partitions
 from services.domain.policy import PolicyConfig
 from services.domain.protocol import CoreState
+from services.domain.queue.singleton import Singletons
 from services.domain.quotas import Amount, Quotas
 
 __all__ = ["Charge", "SchedulingState"]
@@ -56,7 +57,8 @@ class SchedulingState(CoreState):
         self.partitions = Partitions()  # their priority tiers order the queue (services/domain/partitions.py)
         # Derived from the above (rebuilt after a snapshot is loaded):
         self.pending: dict[str, Job] = {}
-        self.gated: set[str] = set()  # pending jobs that have dependencies
+        self.gated: set[str] = set()  # pending jobs that have dependencies (or are singleton jobs)
+        self.singletons = Singletons()  # live jobs of the (tenant, user, name) of live singleton jobs
         self.dependents: dict[str, set[str]] = {}  # job -> jobs that depend on it
         self.array_running: dict[str, int] = {}  # array -> tasks holding resources
         self.throttled: set[str] = set()  # pending tasks of arrays with a running limit

@@ -12,7 +12,7 @@ from typing import NamedTuple, Protocol
 
 from services.domain.dependencies import MET, dependency_status
 from services.domain.fairshare import association
-from services.domain.jobs import Job, JobState
+from services.domain.jobs import HOLDS_RESOURCES, Job, JobState
 from services.domain.policy import Context
 from services.domain.queue.order import context, ordered_queue, queue_key
 from services.domain.queue.state import SchedulingState
@@ -173,6 +173,10 @@ def _waiting(state: SchedulingState, job: Job, order: _Order, max_candidates: in
         status, why = dependency_status(dep, state.jobs, state.to_requeue)
         if status != MET:
             return Waiting("dependency", why)
+    other = state.singletons.blocker(job)
+    if other is not None:
+        doing = "runs" if other.state in HOLDS_RESOURCES else "waits ahead of it"
+        return Waiting("dependency", f"singleton: {other.job_id}, of the same name and user, {doing}")
     if job.not_before_ts > state.now:
         after = f" ({job.reason})" if job.reason and not job.last_block else ""
         return Waiting("backoff", f"restart backoff until t={job.not_before_ts:.0f}{after}")

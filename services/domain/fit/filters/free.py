@@ -69,7 +69,11 @@ class MemoryFree:
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:
         node = cyc.node
         cyc.free_mem = node.memory_bytes - node.used_memory_bytes - cyc.overlay.memory_bytes.get(node.name, 0)
+        if cyc.req.whole_memory:  # all of it (Slurm's --mem=0): none may be in use
+            return () if cyc.free_mem < node.memory_bytes else None
         return () if cyc.req.memory_bytes > cyc.free_mem else None
 
     def explain(self, detail: tuple[object, ...], req: Request) -> str:
+        if req.whole_memory:
+            return "memory in use by other jobs (--mem=0 needs all of it)"
         return f"too little free memory (needs {format_memory(req.memory_bytes)})"
