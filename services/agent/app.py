@@ -62,6 +62,7 @@ from events import catalogue as c
 from events.base import Event
 from events.codec import encode
 from events.subjects import event_subject, heartbeat_subject
+from services.agent import signals
 from services.agent.core import Action, AgentCore
 from services.agent.executors import Execution, Executor, Outcome
 from services.agent.gpu_health import GpuHealth
@@ -347,19 +348,33 @@ class NodeAgent:
             if run.stop_reason in ("cancel", "preempt"):
                 self._begin_stop(job_id, run)  # asked to stop while it was starting (or while no agent watched)
             started = time.monotonic()
-            # The time limit counts from the process's start, also across agent restarts.
+            # The time limit counts from the process's start, also across agent restarts. It is the
+            # one placement gave the attempt (shorter than the spec's when backfill used --time-min).
             elapsed = time.time() - execution.started_wall if execution.started_wall else 0.0
+            limit = self._limit(job_id, spec)
             timed_out = False
+            warning = None
+            if spec.limit_signal is not None:  # --signal: that signal, that long before the limit
+                warning = asyncio.create_task(signals.before_limit(execution, spec.limit_signal, limit, elapsed),
+                                              name=f"signal-{job_id}")
             try:
-                outcome = await asyncio.wait_for(asyncio.shield(execution.wait()), max(0.0, spec.time_limit_s - elapsed))
+                outcome = await asyncio.wait_for(asyncio.shield(execution.wait()), max(0.0, limit - elapsed))
             except asyncio.TimeoutError:
                 timed_out = True
                 outcome = await execution.stop(self.grace_period_s)
+            finally:
+                if warning is not None:
+                    warning.cancel()
             runtime = outcome.runtime_s if outcome.runtime_s is not None else time.monotonic() - started
             await self._finish(job_id, attempt, alloc, run, outcome, runtime, timed_out, spec)
             self.executor.released(job_id, attempt, alloc)
         finally:
             self.running.pop(job_id, None)
+
+    def _limit(self, job_id: str, spec: c.JobSpec) -> float:
+        """The current attempt's time limit (``Job.limit_s``: placement's, else the spec's)."""
+        job = self.core.jobs.get(job_id)
+        return job.limit_s if job is not None and job.spec is not None else spec.time_limit_s
 
     async def _finish(
         self, job_id: str, attempt: int, alloc: c.NodeAllocation, run: _Running, outcome: Outcome,
@@ -391,8 +406,8 @@ class NodeAgent:
                        f"it; ask for more with --mem",
             )
         elif timed_out:
-            await self._report(c.JobFailed, job_id, attempt, reason=f"time limit of {spec.time_limit_s:g} s exceeded",
-                               **failed)
+            await self._report(c.JobFailed, job_id, attempt,
+                               reason=f"time limit of {self._limit(job_id, spec):g} s exceeded", **failed)
         elif outcome.exit_code == 0:
             await self._report(c.JobSucceeded, job_id, attempt, node=alloc.node, exit_code=0, runtime_s=round(runtime, 3))
         else:

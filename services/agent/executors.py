@@ -54,7 +54,7 @@ from typing import Any, Protocol
 
 from events import catalogue as c
 from events.subjects import tenant_view
-from services.agent import containers, shim
+from services.agent import containers, shim, signals
 from services.agent.cgroups import Hierarchy, Limits, probe
 from services.agent.cores import CoreAllocator, Machine
 from services.agent.discovery import numa_layout, usable_cpus
@@ -296,6 +296,13 @@ class _Attempt:
                 if self._cgroup is not None:
                     self._cgroup.signal_all(signal.SIGKILL)  # also what left the process group
         return await self.wait()
+
+    def signal_job(self, number: int, batch_only: bool) -> int:
+        """Slurm's ``--signal`` (``services/agent/signals.py``): the main process alone, or every other
+        process of the job's group and cgroup. How many got it (0: the job has ended)."""
+        if self.pid is None or self.status() is not None or shim.start_time(self.pid) != self._pid_start:
+            return 0
+        return signals.deliver(self.pid, number, batch_only, self._cgroup.pids() if self._cgroup is not None else ())
 
     def checkpoint_ref(self) -> str | None:
         return _read_ref(self._checkpoint_path)
