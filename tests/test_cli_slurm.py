@@ -83,7 +83,8 @@ def test_states_and_squeue_format():
            "allocation": [{"node": "node-01", "device_ids": []}, {"node": "node-02", "device_ids": []}]}
     assert squeue_lines([row], "%.8i %5j %t %M %L %D %C %m %b %R%%", now=1065.0) == [
         "   JOBID NAME  ST TIME TIME_LEFT NODES CPUS MIN_MEMORY TRES_PER_NODE NODELIST(REASON)%",
-        "a-very-l train R 1:05 1:58:55 2 16 4Gi gres/gpu:a100:8 node-[01-02]%"]
+        "a-very-long-job-id train R 1:05 1:58:55 2 16 4Gi gres/gpu:a100:8 node-[01-02]%"]  # an id is never cut
+    assert squeue_lines([row], "%5i%5j%t", header=False, now=1065.0) == ["a-very-long-job-id trainR"]  # -O style
     pending = {**row, "state": "PENDING", "reason": "2 nodes: too few free GPUs", "started_ts": None,
                "allocation": []}
     assert squeue_lines([pending], "%T %M %R", header=False) == ["PENDING 0:00 (2 nodes: too few free GPUs)"]

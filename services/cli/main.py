@@ -24,13 +24,20 @@ class CLIError(click.ClickException):
     """A one-line error for the user."""
 
 
+# The errors a person can act on: one line, never a traceback (also for the Slurm-named commands).
+USER_ERRORS = (NatsServerError, LogError, ResourceError, ValueError, KeyError, OSError)
+
+
+def user_error_text(exc: BaseException) -> str:
+    return str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
+
+
 class HorizonCLI(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (NatsServerError, LogError, ResourceError, ValueError, KeyError, OSError) as exc:
-            message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-            raise CLIError(str(message)) from None
+        except USER_ERRORS as exc:
+            raise CLIError(user_error_text(exc)) from None
 
 
 
@@ -105,14 +112,16 @@ def _register() -> None:
         requests,
         run,
         sbatch,
+        shims,
         simulate,
         slurm,
+        slurm_commands,
         submit,
         tenant,
     )
 
-    for module in (audit, bench, check, jobs, logs, nodes, policy, projections, requests, run, sbatch, simulate, slurm,
-                   submit, tenant):
+    for module in (audit, bench, check, jobs, logs, nodes, policy, projections, requests, run, sbatch, shims, simulate,
+                   slurm, slurm_commands, submit, tenant):
         module.register(cli)
 
 

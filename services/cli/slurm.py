@@ -240,12 +240,13 @@ SQUEUE_FIELDS: dict[str, tuple[str, Any, bool]] = {
     "e": ("END_TIME", lambda r, now, s: _stamp(r.get("ended_ts"), "N/A")
           if r["state"] not in ("PENDING", "HELD", "SCHEDULED", "RUNNING") else "N/A", False),
     "Q": ("CLASS", lambda r, now, s: r.get("priority_class") or "", False),
-    "P": ("PARTITION", _spec_field("profile"), True),
+    "P": ("PARTITION", lambda r, now, s: _partition(r), False),
     "q": ("QOS", _spec_field("qos", "normal"), True),
     "y": ("NICE", _spec_field("nice"), True),
     "F": ("ARRAY_JOB_ID", lambda r, now, s: "N/A" if s is None else (s.array or r["job_id"]), True),
-    "K": ("ARRAY_TASK_ID", lambda r, now, s: "N/A" if s is None or s.array_index is None else str(s.array_index),
-          True),
+    # a row squeue shows for several pending tasks of an array carries their indices (``array_tasks``)
+    "K": ("ARRAY_TASK_ID", lambda r, now, s: r.get("array_tasks") or (
+        "N/A" if s is None or s.array_index is None else str(s.array_index)), True),
 }
 
 _SPEC_RE = re.compile(r"%(\.?)(\d*)(.)")
@@ -275,10 +276,16 @@ def needs_specs(fmt: str) -> bool:
     return any(isinstance(p, tuple) and SQUEUE_FIELDS[p[2]][2] for p in _parse_format(fmt))
 
 
-def _cell(value: str, right: bool, width: int | None) -> str:
+# Fields never cut to their width: Horizon's job ids are longer than Slurm's numbers, and a cut id
+# names no job (squeue's default %.18i would cut user-20240310-153000-ab12cd to 18 characters).
+_WHOLE = frozenset("iF")
+
+
+def _cell(value: str, right: bool, width: int | None, letter: str = "") -> str:
     if width is None:
         return value
-    value = value[:width]  # squeue truncates to the width
+    if letter not in _WHOLE:
+        value = value[:width]  # squeue truncates to the width
     return value.rjust(width) if right else value.ljust(width)
 
 
@@ -294,8 +301,18 @@ def squeue_lines(rows: list[dict[str, Any]], fmt: str, *, header: bool = True, n
                            for p in parts).rstrip())
     for row in rows:
         spec = specs.get(row["job_id"])
-        out.append("".join(p if isinstance(p, str) else _cell(SQUEUE_FIELDS[p[2]][1](row, now, spec), p[0], p[1])
-                           for p in parts).rstrip())
+        cells = []
+        for i, p in enumerate(parts):
+            if isinstance(p, str):
+                cells.append(p)
+                continue
+            value = SQUEUE_FIELDS[p[2]][1](row, now, spec)
+            cell = _cell(value, p[0], p[1], p[2])
+            if (p[2] in _WHOLE and p[1] is not None and len(value) >= p[1] and i + 1 < len(parts)
+                    and not isinstance(parts[i + 1], str)):
+                cell += " "  # a whole id wider than its field, right before another field (-O): keep them apart
+            cells.append(cell)
+        out.append("".join(cells).rstrip())
     return out
 
 
