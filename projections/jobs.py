@@ -78,7 +78,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     submitted_ts REAL, accepted_seq INTEGER, scheduled_ts REAL, started_ts REAL, ended_ts REAL,
     exit_code INTEGER, reason TEXT,
     spec BLOB,
-    updated_seq INTEGER NOT NULL
+    updated_seq INTEGER NOT NULL,
+    partition TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, class_rank, accepted_seq);
 CREATE INDEX IF NOT EXISTS jobs_by_submit ON jobs (COALESCE(accepted_seq, updated_seq), job_id);
@@ -103,7 +104,7 @@ CREATE TABLE IF NOT EXISTS job_events (
 _COLUMNS = (
     "job_id tenant account user name state priority_class class_rank cpus_milli memory_bytes gpus gpu_type "
     "nodes tasks_per_node time_limit_s attempt node allocation submitted_ts accepted_seq scheduled_ts "
-    "started_ts ended_ts exit_code reason spec updated_seq"
+    "started_ts ended_ts exit_code reason spec updated_seq partition"
 ).split()
 _UPSERT = (
     f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
@@ -145,6 +146,7 @@ def job_row(job: Job, seq: int, tenant: str = "") -> tuple[Any, ...]:
         job.reason or None,
         _spec_encoder.encode(spec) if spec else None,
         seq,
+        spec.partition if spec else None,  # "" for a job of no partition
     )
 
 
@@ -202,6 +204,7 @@ class JobsProjection:
 
     async def open(self) -> None:
         self.db = await open_database(self.path, SCHEMA)
+        await _add_columns(self.db)
         self.last_seq = await stored_position(self.db, NAME)
         # The in-memory fold is rebuilt from the rows, not from the log: rows and position agree.
         async with self.db.execute(
@@ -326,6 +329,7 @@ class JobsProjection:
         tenant: str | None = None,
         account: str | None = None,
         user: str | None = None,
+        partition: str | None = None,
         job_ids: list[str] | None = None,
         limit: int = 1000,
         offset: int = 0,
@@ -339,7 +343,7 @@ class JobsProjection:
         if after is not None and order == "queue":
             raise ValueError("after pages the submission order; the queue order pages by offset")
         where, args = [], []
-        for column, value in (("tenant", tenant), ("account", account), ("user", user)):
+        for column, value in (("tenant", tenant), ("account", account), ("user", user), ("partition", partition)):
             if value:
                 where.append(f"{column} = ?")
                 args.append(value)
@@ -443,6 +447,15 @@ class JobsProjection:
                 "last_seq": self.last_seq}
 
 
+async def _add_columns(db: aiosqlite.Connection) -> None:
+    """Columns added since a database was made (the rows of older jobs keep NULL there): ``partition``."""
+    async with db.execute("PRAGMA table_info(jobs)") as cur:
+        have = {row[1] for row in await cur.fetchall()}
+    if "partition" not in have:
+        await db.execute("ALTER TABLE jobs ADD COLUMN partition TEXT")
+        await db.commit()
+
+
 EVENTS = Listing("events", total="events_total", offset="events_offset", next_offset="events_next_offset")
 
 
@@ -535,7 +548,8 @@ class QueryServer:
         req: Any = {}
         try:
             req = json.loads(msg.data or b"{}")
-            allowed = {"states", "tenant", "account", "user", "job_ids", "limit", "offset", "order", "after"}
+            allowed = {"states", "tenant", "account", "user", "partition", "job_ids", "limit", "offset", "order",
+                       "after"}
             unknown = set(req) - allowed
             if unknown:
                 raise ValueError(f"unknown query fields {sorted(unknown)}; allowed: {sorted(allowed)}")

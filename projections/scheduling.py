@@ -39,6 +39,9 @@ Served on (queue group ``projections``):
 * ``horizon.query.preempt`` with ``{"job_id": J}`` -> what preempting for J would do now: the
   victims the preemption service's policy would choose, each with its nodes, class, GPUs, cost
   and why it may be preempted (``horizon preempt --dry-run``);
+* ``horizon.query.partitions`` -> ``{"partitions": [...], "total", "offset", "default", "unknown",
+  "last_seq"}``: each partition's configuration, whether it is the default, its registered nodes
+  (``members``); the rule for a name not defined (``unknown``); filter ``name``, paged;
 * ``horizon.query.config`` with ``{"seq": N}`` -> whether the operator input at
   sequence N has been seen, and the reason if it was rejected
   (``{"seen": bool, "rejected": reason | null, "last_seq"}``).
@@ -59,6 +62,8 @@ import logging
 import time
 from typing import Any
 
+import msgspec
+
 from events import catalogue as c
 from services.runtime.consume import readable
 from services.runtime.log import EventLog
@@ -76,7 +81,7 @@ from projections.jobs import _scope, as_tenant_sees, tenant_keys
 from projections.paging import Listing, Pager, page_fields
 from projections.standing import StandingStore
 
-__all__ = ["SchedulerView", "priority_report", "usage_report"]
+__all__ = ["SchedulerView", "priority_report", "usage_report", "partitions_report", "PARTITION_FIELDS"]
 
 log = logging.getLogger("horizon.projections")
 
@@ -85,8 +90,11 @@ _USAGE_HISTORY = Listing("history", total="history_total", offset="history_offse
 _LISTINGS: dict[str, Any] = {
     "queue": Listing("jobs"), "nodes": Listing("nodes"), "allocations": Listing("allocations"),
     "usage": lambda request: _USAGE_HISTORY if request.get("history") else Listing("rows"),
-    "priority": Listing("jobs"),
+    "priority": Listing("jobs"), "partitions": Listing("partitions"),
 }
+# A partitions row's configuration fields, as PartitionConfigured names them.
+PARTITION_FIELDS = ("nodes", "node_labels", "state", "max_time_s", "default_time_s", "default_mem_per_cpu",
+                    "default_mem_per_gpu", "max_nodes", "allowed_accounts", "allowed_qos", "priority_tier", "profile")
 
 
 def usage_report(core: QueueFold, state: SchedulingState) -> dict[str, Any]:
@@ -97,6 +105,32 @@ def usage_report(core: QueueFold, state: SchedulingState) -> dict[str, Any]:
                     "dominant_share": fs.dominant_share},
         "last_seq": state.seq,
     }
+
+
+def partitions_report(state: SchedulingState, request: dict[str, Any]) -> dict[str, Any]:
+    """The partitions (``horizon partition list``, ``horizon sinfo``), by name: each one's configuration,
+    whether it is the default, and its registered nodes (``members``); the rule for an unknown name.
+    ``name``: one partition, or a list; ``limit``/``offset`` page the rows."""
+    unknown = set(request) - {"name", "limit", "offset"}
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)}; allowed: limit, name, offset")
+    parts = state.partitions
+    wanted = request.get("name")
+    names = parts.names()
+    if wanted:
+        asked = wanted if isinstance(wanted, list) else [wanted]
+        names = [n for n in names if n in asked]
+    offset, limit = max(0, int(request.get("offset", 0))), max(0, int(request.get("limit", 1000)))
+    rows = []
+    for name in names[offset:offset + limit]:
+        cfg = parts.configs[name]
+        members = list(parts.members(name))
+        rows.append({"name": name, "default": parts.default == name,
+                     **{field: msgspec.to_builtins(getattr(cfg, field)) for field in PARTITION_FIELDS},
+                     "members": members, "total_nodes": len(members)})
+    following, ask = page_fields(offset, len(rows), len(names))
+    return {"partitions": rows, "total": len(names), "offset": offset, "next_offset": following, "next": ask,
+            "default": parts.default, "unknown": parts.unknown, "last_seq": state.seq}
 
 
 def priority_report(core: QueueFold, state: SchedulingState, job_id: str | None = None,
@@ -383,6 +417,8 @@ class SchedulerView:
         self._subs.append(await self.nc.subscribe("horizon.query.priority", queue="projections", cb=self._priority))
         self._subs.append(await self.nc.subscribe("horizon.query.config", queue="projections", cb=self._config))
         self._subs.append(await self.nc.subscribe("horizon.query.preempt", queue="projections", cb=self._preempt))
+        self._subs.append(await self.nc.subscribe("horizon.query.partitions", queue="projections",
+                                                  cb=self._partitions))
 
     def _stored(self, view: str, handler: Any) -> Any:
         """A query answered from the store, once it shows everything the fold has applied (a reader
@@ -423,6 +459,10 @@ class SchedulerView:
     async def _preempt(self, msg: Any) -> None:
         await self._reply(msg, lambda request: preempt_report(self.preemption, self.pstate, str(request["job_id"])),
                           "preempt")
+
+    async def _partitions(self, msg: Any) -> None:
+        await self._reply(msg, lambda request: partitions_report(self.state, request), "partitions",
+                          _LISTINGS["partitions"])
 
     async def _config(self, msg: Any) -> None:
         await self._reply(msg, lambda request: self.config_status(int(request["seq"])), "config")

@@ -69,7 +69,7 @@ NAME = "standing"
 QUEUE_COLUMNS = (
     "job_id rank state tenant account user association name priority_class priority factors gpus gpu_type "
     "cpus_milli memory_bytes nodes tasks_per_node time_limit_s submitted_ts accepted_seq attempt reason why "
-    "why_kind reasons reserved_at reserved_nodes deadline_ts not_before_ts borrowed"
+    "why_kind reasons reserved_at reserved_nodes deadline_ts not_before_ts borrowed partition"
 ).split()
 _JSON_QUEUE = {"factors", "reasons", "reserved_nodes"}
 NODE_COLUMNS = ("node state cpus_milli cpus_used_milli memory_bytes memory_used_bytes gpus gpus_used gpu_types "
@@ -82,8 +82,8 @@ ALLOCATION_COLUMNS = ("job_id node attempt state tenant account user device_ids 
                       "borrowed").split()
 # The layout of the tables below; a database of another layout is emptied and refilled from the
 # log (every table is derived from it). 2: queue.why_kind, usage.tenants, fold_state.
-# 3: nodes.simulated, nodes.isolation, nodes.unhealthy.
-SCHEMA_VERSION = 3
+# 3: nodes.simulated, nodes.isolation, nodes.unhealthy. 4: queue.partition.
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tracking (projection TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
@@ -94,7 +94,7 @@ CREATE TABLE IF NOT EXISTS queue (
     priority REAL, factors TEXT, gpus INTEGER, gpu_type TEXT, cpus_milli INTEGER, memory_bytes INTEGER,
     nodes INTEGER, tasks_per_node INTEGER, time_limit_s REAL, submitted_ts REAL, accepted_seq INTEGER,
     attempt INTEGER, reason TEXT, why TEXT, why_kind TEXT, reasons TEXT, reserved_at REAL, reserved_nodes TEXT,
-    deadline_ts REAL, not_before_ts REAL, borrowed INTEGER
+    deadline_ts REAL, not_before_ts REAL, borrowed INTEGER, partition TEXT
 );
 CREATE INDEX IF NOT EXISTS queue_by_rank ON queue (rank);
 CREATE INDEX IF NOT EXISTS queue_by_account ON queue (account, rank);
@@ -128,7 +128,7 @@ MAX_LIMIT = 10_000
 # The filters each list query takes (request key -> column; a value or a list of values), besides
 # limit and offset (PAGING) and the usage history's keys (HISTORY_KEYS).
 QUEUE_FILTERS = {"tenant": "tenant", "account": "account", "user": "user", "state": "state", "states": "state",
-                 "priority_class": "priority_class", "job_id": "job_id"}
+                 "priority_class": "priority_class", "job_id": "job_id", "partition": "partition"}
 NODE_FILTERS = {"state": "state", "states": "state", "node": "node"}  # and gpu_type: one GPU model
 ALLOCATION_FILTERS = {"node": "node", "job_id": "job_id", "tenant": "tenant", "account": "account", "user": "user",
                       "state": "state", "states": "state"}
@@ -449,7 +449,7 @@ def queue_rows(core: QueueFold, state: SchedulingState) -> list[tuple[Any, ...]]
             waiting[job.job_id].why, waiting[job.job_id].kind, reasons, job.reserved_at,
             json.dumps(list(job.reserved_nodes)) if job.reserved_nodes else None,
             state.deadlines.get(job.job_id), job.not_before_ts if job.not_before_ts > state.now else None,
-            int(job.borrowed),
+            int(job.borrowed), spec.partition,
         ))
     return out
 

@@ -174,7 +174,7 @@ async def test_sacct_squeue_format_and_scancel_filters(nats_server, tmp_path):
         # queue --format: squeue's fields; the default views are as they were
         code, out, err = await horizon(url, "queue", "-t", "R", "--noheader", "--format", "%i %t %P %q %D %b %R")
         assert code == 0, err
-        assert out.splitlines() == ["slow1 R default normal 1 gres/gpu:2 node-00"]
+        assert out.splitlines() == ["slow1 R N/A normal 1 gres/gpu:2 node-00"]  # no partition is defined here
         code, out, err = await horizon(url, "queue", "--format", "%.9i|%4j|%T|%u")
         # in scheduling order: bob's account has no usage, ml's has slow1 running (fair share)
         assert out.splitlines() == ["    JOBID|NAME|STATE|USER", "sweep-bob|swee|PENDING|bob",

@@ -85,6 +85,7 @@ async def read_queue(nc: Any, ask: list[str] | None, filters: dict[str, Any], *,
 @click.option("-A", "--account", default=None)
 @click.option("-u", "--user", default=None)
 @click.option("--me", is_flag=True, help="Only your jobs (--user $USER).")
+@click.option("-p", "--partition", default=None, help="Only jobs of this partition (or several: a,b).")
 @click.option("-t", "--states", "states", multiple=True,
               help="Jobs in these states instead of the pending and held ones: Slurm's names or codes (PENDING, "
                    "PD, RUNNING, R, CONFIGURING, CF, ...), Horizon's, comma-separated or repeated, or 'all'.")
@@ -97,12 +98,12 @@ async def read_queue(nc: Any, ask: list[str] | None, filters: dict[str, Any], *,
                    "right-aligns; values are cut to WIDTH). Fields: %i id, %j name, %u user, %a account, "
                    "%T state, %t state code, %M time used, %l time limit, %L time left, %D nodes, %C CPUs, "
                    "%c CPUs per task, %m memory per node, %b GPUs per node, %R reason or nodes, %r reason, "
-                   "%N nodes, %V submitted, %S started, %e ended, %Q priority class, %P partition (profile), "
+                   "%N nodes, %V submitted, %S started, %e ended, %Q priority class, %P partition, "
                    "%q QOS, %y nice, %F array id, %K array index, %% a percent sign.")
 @click.option("--noheader", is_flag=True, help="With --format: no header line.")
 @click.option("--json", "as_json", is_flag=True)
 def queue(nats_url: str, tenant: str | None, account: str | None, user: str | None, me: bool,
-          states: tuple[str, ...], limit: int | None, offset: int, why: bool, fmt: str | None, noheader: bool,
+          partition: str | None, states: tuple[str, ...], limit: int | None, offset: int, why: bool, fmt: str | None, noheader: bool,
           as_json: bool) -> None:
     """Pending and held jobs in scheduling order, with why each waits (like squeue)."""
     from services.cli import slurm
@@ -118,8 +119,13 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
 
     async def go() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         async with session(nats_url) as nc:
-            body = await read_queue(nc, ask, {"tenant": tenant, "account": account, "user": user}, limit=limit,
-                                    offset=offset)
+            filters = {"tenant": tenant, "account": account, "user": user}
+            parts = [p.strip() for p in (partition or "").split(",") if p.strip()]
+            if len(parts) == 1:
+                filters["partition"] = parts[0]
+            body = await read_queue(nc, ask, filters, limit=limit, offset=offset)
+            if len(parts) > 1:  # several: the read models take one, so the rest is sorted out here
+                body["jobs"] = [row for row in body["jobs"] if row.get("partition") in parts]
             body["jobs"] = [row for row in body["jobs"] if slurm.state_matches(row, match)]
             details: dict[str, Any] = {}
             if why:  # the queue's rows carry the scheduler's explanation; others have none

@@ -20,9 +20,10 @@ UNSCHEDULABLE               UNSCHEDULABLE          US
 DEPENDENCY_NEVER_SATISFIED  DEPENDENCY_NEVER_...   DN
 ==========================  =====================  ====
 
-The jobs read model has no column for a job's profile (Slurm's partition),
-QOS, nice or array; ``%P``, ``%q``, ``%y``, ``%F`` and ``%K`` read them from
-the job's ``JobAccepted`` in the log, one request per job shown.
+The jobs read model has no column for a job's QOS, nice or array; ``%q``,
+``%y``, ``%F`` and ``%K`` read them from the job's ``JobAccepted`` in the log,
+one request per job shown. ``%P`` is the partition the job got (its row's
+``partition``; ``N/A`` for a job of no partition).
 """
 
 from __future__ import annotations
@@ -201,6 +202,12 @@ def _reason_or_nodes(row: dict[str, Any]) -> str:
             return "(JobHeldUser)"
         return f"({row['reason']})" if row.get("reason") else "(None)"
     return hostlist(_nodes_of(row))
+
+
+def _partition(row: dict[str, Any]) -> str:
+    """The partition the job got ("" for a job of no partition, None for a row from before partitions)."""
+    value = row.get("partition")
+    return value if value else "N/A"
 
 
 def _spec_field(name: str, default: str = "") -> Any:

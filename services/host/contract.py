@@ -24,7 +24,9 @@ from typing import Any
 import msgspec
 
 from events import subjects
+from events import catalogue as c
 from events.asyncapi import document
+from events.vocabulary import UNKNOWN_PARTITION
 from events.wire import NODE, TENANT, Param, Served, Sent
 from events.payloads import TOKEN_PATTERN
 from projections import jobs as jobs_view
@@ -173,6 +175,12 @@ def view_reply_schemas() -> dict[str, Schema]:
     usage_row = _row(st_sql, "usage", [c for c in standing.USAGE_COLUMNS if c != "rank"], booleans=("borrowing",),
                      json={"quota": _any("The account's quota (`null` fields: unlimited)."), "tenants": strings})
     history_row = _row(st_sql, "usage_history", list(_table(st_sql, "usage_history")))
+    configured = msgspec.json.schema_components([c.PartitionConfigured])[1]["PartitionConfigured"]["properties"]
+    partition_row = {"type": "object", "required": ["name", "default", "members", "total_nodes"], "properties": {
+        "name": {"type": "string"}, "default": {"type": "boolean", "description": "The default partition."},
+        **{name: configured[name] for name in scheduling_view.PARTITION_FIELDS},
+        "members": {**strings, "type": "array", "description": "Its registered nodes, by name."},
+        "total_nodes": {"type": "integer", "minimum": 0}}}
     return {
         "jobs": _listing("jobs", job_row),
         "job": {"type": "object", "required": ["job", "events", "attempts", "last_seq"], "properties": {
@@ -200,6 +208,10 @@ def view_reply_schemas() -> dict[str, Schema]:
         "preempt": {"type": "object", "properties": {
             "job_id": {"type": "string"}, "victims": {"type": "array", "items": {"type": "object"}},
             "nodes": {"type": "array"}, "cost": {"type": "object"}}},
+        "partitions": _listing("partitions", partition_row, extra={
+            "default": {"type": ["string", "null"], "description": "The default partition, if any."},
+            "unknown": {"type": "string", "enum": list(UNKNOWN_PARTITION),
+                        "description": "What a submission naming a partition not defined gets."}}),
         "config": {"type": "object", "required": ["seen", "rejected", "last_seq"], "properties": {
             "seen": {"type": "boolean", "description": "Whether the input at `seq` has been folded."},
             "rejected": {"type": ["string", "null"], "description": "Why it was not applied, or `null`."},
@@ -264,6 +276,10 @@ def _request_schemas() -> dict[str, Schema]:
         "priority": {"type": "object", "properties": {"job_id": {"type": "string"}, "limit": {"type": "integer"},
                                                       "offset": {"type": "integer"}}},
         "preempt": {"type": "object", "required": ["job_id"], "properties": {"job_id": {"type": "string"}}},
+        "partitions": {"type": "object", "additionalProperties": False, "properties": {
+            "name": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                     "description": "One partition, or a list of them."},
+            "limit": {"type": "integer", "minimum": 0}, "offset": {"type": "integer", "minimum": 0}}},
         "config": {"type": "object", "required": ["seq"], "properties": {"seq": {"type": "integer", "minimum": 1}}},
     }
 
@@ -278,6 +294,7 @@ _VIEWS: dict[str, str] = {
     "usage": "Fair-share standing (like sshare): shares, decayed usage, factor, quota; optionally by hour.",
     "priority": "One job's priority factor by factor and why it waits, or the first pending jobs in order.",
     "preempt": "What preempting for a job would do now: the victims and why.",
+    "partitions": "The partitions (like sinfo's): configuration, default, registered nodes; the unknown-name rule.",
     "config": "Whether the operator input at a sequence was applied, or why not.",
 }
 # The views a tenant's account imports as horizon.query.<view>, answered about its jobs only.
