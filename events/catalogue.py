@@ -191,6 +191,7 @@ class JobSpec(_Part, kw_only=True):
     time_min_s: float = 0.0  # > 0: backfill may start it with a shorter limit, down to this
     limit_signal: LimitSignal | None = None  # sent before the time limit
     singleton: bool = False  # starts only when no other job of its tenant, user and name runs
+    hold: bool = False  # accepted held (Slurm's --hold): it waits for a release
 
     @property
     def gpus_on_node(self) -> int:
@@ -309,6 +310,7 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
     time_min_s: float | None = None
     limit_signal: LimitSignal | None = None
     singleton: bool = False
+    hold: bool = False  # accepted held, until a release
 
 
 class JobCancelRequested(Event, tag="JobCancelRequested", kw_only=True):

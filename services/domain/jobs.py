@@ -6,7 +6,7 @@ ignored, so replays, duplicates and races settle by log order alone):
 =============  ==========================================================
 from           event -> to
 =============  ==========================================================
-(none)         JobAccepted -> PENDING;  JobRejected -> REJECTED
+(none)         JobAccepted -> PENDING (HELD if its spec says ``hold``);  JobRejected -> REJECTED
 PENDING        JobHeld -> HELD;  JobScheduled(attempt+1) -> SCHEDULED
 HELD           JobReleased -> PENDING
 SCHEDULED      JobStarted -> RUNNING
@@ -170,11 +170,12 @@ class JobTable:
                 if self.known(job_id):
                     return None
                 spec = compact(spec)
-                job = Job(job_id, spec, JobState.PENDING, accepted_seq=seq, accepted_ts=event.submitted_ts or time)
+                first = JobState.HELD if spec.hold else JobState.PENDING  # submitted held (Slurm's --hold)
+                job = Job(job_id, spec, first, accepted_seq=seq, accepted_ts=event.submitted_ts or time)
                 self.jobs[job_id] = job
                 if spec.array is not None:
                     self.arrays.setdefault(spec.array, []).append(job_id)
-                return Transition(job, None, JobState.PENDING)
+                return Transition(job, None, first)
             case c.JobRejected(job_id=job_id, reason=reason):
                 if self.known(job_id):
                     return None

@@ -122,4 +122,6 @@ def slurm_fields(sub: c.JobSubmitted, *, nodes: int, time_limit_s: float,
         out["limit_signal"] = c.LimitSignal(signal=name, before_s=float(sig.before_s), batch_only=sig.batch_only)
     if sub.singleton:
         out["singleton"] = True
+    if sub.hold:
+        out["hold"] = True
     return out

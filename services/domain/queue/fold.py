@@ -276,7 +276,9 @@ class QueueFold:
         if job.not_before_ts > state.now:
             heapq.heappush(state.wakeups, (job.not_before_ts, job.job_id))
         if spec.scheduling_timeout_s is not None:
-            if before is not JobState.HELD:  # the clock runs from acceptance or requeue, through holds
+            if before is not JobState.HELD or job.job_id not in state.deadlines:
+                # the clock runs from acceptance or requeue, through holds (from the release for a job
+                # submitted held)
                 state.deadlines[job.job_id] = state.now + spec.scheduling_timeout_s
             heapq.heappush(state.deadline_heap, (state.deadlines[job.job_id], job.job_id))
 
