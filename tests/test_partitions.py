@@ -319,3 +319,37 @@ def test_admission_replays_to_the_same_verdicts():
         state, _, _ = fold_record(core, state, record)
     assert [msgspec.json.encode(e) for e in core.decide(state)] == [msgspec.json.encode(e) for e in first]
     assert [e.spec.partition for e in first] == ["gpu", "main", "main", "gpu"]
+
+
+# ----------------------------------------------------------------------------------- horizon up's own
+
+
+def test_a_stock_up_has_main_and_by_the_kinds_of_its_nodes_gpu_and_cpu():
+    from services.agent.nodes import local_nodes
+    from services.host.partitions import stock_partitions
+
+    only_gpus = stock_partitions(local_nodes(3, gpus_per_node=4))
+    assert [(p.name, p.nodes, p.default) for p in only_gpus] == [("main", ["ALL"], True),
+                                                                ("gpu", ["node-[00-02]"], False)]
+    mixed = stock_partitions(local_nodes(2, gpus_per_node=8, prefix="g") + local_nodes(3, gpus_per_node=0, prefix="c"))
+    assert [(p.name, p.nodes) for p in mixed] == [("main", ["ALL"]), ("gpu", ["g-[00-01]"]), ("cpu", ["c-[00-02]"])]
+    assert [p.name for p in stock_partitions(local_nodes(2, gpus_per_node=0))] == ["main"]
+
+
+def test_sinfo_groups_a_partitions_nodes_by_state_default_first():
+    from services.cli.partition import DEFAULT_FORMAT, NODE_FORMAT, sinfo_lines, sinfo_rows
+
+    parts = [{"name": "gpu", "default": False, "state": "down", "max_time_s": 7200.0, "members": ["n2", "n3"]},
+             {"name": "main", "default": True, "state": "up", "max_time_s": None, "members": ["n1", "n2", "n3"]}]
+    nodes = [{"node": "n1", "state": "idle"}, {"node": "n2", "state": "mixed"}, {"node": "n3", "state": "lost"}]
+    assert sinfo_lines(sinfo_rows(parts, nodes), DEFAULT_FORMAT) == [
+        "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST",
+        "main*     up      infinite      1   idle n1",
+        "main*     up      infinite      1    mix n2",
+        "main*     up      infinite      1  down* n3",
+        "gpu       down     2:00:00      1    mix n2",
+        "gpu       down     2:00:00      1  down* n3"]
+    assert sinfo_lines(sinfo_rows(parts, nodes, node_oriented=True), NODE_FORMAT, header=False)[:2] == [
+        "n1      1 main*     idle", "n2      1 main*     mix"]
+    assert sinfo_lines(sinfo_rows([], nodes, summarize=True), "%P %D %F") == ["PARTITION NODES NODES(A/I/O/T)",
+                                                                              "N/A 3 1/1/1/3"]

@@ -107,6 +107,7 @@ def _register() -> None:
         jobs,
         logs,
         nodes,
+        partition,
         policy,
         projections,
         requests,
@@ -120,8 +121,8 @@ def _register() -> None:
         tenant,
     )
 
-    for module in (audit, bench, check, jobs, logs, nodes, policy, projections, requests, run, sbatch, shims, simulate,
-                   slurm, slurm_commands, submit, tenant):
+    for module in (audit, bench, check, jobs, logs, nodes, partition, policy, projections, requests, run, sbatch,
+                   shims, simulate, slurm, slurm_commands, submit, tenant):
         module.register(cli)
 
 

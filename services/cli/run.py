@@ -19,6 +19,7 @@ from events.resources import parse_cpus, parse_memory
 from events.subjects import valid_token
 from services.agent.discovery import describe_machine, machine_node
 from services.agent.nodes import NodeSpec, local_nodes
+from services.host.partitions import publish_stock
 from services.runtime.jetstream import JetStreamLog, StreamSettings, redact_url
 from services.runtime.natsserver import NatsServer
 from services.host.lock import DataDirBusy, DataDirLock
@@ -181,6 +182,10 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
     One `horizon up` per data directory: a second one on the same --data-dir says who holds it and
     exits non-zero.
 
+    It has partitions of its own nodes, as the operator configures them: main (the default, every
+    node), gpu (the nodes with GPUs) and cpu (those without, when there are both); an operator's
+    `horizon partition set` is never overwritten.
+
     With --auth the same stack runs with NATS accounts: the services, the agent, the projections and
     the operator are users of their own with only the subjects they need, and each tenant an account
     of its own whose inputs reach the log only through the submission service's intake. The operator
@@ -209,7 +214,7 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
             common = ["--executor", executor, "--heartbeat-timeout", str(heartbeat_timeout), "--policy", policy,
                       "--backfill-mode", backfill_mode, "--otel", otel, *(["--verbose"] if verbose else [])]
             _up_processes(server, data_dir, common, shape.args() if node_specs else None,
-                          f"{what}, {executor} executor", try_hint(node_specs), secured)
+                          f"{what}, {executor} executor", try_hint(node_specs), secured, node_specs)
             return
         server.start()
         try:
@@ -252,6 +257,8 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], ex
     async with _signals() as stop:
         try:
             await stack.start()
+            # its partitions, as the operator (services/host/partitions.py: never over an operator's)
+            await publish_stock(stack.url_of("admin"), node_specs)
             assert server.pid is not None
             secured.running(server.host, server.port, server.pid).write(data_dir)
             click.echo(url, nl=True)
@@ -291,7 +298,8 @@ def process_specs(url: str, data_dir: Path, common: list[str], agent: list[str] 
 
 
 def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: list[str] | None,
-                  shape: str, hint: str = "horizon submit -- hostname", secured: Secured | None = None) -> None:
+                  shape: str, hint: str = "horizon submit -- hostname", secured: Secured | None = None,
+                  nodes: list[NodeSpec] | None = None) -> None:
     """``horizon up --processes``: nats-server here, every part a supervised child process.
 
     Phases: 1. the server and the streams (so a submission made as soon as the URL is printed is
@@ -310,6 +318,7 @@ def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: 
         server.start()
         url, urls = secured.public_url(server.host, server.port), secured.part_urls(server.host, server.port)
         asyncio.run(_create_streams(urls.get("admin", url)))
+        asyncio.run(publish_stock(urls.get("admin", url), nodes or []))  # the stock partitions
         supervisor = Supervisor(process_specs(url, data_dir, common, agent, urls), data_dir / "logs",
                                 pid_file=data_dir / "processes.json")
         supervisor.start()
