@@ -764,6 +764,48 @@ class JobFailed(Event, tag="JobFailed", kw_only=True):
     out_of_memory: bool = False  # killed for going over its memory limit: the job ends OUT_OF_MEMORY
 
 
+class JobStepStarted(Event, tag="JobStepStarted", kw_only=True):
+    """A job step began: an ``srun`` inside the job launched its command once per task, ``tasks``
+    of them on ``nodes`` (``tasks_per_node`` in the same order; the first is the batch node's
+    agent, which reports it). Steps are numbered 0, 1, ... per attempt (sacct's ``JOBID.0``).
+    ``name``: the command's name (its first word, without directories), not the command line."""
+
+    job_id: str
+    attempt: int
+    step: int
+    name: str = ""
+    nodes: list[str] = []
+    tasks: int = 0
+    tasks_per_node: list[int] = []
+    cpus_per_task: int = 0  # srun's -c (0: not given)
+    gpus_per_task: int = 0  # srun's --gpus-per-task (0: each task sees its node's GPUs of the step)
+    gpus: int = 0  # the distinct GPUs the step's tasks see, over all its nodes
+
+
+class JobStepEnded(Event, tag="JobStepEnded", kw_only=True):
+    """A job step ended. ``exit_code``: the highest exit code of its tasks; ``signal``: the highest
+    signal that killed one (0: none); ``task_exit_codes``: each task's, by rank (``-N``: killed by
+    signal N; ``None``: its end is unknown, e.g. its node's agent was lost). ``cancelled``: stopped
+    (srun was signalled or killed, the job ended, ``--kill-on-bad-exit``); ``timed_out``: srun's
+    ``--time`` ran out. ``reason`` says why it was stopped, or why it could not run. A failed step
+    does not fail the job: the batch script decides (srun exits non-zero)."""
+
+    job_id: str
+    attempt: int
+    step: int
+    name: str = ""
+    nodes: list[str] = []
+    tasks: int = 0
+    exit_code: int = 0
+    signal: int = 0
+    task_exit_codes: list[int | None] = []
+    started_ts: float = 0.0
+    runtime_s: float = 0.0
+    cancelled: bool = False
+    timed_out: bool = False
+    reason: str = ""
+
+
 class NodeRegistered(Event, tag="NodeRegistered", kw_only=True):
     node: str
     cpus_milli: int
@@ -875,6 +917,8 @@ AnyEvent = (
     | PreemptionRequested
     | JobPreempted
     | JobCheckpointed
+    | JobStepStarted
+    | JobStepEnded
     | JobStarted
     | JobSucceeded
     | JobFailed

@@ -16,6 +16,9 @@ subject                                     what
 ``horizon.validate.<tenant>``               "would this JobSubmitted be accepted?", any submission instance
 ``horizon.hb.<node>``                       heartbeats, core NATS (not in the stream)
 ``horizon.logs.<node>[.<tenant>]``          request/reply: a job's output files, served by the node's agent
+``horizon.step.<node>``                     request/reply between agents: run or signal a node's share of a
+                                            job step (``srun``); ``horizon.step.io.<token>`` carries its
+                                            output back to the batch node's agent (services/agent/steps.py)
 ``horizon.dlq.<service>``                   dead letters, stream ``HORIZON_DLQ``
 ==========================================  =====================================================
 
@@ -136,6 +139,8 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
     "JobStarted": ("agent",),
     "JobSucceeded": ("agent",),
     "JobFailed": ("agent", "inventory"),
+    "JobStepStarted": ("agent",),
+    "JobStepEnded": ("agent",),
     "NodeRegistered": ("agent",),
     "NodeReady": ("inventory",),
     "NodeCordoned": ("inventory",),

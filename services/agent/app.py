@@ -42,7 +42,8 @@ before it was seen to start, failed because the node was declared lost) is
 stopped without a report: the log already holds its end.
 
 A multi-node job is launched by the agent of its first node (like Slurm's
-batch host); the other nodes' agents hold the allocation and run nothing.
+batch host); the other nodes' agents hold the allocation and run what its
+steps (``srun`` inside the batch script) ask of them (``services/agent/steps.py``).
 """
 
 from __future__ import annotations
@@ -64,9 +65,10 @@ from events.codec import encode
 from events.subjects import event_subject, heartbeat_subject
 from services.agent import signals
 from services.agent.core import Action, AgentCore
-from services.agent.executors import Execution, Executor, Outcome
+from services.agent.executors import Execution, Executor, Outcome, ProcessExecutor
 from services.agent.gpu_health import GpuHealth
 from services.agent.logs import LogServer
+from services.agent.steps import StepService
 from services.agent.nvml import GpuBackend, NvmlBackend
 from services.agent.nodes import NodeSpec
 from services.runtime.consume import readable
@@ -126,6 +128,7 @@ class NodeAgent:
         self.health_interval_s = health_interval_s
         self._health: dict[str, GpuHealth] = {}
         self._health_task: asyncio.Task[None] | None = None
+        self.steps: StepService | None = None  # srun inside jobs (real processes only)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -149,6 +152,10 @@ class NodeAgent:
             if self.executor.state_dir is not None:
                 self._logs = LogServer(self.nc, self.executor.state_dir, sorted(self.nodes))
                 await self._logs.start()
+        if isinstance(self.executor, ProcessExecutor):
+            self.steps = StepService(self.log, self.core, self.executor, lambda: self.nodes.keys(), self._devices,
+                                     nc=self.nc, grace_period_s=self.grace_period_s)
+            await self.steps.start()
         end = await self.log.last_seq()
         async for batch in self.log.read(1, subjects=("horizon.evt.>",), until_seq=end):
             self._fold(batch)
@@ -171,6 +178,8 @@ class NodeAgent:
             await self._follower.stop()
         if self._logs is not None:
             await self._logs.stop()
+        if self.steps is not None:
+            await self.steps.stop()
         # Jobs under their own supervisors run on; the next agent adopts them. Simulated
         # ones die with the agent, and the next agent reports them lost (see module doc).
         tasks = []
@@ -223,6 +232,12 @@ class NodeAgent:
     async def _on_batch(self, batch: list[Record]) -> None:
         for action, job_id in self._fold(batch):
             await self._act(action, job_id)
+        if self.steps is not None:
+            self.steps.reap()  # steps of attempts that ended, here or on the job's other nodes
+
+    def _devices(self, node: str) -> dict[str, c.GpuDevice]:
+        spec = self.nodes.get(node)
+        return {gpu.id: gpu for gpu in spec.gpus} if spec is not None else {}
 
     async def _resume(self) -> None:
         for action, job_id in self.core.resume():
@@ -328,10 +343,14 @@ class NodeAgent:
     async def _run(self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, run: _Running) -> None:
         try:
             adopted = run.execution is not None
+            if self.steps is not None:
+                await self.steps.open(job_id, attempt)  # srun's door, before the script can ask
             if not adopted:
                 known = self.core.latest_checkpoint(job_id)  # a new attempt restarts from the job's latest checkpoint
+                job = self.core.jobs.get(job_id)
                 try:
-                    run.execution = await self.executor.start(job_id, attempt, spec, alloc, known)
+                    run.execution = await self.executor.start(job_id, attempt, spec, alloc, known,
+                                                              allocations=job.allocations if job is not None else ())
                 except Exception as exc:  # noqa: BLE001 - any failure to start is the job's failure
                     await self._report(c.JobFailed, job_id, attempt, node=alloc.node, reason=f"could not start: {exc}")
                     return
@@ -370,6 +389,9 @@ class NodeAgent:
             self.executor.released(job_id, attempt, alloc)
         finally:
             self.running.pop(job_id, None)
+            if self.steps is not None:
+                with contextlib.suppress(Exception):
+                    await self.steps.close(job_id, attempt)
 
     def _limit(self, job_id: str, spec: c.JobSpec) -> float:
         """The current attempt's time limit (``Job.limit_s``: placement's, else the spec's)."""

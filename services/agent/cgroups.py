@@ -266,6 +266,15 @@ class JobCgroup:
                 os.kill(pid, sig)
         return len(pids)
 
+    def terminate(self, grace_s: float) -> None:
+        """SIGTERM to every process in the cgroup, then wait up to ``grace_s`` for them to be gone
+        (``remove`` SIGKILLs what is left)."""
+        if grace_s <= 0 or not self.signal_all(signal.SIGTERM):
+            return
+        deadline = time.monotonic() + grace_s
+        while self.pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def remove(self, timeout_s: float = 5.0) -> bool:
         """Kill what is left and remove the directories (the leaf only: the parents are shared)."""
         deadline = time.monotonic() + timeout_s

@@ -23,6 +23,9 @@ runs:
 * ``ended``: a job here left SCHEDULED/RUNNING, by anyone's decision or by
   the agent's own report folded back; its requests are forgotten.
 
+It also keeps each job's highest step number (``JobStepStarted``/``JobStepEnded``,
+``next_step``), so that a restarted agent numbers the next ``srun`` of an attempt on.
+
 Each record is folded once: one at or below ``seq`` (a reader's repeated
 tail) is skipped, an undecodable one only moves ``seq``. A transition happens
 once in the job table, so a duplicate ``JobScheduled`` starts nothing twice.
@@ -77,6 +80,7 @@ class AgentCore:
         # stop or preemption request folded meanwhile finds nothing running and must not report a
         # second ending (two outcomes for one attempt, which `horizon check` rejects).
         self.reported_end: dict[str, int] = {}
+        self.steps: dict[str, tuple[int, int]] = {}  # job -> (attempt, its highest step in the log)
 
     def mine(self, allocations: Sequence[c.NodeAllocation]) -> c.NodeAllocation | None:
         """The allocation this agent launches the job on (its first), or None if the job is not its own."""
@@ -113,6 +117,11 @@ class AgentCore:
                     and self.mine(job.allocations) and event.job_id not in self.preemptions):
                 self.preemptions[event.job_id] = event  # dropped when the attempt ends: one per attempt
                 return Action("preempt", event.job_id)
+            return None
+        if isinstance(event, (c.JobStepStarted, c.JobStepEnded)):
+            known = self.steps.get(event.job_id)
+            if known is None or (event.attempt, event.step) > known:
+                self.steps[event.job_id] = (event.attempt, event.step)
             return None
         if isinstance(event, (c.JobCheckpointed, c.JobPreempted, c.JobRequeued)):
             ref = event.checkpoint_ref
@@ -169,6 +178,11 @@ class AgentCore:
     def ending_reported(self, job_id: str, attempt: int) -> bool:
         """Has the agent reported this attempt's ending, which the log does not show yet?"""
         return self.reported_end.get(job_id) == attempt
+
+    def next_step(self, job_id: str, attempt: int) -> int:
+        """The first step number of this attempt the log has not seen (steps are 0, 1, ... per attempt)."""
+        known = self.steps.get(job_id)
+        return known[1] + 1 if known is not None and known[0] == attempt else 0
 
     def latest_checkpoint(self, job_id: str) -> str | None:
         """The job's latest checkpoint, of whatever attempt (a new attempt restarts from it)."""

@@ -47,13 +47,15 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from events import catalogue as c
 from events.subjects import tenant_view
+from services.domain.hostlist import compress
+from services.domain.steps import counts_text
 from services.agent import containers, shim, signals
 from services.agent.cgroups import Hierarchy, Limits, probe
 from services.agent.cores import CoreAllocator, Machine
@@ -61,11 +63,13 @@ from services.agent.discovery import numa_layout, usable_cpus
 from services.domain.output import Names, expand, resolve
 
 __all__ = ["Outcome", "Files", "Execution", "Executor", "ProcessExecutor", "SimExecutor", "job_environment",
-           "signal_number", "kill_attempts", "NVIDIA_MAJOR"]
+           "visible_devices", "signal_number", "kill_attempts", "NVIDIA_MAJOR", "CLUSTER_NAME"]
 
 STDERR_TAIL_LINES = 20
 NVIDIA_MAJOR = 195  # /dev/nvidia<minor>: the GPUs' character devices
 START_TIMEOUT_S = 30.0  # from starting the supervisor to the job's process running (or its start error)
+KILL_WAIT_S = 10.0  # the supervisor's SIGTERM-to-SIGKILL wait for what outlived the job's command
+CLUSTER_NAME = "horizon"  # SLURM_CLUSTER_NAME (and sbatch --parsable's ID;cluster)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +116,12 @@ class Executor(Protocol):
     state_dir: Path | None  # where attempts keep their files (served to `horizon logs`); None: no files
 
     async def start(
-        self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None
-    ) -> Execution: ...
+        self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None,
+        allocations: Sequence[c.NodeAllocation] = (),
+    ) -> Execution:
+        """Start the attempt on ``alloc`` (this node's share of ``allocations``, the job's whole
+        allocation, which its environment describes)."""
+        ...
 
     def adopt(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> Execution | None:
         """The attempt a previous agent started, if its supervisor runs or left its status."""
@@ -128,23 +136,37 @@ class Executor(Protocol):
         ...
 
 
-def job_environment(
-    job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None,
-    devices: Mapping[str, c.GpuDevice] | None = None,
-) -> dict[str, str]:
-    """The variables a job sees: its own ``env``, plus where it runs (Slurm-like names alongside ours),
-    its array task, and the checkpoint an earlier attempt left (``HORIZON_CHECKPOINT_REF``), if any.
-
-    ``CUDA_VISIBLE_DEVICES`` names the allocated GPUs by UUID where the node knows them (a real
-    GPU: CUDA's own numbering need not be the driver's), else by index (a simulated node)."""
+def visible_devices(device_ids: Sequence[str], devices: Mapping[str, c.GpuDevice] | None = None) -> list[str]:
+    """What ``CUDA_VISIBLE_DEVICES`` names for these devices of a node: the UUID where the node knows
+    it (a real GPU: CUDA's own numbering need not be the driver's), else the index (a simulated node)."""
     devices = devices or {}
     visible = []
-    for device_id in alloc.device_ids:
+    for device_id in device_ids:
         known = devices.get(device_id)
         if known is not None and known.uuid:
             visible.append(known.uuid)
         else:
             visible.append(device_id.rsplit("gpu", 1)[-1] if "gpu" in device_id else device_id)
+    return visible
+
+
+def job_environment(
+    job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None,
+    devices: Mapping[str, c.GpuDevice] | None = None, allocations: Sequence[c.NodeAllocation] = (),
+) -> dict[str, str]:
+    """The variables a job sees: its own ``env``, plus where it runs (Slurm-like names alongside ours),
+    its array task, and the checkpoint an earlier attempt left (``HORIZON_CHECKPOINT_REF``), if any.
+
+    ``CUDA_VISIBLE_DEVICES`` names the allocated GPUs (``visible_devices``). ``allocations``: the
+    job's whole allocation (default: ``alloc`` alone), for Slurm's view of it: ``SLURM_JOB_NODELIST``
+    (compressed, ``node-[00-01]``), ``SLURM_JOB_NUM_NODES``, ``SLURM_NTASKS``,
+    ``SLURM_TASKS_PER_NODE`` (``4(x2)``), ``SLURM_JOB_CPUS_PER_NODE``, ``SLURM_GPUS_ON_NODE``, ...
+    The batch script is task 0 on node 0, as in Slurm."""
+    visible = visible_devices(alloc.device_ids, devices)
+    held = list(allocations) or [alloc]
+    nodelist = compress([a.node for a in held])
+    tasks = [max(1, a.tasks) for a in held]
+    cpus = [max(1, -(-a.cpus_milli // 1000)) for a in held]
     # The job sees itself by the id its tenant gave it (``eval-7``, not the log's key ``acme:eval-7``).
     job_id = tenant_view(spec.tenant, job_id)
     array_id = tenant_view(spec.tenant, spec.array) if spec.array is not None else None
@@ -158,7 +180,28 @@ def job_environment(
         "SLURM_JOB_ID": job_id,
         "SLURM_JOB_NAME": spec.name,
         "SLURMD_NODENAME": alloc.node,
+        "SLURM_JOBID": job_id,
+        "SLURM_JOB_NODELIST": nodelist,
+        "SLURM_NODELIST": nodelist,
+        "SLURM_JOB_NUM_NODES": str(len(held)),
+        "SLURM_NNODES": str(len(held)),
+        "SLURM_NTASKS": str(sum(tasks)),
+        "SLURM_NPROCS": str(sum(tasks)),
+        "SLURM_TASKS_PER_NODE": counts_text(tasks),
+        "SLURM_JOB_CPUS_PER_NODE": counts_text(cpus),
+        "SLURM_CPUS_ON_NODE": str(max(1, -(-alloc.cpus_milli // 1000))),
+        "SLURM_NODEID": "0",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_TOPOLOGY_ADDR": alloc.node,
+        "SLURM_CLUSTER_NAME": CLUSTER_NAME,
     }
+    if alloc.device_ids:
+        env["SLURM_GPUS_ON_NODE"] = str(len(alloc.device_ids))
+    if alloc.memory_bytes:
+        env["SLURM_MEM_PER_NODE"] = str(alloc.memory_bytes >> 20)  # Slurm counts MiB
+    if spec.account:
+        env["SLURM_JOB_ACCOUNT"] = spec.account
     if spec.user:
         env["SLURM_JOB_USER"] = spec.user
     if spec.partition:  # the partition it got (of those it named, or the default one)
@@ -351,6 +394,13 @@ class ProcessExecutor:
         self.hierarchy = hierarchy if hierarchy is not None else probe()
         self.cores = CoreAllocator(machine or _machine(),
                                    {name: node.cpus_milli // 1000 for name, node in self.nodes.items()})
+        # Set by the agent's steps (services/agent/steps.py): the socket srun asks for a step on, per
+        # attempt, and the directory of Horizon's srun and scontrol, first on a job's PATH.
+        self.step_socket: Callable[[str, int], str] | None = None
+        self.shims_dir: Path | None = None
+        # When the job's command has ended, what it left in its cgroup (a step's tasks) gets SIGTERM and
+        # this long before SIGKILL (Slurm's KillWait); the agent's own stop grace still bounds a stop.
+        self.kill_wait_s = KILL_WAIT_S
 
     def isolation(self) -> str:
         return self.hierarchy.describe()
@@ -362,8 +412,22 @@ class ProcessExecutor:
         spec = self.nodes.get(node)
         return {gpu.id: gpu for gpu in spec.gpus} if spec is not None else {}
 
+    def limits(self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation) -> tuple[tuple[int, ...], Limits]:
+        """The node CPUs the attempt is pinned to on ``alloc.node`` (taken until ``released``) and its
+        cgroup's limits there: the allocation's memory and CPUs, those cores, no other GPU of the node."""
+        devices = self._devices(alloc.node)
+        numa = {devices[d].numa_node for d in alloc.device_ids if d in devices}
+        cpus = self.cores.take(alloc.node, job_id, attempt, alloc.cpus_milli or spec.cpus_milli, numa)
+        cores = self.cores.machine_cores(cpus)
+        deny = tuple(("c", NVIDIA_MAJOR, gpu.minor) for gpu_id, gpu in sorted(devices.items())
+                     if gpu.minor is not None and gpu_id not in alloc.device_ids)
+        return cpus, Limits(memory_bytes=alloc.memory_bytes or spec.memory_bytes * spec.tasks_per_node,
+                            cpus_milli=alloc.cpus_milli or spec.cpus_milli, cpus=cores,
+                            mems=self.cores.numa_nodes(cores), deny_devices=deny)
+
     def _plan(self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation,
-              checkpoint_ref: str | None, directory: Path) -> dict[str, Any]:
+              checkpoint_ref: str | None, directory: Path,
+              allocations: Sequence[c.NodeAllocation] = ()) -> dict[str, Any]:
         cwd = spec.cwd or str(directory)
         names = Names(tenant_view(spec.tenant, job_id), spec.name, spec.user, alloc.node,
                       tenant_view(spec.tenant, spec.array) if spec.array is not None else None, spec.array_index)
@@ -375,26 +439,28 @@ class ProcessExecutor:
         devices = self._devices(alloc.node)
         # A process inherits the node's environment; a container keeps its image's (PATH, libraries).
         env = {} if spec.image else dict(os.environ)
-        env.update(job_environment(job_id, attempt, spec, alloc, checkpoint_ref, devices))
+        if _has_credentials(env.get("HORIZON_NATS_URL", "")):
+            del env["HORIZON_NATS_URL"]  # the agent's own user and password: never the job's
+        env.update(job_environment(job_id, attempt, spec, alloc, checkpoint_ref, devices, allocations))
         env["HORIZON_CHECKPOINT_FILE"] = str((directory / "checkpoint").resolve())  # the agent reads this path
-        numa = {devices[d].numa_node for d in alloc.device_ids if d in devices}
-        cpus = self.cores.take(alloc.node, job_id, attempt, alloc.cpus_milli or spec.cpus_milli, numa)
-        cores = self.cores.machine_cores(cpus)
-        deny = tuple(("c", NVIDIA_MAJOR, gpu.minor) for gpu_id, gpu in sorted(devices.items())
-                     if gpu.minor is not None and gpu_id not in alloc.device_ids)
-        limits = Limits(memory_bytes=alloc.memory_bytes or spec.memory_bytes * spec.tasks_per_node,
-                        cpus_milli=alloc.cpus_milli or spec.cpus_milli, cpus=cores,
-                        mems=self.cores.numa_nodes(cores), deny_devices=deny)
+        if not spec.image:  # srun and scontrol inside the job: Horizon's, asking this agent (not in a container)
+            if self.step_socket is not None:
+                env["HORIZON_STEP_SOCKET"] = self.step_socket(job_id, attempt)
+            if self.shims_dir is not None:
+                env["PATH"] = f"{self.shims_dir}{os.pathsep}{env.get('PATH') or os.defpath}"
+        cpus, limits = self.limits(job_id, attempt, spec, alloc)
         return {
             "job_id": job_id, "attempt": attempt, "node": alloc.node, "tenant": spec.tenant, "argv": list(spec.command), "env": env,
             "cwd": cwd, "stdout": stdout, "stderr": stderr, "open_mode": spec.open_mode,
             "node_cpus": list(cpus), "limits": limits.to_json(), "hierarchy": self.hierarchy.to_json(),
+            "kill_wait_s": self.kill_wait_s,
             "image": spec.image, "container": containers.container_name(job_id, attempt) if spec.image else "",
             "gpu_minors": [devices[d].minor for d in alloc.device_ids if d in devices and devices[d].minor is not None],
         }
 
     async def start(
-        self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None
+        self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None,
+        allocations: Sequence[c.NodeAllocation] = (),
     ) -> _Attempt:
         adopted = self.adopt(job_id, attempt, alloc)
         if adopted is not None:
@@ -409,7 +475,7 @@ class ProcessExecutor:
         if directory.exists():
             shutil.rmtree(directory, ignore_errors=True)  # planned by an agent that died before starting it
         directory.mkdir(parents=True)
-        plan = self._plan(job_id, attempt, spec, alloc, checkpoint_ref, directory)
+        plan = self._plan(job_id, attempt, spec, alloc, checkpoint_ref, directory, allocations)
         (directory / shim.PLAN).write_text(json.dumps(plan))
         with open(directory / "supervisor.log", "wb") as log_file:
             child = subprocess.Popen(
@@ -479,6 +545,11 @@ def kill_attempts(state_dir: Path) -> int:
     return killed
 
 
+def _has_credentials(url: str) -> bool:
+    """Does a NATS URL (or a comma-separated list of them) carry a user or password?"""
+    return any("@" in part.split("://", 1)[-1] for part in url.split(",") if part.strip())
+
+
 def _supervisor_log(directory: Path) -> str:
     try:
         return (directory / "supervisor.log").read_text(errors="replace").strip()[-500:] or "no output"
@@ -530,7 +601,8 @@ class SimExecutor:
         return "simulated: jobs run no process"
 
     async def start(
-        self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None
+        self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None,
+        allocations: Sequence[c.NodeAllocation] = (),
     ) -> _Simulated:
         runtime = spec.sim_runtime_s if spec.sim_runtime_s is not None else spec.time_limit_s
         return _Simulated(runtime, spec.sim_exit_code)

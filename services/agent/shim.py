@@ -22,8 +22,9 @@ A restarted agent finds the attempt by these files and watches it again
 there whether or not an agent was watching when the job ended. The agent
 stops a job by signalling the job's process group (SIGTERM), then every
 process in the cgroup (SIGKILL); the supervisor itself ignores SIGINT, SIGHUP
-and SIGTERM and ends when its command has, after killing what the command
-left in the cgroup and removing the cgroup.
+and SIGTERM and ends when its command has, after stopping what the command
+left in the cgroup (a job step's tasks, helpers: SIGTERM, then SIGKILL after
+the plan's ``kill_wait_s``, as Slurm's KillWait) and removing the cgroup.
 """
 
 from __future__ import annotations
@@ -142,7 +143,10 @@ def run(directory: Path) -> dict[str, Any]:
     finally:
         if cgroup is not None:
             status["oom_kills"] = cgroup.oom_kills()
-            cgroup.remove()  # the job's helpers that outlived it die with the attempt
+            # What outlived the job's command (its steps' tasks, helpers) gets SIGTERM and, as Slurm's
+            # KillWait, up to kill_wait_s to go before SIGKILL; then the cgroup is removed.
+            cgroup.terminate(float(plan.get("kill_wait_s") or 0))
+            cgroup.remove()
         if plan.get("container"):
             containers.cleanup(plan["container"])  # what a SIGKILL left in Podman's list
         status["ended"] = round(time.time(), 3)

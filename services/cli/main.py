@@ -113,16 +113,18 @@ def _register() -> None:
         requests,
         run,
         sbatch,
+        scontrol,
         shims,
         simulate,
         slurm,
         slurm_commands,
+        srun,
         submit,
         tenant,
     )
 
     for module in (audit, bench, check, jobs, logs, nodes, partition, policy, projections, requests, run, sbatch,
-                   shims, simulate, slurm, slurm_commands, submit, tenant):
+                   scontrol, shims, simulate, slurm, slurm_commands, srun, submit, tenant):
         module.register(cli)
 
 
