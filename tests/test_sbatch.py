@@ -73,12 +73,16 @@ def test_slurm_time_errors(text, why):
 @pytest.mark.parametrize("text, size", [
     ("4000", 4000 * MiB),  # megabytes by default, as Slurm
     ("16G", 16 * GiB), ("16g", 16 * GiB), ("512M", 512 * MiB), ("1T", 1 << 40), ("2048K", 2 * MiB),
+    # a B after the unit changes nothing: Slurm's units are binary (str_to_mbytes)
+    ("16GB", 16 * GiB), ("16gb", 16 * GiB), ("8000MB", 8000 * MiB), ("1TB", 1 << 40), ("2048KB", 2 * MiB),
+    ("100K", 1 * MiB), ("1025K", 2 * MiB),  # kibibytes are rounded up to whole mebibytes, as Slurm counts
+    ("0", 0),  # --mem=0: all of each node's memory
 ])
 def test_slurm_memory_units(text, size):
     assert slurm_memory(text) == size
 
 
-@pytest.mark.parametrize("text", ["16GB", "16Gi", "1.5G", "-1", "lots"])
+@pytest.mark.parametrize("text", ["16Gi", "16GiB", "1.5G", "-1", "lots", "16GBB", "16B"])
 def test_slurm_memory_rejects_other_forms(text):
     with pytest.raises(Problem, match="not a memory size"):
         slurm_memory(text)
@@ -147,27 +151,41 @@ def test_bad_directive_syntax(line, why):
     ("-N 2\n-n 8", dict(nodes=2, tasks_per_node=4)),
     ("-n 6\n--ntasks-per-node=4", dict(nodes=2, tasks_per_node=3)),  # --ntasks-per-node is a maximum with -n
     ("--nodes=3-3", dict(nodes=3)),
-    # GPUs: per node, per task, in all -> per task
-    ("--gres=gpu:a100:8\n-N 4", dict(gpus=8, gpu_type="a100", nodes=4)),
-    ("--gres=gpu:8\n--ntasks-per-node=8", dict(gpus=1, gpu_type=None, tasks_per_node=8)),
+    ("--nodes=2-4", dict(nodes=2)),  # a range: the least (a warning says so)
+    ("--tasks-per-node=4", dict(nodes=1, tasks_per_node=4)),  # Slurm's deprecated spelling
+    ("--tasks=4\n-N 2", dict(nodes=2, tasks_per_node=4)),  # getopt_long: a prefix of --tasks-per-node
+    ("-w node[1-3]", dict(nodes=3, nodelist=["node[1-3]"])),  # the listed nodes make the node count
+    ("-w n1,n2\n-n 8", dict(nodes=2, tasks_per_node=4)),
+    ("-x n7 --exclude=gpu-[1-2]", dict(exclude_nodes=["gpu-[1-2]"])),  # the later one wins, as for every option
+    # GPUs: one task per node, or --gpus-per-task: per task; else the node's GPUs, shared by its tasks
+    ("--gres=gpu:a100:8\n-N 4", dict(gpus=8, gpu_type="a100", nodes=4, gpus_per_node=0)),
+    ("--gres=gpu:8\n--ntasks-per-node=8", dict(gpus=0, gpus_per_node=8, gpu_type=None, tasks_per_node=8)),
+    ("--ntasks=4\n--gres=gpu:1", dict(gpus=0, gpus_per_node=1, tasks_per_node=4)),  # 4 tasks share one GPU
+    ("--ntasks-per-node=3\n--gres=gpu:4", dict(gpus=0, gpus_per_node=4)),
     ("--gres=gpu", dict(gpus=1)),
     ("--gres=gpu:h100-80gb:4", dict(gpus=4, gpu_type="h100-80gb")),
     ("--gres=gpu:v100", dict(gpus=1, gpu_type="v100")),
-    ("--gres=none", dict(gpus=0)),
-    ("--gpus=16\n-N 2\n--ntasks-per-node=8", dict(gpus=1, nodes=2)),
+    ("--gres=none", dict(gpus=0, gpus_per_node=0)),
+    ("--gpus=16\n-N 2\n--ntasks-per-node=8", dict(gpus=0, gpus_per_node=8, nodes=2)),
+    ("--gpus=4\n-N 2", dict(gpus=2, nodes=2)),
     ("-G a100:4", dict(gpus=4, gpu_type="a100")),
-    ("--gpus-per-node=h100:4\n--ntasks-per-node=2", dict(gpus=2, gpu_type="h100")),
-    ("--gpus-per-task=2\n-n 4", dict(gpus=2, tasks_per_node=4)),
+    ("--gpus-per-node=h100:4\n--ntasks-per-node=2", dict(gpus=0, gpus_per_node=4, gpu_type="h100")),
+    ("--gpus-per-task=2\n-n 4", dict(gpus=2, tasks_per_node=4, gpus_per_node=0)),
+    ("--gres=gpu:4\n--gpus-per-task=1\n-n 4", dict(gpus=1, gpus_per_node=0)),  # they agree: 4 per node
     ("--gres=gpu:a100:4\n--gpus=4", dict(gpus=4, gpu_type="a100")),  # two forms that agree
     # CPUs per task
     ("-c 8", dict(cpus="8")),
     ("--cpus-per-gpu=6\n--gpus-per-task=2", dict(cpus="12")),
+    ("--cpus-per-gpu=4\n--gres=gpu:2\n--ntasks-per-node=4", dict(cpus="2", gpus_per_node=2)),
     # memory: Horizon counts per task, --mem is per node
     ("--mem=64G\n--ntasks-per-node=4", dict(memory=16 * GiB)),
     ("--mem=1000", dict(memory=1000 * MiB)),
     ("--mem=10G\n--ntasks-per-node=3", dict(memory=-(-10 * GiB // 3))),  # rounded up to a byte
     ("--mem-per-cpu=2G\n-c 4", dict(memory=8 * GiB)),
     ("--mem-per-gpu=10G\n--gpus-per-task=2", dict(memory=20 * GiB)),
+    ("--mem-per-gpu=10G\n--gres=gpu:1\n-n 4", dict(memory=-(-10 * GiB // 4))),  # a shared GPU's, per task
+    ("--mem=16GB", dict(memory=16 * GiB)),  # Slurm's GB is GiB
+    ("--mem=0", dict(memory=0, whole_node_memory=True)),  # all of each node's memory
     ("", dict(memory=None, cpus="1", gpus=0)),  # not given: the partition's default applies (else 1 GiB)
     # the rest
     ("-t 1-12", dict(time_limit_s=36 * 3600.0)),
@@ -184,13 +202,40 @@ def test_bad_directive_syntax(line, why):
         c.Dependency(kind="after-any", job_id="c"), c.Dependency(kind="after-not-ok", job_id="d"),
         c.Dependency(kind="after", job_id="e")])),
     ("--kill-on-invalid-dep=yes", dict(dependencies=[])),
+    ("--kill-on-invalid-dep=no", dict(dependencies=[])),  # a warning: Horizon ends such a job
+    # Slurm's directives, honoured
+    ("--exclusive", dict(exclusive=True)),
+    ("--exclusive=user", dict(exclusive=True)),  # whole nodes all the same (a warning says so)
+    ("--exclusive=oversubscribe", dict(exclusive=False)),
+    ("-C a100", dict(constraint="a100")),
+    ("--constraint='v100|a100|h100'", dict(constraint="v100|a100|h100")),
+    ("--constraint=[V100]", dict(constraint="[v100]")),
+    ("--constraint='intel,ib'", dict(constraint="intel&ib")),  # Slurm reads ',' as '&'
+    ("--requeue", dict(requeue=True)),
+    ("--no-requeue", dict(requeue=False)),
+    ("--no-requeue\n--requeue", dict(requeue=True)),  # the later one
+    ("--requeue\n--no-requeue", dict(requeue=False)),
+    ("--time=2:00:00\n--time-min=30", dict(time_limit_s=7200.0, time_min_s=1800.0)),
+    ("--signal=B:USR1@120", dict(limit_signal=c.LimitSignal(signal="USR1", before_s=120.0, batch_only=True))),
+    ("--signal=SIGTERM", dict(limit_signal=c.LimitSignal(signal="TERM", before_s=60.0))),
+    ("--signal=10@30", dict(limit_signal=c.LimitSignal(signal="USR1", before_s=30.0))),
+    ("--dependency=singleton", dict(singleton=True, dependencies=[])),
+    ("-d afterok:a,singleton", dict(singleton=True, dependencies=[c.Dependency(kind="after-ok", job_id="a")])),
+    ("--hold", dict(hold=True)),
+    ("-H", dict(hold=True)),
+    ("--immediate", dict(scheduling_timeout_s=1.0)),
+    ("--immediate=30", dict(scheduling_timeout_s=30.0)),
+    ("--wait-all-nodes=1\n--ignore-pbs", dict(nodes=1)),
 ])
 def test_directives_map_to_the_job(directives, expected):
     fields = parse(directives)
     resources = msgspec_dict(fields["resources"])
+    unset = c.JobSubmitted(job_id="x", tenant="x")
     for key, value in expected.items():
-        actual = resources[key] if key in ("gpus", "gpu_type", "cpus", "memory") else fields[key]
+        actual = resources[key] if key in ("gpus", "gpu_type", "cpus", "memory") else fields.get(key, getattr(unset, key))
         assert actual == value, (key, actual, value)
+    # what sbatch makes is a submission Horizon decodes
+    c.JobSubmitted(job_id="x", tenant="x", **fields)
 
 
 def msgspec_dict(struct: Any) -> dict[str, Any]:
@@ -219,48 +264,93 @@ def test_export_names_variables_and_never_copies_everything():
     assert {k: v for k, v in fields["env"].items() if not k.startswith("SLURM_")} == {"HOME": "/h", "MODE": "fast"}
     fields, _ = parse_sbatch("#!/bin/sh\n#SBATCH --export=NONE\n", defaults=defaults)
     assert all(k.startswith("SLURM_") for k in fields["env"])
-    assert "copying the whole environment (ALL" in problems("--export=ALL")
-    assert "copying the whole environment (ALL" in problems("--export=ALL,MODE=x")
+    # ALL (Slurm's default) is accepted with a warning; the shell's environment stays out of the log, and a
+    # variable given with ALL takes the caller's own value when it has one, as in Slurm
+    warnings: list[str] = []
+    fields, _ = parse_sbatch("#!/bin/sh\n#SBATCH --export=ALL,HOME=/elsewhere,MODE=x\n", defaults=defaults,
+                             warnings=warnings)
+    assert {k: v for k, v in fields["env"].items() if not k.startswith("SLURM_")} == {"HOME": "/h", "MODE": "x"}
+    assert "SECRET" not in fields["env"]
+    assert warnings == ["line 2: --export: ALL: Horizon does not copy your shell's environment into the job (the "
+                        "log is read by others and keeps everything): the job has the node agent's environment and "
+                        "the variables named here"]
+    assert "comes first" in problems("--export=MODE=x,ALL")
+
+
+def test_directives_without_effect_here_are_accepted_with_one_warning_each():
+    warnings: list[str] = []
+    flags: set[str] = set()
+    text = ("#!/bin/bash\n#SBATCH --mail-type=END,FAIL\n#SBATCH --mail-user=ann@example.org\n"
+            "#SBATCH --hint=nomultithread --distribution=block:cyclic\n#SBATCH --gpu-bind=closest -m cyclic\n"
+            "#SBATCH --tmp=100G --cpu-bind=cores\n#SBATCH --parsable -N 2-4 --exclusive=user\n#SBATCH --signal=R:USR1\n"
+            "#SBATCH --reservation=r1 --requeue=expedite --kill-on-invalid-dep=no\n")
+    with pytest.raises(SbatchError, match="--cpu-bind: not an sbatch option"):  # srun's, not sbatch's
+        parse_sbatch(text, defaults=DEFAULTS)
+    fields, _ = parse_sbatch(text.replace(" --cpu-bind=cores", ""), defaults=DEFAULTS, warnings=warnings, flags=flags)
+    assert [w.split(": ", 2)[:2] for w in warnings] == [
+        ["line 2", "--mail-type"], ["line 3", "--mail-user"], ["line 4", "--hint"], ["line 4", "--distribution"],
+        ["line 5", "--gpu-bind"], ["line 5", "-m"], ["line 6", "--tmp"], ["line 7", "-N"], ["line 7", "--exclusive"],
+        ["line 8", "--signal"], ["line 9", "--reservation"], ["line 9", "--requeue"],
+        ["line 9", "--kill-on-invalid-dep"]]
+    assert all("\n" not in w for w in warnings)  # one line each
+    assert "Horizon sends no mail" in warnings[0] and "does not schedule local disk" in warnings[6]
+    assert flags == {"parsable"}  # #SBATCH --parsable is the command's output, as on its command line
+    assert fields["nodes"] == 2 and fields["exclusive"] is True
+
+
+def test_every_option_of_the_table_is_honoured_warned_or_refused_with_a_reason():
+    from services.cli.sbatch_options import OPTIONS
+
+    for name, opt in OPTIONS.items():
+        kinds = [bool(opt.unsupported), bool(opt.warn), bool(opt.horizon), opt.alias is not None]
+        assert sum(kinds) <= 1, name
+        if opt.alias is not None:
+            assert opt.alias in OPTIONS and OPTIONS[opt.alias].alias is None
 
 
 @pytest.mark.parametrize("directives, why", [
-    ("--exclusive", "line 2: --exclusive: not supported: Horizon does not reserve whole nodes"),
-    ("--constraint=skylake", "--constraint: not supported"),
-    ("-C skylake", "-C: not supported"),
-    ("--mail-type=END", "--mail-type: not supported: Horizon sends no mail"),
-    ("--nodelist=n1", "--nodelist: not supported"),
-    ("-w n1", "-w: not supported"),
-    ("--hold", "--hold: not supported: a job cannot be submitted held"),
-    ("--requeue", "--requeue: not supported"),
-    ("--signal=B:USR1@60", "--signal: not supported"),
+    ("--exclusive=everyone", "line 2: --exclusive: 'everyone' is not one of exclusive, allocation, user"),
+    ("--constraint=a100*2", "node counts (FEATURE*N) are not supported"),
+    ("-C '[a*2&b*4]'", "-C: '[a*2&b*4]': node counts"),
+    ("-C '[a&b]'", "'&' inside [...] asks for counted node sets"),
+    ("-C 'a|'", "ends where a feature was expected"),
+    ("-C '((a))'", "parentheses cannot be nested"),
+    ("-w 'n[1-'", "line 2: -w: 'n[1-': '[' is not closed"),
+    ("-w n[1-4]\n-N 2", "names 4 node(s) and --nodes asks for 2: Horizon runs a job on exactly the nodes listed"),
+    ("--signal=B:FOO@60", "--signal: 'FOO' is not a signal"),
+    ("--signal=USR1@99999", "is not a number of seconds from 0 to 65535"),
+    ("--time=10\n--time-min=20", "--time-min: 1200 s is more than the time limit"),
+    ("--requeue=later", "'later' is not one of , expedite"),
+    ("--immediate=soon", "is not a number of seconds"),
+    ("--mem-per-cpu=0", "0 is not a memory size here"),
+    ("--begin=now+1hour", "--begin: not supported"),
+    ("--licenses=matlab", "--licenses: not supported: Horizon has no licenses"),
     ("--wrap=x", "--wrap: only allowed on the command line"),
     ("--job-id=x", "--job-id: a horizon sbatch option: give it on the command line"),
-    ("--dependency=singleton", "singleton (one job of a name and user at a time) is not supported"),
     ("--dependency=aftercorr:1", "aftercorr (array task by array task) is not supported"),
     ("--dependency=afterok:1?afterok:2", "'?' (any one of them) is not supported"),
     ("--dependency=after:1+10", "a delay after the job starts (+minutes) is not supported"),
     ("--dependency=afterwards:1", "is not KIND:JOB"),
-    ("--gres=gpu:4\n--ntasks-per-node=3", "4 GPUs per node do not divide evenly over 3 task(s)"),
-    ("--gpus=6\n-N 4", "6 GPUs in all do not divide evenly over 4 task(s)"),
+    ("--gpus=6\n-N 4", "6 GPUs in all do not divide evenly over 4 node(s)"),
     ("--gres=gpu:a100:4\n--gpus-per-node=h100:4", "--gres: asks for GPU type a100 where --gpus-per-node asks for h100"),
-    ("--gres=gpu:4\n--gpus-per-task=2", "--gres: asks for 4 GPU(s) per task where --gpus-per-task asks for 2"),
+    ("--gres=gpu:4\n--gpus-per-task=2", "--gres: asks for 4 GPU(s) per node where --gpus-per-task asks for 2"),
+    ("--cpus-per-gpu=3\n--gres=gpu:1\n-n 2", "3 CPUs per node do not divide evenly over 2 task(s)"),
     ("--gres=shard:2", "only the gpu resource is supported"),
     ("--gpus=a100:2,v100:2", "GPUs of several types in one job are not supported"),
     ('--gres="gpu:A 100:2"', "not a GPU model"),
     ("--mem=4G\n--mem-per-cpu=1G", "--mem-per-cpu: and --mem exclude each other"),
-    ("--mem=0", "0 (all of each node's memory) is not supported"),
     ("--mem-per-gpu=4G", "needs GPUs"),
     ("--cpus-per-gpu=4", "needs GPUs"),
     ("-c 4\n--cpus-per-gpu=4\n--gres=gpu:1", "and --cpus-per-task exclude each other"),
     ("-c 0", "is not a number of CPUs"),
-    ("-N 2-4", "a range of node counts is not supported"),
+    ("-N 4-2", "the most nodes is fewer than the least"),
     ("-n 10\n-N 4", "10 tasks do not divide evenly over 4 node(s)"),
     ("-p a,,b", "an empty partition name in the list"),
     ("-p a.b", "'a.b' is not a partition name"),
     ("--time=INFINITE", "no time limit is not supported"),
     ("--array=5-1", "ends before it starts"),
     ("--open-mode=overwrite", "is not one of append, truncate"),
-    ("--kill-on-invalid-dep=no", "only 'yes' is supported"),
+    ("--kill-on-invalid-dep=maybe", "is not one of yes, no"),
     ("--output=%z.out", "%z is not a filename pattern Horizon knows"),
     ("--output=%5j.out", "zero padding only applies to %a, %n and %t"),
 ])
@@ -269,9 +359,10 @@ def test_what_cannot_be_honoured_is_an_error_naming_the_directive(directives, wh
 
 
 def test_every_problem_is_reported_with_its_line():
-    message = problems("--exclusive\n-N 2\n--mail-type=END\n--time=forever")
+    message = problems("--licenses=x\n-N 2\n--mail-type=END\n--time=forever\n-C a*2")
     assert message.startswith("3 problems:")
-    assert "line 2: --exclusive" in message and "line 4: --mail-type" in message and "line 5: --time" in message
+    assert "line 2: --licenses" in message and "line 5: --time" in message and "line 6: -C" in message
+    assert "--mail-type" not in message  # a warning, not a problem
 
 
 def test_a_script_must_start_with_a_shebang():
@@ -358,11 +449,11 @@ def _invoke(*args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("script, lines", [
-    ("bad_unsupported.sh", ["4 problems:", "line 3: --exclusive: not supported", "line 5: --mail-type",
-                            "line 6: --mail-user", "line 7: --constraint"]),
-    ("bad_singleton.sh", ["line 3: --dependency: singleton"]),
+    ("bad_unsupported.sh", ["3 problems:", "line 3: --licenses: not supported", "line 6: --bb: not supported",
+                            "line 7: --constraint: 'skylake*2': node counts"]),
+    ("bad_dependency_any.sh", ["line 3: --dependency: '?' (any one of them) is not supported"]),
     ("bad_no_shebang.sh", ["line 1: a batch script must begin with #!"]),
-    ("bad_gpu_split.sh", ["line 3: --gres: 4 GPUs per node do not divide evenly over 3 task(s)",
+    ("bad_gpu_split.sh", ["line 3: --gpus: 6 GPUs in all do not divide evenly over 4 node(s)",
                           "line 4: --time: no time limit is not supported"]),
     ("bad_unknown.sh", ["line 2: --frobnicate: not an sbatch option"]),
 ])
@@ -378,7 +469,7 @@ def test_the_real_command_refuses_without_a_traceback():
     done = subprocess.run([sys.executable, "-m", "services.cli.main", "sbatch", str(DATA / "bad_unsupported.sh")],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert "line 3: --exclusive: not supported" in done.stderr
+    assert "line 3: --licenses: not supported" in done.stderr
 
 
 def test_usage_errors():
@@ -388,8 +479,28 @@ def test_usage_errors():
     assert code == 2 and "--wrap takes the place of a script" in err
     code, _, err = _invoke("sbatch", "--dry-run", "--priority-class", "urgent", str(DATA / "pipeline_prep.sh"))
     assert code == 2 and "'urgent' is not one of critical" in err
-    code, _, err = _invoke("sbatch", "--dry-run", "--exclusive", str(DATA / "pipeline_prep.sh"))
-    assert code == 1 and "command line: --exclusive: not supported" in err
+    code, _, err = _invoke("sbatch", "--dry-run", "--licenses=x", str(DATA / "pipeline_prep.sh"))
+    assert code == 1 and "command line: --licenses: not supported" in err
+
+
+def test_warnings_go_to_stderr_one_line_each_and_a_parsable_directive_prints_the_id(tmp_path):
+    script = tmp_path / "warned.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --mail-type=END --mail-user=ann@example.org\n#SBATCH --parsable\n"
+                      "#SBATCH --export=ALL --hint=nomultithread --gpu-bind=closest\necho hi\n")
+    code, out, err = _invoke("sbatch", "--dry-run", "--job-id", "w-1", str(script))
+    assert code == 0, err
+    lines = err.splitlines()
+    assert lines[:5] == [f"horizon sbatch: warning: {w}" for w in (
+        "line 2: --mail-type: no effect here: Horizon sends no mail; follow the job with horizon watch --job JOB",
+        "line 2: --mail-user: no effect here: Horizon sends no mail; follow the job with horizon watch --job JOB",
+        "line 4: --export: ALL: Horizon does not copy your shell's environment into the job (the log is read by "
+        "others and keeps everything): the job has the node agent's environment and the variables named here",
+        "line 4: --hint: no effect here: Horizon does not lay out threads (compute_bound, nomultithread, ...): its "
+        "tasks get CPUs, memory and GPUs, with no socket, core or binding layout",
+        "line 4: --gpu-bind: no effect here: Horizon does not bind tasks to GPUs: each task sees its node's GPUs "
+        "of the job (srun --gpus-per-task gives each task its own)")]
+    code, out, err = _invoke("sbatch", "--dry-run", "-Q", "--job-id", "w-1", str(script))
+    assert code == 0 and err == ""  # -Q: nothing on success, warnings neither
 
 
 def test_dry_run_prints_the_submission_with_command_line_overrides():
@@ -422,16 +533,19 @@ GOOD: dict[str, tuple[str, dict[str, Any]]] = {
                                             dependencies=(c.Dependency(kind="after-ok", job_id="prep-001"),))),
     "pipeline_eval.sh": ("eval-001", dict(name="eval", gpus=1, time_limit_s=2 * 3600.0, dependencies=(
         c.Dependency(kind="after-any", job_id="train-001"), c.Dependency(kind="after-ok", job_id="prep-001")))),
-    "h100_finetune.sh": ("sft-001", dict(name="sft-70b", nodes=1, tasks_per_node=4, gpus=1, gpu_type="h100",
+    # four tasks share the node's four GPUs (each sees them all), as Slurm gives --gres to a node's tasks
+    "h100_finetune.sh": ("sft-001", dict(name="sft-70b", nodes=1, tasks_per_node=4, gpus=0, gpus_per_node=4,
+                                         gpu_type="h100",
                                          gpu_variant="80gb", cpus_milli=8000, memory_bytes=100 * GiB,
                                          time_limit_s=2 * 86400 + 12 * 3600.0, qos="high", nice=10)),
     "cpu_mpi.sh": ("cfd-001", dict(name="cfd", nodes=2, tasks_per_node=32, gpus=0, cpus_milli=1000,
                                    memory_bytes=2000 * MiB, time_limit_s=8 * 3600.0, account="hpc")),
-    "gpus_total.sh": ("megatron-001", dict(nodes=2, tasks_per_node=8, gpus=1, cpus_milli=6000,
+    "gpus_total.sh": ("megatron-001", dict(nodes=2, tasks_per_node=8, gpus=0, gpus_per_node=8, cpus_milli=6000,
                                            memory_bytes=50 * GiB, time_limit_s=7 * 86400.0)),
     "notebook_export.sh": ("nightly-001", dict(name="nightly eval", cpus_milli=2000, memory_bytes=8 * GiB,
                                                time_limit_s=1800.0, labels={"comment": "nightly regression run"})),
-    "short_forms.sh": ("quick-001", dict(name="quick-final", nodes=1, tasks_per_node=4, gpus=1, gpu_type="a100",
+    "short_forms.sh": ("quick-001", dict(name="quick-final", nodes=1, tasks_per_node=4, gpus=0, gpus_per_node=4,
+                                         gpu_type="a100",
                                          cpus_milli=2000, memory_bytes=4 * GiB, time_limit_s=300.0, qos="low")),
 }
 
@@ -478,7 +592,7 @@ async def test_every_good_script_is_accepted_with_its_resources(nats_server, tmp
     ("afterok:a?afterok:b", "'?' (any one of them) is not supported"),
     ("after:a+10", "a delay after the job starts (+minutes) is not supported"),
     ("afterok:bad/id", "'bad/id' is not a job id"),
-    ("singleton", "singleton (one job of a name and user at a time) is not supported"),
+    ("afterok:a,frobnicate", "'frobnicate' is not KIND:JOB"),
     ("after-ok:a", "is not KIND:JOB"),
 ])
 def test_submit_reads_dependency_with_the_same_strict_parser_as_sbatch(text, why):

@@ -48,11 +48,14 @@ from services.cli.slurm_values import (
     Problem,
     gpu_spec,
     gres,
-    parse_dependencies,
+    host_list,
+    parse_dependency_list,
     slurm_memory,
+    slurm_signal,
     slurm_time,
     whole_number,
 )
+from services.domain.features import ConstraintError, parse_constraint
 from services.domain.output import pattern_problem
 from services.cli.submitter import check_submission, new_job_id, print_warnings, report_check, send_submission
 
@@ -87,13 +90,17 @@ def _interpreter(text: str) -> list[str]:
 
 
 def parse_sbatch(text: str, *, defaults: SbatchDefaults, command_line: Sequence[str] = (),
-                 wrap: str | None = None) -> tuple[dict[str, Any], str]:
+                 wrap: str | None = None, warnings: list[str] | None = None,
+                 flags: set[str] | None = None) -> tuple[dict[str, Any], str]:
     """The ``JobSubmitted`` fields a batch script and command-line options make, and the script's body
     (what follows the directives). Raises ``SbatchError`` listing every problem.
 
     ``command_line``: sbatch options given on the command line (they override the script's). Horizon's
     own options (``--job-id``, ``--tenant`` ...) are the caller's and are refused here.
     ``wrap``: the command of ``sbatch --wrap`` (then ``text`` is ignored, as no script is read).
+    ``warnings``: gets one line per directive accepted that does less here than in Slurm (where, the
+    option, what it would do), in the order given. ``flags``: gets the output options given as
+    directives (``parsable``, ``quiet``, ``verbose``), which are the command's to honour.
     """
     problems: list[str] = []
     if wrap is None:
@@ -112,22 +119,39 @@ def parse_sbatch(text: str, *, defaults: SbatchDefaults, command_line: Sequence[
             problems.append(d.problem("a horizon sbatch option: give it on the command line"))
         elif d.option in COMMAND_LINE_ONLY:
             problems.append(d.problem("only allowed on the command line"))
-    for d in [*directives, *cli]:
+    notes: list[tuple[int, str]] = []  # (the directive's place among all given, the warning)
+    every = [*directives, *cli]
+    place = {id(d): i for i, d in enumerate(every)}
+    for d in every:
         opt = OPTIONS[d.option]
         if opt.unsupported:
             problems.append(d.problem(f"not supported: {opt.unsupported}"))
         elif opt.horizon:
             if d.where == "command line":
                 problems.append(d.problem("not an sbatch option (horizon sbatch reads it before the script)"))
+        elif opt.warn:
+            notes.append((place[id(d)], d.problem(f"no effect here: {opt.warn}")))
+        elif d.option in _OUTPUT_FLAGS and flags is not None:
+            flags.add(d.option)
     given: dict[str, Directive] = {}
     for d in [*directives, *cli]:  # later wins; the command line last
         opt = OPTIONS[d.option]
         if not (opt.unsupported or opt.horizon or d.option in COMMAND_LINE_ONLY and d.where != "command line"):
             given[d.option] = d
-    fields = _resolve(given, defaults, interpreter, problems)
+    # --requeue and --no-requeue set one thing: the later of them counts
+    last = next((d.option for d in reversed([*directives, *cli]) if d.option in ("requeue", "no-requeue")), None)
+    if last is not None:
+        given.pop("no-requeue" if last == "requeue" else "requeue", None)
+    fields = _resolve(given, defaults, interpreter, problems,
+                      lambda d, text: notes.append((place[id(d)], d.problem(text))))
     if problems:
         raise SbatchError(sorted(problems, key=_line_of))
+    if warnings is not None:
+        warnings.extend(text for _, text in sorted(notes))
     return fields, body
+
+
+_OUTPUT_FLAGS = ("parsable", "quiet", "verbose")
 
 
 def _line_of(problem: str) -> int:
@@ -148,13 +172,14 @@ def _value(given: dict[str, Directive], name: str, parse: Any, problems: list[st
     return None
 
 
-def _nodes(text: str) -> int:
+def _nodes(text: str) -> tuple[int, int]:
+    """``N`` or ``MIN-MAX`` -> (MIN, MAX)."""
     low, sep, high = text.partition("-")
     n = whole_number(low, "a number of nodes")
-    if sep and whole_number(high, "a number of nodes") != n:
-        raise Problem(f"{text!r}: a range of node counts is not supported: Horizon's gangs have a fixed number "
-                       "of nodes")
-    return n
+    most = whole_number(high, "a number of nodes") if sep else n
+    if most < n:
+        raise Problem(f"{text!r}: the most nodes is fewer than the least")
+    return n, most
 
 
 def _partitions(text: str) -> list[str]:
@@ -193,12 +218,14 @@ def _export(text: str) -> list[tuple[str, str | None]]:
         raise Problem("is empty")
     if items[0].upper() in ("NONE", "NIL") and len(items) == 1:
         return []
-    if any(x.upper() == "ALL" for x in items):
-        raise Problem("copying the whole environment (ALL, Slurm's default) is not supported: the log is read "
-                       "by others and keeps everything; name the variables: --export=VAR,VAR=value")
     out: list[tuple[str, str | None]] = []
+    if items[0].upper() == "ALL":  # Slurm's default; the variables named with it: see _resolve
+        out.append(("ALL", None))
+        items = items[1:]
     for item in items:
         name, eq, value = item.partition("=")
+        if name.upper() in ("ALL", "NONE", "NIL"):
+            raise Problem(f"{name} comes first, alone or before the variables (--export=ALL,VAR=value)")
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
             raise Problem(f"{name!r} is not a variable name")
         out.append((name, value if eq else None))
@@ -221,15 +248,32 @@ def _text(text: str) -> str:
 
 
 def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter: list[str],
-             problems: list[str]) -> dict[str, Any]:
+             problems: list[str], warn: Any) -> dict[str, Any]:
     def get(name: str, parse: Any) -> Any:
         return _value(given, name, parse, problems)
 
     def fail(name: str, text: str) -> None:
         problems.append(given[name].problem(text))
 
+    def note(name: str, text: str) -> None:
+        warn(given[name], text)
+
     # -- shape: nodes x tasks per node (Horizon's gangs are uniform)
-    nodes = get("nodes", _nodes)
+    node_range = get("nodes", _nodes)
+    nodes = None
+    if node_range is not None:
+        nodes = node_range[0]
+        if node_range[1] != nodes:  # Slurm may give the job any count in the range: the least is one
+            note("nodes", f"runs on {nodes} node(s), the least of {node_range[0]}-{node_range[1]}: Horizon's gangs "
+                          "have a fixed number of nodes")
+    nodelist = get("nodelist", host_list)
+    if nodelist is not None:  # the job runs on exactly these: they make its node count
+        if nodes is None:
+            nodes = len(nodelist)
+        elif nodes != len(nodelist):
+            fail("nodelist", f"names {len(nodelist)} node(s) and --nodes asks for {nodes}: Horizon runs a job on "
+                             "exactly the nodes listed")
+    excluded = get("exclude", host_list)
     ntasks = get("ntasks", lambda t: whole_number(t, "a number of tasks"))
     per_node = get("ntasks-per-node", lambda t: whole_number(t, "a number of tasks per node"))
     if ntasks is not None:
@@ -247,36 +291,44 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
     per_node = per_node or 1
     tasks = nodes * per_node
 
-    # -- GPUs per task, from whichever form was given (they must agree)
+    # -- GPUs: each form says how many a node holds (they must agree); then per task, or shared
     gpu_type: str | None = None
-    gpus_per_task: int | None = None
-    gpu_forms: list[tuple[str, str | None, int | None]] = []  # option, type, per task
-    for name, parse, divisor in (("gpus-per-task", lambda t: gpu_spec(t, "GPUs"), 1),
-                                 ("gpus-per-node", lambda t: gpu_spec(t, "GPUs"), per_node),
-                                 ("gres", gres, per_node),
-                                 ("gpus", lambda t: gpu_spec(t, "GPUs"), tasks)):
+    node_gpus: int | None = None
+    gpu_forms: list[tuple[str, str | None, int]] = []  # option, type, per node
+    for name, parse in (("gpus-per-task", lambda t: gpu_spec(t, "GPUs")),
+                        ("gpus-per-node", lambda t: gpu_spec(t, "GPUs")),
+                        ("gres", gres),
+                        ("gpus", lambda t: gpu_spec(t, "GPUs"))):
         spec = get(name, parse)
         if spec is None:
             continue
         kind, count = spec
-        if count % divisor:
-            scope = "per node" if divisor == per_node and name != "gpus" else "in all"
-            fail(name, f"{count} GPUs {scope} do not divide evenly over {divisor} task(s): Horizon gives each task "
-                       "whole GPUs")
-            continue
-        gpu_forms.append((name, kind, count // divisor))
+        if name == "gpus-per-task":
+            count *= per_node
+        elif name == "gpus":
+            if count % nodes:
+                fail(name, f"{count} GPUs in all do not divide evenly over {nodes} node(s): Horizon gives every "
+                           "node of a job the same GPUs")
+                continue
+            count //= nodes
+        gpu_forms.append((name, kind, count))
     type_from = ""
     for name, kind, count in gpu_forms:
-        if gpus_per_task is not None and count != gpus_per_task:
-            fail(name, f"asks for {count} GPU(s) per task where --{gpu_forms[0][0]} asks for {gpus_per_task}")
+        if node_gpus is not None and count != node_gpus:
+            fail(name, f"asks for {count} GPU(s) per node where --{gpu_forms[0][0]} asks for {node_gpus}")
         if kind and gpu_type and kind != gpu_type:
             fail(name, f"asks for GPU type {kind} where --{type_from} asks for {gpu_type}")
-        gpus_per_task = count if gpus_per_task is None else gpus_per_task
+        node_gpus = count if node_gpus is None else node_gpus
         if kind and not gpu_type:
             gpu_type, type_from = kind, name
-    gpus = gpus_per_task or 0
-    if gpus == 0:
+    node_gpus = node_gpus or 0
+    if node_gpus == 0:
         gpu_type = None
+    # --gpus-per-task gives each task its own GPUs; the per-node and per-job forms give a node's GPUs to
+    # all its tasks together (each sees them all), as Slurm does without --gpu-bind.
+    per_task_gpus = "gpus-per-task" in given or per_node == 1
+    gpus = node_gpus // per_node if per_task_gpus else 0
+    shared_gpus = 0 if per_task_gpus else node_gpus
 
     # -- CPUs per task
     cpus = get("cpus-per-task", lambda t: whole_number(t, "a number of CPUs"))
@@ -284,34 +336,43 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
     if cpus_per_gpu is not None:
         if "cpus-per-task" in given:
             fail("cpus-per-gpu", "and --cpus-per-task exclude each other (as in Slurm)")
-        elif gpus == 0:
+        elif node_gpus == 0:
             fail("cpus-per-gpu", "needs GPUs (--gres, --gpus, --gpus-per-node or --gpus-per-task)")
+        elif cpus_per_gpu * node_gpus % per_node:
+            fail("cpus-per-gpu", f"{cpus_per_gpu * node_gpus} CPUs per node do not divide evenly over "
+                                 f"{per_node} task(s): give --cpus-per-task")
         else:
-            cpus = cpus_per_gpu * gpus
+            cpus = cpus_per_gpu * node_gpus // per_node
     cpus = cpus or 1
 
     # -- memory per task (Horizon counts memory per task; --mem is per node)
     memory: int | None = None
+    whole_memory = False
     mem_forms = [name for name in ("mem", "mem-per-cpu", "mem-per-gpu") if name in given]
     if len(mem_forms) > 1:
         fail(mem_forms[1], f"and --{mem_forms[0]} exclude each other (as in Slurm)")
     elif mem_forms:
         size = get(mem_forms[0], slurm_memory)
         if size is not None:
-            if size == 0:
-                fail(mem_forms[0], "0 (all of each node's memory) is not supported: give an amount")
+            if size == 0 and mem_forms[0] == "mem":
+                whole_memory = True  # all of each node's memory (Slurm's --mem=0)
+            elif size == 0:
+                fail(mem_forms[0], "0 is not a memory size here (--mem=0 asks for all of each node's memory)")
             elif mem_forms[0] == "mem":
                 memory = -(-size // per_node)  # per node -> per task, rounded up to a byte
             elif mem_forms[0] == "mem-per-cpu":
                 memory = size * cpus
-            elif gpus == 0:
+            elif node_gpus == 0:
                 fail("mem-per-gpu", "needs GPUs (--gres, --gpus, --gpus-per-node or --gpus-per-task)")
             else:
-                memory = size * gpus
+                memory = -(-size * node_gpus // per_node)
 
     time_limit = get("time", slurm_time)
+    time_min = get("time-min", slurm_time)
+    if time_min is not None and time_limit is not None and time_min > time_limit:
+        fail("time-min", f"{time_min:g} s is more than the time limit (--time, {time_limit:g} s)")
     array = get("array", _array)
-    dependencies = get("dependency", parse_dependencies)
+    dependency = get("dependency", parse_dependency_list)
     nice = get("nice", _nice)
     partitions = get("partition", _partitions)
     qos = get("qos", _text)
@@ -320,11 +381,28 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
     comment = get("comment", lambda t: t)
     export = get("export", _export)
     open_mode = get("open-mode", _choice("append", "truncate"))
-    get("kill-on-invalid-dep", _kill_on_invalid_dep)
+    if get("kill-on-invalid-dep", _choice("yes", "no")) == "no":
+        note("kill-on-invalid-dep", "no effect here: Horizon ends a job whose dependency can never be met "
+                                    "(DEPENDENCY_NEVER_SATISFIED) rather than leaving it pending")
     output = get("output", _output_pattern)
     error = get("error", _output_pattern)
     chdir = get("chdir", _text)
     image = get("container-image", _text)
+    constraint = get("constraint", _constraint)
+    exclusive = get("exclusive", _exclusive)
+    if exclusive in ("user", "mcs", "topo"):
+        note("exclusive", f"={exclusive}: Horizon gives the job whole nodes, shared with no other job")
+    requeue = get("requeue", _choice("", "expedite"))
+    if requeue == "expedite":
+        note("requeue", "=expedite: Horizon requeues the job with its own priority, not the highest")
+    signal = get("signal", slurm_signal)
+    if signal is not None and signal[1]:
+        note("signal", "R: Horizon has no reservations with a start delay to overlap; the signal is sent as asked")
+    immediate = get("immediate", lambda t: whole_number(t, "a number of seconds") if t else 1)
+    if immediate is not None:
+        note("immediate", f"Horizon submits the job, which ends UNSCHEDULABLE if it has not started within "
+                          f"{immediate} s (Slurm would not submit it)")
+    get("wait-all-nodes", _choice("0", "1"))
     if problems:
         return {}
 
@@ -333,30 +411,38 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
     name = name if name is not None else (Path(defaults.script_path).name if defaults.script_path else "wrap")
     env: dict[str, str] = {}
     for var, value in export or []:
-        if value is not None:
-            env[var] = value
+        if var == "ALL":
+            note("export", "ALL: Horizon does not copy your shell's environment into the job (the log is read by "
+                           "others and keeps everything): the job has the node agent's environment and the "
+                           "variables named here")
+        elif value is not None:
+            # With ALL, Slurm lets the caller's own value win over the one given here.
+            has_all = export[0][0] == "ALL"
+            env[var] = defaults.environ[var] if has_all and var in defaults.environ else value
         elif var in defaults.environ:
             env[var] = defaults.environ[var]
     env.update(_slurm_environment(defaults, user, account, nodes, per_node, tasks, cpus if (
-        "cpus-per-task" in given or "cpus-per-gpu" in given) else None, gpus * per_node, qos, array,
+        "cpus-per-task" in given or "cpus-per-gpu" in given) else None, node_gpus, qos, array,
         "ntasks-per-node" in given))
     workdir = os.path.join(defaults.workdir, chdir) if chdir else defaults.workdir
     program = interpreter if defaults.script_path == "" else [*interpreter, defaults.script_path]
     command = ["/bin/sh", "-c", _wrapper(array is not None, nodes, [*program, *defaults.script_args]), "horizon-sbatch"]
+    dependencies, singleton = dependency if dependency is not None else ([], False)
     fields: dict[str, Any] = {
         "name": name,
         "account": account,
         "user": user,
         "command": command,
         "env": env,
-        # No --mem*: null, so the partition's DefMemPerCPU/GPU applies (else 1 GiB per task)
-        "resources": c.ResourceRequest(cpus=str(cpus), memory=memory, gpus=gpus,
+        # No --mem*: null, so the partition's DefMemPerCPU/GPU applies (else 1 GiB per task); --mem=0: all of
+        # each node's (whole_node_memory)
+        "resources": c.ResourceRequest(cpus=str(cpus), memory=0 if whole_memory else memory, gpus=gpus,
                                        gpu_type=gpu_type),
         "nodes": nodes,
         "tasks_per_node": per_node,
         "time_limit_s": time_limit,
         "array": array,
-        "dependencies": dependencies or [],
+        "dependencies": dependencies,
         "nice": nice or 0,
         "qos": qos or "",
         "partitions": partitions or [],
@@ -368,14 +454,41 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
         "open_mode": open_mode or "truncate",
         "image": image or "",
     }
+    # Slurm's directives, each set only when given (a JobSubmitted without them means what it meant)
+    extra: dict[str, Any] = {
+        "gpus_per_node": shared_gpus,
+        "exclusive": exclusive not in (None, "oversubscribe"),
+        "whole_node_memory": whole_memory,
+        "constraint": constraint or "",
+        "nodelist": [given["nodelist"].value] if nodelist else [],
+        "exclude_nodes": [given["exclude"].value] if excluded else [],
+        "requeue": "no-requeue" not in given,
+        "time_min_s": time_min,
+        "limit_signal": signal[0] if signal is not None else None,
+        "singleton": singleton,
+        "hold": "hold" in given,
+        "scheduling_timeout_s": float(immediate) if immediate is not None else None,
+    }
+    defaults_of = c.JobSubmitted(job_id="x", tenant="x")
+    fields.update({k: v for k, v in extra.items() if v != getattr(defaults_of, k)})
     return fields
 
 
-def _kill_on_invalid_dep(text: str) -> bool:
-    if text.lower() != "yes":
-        raise Problem("only 'yes' is supported: Horizon ends a job whose dependency can never be met "
-                       "(DEPENDENCY_NEVER_SATISFIED)")
-    return True
+def _constraint(text: str) -> str:
+    try:
+        return parse_constraint(text).text
+    except ConstraintError as exc:
+        raise Problem(f"{text!r}: {exc}") from None
+
+
+def _exclusive(text: str) -> str:
+    """``--exclusive[=exclusive|allocation|user|mcs|topo|oversubscribe]``, normalised (no value: exclusive)."""
+    value = text.strip().lower() or "exclusive"
+    if value == "allocation":
+        value = "exclusive"
+    if value not in ("exclusive", "user", "mcs", "topo", "oversubscribe"):
+        raise Problem(f"{text!r} is not one of exclusive, allocation, user, mcs, topo, oversubscribe")
+    return value
 
 
 def _slurm_environment(defaults: SbatchDefaults, user: str, account: str, nodes: int, per_node: int, tasks: int,
@@ -477,7 +590,9 @@ def split_command_line(args: Sequence[str]) -> tuple[dict[str, Any], list[str], 
     return ours, sbatch, rest[:1], rest[1:]
 
 
-def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, str]:
+def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, str, list[str]]:
+    """Horizon's options (with the output flags given as directives), the job, the script's text, and
+    the warnings about directives that do less here than in Slurm."""
     ours, sbatch, script, script_args = split_command_line(args)
     sbatch_opts = [o for o in sbatch if not o.startswith("--wrap=")]
     wrap = next((o[len("--wrap="):] for o in sbatch if o.startswith("--wrap=")), None)
@@ -496,11 +611,16 @@ def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, st
     user = default_user()
     defaults = SbatchDefaults(user=user, workdir=os.getcwd(), script_path=path, script_args=tuple(script_args),
                               environ=dict(os.environ))
+    notes: list[str] = []
+    flags: set[str] = set()
     try:
-        fields, _ = parse_sbatch(text, defaults=defaults, command_line=sbatch_opts, wrap=wrap)
+        fields, _ = parse_sbatch(text, defaults=defaults, command_line=sbatch_opts, wrap=wrap, warnings=notes,
+                                 flags=flags)
     except SbatchError as exc:
         name = script[0] if script else "--wrap"
         raise click.ClickException(f"{name}: " + str(exc)) from None
+    for flag in flags:  # #SBATCH --parsable, -Q, -v: the command's output, as on its command line
+        ours.setdefault(flag, True)
     tenant = ours.get("tenant") or tenant_for(ours.get("nats"))  # a tenant's URL names its tenant (up --auth)
     job_id = ours.get("job-id") or new_job_id(user)
     if ours.get("priority-class") is not None:
@@ -516,7 +636,7 @@ def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, st
                                      param_hint="--sim-runtime") from None
     event = c.JobSubmitted(ts=time.time(), source="horizon-sbatch", correlation_id=job_id, job_id=job_id,
                            tenant=tenant, **fields)
-    return ours, event, text
+    return ours, event, text, notes
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -545,9 +665,9 @@ def sbatch(args: tuple[str, ...]) -> None:
       -Q, --quiet            print nothing on success
       -v, --verbose          also print the job's resources to stderr
     """
-    ours, event, text = _submission(args)
+    ours, event, text, notes = _submission(args)
     if not ours.get("quiet"):
-        for warning in script_warnings(text, event.nodes):
+        for warning in [*notes, *script_warnings(text, event.nodes)]:
             click.echo(f"horizon sbatch: warning: {warning}", err=True)
     if ours.get("dry-run"):
         click.echo(msgspec.json.encode(event).decode())

@@ -47,105 +47,106 @@ class _Opt:
     arg: str  # REQUIRED | OPTIONAL | NONE
     unsupported: str | None = None  # why Horizon cannot honour it (None: supported)
     horizon: bool = False  # a horizon sbatch option (command line only), not Slurm's
+    warn: str | None = None  # accepted with this warning: what it does in Slurm that it does not do here
+    alias: str | None = None  # another spelling of this option (Slurm's deprecated --tasks-per-node)
 
 
 def _opts() -> dict[str, _Opt]:
     ok = [
         ("account", "A", REQUIRED), ("array", "a", REQUIRED), ("chdir", "D", REQUIRED), ("comment", None, REQUIRED),
-        ("container-image", None, REQUIRED),
+        ("constraint", "C", REQUIRED), ("container-image", None, REQUIRED),
         ("cpus-per-gpu", None, REQUIRED), ("cpus-per-task", "c", REQUIRED), ("dependency", "d", REQUIRED),
-        ("error", "e", REQUIRED), ("export", None, REQUIRED), ("gpus", "G", REQUIRED),
-        ("gpus-per-node", None, REQUIRED), ("gpus-per-task", None, REQUIRED), ("gres", None, REQUIRED),
+        ("error", "e", REQUIRED), ("exclude", "x", REQUIRED), ("exclusive", None, OPTIONAL), ("export", None, REQUIRED),
+        ("gpus", "G", REQUIRED), ("gpus-per-node", None, REQUIRED), ("gpus-per-task", None, REQUIRED),
+        ("gres", None, REQUIRED), ("hold", "H", NONE), ("ignore-pbs", None, NONE), ("immediate", "I", OPTIONAL),
         ("job-name", "J", REQUIRED), ("kill-on-invalid-dep", None, REQUIRED), ("mem", None, REQUIRED),
         ("mem-per-cpu", None, REQUIRED), ("mem-per-gpu", None, REQUIRED), ("nice", None, OPTIONAL),
-        ("nodes", "N", REQUIRED), ("ntasks", "n", REQUIRED), ("ntasks-per-node", None, REQUIRED),
-        ("open-mode", None, REQUIRED), ("output", "o", REQUIRED), ("parsable", None, NONE),
-        ("partition", "p", REQUIRED), ("qos", "q", REQUIRED), ("quiet", "Q", NONE), ("time", "t", REQUIRED),
-        ("verbose", "v", NONE), ("wrap", None, REQUIRED),
+        ("nodelist", "w", REQUIRED), ("nodes", "N", REQUIRED), ("no-requeue", None, NONE), ("ntasks", "n", REQUIRED),
+        ("ntasks-per-node", None, REQUIRED), ("open-mode", None, REQUIRED), ("output", "o", REQUIRED),
+        ("parsable", None, NONE), ("partition", "p", REQUIRED), ("qos", "q", REQUIRED), ("quiet", "Q", NONE),
+        ("requeue", None, OPTIONAL), ("signal", None, REQUIRED), ("time", "t", REQUIRED), ("time-min", None, REQUIRED),
+        ("verbose", "v", NONE), ("wait-all-nodes", None, REQUIRED), ("wrap", None, REQUIRED),
     ]
-    no_exclusive = "Horizon does not reserve whole nodes; ask for the node's CPUs, memory and GPUs instead"
-    no_nodes = "Horizon does not pin jobs to named nodes; use horizon submit --node-selector with node labels"
-    no_layout = "Horizon places tasks by CPUs, memory and GPUs only; it has no socket, core or binding layout"
-    no_mail = "Horizon sends no mail; follow a job with horizon watch --job JOB"
-    unsupported = [
-        ("acctg-freq", None, REQUIRED, "Horizon has no accounting sampling"),
-        ("batch", None, REQUIRED, "Horizon has no batch-host features"),
-        ("bb", None, REQUIRED, "Horizon has no burst buffers"),
-        ("bbf", None, REQUIRED, "Horizon has no burst buffers"),
-        ("begin", "b", REQUIRED, "Horizon has no deferred start; submit the job later"),
-        ("cluster-constraint", None, REQUIRED, "Horizon schedules one cluster"),
-        ("clusters", "M", REQUIRED, "Horizon schedules one cluster"),
-        ("constraint", "C", REQUIRED, "Horizon has no node features; use horizon submit --node-selector with "
-                                      "node labels, or a GPU type with --gres=gpu:TYPE:N"),
-        ("container", None, REQUIRED, "Horizon takes an image, not an OCI bundle: use --container-image"),
-        ("container-id", None, REQUIRED, "Horizon names its containers itself: use --container-image"),
-        ("contiguous", None, NONE, no_nodes),
-        ("core-spec", "S", REQUIRED, no_layout),
+    aliases = [("tasks-per-node", None, REQUIRED, "ntasks-per-node")]  # getopt_long: --tasks is its prefix
+    no_layout = "Horizon gives tasks CPUs, memory and GPUs, with no socket, core or binding layout"
+    # Accepted with a warning: they change how fast or where a job runs, or who is told, not what it computes.
+    warned = [
+        ("acctg-freq", None, REQUIRED, "Horizon samples no accounting data while a job runs"),
+        ("batch", None, REQUIRED, "Horizon runs the script on the job's first node, whatever its features"),
+        ("contiguous", None, NONE, "Horizon does not look for nodes with consecutive names"),
+        ("core-spec", "S", REQUIRED, "Horizon reserves no cores for the system"),
         ("cores-per-socket", None, REQUIRED, no_layout),
         ("cpu-freq", None, REQUIRED, "Horizon does not set CPU frequencies"),
-        ("deadline", None, REQUIRED, "Horizon has no deadline; horizon submit --scheduling-timeout gives up on a "
-                                     "job not started in time"),
+        ("deadline", None, REQUIRED, "Horizon does not cancel a job that could not end by a deadline (horizon "
+                                     "submit --scheduling-timeout gives up on one not started in time)"),
         ("delay-boot", None, REQUIRED, "Horizon does not reboot nodes"),
-        ("distribution", "m", REQUIRED, no_layout),
-        ("exclude", "x", REQUIRED, no_nodes),
-        ("exclusive", None, OPTIONAL, no_exclusive),
-        ("export-file", None, REQUIRED, "name the variables with --export=VAR,VAR=value"),
-        ("extra", None, REQUIRED, "Horizon has no node features"),
+        ("distribution", "m", REQUIRED, "Horizon places a job's tasks in blocks, node by node, with no socket "
+                                        "or core layout"),
         ("extra-node-info", "B", REQUIRED, no_layout),
-        ("get-user-env", None, OPTIONAL, "Horizon does not load login environments"),
-        ("gid", None, REQUIRED, "Horizon runs jobs as the node agent's user"),
-        ("gpu-bind", None, REQUIRED, no_layout),
+        ("get-user-env", None, OPTIONAL, "Horizon does not load a login environment: the job has the node "
+                                         "agent's environment and the variables of --export"),
+        ("gpu-bind", None, REQUIRED, "Horizon does not bind tasks to GPUs: each task sees its node's GPUs of "
+                                     "the job (srun --gpus-per-task gives each task its own)"),
         ("gpu-freq", None, REQUIRED, "Horizon does not set GPU frequencies"),
         ("gpus-per-socket", None, REQUIRED, no_layout),
         ("gres-flags", None, REQUIRED, no_layout),
-        ("hint", None, REQUIRED, no_layout),
-        ("hold", "H", NONE, "a job cannot be submitted held; submit it, then horizon hold JOB"),
-        ("ignore-pbs", None, NONE, "Horizon reads only #SBATCH directives"),
-        ("immediate", "I", OPTIONAL, "Horizon has no immediate mode"),
-        ("input", "i", REQUIRED, "Horizon does not connect a job's standard input"),
-        ("jobid", None, REQUIRED, "Horizon job ids are given with horizon sbatch --job-id"),
-        ("licenses", "L", REQUIRED, "Horizon has no licenses"),
-        ("mail-type", None, REQUIRED, no_mail),
-        ("mail-user", None, REQUIRED, no_mail),
+        ("hint", None, REQUIRED, "Horizon does not lay out threads (compute_bound, nomultithread, ...): its tasks "
+                                 "get CPUs, memory and GPUs, with no socket, core or binding layout"),
+        ("mail-type", None, REQUIRED, "Horizon sends no mail; follow the job with horizon watch --job JOB"),
+        ("mail-user", None, REQUIRED, "Horizon sends no mail; follow the job with horizon watch --job JOB"),
         ("mcs-label", None, REQUIRED, "Horizon has no MCS labels"),
-        ("mem-bind", None, REQUIRED, no_layout),
-        ("mincpus", None, REQUIRED, "ask for CPUs per task with --cpus-per-task"),
+        ("mem-bind", None, REQUIRED, "Horizon does not bind memory to NUMA nodes (its cgroup keeps a job's CPUs "
+                                     "near its GPUs)"),
+        ("mincpus", None, REQUIRED, "Horizon picks nodes by the CPUs the job asks (--cpus-per-task)"),
         ("network", None, REQUIRED, "Horizon has no network options"),
-        ("no-kill", "k", OPTIONAL, "Horizon ends a job whose node is lost"),
-        ("no-requeue", None, NONE, "Horizon's requeue is its restart policy (horizon submit --restart-policy)"),
-        ("nodefile", "F", REQUIRED, no_nodes),
-        ("nodelist", "w", REQUIRED, no_nodes),
+        ("no-kill", "k", OPTIONAL, "Horizon ends a job whose node is lost (and requeues it unless --no-requeue)"),
         ("ntasks-per-core", None, REQUIRED, no_layout),
-        ("ntasks-per-gpu", None, REQUIRED, "give --ntasks-per-node and --gpus-per-task"),
         ("ntasks-per-socket", None, REQUIRED, no_layout),
-        ("overcommit", "O", NONE, "Horizon never overcommits CPUs"),
-        ("oversubscribe", "s", NONE, "Horizon never oversubscribes resources"),
+        ("overcommit", "O", NONE, "Horizon never overcommits: each task gets its CPUs"),
+        ("oversubscribe", "s", NONE, "Horizon shares a node's free resources between jobs anyway, never the "
+                                     "same CPUs or GPUs"),
         ("power", None, REQUIRED, "Horizon has no power options"),
-        ("prefer", None, REQUIRED, "Horizon has no node features"),
-        ("priority", None, REQUIRED, "use --qos, --nice, or horizon sbatch --priority-class"),
-        ("profile", None, REQUIRED, "Horizon does not profile jobs (a Horizon profile is --partition)"),
-        ("propagate", None, OPTIONAL, "Horizon does not propagate resource limits"),
+        ("prefer", None, REQUIRED, "Horizon has no soft node features (--constraint is honoured)"),
+        ("priority", None, REQUIRED, "only operators set a job's priority; use --qos, --nice, or horizon sbatch "
+                                     "--priority-class"),
+        ("profile", None, REQUIRED, "Horizon does not profile jobs (a Horizon placement profile is "
+                                    "horizon submit --profile)"),
+        ("propagate", None, OPTIONAL, "Horizon does not copy your shell's resource limits (ulimit) to the job"),
         ("reboot", None, NONE, "Horizon does not reboot nodes"),
-        ("requeue", None, NONE, "Horizon's requeue is its restart policy (horizon submit --restart-policy)"),
-        ("reservation", None, REQUIRED, "Horizon's reservations belong to accounts: a job of the account may use "
+        ("reservation", None, REQUIRED, "Horizon's reservations belong to accounts: a job of the account uses "
                                         "them without naming them"),
-        ("signal", None, REQUIRED, "Horizon signals a job only when it is preempted (its checkpoint signal, "
-                                   "horizon submit), not before its time limit"),
         ("sockets-per-node", None, REQUIRED, no_layout),
-        ("spread-job", None, NONE, no_layout),
-        ("switches", None, REQUIRED, "Horizon places a gang inside one interconnect domain by itself"),
-        ("test-only", None, NONE, "horizon sbatch --dry-run prints the job without submitting it (no start "
-                                  "estimate)"),
+        ("spread-job", None, NONE, "Horizon packs a job's tasks on as few nodes as its shape says"),
+        ("switches", None, REQUIRED, "Horizon keeps a gang inside one interconnect domain when it can, by itself"),
         ("thread-spec", None, REQUIRED, no_layout),
         ("threads-per-core", None, REQUIRED, no_layout),
-        ("time-min", None, REQUIRED, "Horizon has one time limit per job (--time)"),
-        ("tmp", None, REQUIRED, "Horizon does not schedule local disk"),
+        ("tmp", None, REQUIRED, "Horizon does not schedule local disk: the job gets what its node has"),
+        ("use-min-nodes", None, NONE, "Horizon's gangs have the number of nodes given (the least of a range)"),
+        ("wckey", None, REQUIRED, "Horizon has no workload keys"),
+    ]
+    # Refused: running the job without them would compute something else, or do something else.
+    unsupported = [
+        ("bb", None, REQUIRED, "Horizon has no burst buffers: the data the job stages would not be there"),
+        ("bbf", None, REQUIRED, "Horizon has no burst buffers: the data the job stages would not be there"),
+        ("begin", "b", REQUIRED, "Horizon has no deferred start; submit the job later"),
+        ("cluster-constraint", None, REQUIRED, "Horizon schedules one cluster"),
+        ("clusters", "M", REQUIRED, "Horizon schedules one cluster"),
+        ("container", None, REQUIRED, "Horizon takes an image, not an OCI bundle: use --container-image"),
+        ("container-id", None, REQUIRED, "Horizon names its containers itself: use --container-image"),
+        ("export-file", None, REQUIRED, "name the variables with --export=VAR,VAR=value"),
+        ("extra", None, REQUIRED, "Horizon has no node 'extra' data to match (node features: --constraint)"),
+        ("gid", None, REQUIRED, "Horizon runs jobs as the node agent's user"),
+        ("input", "i", REQUIRED, "Horizon does not connect a job's standard input"),
+        ("jobid", None, REQUIRED, "Horizon job ids are given with horizon sbatch --job-id"),
+        ("licenses", "L", REQUIRED, "Horizon has no licenses: the job could start without the one it needs"),
+        ("nodefile", "F", REQUIRED, "name the nodes with --nodelist"),
+        ("ntasks-per-gpu", None, REQUIRED, "give --ntasks-per-node and --gres=gpu:N (the node's tasks share its "
+                                           "GPUs) or --gpus-per-task"),
+        ("test-only", None, NONE, "horizon sbatch --dry-run prints the job without submitting it (no start "
+                                  "estimate)"),
         ("tres-per-task", None, REQUIRED, "give --cpus-per-task and --gpus-per-task"),
         ("uid", None, REQUIRED, "Horizon runs jobs as the node agent's user"),
-        ("use-min-nodes", None, NONE, "Horizon's gangs have a fixed number of nodes"),
         ("wait", "W", NONE, "follow the job with horizon watch --job JOB"),
-        ("wait-all-nodes", None, REQUIRED, "Horizon starts a job when all its nodes are allocated"),
-        ("wckey", None, REQUIRED, "Horizon has no workload keys"),
         ("help", None, NONE, "run horizon sbatch --help"),
         ("usage", "u", NONE, "run horizon sbatch --help"),
         ("version", "V", NONE, "run horizon --version"),
@@ -158,6 +159,10 @@ def _opts() -> dict[str, _Opt]:
     table: dict[str, _Opt] = {}
     for long, short, arg in ok:
         table[long] = _Opt(long, short, arg)
+    for long, short, arg, target in aliases:
+        table[long] = _Opt(long, short, arg, alias=target)
+    for long, short, arg, why in warned:
+        table[long] = _Opt(long, short, arg, warn=why)
     for long, short, arg, why in unsupported:
         table[long] = _Opt(long, short, arg, unsupported=why)
     for long, short, arg in horizon:
@@ -167,8 +172,8 @@ def _opts() -> dict[str, _Opt]:
 
 OPTIONS: dict[str, _Opt] = _opts()
 _SHORT: dict[str, _Opt] = {o.short: o for o in OPTIONS.values() if o.short}
-# Slurm accepts --wrap only on the command line; the output flags are horizon sbatch's there too.
-COMMAND_LINE_ONLY = {"wrap", "parsable", "quiet", "verbose"}
+# Slurm accepts --wrap only on the command line (--parsable, -Q and -v are directives too: sbatch's output).
+COMMAND_LINE_ONLY = {"wrap"}
 
 
 # --------------------------------------------------------------------------
@@ -260,6 +265,8 @@ def getopt(tokens: Sequence[str], where: str | Sequence[str]) -> tuple[list[Dire
                 name, eq, value = token[2:].partition("=")
                 opt = _find_long(name, place, token if not eq else f"--{name}")
                 given = f"--{opt.long}"
+                if opt.alias is not None:  # another spelling: the option it spells, as typed
+                    opt = OPTIONS[opt.alias]
                 if opt.arg == NONE:
                     if eq:
                         raise Problem(f"{place}: {given}: takes no value")

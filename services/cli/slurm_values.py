@@ -13,8 +13,11 @@ import re
 from events import catalogue as c
 from events.resources import ResourceError, parse_gpu_model
 from events.subjects import valid_token
+from services.domain.hostlist import HostlistError, expand
+from services.domain.signals import MAX_SIGNAL_LEAD_S, signal_name
 
-__all__ = ["Problem", "slurm_time", "slurm_memory", "whole_number", "parse_dependencies", "gpu_spec", "gres"]
+__all__ = ["Problem", "slurm_time", "slurm_memory", "whole_number", "parse_dependencies", "parse_dependency_list",
+           "gpu_spec", "gres", "slurm_signal", "host_list"]
 
 
 class Problem(Exception):
@@ -48,17 +51,26 @@ def slurm_time(text: str) -> float:
     raise Problem(f"{text!r} is not a time; accepted: {_TIME_FORMS}")
 
 
-_MEM_RE = re.compile(r"^(\d+)([KMGTkmgt]?)$")
-_MEM_UNITS = {"": 1 << 20, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_MEM_RE = re.compile(r"^(\d+)(?:([KMGTkmgt])[Bb]?)?$")
+_MEM_MIB = {"": 1, "m": 1, "g": 1 << 10, "t": 1 << 20}  # mebibytes per unit
 
 
 def slurm_memory(text: str) -> int:
-    """Slurm's memory sizes: a whole number, megabytes unless suffixed K, M, G or T (binary). ``"4G"`` -> 4 GiB."""
+    """Slurm's memory sizes, as its ``str_to_mbytes`` reads them, in bytes: a whole number of mebibytes,
+    or with a unit K, M, G or T in either case, which a ``B`` may follow; every unit is binary (``16GB``
+    is 16 GiB, ``8000MB`` 8000 MiB), and kibibytes are rounded up to whole mebibytes, since Slurm
+    counts memory in MiB (``100K`` is 1 MiB). ``"4G"`` -> 4 GiB; ``"0"`` -> 0 (for ``--mem``: all of
+    each node's memory).
+
+    ``horizon submit --memory`` reads its sizes otherwise (``events/resources.py``: ``16GB`` is
+    decimal there, as in Kubernetes); this is the ``#SBATCH`` reading only."""
     m = _MEM_RE.match(text.strip())
     if m is None:
         raise Problem(f"{text!r} is not a memory size; accepted: a whole number of megabytes, or with a "
-                       "K, M, G or T suffix (4000, 16G, 512M)")
-    return int(m[1]) * _MEM_UNITS[m[2].lower()]
+                       "K, M, G or T suffix, which B may follow (4000, 16G, 16GB, 512M)")
+    number, unit = int(m[1]), (m[2] or "").lower()
+    mebibytes = -(-number // 1024) if unit == "k" else number * _MEM_MIB[unit]
+    return mebibytes << 20
 
 
 def whole_number(text: str, what: str, minimum: int = 1) -> int:
@@ -70,8 +82,6 @@ def whole_number(text: str, what: str, minimum: int = 1) -> int:
 
 _DEP_KINDS = {"after": "after", "afterok": "after-ok", "afternotok": "after-not-ok", "afterany": "after-any"}
 _DEP_UNSUPPORTED = {
-    "singleton": "singleton (one job of a name and user at a time) is not supported; name the jobs to wait for "
-                 "with afterany:JOB",
     "aftercorr": "aftercorr (array task by array task) is not supported: Horizon waits for the whole array",
     "afterburstbuffer": "Horizon has no burst buffers",
     "expand": "Horizon does not grow running jobs",
@@ -79,7 +89,18 @@ _DEP_UNSUPPORTED = {
 
 
 def parse_dependencies(text: str) -> list[c.Dependency]:
-    """Slurm's ``--dependency``: ``afterok:a:b,afterany:c`` (all must be met); also ``after``, ``afternotok``."""
+    """Slurm's ``--dependency``: ``afterok:a:b,afterany:c`` (all must be met); also ``after``, ``afternotok``.
+    ``singleton`` is not a dependency on a job: ``parse_dependency_list`` reads it."""
+    deps, singleton = parse_dependency_list(text)
+    if singleton:
+        raise Problem("singleton is not a dependency on a job here: use horizon sbatch --dependency=singleton")
+    return deps
+
+
+def parse_dependency_list(text: str) -> tuple[list[c.Dependency], bool]:
+    """``parse_dependencies`` with ``singleton`` (one running job of a name and user at a time) among
+    them: (the dependencies on jobs, whether ``singleton`` was given)."""
+    singleton = False
     if "?" in text:
         raise Problem("'?' (any one of them) is not supported: Horizon starts a job when every dependency is met; "
                        "separate them with ','")
@@ -87,6 +108,9 @@ def parse_dependencies(text: str) -> list[c.Dependency]:
     for part in text.split(","):
         kind, _, ids = part.strip().partition(":")
         kind = kind.strip().lower()
+        if kind == "singleton" and not ids:
+            singleton = True
+            continue
         if kind in _DEP_UNSUPPORTED:
             raise Problem(_DEP_UNSUPPORTED[kind])
         if kind not in _DEP_KINDS:
@@ -99,7 +123,7 @@ def parse_dependencies(text: str) -> list[c.Dependency]:
             if not valid_token(job):
                 raise Problem(f"{job!r} is not a job id")
             out.append(c.Dependency(kind=_DEP_KINDS[kind], job_id=job))
-    return out
+    return out, singleton
 
 
 def gpu_spec(text: str, what: str) -> tuple[str | None, int]:
@@ -146,3 +170,36 @@ def gres(text: str) -> tuple[str | None, int]:
             raise Problem(f"{item!r} is not gpu[:TYPE][:COUNT]")
     assert found is not None
     return found
+
+
+def slurm_signal(text: str) -> tuple[c.LimitSignal, bool]:
+    """``--signal=[{R|B}:]SIG[@TIME]``: the signal, ``TIME`` seconds (default 60, at most 65535) before the
+    time limit, to the batch shell alone with ``B``; and whether ``R`` was given (Slurm's overlap with
+    a reservation's MaxStartDelay, which has no meaning here)."""
+    value = text.strip()
+    flags, colon, rest = value.partition(":")
+    if colon and flags and set(flags.upper()) <= {"R", "B"}:
+        value = rest
+    else:
+        flags = ""
+    name_text, at, seconds_text = value.partition("@")
+    name = signal_name(name_text)
+    if name is None:
+        raise Problem(f"{name_text!r} is not a signal (a name such as USR1 or SIGUSR1, or a number)")
+    before = 60
+    if at:
+        if not seconds_text.isdigit() or int(seconds_text) > MAX_SIGNAL_LEAD_S:
+            raise Problem(f"{seconds_text!r} is not a number of seconds from 0 to {MAX_SIGNAL_LEAD_S}")
+        before = int(seconds_text)
+    return c.LimitSignal(signal=name, before_s=float(before), batch_only="B" in flags.upper()), "R" in flags.upper()
+
+
+def host_list(text: str) -> list[str]:
+    """A Slurm host list (``node[01-04],gpu-7``) -> its names, in order."""
+    try:
+        names = expand(text)
+    except HostlistError as exc:
+        raise Problem(str(exc)) from None
+    if not names:
+        raise Problem("names no node")
+    return names

@@ -18,7 +18,7 @@ from events.resources import parse_cpus, parse_duration, parse_gpu_model, parse_
 from events.vocabulary import OPEN_MODES
 from services.cli.client import default_user
 from services.cli.options import nats_option, tenant_option
-from services.cli.slurm_values import Problem, parse_dependencies
+from services.cli.slurm_values import Problem, parse_dependency_list
 from services.domain.output import pattern_problem
 from services.cli.submitter import check_submission, new_job_id, print_warnings, report_check, send_submission
 
@@ -35,10 +35,11 @@ def _key_values(pairs: tuple[str, ...], what: str) -> dict[str, str]:
     return out
 
 
-def _dependencies(text: str) -> list[c.Dependency]:
-    """``--dependency``, read by the one Slurm dependency parser that ``horizon sbatch`` uses too."""
+def _dependencies(text: str) -> tuple[list[c.Dependency], bool]:
+    """``--dependency``, read by the one Slurm dependency parser that ``horizon sbatch`` uses too: the
+    dependencies on jobs, and whether ``singleton`` was among them."""
     try:
-        return parse_dependencies(text)
+        return parse_dependency_list(text)
     except Problem as exc:
         raise click.BadParameter(str(exc), param_hint="--dependency") from None
 
@@ -70,7 +71,7 @@ def _dependencies(text: str) -> list[c.Dependency]:
                    "Tasks are <job id>_<index>.")
 @click.option("--dependency", "dependency", default=None,
               help="Start only after other jobs, as Slurm: afterok:a:b,afterany:c (also after, afternotok). "
-                   "They may be submitted later.")
+                   "They may be submitted later. singleton: only when no other job of its name and user runs.")
 @click.option("--env", "env", multiple=True, help="KEY=VALUE for the job's environment (repeatable).")
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE label (repeatable).")
 @click.option("--profile", default="default", show_default=True,
@@ -131,6 +132,7 @@ def submit(
     if array is not None:
         parse_array(array, "--array")  # a bad range is a usage error here, before anything is sent
     job_id = job_id or new_job_id(user)
+    dependencies, singleton = _dependencies(dependency) if dependency else ([], False)
     event = c.JobSubmitted(
         ts=time.time(),
         source="horizon-cli",
@@ -155,7 +157,8 @@ def submit(
         priority_class=priority_class,
         nice=nice,
         array=array,
-        dependencies=_dependencies(dependency) if dependency else [],
+        dependencies=dependencies,
+        singleton=singleton,
         restart_policy=restart_policy,
         max_retries=max_retries,
         sim_runtime_s=sim_runtime,

@@ -1,4 +1,4 @@
 #!/bin/bash
 #SBATCH --job-name=nightly
-#SBATCH --dependency=singleton
+#SBATCH --dependency=afterok:prep-1?afterok:prep-2
 ./nightly.sh

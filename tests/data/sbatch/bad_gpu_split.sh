@@ -1,5 +1,5 @@
 #!/bin/bash
-#SBATCH --ntasks-per-node=3
-#SBATCH --gres=gpu:4
+#SBATCH --nodes=4
+#SBATCH --gpus=6
 #SBATCH --time=UNLIMITED
 python run.py

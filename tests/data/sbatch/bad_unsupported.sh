@@ -1,9 +1,9 @@
 #!/bin/bash
 #SBATCH --job-name=legacy
-#SBATCH --exclusive
+#SBATCH --licenses=matlab:1
 #SBATCH --nodes=1
 #SBATCH --mail-type=END,FAIL
-#SBATCH --mail-user=someone@example.org
-#SBATCH --constraint=skylake
+#SBATCH --bb="capacity=10G"
+#SBATCH --constraint=skylake*2
 
 ./run.sh
