@@ -43,6 +43,8 @@ from events import catalogue as c
 from events.codec import DecodeError, decode
 from events.resources import format_cpus, format_memory
 from events.subjects import STREAM, valid_token
+from services.cli.sacct_steps import with_steps
+from services.domain.hostlist import compress
 from services.cli.client import default_user, query_all, session
 from services.cli.options import nats_option
 
@@ -124,30 +126,9 @@ def state_matches(row: dict[str, Any], match: set[str]) -> bool:
 
 
 def hostlist(names: Iterable[str]) -> str:
-    """Slurm's compressed host list: node-01,node-02,node-03,gpu-7 -> ``gpu-7,node-[01-03]``."""
-    groups: dict[tuple[str, int], list[int]] = {}
-    plain: list[str] = []
-    for name in dict.fromkeys(names):
-        m = re.match(r"^(.*?)(\d+)$", name)
-        if m is None:
-            plain.append(name)
-        else:
-            groups.setdefault((m[1], len(m[2])), []).append(int(m[2]))
-    out = list(plain)
-    for (prefix, width), numbers in groups.items():
-        numbers.sort()
-        ranges: list[str] = []
-        start = prev = numbers[0]
-        for n in [*numbers[1:], None]:
-            if n is not None and n == prev + 1:
-                prev = n
-                continue
-            ranges.append(f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}")
-            if n is not None:
-                start = prev = n
-        out.append(f"{prefix}{ranges[0]}" if len(ranges) == 1 and "-" not in ranges[0] else
-                   f"{prefix}[{','.join(ranges)}]")
-    return ",".join(sorted(out))
+    """Slurm's compressed host list: node-01,node-02,node-03,gpu-7 -> ``gpu-7,node-[01-03]``
+    (``services/domain/hostlist.py``'s ``compress``, the one used everywhere)."""
+    return compress(names)
 
 
 def squeue_duration(seconds: float | None) -> str:
@@ -400,7 +381,9 @@ def slurm_datetime(text: str, now: float | None = None) -> float:
 
 
 def _exit(row: dict[str, Any]) -> str:
-    """sacct's ExitCode ``code:signal``."""
+    """sacct's ExitCode ``code:signal`` (a step's line carries both: the highest of its tasks)."""
+    if "signal" in row:
+        return f"{row.get('exit_code') or 0}:{row.get('signal') or 0}"
     code = row.get("exit_code")
     if code is None:
         return "0:0"
@@ -418,20 +401,25 @@ def _alloc_cpus(row: dict[str, Any]) -> str:
 # name -> (value(row, now))
 SACCT_FIELDS: dict[str, Any] = {
     "JobID": lambda r, now: r["job_id"],
+    "JobIDRaw": lambda r, now: r["job_id"],
     "JobName": lambda r, now: r.get("name") or "",
+    "Partition": lambda r, now: r.get("partition") or "",
     "User": lambda r, now: r.get("user") or "",
     "Account": lambda r, now: r.get("account") or "",
     "Tenant": lambda r, now: r.get("tenant") or "",
     "State": lambda r, now: slurm_state(r),
     "ExitCode": lambda r, now: _exit(r),
     "Elapsed": lambda r, now: sacct_duration(_used_s(r, now)),
+    "ElapsedRaw": lambda r, now: str(int(_used_s(r, now))),
     "Submit": lambda r, now: _stamp(r.get("submitted_ts")),
     "Start": lambda r, now: _stamp(r.get("started_ts")),
     "End": lambda r, now: _stamp(r.get("ended_ts")) if r["state"] not in ("RUNNING", "SCHEDULED") else "Unknown",
     "NodeList": lambda r, now: hostlist(_nodes_of(r)) or "None assigned",
     "NNodes": lambda r, now: str(r.get("nodes") or 1),
+    "NTasks": lambda r, now: str(r.get("ntasks") or (r.get("nodes") or 1) * (r.get("tasks_per_node") or 1)),
     "AllocGPUs": lambda r, now: str(_alloc_gpus(r)),
     "AllocCPUS": lambda r, now: _alloc_cpus(r),
+    "NCPUS": lambda r, now: _alloc_cpus(r),
     "ReqMem": lambda r, now: format_memory((r.get("memory_bytes") or 0) * (r.get("tasks_per_node") or 1)
                                            * (r.get("nodes") or 1)),
     "Timelimit": lambda r, now: squeue_duration(r.get("time_limit_s")),
@@ -511,6 +499,9 @@ def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, accou
     filters = {"states": ask, "tenant": tenant, "account": account, "user": user}
     page = None if limit is None or job_ids or select is not None else limit + offset
 
+    if not allocations:
+        filters["steps"] = True  # each job's steps, for the JOBID.batch and JOBID.N lines
+
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
             if job_ids:
@@ -533,7 +524,8 @@ def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, accou
             row["slurm"] = {name: SACCT_FIELDS[name](row, now) for name in SACCT_FIELDS}
         click.echo(json.dumps(rows))
         return
-    table = [[SACCT_FIELDS[name](row, now) for name, _ in columns] for row in rows]
+    lines = rows if allocations else with_steps(rows, job_ids)
+    table = [[SACCT_FIELDS[name](row, now) for name, _ in columns] for row in lines]
     if parsable:
         tail = delimiter if trailing else ""
         if not noheader:
@@ -586,6 +578,7 @@ def _sacct_window(starttime: str | None, states: tuple[str, ...], job_ids: list[
 @click.option("-a", "--allusers", is_flag=True, help="Every user's jobs.")
 @click.option("-A", "--account", "--accounts", "accounts", multiple=True, help="Only these accounts' jobs.")
 @click.option("--name", "names", multiple=True, help="Only jobs with these names (comma-separated).")
+@click.option("-r", "--partition", "partitions", multiple=True, help="Only jobs in these partitions (comma-separated).")
 @click.option("-N", "--nodelist", "nodelist", multiple=True,
               help="Only jobs that ran on one of these nodes (comma-separated).")
 @click.option("--tenant", default=None, help="Only this tenant's jobs.")
@@ -609,10 +602,10 @@ def _sacct_window(starttime: str | None, states: tuple[str, ...], job_ids: list[
               help="Skip this many of the matching jobs first (paging, with --limit).")
 @click.option("--json", "as_json", is_flag=True, help="The read model's rows, with the sacct fields under 'slurm'.")
 def sacct(nats_url: str, jobs: tuple[str, ...], states: tuple[str, ...], users: tuple[str, ...], allusers: bool,
-          accounts: tuple[str, ...], names: tuple[str, ...], nodelist: tuple[str, ...], tenant: str | None,
-          starttime: str | None, endtime: str | None, fmt: str | None, brief: bool, long_: bool, helpformat: bool,
-          allocations: bool, parsable1: bool, parsable: bool, delimiter: str, noheader: bool, limit: int,
-          offset: int, as_json: bool) -> None:
+          accounts: tuple[str, ...], names: tuple[str, ...], partitions: tuple[str, ...], nodelist: tuple[str, ...],
+          tenant: str | None, starttime: str | None, endtime: str | None, fmt: str | None, brief: bool, long_: bool,
+          helpformat: bool, allocations: bool, parsable1: bool, parsable: bool, delimiter: str, noheader: bool,
+          limit: int, offset: int, as_json: bool) -> None:
     """Jobs that ran or ended, with sacct's columns (your own since midnight, unless told otherwise)."""
     if helpformat:
         for i in range(0, len(SACCT_FIELDS), 4):
@@ -622,7 +615,7 @@ def sacct(nats_url: str, jobs: tuple[str, ...], states: tuple[str, ...], users: 
         raise click.UsageError("--limit and --offset must not be negative")
     job_ids = _listed(jobs)
     user_list, account_list, name_list = _listed(users), _listed(accounts), _listed(names)
-    nodes = set(_listed(nodelist))
+    nodes, partition_list = set(_listed(nodelist)), set(_listed(partitions))
     if not user_list and not allusers and not job_ids:  # as sacct: your own jobs, unless you name them
         user_list = [default_user()]
     if fmt is None:
@@ -635,6 +628,7 @@ def sacct(nats_url: str, jobs: tuple[str, ...], states: tuple[str, ...], users: 
         return ((not user_list or row.get("user") in user_list)
                 and (not wanted_accounts or (row.get("account") or "").lower() in wanted_accounts)
                 and (not wanted_names or (row.get("name") or "").lower() in wanted_names)
+                and (not partition_list or row.get("partition") in partition_list)
                 and (not nodes or bool(nodes & set(_nodes_of(row)))))
 
     run_sacct(nats_url, states=states, user=user_list[0] if len(user_list) == 1 else None,
@@ -642,7 +636,7 @@ def sacct(nats_url: str, jobs: tuple[str, ...], states: tuple[str, ...], users: 
               starttime=_sacct_window(starttime, states, job_ids), endtime=endtime, limit=limit, fmt=fmt,
               as_json=as_json, parsable=parsable or parsable1, trailing=parsable1 and not parsable,
               delimiter=delimiter, noheader=noheader, offset=offset, job_ids=job_ids,
-              select=select if (len(user_list) > 1 or account_list or name_list or nodes) else None,
+              select=select if (len(user_list) > 1 or account_list or name_list or nodes or partition_list) else None,
               allocations=allocations)
 
 

@@ -234,6 +234,7 @@ def squeue(nats_url: str, accounts: tuple[str, ...], all_partitions: bool, hide:
     def keep(row: dict[str, Any]) -> bool:
         return ((not job_ids or job_matches(row["job_id"], job_ids))
                 and state_matches(row, match)
+                and (not partition_list or bool(set((row.get("partition") or "").split(",")) & set(partition_list)))
                 and (not wanted["user"] or row.get("user") in wanted["user"])
                 and (not wanted["account"] or (row.get("account") or "").lower() in wanted["account"])
                 and (not wanted["name"] or (row.get("name") or "").lower() in wanted["name"])
@@ -244,7 +245,7 @@ def squeue(nats_url: str, accounts: tuple[str, ...], all_partitions: bool, hide:
             body = await read_queue(nc, ask, filters)
             rows = [row for row in body["jobs"] if keep(row)]
             specs: dict[str, c.JobSpec] = {}
-            if as_json or partition_list or qos_list or needs_specs(fmt) or (sort_keys and needs_specs(
+            if as_json or qos_list or needs_specs(fmt) or (sort_keys and needs_specs(
                     "".join(f"%{k.lstrip('+-')}" for k in sort_keys.split(",") if k.strip().lstrip("+-")))):
                 specs = await accepted_specs(nc, [row["job_id"] for row in rows])
             elif not one_per_task:  # only the pending tasks of arrays are grouped
@@ -254,8 +255,6 @@ def squeue(nats_url: str, accounts: tuple[str, ...], all_partitions: bool, hide:
 
     while True:
         rows, specs = asyncio.run(once())
-        if partition_list:
-            rows = [r for r in rows if set(_spec_value("P", r, specs).split(",")) & set(partition_list)]
         if qos_list:
             rows = [r for r in rows if _spec_value("q", r, specs).lower() in {q.lower() for q in qos_list}]
         now = time.time()
@@ -380,12 +379,11 @@ def scancel(nats_url: str, tenant: str, admin: bool, users: tuple[str, ...], me:
                         and (not user_list or r.get("user") in user_list)
                         and (not account_list or r.get("account") in account_list)
                         and (not name_list or r.get("name") in name_list)
+                        and (not partition_list or r.get("partition") in partition_list)
                         and (not nodes or bool(nodes & {a["node"] for a in r.get("allocation") or []}))]
-                if partition_list or qos_list:
+                if qos_list:
                     specs = await accepted_specs(nc, [r["job_id"] for r in rows])
-                    rows = [r for r in rows
-                            if (not partition_list or set(_spec_value("P", r, specs).split(",")) & set(partition_list))
-                            and (not qos_list or _spec_value("q", r, specs) in qos_list)]
+                    rows = [r for r in rows if _spec_value("q", r, specs) in qos_list]
                 chosen = [r["job_id"] for r in rows]
             if not chosen:
                 return [], {}
