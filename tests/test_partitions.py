@@ -353,3 +353,47 @@ def test_sinfo_groups_a_partitions_nodes_by_state_default_first():
         "n1      1 main*     idle", "n2      1 main*     mix"]
     assert sinfo_lines(sinfo_rows([], nodes, summarize=True), "%P %D %F") == ["PARTITION NODES NODES(A/I/O/T)",
                                                                               "N/A 3 1/1/1/3"]
+
+
+def test_a_preemptor_of_a_partition_preempts_only_on_its_nodes():
+    from services.preemption.core import PreemptionCore
+    from tests.test_preemption import _running
+
+    f = Feed(PreemptionCore())
+    for name in ("a1", "b1"):
+        f.evt("agent", node(name, gpus=8))
+        f.evt("inventory", c.NodeReady(node=name, basis_seq=1))
+    f.admin("partition", part("a", ["a1"]))
+    f.admin("partition", part("b", ["b1"]))
+    _running(f, "on-a", "a1", 0, 8, priority_class="low", dt=10_000.0)  # dear
+    _running(f, "on-b", "b1", 0, 8, priority_class="low")  # cheap, but outside the preemptor's partition
+    f.evt("submission", accepted("anywhere", gpus=8, priority_class="critical"))
+    f.evt("submission", accepted("in-a", gpus=8, priority_class="critical", partition="a"))
+    assert f.core.plan(f.state, "anywhere").victims == ["on-b"]
+    plan = f.core.plan(f.state, "in-a")
+    assert (plan.victims, plan.nodes) == (["on-a"], ["a1"])
+
+
+async def test_an_older_jobs_database_gets_the_partition_column(tmp_path):
+    import aiosqlite
+
+    from projections.jobs import JobsProjection
+
+    path = tmp_path / "jobs.sqlite"
+    async with aiosqlite.connect(path) as db:  # the table as it was before partitions
+        await db.execute("CREATE TABLE jobs (job_id TEXT PRIMARY KEY, tenant TEXT, account TEXT, user TEXT, name TEXT, "
+                         "state TEXT NOT NULL, priority_class TEXT, class_rank INTEGER, cpus_milli INTEGER, "
+                         "memory_bytes INTEGER, gpus INTEGER, gpu_type TEXT, nodes INTEGER, tasks_per_node INTEGER, "
+                         "time_limit_s REAL, attempt INTEGER NOT NULL DEFAULT 0, node TEXT, allocation TEXT, "
+                         "submitted_ts REAL, accepted_seq INTEGER, scheduled_ts REAL, started_ts REAL, ended_ts REAL, "
+                         "exit_code INTEGER, reason TEXT, spec BLOB, updated_seq INTEGER NOT NULL)")
+        await db.execute("INSERT INTO jobs (job_id, state, updated_seq) VALUES ('old', 'SUCCEEDED', 1)")
+        await db.commit()
+    projection = JobsProjection(None, path)  # type: ignore[arg-type]
+    await projection.open()
+    try:
+        body = await projection.query_jobs()
+        assert [(r["job_id"], r["partition"]) for r in body["jobs"]] == [("old", None)]
+        assert (await projection.query_jobs(partition="main"))["jobs"] == []
+    finally:
+        await projection.stop()
