@@ -256,6 +256,10 @@ def test_slurm_variables_known_at_submission():
         "SLURM_NTASKS_PER_NODE": "4", "SLURM_CPUS_PER_TASK": "3", "SLURM_GPUS_ON_NODE": "4",
         "SLURM_JOB_QOS": "high", "SLURM_ARRAY_TASK_COUNT": "5",
         "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "7"}
+    # the memory options, in MiB, as Slurm sets them
+    assert parse("--mem=16GB")["env"]["SLURM_MEM_PER_NODE"] == "16384"
+    assert parse("--mem-per-cpu=2000")["env"]["SLURM_MEM_PER_CPU"] == "2000"
+    assert parse("--mem-per-gpu=10G\n--gres=gpu:1")["env"]["SLURM_MEM_PER_GPU"] == "10240"
 
 
 def test_export_names_variables_and_never_copies_everything():

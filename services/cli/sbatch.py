@@ -348,6 +348,7 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
     # -- memory per task (Horizon counts memory per task; --mem is per node)
     memory: int | None = None
     whole_memory = False
+    memory_env: dict[str, str] = {}  # SLURM_MEM_PER_NODE / _CPU / _GPU, in MiB, as Slurm sets them
     mem_forms = [name for name in ("mem", "mem-per-cpu", "mem-per-gpu") if name in given]
     if len(mem_forms) > 1:
         fail(mem_forms[1], f"and --{mem_forms[0]} exclude each other (as in Slurm)")
@@ -360,12 +361,15 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
                 fail(mem_forms[0], "0 is not a memory size here (--mem=0 asks for all of each node's memory)")
             elif mem_forms[0] == "mem":
                 memory = -(-size // per_node)  # per node -> per task, rounded up to a byte
+                memory_env["SLURM_MEM_PER_NODE"] = str(size >> 20)
             elif mem_forms[0] == "mem-per-cpu":
                 memory = size * cpus
+                memory_env["SLURM_MEM_PER_CPU"] = str(size >> 20)
             elif node_gpus == 0:
                 fail("mem-per-gpu", "needs GPUs (--gres, --gpus, --gpus-per-node or --gpus-per-task)")
             else:
                 memory = -(-size * node_gpus // per_node)
+                memory_env["SLURM_MEM_PER_GPU"] = str(size >> 20)
 
     time_limit = get("time", slurm_time)
     time_min = get("time-min", slurm_time)
@@ -424,6 +428,7 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
     env.update(_slurm_environment(defaults, user, account, nodes, per_node, tasks, cpus if (
         "cpus-per-task" in given or "cpus-per-gpu" in given) else None, node_gpus, qos, array,
         "ntasks-per-node" in given))
+    env.update(memory_env)
     workdir = os.path.join(defaults.workdir, chdir) if chdir else defaults.workdir
     program = interpreter if defaults.script_path == "" else [*interpreter, defaults.script_path]
     command = ["/bin/sh", "-c", _wrapper(array is not None, nodes, [*program, *defaults.script_args]), "horizon-sbatch"]
