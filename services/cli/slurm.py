@@ -43,8 +43,6 @@ from events import catalogue as c
 from events.codec import DecodeError, decode
 from events.resources import format_cpus, format_memory
 from events.subjects import STREAM, valid_token
-from services.cli.sacct_steps import with_steps
-from services.domain.hostlist import compress
 from services.cli.client import default_user, query_all, session
 from services.cli.options import nats_option
 
@@ -381,9 +379,7 @@ def slurm_datetime(text: str, now: float | None = None) -> float:
 
 
 def _exit(row: dict[str, Any]) -> str:
-    """sacct's ExitCode ``code:signal`` (a step's line carries both: the highest of its tasks)."""
-    if "signal" in row:
-        return f"{row.get('exit_code') or 0}:{row.get('signal') or 0}"
+    """sacct's ExitCode ``code:signal``."""
     code = row.get("exit_code")
     if code is None:
         return "0:0"
@@ -416,7 +412,6 @@ SACCT_FIELDS: dict[str, Any] = {
     "End": lambda r, now: _stamp(r.get("ended_ts")) if r["state"] not in ("RUNNING", "SCHEDULED") else "Unknown",
     "NodeList": lambda r, now: hostlist(_nodes_of(r)) or "None assigned",
     "NNodes": lambda r, now: str(r.get("nodes") or 1),
-    "NTasks": lambda r, now: str(r.get("ntasks") or (r.get("nodes") or 1) * (r.get("tasks_per_node") or 1)),
     "AllocGPUs": lambda r, now: str(_alloc_gpus(r)),
     "AllocCPUS": lambda r, now: _alloc_cpus(r),
     "NCPUS": lambda r, now: _alloc_cpus(r),
@@ -499,9 +494,6 @@ def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, accou
     filters = {"states": ask, "tenant": tenant, "account": account, "user": user}
     page = None if limit is None or job_ids or select is not None else limit + offset
 
-    if not allocations:
-        filters["steps"] = True  # each job's steps, for the JOBID.batch and JOBID.N lines
-
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
             if job_ids:
@@ -524,8 +516,7 @@ def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, accou
             row["slurm"] = {name: SACCT_FIELDS[name](row, now) for name in SACCT_FIELDS}
         click.echo(json.dumps(rows))
         return
-    lines = rows if allocations else with_steps(rows, job_ids)
-    table = [[SACCT_FIELDS[name](row, now) for name, _ in columns] for row in lines]
+    table = [[SACCT_FIELDS[name](row, now) for name, _ in columns] for row in rows]
     if parsable:
         tail = delimiter if trailing else ""
         if not noheader:
