@@ -124,9 +124,30 @@ def state_matches(row: dict[str, Any], match: set[str]) -> bool:
 
 
 def hostlist(names: Iterable[str]) -> str:
-    """Slurm's compressed host list: node-01,node-02,node-03,gpu-7 -> ``gpu-7,node-[01-03]``
-    (``services/domain/hostlist.py``'s ``compress``, the one used everywhere)."""
-    return compress(names)
+    """Slurm's compressed host list: node-01,node-02,node-03,gpu-7 -> ``gpu-7,node-[01-03]``."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    plain: list[str] = []
+    for name in dict.fromkeys(names):
+        m = re.match(r"^(.*?)(\d+)$", name)
+        if m is None:
+            plain.append(name)
+        else:
+            groups.setdefault((m[1], len(m[2])), []).append(int(m[2]))
+    out = list(plain)
+    for (prefix, width), numbers in groups.items():
+        numbers.sort()
+        ranges: list[str] = []
+        start = prev = numbers[0]
+        for n in [*numbers[1:], None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            ranges.append(f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}")
+            if n is not None:
+                start = prev = n
+        out.append(f"{prefix}{ranges[0]}" if len(ranges) == 1 and "-" not in ranges[0] else
+                   f"{prefix}[{','.join(ranges)}]")
+    return ",".join(sorted(out))
 
 
 def squeue_duration(seconds: float | None) -> str:
