@@ -224,6 +224,8 @@ def squeue(nats_url: str, accounts: tuple[str, ...], all_partitions: bool, hide:
     job_ids = _listed(jobs)
     nodes = set(_listed(nodelist))
     sort_keys = sort_keys or env.get("SQUEUE_SORT") or None
+    if sort_keys:
+        _sort([], sort_keys, 0.0, {})  # a bad field is an error before anything is asked
     one_per_task = one_per_task or bool(env.get("SQUEUE_ARRAY"))
     ask, match = select_states(state_list) if state_list else (LIVE, set())
     filters = {"tenant": None, "user": user_list[0] if len(user_list) == 1 else None,
