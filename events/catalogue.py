@@ -192,6 +192,7 @@ class JobSpec(_Part, kw_only=True):
     limit_signal: LimitSignal | None = None  # sent before the time limit
     singleton: bool = False  # starts only when no other job of its tenant, user and name runs
     hold: bool = False  # accepted held (Slurm's --hold): it waits for a release
+    begin_ts: float = 0.0  # it starts no earlier than this (Slurm's --begin; 0: as soon as it can)
 
     @property
     def gpus_on_node(self) -> int:
@@ -311,6 +312,7 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
     limit_signal: LimitSignal | None = None
     singleton: bool = False
     hold: bool = False  # accepted held, until a release
+    begin_ts: float | None = None  # not before this time (seconds since the epoch)
 
 
 class JobCancelRequested(Event, tag="JobCancelRequested", kw_only=True):

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ from tests.test_e2e_services import assert_replays
 
 DATA = Path(__file__).parent / "data" / "sbatch"
 GiB, MiB = 1 << 30, 1 << 20
-DEFAULTS = SbatchDefaults(user="ann", workdir="/home/ann/project", script_path="/home/ann/project/job.sh")
+NOW = datetime(2026, 3, 10, 14, 30, tzinfo=timezone(timedelta(hours=1)))  # the submitter's clock, for --begin
+DEFAULTS = SbatchDefaults(user="ann", workdir="/home/ann/project", script_path="/home/ann/project/job.sh", now=NOW)
 
 
 def parse(directives: str, *command_line: str, shebang: str = "#!/bin/bash") -> dict[str, Any]:
@@ -226,6 +228,11 @@ def test_bad_directive_syntax(line, why):
     ("--immediate", dict(scheduling_timeout_s=1.0)),
     ("--immediate=30", dict(scheduling_timeout_s=30.0)),
     ("--wait-all-nodes=1\n--ignore-pbs", dict(nodes=1)),
+    ("--begin=now+1hour", dict(begin_ts=NOW.timestamp() + 3600)),
+    ("-b 16:00", dict(begin_ts=NOW.replace(hour=16, minute=0).timestamp())),  # later today
+    ("--begin=10:00", dict(begin_ts=NOW.replace(hour=10, minute=0).timestamp() + 86400)),  # past: tomorrow
+    ("--begin=2030-01-02T03:04:05", dict(begin_ts=NOW.replace(year=2030, month=1, day=2, hour=3, minute=4,
+                                                               second=5).timestamp())),
 ])
 def test_directives_map_to_the_job(directives, expected):
     fields = parse(directives)
@@ -327,7 +334,9 @@ def test_every_option_of_the_table_is_honoured_warned_or_refused_with_a_reason()
     ("--requeue=later", "'later' is not one of , expedite"),
     ("--immediate=soon", "is not a number of seconds"),
     ("--mem-per-cpu=0", "0 is not a memory size here"),
-    ("--begin=now+1hour", "--begin: not supported"),
+    ("--begin=now+1fortnight", "'fortnight' is not a unit of time"),
+    ("--begin=25:00", "is not a time of day"),
+    ("--bb=capacity=1G", "--bb: not supported"),
     ("--licenses=matlab", "--licenses: not supported: Horizon has no licenses"),
     ("--wrap=x", "--wrap: only allowed on the command line"),
     ("--job-id=x", "--job-id: a horizon sbatch option: give it on the command line"),

@@ -287,6 +287,16 @@ def test_a_job_submitted_held_waits_for_its_release():
     assert f.state.deadlines["held"] == pytest.approx(f.time + 60.0, abs=2.0)  # the timeout runs from the release
 
 
+def test_a_job_with_a_begin_time_waits_for_it():
+    f = _sched()
+    f.evt("submission", accepted("later", begin_ts=f.time + 30.0))
+    f.evt("submission", accepted("now"))
+    assert _next_cycle(f, 1) == ["now"]
+    assert f.core.why_waiting(f.state, f.state.jobs.get("later")).endswith("(--begin)")
+    f.evt("clock", c.ClockTicked(now_ts=0.0), dt=31.0)  # the live ticker moves the log's time
+    assert _next_cycle(f, 2) == ["later", "now"]
+
+
 # ------------------------------------------------------------------------------------------- submission
 
 
@@ -304,12 +314,14 @@ def test_submission_normalises_the_directives():
     spec = _admit(gpus_per_node=1, tasks_per_node=4, resources=c.ResourceRequest(gpu_type="a100"),
                   constraint=" A100 | v100 ", nodelist=["n[1-2]"], nodes=2, exclude_nodes=["n9"], requeue=False,
                   time_limit_s=7200.0, time_min_s=1800.0, singleton=True, hold=True, exclusive=True,
-                  whole_node_memory=True, limit_signal=c.LimitSignal(signal="SIGUSR1", before_s=120, batch_only=True))
+                  whole_node_memory=True, limit_signal=c.LimitSignal(signal="SIGUSR1", before_s=120, batch_only=True),
+                  begin_ts=2e9)
     assert (spec.gpus, spec.gpus_per_node, spec.gpus_on_node, spec.total_gpus) == (0, 1, 1, 2)
     assert spec.constraint == "a100|v100" and spec.nodelist == ("n1", "n2") and spec.exclude_nodes == ("n9",)
     assert (spec.requeue, spec.time_min_s, spec.singleton, spec.hold, spec.exclusive) == (False, 1800.0, True, True, True)
     assert spec.whole_node_memory and spec.memory_bytes == 0
     assert spec.limit_signal == c.LimitSignal(signal="USR1", before_s=120.0, batch_only=True)
+    assert spec.begin_ts == 2e9
     # a submission without them means what it always meant
     plain = _admit()
     assert (plain.gpus_per_node, plain.requeue, plain.time_min_s, plain.limit_signal, plain.hold) == (

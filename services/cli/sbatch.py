@@ -31,6 +31,7 @@ import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from services.cli.slurm_values import (
     host_list,
     parse_dependency_list,
     slurm_memory,
+    slurm_begin,
     slurm_signal,
     slurm_time,
     whole_number,
@@ -77,6 +79,7 @@ class SbatchDefaults:
     script_args: tuple[str, ...] = ()
     account: str = "default"
     environ: Mapping[str, str] = field(default_factory=dict)  # for --export=VAR
+    now: datetime | None = None  # the submitter's clock and time zone, for --begin (None: read it then)
 
 
 def _interpreter(text: str) -> list[str]:
@@ -407,6 +410,7 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
         note("immediate", f"Horizon submits the job, which ends UNSCHEDULABLE if it has not started within "
                           f"{immediate} s (Slurm would not submit it)")
     get("wait-all-nodes", _choice("0", "1"))
+    begin = get("begin", lambda t: slurm_begin(t, defaults.now or datetime.now().astimezone()))
     if problems:
         return {}
 
@@ -473,6 +477,7 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
         "singleton": singleton,
         "hold": "hold" in given,
         "scheduling_timeout_s": float(immediate) if immediate is not None else None,
+        "begin_ts": begin,
     }
     defaults_of = c.JobSubmitted(job_id="x", tenant="x")
     fields.update({k: v for k, v in extra.items() if v != getattr(defaults_of, k)})

@@ -53,7 +53,8 @@ class _Opt:
 
 def _opts() -> dict[str, _Opt]:
     ok = [
-        ("account", "A", REQUIRED), ("array", "a", REQUIRED), ("chdir", "D", REQUIRED), ("comment", None, REQUIRED),
+        ("account", "A", REQUIRED), ("array", "a", REQUIRED), ("begin", "b", REQUIRED), ("chdir", "D", REQUIRED),
+        ("comment", None, REQUIRED),
         ("constraint", "C", REQUIRED), ("container-image", None, REQUIRED),
         ("cpus-per-gpu", None, REQUIRED), ("cpus-per-task", "c", REQUIRED), ("dependency", "d", REQUIRED),
         ("error", "e", REQUIRED), ("exclude", "x", REQUIRED), ("exclusive", None, OPTIONAL), ("export", None, REQUIRED),
@@ -128,7 +129,6 @@ def _opts() -> dict[str, _Opt]:
     unsupported = [
         ("bb", None, REQUIRED, "Horizon has no burst buffers: the data the job stages would not be there"),
         ("bbf", None, REQUIRED, "Horizon has no burst buffers: the data the job stages would not be there"),
-        ("begin", "b", REQUIRED, "Horizon has no deferred start; submit the job later"),
         ("cluster-constraint", None, REQUIRED, "Horizon schedules one cluster"),
         ("clusters", "M", REQUIRED, "Horizon schedules one cluster"),
         ("container", None, REQUIRED, "Horizon takes an image, not an OCI bundle: use --container-image"),

@@ -9,6 +9,7 @@ caller says where the value came from (a script's line, an option).
 from __future__ import annotations
 
 import re
+from datetime import datetime, timedelta
 
 from events import catalogue as c
 from events.resources import ResourceError, parse_gpu_model
@@ -17,7 +18,7 @@ from services.domain.hostlist import HostlistError, expand
 from services.domain.signals import MAX_SIGNAL_LEAD_S, signal_name
 
 __all__ = ["Problem", "slurm_time", "slurm_memory", "whole_number", "parse_dependencies", "parse_dependency_list",
-           "gpu_spec", "gres", "slurm_signal", "host_list"]
+           "gpu_spec", "gres", "slurm_signal", "host_list", "slurm_begin"]
 
 
 class Problem(Exception):
@@ -203,3 +204,69 @@ def host_list(text: str) -> list[str]:
     if not names:
         raise Problem("names no node")
     return names
+
+
+_BEGIN_WORDS = {"midnight": (0, 0), "noon": (12, 0), "elevenses": (11, 0), "fika": (15, 0), "teatime": (16, 0)}
+_BEGIN_UNITS = {"": 1, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "min": 60, "mins": 60, "minute": 60,
+                "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400, "days": 86400,
+                "w": 604800, "week": 604800, "weeks": 604800}
+_BEGIN_FORMS = ("HH:MM[:SS] [AM|PM], midnight, noon, elevenses, fika, teatime, today, tomorrow, YYYY-MM-DD, "
+                "MM/DD[/YY], MMDDYY, a date and time as YYYY-MM-DDTHH:MM[:SS], or now[+COUNT[seconds|minutes|"
+                "hours|days|weeks]]")
+
+
+def slurm_begin(text: str, now: datetime) -> float:
+    """Slurm's ``--begin``: the time (seconds since the epoch) a job may start, read in the time zone of
+    ``now`` (the submitter's clock, as sbatch reads it). A time of day already past is tomorrow's; a date
+    without a year whose day has passed is next year's; ``now+60`` is in seconds."""
+    value = text.strip().lower()
+    m = re.fullmatch(r"now(?:\s*\+\s*(\d+)\s*([a-z]*))?", value)
+    if m is not None:
+        unit = m[2] or ""
+        if unit not in _BEGIN_UNITS:
+            raise Problem(f"{text!r}: {unit!r} is not a unit of time (seconds, minutes, hours, days, weeks)")
+        return now.timestamp() + int(m[1] or 0) * _BEGIN_UNITS[unit]
+    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if value in ("today", "tomorrow"):
+        return (day + timedelta(days=value == "tomorrow")).timestamp()
+    date_text, sep, time_text = value.partition("t") if re.match(r"^\d{4}-\d{2}-\d{2}t", value) else ("", "", value)
+    if not sep and re.fullmatch(r"\d{4}-\d{2}-\d{2}|\d{1,2}/\d{1,2}(?:/\d{2,4})?|\d{6}", value):
+        date_text, time_text = value, ""
+    clock = _clock(time_text, text) if time_text else (0, 0, 0)
+    if not date_text:  # a time of day: today's, or tomorrow's once it has passed
+        at = day.replace(hour=clock[0], minute=clock[1], second=clock[2])
+        return (at if at > now else at + timedelta(days=1)).timestamp()
+    try:
+        if "-" in date_text:
+            year, month, mday = (int(x) for x in date_text.split("-"))
+            guessed_year = False
+        elif "/" in date_text:
+            parts = [int(x) for x in date_text.split("/")]
+            month, mday = parts[0], parts[1]
+            year = (parts[2] + 2000 if parts[2] < 100 else parts[2]) if len(parts) == 3 else now.year
+            guessed_year = len(parts) == 2
+        else:
+            month, mday, year = int(date_text[:2]), int(date_text[2:4]), 2000 + int(date_text[4:])
+            guessed_year = False
+        at = day.replace(year=year, month=month, day=mday, hour=clock[0], minute=clock[1], second=clock[2])
+    except ValueError:
+        raise Problem(f"{text!r} is not a date; accepted: {_BEGIN_FORMS}") from None
+    if guessed_year and at < now:
+        at = at.replace(year=at.year + 1)
+    return at.timestamp()
+
+
+def _clock(text: str, whole: str) -> tuple[int, int, int]:
+    if text in _BEGIN_WORDS:
+        return (*_BEGIN_WORDS[text], 0)
+    m = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(am|pm)?", text)
+    if m is None:
+        raise Problem(f"{whole!r} is not a time; accepted: {_BEGIN_FORMS}")
+    hour, minute, second = int(m[1]), int(m[2]), int(m[3] or 0)
+    if m[4]:
+        if not 1 <= hour <= 12:
+            raise Problem(f"{whole!r}: {hour} is not an hour of {m[4].upper()}")
+        hour = hour % 12 + (12 if m[4] == "pm" else 0)
+    if hour > 23 or minute > 59 or second > 59:
+        raise Problem(f"{whole!r} is not a time of day")
+    return hour, minute, second

@@ -100,7 +100,7 @@ class Job:
     reserved_at: float | None = None  # placement's reservation for it (backfilling): when ...
     reserved_nodes: tuple[str, ...] = ()  # ... and on which nodes
     checkpoint_ref: str | None = None  # the latest checkpoint an attempt reported (kept across requeues)
-    not_before_ts: float = 0.0  # a requeued job waits until then (restart backoff)
+    not_before_ts: float = 0.0  # a requeued job waits until then (restart backoff), a new one until its begin_ts
     time_limit_s: float = 0.0  # the current attempt's limit, as placement gave it (0: the spec's)
 
     @property
@@ -171,7 +171,8 @@ class JobTable:
                     return None
                 spec = compact(spec)
                 first = JobState.HELD if spec.hold else JobState.PENDING  # submitted held (Slurm's --hold)
-                job = Job(job_id, spec, first, accepted_seq=seq, accepted_ts=event.submitted_ts or time)
+                job = Job(job_id, spec, first, accepted_seq=seq, accepted_ts=event.submitted_ts or time,
+                          not_before_ts=spec.begin_ts)  # --begin: waits like a restart's backoff
                 self.jobs[job_id] = job
                 if spec.array is not None:
                     self.arrays.setdefault(spec.array, []).append(job_id)

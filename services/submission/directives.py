@@ -11,6 +11,7 @@ constraint          Slurm's syntax (``services/domain/features.py``); some regis
 nodelist            host lists (``node[01-04]``), as many names as the job has nodes
 exclude_nodes       host lists; not overlapping ``nodelist``
 time_min_s          more than 0 and at most the time limit
+begin_ts            a time (seconds since the epoch); one already past starts the job at once
 limit_signal        a signal name or number, ``before_s`` in 0..65535
 ==================  ==================================================================
 """
@@ -124,4 +125,9 @@ def slurm_fields(sub: c.JobSubmitted, *, nodes: int, time_limit_s: float,
         out["singleton"] = True
     if sub.hold:
         out["hold"] = True
+    if sub.begin_ts is not None:
+        if not (math.isfinite(sub.begin_ts) and sub.begin_ts >= 0):
+            raise DirectiveRejection("begin_ts", f"{sub.begin_ts!r} must be a time in seconds since the epoch")
+        if sub.begin_ts > 0:
+            out["begin_ts"] = float(sub.begin_ts)
     return out

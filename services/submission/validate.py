@@ -173,6 +173,10 @@ def normalise(
         raise Rejection("resources.gpu_type", f"{r.gpu_type!r} is set but resources.gpus is 0")
     # 2b. the partition: the first the job names (or the default) that can run it, with its defaults
     parts = partitions if partitions is not None else Partitions()
+    for i, name in enumerate(sub.partitions):
+        if name.strip() and not valid_token(name.strip()):
+            raise Rejection(f"partitions[{i}]", f"{name[:200]!r} is not a partition name (1-128 letters, digits, '_' "
+                            "or '-')")
     candidates = parts.candidates(sub.partitions)
     if candidates.problem is not None:
         raise Rejection(*candidates.problem)

@@ -178,6 +178,8 @@ def _waiting(state: SchedulingState, job: Job, order: _Order, max_candidates: in
         doing = "runs" if other.state in HOLDS_RESOURCES else "waits ahead of it"
         return Waiting("dependency", f"singleton: {other.job_id}, of the same name and user, {doing}")
     if job.not_before_ts > state.now:
+        if job.attempt == 0 and spec.begin_ts:
+            return Waiting("backoff", f"begins at t={job.not_before_ts:.0f} (--begin)")
         after = f" ({job.reason})" if job.reason and not job.last_block else ""
         return Waiting("backoff", f"restart backoff until t={job.not_before_ts:.0f}{after}")
     if state.fits_nowhere.get(job_id, -1) >= state.nodes_seq:
