@@ -12,7 +12,9 @@ Kept current from the log by ``JobsProjection.start`` (a follower from the store
   WAL journal, ``synchronous=NORMAL``: SQLite is then far from the bottleneck.
 
 Served over NATS request/reply on ``horizon.query.jobs`` (a list with filters
-and paging) and ``horizon.query.job`` (one job with its history, paged), in the
+and paging; ``steps: true`` adds each job's current attempt's steps) and
+``horizon.query.job`` (one job with its history, paged, its attempts and its
+job steps: ``JobStepStarted``/``JobStepEnded``, table ``steps``), in the
 queue group ``projections`` so several replicas can share the load. Every answer
 fits in one message: listings come in pages (``projections/paging.py``); in
 submission order ``jobs`` pages by a keyset cursor, ``after``: the log sequence
@@ -56,6 +58,7 @@ from services.runtime.log import EventLog
 from services.domain.protocol import Record
 from services.domain.policy import CLASS_RANK
 from services.domain.jobs import Job, JobState, JobTable
+from services.domain.steps import step_state
 
 __all__ = ["JobsProjection", "QueryServer", "job_row", "TENANT_FEED", "feed_tenant"]
 
@@ -89,6 +92,13 @@ CREATE TABLE IF NOT EXISTS attempts (
     outcome TEXT NOT NULL, exit_code INTEGER, reason TEXT, backfilled INTEGER, borrowed INTEGER,
     updated_seq INTEGER NOT NULL,
     PRIMARY KEY (job_id, attempt)
+);
+CREATE TABLE IF NOT EXISTS steps (
+    job_id TEXT NOT NULL, attempt INTEGER NOT NULL, step INTEGER NOT NULL,
+    name TEXT, nodes TEXT, tasks INTEGER, tasks_per_node TEXT, gpus INTEGER,
+    started_ts REAL, ended_ts REAL, state TEXT NOT NULL, exit_code INTEGER, signal INTEGER, reason TEXT,
+    updated_seq INTEGER NOT NULL,
+    PRIMARY KEY (job_id, attempt, step)
 );
 CREATE TABLE IF NOT EXISTS decisions (
     seq INTEGER PRIMARY KEY, service TEXT NOT NULL, type TEXT NOT NULL, aggregate TEXT,
@@ -180,6 +190,39 @@ def _attempt_row(job: Job, outcome: str, event: Event, seq: int, before: tuple[A
     )
 
 
+_STEP_COLUMNS = ("job_id attempt step name nodes tasks tasks_per_node gpus started_ts ended_ts state exit_code "
+                 "signal reason updated_seq").split()
+# A step's row: what JobStepStarted said, completed by JobStepEnded (an end is never undone by a late start).
+_UPSERT_STEP = (
+    f"INSERT INTO steps ({', '.join(_STEP_COLUMNS)}) VALUES ({', '.join('?' for _ in _STEP_COLUMNS)}) "
+    f"ON CONFLICT(job_id, attempt, step) DO UPDATE SET "
+    + ", ".join(f"{col}=COALESCE(excluded.{col}, steps.{col})" for col in _STEP_COLUMNS[3:]
+                if col not in ("state", "updated_seq"))
+    + ", state=CASE WHEN steps.ended_ts IS NOT NULL AND excluded.ended_ts IS NULL THEN steps.state "
+      "ELSE excluded.state END, updated_seq=excluded.updated_seq"
+)
+
+
+def _step_row(event: c.JobStepStarted | c.JobStepEnded, seq: int, time: float,
+              before: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    """One step as it stands after ``event`` (None: keep what the table, or ``before`` in this batch, has)."""
+    started = isinstance(event, c.JobStepStarted)
+    row = (
+        event.job_id, event.attempt, event.step, event.name or None, ",".join(event.nodes) or None,
+        event.tasks or None, ",".join(map(str, event.tasks_per_node)) if started and event.tasks_per_node else None,
+        event.gpus if started else None,
+        (event.ts or time) if started else (event.started_ts or None), None if started else (event.ts or time),
+        step_state(event), None if started else event.exit_code, None if started else event.signal,
+        None if started else (event.reason or None), seq,
+    )
+    if before is None:
+        return row
+    merged = tuple(new if new is not None else old for new, old in zip(row, before))
+    if before[9] is not None and row[9] is None:  # an end already known stays
+        merged = merged[:10] + (before[10],) + merged[11:]
+    return merged
+
+
 def _summary(event: Event) -> str:
     body = msgspec.to_builtins(event)
     for key in ("id", "type", "v", "ts", "causation_id", "correlation_id", "source", "spec", "job_id"):
@@ -237,6 +280,7 @@ class JobsProjection:
         history: list[tuple[Any, ...]] = []
         attempts: dict[tuple[str, int], tuple[Any, ...]] = {}
         decisions: list[tuple[Any, ...]] = []
+        steps: dict[tuple[str, int, int], tuple[Any, ...]] = {}
         feed: list[tuple[str, Record]] = []
         last = self.last_seq
         for record, event in readable(batch, last):
@@ -259,6 +303,9 @@ class JobsProjection:
                 continue
             if isinstance(event, c.JobRejected):
                 self._tenants[job_id] = event.tenant
+            if isinstance(event, (c.JobStepStarted, c.JobStepEnded)):
+                key = (job_id, event.attempt, event.step)
+                steps[key] = _step_row(event, record.seq, record.time, steps.get(key))
             before = self.jobs.get(job_id)
             snapshot = (before.state, before.attempt, before.reason, before.spec) if before else None
             tr = self.jobs.apply(event, record.seq, record.time)
@@ -287,6 +334,8 @@ class JobsProjection:
                 await self.db.executemany("INSERT OR IGNORE INTO job_events VALUES (?, ?, ?, ?, ?, ?)", history)
             if attempts:
                 await self.db.executemany(_UPSERT_ATTEMPT, list(attempts.values()))
+            if steps:
+                await self.db.executemany(_UPSERT_STEP, list(steps.values()))
             if decisions:
                 await self.db.executemany("INSERT OR IGNORE INTO decisions VALUES (?, ?, ?, ?, ?, ?, ?)", decisions)
             await self.db.execute(
@@ -335,6 +384,7 @@ class JobsProjection:
         offset: int = 0,
         order: str = "submit",
         after: int | None = None,
+        steps: bool = False,
     ) -> dict[str, Any]:
         """Jobs matching the filters, ``limit`` of them from ``offset``; in submission order (``order``
         ``submit``) ``after`` starts past the row of that key (``submit_key``, the keyset cursor
@@ -370,11 +420,36 @@ class JobsProjection:
         for row in rows:
             row["allocation"] = json.loads(row["allocation"]) if row["allocation"] else []
             row.pop("class_rank", None)
+        if steps and rows:  # each row's current attempt's steps (sacct's JOBID.0, JOBID.1, ...)
+            current = {(row["job_id"], row["attempt"]): row for row in rows}
+            for row in rows:
+                row["steps"] = []
+            for step in await self._steps([row["job_id"] for row in rows]):
+                owner = current.get((step.pop("job_id"), step["attempt"]))
+                if owner is not None:
+                    owner["steps"].append(step)
         keyset = order != "queue"
         following, ask = page_fields(start, len(rows), total, keyset=keyset,
                                      cursor=submit_key(rows[-1]) if keyset and rows else None)
         return {"jobs": rows, "total": total, "offset": start, "next_offset": following, "next": ask,
                 "last_seq": self.last_seq}
+
+    async def _steps(self, job_ids: list[str]) -> list[dict[str, Any]]:
+        """The steps of these jobs, every attempt's, in job, attempt and step order."""
+        assert self.db is not None
+        cols = [col for col in _STEP_COLUMNS if col != "updated_seq"]
+        out: list[dict[str, Any]] = []
+        for i in range(0, len(job_ids), 500):  # SQLite's limit on parameters
+            chunk = job_ids[i:i + 500]
+            async with self.db.execute(
+                f"SELECT {', '.join(cols)} FROM steps WHERE job_id IN ({', '.join('?' for _ in chunk)}) "
+                "ORDER BY job_id, attempt, step", chunk,
+            ) as cur:
+                out.extend(dict(zip(cols, r, strict=True)) for r in await cur.fetchall())
+        for step in out:
+            step["nodes"] = step["nodes"].split(",") if step["nodes"] else []
+            step["tasks_per_node"] = [int(n) for n in step["tasks_per_node"].split(",")] if step["tasks_per_node"] else []
+        return out
 
     async def _count(self, clause: str, args: list[Any]) -> int:
         assert self.db is not None
@@ -390,7 +465,7 @@ class JobsProjection:
         assert self.db is not None
         found = await self.query_jobs(job_ids=[job_id], limit=1)
         if tenant is not None and (not found["jobs"] or found["jobs"][0]["tenant"] != tenant):
-            return {"job": None, "events": [], "attempts": [], **_events_page(offset, 0, 0),
+            return {"job": None, "events": [], "attempts": [], "steps": [], **_events_page(offset, 0, 0),
                     "last_seq": self.last_seq}
         async with self.db.execute("SELECT COUNT(*) FROM job_events WHERE job_id = ?", (job_id,)) as cur:
             total = int((await cur.fetchone())[0])  # type: ignore[index]
@@ -410,8 +485,11 @@ class JobsProjection:
         for row in attempts:
             row["allocation"] = json.loads(row["allocation"]) if row["allocation"] else []
             row["backfilled"], row["borrowed"] = bool(row["backfilled"]), bool(row["borrowed"])
+        steps = await self._steps([job_id])
+        for step in steps:
+            del step["job_id"]  # under its job (a tenant's answer names the job by the tenant's id)
         return {"job": found["jobs"][0] if found["jobs"] else None, "events": events, "attempts": attempts,
-                **_events_page(max(0, int(offset)), len(events), total), "last_seq": self.last_seq}
+                "steps": steps, **_events_page(max(0, int(offset)), len(events), total), "last_seq": self.last_seq}
 
 
     async def query_decisions(self, *, job_id: str | None = None, service: str | None = None,
@@ -549,7 +627,7 @@ class QueryServer:
         try:
             req = json.loads(msg.data or b"{}")
             allowed = {"states", "tenant", "account", "user", "partition", "job_ids", "limit", "offset", "order",
-                       "after"}
+                       "after", "steps"}
             unknown = set(req) - allowed
             if unknown:
                 raise ValueError(f"unknown query fields {sorted(unknown)}; allowed: {sorted(allowed)}")

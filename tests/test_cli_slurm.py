@@ -153,14 +153,22 @@ async def test_sacct_squeue_format_and_scancel_filters(nats_server, tmp_path):
         assert [r["job_id"] for r in json.loads(out)] == ["slow1"]  # the ended ones ended before
         code, out, err = await horizon(url, "sacct", "-S", "now-1day", "-a", "-P", "--format", "JobID,State,ExitCode")
         assert code == 0, err
-        assert out.splitlines() == ["JobID|State|ExitCode", "ok1|COMPLETED|0:0", "bad1|FAILED|3:0",
-                                    "slow1|RUNNING|0:0"]  # -P: no | at the end (that is -p)
+        # each job that started has its batch script's line, JOBID.batch, as sacct shows it
+        assert out.splitlines() == ["JobID|State|ExitCode", "ok1|COMPLETED|0:0", "ok1.batch|COMPLETED|0:0",
+                                    "bad1|FAILED|3:0", "bad1.batch|FAILED|3:0", "slow1|RUNNING|0:0",
+                                    "slow1.batch|RUNNING|0:0"]  # -P: no | at the end (that is -p)
         code, out, err = await horizon(url, "sacct", "-S", "now-1day", "-a", "-p", "-n", "-o", "JobID,State")
-        assert out.splitlines() == ["ok1|COMPLETED|", "bad1|FAILED|", "slow1|RUNNING|"], err
+        assert out.splitlines() == ["ok1|COMPLETED|", "ok1.batch|COMPLETED|", "bad1|FAILED|", "bad1.batch|FAILED|",
+                                    "slow1|RUNNING|", "slow1.batch|RUNNING|"], err
         code, out, err = await horizon(url, "sacct", "-j", "bad1,ok1", "-P", "-n", "-b", "--delimiter", ";")
-        assert out.splitlines() == ["ok1;COMPLETED;0:0", "bad1;FAILED;3:0"], err  # -j: anyone's, since ever
+        assert out.splitlines() == ["ok1;COMPLETED;0:0", "ok1.batch;COMPLETED;0:0", "bad1;FAILED;3:0",
+                                    "bad1.batch;FAILED;3:0"], err  # -j: anyone's, since ever
+        code, out, err = await horizon(url, "sacct", "-j", "bad1.batch", "-P", "-n", "-b")
+        assert out.splitlines() == ["bad1.batch|FAILED|3:0"], err  # a step's id: that line alone
+        code, out, err = await horizon(url, "sacct", "-j", "bad1,ok1", "-X", "-P", "-n", "-b")
+        assert out.splitlines() == ["ok1|COMPLETED|0:0", "bad1|FAILED|3:0"], err  # -X: the jobs alone
         code, out, err = await horizon(url, "sacct", "-a", "-s", "R", "-n", "-P", "-o", "JobID%-10,State")
-        assert out.splitlines() == ["slow1|RUNNING"], err  # -s without -S: the jobs in that state now
+        assert out.splitlines() == ["slow1|RUNNING", "slow1.batch|RUNNING"], err  # -s without -S: in that state now
         code, out, err = await horizon(url, "sacct", "-a", "-S", "now-1day", "-o", "JobID%-6,State%4", "-n")
         assert out.splitlines()[0] == "ok1    COM+", out  # cut to the width, + marking the cut
         code, out, err = await horizon(url, "sacct", "-S", "now-1day")

@@ -384,10 +384,12 @@ def test_a_script_must_start_with_a_shebang():
 
 
 def test_warnings_about_what_slurm_would_launch():
-    text = ("#!/bin/bash\nsrun hostname   # srun in a comment is fine\n# srun\nmpirun ./a\n"
-            "x=$(scontrol show hostnames)\n")
-    assert [w.split(":")[0] for w in script_warnings(text, nodes=2)] == ["line 2", "line 4", "line 5"]
-    assert [w.split(":")[0] for w in script_warnings(text, nodes=1)] == ["line 2", "line 5"]
+    """srun and scontrol are Horizon's inside a job: no warning; an MPI launcher in a multi-node job is."""
+    text = ("#!/bin/bash\nsrun hostname   # srun in a comment is fine\n# mpirun\nmpirun ./a\n"
+            "x=$(scontrol show hostnames)\nmpiexec -n 4 ./b # mpirun\n")
+    assert [w.split(":")[0] for w in script_warnings(text, nodes=2)] == ["line 4", "line 6"]
+    assert "no PMI/PMIx server" in script_warnings(text, nodes=2)[0]
+    assert script_warnings(text, nodes=1) == []
 
 
 # ------------------------------------------------------------------ how the job runs

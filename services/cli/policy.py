@@ -36,6 +36,7 @@ from services.runtime.log import LogError
 from services.placement.core import check_reservation
 from services.preemption.core import VICTIM_ORDERS, PreemptionConfig
 from services.domain.fit.framework import SCORE_PLUGINS
+from services.domain.hostlist import compress
 from services.domain.fit.profile import BACKFILL_MODES, check_profile
 from services.domain.policy import POLICIES, WEIGHT_NAMES
 
@@ -449,6 +450,7 @@ def show(nats_url: str, job_id: str, as_json: bool) -> None:
                    f"{' exit ' + str(a['exit_code']) if a['exit_code'] not in (None, 0) else ''}"
                    f"{': ' + a['reason'] if a['reason'] else ''}")
         out.extend(_attempt_files(job.get("events") or [], a["attempt"], row["job_id"]))
+        out.extend(_step_lines(job.get("steps") or [], a["attempt"], row["job_id"]))
     events = job.get("events") or []
     if events:
         out.append("  events:")
@@ -456,6 +458,22 @@ def show(nats_url: str, job_id: str, as_json: bool) -> None:
             out.append(f"    {ev['seq']:>8}  {time.strftime('%H:%M:%S', time.localtime(ev['ts']))}  {ev['type']}")
     for line in out:
         click.echo(line)
+
+
+def _step_lines(steps: list[dict[str, Any]], attempt: int, job_id: str) -> list[str]:
+    """An attempt's job steps (each srun inside it), as sacct names them: ``JOB.N``."""
+    lines = []
+    for step in steps:
+        if step.get("attempt") != attempt:
+            continue
+        ran = ""
+        if step.get("started_ts"):
+            ran = f", ran {(step.get('ended_ts') or time.time()) - step['started_ts']:.1f} s"
+        code = "" if step.get("state") == "RUNNING" else f", exit {step.get('exit_code') or 0}:{step.get('signal') or 0}"
+        lines.append(f"    step {job_id}.{step['step']} {step.get('name') or ''}: {step.get('state')}, "
+                     f"{step.get('tasks') or 0} task(s) on {compress(step.get('nodes') or []) or '-'}{code}{ran}"
+                     + (f": {step['reason']}" if step.get("reason") else ""))
+    return lines
 
 
 def _attempt_files(events: list[dict[str, Any]], attempt: int, job_id: str) -> list[str]:

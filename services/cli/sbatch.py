@@ -13,8 +13,8 @@ The mapping and its limits are in docs/slurm.md, and in ``OPTIONS``.
 
 How the job runs: the agent runs a short ``/bin/sh`` wrapper that changes to
 the working directory (the directory ``horizon sbatch`` ran in, or
-``--chdir``), sets the Slurm variables only known on the node
-(``SLURM_ARRAY_TASK_ID``, ``SLURMD_NODENAME``, ...), redirects output as
+``--chdir``), sets the array's Slurm variables (the agent sets those of the
+allocation: ``SLURMD_NODENAME``, ``SLURM_JOB_NODELIST``, ...), redirects output as
 ``--output``/``--error`` say, and execs the script's interpreter on the
 script's path with its arguments. The script is read from its path when the
 job starts (Slurm keeps a copy taken at submission): do not edit a script
@@ -28,6 +28,7 @@ import math
 import os
 import re
 import shlex
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +81,7 @@ class SbatchDefaults:
     account: str = "default"
     environ: Mapping[str, str] = field(default_factory=dict)  # for --export=VAR
     now: datetime | None = None  # the submitter's clock and time zone, for --begin (None: read it then)
+    submit_host: str = ""  # the machine horizon sbatch runs on (SLURM_SUBMIT_HOST)
 
 
 def _interpreter(text: str) -> list[str]:
@@ -433,6 +435,10 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
         "cpus-per-task" in given or "cpus-per-gpu" in given) else None, node_gpus, qos, array,
         "ntasks-per-node" in given))
     env.update(memory_env)
+    if defaults.submit_host:
+        env["SLURM_SUBMIT_HOST"] = defaults.submit_host
+    if "gpus-per-task" in given and gpus:  # srun's default --gpus-per-task inside the job, as Slurm's
+        env["SLURM_GPUS_PER_TASK"] = str(gpus)
     workdir = os.path.join(defaults.workdir, chdir) if chdir else defaults.workdir
     program = interpreter if defaults.script_path == "" else [*interpreter, defaults.script_path]
     command = ["/bin/sh", "-c", _wrapper(array is not None, nodes, [*program, *defaults.script_args]), "horizon-sbatch"]
@@ -537,9 +543,7 @@ def _wrapper(array: bool, nodes: int, program: list[str]) -> str:
     lines = []
     if array:  # a task's id is <array id>_<index>
         lines.append('export SLURM_ARRAY_JOB_ID="${SLURM_JOB_ID%_*}" SLURM_ARRAY_TASK_ID="${SLURM_JOB_ID##*_}"')
-    lines.append('export SLURMD_NODENAME="${HORIZON_NODE}"')
-    if nodes == 1:
-        lines.append('export SLURM_JOB_NODELIST="${HORIZON_NODE}" SLURM_NODELIST="${HORIZON_NODE}"')
+    # SLURMD_NODENAME, SLURM_JOB_NODELIST (all the job's nodes) and the rest are the agent's (job_environment).
     lines.append("exec " + " ".join(shlex.quote(p) for p in program))
     return "\n".join(lines) + "\n"
 
@@ -552,27 +556,24 @@ def _output_pattern(text: str) -> str:
     return text
 
 
-_LAUNCHERS = re.compile(r"(?:^|[\s;|&(`])(srun|scontrol|mpirun|mpiexec)(?=\s|$)")
+_LAUNCHERS = re.compile(r"(?:^|[\s;|&(`])(mpirun|mpiexec)(?=\s|$)")
 
 
 def script_warnings(text: str, nodes: int = 1) -> list[str]:
-    """What a script runs that will not work as on Slurm (not errors: the script may bring its own).
+    """What a script runs that may not work as on Slurm (not errors: the script may bring its own).
 
-    Horizon runs the script once, on the job's first node, and has no ``srun`` or ``scontrol``; a
-    multi-node job must start its processes on the other nodes itself.
+    ``srun`` and ``scontrol`` are Horizon's inside a job (services/cli/srun.py, scontrol.py). An MPI
+    launcher in a multi-node job is another matter: Horizon runs no PMI/PMIx server and writes no
+    host file, so ``mpirun`` works only as far as it starts its daemons with srun by itself.
     """
     out = []
     for number, line in enumerate(text.splitlines(), 1):
         code = line.split("#", 1)[0] if not line.lstrip().startswith("#") else ""
         m = _LAUNCHERS.search(code)
-        if m is None:
-            continue
-        if m[1] in ("srun", "scontrol"):
-            out.append(f"line {number}: {m[1]}: Horizon has no {m[1]}; the script runs once, on the job's first "
-                       "node (docs/slurm.md)")
-        elif nodes > 1:
-            out.append(f"line {number}: {m[1]}: Horizon gives the script no host file; it runs on the job's first "
-                       "node (docs/slurm.md)")
+        if m is not None and nodes > 1:
+            out.append(f"line {number}: {m[1]}: Horizon runs no PMI/PMIx server and writes no host file; start the "
+                       "ranks with srun, which runs one per task with SLURM_PROCID and SLURM_NTASKS (docs/slurm.md, "
+                       "Job steps)")
     return out
 
 
@@ -620,6 +621,7 @@ def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, st
             raise click.ClickException(f"cannot read {script[0]}: {exc.strerror}") from None
     user = default_user()
     defaults = SbatchDefaults(user=user, workdir=os.getcwd(), script_path=path, script_args=tuple(script_args),
+                              submit_host=socket.gethostname(),
                               environ=dict(os.environ))
     notes: list[str] = []
     flags: set[str] = set()

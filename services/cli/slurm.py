@@ -43,6 +43,8 @@ from events import catalogue as c
 from events.codec import DecodeError, decode
 from events.resources import format_cpus, format_memory
 from events.subjects import STREAM, valid_token
+from services.cli.sacct_steps import with_steps
+from services.domain.hostlist import compress
 from services.cli.client import default_user, query_all, session
 from services.cli.options import nats_option
 
@@ -124,30 +126,9 @@ def state_matches(row: dict[str, Any], match: set[str]) -> bool:
 
 
 def hostlist(names: Iterable[str]) -> str:
-    """Slurm's compressed host list: node-01,node-02,node-03,gpu-7 -> ``gpu-7,node-[01-03]``."""
-    groups: dict[tuple[str, int], list[int]] = {}
-    plain: list[str] = []
-    for name in dict.fromkeys(names):
-        m = re.match(r"^(.*?)(\d+)$", name)
-        if m is None:
-            plain.append(name)
-        else:
-            groups.setdefault((m[1], len(m[2])), []).append(int(m[2]))
-    out = list(plain)
-    for (prefix, width), numbers in groups.items():
-        numbers.sort()
-        ranges: list[str] = []
-        start = prev = numbers[0]
-        for n in [*numbers[1:], None]:
-            if n is not None and n == prev + 1:
-                prev = n
-                continue
-            ranges.append(f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}")
-            if n is not None:
-                start = prev = n
-        out.append(f"{prefix}{ranges[0]}" if len(ranges) == 1 and "-" not in ranges[0] else
-                   f"{prefix}[{','.join(ranges)}]")
-    return ",".join(sorted(out))
+    """Slurm's compressed host list: node-01,node-02,node-03,gpu-7 -> ``gpu-7,node-[01-03]``
+    (``services/domain/hostlist.py``'s ``compress``, the one used everywhere)."""
+    return compress(names)
 
 
 def squeue_duration(seconds: float | None) -> str:
@@ -400,7 +381,9 @@ def slurm_datetime(text: str, now: float | None = None) -> float:
 
 
 def _exit(row: dict[str, Any]) -> str:
-    """sacct's ExitCode ``code:signal``."""
+    """sacct's ExitCode ``code:signal`` (a step's line carries both: the highest of its tasks)."""
+    if "signal" in row:
+        return f"{row.get('exit_code') or 0}:{row.get('signal') or 0}"
     code = row.get("exit_code")
     if code is None:
         return "0:0"
@@ -433,6 +416,7 @@ SACCT_FIELDS: dict[str, Any] = {
     "End": lambda r, now: _stamp(r.get("ended_ts")) if r["state"] not in ("RUNNING", "SCHEDULED") else "Unknown",
     "NodeList": lambda r, now: hostlist(_nodes_of(r)) or "None assigned",
     "NNodes": lambda r, now: str(r.get("nodes") or 1),
+    "NTasks": lambda r, now: str(r.get("ntasks") or (r.get("nodes") or 1) * (r.get("tasks_per_node") or 1)),
     "AllocGPUs": lambda r, now: str(_alloc_gpus(r)),
     "AllocCPUS": lambda r, now: _alloc_cpus(r),
     "NCPUS": lambda r, now: _alloc_cpus(r),
@@ -515,6 +499,9 @@ def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, accou
     filters = {"states": ask, "tenant": tenant, "account": account, "user": user}
     page = None if limit is None or job_ids or select is not None else limit + offset
 
+    if not allocations:
+        filters["steps"] = True  # each job's steps, for the JOBID.batch and JOBID.N lines
+
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
             if job_ids:
@@ -537,7 +524,8 @@ def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, accou
             row["slurm"] = {name: SACCT_FIELDS[name](row, now) for name in SACCT_FIELDS}
         click.echo(json.dumps(rows))
         return
-    table = [[SACCT_FIELDS[name](row, now) for name, _ in columns] for row in rows]
+    lines = rows if allocations else with_steps(rows, job_ids)
+    table = [[SACCT_FIELDS[name](row, now) for name, _ in columns] for row in lines]
     if parsable:
         tail = delimiter if trailing else ""
         if not noheader:

@@ -41,7 +41,8 @@ from events import catalogue as c
 from services.domain.hostlist import compress
 
 __all__ = ["Slots", "StepRequest", "StepLayout", "StepError", "plan_step", "slots_of", "counts_text",
-           "step_environment", "task_environment", "step_exit", "StepExit", "DISTRIBUTIONS"]
+           "step_environment", "task_environment", "step_exit", "StepExit", "DISTRIBUTIONS", "step_state",
+           "STEP_STATES"]
 
 DISTRIBUTIONS = ("block", "cyclic")
 
@@ -341,3 +342,21 @@ def step_exit(codes: Sequence[int | None]) -> StepExit:
     if any(code is None for code in codes) and srun == 0:
         srun = 1  # a task whose end is unknown is no success
     return StepExit(exit_code, sig, srun)
+
+
+# A step's state, in Slurm's names (sacct shows them): RUNNING until JobStepEnded says how it ended.
+STEP_STATES = ("RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+
+
+def step_state(event: c.JobStepStarted | c.JobStepEnded) -> str:
+    """``RUNNING`` for a started step; an ended one ``TIMEOUT`` (srun's ``--time``), ``CANCELLED``
+    (stopped), ``FAILED`` (a task exited non-zero or was killed, or its end is unknown) or ``COMPLETED``."""
+    if isinstance(event, c.JobStepStarted):
+        return "RUNNING"
+    if event.timed_out:
+        return "TIMEOUT"
+    if event.cancelled:
+        return "CANCELLED"
+    if event.exit_code or event.signal or any(code is None for code in event.task_exit_codes):
+        return "FAILED"
+    return "COMPLETED"

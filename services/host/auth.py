@@ -138,9 +138,10 @@ def service_permissions() -> dict[str, Permissions]:
         # inventory also runs the log's clock and watches heartbeats (core NATS)
         "inventory": Permissions(publish=(*service["inventory"], "horizon.evt.clock.>"),
                                  subscribe=("_INBOX.>", "horizon.hb.*")),
-        # reports, registrations, heartbeats; serves its jobs' output (horizon.logs.<node>[.<tenant>])
-        "agent": Permissions(publish=("horizon.evt.agent.>", "horizon.hb.*", *_SETUP_AND_READ),
-                             subscribe=("_INBOX.>", "horizon.logs.>"), allow_responses=True),
+        # reports, registrations, heartbeats; serves its jobs' output (horizon.logs.<node>[.<tenant>]);
+        # job steps between agents (horizon.step.<node>, the output back on horizon.step.io.<token>)
+        "agent": Permissions(publish=("horizon.evt.agent.>", "horizon.hb.*", "horizon.step.>", *_SETUP_AND_READ),
+                             subscribe=("_INBOX.>", "horizon.logs.>", "horizon.step.>"), allow_responses=True),
         # serves horizon.query.*, publishes each tenant's feed, writes no stream
         "projections": Permissions(publish=(*_SETUP_AND_READ, "horizon.tenant.>"),
                                    subscribe=("_INBOX.>", "horizon.query.>"), allow_responses=True),

@@ -35,6 +35,7 @@ from projections import standing
 from projections.paging import Listing
 from services.agent import logs
 from services.domain.protocol import MSG_ID
+from services.domain.steps import STEP_STATES
 from services.runtime.log import DLQ_ERROR, DLQ_SEQ, DLQ_SUBJECT
 from services.submission import intake, validation
 from services.submission.intake_rules import KEPT_HEADERS
@@ -149,8 +150,15 @@ def view_reply_schemas() -> dict[str, Schema]:
     jobs_sql, st_sql = jobs_view.SCHEMA, standing.SCHEMA
     allocation = {"type": "array", "items": {"$ref": _SCHEMAS + "NodeAllocation"},
                   "description": "Per node, what the current attempt holds."}
+    step_row = _row(jobs_sql, "steps", [c for c in jobs_view._STEP_COLUMNS if c not in ("job_id", "updated_seq")],
+                    json={"nodes": {"type": "array", "items": {"type": "string"}},
+                          "tasks_per_node": {"type": "array", "items": {"type": "integer"}}})
+    step_row["properties"]["state"]["enum"] = list(STEP_STATES)
+    steps = {"type": "array", "items": step_row, "description": "Its job steps (srun inside the job): "
+             "JobStepStarted and JobStepEnded, by attempt and step."}
     job_row = _row(jobs_sql, "jobs", [c for c in jobs_view._COLUMNS if c not in ("spec", "class_rank")],
-                   json={"allocation": allocation})
+                   json={"allocation": allocation},
+                   extra={"steps": {**steps, "description": "With `steps`: the current attempt's job steps."}})
     attempt_row = _row(jobs_sql, "attempts", [c for c in jobs_view._ATTEMPT_COLUMNS if c != "updated_seq"],
                        json={"allocation": allocation}, booleans=("backfilled", "borrowed"))
     event_row = {"type": "object", "required": ["seq", "type"], "properties": {
@@ -187,7 +195,7 @@ def view_reply_schemas() -> dict[str, Schema]:
             "job": {"anyOf": [job_row, {"type": "null"}], "description": "`null`: no such job (for a tenant: "
                     "none of its own)."},
             "events": {"type": "array", "items": event_row, "description": "Its history, in log order."},
-            "attempts": {"type": "array", "items": attempt_row}, "last_seq": {"type": "integer"},
+            "attempts": {"type": "array", "items": attempt_row}, "steps": steps, "last_seq": {"type": "integer"},
             **_paging(jobs_view.EVENTS), "next": _NEXT}},
         "decisions": _listing("decisions", decision_row),
         "queue": _listing("jobs", queue_row, extra={"now": {"type": ["number", "null"]},
@@ -286,7 +294,7 @@ def _request_schemas() -> dict[str, Schema]:
 
 _VIEWS: dict[str, str] = {
     "jobs": "Every job (filters, pages): state, resources, node and devices, times, exit code.",
-    "job": "One job: its row, its events in log order, its attempts.",
+    "job": "One job: its row, its events in log order, its attempts, its job steps.",
     "decisions": "Every decision recorded in the log, with its service and basis (the audit table).",
     "queue": "Pending jobs in scheduling order, then held ones: priority, why each waits, reservations.",
     "nodes": "The nodes (like sinfo): state, capacity and use, GPU models, labels, taints, jobs.",
@@ -321,6 +329,7 @@ def served() -> list[Served]:
                 requests[view], _or_error(replies[view]), parameters={"tenant": TENANT}, queue=_QUEUE_GROUP))
     out.append(_validate())
     out.extend(_logs())
+    out.append(_steps())
     out.append(_intake())
     return out
 
@@ -367,6 +376,27 @@ def _logs() -> list[Served]:
                text + " Answered only about the tenant's own jobs.", request, _or_error(chunk),
                parameters={**node, "tenant": TENANT}, tags=("inputs",)),
     ]
+
+
+def _steps() -> Served:
+    request = {"type": "object", "required": ["op", "job_id", "attempt", "step"], "properties": {
+        "op": {"type": "string", "enum": ["launch", "signal", "stop"]},
+        "job_id": {"type": "string"}, "attempt": {"type": "integer"}, "step": {"type": "integer"},
+        "node": {"type": "string"}, "node_index": {"type": "integer"},
+        "layout": _any("The step's layout (services/domain/steps.py StepLayout.to_json)."),
+        "argv": {"type": "array", "items": {"type": "string"}}, "env": {"type": "object"}, "cwd": {"type": "string"},
+        "io": {"type": "string", "description": "`horizon.step.io.<token>`: where the share's output and ends go, "
+                                                "as requests `{\"out\": [[rank, fd, base64]], \"exited\": "
+                                                "[[rank, code, error]]}` answered `{\"ok\": true}` or "
+                                                "`{\"stop\": true}`."},
+        "signal": {"type": "integer"}, "grace_s": {"type": "number"}}}
+    reply = {"type": "object", "properties": {"ok": {"type": "boolean"}, "error": {"type": "string"}}}
+    return Served(
+        "step", "horizon.step.{node}", "A node's share of a job step, between agents",
+        "The batch node's agent asks the agent of another node of the job to run, signal or stop that node's "
+        "tasks of a job step (srun inside the job); the node's agent checks in its own view of the log that the "
+        "attempt holds the node. Agents only (services/agent/steps.py).",
+        request, reply, parameters={"node": NODE}, tags=("operators",))
 
 
 def _intake() -> Served:
