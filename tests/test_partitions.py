@@ -397,3 +397,11 @@ async def test_an_older_jobs_database_gets_the_partition_column(tmp_path):
         assert (await projection.query_jobs(partition="main"))["jobs"] == []
     finally:
         await projection.stop()
+
+
+def test_a_partition_name_that_is_no_name_is_refused():
+    f = Feed(SubmissionCore())
+    cluster(f)
+    out = verdict(f, submit("j", partitions=["gpu", "a.b"]))
+    assert isinstance(out, c.JobRejected) and out.field == "partitions[1]"
+    assert out.reason == "partitions[1]: 'a.b' is not a partition name (1-128 letters, digits, '_' or '-')"
