@@ -197,6 +197,7 @@ class Partitions:
         self.version = 0
         self._members: dict[str, tuple[str, ...]] = {}
         self._memberships: dict[str, frozenset[str]] | None = None
+        self._views: dict[str, PartitionView] = {}
 
     # ------------------------------------------------------------------ folding
 
@@ -250,6 +251,7 @@ class Partitions:
         self.version += 1
         self._members.clear()
         self._memberships = None
+        self._views.clear()
 
     # ------------------------------------------------------------------ reading
 
@@ -288,10 +290,14 @@ class Partitions:
         """What placement filters a job of partition ``name`` by; None for a job of no partition."""
         if not name:
             return None
-        cfg = self.configs.get(name)
-        if cfg is None:
-            return PartitionView(name, frozenset(), exists=False)
-        return PartitionView(name, frozenset(self.members(name)), cfg.state)
+        found = self._views.get(name)
+        if found is None:  # kept until the partitions or the nodes change (placement asks once per job)
+            cfg = self.configs.get(name)
+            found = (PartitionView(name, frozenset(self.members(name)), cfg.state) if cfg is not None
+                     else PartitionView(name, frozenset(), exists=False))
+            if len(self._views) < 4096:
+                self._views[name] = found
+        return found
 
     def tier(self, name: str) -> int:
         cfg = self.configs.get(name)
