@@ -6,7 +6,6 @@
 #SBATCH --mem=32G
 #SBATCH --time=02:00:00
 #SBATCH --output=%x-%j.out
-# expect: warning partition
 # expect: gpus 1
 module purge 2>/dev/null || true
 echo "training on $CUDA_VISIBLE_DEVICES with $SLURM_CPUS_PER_TASK cpus"

@@ -3,7 +3,7 @@
 #SBATCH --ntasks=2
 #SBATCH --time=5
 #SBATCH --output=export-%j.out
-# expect: step 0 tasks=2 nodes=1
+# expect: step 1 tasks=2 nodes=1
 # expect: line FROM-BATCH yes
 export FROM_BATCH=yes
 srun bash -c 'echo FROM-BATCH $FROM_BATCH'
