@@ -357,3 +357,13 @@ def test_an_array_in_squeue_and_scancel(up):
     states = dict(line.split("|") for line in up.run("sacct", "-j", arr, "-X", "-P", "-n", "-o", "JobID,State")
                   .stdout.splitlines())
     assert sorted(states) == sorted(f"{arr}_{i}" for i in range(5)) and set(states.values()) == {"CANCELLED"}
+
+
+def test_sinfo_srun_scontrol_by_their_names(up):
+    shown = up.run("sinfo").stdout.splitlines()
+    assert shown[0].split()[0] == "PARTITION" and any("*" in line.split()[0] for line in shown[1:]), shown
+    assert up.run("sinfo", "-h").stdout.splitlines() == shown[1:]  # sinfo's -h is --noheader too
+    assert up.run("scontrol", "show", "hostnames", "node-[01-02],gpu7").stdout.split() == ["node-01", "node-02",
+                                                                                         "gpu7"]
+    outside = up.run("srun", "hostname", ok=False)  # a job step needs a job
+    assert outside.returncode != 0 and outside.stderr.startswith("srun: error: ")
