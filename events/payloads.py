@@ -287,6 +287,36 @@ def _facts() -> dict[tuple[str, str], Callable[[Schema], None]]:
                                              "refused (PartitionPolicyConfigured)."),
         ("JobSubmitted", "checkpoint_signal"): text("The signal asking the job to checkpoint before a "
                                                     "preemption, e.g. `SIGUSR1`; `null`: it does not."),
+        # Slurm's option forms and directives (docs/slurm.md, 'Directives Horizon honours')
+        ("JobSubmitted", "gpus_per_node"): count(0, limits.max_gpus_per_job, (
+            "GPUs each node holds for all its tasks to share, each task seeing them all (Slurm's `--gres=gpu:N` "
+            "with several tasks per node); 0: `resources.gpus` per task, which it excludes.")),
+        ("JobSubmitted", "exclusive"): text("Whole nodes (Slurm's `--exclusive`): it starts only on nodes nothing "
+                                            "runs on and holds all their CPUs and GPUs."),
+        ("JobSubmitted", "whole_node_memory"): text("All the memory of each node (Slurm's `--mem=0`); "
+                                                    "`resources.memory` is then not read."),
+        ("JobSubmitted", "constraint"): text("Node features (Slurm's `--constraint`): names joined by `&` and `|`, "
+                                             "one level of parentheses, one `[a|b]` (one alternative for all "
+                                             "nodes). A node's features: its GPU models, the names in its "
+                                             "`features` label, its labels set to `true`."),
+        ("JobSubmitted", "nodelist"): text("Slurm host lists (`node[01-04]`): it runs on exactly these nodes, as "
+                                           "many as `nodes`."),
+        ("JobSubmitted", "exclude_nodes"): text("Slurm host lists of nodes it never runs on."),
+        ("JobSubmitted", "requeue"): text("Requeued when its node is lost or it is preempted (Slurm's "
+                                          "`--requeue`); `false`: it ends then (`--no-requeue`)."),
+        ("JobSubmitted", "time_min_s"): number(above=0, text=(
+            "Slurm's `--time-min`: backfill may start it with a shorter limit, down to this, when its own would "
+            "delay a reservation (at most `time_limit_s`).")),
+        ("JobSubmitted", "limit_signal"): text("Slurm's `--signal`: a signal sent `before_s` seconds before its "
+                                               "time limit; `null`: none."),
+        ("LimitSignal", "signal"): text("A signal name (`USR1`, `SIGUSR1`) or number (`10`)."),
+        ("LimitSignal", "before_s"): number(minimum=0, maximum=65535, text="How long before the time limit."),
+        ("LimitSignal", "batch_only"): text("To the job's main process (its batch shell) alone, Slurm's `B:`; "
+                                            "else to every other process of the job."),
+        ("JobSubmitted", "singleton"): text("Slurm's `--dependency=singleton`: it starts only when no other job "
+                                            "of its tenant, user and name runs, nor waits ahead of it."),
+        ("JobSubmitted", "hold"): text("Accepted held (Slurm's `--hold`): it waits for a release."),
+        ("JobSubmitted", "begin_ts"): number(minimum=0, text="Slurm's `--begin`: it starts no earlier than this."),
         ("ResourceRequest", "cpus"): cpus,
         ("ResourceRequest", "memory"): lambda p: (memory(positive=True)(p), _describe(
             p, "`null`: not given; the partition's default memory per CPU or GPU, else 1 GiB. Left out: 1 GiB.")),
