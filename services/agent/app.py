@@ -29,6 +29,11 @@ A preemption is carried out once per attempt; one for an attempt that has
 ended, or a second one, is ignored, and a cancel overrides it (the job ends
 CANCELLED, not requeued).
 
+The time limit the agent enforces is the attempt's own (``Job.limit_s``:
+placement's, shorter than the spec's when backfill used ``--time-min``), from
+the process's start; a job's ``limit_signal`` (Slurm's ``--signal``) is sent
+that many seconds before it (``services/agent/signals.py``).
+
 Start-up: catch up with the log first, then
 
 * start every job SCHEDULED on its nodes that has not started;

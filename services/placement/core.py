@@ -15,7 +15,10 @@ the scheduler's order. For each job still pending:
    ("4 nodes: has 8 GPUs, needs 16; 2 nodes: taint gpu=broken:NoSchedule not
    tolerated"), when they differ from the job's last explanation;
 
-and closes with ``PlacementCycleCompleted``.
+and closes with ``PlacementCycleCompleted``. A job that fits now but would
+delay a reservation may still start when it has a ``time_min_s`` (Slurm's
+``--time-min``): with the longest shorter limit that delays none, which its
+``JobScheduled.time_limit_s`` records (``backfill.shortened_limit``).
 
 What a job that does not fit means for the jobs behind it is its profile's
 ``backfill`` mode (``none``, ``easy`` by default, ``conservative``, ``shadow``,

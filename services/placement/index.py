@@ -8,7 +8,8 @@ CPUs, free memory, the same set of free device ids) and the same state
 devices, same score except the node name that breaks ties. (A request with
 inter-job affinity, or any request while some running job has an
 anti-affinity term, depends on which jobs run where: it is evaluated node by
-node.) The index keeps
+node; a request naming nodes, by ``--nodelist`` or ``--exclude``, is answered
+per group once for its named members and once for the others.) The index keeps
 nodes grouped by that signature, so ``place`` evaluates a node's fit once per
 group, and a cluster of 1,000 identical 8-GPU nodes is a handful of groups
 (the idle ones, and one per distinct fill level) instead of 1,000 scans.

@@ -40,10 +40,13 @@ Besides cycles, in this order:
    requeued (``JobRequeued``) until ``max_retries`` retries are used, not
    before ``backoff_base_s * 2**(retry-1)`` (capped at ``backoff_max_s``)
    after the failure; a job whose node was lost or that was preempted is
-   requeued at once and that does not count as a retry.
+   requeued at once and that does not count as a retry (unless its spec says
+   ``requeue`` false: Slurm's ``--no-requeue``).
 2. **Dependencies** (``services.domain.dependencies``): a job is a candidate
    only once all its dependencies are met; one that can never be met ends
-   with ``JobDependencyNeverSatisfied`` and the reason.
+   with ``JobDependencyNeverSatisfied`` and the reason. A ``singleton`` job
+   waits while another job of its tenant, user and name runs or waits ahead
+   of it (``services.domain.queue.singleton``).
 3. **Scheduling timeout**: a job still pending ``scheduling_timeout_s`` after
    it was accepted (or requeued) ends ``UNSCHEDULABLE`` with the reason it
    was waiting. Time moves with the log; a live cluster's ticker
