@@ -143,7 +143,7 @@ def job_row(job: Job, seq: int, tenant: str = "") -> tuple[Any, ...]:
         (spec.gpu_type + (f"-{spec.gpu_variant}" if spec.gpu_variant else "")) if spec and spec.gpu_type else None,
         spec.nodes if spec else None,
         spec.tasks_per_node if spec else None,
-        spec.time_limit_s if spec else None,
+        job.limit_s if spec else None,  # the attempt's own (shorter under --time-min), else the spec's
         job.attempt,
         ",".join(a.node for a in job.allocations) or None,
         json.dumps(allocation) if allocation else None,

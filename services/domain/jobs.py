@@ -235,6 +235,7 @@ class JobTable:
                 job.reason = reason
                 job.allocations = ()
                 job.borrowed = False
+                job.time_limit_s = 0.0  # the next attempt's limit is placement's to give
                 job.not_before_ts = event.not_before_ts
                 return self._set(job, JobState.PENDING)
             case c.JobCancelled(job_id=job_id, reason=reason, attempt=attempt):
