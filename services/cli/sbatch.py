@@ -7,9 +7,12 @@ must start with ``#!`` and an interpreter, which runs it; options on the
 ``horizon sbatch`` command line override the script's, and a later option
 overrides an earlier one.
 
-Every option Horizon cannot honour exactly is an error naming the option and
-its line, never ignored; all such problems of a script are reported together.
-The mapping and its limits are in docs/slurm.md, and in ``OPTIONS``.
+An option that would make the job compute or do something else if ignored is
+an error naming the option and its line, never ignored; all such problems of a
+script are reported together. One that only changes how fast or where the job
+runs, or who is told (mail, layout hints), is accepted with a warning naming
+its line (``parse_sbatch``'s ``warnings``). The mapping and its limits are in
+docs/slurm.md, and in ``OPTIONS``.
 
 How the job runs: the agent runs a short ``/bin/sh`` wrapper that changes to
 the working directory (the directory ``horizon sbatch`` ran in, or

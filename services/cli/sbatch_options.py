@@ -9,7 +9,9 @@
   options may be shortened to a unique prefix (``getopt_long``).
 
 ``OPTIONS`` is the table of every sbatch option and what Horizon does with it (docs/slurm.md is its
-prose). Pure: text in, ``Directive`` objects and problems out; what the values mean is
+prose): honoured, accepted with a warning (``warn``: what it does in Slurm and not here, for the
+options that change how fast or where a job runs, or who is told, not what it computes), refused
+with the reason (``unsupported``), another spelling (``alias``), or Horizon's own (``horizon``). Pure: text in, ``Directive`` objects and problems out; what the values mean is
 ``services/cli/sbatch.py``'s business.
 """
 
