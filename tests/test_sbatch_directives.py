@@ -94,3 +94,33 @@ async def test_scripts_with_slurm_directives_run_as_slurm_would(nats_server, tmp
     starts = {j: [float(line.split()[1]) for line in output(j).splitlines()] for j in ("nightly-1", "nightly-2")}
     assert starts["nightly-2"][0] >= starts["nightly-1"][1]  # the second began after the first ended
     assert_replays(await read_log(url))
+
+
+async def test_wait_returns_when_the_job_has_ended_with_its_exit_code(nats_server, tmp_path):
+    stack = Stack(nats_server.url, tmp_path / "stack", nodes=local_nodes(1, gpus_per_node=0), executor="process")
+    await stack.start()
+    (tmp_path / "fails.sh").write_text("#!/bin/bash\n#SBATCH --time=5\nsleep 1; exit 3\n")
+    (tmp_path / "waits.sh").write_text("#!/bin/bash\n#SBATCH --wait --time=5 --array=0-2\nsleep 0.5\n")
+    url = nats_server.url
+    try:
+        code, out, err = await asyncio.to_thread(_invoke, "sbatch", "--nats", url, "--job-id", "w-fail", "-W",
+                                                 f"--output={tmp_path}/w.out", str(tmp_path / "fails.sh"))
+        assert (code, out) == (3, "Submitted batch job w-fail\n"), err  # sbatch --wait exits as the job did
+        code, out, err = await asyncio.to_thread(_invoke, "sbatch", "--nats", url, "--job-id", "w-array",
+                                                 f"--output={tmp_path}/a-%a.out", str(tmp_path / "waits.sh"))
+        assert code == 0, err  # #SBATCH --wait: every task of the array ended well
+        rows = await _rows(url, ["w-array_0", "w-array_1", "w-array_2"])
+        assert [r["state"] for r in rows] == ["SUCCEEDED"] * 3
+    finally:
+        await stack.stop()
+
+
+async def _rows(url: str, job_ids: list[str]) -> list[dict]:
+    from services.cli.client import query
+
+    nc = await nats.connect(url)
+    try:
+        body = await query(nc, "jobs", {"job_ids": job_ids, "limit": len(job_ids)})
+    finally:
+        await nc.close()
+    return sorted(body["jobs"], key=lambda r: r["job_id"])

@@ -26,6 +26,7 @@ while its job waits. Submitting is ``services/cli/submitter.py``'s, as for ``hor
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -46,8 +47,8 @@ from events import catalogue as c
 from events.arrays import parse_array
 from events.resources import ResourceError
 from events.vocabulary import NICE_LIMIT
-from services.cli.client import default_user
-from services.cli.options import NATS_DEFAULT, tenant_for
+from services.cli.client import default_user, query, session
+from services.cli.options import NATS_DEFAULT, run, tenant_for
 from services.cli.sbatch_options import COMMAND_LINE_ONLY, OPTIONS, Directive, SbatchError, getopt, read_directives
 from services.cli.slurm_values import (
     Problem,
@@ -159,7 +160,7 @@ def parse_sbatch(text: str, *, defaults: SbatchDefaults, command_line: Sequence[
     return fields, body
 
 
-_OUTPUT_FLAGS = ("parsable", "quiet", "verbose")
+_OUTPUT_FLAGS = ("parsable", "quiet", "verbose", "wait")  # the command's to honour
 
 
 def _line_of(problem: str) -> int:
@@ -716,6 +717,45 @@ def sbatch(args: tuple[str, ...]) -> None:
         click.echo(event.job_id)
     elif not ours.get("quiet"):
         click.echo(f"Submitted batch job {event.job_id}")
+    if ours.get("wait") and not ours.get("no-wait"):
+        ids = [event.job_id] if event.array is None else [
+            f"{event.job_id}_{i}" for i in parse_array(event.array, "--array").indices]
+        raise SystemExit(_exit_code(_wait_for_end(nats_url, ids)))
+
+
+# What a job that has ended for good is in the read model (a requeue may still follow a failure or a
+# preemption: --wait sees the same ending twice, a poll apart, before it believes it).
+_ENDED = frozenset({"SUCCEEDED", "FAILED", "OUT_OF_MEMORY", "PREEMPTED", "CANCELLED", "REJECTED", "UNSCHEDULABLE",
+                    "DEPENDENCY_NEVER_SATISFIED"})
+
+
+def _wait_for_end(nats_url: str, job_ids: list[str], poll_s: float = 1.0) -> list[dict[str, Any]]:
+    """Slurm's ``-W/--wait``: the rows of ``job_ids`` (an array's tasks) once all have ended."""
+    async def go() -> list[dict[str, Any]]:
+        async with session(nats_url) as nc:
+            last: object = None
+            while True:
+                body = await query(nc, "jobs", {"job_ids": job_ids, "limit": len(job_ids)})
+                rows = {row["job_id"]: row for row in body.get("jobs", [])}
+                if all(rows.get(j, {}).get("state") in _ENDED for j in job_ids):
+                    seen = [(j, rows[j]["state"], rows[j].get("attempt")) for j in job_ids]
+                    if seen == last:
+                        return [rows[j] for j in job_ids]
+                    last = seen
+                await asyncio.sleep(poll_s)
+
+    return run(go())  # type: ignore[no-any-return]
+
+
+def _exit_code(rows: list[dict[str, Any]]) -> int:
+    """As sbatch --wait exits: 0 when every job succeeded, else the highest exit code (1 for a job that
+    ended without one: cancelled, never started, killed by a signal)."""
+    worst = 0
+    for row in rows:
+        if row["state"] != "SUCCEEDED":
+            code = row.get("exit_code")
+            worst = max(worst, code if isinstance(code, int) and 0 < code < 256 else 1)
+    return worst
 
 
 def register(group: click.Group) -> None:

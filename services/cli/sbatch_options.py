@@ -68,7 +68,7 @@ def _opts() -> dict[str, _Opt]:
         ("ntasks-per-node", None, REQUIRED), ("open-mode", None, REQUIRED), ("output", "o", REQUIRED),
         ("parsable", None, NONE), ("partition", "p", REQUIRED), ("qos", "q", REQUIRED), ("quiet", "Q", NONE),
         ("requeue", None, OPTIONAL), ("signal", None, REQUIRED), ("time", "t", REQUIRED), ("time-min", None, REQUIRED),
-        ("verbose", "v", NONE), ("wait-all-nodes", None, REQUIRED), ("wrap", None, REQUIRED),
+        ("verbose", "v", NONE), ("wait", "W", NONE), ("wait-all-nodes", None, REQUIRED), ("wrap", None, REQUIRED),
     ]
     aliases = [("tasks-per-node", None, REQUIRED, "ntasks-per-node")]  # getopt_long: --tasks is its prefix
     no_layout = "Horizon gives tasks CPUs, memory and GPUs, with no socket, core or binding layout"
@@ -148,7 +148,6 @@ def _opts() -> dict[str, _Opt]:
                                   "estimate)"),
         ("tres-per-task", None, REQUIRED, "give --cpus-per-task and --gpus-per-task"),
         ("uid", None, REQUIRED, "Horizon runs jobs as the node agent's user"),
-        ("wait", "W", NONE, "follow the job with horizon watch --job JOB"),
         ("help", None, NONE, "run horizon sbatch --help"),
         ("usage", "u", NONE, "run horizon sbatch --help"),
         ("version", "V", NONE, "run horizon --version"),
