@@ -664,7 +664,9 @@ def sbatch(args: tuple[str, ...]) -> None:
     Reads the script's #SBATCH directives as sbatch does; OPTIONS are sbatch's
     (-N 2, --gres=gpu:a100:4, --time=2:00:00, --array=0-9%2, --dependency=afterok:J,
     ...) and override the script's. A directive Horizon cannot honour is an
-    error naming its line (docs/slurm.md lists them all).
+    error naming its line; one that only changes speed, layout or who is told
+    (--mail-type, --hint, ...) is a warning naming its line (docs/slurm.md
+    lists them all). -W/--wait waits for the job's end and exits with its code.
 
     \b
     Horizon's own options (before SCRIPT):
