@@ -303,7 +303,7 @@ def test_a_job_with_a_begin_time_waits_for_it():
 def _admit(registered: list[c.NodeRegistered] | None = None, **fields: Any) -> c.JobSpec:
     from services.domain.features import node_features
 
-    features = [node_features(n.labels, [(d.type, d.variant) for d in n.gpus]) for n in registered or []]
+    features = {n.node: node_features(n.labels, [(d.type, d.variant) for d in n.gpus]) for n in registered or []}
     models = {(d.type, d.variant) for n in registered or [] for d in n.gpus} or {("a100", None)}
     sub = c.JobSubmitted(job_id="j", tenant="acme", command=["true"], **fields)
     [(_, spec)] = admit(sub, subject_tenant="acme", gpu_models=models, features=features)
@@ -334,6 +334,7 @@ def test_submission_normalises_the_directives():
     (dict(constraint="v100"), "constraint", "no registered node has the features v100; the nodes have: a100"),
     (dict(nodelist=["n[1-3]"], nodes=2), "nodelist", "names 3 node(s) and the job has 2"),
     (dict(nodelist=["n1"], exclude_nodes=["n1"]), "exclude_nodes", "n1 both listed and excluded"),
+    (dict(nodelist=["n2"]), "nodelist", "n2: no such node is registered (the cluster has 1)"),
     (dict(time_limit_s=600.0, time_min_s=1200.0), "time_min_s", "at most the time limit"),
     (dict(limit_signal=c.LimitSignal(signal="BOGUS")), "limit_signal.signal", "is not a signal"),
     (dict(limit_signal=c.LimitSignal(signal="USR1", before_s=-1)), "limit_signal.before_s", "must be 0 to 65535"),

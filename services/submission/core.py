@@ -370,7 +370,7 @@ class SubmissionCore:
             admitted = admission(pending.raw or sub, subject_tenant=pending.tenant,  # type: ignore[arg-type]
                                  gpu_models=state.gpu_models, limits=self.limits, capacity=state.capacity,
                                  partitions=state.partitions, capacity_of=state.capacity_of, scope=pending.scope,
-                                 features=state.features.values())
+                                 features=state.features)
             jobs, warnings = admitted.jobs, list(admitted.warnings)
             if pending.scope:
                 jobs = [(job_key(pending.scope, job_id), scoped_spec(spec, pending.scope)) for job_id, spec in jobs]

@@ -8,7 +8,7 @@ gpus_per_node       0 or a count; excludes ``resources.gpus`` (GPUs per node *or
 whole_node_memory   the spec's ``memory_bytes`` is 0: each node's memory is what it gets
 constraint          Slurm's syntax (``services/domain/features.py``); some registered node
                     must have the features, else it could never run
-nodelist            host lists (``node[01-04]``), as many names as the job has nodes
+nodelist            host lists (``node[01-04]``) of registered nodes, as many as the job has nodes
 exclude_nodes       host lists; not overlapping ``nodelist``
 time_min_s          more than 0 and at most the time limit
 begin_ts            a time (seconds since the epoch); one already past starts the job at once
@@ -19,7 +19,7 @@ limit_signal        a signal name or number, ``before_s`` in 0..65535
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Mapping
 from typing import Any
 
 from events import catalogue as c
@@ -64,11 +64,12 @@ def _names(expressions: list[str], field: str) -> tuple[str, ...]:
 
 
 def slurm_fields(sub: c.JobSubmitted, *, nodes: int, time_limit_s: float,
-                 features: Collection[frozenset[str]] | None = None) -> dict[str, Any]:
+                 features: Mapping[str, frozenset[str]] | None = None) -> dict[str, Any]:
     """``JobSpec``'s fields for the directives (see the module doc), or ``DirectiveRejection``.
 
-    ``features``: every registered node's features (``node_features``), to refuse a constraint that
-    no node could ever satisfy (None, or no node yet: not judged)."""
+    ``features``: every registered node and its features (``node_features``), to refuse a constraint
+    that no node could ever satisfy and a node list naming a node not registered, as Slurm refuses
+    them at submission (None, or no node yet: not judged)."""
     out: dict[str, Any] = {}
     if sub.exclusive:
         out["exclusive"] = True
@@ -80,8 +81,8 @@ def slurm_fields(sub: c.JobSubmitted, *, nodes: int, time_limit_s: float,
         except ConstraintError as exc:
             raise DirectiveRejection("constraint", f"{sub.constraint[:200]!r}: {exc}") from None
         if features:
-            if not any(holds(constraint.any_of, node) for node in features):
-                known = sorted(set().union(*features))
+            if not any(holds(constraint.any_of, node) for node in features.values()):
+                known = sorted(set().union(*features.values()))
                 raise DirectiveRejection("constraint", f"no registered node has the features {describe(constraint.any_of)}"
                                          f"; the nodes have: {', '.join(known) if known else 'no features'} "
                                          "(a node's features: its GPU models, the names in its 'features' label, "
@@ -92,6 +93,10 @@ def slurm_fields(sub: c.JobSubmitted, *, nodes: int, time_limit_s: float,
         if len(listed) != nodes:
             raise DirectiveRejection("nodelist", f"names {len(listed)} node(s) and the job has {nodes}: it runs on "
                                      "exactly the listed nodes")
+        unknown = [name for name in listed if features and name not in features]
+        if unknown:
+            raise DirectiveRejection("nodelist", f"{', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}: "
+                                     f"no such node is registered (the cluster has {len(features or ())})")
         out["nodelist"] = tuple(sorted(listed))
     if sub.exclude_nodes:
         excluded = _names(sub.exclude_nodes, "exclude_nodes")

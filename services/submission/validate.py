@@ -14,7 +14,7 @@ and what the registered nodes could ever hold (``capacity``,
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import msgspec
@@ -69,7 +69,7 @@ def normalise(
     capacity_of: Callable[[str], Capacity] | None = None,
     warnings: list[str] | None = None,
     scope: str = "",
-    features: Collection[frozenset[str]] | None = None,
+    features: Mapping[str, frozenset[str]] | None = None,
 ) -> c.JobSpec:
     """Return the validated spec, or raise ``Rejection``.
 
@@ -97,8 +97,9 @@ def normalise(
     whose own account a job naming none charges (a tenant's input under
     accounts), for a partition's allowed accounts.
 
-    ``features``: the registered nodes' features (``services.domain.features``), against which a
-    ``constraint`` no node could ever satisfy is refused (None: not judged). Slurm's other option
+    ``features``: the registered nodes and their features (``services.domain.features``), against
+    which a ``constraint`` no node could ever satisfy, or a ``nodelist`` naming a node not registered,
+    is refused (None: not judged). Slurm's other option
     forms and directives are ``services/submission/directives.py``'s.
 
     ``command``: a job runs a command, unless it is simulated
@@ -355,7 +356,7 @@ def admission(
     partitions: Partitions | None = None,
     capacity_of: Callable[[str], Capacity] | None = None,
     scope: str = "",
-    features: Collection[frozenset[str]] | None = None,
+    features: Mapping[str, frozenset[str]] | None = None,
 ) -> Admission:
     """The jobs one submission makes, as (job id, spec): the job itself, or each task of an array
     in index order; and the warnings for its submitter. Raises ``Rejection`` like ``normalise``
@@ -378,7 +379,7 @@ def admit(
     limits: Limits = Limits(),
     capacity: Capacity | None = None,
     partitions: Partitions | None = None,
-    features: Collection[frozenset[str]] | None = None,
+    features: Mapping[str, frozenset[str]] | None = None,
 ) -> list[tuple[str, c.JobSpec]]:
     """``admission``'s jobs alone."""
     return admission(sub, subject_tenant=subject_tenant, gpu_models=gpu_models, limits=limits, capacity=capacity,
