@@ -223,14 +223,19 @@ class StepService:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
         self._subs.clear()
+        # The steps die with the agent (unlike batch scripts, which their supervisors keep): the tasks
+        # here at once, the other nodes' told to stop, srun sees its connection close.
         for run in list(self.runs.values()):
             run.stopping = run.stopping or "the node's agent stopped"
             for share in run.local:
                 share.kill_now()
+            for node in run.remote:
+                await self._ask(node, {"op": "stop", "job_id": run.job_id, "attempt": run.attempt, "step": run.step,
+                                       "grace_s": self.grace_period_s})
         for held in list(self.shares.values()):
             held.share.kill_now()
-        for key in list(self.doors):
-            await self.close(*key)
+        for job_id, attempt in list(self.doors):
+            await self._close_door(job_id, attempt)
         for task in list(self._tasks):
             task.cancel()
         if self._reporter is not None:
@@ -277,6 +282,9 @@ class StepService:
         """The attempt is over: stop its steps everywhere and close its socket."""
         for run in [r for r in self.runs.values() if (r.job_id, r.attempt) == (job_id, attempt)]:
             await self._stop_run(run, "the job ended")
+        await self._close_door(job_id, attempt)
+
+    async def _close_door(self, job_id: str, attempt: int) -> None:
         server = self.doors.pop((job_id, attempt), None)
         if server is not None:
             server.close()

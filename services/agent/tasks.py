@@ -11,7 +11,7 @@ The sink is the step's coordinator on the batch node (``services/agent/steps.py`
 when this agent hosts the node, else through ``RemoteSink``, which batches the output into NATS
 requests to the batch node's agent and waits for each answer, so a task that writes faster than
 srun reads is slowed down instead of filling memory, and a share whose coordinator is gone
-(no answer) stops its tasks.
+(no answer, also to the request a silent share sends every ``IDLE_S``) stops its tasks.
 
 A task that cannot start (no such command) ends at once with 127 (126: found but not
 runnable), as a shell would, and its reason on its standard error.
@@ -160,6 +160,7 @@ class RemoteSink:
     BATCH_BYTES = 256 * 1024
     LINGER_S = 0.005
     TIMEOUT_S = 30.0
+    IDLE_S = 5.0  # a share with nothing to say asks this often all the same: is the step still there?
 
     def __init__(self, nc: Any, subject: str) -> None:
         self.nc = nc
@@ -181,7 +182,10 @@ class RemoteSink:
     async def _send(self) -> None:
         closing = False
         while not closing:
-            kind, item = await self.queue.get()
+            try:
+                kind, item = await asyncio.wait_for(self.queue.get(), self.IDLE_S)
+            except asyncio.TimeoutError:
+                kind, item = "ping", None
             out: list[Any] = []
             ends: list[Any] = []
             size = 0
@@ -193,6 +197,8 @@ class RemoteSink:
                     self._room.release()
                 elif kind == "exit":
                     ends.append(item)
+                elif kind == "ping":
+                    break
                 else:  # "close": send what was gathered, then end
                     closing = True
                     break
@@ -208,7 +214,7 @@ class RemoteSink:
                         kind, item = await asyncio.wait_for(self.queue.get(), left)
                     except asyncio.TimeoutError:
                         break
-            if self.lost.is_set() or not (out or ends):
+            if self.lost.is_set() or not (out or ends or kind == "ping"):
                 continue
             try:
                 msg = await self.nc.request(self.subject, json.dumps({"out": out, "exited": ends}).encode(),
