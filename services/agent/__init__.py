@@ -17,7 +17,11 @@ what the log asks of its nodes and reports what happened (``JobStarted``,
 * ``app.py``: the adapter, ``NodeAgent``: registration, heartbeats, following
   the log, and carrying out the core's actions on processes;
 * ``executors.py``: how a job runs: a real process group, or a simulated job
-  that only takes time, and its checkpoints.
+  that only takes time, and its checkpoints;
+* ``steps.py`` and ``tasks.py``: job steps, ``srun`` inside a job: the socket
+  a job's srun asks its agent on, a step's tasks on the nodes this agent hosts,
+  the other nodes' shares asked of their agents over NATS, and the reports
+  ``JobStepStarted`` and ``JobStepEnded``.
 
 What must not: the agent imports only ``events``, ``services.domain`` and
 ``services.runtime``, never another service, and the decision services never
