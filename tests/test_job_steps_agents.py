@@ -230,5 +230,11 @@ def test_srun_and_sacct_through_horizon_up_and_sbatch(tmp_path):
             f"{job}.1|bash|FAILED|7:0|1|1|node-00"], sacct.stdout
         shown = up.cli("show", job).stdout
         assert f"step {job}.1 bash: FAILED, 1 task(s) on node-00, exit 7:0" in shown, shown
+        steps = up.cli("scontrol", "show", "step", f"{job}.1").stdout  # outside the job: the read model
+        assert f"StepId={job}.1 " in steps and "State=FAILED" in steps and "ExitCode=7:0" in steps, steps
+        text = up.cli("scontrol", "show", "job", job).stdout
+        fields = dict(item.split("=", 1) for item in text.split() if "=" in item)
+        assert (fields["JobState"], fields["NumNodes"], fields["NumTasks"], fields["NodeList"], fields["StdOut"]) == (
+            "COMPLETED", "2", "4", "node-[00-01]", str(work / f"ddp-{job}.out")), text
     finally:
         assert up.stop() == 0

@@ -203,10 +203,12 @@ def _steps(job_id: str | None, environ: Mapping[str, str]) -> list[str]:
             continue
         end = s.get("ended_ts")
         state = s.get("state") or "RUNNING"
+        nodes = s.get("nodes") or []
         out.append(f"StepId={row['job_id']}.{s['step']} UserId={_uid(row.get('user') or '')} "
                    f"StartTime={_stamp(s.get('started_ts'))} TimeLimit=UNLIMITED\n"
-                   f"   State={state} Partition=(null) NodeList={s.get('nodelist') or '(null)'}\n"
-                   f"   Nodes={s.get('nnodes')} Tasks={s.get('tasks')} Name={s.get('name') or ''}\n"
+                   f"   State={state} Partition={row.get('partition') or '(null)'} "
+                   f"NodeList={compress(nodes) if nodes else '(null)'}\n"
+                   f"   Nodes={len(nodes)} Tasks={s.get('tasks')} Name={s.get('name') or ''}\n"
                    f"   ExitCode={s.get('exit_code') or 0}:{s.get('signal') or 0} "
                    f"RunTime={_duration((end or time.time()) - (s.get('started_ts') or time.time()))}")
     return out or [f"No job steps exist for {wanted}"]
