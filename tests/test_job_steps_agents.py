@@ -196,6 +196,41 @@ async def test_a_cancel_stops_the_steps_tasks_on_every_node_and_a_lost_coordinat
     assert not _running(marker)
 
 
+# A step's task counts the USR1s it gets (--signal=USR1@N without B:), then ends.
+COUNTER = ("import os, signal, time\n"
+           "got = []\n"
+           "signal.signal(signal.SIGUSR1, lambda n, f: got.append(time.time()))\n"
+           "print('UP', os.environ['SLURMD_NODENAME'], flush=True)\n"
+           "end = time.time() + 6\n"
+           "while time.time() < end:\n"
+           "    time.sleep(0.05)\n"
+           "print('USR1', os.environ['SLURMD_NODENAME'], os.environ['SLURM_PROCID'], len(got), flush=True)\n")
+
+
+async def test_the_jobs_signal_reaches_every_task_of_a_step_once(nats_server, tmp_path):
+    """Slurm's --signal (not B:) goes to the job's steps: here through srun, which passes it on to every
+    task on every node; a task on the batch node is not signalled a second time through the cgroup."""
+    cluster = TwoAgents(nats_server.url, tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "counter.py").write_text(COUNTER)
+    await cluster.start()
+    nc = await nats.connect(nats_server.url)
+    tally = Tally()
+    await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
+    try:
+        await publish_all(nc.jetstream(), [_job("signalled", f"srun {sys.executable} counter.py; echo END", work,
+                                                time_limit_s=9, limit_signal={"signal": "USR1", "before_s": 6})])
+        await wait_until(lambda: tally.has("JobSucceeded", "signalled") or tally.has("JobFailed", "signalled"), 60,
+                         "the job to end")
+    finally:
+        await nc.close()
+        await cluster.stop()
+    lines = (work / "signalled.out").read_text().splitlines()
+    assert sorted(line for line in lines if line.startswith("USR1")) == [
+        "USR1 node-00 0 1", "USR1 node-00 1 1", "USR1 node-01 2 1", "USR1 node-01 3 1"], lines
+
+
 def test_srun_and_sacct_through_horizon_up_and_sbatch(tmp_path):
     """The issue's end-to-end: a 2-node job of 2 tasks per node whose script runs srun and scontrol
     ends SUCCEEDED with the right lines, and sacct shows its batch script and steps with exit codes."""

@@ -271,9 +271,11 @@ class _Attempt:
     POLL_S = 0.1
 
     def __init__(self, directory: Path, plan: dict[str, Any], hierarchy: Hierarchy,
-                 child: subprocess.Popen[bytes] | None = None) -> None:
+                 child: subprocess.Popen[bytes] | None = None,
+                 step_groups: Callable[[], set[int]] | None = None) -> None:
         self.directory = directory
         self.plan = plan
+        self._step_groups = step_groups  # the process groups of its steps' tasks here (services/agent/steps.py)
         self._child = child  # the supervisor, when this agent started it (reaped here, not left a zombie)
         self._cgroup = hierarchy.cgroup(plan["node"], plan["job_id"], plan["attempt"]) if hierarchy.usable else None
         self._checkpoint_path = Path(plan["env"]["HORIZON_CHECKPOINT_FILE"])
@@ -345,7 +347,13 @@ class _Attempt:
         process of the job's group and cgroup. How many got it (0: the job has ended)."""
         if self.pid is None or self.status() is not None or shim.start_time(self.pid) != self._pid_start:
             return 0
-        return signals.deliver(self.pid, number, batch_only, self._cgroup.pids() if self._cgroup is not None else ())
+        pids = self._cgroup.pids() if self._cgroup is not None else []
+        if not batch_only and self._step_groups is not None:
+            # A step's tasks get it from their srun, which is in the job's group and passes the signals it
+            # gets on to every task of its step, on every node: once each, as Slurm signals steps.
+            groups = self._step_groups()
+            pids = [pid for pid in pids if _pgid(pid) not in groups]
+        return signals.deliver(self.pid, number, batch_only, pids)
 
     def checkpoint_ref(self) -> str | None:
         return _read_ref(self._checkpoint_path)
@@ -398,12 +406,16 @@ class ProcessExecutor:
         # attempt, and the directory of Horizon's srun and scontrol, first on a job's PATH.
         self.step_socket: Callable[[str, int], str] | None = None
         self.shims_dir: Path | None = None
+        self.step_groups: Callable[[str, int], set[int]] | None = None  # its steps' tasks' process groups here
         # When the job's command has ended, what it left in its cgroup (a step's tasks) gets SIGTERM and
         # this long before SIGKILL (Slurm's KillWait); the agent's own stop grace still bounds a stop.
         self.kill_wait_s = KILL_WAIT_S
 
     def isolation(self) -> str:
         return self.hierarchy.describe()
+
+    def _groups_of(self, job_id: str, attempt: int) -> Callable[[], set[int]]:
+        return lambda: self.step_groups(job_id, attempt) if self.step_groups is not None else set()
 
     def attempt_dir(self, job_id: str, attempt: int) -> Path:
         return self.state_dir / job_id / str(attempt)
@@ -498,7 +510,7 @@ class ProcessExecutor:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the job did not start within {START_TIMEOUT_S:g} s")
             await asyncio.sleep(0.01)
-        return _Attempt(directory, plan, self.hierarchy, child)
+        return _Attempt(directory, plan, self.hierarchy, child, self._groups_of(job_id, attempt))
 
     def adopt(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> _Attempt | None:
         directory = self.attempt_dir(job_id, attempt)
@@ -509,7 +521,7 @@ class ProcessExecutor:
         if not (directory / shim.STATUS).exists() and not _alive(directory / shim.SHIM_PID):
             return None  # planned, never started (or its supervisor was killed): nothing to watch
         self.cores.hold(alloc.node, job_id, attempt, plan.get("node_cpus", ()))
-        return _Attempt(directory, plan, self.hierarchy)
+        return _Attempt(directory, plan, self.hierarchy, step_groups=self._groups_of(job_id, attempt))
 
     def released(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> None:
         self.cores.release(alloc.node, job_id, attempt)
@@ -543,6 +555,13 @@ def kill_attempts(state_dir: Path) -> int:
             if hierarchy.usable:
                 hierarchy.cgroup(plan["node"], plan["job_id"], plan["attempt"]).signal_all(signal.SIGKILL)
     return killed
+
+
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return -1
 
 
 def _has_credentials(url: str) -> bool:

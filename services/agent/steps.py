@@ -213,6 +213,7 @@ class StepService:
         await asyncio.to_thread(write_shims, self.shims_dir, ("srun", "scontrol"), guard=False)
         self.executor.step_socket = self.socket_path
         self.executor.shims_dir = self.shims_dir
+        self.executor.step_groups = self.task_groups
         self._reporter = asyncio.create_task(self._report_loop(), name="step-reports")
         if self.nc is not None:
             for node in sorted(self.hosted()):
@@ -255,6 +256,11 @@ class StepService:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    def task_groups(self, job_id: str, attempt: int) -> set[int]:
+        """The process groups of the tasks this agent runs for the attempt's steps (each task leads its own)."""
+        return {proc.pid for (j, a, _s, _n), held in list(self.shares.items()) if (j, a) == (job_id, attempt)
+                for proc in held.share.procs.values() if proc.returncode is None}
 
     # ------------------------------------------------------------------ the door of an attempt
 
