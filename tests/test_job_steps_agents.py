@@ -36,11 +36,12 @@ pytestmark = pytest.mark.timeout(240)
 class TwoAgents:
     """The services and projections of a Stack, and two agents of one node each."""
 
-    def __init__(self, url: str, base: Path) -> None:
+    def __init__(self, url: str, base: Path, urls: dict[str, str] | None = None) -> None:
         self.url = url
         self.base = base
         self.nodes = local_nodes(2, gpus_per_node=4, cpus=8, memory_bytes=8 << 30)
-        self.stack = Stack(url, base / "stack", executor="process")
+        self.urls = urls or {}
+        self.stack = Stack(url, base / "stack", executor="process", urls=self.urls)
         self.agents: list[NodeAgent] = []
         self.logs: list[JetStreamLog] = []
 
@@ -51,7 +52,7 @@ class TwoAgents:
 
     async def start_agent(self, i: int) -> NodeAgent:
         spec = self.nodes[i]
-        log_ = await JetStreamLog.open(self.url, name=f"agent-{i}", create=False)
+        log_ = await JetStreamLog.open(self.urls.get("agent", self.url), name=f"agent-{i}", create=False)
         executor = ProcessExecutor(self.base / f"agent{i}", {spec.name: spec})
         agent = NodeAgent(log_, [spec], executor, nc=log_.nc, name=f"agent-{i}", grace_period_s=3.0)
         await agent.start()
@@ -139,6 +140,39 @@ async def test_a_step_runs_its_tasks_on_both_nodes_through_their_agents(nats_ser
     started = next(e for e in steps if isinstance(e, c.JobStepStarted) and e.step == 1)
     assert (started.nodes, started.tasks, started.tasks_per_node, started.gpus_per_task) == (
         [batch, other], 4, [2, 2], 1)
+
+
+async def test_steps_under_accounts_go_between_agents_only(tmp_path):
+    """With deploy/nats/auth.conf: the agents (user agent) run a step across their nodes over
+    horizon.step.<node>; a tenant's user cannot reach those subjects."""
+    from services.runtime.natsserver import NatsServer
+    from tests.test_auth import AUTH_CONF, SERVICE_USERS, url
+
+    server = NatsServer(store_dir=tmp_path / "js", port=0, config=AUTH_CONF)
+    server.start()
+    cluster = TwoAgents(url(server, "admin"), tmp_path, urls={u: url(server, u) for u in (*SERVICE_USERS, "admin")})
+    work = tmp_path / "work"
+    work.mkdir()
+    try:
+        await cluster.start()
+        admin = await nats.connect(url(server, "admin"))
+        tally = Tally()
+        await admin.subscribe("horizon.evt.>", cb=tally.on_msg)
+        await publish_all(admin.jetstream(), [_job("acct", "srun bash -c 'echo TASK $SLURMD_NODENAME'", work,
+                                                   tasks_per_node=1)])
+        await wait_until(lambda: tally.has("JobSucceeded", "acct") and tally.has("JobStepEnded", "acct"), 60,
+                         "the job and its step to end")
+        assert tally.last[("JobStepEnded", "acct")]["task_exit_codes"] == [0, 0]
+        assert sorted((work / "acct.out").read_text().split()) == ["TASK", "TASK", "node-00", "node-01"]
+        alice = await nats.connect(url(server, "alice"))
+        for subject in ("horizon.step.node-00", "horizon.step.node-01"):
+            with pytest.raises(nats.errors.NoRespondersError):
+                await alice.request(subject, b'{"op": "signal"}', timeout=2)
+        await alice.close()
+        await admin.close()
+    finally:
+        await cluster.stop()
+        server.stop()
 
 
 def _running(marker: str) -> list[str]:
