@@ -262,3 +262,34 @@ def test_sacct_lines_of_a_job_its_batch_script_and_its_steps():
     assert [r["job_id"] for r in with_steps([row], ["j.1"])] == ["j.1"]
     assert [r["job_id"] for r in with_steps([row], ["j", "j.1"])] == ["j", "j.batch", "j.0", "j.1"]
     assert step_lines({**row, "started_ts": None}) == []  # nothing ran: no batch line
+
+
+# ------------------------------------------------------------------ the batch script's environment
+
+
+def test_the_batch_script_sees_the_whole_allocation_and_no_nats_credentials(tmp_path, monkeypatch):
+    from services.agent.executors import ProcessExecutor
+
+    monkeypatch.setenv("HORIZON_NATS_URL", "nats://agent:secret@127.0.0.1:4222")
+    executor = ProcessExecutor(tmp_path)
+    executor.step_socket = lambda job, attempt: f"/run/{job}.{attempt}.sock"
+    executor.shims_dir = tmp_path / ".bin"
+    spec = c.JobSpec(tenant="acme", account="ml", command=("true",), nodes=2, tasks_per_node=4, gpus=1)
+    allocs = [c.NodeAllocation(node=f"node-0{i}", device_ids=[f"gpu{g}" for g in range(4)], cpus_milli=8000,
+                               memory_bytes=4 << 30, tasks=4) for i in range(2)]
+    plan = executor._plan("acme:train", 1, spec, allocs[0], None, tmp_path, allocs)
+    env = plan["env"]
+    assert "HORIZON_NATS_URL" not in env  # the agent's user and password are not the job's
+    assert {k: env[k] for k in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NUM_NODES",
+                                "SLURM_NTASKS", "SLURM_TASKS_PER_NODE", "SLURM_JOB_CPUS_PER_NODE",
+                                "SLURM_GPUS_ON_NODE", "SLURM_CLUSTER_NAME", "SLURMD_NODENAME", "SLURM_PROCID",
+                                "SLURM_MEM_PER_NODE", "SLURM_JOB_ACCOUNT", "HORIZON_STEP_SOCKET")} == {
+        "SLURM_JOB_ID": "train", "SLURM_JOB_NODELIST": "node-[00-01]", "SLURM_NODELIST": "node-[00-01]",
+        "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": "8", "SLURM_TASKS_PER_NODE": "4(x2)",
+        "SLURM_JOB_CPUS_PER_NODE": "8(x2)", "SLURM_GPUS_ON_NODE": "4", "SLURM_CLUSTER_NAME": "horizon",
+        "SLURMD_NODENAME": "node-00", "SLURM_PROCID": "0", "SLURM_MEM_PER_NODE": "4096", "SLURM_JOB_ACCOUNT": "ml",
+        "HORIZON_STEP_SOCKET": "/run/acme:train.1.sock"}
+    assert env["PATH"].startswith(f"{tmp_path / '.bin'}:")  # Horizon's srun and scontrol first, in the job only
+    monkeypatch.setenv("HORIZON_NATS_URL", "nats://127.0.0.1:4222")  # no credentials: passed on as before
+    assert executor._plan("j", 1, spec, allocs[0], None, tmp_path, allocs)["env"]["HORIZON_NATS_URL"] == \
+        "nats://127.0.0.1:4222"
