@@ -101,8 +101,10 @@ async def open_doors(running: Running, admin_url: str, tenant: str, tenant_url: 
             reload_server(running)
             reloads += 1
             await asyncio.sleep(0.1)
+        looks = 0
         while True:
             # a fresh connection each round: the one made before a reload is of the account as it was
+            looks += 1
             tenant_nc = await _tenant_connection(tenant_url, tenant_tls)
             known = tenant_nc is not None
             if known and await _doors_open(tenant_nc, admin_nc, tenant, probe):
@@ -114,8 +116,9 @@ async def open_doors(running: Running, admin_url: str, tenant: str, tenant_url: 
             if loop.time() > deadline:
                 raise DoorsClosed(f"tenant {tenant}'s account does not serve it after {reloads} reload(s) of "
                                   f"the server's configuration ({running.config})")
-            if reloads == 0 or (known and reloads < MAX_RELOADS):
-                # first round: the file changed; later rounds: the account is there, its imports are not
+            if (reloads == 0 and looks >= 2) or (reloads > 0 and known and reloads < MAX_RELOADS):
+                # nothing changed and a second look failed too (one slow answer on a loaded machine is
+                # no reason to reload); later rounds: the account is there, its imports are not
                 reload_server(running)
                 reloads += 1
             await asyncio.sleep(0.2)
