@@ -30,12 +30,12 @@ from events.base import Event
 
 PRIORITY_CLASSES: tuple[str, ...] = ("critical", "high", "normal", "low", "scavenger")
 RESTART_POLICIES: tuple[str, ...] = ("never", "on-failure", "always")
-DEPENDENCY_KINDS: tuple[str, ...] = ("after-ok", "after-any", "after-not-ok", "after")
+DEPENDENCY_KINDS: tuple[str, ...] = ("after-ok", "after-any", "after-not-ok", "after", "after-checkpoint")
 TAINT_EFFECTS: tuple[str, ...] = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 PriorityClass = Literal["critical", "high", "normal", "low", "scavenger"]
 RestartPolicy = Literal["never", "on-failure", "always"]
-DependencyKind = Literal["after-ok", "after-any", "after-not-ok", "after"]
+DependencyKind = Literal["after-ok", "after-any", "after-not-ok", "after", "after-checkpoint"]
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
@@ -193,6 +193,12 @@ class JobSpec(_Part, kw_only=True):
     singleton: bool = False  # starts only when no other job of its tenant, user and name runs
     hold: bool = False  # accepted held (Slurm's --hold): it waits for a release
     begin_ts: float = 0.0  # it starts no earlier than this (Slurm's --begin; 0: as soon as it can)
+    # it ends (DEPENDENCY_NEVER_SATISFIED, reason "timeout") if its dependencies are not all met this
+    # long after acceptance (None: it waits for them forever)
+    dependency_timeout_s: float | None = None
+    # Slurm's --deadline: it ends (UNSCHEDULABLE, reason "deadline") while pending once it could no longer
+    # end by then (now + its time limit, or time_min_s, > deadline_ts); 0: no deadline
+    deadline_ts: float = 0.0
 
     @property
     def gpus_on_node(self) -> int:
@@ -313,6 +319,8 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
     singleton: bool = False
     hold: bool = False  # accepted held, until a release
     begin_ts: float | None = None  # not before this time (seconds since the epoch)
+    dependency_timeout_s: float | None = None  # give up when dependencies are not met this long after acceptance
+    deadline_ts: float | None = None  # Slurm's --deadline (seconds since the epoch): ends if it cannot end by then
 
 
 class JobCancelRequested(Event, tag="JobCancelRequested", kw_only=True):

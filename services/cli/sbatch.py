@@ -417,6 +417,9 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
                           f"{immediate} s (Slurm would not submit it)")
     get("wait-all-nodes", _choice("0", "1"))
     begin = get("begin", lambda t: slurm_begin(t, defaults.now or datetime.now().astimezone()))
+    deadline = get("deadline", lambda t: slurm_begin(t, defaults.now or datetime.now().astimezone()))
+    if deadline is not None and begin is not None and deadline <= begin:
+        fail("deadline", "Incompatible begin and deadline time specification: the deadline is not after --begin")
     if problems:
         return {}
 
@@ -488,6 +491,7 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
         "hold": "hold" in given,
         "scheduling_timeout_s": float(immediate) if immediate is not None else None,
         "begin_ts": begin,
+        "deadline_ts": deadline,
     }
     defaults_of = c.JobSubmitted(job_id="x", tenant="x")
     fields.update({k: v for k, v in extra.items() if v != getattr(defaults_of, k)})

@@ -58,7 +58,8 @@ def _opts() -> dict[str, _Opt]:
         ("account", "A", REQUIRED), ("array", "a", REQUIRED), ("begin", "b", REQUIRED), ("chdir", "D", REQUIRED),
         ("comment", None, REQUIRED),
         ("constraint", "C", REQUIRED), ("container-image", None, REQUIRED),
-        ("cpus-per-gpu", None, REQUIRED), ("cpus-per-task", "c", REQUIRED), ("dependency", "d", REQUIRED),
+        ("cpus-per-gpu", None, REQUIRED), ("cpus-per-task", "c", REQUIRED), ("deadline", None, REQUIRED),
+        ("dependency", "d", REQUIRED),
         ("error", "e", REQUIRED), ("exclude", "x", REQUIRED), ("exclusive", None, OPTIONAL), ("export", None, REQUIRED),
         ("gpus", "G", REQUIRED), ("gpus-per-node", None, REQUIRED), ("gpus-per-task", None, REQUIRED),
         ("gres", None, REQUIRED), ("hold", "H", NONE), ("ignore-pbs", None, NONE), ("immediate", "I", OPTIONAL),
@@ -80,8 +81,6 @@ def _opts() -> dict[str, _Opt]:
         ("core-spec", "S", REQUIRED, "Horizon reserves no cores for the system"),
         ("cores-per-socket", None, REQUIRED, no_layout),
         ("cpu-freq", None, REQUIRED, "Horizon does not set CPU frequencies"),
-        ("deadline", None, REQUIRED, "Horizon does not cancel a job that could not end by a deadline (horizon "
-                                     "submit --scheduling-timeout gives up on one not started in time)"),
         ("delay-boot", None, REQUIRED, "Horizon does not reboot nodes"),
         ("distribution", "m", REQUIRED, "Horizon places a job's tasks in blocks, node by node, with no socket "
                                         "or core layout"),

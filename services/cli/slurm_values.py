@@ -81,7 +81,8 @@ def whole_number(text: str, what: str, minimum: int = 1) -> int:
     return int(value)
 
 
-_DEP_KINDS = {"after": "after", "afterok": "after-ok", "afternotok": "after-not-ok", "afterany": "after-any"}
+_DEP_KINDS = {"after": "after", "afterok": "after-ok", "afternotok": "after-not-ok", "afterany": "after-any",
+              "aftercheckpoint": "after-checkpoint"}
 _DEP_UNSUPPORTED = {
     "aftercorr": "aftercorr (array task by array task) is not supported: Horizon waits for the whole array",
     "afterburstbuffer": "Horizon has no burst buffers",
@@ -90,7 +91,8 @@ _DEP_UNSUPPORTED = {
 
 
 def parse_dependencies(text: str) -> list[c.Dependency]:
-    """Slurm's ``--dependency``: ``afterok:a:b,afterany:c`` (all must be met); also ``after``, ``afternotok``.
+    """Slurm's ``--dependency``: ``afterok:a:b,afterany:c`` (all must be met); also ``after``, ``afternotok``,
+    and Horizon's ``aftercheckpoint`` (the job's first checkpoint).
     ``singleton`` is not a dependency on a job: ``parse_dependency_list`` reads it."""
     deps, singleton = parse_dependency_list(text)
     if singleton:

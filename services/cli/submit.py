@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import datetime
 
 import click
 
@@ -18,7 +19,7 @@ from events.resources import parse_cpus, parse_duration, parse_gpu_model, parse_
 from events.vocabulary import OPEN_MODES
 from services.cli.client import default_user
 from services.cli.options import nats_option, tenant_option
-from services.cli.slurm_values import Problem, parse_dependency_list
+from services.cli.slurm_values import Problem, parse_dependency_list, slurm_begin
 from services.domain.output import pattern_problem
 from services.cli.submitter import check_submission, new_job_id, print_warnings, report_check, send_submission
 
@@ -70,8 +71,15 @@ def _dependencies(text: str) -> tuple[list[c.Dependency], bool]:
               help="A job array, as Slurm's --array: 0-99, 0-99%10 (at most 10 at once), 1,3,5-7, 0-15:4. "
                    "Tasks are <job id>_<index>.")
 @click.option("--dependency", "dependency", default=None,
-              help="Start only after other jobs, as Slurm: afterok:a:b,afterany:c (also after, afternotok). "
-                   "They may be submitted later. singleton: only when no other job of its name and user runs.")
+              help="Start only after other jobs, as Slurm: afterok:a:b,afterany:c (also after, afternotok; "
+                   "aftercheckpoint:a once a has recorded its first checkpoint). They may be submitted later. "
+                   "singleton: only when no other job of its name and user runs.")
+@click.option("--dependency-timeout", default=None,
+              help="End the job (DEPENDENCY_NEVER_SATISFIED) if its dependencies are not met this long after "
+                   "acceptance: 90, 10m, 2h.")
+@click.option("--deadline", default=None,
+              help="As Slurm's --deadline: end the job (UNSCHEDULABLE) once it could no longer end by this time "
+                   "(now + its time limit past it): 2026-12-01T18:00, 18:00, now+2hours.")
 @click.option("--env", "env", multiple=True, help="KEY=VALUE for the job's environment (repeatable).")
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE label (repeatable).")
 @click.option("--profile", default="default", show_default=True,
@@ -103,7 +111,8 @@ def submit(
     nats_url: str, tenant: str, job_id: str | None, name: str, account: str, user: str, gpus: int,
     gpu_type: str | None, gpu_memory: str | None, cpus: str, memory: str | None, nodes: int, tasks_per_node: int,
     time_limit: str | None, priority_class: str, restart_policy: str, max_retries: int,
-    scheduling_timeout: str | None, nice: int, array: str | None, dependency: str | None, env: tuple[str, ...],
+    scheduling_timeout: str | None, nice: int, array: str | None, dependency: str | None,
+    dependency_timeout: str | None, deadline: str | None, env: tuple[str, ...],
     labels: tuple[str, ...], profile: str, partition: str | None, selector: tuple[str, ...],
     tolerations: tuple[str, ...],
     chdir: str | None, output: str | None, error: str | None, open_mode: str, image: str | None,
@@ -133,6 +142,12 @@ def submit(
         parse_array(array, "--array")  # a bad range is a usage error here, before anything is sent
     job_id = job_id or new_job_id(user)
     dependencies, singleton = _dependencies(dependency) if dependency else ([], False)
+    deadline_ts = None
+    if deadline is not None:
+        try:
+            deadline_ts = slurm_begin(deadline, datetime.now().astimezone())
+        except Problem as exc:
+            raise click.BadParameter(str(exc), param_hint="--deadline") from None
     event = c.JobSubmitted(
         ts=time.time(),
         source="horizon-cli",
@@ -159,6 +174,9 @@ def submit(
         array=array,
         dependencies=dependencies,
         singleton=singleton,
+        dependency_timeout_s=(parse_duration(dependency_timeout, "--dependency-timeout")
+                              if dependency_timeout else None),
+        deadline_ts=deadline_ts,
         restart_policy=restart_policy,
         max_retries=max_retries,
         sim_runtime_s=sim_runtime,

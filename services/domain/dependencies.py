@@ -7,7 +7,14 @@ kind               met when the other job       can never be met when it
 ``after-ok``       succeeded                    ended any other way, for good
 ``after-not-ok``   ended other than succeeding  succeeded, for good
 ``after-any``      ended                        (always met in the end)
+``after-checkpoint`` recorded its first checkpoint ended for good without one
+                   (``JobCheckpointed``, or a
+                   ``JobPreempted`` with a reference)
 =================  ===========================  ====================================
+
+A settled job keeps only its outcome; whether it ever checkpointed is kept
+beside it (``JobTable.checkpointed``), so ``after-checkpoint`` is still met
+after the job has ended.
 
 "For good": a failed or preempted job that its restart policy will requeue
 has not ended yet (``requeue_pending``), so its dependants keep waiting.
@@ -27,7 +34,11 @@ kind               met when                     can never be met when
 ``after-ok``       every task succeeded         a task ended otherwise, for good
 ``after-not-ok``   every task ended, one not ok every task succeeded, for good
 ``after-any``      every task ended             (always met in the end)
+``after-checkpoint`` every task checkpointed    a task ended for good without one
 =================  ===========================  ====================================
+
+A job may also give up waiting: ``dependency_timeout_s`` (``expired``) ends it
+when its dependencies are not all met that long after acceptance.
 """
 
 from __future__ import annotations
@@ -35,7 +46,7 @@ from __future__ import annotations
 from events import catalogue as c
 from services.domain.jobs import Job, JobState, JobTable, TERMINAL
 
-__all__ = ["dependency_status", "MET", "WAITING", "NEVER"]
+__all__ = ["dependency_status", "dependency_expired", "MET", "WAITING", "NEVER"]
 
 MET, WAITING, NEVER = "met", "waiting", "never"
 
@@ -46,7 +57,7 @@ def dependency_status(dep: c.Dependency, jobs: JobTable, requeue_pending: set[st
     """(MET | WAITING | NEVER, reason) for one dependency."""
     tasks = jobs.arrays.get(dep.job_id)
     if tasks:
-        return _array_status(dep, [jobs.get(t) for t in tasks], requeue_pending)  # type: ignore[misc]
+        return _array_status(dep, [jobs.get(t) for t in tasks], requeue_pending, jobs)  # type: ignore[misc]
     other = jobs.get(dep.job_id)
     if other is None:
         return WAITING, f"waiting for {dep.job_id}: not submitted yet"
@@ -74,10 +85,35 @@ def dependency_status(dep: c.Dependency, jobs: JobTable, requeue_pending: set[st
         case "after-any":
             if ended:
                 return MET, ""
+        case "after-checkpoint":
+            if _checkpointed(other, jobs):
+                return MET, ""
+            if ended:
+                return NEVER, f"{dep.job_id} ended {state.value} without a checkpoint (after-checkpoint)"
+            return WAITING, f"waiting for {dep.job_id}'s first checkpoint (after-checkpoint)"
     return WAITING, f"waiting for {dep.job_id} ({dep.kind})"
 
 
-def _array_status(dep: c.Dependency, tasks: list[Job], requeue_pending: set[str] | dict[str, object]) -> tuple[str, str]:
+def _checkpointed(job: Job, jobs: JobTable) -> bool:
+    return job.checkpoint_ref is not None or job.job_id in jobs.checkpointed
+
+
+def dependency_expired(job: Job, jobs: JobTable, requeue_pending: set[str] | dict[str, object],
+                       now: float) -> tuple[c.Dependency, str] | None:
+    """A pending job's ``dependency_timeout_s`` is over and a dependency is still not met: (the first
+    such dependency, the reason). Counted from acceptance (through holds); None otherwise."""
+    spec = job.spec
+    if spec is None or spec.dependency_timeout_s is None or now < job.accepted_ts + spec.dependency_timeout_s:
+        return None
+    for dep in spec.dependencies:
+        status, why = dependency_status(dep, jobs, requeue_pending)
+        if status != MET:
+            return dep, f"timeout: dependencies not met within {spec.dependency_timeout_s:g} s of acceptance ({why})"
+    return None
+
+
+def _array_status(dep: c.Dependency, tasks: list[Job], requeue_pending: set[str] | dict[str, object],
+                  jobs: JobTable) -> tuple[str, str]:
     """The array's status: the first task (in index order) that decides it names the reason."""
     ended = [t.state in TERMINAL and t.job_id not in requeue_pending for t in tasks]
     count = len(tasks)
@@ -96,6 +132,15 @@ def _array_status(dep: c.Dependency, tasks: list[Job], requeue_pending: set[str]
                 if over and task.state is not JobState.SUCCEEDED:
                     return NEVER, (f"{task.job_id} ended {task.state.value}, not SUCCEEDED "
                                    f"(after-ok on array {dep.job_id})")
+        case "after-checkpoint":
+            for task, over in zip(tasks, ended, strict=True):
+                if over and not _checkpointed(task, jobs):
+                    return NEVER, (f"{task.job_id} ended {task.state.value} without a checkpoint "
+                                   f"(after-checkpoint on array {dep.job_id})")
+            waiting = sum(1 for t in tasks if not _checkpointed(t, jobs))
+            if not waiting:
+                return MET, ""
+            return WAITING, f"waiting for {dep.job_id}: {waiting} of {count} tasks not checkpointed (after-checkpoint)"
         case "after-not-ok":
             if not left:
                 if any(t.state is not JobState.SUCCEEDED for t in tasks):

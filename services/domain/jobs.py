@@ -134,6 +134,7 @@ class JobTable:
         self.jobs: dict[str, Job] = {}
         self.arrays: dict[str, list[str]] = {}  # array job id -> its tasks' job ids, in acceptance order
         self.settled: dict[str, int] = {}  # job id -> STATES index * 2 + (1 if it ever started)
+        self.checkpointed: set[str] = set()  # settled jobs that had recorded a checkpoint (after-checkpoint)
 
     def restore(self, jobs: list[Job], settled: dict[str, int], arrays: dict[str, list[str]]) -> None:
         """Fill an empty table from a dump (a snapshot, a stored fold), specs interned again."""
@@ -163,6 +164,8 @@ class JobTable:
         assert job.state in TERMINAL, f"{job_id} is {job.state.value}, not ended"
         started = job.started_ts > 0 or job.state is JobState.RUNNING
         self.settled[job_id] = _INDEX[job.state] * 2 + int(started)
+        if job.checkpoint_ref is not None:
+            self.checkpointed.add(job_id)
 
     def apply(self, event: c.Event, seq: int, time: float) -> Transition | None:
         match event:

@@ -47,6 +47,14 @@ Besides cycles, in this order:
    with ``JobDependencyNeverSatisfied`` and the reason. A ``singleton`` job
    waits while another job of its tenant, user and name runs or waits ahead
    of it (``services.domain.queue.singleton``).
+   A job with ``dependency_timeout_s`` whose dependencies are not all met
+   that long after acceptance ends with ``JobDependencyNeverSatisfied``, the
+   reason starting "timeout:" and naming the first dependency not met.
+   A pending job with a ``deadline_ts`` (Slurm's ``--deadline``) ends
+   ``UNSCHEDULABLE`` (``JobUnschedulable``, reason "deadline: ...") as soon as
+   now + its time limit is past the deadline: started before that, it ends
+   by the deadline (its limit is enforced), so a running job is never killed
+   for it.
 3. **Scheduling timeout**: a job still pending ``scheduling_timeout_s`` after
    it was accepted (or requeued) ends ``UNSCHEDULABLE`` with the reason it
    was waiting. Time moves with the log; a live cluster's ticker
@@ -66,12 +74,13 @@ the whole state, so a restart replays only the tail of the log.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import ClassVar
 
 from events import catalogue as c
 from events.base import Event
 from services.domain.config import config_rejected
-from services.domain.dependencies import NEVER, dependency_status
+from services.domain.dependencies import NEVER, dependency_expired, dependency_status
 from services.domain.jobs import FAILURES
 from services.domain.queue.codec import SNAPSHOT_FORMAT
 from services.domain.queue.fold import SCHEDULER, QueueFold
@@ -111,6 +120,7 @@ class SchedulingCore(QueueFold):
                 )
             )
         # 2. pending jobs a dependency can never satisfy end now, with the reason
+        ended: set[str] = set()
         for job_id in sorted(state.gated):
             job = state.pending[job_id]
             for dep in job.spec.dependencies if job.spec else ():
@@ -120,13 +130,35 @@ class SchedulingCore(QueueFold):
                         id=f"scheduling/JobDependencyNeverSatisfied/{job_id}", ts=state.now, correlation_id=job_id,
                         source=self.name, job_id=job_id, dependency=dep, reason=why, basis_seq=state.seq,
                     ))
+                    ended.add(job_id)
                     break
+        # 2b. dependency timeouts, and deadlines (Slurm's --deadline) a pending job can no longer meet
+        for job_id in sorted(state.expiring - ended):
+            job = state.pending[job_id]
+            spec = job.spec
+            assert spec is not None
+            expired = dependency_expired(job, state.jobs, state.to_requeue, state.now)
+            if expired is not None:
+                out.append(c.JobDependencyNeverSatisfied(
+                    id=f"scheduling/JobDependencyNeverSatisfied/{job_id}", ts=state.now, correlation_id=job_id,
+                    source=self.name, job_id=job_id, dependency=expired[0], reason=expired[1], basis_seq=state.seq,
+                ))
+                ended.add(job_id)
+            elif spec.deadline_ts and state.now + spec.time_limit_s > spec.deadline_ts:
+                out.append(c.JobUnschedulable(
+                    id=f"scheduling/JobUnschedulable/{job_id}/{job.attempt}/deadline", ts=state.now,
+                    correlation_id=job_id, source=self.name, job_id=job_id, basis_seq=state.seq,
+                    reason=f"deadline: it could not end by {_utc(spec.deadline_ts)} (now + its time limit "
+                           f"{spec.time_limit_s:g} s is {state.now + spec.time_limit_s - spec.deadline_ts:g} s past "
+                           f"it): {self.why_waiting(state, job)}",
+                ))
+                ended.add(job_id)
         # 3. scheduling timeouts
         if state.deadline_heap and state.deadline_heap[0][0] <= state.now:
             # (a job held and released has two entries for its one deadline: answer it once)
             for deadline, job_id in sorted({e for e in state.deadline_heap if e[0] <= state.now}):
                 job = state.pending.get(job_id)
-                if job is None or state.deadlines.get(job_id) != deadline or job.spec is None:
+                if job is None or state.deadlines.get(job_id) != deadline or job.spec is None or job_id in ended:
                     continue
                 out.append(c.JobUnschedulable(
                     id=f"scheduling/JobUnschedulable/{job_id}/{job.attempt}", ts=state.now, correlation_id=job_id,
@@ -160,3 +192,8 @@ class SchedulingCore(QueueFold):
         return out
 
     # ------------------------------------------------------------------ snapshots
+
+
+def _utc(ts: float) -> str:
+    """A time as the reasons write it: ISO 8601 in UTC, to the second."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -12,6 +12,8 @@ nodelist            host lists (``node[01-04]``) of registered nodes, as many as
 exclude_nodes       host lists; not overlapping ``nodelist``
 time_min_s          more than 0 and at most the time limit
 begin_ts            a time (seconds since the epoch); one already past starts the job at once
+deadline_ts         a time (seconds since the epoch) after ``begin_ts``; one the job cannot
+                    meet ends it at once (``UNSCHEDULABLE``, by the scheduler)
 limit_signal        a signal name or number, ``before_s`` in 0..65535
 ==================  ==================================================================
 """
@@ -135,4 +137,11 @@ def slurm_fields(sub: c.JobSubmitted, *, nodes: int, time_limit_s: float,
             raise DirectiveRejection("begin_ts", f"{sub.begin_ts!r} must be a time in seconds since the epoch")
         if sub.begin_ts > 0:
             out["begin_ts"] = float(sub.begin_ts)
+    if sub.deadline_ts is not None:
+        if not (math.isfinite(sub.deadline_ts) and sub.deadline_ts >= 0):
+            raise DirectiveRejection("deadline_ts", f"{sub.deadline_ts!r} must be a time in seconds since the epoch")
+        if sub.deadline_ts > 0:
+            if sub.deadline_ts <= out.get("begin_ts", 0.0):
+                raise DirectiveRejection("deadline_ts", "is not after begin_ts: the job could never start before it")
+            out["deadline_ts"] = float(sub.deadline_ts)
     return out

@@ -145,6 +145,8 @@ def normalise(
             limits.default_time_limit_s if sub.time_limit_s is None else parse_duration(sub.time_limit_s, "time_limit_s")
         )
         timeout = None if sub.scheduling_timeout_s is None else parse_duration(sub.scheduling_timeout_s, "scheduling_timeout_s")
+        dep_timeout = (None if sub.dependency_timeout_s is None
+                       else parse_duration(sub.dependency_timeout_s, "dependency_timeout_s"))
         min_runtime = parse_duration(sub.min_runtime_s, "min_runtime_s")
         max_retries = parse_count(sub.max_retries, "max_retries", minimum=0, maximum=MAX_RETRIES)
     except ResourceError as exc:
@@ -166,6 +168,8 @@ def normalise(
         raise Rejection("time_limit_s", f"{sub.time_limit_s!r} must be more than 0 seconds")
     if timeout is not None and timeout <= 0:
         raise Rejection("scheduling_timeout_s", "must be more than 0 seconds, or omitted to wait forever")
+    if dep_timeout is not None and dep_timeout <= 0:
+        raise Rejection("dependency_timeout_s", "must be more than 0 seconds, or omitted to wait forever")
     if model is None and (r.gpu_memory is not None) and gpus == 0 and node_gpus == 0:
         raise Rejection("resources.gpu_memory", "is set but no GPUs are requested")
     if gpus > 0 or node_gpus > 0:
@@ -308,6 +312,7 @@ def normalise(
         tasks_per_node=tasks_per_node,
         time_limit_s=time_limit,
         scheduling_timeout_s=timeout,
+        dependency_timeout_s=dep_timeout,
         priority_class=priority_class,  # type: ignore[arg-type]
         nice=sub.nice,
         qos=sub.qos,

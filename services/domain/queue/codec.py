@@ -55,6 +55,8 @@ class _Snapshot(msgspec.Struct, array_like=True):
     # already woken, which the live heap no longer holds.
     wakeups_due: list[str]
     partitions: PartitionsData
+    # Settled jobs that had checkpointed (after-checkpoint); absent in snapshots written before it
+    checkpointed: list[str] = []
 
 
 
@@ -78,6 +80,7 @@ def dump(state: SchedulingState, fingerprint: str) -> bytes:
         requeue_now=sorted(state.requeue_now), to_requeue=sorted(state.to_requeue),
         deadlines=_sorted(state.deadlines), config_rejections=_sorted(state.config_rejections),
         wakeups_due=_wakeups_due(state), partitions=state.partitions.data(),
+        checkpointed=sorted(state.jobs.checkpointed),
     )
     return msgspec.msgpack.encode(snap)
 
@@ -92,6 +95,7 @@ def load(data: bytes, fingerprint: str) -> SchedulingState | None:
     state = SchedulingState(PolicyConfig(**snap.config))  # type: ignore[arg-type]
     state.seq, state.now = snap.seq, snap.now
     state.jobs.restore(snap.jobs, snap.settled, snap.arrays)
+    state.jobs.checkpointed = set(snap.checkpointed)
     fs = state.fairshare
     fs.accounts = {a.name: a for a in snap.accounts}
     for name, value in snap.fairshare.items():
@@ -131,6 +135,8 @@ def _rebuild(state: SchedulingState, wakeups_due: set[str]) -> None:
                 state.gated.add(job.job_id)
             if spec.array_max_running:
                 state.throttled.add(job.job_id)
+            if spec.deadline_ts or (spec.dependency_timeout_s is not None and spec.dependencies):
+                state.expiring.add(job.job_id)
             if job.not_before_ts > state.now or job.job_id in wakeups_due:
                 state.wakeups.append((job.not_before_ts, job.job_id))
         if job.job_id in state.charges and spec.array is not None:

@@ -112,6 +112,11 @@ class QueueFold:
                     if scheduled and state.cycle_truncated:
                         state.dirty_seq = seq
                 return state
+            case c.JobCheckpointed(job_id=job_id):
+                job = state.jobs.jobs.get(job_id)
+                if job is not None and job.checkpoint_ref is None and (
+                        job_id in state.dependents or (job.spec is not None and job.spec.array in state.dependents)):
+                    state.dirty_seq = seq  # its first checkpoint: after-checkpoint dependants may be ready
             case c.JobRequeued(job_id=job_id):
                 state.to_requeue.pop(job_id, None)
                 state.requeue_now.discard(job_id)
@@ -273,6 +278,8 @@ class QueueFold:
             state.gated.add(job.job_id)
         if spec.array_max_running:
             state.throttled.add(job.job_id)
+        if spec.deadline_ts or (spec.dependency_timeout_s is not None and spec.dependencies):
+            state.expiring.add(job.job_id)
         if job.not_before_ts > state.now:
             heapq.heappush(state.wakeups, (job.not_before_ts, job.job_id))
         if spec.scheduling_timeout_s is not None:
@@ -288,6 +295,7 @@ class QueueFold:
         state.quotas.wait(state.fairshare, association(job.spec), -1)
         state.gated.discard(job.job_id)
         state.throttled.discard(job.job_id)
+        state.expiring.discard(job.job_id)
         state.blocked_basis.pop(job.job_id, None)
         state.fits_nowhere.pop(job.job_id, None)
         if job.state is not JobState.HELD:

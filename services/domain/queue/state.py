@@ -62,5 +62,6 @@ class SchedulingState(CoreState):
         self.dependents: dict[str, set[str]] = {}  # job -> jobs that depend on it
         self.array_running: dict[str, int] = {}  # array -> tasks holding resources
         self.throttled: set[str] = set()  # pending tasks of arrays with a running limit
+        self.expiring: set[str] = set()  # pending jobs with a dependency timeout or a deadline (Slurm's --deadline)
         self.deadline_heap: list[tuple[float, str]] = []
         self.wakeups: list[tuple[float, str]] = []  # (not before, job) of requeued jobs in backoff

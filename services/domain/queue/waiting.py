@@ -158,6 +158,22 @@ def waiting_all(state: SchedulingState, max_candidates: int, ordered: list[Job] 
     return out
 
 def _waiting(state: SchedulingState, job: Job, order: _Order, max_candidates: int) -> Waiting:
+    """The reason (``_reason``), with what ends the wait if nothing else does: a dependency timeout
+    while a dependency is not met, a deadline (Slurm's --deadline) the job must start in time for."""
+    reason = _reason(state, job, order, max_candidates)
+    spec = job.spec
+    if spec is None:
+        return reason
+    why = reason.why
+    if reason.kind == "dependency" and spec.dependency_timeout_s is not None and spec.dependencies:
+        why += f"; gives up at t={job.accepted_ts + spec.dependency_timeout_s:.0f} (dependency timeout)"
+    if spec.deadline_ts and state.now + spec.time_limit_s <= spec.deadline_ts:
+        why += (f"; must start by t={spec.deadline_ts - spec.time_limit_s:.0f} to end by its deadline "
+                f"t={spec.deadline_ts:.0f} (--deadline)")
+    return Waiting(reason.kind, why) if why != reason.why else reason
+
+
+def _reason(state: SchedulingState, job: Job, order: _Order, max_candidates: int) -> Waiting:
     """The reason, checked in the order ``candidates`` leaves jobs out, then placement's verdict,
     then where the job stands. Each sentence says what it waits for and names it: the job it
     depends on, the limit, the time, the job whose reservation it would delay, the head."""
