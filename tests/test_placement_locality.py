@@ -249,3 +249,24 @@ async def test_the_real_services_put_a_job_by_its_data_and_by_price(nats_server,
         await stack.stop()
     records = await read_log(url)
     assert_replays(records)
+
+
+def test_sbatch_names_datasets_on_the_command_line(tmp_path):
+    """``horizon sbatch --dataset`` (Horizon's option, repeatable, names joined by commas) sends the sorted
+    set, as ``horizon submit --dataset`` does (run over NATS above); ``#SBATCH --dataset`` is not Slurm's,
+    and Horizon's own options are not directives."""
+    import json
+
+    from click.testing import CliRunner
+
+    from services.cli.main import cli
+
+    runner = CliRunner()
+    result = runner.invoke(cli, ["sbatch", "--dry-run", "--dataset", "laion,imagenet", "--dataset", "c4",
+                                 "--wrap", "hostname"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["datasets"] == ["c4", "imagenet", "laion"]
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --dataset=imagenet\nhostname\n")
+    result = runner.invoke(cli, ["sbatch", "--dry-run", str(script)])
+    assert result.exit_code != 0 and "--dataset" in result.stderr
