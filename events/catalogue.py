@@ -199,9 +199,9 @@ class JobSpec(_Part, kw_only=True):
     # Slurm's --deadline: it ends (UNSCHEDULABLE, reason "deadline") while pending once it could no longer
     # end by then (now + its time limit, or time_min_s, > deadline_ts); 0: no deadline
     deadline_ts: float = 0.0
-    # the datasets it reads (horizon submit --dataset): placement's ``locality`` score prefers nodes
-    # that hold them (NodeDatasetsChanged); sorted, no duplicates
-    datasets: tuple[str, ...] = ()
+    # datasets it waits for: it starts only once each was announced available (DatasetAvailable,
+    # --dependency afterdata:NAME); sorted, no duplicates
+    after_datasets: tuple[str, ...] = ()
 
     @property
     def gpus_on_node(self) -> int:
@@ -324,7 +324,7 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
     begin_ts: float | None = None  # not before this time (seconds since the epoch)
     dependency_timeout_s: float | None = None  # give up when dependencies are not met this long after acceptance
     deadline_ts: float | None = None  # Slurm's --deadline (seconds since the epoch): ends if it cannot end by then
-    datasets: list[str] = []  # the datasets it reads: placement prefers nodes that hold them
+    after_datasets: list[str] = []  # datasets it waits for (DatasetAvailable; --dependency afterdata:NAME)
 
 
 class JobCancelRequested(Event, tag="JobCancelRequested", kw_only=True):
@@ -369,16 +369,14 @@ class JobUpdateRequested(Event, tag="JobUpdateRequested", kw_only=True):
 class NodeCommandIssued(Event, tag="NodeCommandIssued", kw_only=True):
     """``horizon.in._admin.node``: an operator cordons, uncordons, drains, removes, taints or untaints a node.
 
-    ``taint`` / ``untaint`` carry the ``taint`` (untaint matches by key and effect);
-    ``add-datasets`` / ``remove-datasets`` carry the dataset names the node now holds or no longer holds.
+    ``taint`` / ``untaint`` carry the ``taint`` (untaint matches by key and effect).
     """
 
     node: str
-    action: str  # cordon | uncordon | drain | remove | taint | untaint | add-datasets | remove-datasets
+    action: str  # cordon | uncordon | drain | remove | taint | untaint
     reason: str = ""
     user: str = ""
     taint: Taint | None = None
-    datasets: list[str] = []  # for add-datasets / remove-datasets
 
 
 class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
@@ -472,6 +470,17 @@ class PartitionConfigured(Event, tag="PartitionConfigured", kw_only=True):
     priority_tier: int = 0
     profile: str = ""
     removed: bool = False
+    user: str = ""
+
+
+class DatasetAvailable(Event, tag="DatasetAvailable", kw_only=True):
+    """``horizon.in._admin.dataset``: an operator (or the pipeline that produced it, with the operator's
+    credentials) announces that a dataset is available. Jobs whose ``after_datasets`` name it may start
+    (``--dependency afterdata:NAME``). Once announced it stays available; announcing it again changes
+    nothing. The name is a token (letters, digits, ``._-``)."""
+
+    dataset: str
+    reason: str = ""
     user: str = ""
 
 
@@ -878,17 +887,6 @@ class NodeTaintsChanged(Event, tag="NodeTaintsChanged", kw_only=True):
     basis_seq: int = 0
 
 
-class NodeDatasetsChanged(Event, tag="NodeDatasetsChanged", kw_only=True):
-    """The datasets the node holds now, the whole sorted list (the answer to an operator's
-    ``horizon node add-datasets`` or ``remove-datasets``). Placement's ``locality`` score prefers, for a
-    job that names datasets, the nodes holding them."""
-
-    node: str
-    datasets: list[str] = []
-    reason: str = ""
-    basis_seq: int = 0
-
-
 class NodeRemoved(Event, tag="NodeRemoved", kw_only=True):
     node: str
     reason: str = ""
@@ -924,6 +922,7 @@ AnyEvent = (
     | ReservationConfigured
     | PartitionConfigured
     | PartitionPolicyConfigured
+    | DatasetAvailable
     | JobAccepted
     | JobRejected
     | InputRejected
@@ -955,7 +954,6 @@ AnyEvent = (
     | NodeUncordoned
     | NodeDraining
     | NodeTaintsChanged
-    | NodeDatasetsChanged
     | NodeLost
     | NodeRemoved
     | ClockTicked

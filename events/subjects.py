@@ -103,6 +103,7 @@ ADMIN_VERBS: dict[str, type[c.Event]] = {
     "reservation": c.ReservationConfigured,
     "partition": c.PartitionConfigured,
     "partition-policy": c.PartitionPolicyConfigured,
+    "dataset": c.DatasetAvailable,  # a dataset is available: jobs waiting for it (afterdata) may start
     # an operator's requests about any tenant's job (owners use horizon.in.<tenant>.<verb>)
     "cancel": c.JobCancelRequested,
     "hold": c.JobHoldRequested,
@@ -147,7 +148,6 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
     "NodeUncordoned": ("inventory",),
     "NodeDraining": ("inventory",),
     "NodeTaintsChanged": ("inventory",),
-    "NodeDatasetsChanged": ("inventory",),
     "NodeLost": ("inventory",),
     "NodeRemoved": ("inventory",),
     "ClockTicked": ("clock",),

@@ -150,3 +150,47 @@ def test_sbatch_deadline_and_aftercheckpoint():
     assert fields["dependencies"] == [c.Dependency(kind="after-checkpoint", job_id="train")]
     with pytest.raises(SbatchError, match="Incompatible begin and deadline"):
         parse("--begin=now+1hour\n--deadline=now+10minutes")
+
+
+def test_afterdata_waits_until_an_operator_announces_the_dataset():
+    f = Feed(SchedulingCore())
+    f.evt("agent", node("n1"))
+    f.evt("submission", accepted("etl", after_datasets=("imagenet-v2",), dependency_timeout_s=600.0))
+    assert f.settle() == []
+    assert f.core.waiting(f.state, f.state.jobs.get("etl")).why.startswith(
+        "waiting for dataset imagenet-v2 to be announced available (afterdata); gives up at t=")
+    # a name that is no token is answered, not applied
+    f.admin("dataset", c.DatasetAvailable(dataset="bad name"))
+    [rejected] = f.settle()
+    assert isinstance(rejected, c.ConfigRejected) and rejected.verb == "dataset"
+    assert rejected.reason == "'bad name' is not a dataset name (letters, digits, ._-)"
+    f.admin("dataset", c.DatasetAvailable(dataset="imagenet-v2", reason="etl run 7"))
+    [cycle] = f.settle()
+    assert cycle.candidates == ["etl"]
+    restored = f.core.load(f.core.dump(f.state))
+    assert restored is not None and restored.datasets == {"imagenet-v2"}
+
+
+def test_a_dataset_never_announced_times_out_naming_it():
+    f = Feed(SchedulingCore())
+    f.evt("agent", node("n1"))
+    f.evt("submission", accepted("etl", after_datasets=("raw",), dependency_timeout_s=30.0))  # t0+2
+    f.evt("clock", c.ClockTicked(now_ts=0.0), dt=30.0)                                   # t0+32
+    [gone] = f.settle()
+    assert isinstance(gone, c.JobDependencyNeverSatisfied)
+    assert gone.dependency == c.Dependency(kind="after-data", job_id="raw")
+    assert gone.reason == "timeout: dependencies not met within 30 s of acceptance (dataset raw not announced)"
+
+
+def test_afterdata_on_the_command_lines():
+    from tests.test_sbatch import parse
+
+    assert parse("-d afterok:a,afterdata:raw:clean")["after_datasets"] == ["raw", "clean"]
+    f = Feed(SubmissionCore())
+    f.evt("agent", node("n1"))
+    f.input("acme", "submit", c.JobSubmitted(job_id="j", tenant="acme", command=["true"],
+                                             after_datasets=["b", "a", "b"]))
+    f.input("acme", "submit", c.JobSubmitted(job_id="k", tenant="acme", command=["true"], after_datasets=["a b"]))
+    ok, bad = f.settle()
+    assert ok.spec.after_datasets == ("a", "b")
+    assert isinstance(bad, c.JobRejected) and bad.field == "after_datasets[0]"

@@ -1,6 +1,7 @@
 """Issue 19's dependencies through the real services over NATS: ``horizon submit --dependency
 aftercheckpoint:J`` starts once J records its first checkpoint (here when a NoExecute taint evicts it,
-which checkpoints it), a dependency timeout ends a job whose dependency never comes, and a job that
+which checkpoints it), ``afterdata:NAME`` once an operator announces the dataset (``horizon dataset
+announce``), a dependency timeout ends a job whose dependency never comes, and a job that
 could no longer end by its ``--deadline`` ends UNSCHEDULABLE. The log replays."""
 
 from __future__ import annotations
@@ -42,17 +43,24 @@ async def test_after_checkpoint_dependency_timeout_and_deadline(nats_server, tmp
         code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "eval", "--gpus", "0",
                                        "--dependency", "aftercheckpoint:ckpt", "--no-wait", "true")
         assert code == 0, err
+        code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "etl", "--gpus", "0",
+                                       "--dependency", "afterdata:raw-2026", "--no-wait", "true")
+        assert code == 0, err
         loop = asyncio.get_running_loop()
         until = loop.time() + 30
         while True:
             code, out, err = await horizon(url, "queue", "--why")
-            if "ckpt's first checkpoint (after-checkpoint)" in out:
+            if "ckpt's first checkpoint (after-checkpoint)" in out and \
+                    "waiting for dataset raw-2026 to be announced available (afterdata)" in out:
                 break
             assert loop.time() < until, out + err
             await asyncio.sleep(0.3)
         await wait_until(lambda: tally.has("JobDependencyNeverSatisfied", "late"), 20, "the dependency timeout")
         await wait_until(lambda: tally.has("JobUnschedulable", "due"), 20, "the deadline")
-        assert not tally.has("JobStarted", "eval")
+        assert not tally.has("JobStarted", "eval") and not tally.has("JobStarted", "etl")
+        code, out, err = await horizon(url, "dataset", "announce", "raw-2026", "--reason", "etl run 7")
+        assert code == 0 and "dataset raw-2026 announcement applied" in out, out + err
+        await wait_until(lambda: tally.has("JobSucceeded", "etl"), 30, "etl to run once its dataset is announced")
         node = tally.last[("JobStarted", "ckpt")]["node"]
         code, out, err = await horizon(url, "node", "taint", node, "gpu=broken:NoExecute", "--reason", "test")
         assert code == 0, err

@@ -274,6 +274,26 @@ def reservation_cancel(nats_url: str, name: str, as_json: bool) -> None:
 
 
 @click.group()
+def dataset() -> None:
+    """Datasets that jobs wait for (--dependency afterdata:NAME; operators)."""
+
+
+@dataset.command(name="announce")
+@operator_options
+@click.argument("name")
+@click.option("--reason", default="", help="Why, for the log (e.g. the run that produced it).")
+@click.option("--json", "as_json", is_flag=True)
+def dataset_announce(nats_url: str, name: str, reason: str, as_json: bool) -> None:
+    """Announce dataset NAME available (DatasetAvailable on horizon.in._admin.dataset): jobs waiting for
+    it (afterdata:NAME) may start. It stays available."""
+    if not valid_token(name):
+        raise click.BadParameter(f"{name!r} is not a dataset name (letters, digits, ._-)", param_hint="NAME")
+    event = c.DatasetAvailable(ts=time.time(), source="horizon-cli", correlation_id=name, dataset=name,
+                               reason=reason, user=default_user())
+    _report(configure(nats_url, "dataset", event), f"dataset {name} announcement", as_json)
+
+
+@click.group()
 def preemption() -> None:
     """Preemption settings (operators)."""
 
@@ -494,5 +514,5 @@ def _attempt_files(events: list[dict[str, Any]], attempt: int, job_id: str) -> l
 
 
 def register(group: click.Group) -> None:
-    for command in (account, fairshare, policy, profile, reservation, preemption, preempt, usage, show):
+    for command in (account, fairshare, policy, profile, reservation, preemption, preempt, usage, show, dataset):
         group.add_command(command)

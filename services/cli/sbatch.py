@@ -56,6 +56,7 @@ from services.cli.slurm_values import (
     gres,
     host_list,
     parse_dependency_list,
+    split_datasets,
     slurm_memory,
     slurm_begin,
     slurm_signal,
@@ -450,6 +451,7 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
     program = interpreter if defaults.script_path == "" else [*interpreter, defaults.script_path]
     command = ["/bin/sh", "-c", _wrapper(array is not None, nodes, [*program, *defaults.script_args]), "horizon-sbatch"]
     dependencies, singleton = dependency if dependency is not None else ([], False)
+    dependencies, after_datasets = split_datasets(dependencies)
     fields: dict[str, Any] = {
         "name": name,
         "account": account,
@@ -492,6 +494,7 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
         "scheduling_timeout_s": float(immediate) if immediate is not None else None,
         "begin_ts": begin,
         "deadline_ts": deadline,
+        "after_datasets": after_datasets,
     }
     defaults_of = c.JobSubmitted(job_id="x", tenant="x")
     fields.update({k: v for k, v in extra.items() if v != getattr(defaults_of, k)})
@@ -602,10 +605,7 @@ def split_command_line(args: Sequence[str]) -> tuple[dict[str, Any], list[str], 
     for d in directives:
         opt = OPTIONS[d.option]
         if opt.horizon or d.option in ("parsable", "quiet", "verbose"):
-            if d.option == "dataset":  # repeatable, each a name or names joined by commas
-                ours.setdefault("dataset", []).append(d.value)
-            else:
-                ours[d.option] = True if d.option in _HORIZON_FLAGS else d.value
+            ours[d.option] = True if d.option in _HORIZON_FLAGS else d.value
         else:
             sbatch.append(f"--{d.option}" if d.value is None else f"--{d.option}={d.value}")
     rest = list(args[stop:])
@@ -657,8 +657,6 @@ def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, st
         except ValueError:
             raise click.BadParameter(f"{ours['sim-runtime']!r} is not a number of seconds",
                                      param_hint="--sim-runtime") from None
-    if ours.get("dataset"):
-        fields["datasets"] = sorted({n.strip() for d in ours["dataset"] for n in d.split(",") if n.strip()})
     event = c.JobSubmitted(ts=time.time(), source="horizon-sbatch", correlation_id=job_id, job_id=job_id,
                            tenant=tenant, **fields)
     return ours, event, text, notes
@@ -684,7 +682,6 @@ def sbatch(args: tuple[str, ...]) -> None:
       --job-id ID            your id for the job (default: generated)
       --priority-class C     critical, high, normal, low or scavenger
       --sim-runtime S        seconds a simulated job runs (sim executor)
-      --dataset NAME[,NAME]  a dataset the job reads (repeatable): placement prefers nodes holding it
       --dry-run              print the JobSubmitted as JSON, submit nothing
       --check                ask Horizon whether it would accept the job, submit nothing
       --no-wait              do not wait for acceptance

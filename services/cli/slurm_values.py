@@ -18,7 +18,8 @@ from services.domain.hostlist import HostlistError, expand
 from services.domain.signals import MAX_SIGNAL_LEAD_S, signal_name
 
 __all__ = ["Problem", "slurm_time", "slurm_memory", "whole_number", "parse_dependencies", "parse_dependency_list",
-           "gpu_spec", "gres", "slurm_signal", "host_list", "slurm_begin"]
+           "gpu_spec", "gres", "slurm_signal", "host_list", "slurm_begin",
+           "split_datasets"]
 
 
 class Problem(Exception):
@@ -82,7 +83,7 @@ def whole_number(text: str, what: str, minimum: int = 1) -> int:
 
 
 _DEP_KINDS = {"after": "after", "afterok": "after-ok", "afternotok": "after-not-ok", "afterany": "after-any",
-              "aftercheckpoint": "after-checkpoint"}
+              "aftercheckpoint": "after-checkpoint", "afterdata": "after-data"}
 _DEP_UNSUPPORTED = {
     "aftercorr": "aftercorr (array task by array task) is not supported: Horizon waits for the whole array",
     "afterburstbuffer": "Horizon has no burst buffers",
@@ -92,12 +93,18 @@ _DEP_UNSUPPORTED = {
 
 def parse_dependencies(text: str) -> list[c.Dependency]:
     """Slurm's ``--dependency``: ``afterok:a:b,afterany:c`` (all must be met); also ``after``, ``afternotok``,
-    and Horizon's ``aftercheckpoint`` (the job's first checkpoint).
+    and Horizon's ``aftercheckpoint`` (the job's first checkpoint) and ``afterdata:NAME`` (a dataset
+    announced available; ``after-data`` entries, which ``split_datasets`` takes out).
     ``singleton`` is not a dependency on a job: ``parse_dependency_list`` reads it."""
     deps, singleton = parse_dependency_list(text)
     if singleton:
         raise Problem("singleton is not a dependency on a job here: use horizon sbatch --dependency=singleton")
     return deps
+
+
+def split_datasets(deps: list[c.Dependency]) -> tuple[list[c.Dependency], list[str]]:
+    """(the dependencies on jobs, the datasets of ``afterdata:NAME``: ``JobSubmitted.after_datasets``)."""
+    return [d for d in deps if d.kind != "after-data"], [d.job_id for d in deps if d.kind == "after-data"]
 
 
 def parse_dependency_list(text: str) -> tuple[list[c.Dependency], bool]:
@@ -124,7 +131,7 @@ def parse_dependency_list(text: str) -> tuple[list[c.Dependency], bool]:
             if "+" in job:
                 raise Problem(f"{kind}:{job}: a delay after the job starts (+minutes) is not supported")
             if not valid_token(job):
-                raise Problem(f"{job!r} is not a job id")
+                raise Problem(f"{job!r} is not a {'dataset name' if kind == 'afterdata' else 'job id'}")
             out.append(c.Dependency(kind=_DEP_KINDS[kind], job_id=job))
     return out, singleton
 

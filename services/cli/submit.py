@@ -19,7 +19,7 @@ from events.resources import parse_cpus, parse_duration, parse_gpu_model, parse_
 from events.vocabulary import OPEN_MODES
 from services.cli.client import default_user
 from services.cli.options import nats_option, tenant_option
-from services.cli.slurm_values import Problem, parse_dependency_list, slurm_begin
+from services.cli.slurm_values import Problem, parse_dependency_list, slurm_begin, split_datasets
 from services.domain.output import pattern_problem
 from services.cli.submitter import check_submission, new_job_id, print_warnings, report_check, send_submission
 
@@ -72,7 +72,8 @@ def _dependencies(text: str) -> tuple[list[c.Dependency], bool]:
                    "Tasks are <job id>_<index>.")
 @click.option("--dependency", "dependency", default=None,
               help="Start only after other jobs, as Slurm: afterok:a:b,afterany:c (also after, afternotok; "
-                   "aftercheckpoint:a once a has recorded its first checkpoint). They may be submitted later. "
+                   "aftercheckpoint:a once a has recorded its first checkpoint; afterdata:NAME once the dataset NAME is "
+                   "announced, horizon dataset announce). They may be submitted later. "
                    "singleton: only when no other job of its name and user runs.")
 @click.option("--dependency-timeout", default=None,
               help="End the job (DEPENDENCY_NEVER_SATISFIED) if its dependencies are not met this long after "
@@ -101,9 +102,6 @@ def _dependencies(text: str) -> tuple[list[c.Dependency], bool]:
 @click.option("--open-mode", type=click.Choice(list(OPEN_MODES)), default="truncate", show_default=True,
               help="What a new attempt does to existing --output/--error files.")
 @click.option("--image", default=None, help="Run the command in a container of this image (Podman on the node).")
-@click.option("--dataset", "datasets", multiple=True,
-              help="A dataset the job reads (repeatable, or a,b): placement prefers nodes that hold it "
-                   "(horizon node add-datasets).")
 @click.option("--sim-runtime", type=float, default=None, help="Seconds a simulated job runs (sim executor).")
 @click.option("--no-wait", is_flag=True, help="Do not wait for acceptance.")
 @click.option("--check", is_flag=True, help="Only ask a submission instance whether the job would be accepted "
@@ -119,8 +117,7 @@ def submit(
     labels: tuple[str, ...], profile: str, partition: str | None, selector: tuple[str, ...],
     tolerations: tuple[str, ...],
     chdir: str | None, output: str | None, error: str | None, open_mode: str, image: str | None,
-    datasets: tuple[str, ...], sim_runtime: float | None, no_wait: bool, check: bool, as_json: bool,
-    command: tuple[str, ...],
+    sim_runtime: float | None, no_wait: bool, check: bool, as_json: bool, command: tuple[str, ...],
 ) -> None:
     """Submit a job: horizon submit --gpus 2 -- python train.py"""
     # Catch what we can here, with the same messages the submission service would give.
@@ -146,6 +143,7 @@ def submit(
         parse_array(array, "--array")  # a bad range is a usage error here, before anything is sent
     job_id = job_id or new_job_id(user)
     dependencies, singleton = _dependencies(dependency) if dependency else ([], False)
+    dependencies, after_datasets = split_datasets(dependencies)
     deadline_ts = None
     if deadline is not None:
         try:
@@ -181,6 +179,7 @@ def submit(
         dependency_timeout_s=(parse_duration(dependency_timeout, "--dependency-timeout")
                               if dependency_timeout else None),
         deadline_ts=deadline_ts,
+        after_datasets=after_datasets,
         restart_policy=restart_policy,
         max_retries=max_retries,
         sim_runtime_s=sim_runtime,
@@ -189,7 +188,6 @@ def submit(
         stderr=error or "",
         open_mode=open_mode,
         image=image or "",
-        datasets=sorted({n.strip() for d in datasets for n in d.split(",") if n.strip()}),
     )
     if check:
         report_check(check_submission(nats_url, event), event.job_id, as_json)

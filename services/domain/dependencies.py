@@ -99,9 +99,11 @@ def _checkpointed(job: Job, jobs: JobTable) -> bool:
 
 
 def dependency_expired(job: Job, jobs: JobTable, requeue_pending: set[str] | dict[str, object],
-                       now: float) -> tuple[c.Dependency, str] | None:
+                       now: float, datasets: set[str] | frozenset[str] = frozenset()) -> tuple[c.Dependency, str] | None:
     """A pending job's ``dependency_timeout_s`` is over and a dependency is still not met: (the first
-    such dependency, the reason). Counted from acceptance (through holds); None otherwise."""
+    such dependency, the reason). Counted from acceptance (through holds); None otherwise. A dataset
+    not announced (``after_datasets``, not in ``datasets``) is named as ``Dependency(kind="after-data",
+    job_id=<dataset>)``."""
     spec = job.spec
     if spec is None or spec.dependency_timeout_s is None or now < job.accepted_ts + spec.dependency_timeout_s:
         return None
@@ -109,6 +111,11 @@ def dependency_expired(job: Job, jobs: JobTable, requeue_pending: set[str] | dic
         status, why = dependency_status(dep, jobs, requeue_pending)
         if status != MET:
             return dep, f"timeout: dependencies not met within {spec.dependency_timeout_s:g} s of acceptance ({why})"
+    for name in spec.after_datasets:
+        if name not in datasets:
+            return (c.Dependency(kind="after-data", job_id=name),
+                    f"timeout: dependencies not met within {spec.dependency_timeout_s:g} s of acceptance "
+                    f"(dataset {name} not announced)")
     return None
 
 

@@ -137,7 +137,7 @@ class SchedulingCore(QueueFold):
             job = state.pending[job_id]
             spec = job.spec
             assert spec is not None
-            expired = dependency_expired(job, state.jobs, state.to_requeue, state.now)
+            expired = dependency_expired(job, state.jobs, state.to_requeue, state.now, state.datasets)
             if expired is not None:
                 out.append(c.JobDependencyNeverSatisfied(
                     id=f"scheduling/JobDependencyNeverSatisfied/{job_id}", ts=state.now, correlation_id=job_id,

@@ -25,7 +25,6 @@ from events.resources import ResourceError, parse_count, parse_cpus, parse_durat
 from events.subjects import ADMIN_TENANT, valid_token
 from events.vocabulary import (IMAGE_PATTERN, MAX_CWD_LENGTH, MAX_RETRIES, MAX_TASKS_PER_NODE, NICE_LIMIT, OPEN_MODES,
                                TOLERATION_OPS, Limits)
-from services.domain.datasets import check_datasets
 from services.domain.output import pattern_problem
 from services.domain.partitions import Partitions, default_memory, default_time, limit_problem
 from services.submission.capacity import Capacity, Need
@@ -254,6 +253,9 @@ def normalise(
         raise Rejection("nice", f"only an operator may set a negative nice; {sub.nice} would raise the job's "
                         "priority. Submit with nice 0 or more (higher is lower priority) and ask an operator "
                         "to lower it (horizon update --admin, on horizon.in._admin.update)")
+    for i, name in enumerate(sub.after_datasets):
+        if not valid_token(name):
+            raise Rejection(f"after_datasets[{i}]", f"{name!r} is not a dataset name (letters, digits, ._-)")
     for i, dep in enumerate(sub.dependencies):
         _choice(dep.kind, c.DEPENDENCY_KINDS, f"dependencies[{i}].kind")
         if not valid_token(dep.job_id):
@@ -294,9 +296,6 @@ def normalise(
     if sub.image and not _IMAGE_RE.fullmatch(sub.image):
         raise Rejection("image", f"{sub.image[:200]!r} is not an image reference (e.g. localhost/busybox:latest, "
                         "docker.io/library/python:3.12)")
-    why = check_datasets(sub.datasets, empty_ok=True)
-    if why:
-        raise Rejection("datasets", why.removeprefix("datasets: "))
 
     spec = c.JobSpec(
         tenant=sub.tenant,
@@ -317,6 +316,7 @@ def normalise(
         time_limit_s=time_limit,
         scheduling_timeout_s=timeout,
         dependency_timeout_s=dep_timeout,
+        after_datasets=tuple(sorted(set(sub.after_datasets))),
         priority_class=priority_class,  # type: ignore[arg-type]
         nice=sub.nice,
         qos=sub.qos,
@@ -342,7 +342,6 @@ def normalise(
         open_mode=sub.open_mode,
         image=sub.image,
         gpus_per_node=node_gpus,
-        datasets=tuple(sorted(set(sub.datasets))),
         **directives,
     )
     # 6. size: what the job costs to carry (encoding is deterministic, so is this check)

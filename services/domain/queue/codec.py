@@ -57,6 +57,8 @@ class _Snapshot(msgspec.Struct, array_like=True):
     partitions: PartitionsData
     # Settled jobs that had checkpointed (after-checkpoint); absent in snapshots written before it
     checkpointed: list[str] = []
+    # Datasets announced available (DatasetAvailable); absent in snapshots written before it
+    datasets: list[str] = []
 
 
 
@@ -80,7 +82,7 @@ def dump(state: SchedulingState, fingerprint: str) -> bytes:
         requeue_now=sorted(state.requeue_now), to_requeue=sorted(state.to_requeue),
         deadlines=_sorted(state.deadlines), config_rejections=_sorted(state.config_rejections),
         wakeups_due=_wakeups_due(state), partitions=state.partitions.data(),
-        checkpointed=sorted(state.jobs.checkpointed),
+        checkpointed=sorted(state.jobs.checkpointed), datasets=sorted(state.datasets),
     )
     return msgspec.msgpack.encode(snap)
 
@@ -95,7 +97,7 @@ def load(data: bytes, fingerprint: str) -> SchedulingState | None:
     state = SchedulingState(PolicyConfig(**snap.config))  # type: ignore[arg-type]
     state.seq, state.now = snap.seq, snap.now
     state.jobs.restore(snap.jobs, snap.settled, snap.arrays)
-    state.jobs.checkpointed = set(snap.checkpointed)
+    state.jobs.checkpointed, state.datasets = set(snap.checkpointed), set(snap.datasets)
     fs = state.fairshare
     fs.accounts = {a.name: a for a in snap.accounts}
     for name, value in snap.fairshare.items():
@@ -131,11 +133,11 @@ def _rebuild(state: SchedulingState, wakeups_due: set[str]) -> None:
             state.dependents.setdefault(dep.job_id, set()).add(job.job_id)
         if job.state is JobState.PENDING:
             state.pending[job.job_id] = job
-            if spec.dependencies or spec.singleton:
+            if spec.dependencies or spec.singleton or spec.after_datasets:
                 state.gated.add(job.job_id)
             if spec.array_max_running:
                 state.throttled.add(job.job_id)
-            if spec.deadline_ts or (spec.dependency_timeout_s is not None and spec.dependencies):
+            if spec.deadline_ts or (spec.dependency_timeout_s is not None and (spec.dependencies or spec.after_datasets)):
                 state.expiring.add(job.job_id)
             if job.not_before_ts > state.now or job.job_id in wakeups_due:
                 state.wakeups.append((job.not_before_ts, job.job_id))

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from events import catalogue as c
 from events.base import Event
-from events.subjects import WHOLE_LOG, parse_subject
+from events.subjects import WHOLE_LOG, parse_subject, valid_token
 from services.domain.fairshare import association
 from services.domain.jobs import FAILURES, HOLDS_RESOURCES, TERMINAL, Job, JobState, Transition
 from services.domain.policy import Context, PolicyConfig, make_policy
@@ -58,7 +58,6 @@ _NODE_EVENTS = (
     c.NodeCordoned,
     c.NodeDraining,
     c.NodeTaintsChanged,
-    c.NodeDatasetsChanged,  # changes scores, not what fits; folded so that every fold of nodes agrees
     c.ProfileConfigured,  # placement's configuration: what fits where may change
     c.ReservationConfigured,
 )
@@ -137,6 +136,17 @@ class QueueFold:
                 return state
             case c.AccountConfigured() | c.FairShareConfigured() | c.PolicyConfigured():
                 self._configure(state, event, record)
+                return state
+            case c.DatasetAvailable(dataset=name):
+                subject = parse_subject(record.subject)
+                if subject is None or subject.kind != "admin":
+                    state.config_rejections[seq] = ("dataset", "DatasetAvailable is accepted only on "
+                                                    "horizon.in._admin.dataset")
+                elif not valid_token(name):
+                    state.config_rejections[seq] = ("dataset", f"{name!r} is not a dataset name (letters, digits, ._-)")
+                elif name not in state.datasets:
+                    state.datasets.add(name)
+                    state.dirty_seq = seq  # jobs waiting for it may be ready
                 return state
             case c.PartitionConfigured() | c.PartitionPolicyConfigured():
                 # Every fold of partitions applies the same check; the scheduler answers the operator.
@@ -275,11 +285,11 @@ class QueueFold:
         state.pending[job.job_id] = job
         leaf = state.fairshare.leaf_for(spec, state.now).name
         state.quotas.wait(state.fairshare, leaf, +1)
-        if spec.dependencies or spec.singleton:
+        if spec.dependencies or spec.singleton or spec.after_datasets:
             state.gated.add(job.job_id)
         if spec.array_max_running:
             state.throttled.add(job.job_id)
-        if spec.deadline_ts or (spec.dependency_timeout_s is not None and spec.dependencies):
+        if spec.deadline_ts or (spec.dependency_timeout_s is not None and (spec.dependencies or spec.after_datasets)):
             state.expiring.add(job.job_id)
         if job.not_before_ts > state.now:
             heapq.heappush(state.wakeups, (job.not_before_ts, job.job_id))

@@ -70,6 +70,8 @@ def ready(state: SchedulingState, job: Job) -> bool:
     deps = job.spec.dependencies if job.spec else ()
     if not all(dependency_status(d, state.jobs, state.to_requeue)[0] == MET for d in deps):
         return False
+    if job.spec is not None and not all(name in state.datasets for name in job.spec.after_datasets):
+        return False  # a dataset it waits for has not been announced (afterdata)
     return state.singletons.blocker(job) is None
 
 def candidates(state: SchedulingState, max_candidates: int) -> tuple[list[Job], list[str]]:

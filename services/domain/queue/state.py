@@ -54,6 +54,7 @@ class SchedulingState(CoreState):
         self.to_requeue: dict[str, Job] = {}
         self.deadlines: dict[str, float] = {}  # pending job -> when its scheduling timeout expires
         self.config_rejections: dict[int, tuple[str, str]] = {}  # request seq -> (verb, reason)
+        self.datasets: set[str] = set()  # datasets announced available (DatasetAvailable)
         self.partitions = Partitions()  # their priority tiers order the queue (services/domain/partitions.py)
         # Derived from the above (rebuilt after a snapshot is loaded):
         self.pending: dict[str, Job] = {}

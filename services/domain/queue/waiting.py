@@ -165,7 +165,8 @@ def _waiting(state: SchedulingState, job: Job, order: _Order, max_candidates: in
     if spec is None:
         return reason
     why = reason.why
-    if reason.kind == "dependency" and spec.dependency_timeout_s is not None and spec.dependencies:
+    if reason.kind == "dependency" and spec.dependency_timeout_s is not None and (spec.dependencies
+                                                                                 or spec.after_datasets):
         why += f"; gives up at t={job.accepted_ts + spec.dependency_timeout_s:.0f} (dependency timeout)"
     if spec.deadline_ts and state.now + spec.time_limit_s <= spec.deadline_ts:
         why += (f"; must start by t={spec.deadline_ts - spec.time_limit_s:.0f} to end by its deadline "
@@ -189,6 +190,9 @@ def _reason(state: SchedulingState, job: Job, order: _Order, max_candidates: int
         status, why = dependency_status(dep, state.jobs, state.to_requeue)
         if status != MET:
             return Waiting("dependency", why)
+    for name in spec.after_datasets:
+        if name not in state.datasets:
+            return Waiting("dependency", f"waiting for dataset {name} to be announced available (afterdata)")
     other = state.singletons.blocker(job)
     if other is not None:
         doing = "runs" if other.state in HOLDS_RESOURCES else "waits ahead of it"
