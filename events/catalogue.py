@@ -202,6 +202,9 @@ class JobSpec(_Part, kw_only=True):
     # datasets it waits for: it starts only once each was announced available (DatasetAvailable,
     # --dependency afterdata:NAME); sorted, no duplicates
     after_datasets: tuple[str, ...] = ()
+    # the datasets it reads (horizon submit --dataset): placement's ``locality`` score prefers nodes
+    # that hold them (NodeDatasetsChanged); sorted, no duplicates
+    datasets: tuple[str, ...] = ()
 
     @property
     def gpus_on_node(self) -> int:
@@ -325,6 +328,7 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
     dependency_timeout_s: float | None = None  # give up when dependencies are not met this long after acceptance
     deadline_ts: float | None = None  # Slurm's --deadline (seconds since the epoch): ends if it cannot end by then
     after_datasets: list[str] = []  # datasets it waits for (DatasetAvailable; --dependency afterdata:NAME)
+    datasets: list[str] = []  # the datasets it reads: placement prefers nodes that hold them
 
 
 class JobCancelRequested(Event, tag="JobCancelRequested", kw_only=True):
@@ -369,14 +373,16 @@ class JobUpdateRequested(Event, tag="JobUpdateRequested", kw_only=True):
 class NodeCommandIssued(Event, tag="NodeCommandIssued", kw_only=True):
     """``horizon.in._admin.node``: an operator cordons, uncordons, drains, removes, taints or untaints a node.
 
-    ``taint`` / ``untaint`` carry the ``taint`` (untaint matches by key and effect).
+    ``taint`` / ``untaint`` carry the ``taint`` (untaint matches by key and effect);
+    ``add-datasets`` / ``remove-datasets`` carry the dataset names the node now holds or no longer holds.
     """
 
     node: str
-    action: str  # cordon | uncordon | drain | remove | taint | untaint
+    action: str  # cordon | uncordon | drain | remove | taint | untaint | add-datasets | remove-datasets
     reason: str = ""
     user: str = ""
     taint: Taint | None = None
+    datasets: list[str] = []  # for add-datasets / remove-datasets
 
 
 class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
@@ -887,6 +893,17 @@ class NodeTaintsChanged(Event, tag="NodeTaintsChanged", kw_only=True):
     basis_seq: int = 0
 
 
+class NodeDatasetsChanged(Event, tag="NodeDatasetsChanged", kw_only=True):
+    """The datasets the node holds now, the whole sorted list (the answer to an operator's
+    ``horizon node add-datasets`` or ``remove-datasets``). Placement's ``locality`` score prefers, for a
+    job that names datasets, the nodes holding them."""
+
+    node: str
+    datasets: list[str] = []
+    reason: str = ""
+    basis_seq: int = 0
+
+
 class NodeRemoved(Event, tag="NodeRemoved", kw_only=True):
     node: str
     reason: str = ""
@@ -954,6 +971,7 @@ AnyEvent = (
     | NodeUncordoned
     | NodeDraining
     | NodeTaintsChanged
+    | NodeDatasetsChanged
     | NodeLost
     | NodeRemoved
     | ClockTicked

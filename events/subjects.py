@@ -148,6 +148,7 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
     "NodeUncordoned": ("inventory",),
     "NodeDraining": ("inventory",),
     "NodeTaintsChanged": ("inventory",),
+    "NodeDatasetsChanged": ("inventory",),
     "NodeLost": ("inventory",),
     "NodeRemoved": ("inventory",),
     "ClockTicked": ("clock",),

@@ -40,17 +40,22 @@ __all__ = [
     "VICTIM_ORDERS", "QUEUE_POLICIES", "POLICY_WEIGHTS", "Limits", "MAX_TASKS_PER_NODE", "MAX_RETRIES",
     "NICE_LIMIT", "RESERVATION_DEPTH", "GRACE_PERIOD_MAX_S", "MAX_CWD_LENGTH", "IMAGE_PATTERN",
     "TAINT_KEY_PATTERN", "TAINT_VALUE_PATTERN", "TAINT_KEY_MAX", "TAINT_VALUE_MAX", "PARTITION_STATES",
-    "UNKNOWN_PARTITION", "PRIORITY_TIER_MAX",
+    "UNKNOWN_PARTITION", "PRIORITY_TIER_MAX", "DATASET_PATTERN", "DATASET_NAME_MAX", "MAX_DATASETS",
 ]
 
-NODE_ACTIONS: tuple[str, ...] = ("cordon", "uncordon", "drain", "remove", "taint", "untaint")
+NODE_ACTIONS: tuple[str, ...] = ("cordon", "uncordon", "drain", "remove", "taint", "untaint", "add-datasets",
+                                 "remove-datasets")
 TOLERATION_OPS: tuple[str, ...] = ("Equal", "Exists")
 OPEN_MODES: tuple[str, ...] = ("truncate", "append")
 SELECTOR_OPS: tuple[str, ...] = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 BACKFILL_MODES: tuple[str, ...] = ("none", "easy", "shadow", "greedy", "conservative")
 # The score plugins' names (services/domain/fit/framework.py asserts its plugins are these).
 SCORE_WEIGHTS: tuple[str, ...] = ("binpack", "spread", "numa", "interconnect", "fragmentation", "taints",
-                                  "node_affinity")
+                                  "node_affinity", "locality", "cost")
+# A dataset's name (JobSubmitted.datasets, NodeCommandIssued.datasets): submission and inventory refuse others.
+DATASET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]*$"
+DATASET_NAME_MAX = 128
+MAX_DATASETS = 64  # per job, and per operator command
 VICTIM_ORDERS: tuple[str, ...] = ("cheapest", "lowest-priority-youngest")
 # The queue policies' names (services/domain/policy.py asserts its POLICIES are these).
 QUEUE_POLICIES: tuple[str, ...] = ("fcfs", "sjf", "f1", "multifactor")

@@ -142,7 +142,9 @@ def _fields(typed: bool) -> Fields:
 
     ADMIN_FIELDS: dict[str, st.SearchStrategy[Any]] = {
         "node": of(st.sampled_from([*SEED_NODES, "ghost"]), odd_text, big_text),
-        "action": of(st.sampled_from(["cordon", "uncordon", "drain", "remove", "taint", "untaint", "explode"])),
+        "action": of(st.sampled_from(["cordon", "uncordon", "drain", "remove", "taint", "untaint", "add-datasets",
+                                                "remove-datasets", "explode"])),
+        "datasets": of(st.lists(of(tokens, odd_text), max_size=3)),
         "taint": of(st.none(), st.fixed_dictionaries({"key": of(odd_text, big_text)}, optional={
             "value": of(odd_text), "effect": of(st.sampled_from(list(c.TAINT_EFFECTS) + ["Maybe"]))})),
         "account": tokens, "parent": of(st.none(), tokens), "shares": numbers,

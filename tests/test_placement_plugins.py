@@ -70,7 +70,8 @@ def test_the_weighted_sum_by_hand():
     cluster = _cluster(node("idle", gpus=8), node("half", gpus=8))
     _take(cluster, "half", ["gpu0", "gpu1", "gpu2", "gpu3"], cpus=4000)
     assert dict(DEFAULT_WEIGHTS) == {"binpack": 10, "spread": 0, "numa": 2, "interconnect": 2, "fragmentation": 5,
-                                     "taints": 20, "node_affinity": 5}
+                                     "taints": 20, "node_affinity": 5, "locality": 10, "cost": 0}
+    # locality scores 0 everywhere for a job that names no dataset, and cost weighs 0: neither adds anything
     idle, half = _fit(cluster, "idle", _spec(gpus=2)), _fit(cluster, "half", _spec(gpus=2))
     assert idle.score == (-32.0, "idle") and half.score == (-39.5, "half")
     # a spread profile (spread 10, binpack 0) turns it round

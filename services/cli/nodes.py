@@ -98,7 +98,8 @@ def _isolation(isolation: str) -> Text | str:
     return isolation or "-"
 
 
-_ANSWERS = {"NodeCordoned", "NodeUncordoned", "NodeDraining", "NodeRemoved", "NodeTaintsChanged", "RequestRejected"}
+_ANSWERS = {"NodeCordoned", "NodeUncordoned", "NodeDraining", "NodeRemoved", "NodeTaintsChanged", "NodeDatasetsChanged",
+            "RequestRejected"}
 
 
 @click.command()
@@ -108,12 +109,15 @@ _ANSWERS = {"NodeCordoned", "NodeUncordoned", "NodeDraining", "NodeRemoved", "No
 @click.argument("taint", required=False)
 @click.option("--reason", default="")
 def node(nats_url: str, action: str, node: str, taint: str | None, reason: str) -> None:
-    """Cordon, uncordon, drain, remove, taint or untaint a node (an operator command).
+    """Cordon, uncordon, drain, remove, taint or untaint a node, or say which datasets it holds (an operator command).
 
     \b
     horizon node taint NODE KEY[=VALUE]:EFFECT     EFFECT: NoSchedule, PreferNoSchedule or NoExecute;
                                                    a taint with the same key and effect is replaced
     horizon node untaint NODE KEY[=VALUE][:EFFECT] without VALUE or EFFECT: whatever the value or effect
+    horizon node add-datasets NODE NAME[,NAME...]  the node holds these datasets (placement's locality
+                                                   score prefers it for jobs of --dataset NAME)
+    horizon node remove-datasets NODE NAME[,NAME...]
 
     A NoExecute taint also evicts the jobs on the node that do not tolerate it: they are stopped
     (checkpoint signal first, if they have one) and requeued.
@@ -125,12 +129,17 @@ def node(nats_url: str, action: str, node: str, taint: str | None, reason: str) 
             parsed = parse_taint(taint, effect_required=action == "taint")
         except TaintSyntaxError as exc:
             raise click.BadParameter(str(exc), param_hint="TAINT") from None
+    elif action in ("add-datasets", "remove-datasets"):
+        if not taint:
+            raise click.UsageError(f"node {action} needs dataset names: NAME[,NAME...]")
+        parsed = None
     elif taint is not None:
         raise click.UsageError(f"node {action} takes no taint")
     else:
         parsed = None
+    datasets = sorted({n.strip() for n in taint.split(",") if n.strip()}) if parsed is None and taint else []
     event = c.NodeCommandIssued(ts=time.time(), source="horizon-cli", correlation_id=node, node=node, action=action,
-                                reason=reason, user=default_user(), taint=parsed)
+                                reason=reason, user=default_user(), taint=parsed, datasets=datasets)
 
     async def go() -> dict[str, Any] | None:
         async with session(nats_url) as nc:
@@ -153,6 +162,10 @@ def node(nats_url: str, action: str, node: str, taint: str | None, reason: str) 
     if answer["type"] == "NodeTaintsChanged":
         taints = ", ".join(taint_text(c.Taint(**t)) for t in answer["taints"])
         click.echo(f"{node}: taints {taints}" if taints else f"{node}: no taints")
+        return
+    if answer["type"] == "NodeDatasetsChanged":
+        held = ", ".join(answer["datasets"])
+        click.echo(f"{node}: datasets {held}" if held else f"{node}: no datasets")
         return
     click.echo(f"{node}: {answer['type'][4:].lower()}")
 

@@ -605,7 +605,10 @@ def split_command_line(args: Sequence[str]) -> tuple[dict[str, Any], list[str], 
     for d in directives:
         opt = OPTIONS[d.option]
         if opt.horizon or d.option in ("parsable", "quiet", "verbose"):
-            ours[d.option] = True if d.option in _HORIZON_FLAGS else d.value
+            if d.option == "dataset":  # repeatable, each a name or names joined by commas
+                ours.setdefault("dataset", []).append(d.value)
+            else:
+                ours[d.option] = True if d.option in _HORIZON_FLAGS else d.value
         else:
             sbatch.append(f"--{d.option}" if d.value is None else f"--{d.option}={d.value}")
     rest = list(args[stop:])
@@ -657,6 +660,8 @@ def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, st
         except ValueError:
             raise click.BadParameter(f"{ours['sim-runtime']!r} is not a number of seconds",
                                      param_hint="--sim-runtime") from None
+    if ours.get("dataset"):
+        fields["datasets"] = sorted({n.strip() for d in ours["dataset"] for n in d.split(",") if n.strip()})
     event = c.JobSubmitted(ts=time.time(), source="horizon-sbatch", correlation_id=job_id, job_id=job_id,
                            tenant=tenant, **fields)
     return ours, event, text, notes
@@ -682,6 +687,7 @@ def sbatch(args: tuple[str, ...]) -> None:
       --job-id ID            your id for the job (default: generated)
       --priority-class C     critical, high, normal, low or scavenger
       --sim-runtime S        seconds a simulated job runs (sim executor)
+      --dataset NAME[,NAME]  a dataset the job reads (repeatable): placement prefers nodes holding it
       --dry-run              print the JobSubmitted as JSON, submit nothing
       --check                ask Horizon whether it would accept the job, submit nothing
       --no-wait              do not wait for acceptance

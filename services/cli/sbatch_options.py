@@ -154,7 +154,7 @@ def _opts() -> dict[str, _Opt]:
     horizon = [
         ("nats", None, REQUIRED), ("tenant", None, REQUIRED), ("job-id", None, REQUIRED), ("json", None, NONE),
         ("dry-run", None, NONE), ("check", None, NONE), ("no-wait", None, NONE), ("sim-runtime", None, REQUIRED),
-        ("priority-class", None, REQUIRED),
+        ("priority-class", None, REQUIRED), ("dataset", None, REQUIRED),
     ]
     table: dict[str, _Opt] = {}
     for long, short, arg in ok:

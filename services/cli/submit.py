@@ -102,6 +102,9 @@ def _dependencies(text: str) -> tuple[list[c.Dependency], bool]:
 @click.option("--open-mode", type=click.Choice(list(OPEN_MODES)), default="truncate", show_default=True,
               help="What a new attempt does to existing --output/--error files.")
 @click.option("--image", default=None, help="Run the command in a container of this image (Podman on the node).")
+@click.option("--dataset", "datasets", multiple=True,
+              help="A dataset the job reads (repeatable, or a,b): placement prefers nodes that hold it "
+                   "(horizon node add-datasets).")
 @click.option("--sim-runtime", type=float, default=None, help="Seconds a simulated job runs (sim executor).")
 @click.option("--no-wait", is_flag=True, help="Do not wait for acceptance.")
 @click.option("--check", is_flag=True, help="Only ask a submission instance whether the job would be accepted "
@@ -117,7 +120,8 @@ def submit(
     labels: tuple[str, ...], profile: str, partition: str | None, selector: tuple[str, ...],
     tolerations: tuple[str, ...],
     chdir: str | None, output: str | None, error: str | None, open_mode: str, image: str | None,
-    sim_runtime: float | None, no_wait: bool, check: bool, as_json: bool, command: tuple[str, ...],
+    datasets: tuple[str, ...], sim_runtime: float | None, no_wait: bool, check: bool, as_json: bool,
+    command: tuple[str, ...],
 ) -> None:
     """Submit a job: horizon submit --gpus 2 -- python train.py"""
     # Catch what we can here, with the same messages the submission service would give.
@@ -188,6 +192,7 @@ def submit(
         stderr=error or "",
         open_mode=open_mode,
         image=image or "",
+        datasets=sorted({n.strip() for d in datasets for n in d.split(",") if n.strip()}),
     )
     if check:
         report_check(check_submission(nats_url, event), event.job_id, as_json)

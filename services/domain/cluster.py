@@ -38,6 +38,7 @@ class Node:
     gpus: dict[str, c.GpuDevice]
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[c.Taint] = field(default_factory=list)
+    datasets: frozenset[str] = frozenset()  # what it holds (NodeDatasetsChanged): the locality score
     registered_seq: int = 0
     ready_seq: int = 0
     lost_seq: int = 0
@@ -129,6 +130,7 @@ class Request:
     constraint: str = ""
     nodelist: frozenset[str] = frozenset()
     exclude: frozenset[str] = frozenset()
+    datasets: tuple[str, ...] = ()  # what it reads: the locality score prefers nodes holding them
 
     @property
     def named(self) -> bool:
@@ -176,6 +178,7 @@ def request_of(spec: c.JobSpec) -> Request:
         constraint=spec.constraint,
         nodelist=frozenset(spec.nodelist),
         exclude=frozenset(spec.exclude_nodes),
+        datasets=tuple(spec.datasets),
     )
 
 
@@ -188,7 +191,7 @@ def device_matches(device: c.GpuDevice, req: Request) -> bool:
 
 
 _NODE_STATE_EVENTS = (c.NodeReady, c.NodeLost, c.NodeCordoned, c.NodeUncordoned, c.NodeDraining, c.NodeRemoved,
-                      c.NodeTaintsChanged)
+                      c.NodeTaintsChanged, c.NodeDatasetsChanged)
 
 
 class Cluster:
@@ -226,6 +229,9 @@ class Cluster:
             case c.NodeTaintsChanged(taints=taints):
                 node.taints = list(taints)
                 node.kind = None
+            case c.NodeDatasetsChanged(datasets=datasets):
+                node.datasets = frozenset(datasets)
+                node.kind = None
         return True
 
     def _register(self, event: c.NodeRegistered, seq: int) -> None:
@@ -249,6 +255,7 @@ class Cluster:
             node.used_cpus_milli, node.used_memory_bytes = old.used_cpus_milli, old.used_memory_bytes
             node.used_devices, node.jobs = old.used_devices, old.jobs
             node.taints = old.taints  # taints set by operators since outlive an agent restart
+            node.datasets = old.datasets  # and so do the datasets they said it holds
         self.nodes[name] = node
 
     def on_transition(self, tr: Transition) -> bool:

@@ -7,9 +7,10 @@ allocations, never counted by hand). ``decide``:
 * a registered node whose registration is newer than its last loss becomes
   ``NodeReady``;
 * a node command becomes ``NodeCordoned`` / ``NodeUncordoned`` /
-  ``NodeDraining`` / ``NodeRemoved`` / ``NodeTaintsChanged`` (or
-  ``RequestRejected`` for an unknown node or action, a malformed taint, or
-  the untaint of a taint the node does not have);
+  ``NodeDraining`` / ``NodeRemoved`` / ``NodeTaintsChanged`` /
+  ``NodeDatasetsChanged`` (or ``RequestRejected`` for an unknown node or
+  action, a malformed taint or dataset name, the untaint of a taint the node
+  does not have, or the removal of a dataset it does not hold);
 * every job still holding resources on a lost or removed node is ended with
   ``JobFailed`` ("node lost"), which frees its devices in every service's
   ledger; its restart policy then decides whether it is requeued;
@@ -18,6 +19,10 @@ allocations, never counted by hand). ``decide``:
   once per attempt. Its agent stops it (checkpoint signal first, if the job
   has one) and reports ``JobPreempted``, which frees the resources; scheduling
   requeues a preempted job at once, without counting a retry.
+
+Dataset commands (``add-datasets`` / ``remove-datasets``) answer likewise with
+the node's whole sorted list of datasets; like taints, they outlive a
+re-registration.
 
 Taint commands answer with the node's whole new taint list, so a reader
 needs no history to know a node's taints. A taint replaces the node's taint
@@ -51,6 +56,7 @@ from services.domain.echo import bounded_id, clipped, id_token
 from services.domain.cluster import Cluster, Node, fold_cluster
 from services.domain.jobs import HOLDS_RESOURCES, JobTable
 from services.domain.taints import check_taint, taint_text, untolerated
+from services.domain.datasets import check_datasets
 
 __all__ = ["InventoryCore", "InventoryState", "NODE_ACTIONS", "EVICTION_GRACE_S"]
 
@@ -129,8 +135,9 @@ class InventoryCore:
                     )
         out.extend(self._evictions(state, {e.job_id for e in out if isinstance(e, c.JobFailed)}))
         taints: dict[str, list[c.Taint]] = {}  # this round's taint answers, so two commands compose
+        datasets: dict[str, frozenset[str]] = {}  # and its dataset answers
         for seq in sorted(state.commands):
-            out.append(self._command(state, seq, state.commands[seq], base, taints))
+            out.append(self._command(state, seq, state.commands[seq], base, taints, datasets))
         return out
 
     def _evictions(self, state: InventoryState, failing: set[str]) -> list[Event]:
@@ -176,7 +183,7 @@ class InventoryCore:
 
     def _command(
         self, state: InventoryState, seq: int, cmd: c.NodeCommandIssued, base: dict[str, object],
-        taints: dict[str, list[c.Taint]],
+        taints: dict[str, list[c.Taint]], datasets: dict[str, frozenset[str]],
     ) -> Event:
         # What the operator wrote comes back bounded (services/domain/echo.py): the answer must fit
         # in one message whatever the command carried.
@@ -202,6 +209,27 @@ class InventoryCore:
             return c.NodeTaintsChanged(
                 id=f"inventory/NodeTaintsChanged/{cmd.node}/{seq}", node=cmd.node, taints=new,
                 reason=clipped(cmd.reason or f"{cmd.action} {text} by {cmd.user or 'an operator'}"), **common,  # type: ignore[arg-type]
+            )
+        if cmd.action in ("add-datasets", "remove-datasets"):
+            why = check_datasets(cmd.datasets)
+            if why:
+                return reject(why)
+            current = datasets.get(node.name, node.datasets)
+            names = frozenset(cmd.datasets)
+            if cmd.action == "add-datasets":
+                new = current | names
+            else:
+                missing = sorted(names - current)
+                if missing:
+                    return reject(f"node {node.name} holds no dataset {', '.join(missing)} "
+                                  f"(it holds: {', '.join(sorted(current)) or 'none'})")
+                new = current - names
+            datasets[node.name] = new
+            verb = "add" if cmd.action == "add-datasets" else "remove"
+            return c.NodeDatasetsChanged(
+                id=f"inventory/NodeDatasetsChanged/{cmd.node}/{seq}", node=cmd.node, datasets=sorted(new),
+                reason=clipped(cmd.reason or f"{verb} {', '.join(sorted(names))} by {cmd.user or 'an operator'}"),
+                **common,  # type: ignore[arg-type]
             )
         match cmd.action:
             case "cordon":

@@ -37,12 +37,12 @@ __all__ = ["NodeIndex"]
 
 def _hardware(node: Node, held: frozenset[str]) -> tuple[object, ...]:
     kind = node.kind
-    if kind is None:  # computed once per node (and again when its taints change)
+    if kind is None:  # computed once per node (and again when its taints or datasets change)
         devices = tuple(sorted((d.id, d.type, d.variant, d.memory_bytes, d.numa_node, d.interconnect, d.health)
                                for d in node.gpus.values()))
         labels = tuple(sorted(node.labels.items()))
         taints = tuple(sorted((t.key, t.value, t.effect) for t in node.taints))
-        node.kind = kind = (node.cpus_milli, node.memory_bytes, devices, labels, taints)
+        node.kind = kind = (node.cpus_milli, node.memory_bytes, devices, labels, taints, tuple(sorted(node.datasets)))
     return (kind, held) if held else kind
 
 

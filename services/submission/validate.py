@@ -25,6 +25,7 @@ from events.resources import ResourceError, parse_count, parse_cpus, parse_durat
 from events.subjects import ADMIN_TENANT, valid_token
 from events.vocabulary import (IMAGE_PATTERN, MAX_CWD_LENGTH, MAX_RETRIES, MAX_TASKS_PER_NODE, NICE_LIMIT, OPEN_MODES,
                                TOLERATION_OPS, Limits)
+from services.domain.datasets import check_datasets
 from services.domain.output import pattern_problem
 from services.domain.partitions import Partitions, default_memory, default_time, limit_problem
 from services.submission.capacity import Capacity, Need
@@ -296,6 +297,9 @@ def normalise(
     if sub.image and not _IMAGE_RE.fullmatch(sub.image):
         raise Rejection("image", f"{sub.image[:200]!r} is not an image reference (e.g. localhost/busybox:latest, "
                         "docker.io/library/python:3.12)")
+    why = check_datasets(sub.datasets, empty_ok=True)
+    if why:
+        raise Rejection("datasets", why.removeprefix("datasets: "))
 
     spec = c.JobSpec(
         tenant=sub.tenant,
@@ -342,6 +346,7 @@ def normalise(
         open_mode=sub.open_mode,
         image=sub.image,
         gpus_per_node=node_gpus,
+        datasets=tuple(sorted(set(sub.datasets))),
         **directives,
     )
     # 6. size: what the job costs to carry (encoding is deterministic, so is this check)

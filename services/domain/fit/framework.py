@@ -34,9 +34,11 @@ free                 enough of them free now (``GpuFree``, ``CpuFree``, ``Memory
 ==================  ==================================================================
 
 Scores and default weights: binpack 10, spread 0, numa 2, interconnect 2,
-fragmentation 5, taints 20, node_affinity 5: pack, but do not break a whole
-node or split a job over NUMA nodes or NVLink groups for a little more
-packing, and stay off ``PreferNoSchedule`` nodes unless nothing else fits.
+fragmentation 5, taints 20, node_affinity 5, locality 10, cost 0: pack, but do
+not break a whole node or split a job over NUMA nodes or NVLink groups for a
+little more packing, and stay off ``PreferNoSchedule`` nodes unless nothing
+else fits; go where the job's datasets are (``scores/data.py``); price is off
+until a profile weighs it.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from services.domain.fit.filters.reservation import Reservation
 from services.domain.fit.filters.slurm import Constraint, Exclusive, NodeName
 from services.domain.fit.filters.taints import Taints
 from services.domain.fit.filters.topology import JobAffinity, JobAntiAffinity
+from services.domain.fit.scores.data import Cost, Locality
 from services.domain.fit.scores.devices import Interconnect, Numa
 from services.domain.fit.scores.fragmentation import Fragmentation
 from services.domain.fit.scores.packing import Binpack, Spread
@@ -99,6 +102,7 @@ FILTERS: tuple[Filter, ...] = (
 )
 SCORES: tuple[Score, ...] = (
     Binpack(), Spread(), Numa(), Interconnect(), Fragmentation(), PreferNoScheduleTaints(), PreferredNodeAffinity(),
+    Locality(), Cost(),
 )
 
 SCORE_PLUGINS: tuple[str, ...] = tuple(s.name for s in SCORES)

@@ -58,6 +58,7 @@ _NODE_EVENTS = (
     c.NodeCordoned,
     c.NodeDraining,
     c.NodeTaintsChanged,
+    c.NodeDatasetsChanged,  # changes scores, not what fits; folded so that every fold of nodes agrees
     c.ProfileConfigured,  # placement's configuration: what fits where may change
     c.ReservationConfigured,
 )
