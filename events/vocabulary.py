@@ -48,7 +48,7 @@ NODE_ACTIONS: tuple[str, ...] = ("cordon", "uncordon", "drain", "remove", "taint
 TOLERATION_OPS: tuple[str, ...] = ("Equal", "Exists")
 OPEN_MODES: tuple[str, ...] = ("truncate", "append")
 SELECTOR_OPS: tuple[str, ...] = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
-BACKFILL_MODES: tuple[str, ...] = ("none", "easy", "shadow", "greedy", "conservative")
+BACKFILL_MODES: tuple[str, ...] = ("none", "easy", "shadow", "greedy", "conservative", "short")
 # The score plugins' names (services/domain/fit/framework.py asserts its plugins are these).
 SCORE_WEIGHTS: tuple[str, ...] = ("binpack", "spread", "numa", "interconnect", "fragmentation", "taints",
                                   "node_affinity", "locality", "cost")

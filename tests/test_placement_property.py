@@ -135,7 +135,7 @@ def workloads(draw):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(workloads(), st.sampled_from(["easy", "conservative"]))
+@given(workloads(), st.sampled_from(["easy", "conservative", "short"]))
 def test_with_exact_estimates_no_backfilled_job_delays_a_reservation(jobs, mode):
     from events.codec import decode
     from services.agent.nodes import NodeSpec

@@ -17,7 +17,7 @@ from services.sim.buses import InProcessBus
 from services.sim.metrics import report
 from services.sim.traces import read_trace, window
 
-__all__ = ["lublin_table", "POLICIES"]
+__all__ = ["lublin_table", "modes_table", "POLICIES"]
 
 POLICIES = ("fcfs", "sjf", "f1", "multifactor")
 PUBLISHED_NAMES = {"fcfs": "FCFS", "sjf": "SJF", "f1": "F1"}
@@ -77,8 +77,35 @@ def shadow_comparison(trace: Path, reference: Path, policy: str = "fcfs") -> dic
             "bsld_mean": sum(r["mean_bounded_slowdown"] for r in rows) / len(rows)}
 
 
+def modes_table(trace: Path, reference: Path, modes: tuple[str, ...], policy: str = "multifactor",
+                starts: list[int] | None = None, progress: Any = None) -> dict[str, Any]:
+    """``policy`` under each backfill mode (``none`` = strict order) on the reference windows, or on
+    ``starts`` (other windows of the same length): per window and mean."""
+    ref = _reference(reference)
+    data = read_trace(trace)
+    starts = starts or ref["windows_0based_start_index"]
+    out: dict[str, Any] = {"policy": policy, "windows": starts, "window_length": ref["window_length"], "modes": {}}
+    for mode in modes:
+        rows = []
+        for start in starts:
+            rows.append(asyncio.run(_one(window(data, start, ref["window_length"]), mode, policy)))
+            if progress:
+                progress(mode, policy, start, rows[-1])
+        per = [r["mean_bounded_slowdown"] for r in rows]
+        out["modes"][mode] = {"bsld_per_window": per, "bsld_mean": sum(per) / len(per),
+                              "utilization_mean": sum(r["utilization"] for r in rows) / len(rows)}
+    return out
+
+
 if __name__ == "__main__":
     import sys
+
+    if len(sys.argv) > 4 and sys.argv[3] == "--modes":  # TRACE REF --modes none,easy,short [START,START,...]
+        print(json.dumps(modes_table(Path(sys.argv[1]), Path(sys.argv[2]), tuple(sys.argv[4].split(",")),
+                                     starts=[int(s) for s in sys.argv[5].split(",")] if len(sys.argv) > 5 else None,
+                                     progress=lambda m, p, s, r: print(f"{m:12} {s:5d} {r['mean_bounded_slowdown']:.2f}",
+                                                                       file=sys.stderr, flush=True)), indent=1))
+        raise SystemExit(0)
 
     if len(sys.argv) > 3 and sys.argv[3] == "--shadow":
         print(json.dumps({p: shadow_comparison(Path(sys.argv[1]), Path(sys.argv[2]), p) for p in ("fcfs", "sjf", "f1")}))

@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from events.vocabulary import BACKFILL_MODES
 from services.cli.audit import AuditConfig, audit_cores, read_log
 from services.cli.options import nats_option
 from services.cli.progress import Bar
@@ -39,7 +40,7 @@ __all__ = ["register"]
 @click.option("--no-audit", is_flag=True, help="Only the invariants, not the replay of every decision.")
 @click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="multifactor",
               show_default=True, help="As the live services were started (for the replay).")
-@click.option("--backfill-mode", type=click.Choice(["easy", "shadow", "greedy", "none"]), default="easy",
+@click.option("--backfill-mode", type=click.Choice(BACKFILL_MODES), default="easy",
               show_default=True)
 @click.option("--virtual-time", is_flag=True, help="The log is a simulator's (replay as the simulator runs).")
 @click.option("--json", "as_json", is_flag=True)

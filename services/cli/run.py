@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from events.resources import parse_cpus, parse_memory
+from events.vocabulary import BACKFILL_MODES
 from events.subjects import valid_token
 from services.agent.discovery import describe_machine, machine_node
 from services.agent.nodes import NodeSpec, local_nodes
@@ -153,7 +154,7 @@ def _hold(data_dir: Path) -> DataDirLock:
 @click.option("--heartbeat-timeout", type=float, default=10.0, show_default=True, help="Seconds before a silent node is lost.")
 @click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="multifactor", show_default=True,
               help="Queue order within a priority class.")
-@click.option("--backfill-mode", type=click.Choice(["easy", "shadow", "greedy", "none"]), default="easy",
+@click.option("--backfill-mode", type=click.Choice(BACKFILL_MODES), default="easy",
               show_default=True, help="What a job that does not fit means for the jobs behind it.")
 @click.option("--otel", type=click.Choice(["none", "console", "otlp"]), default="none", show_default=True,
               help="OpenTelemetry traces and metrics: printed (console) or sent to OTLP "
@@ -366,7 +367,7 @@ async def _create_streams(url: str) -> None:
 @click.option("--executor", type=click.Choice(["process", "sim"]), default="process", show_default=True)
 @click.option("--heartbeat-timeout", type=float, default=10.0, show_default=True)
 @click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="multifactor", show_default=True)
-@click.option("--backfill-mode", type=click.Choice(["easy", "shadow", "greedy", "none"]), default="easy",
+@click.option("--backfill-mode", type=click.Choice(BACKFILL_MODES), default="easy",
               show_default=True)
 @click.option("--otel", type=click.Choice(["none", "console", "otlp"]), default="none", show_default=True,
               help="OpenTelemetry traces and metrics: printed (console) or sent to OTLP "

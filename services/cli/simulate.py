@@ -14,8 +14,10 @@ import click
 
 from events import catalogue as c
 from events.resources import parse_memory
+from events.vocabulary import BACKFILL_MODES
 from services.agent.nodes import NodeSpec, local_nodes
 from services.cli.progress import Bar
+from services.placement.backfill import FLAG_MODE
 from services.preemption.core import VICTIM_ORDERS, PreemptionConfig
 from services.sim.driver import SimSettings, make_cores, simulate
 from services.sim.buses import InProcessBus, NatsBus
@@ -100,9 +102,12 @@ def _victims(config: list[Any]) -> str:
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False))
 @click.option("--window", "window_spec", default=None, help="START:LEN, 0-based in file order (default: all).")
 @click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="multifactor", show_default=True)
-@click.option("--backfill", is_flag=True, help="Backfilling in placement (else strict order).")
-@click.option("--backfill-mode", type=click.Choice(["easy", "shadow", "greedy"]), default="easy", show_default=True,
-              help="With --backfill: textbook EASY, RLScheduler-style 'shadow', or greedy.")
+@click.option("--backfill", "backfill", type=click.Choice(BACKFILL_MODES), is_flag=False, flag_value=FLAG_MODE,
+              default=None, help=f"Backfilling in placement (else strict order): --backfill alone is {FLAG_MODE!r} "
+                                 "(docs/benchmarks.md), or name a mode: --backfill easy (textbook EASY), shadow "
+                                 "(RLScheduler's), conservative, greedy, none.")
+@click.option("--backfill-mode", type=click.Choice(BACKFILL_MODES), default=None,
+              help="The same as --backfill MODE (kept for scripts; wins over --backfill).")
 @click.option("--in-process", is_flag=True, help="Drive the pure cores directly (fast); default: real services over NATS.")
 @click.option("--nodes", type=int, default=None, help="Cluster size (default: from the trace header).")
 @click.option("--gpus-per-node", type=int, default=0, help="Make a GPU cluster: trace processors become GPUs.")
@@ -115,7 +120,7 @@ def _victims(config: list[Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 @click.option("--starts", "starts_file", type=click.Path(dir_okay=False), default=None,
               help="Also write each job's start time and nodes (JSON) to this file.")
-def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: bool, backfill_mode: str,
+def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: str | None, backfill_mode: str | None,
                  in_process: bool, nodes: int | None,
                  gpus_per_node: int, gpu_type: str, cpus_per_node: int | None, nats_url: str | None, as_json: bool,
                  starts_file: str | None, preemption_victims: str | None) -> None:
@@ -133,7 +138,7 @@ def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: boo
             raise click.BadParameter("use START:LEN, e.g. 1981:1024", param_hint="--window") from None
     with Bar("simulating") as bar:
         out, run = asyncio.run(run_simulation(trace, start=start, length=length, policy=policy,
-                                              backfill=backfill_mode if backfill else False,
+                                              backfill=backfill_mode or backfill or False,
                                               in_process=in_process, nodes=nodes, gpus_per_node=gpus_per_node,
                                               gpu_type=gpu_type, cpus_per_node=cpus_per_node, nats_url=nats_url,
                                               preemption_victims=preemption_victims, progress=bar.update))
@@ -145,7 +150,8 @@ def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: boo
     if as_json:
         click.echo(json.dumps(out))
         return
-    click.echo(f"{out['trace']} window {out['window']}  policy {policy}{' + EASY backfill' if backfill else ''}  "
+    bf = out["backfill_mode"]
+    click.echo(f"{out['trace']} window {out['window']}  policy {policy}{f' + backfill {bf}' if bf != 'none' else ''}  "
                f"({out['mode']}, {out['nodes']} nodes)")
     if not out.get("jobs"):
         click.echo("no job started")

@@ -22,6 +22,16 @@ row of ``MODES``:
     EASY without the "extra nodes" rule: a later job starts now only if it
     ends strictly before the head's reservation time (what RLScheduler's
     simulator calls backfilling; kept to compare with their published table).
+``short``
+    EASY for short jobs only: the head gets its reservation as in ``easy``, and
+    a later job starts now only if, besides delaying it by nothing, it ends
+    within a tenth (``hole_fraction``) of the time from now to the head's
+    reservation. Long jobs wait their turn in order instead of filling the
+    idle nodes that the jobs ranked above them (often arriving later: short
+    ones, under the multifactor order) would take. On Lublin-1 this is what
+    backfilling must respect to help the default order rather than hurt it
+    (docs/benchmarks.md); ``horizon simulate --backfill`` with no mode named
+    selects it (``FLAG_MODE``).
 ``greedy``
     every job that fits starts, in order, with no reservation (fast, but a big
     job can starve behind a stream of small ones).
@@ -32,7 +42,8 @@ blocks nobody and gets no reservation: it waits for the nodes to change.
 
 A mode is data (``BackfillMode``): whether the first blocked job stops the cycle, how many blocked
 jobs get a reservation, whether each reservation is computed with the earlier ones holding their
-nodes, and whether a later job must end before a reservation's time. ``reserve`` finds a blocked
+nodes, whether a later job must end before a reservation's time, and by when (a share of the wait
+for the reservation) it must end at the latest. ``reserve`` finds a blocked
 job's reservation (the earliest time it fits, by the running jobs' time limits) and
 ``Reservation.admits`` says whether a job that fits now may start without delaying it.
 """
@@ -53,7 +64,7 @@ from services.domain.jobs import JobTable
 from services.placement.index import NodeIndex
 from services.placement.place import best_nodes
 
-__all__ = ["BackfillMode", "MODES", "Reservation", "reserve", "shortened_limit"]
+__all__ = ["BackfillMode", "FLAG_MODE", "MODES", "Reservation", "reserve", "shortened_limit"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,7 @@ class BackfillMode:
     depth: int | None = 0  # blocked jobs that get a reservation in a cycle (None: the profile's reservation_depth)
     stacked: bool = False  # each reservation holds its nodes over its run for the later ones (and is concrete)
     shadow_only: bool = False  # a later job starts now only if it ends before the reservation's time
+    hole_fraction: float | None = None  # a later job starts now only if it ends within this share of the wait
 
     def reservations(self, profile: Profile) -> int:
         """How many blocked jobs of a cycle get a reservation under this mode."""
@@ -75,8 +87,14 @@ MODES: dict[str, BackfillMode] = {m.name: m for m in (
     BackfillMode("shadow", depth=1, shadow_only=True),
     BackfillMode("greedy"),
     BackfillMode("conservative", depth=None, stacked=True),
+    BackfillMode("short", depth=1, hole_fraction=0.1),
 )}
 assert tuple(MODES) == BACKFILL_MODES, "every backfill mode a profile may name has its row here"
+
+# What ``horizon simulate --backfill`` with no mode named selects (docs/benchmarks.md, "Backfilling that
+# respects the order"). Placement's own default (a profile's ``backfill``, ``horizon up --backfill-mode``)
+# stays ``easy``: logs written without a mode recorded must replay with the mode they ran with.
+FLAG_MODE = "short"
 
 
 @dataclass
@@ -95,6 +113,7 @@ class Reservation:
     need: int
     shadow_only: bool = False
     end_ts: float = math.inf  # the start plus the job's time limit
+    hole_end: float = math.inf  # a later job that would end after this may not start now (mode ``short``)
     allocations: list[c.NodeAllocation] = field(default_factory=list)  # where it would run
     ctx: Context = field(default_factory=Context)
 
@@ -102,6 +121,8 @@ class Reservation:
         """Can a job holding ``allocs`` until ``end_ts`` start now without delaying the head? When it can
         and ends after the reservation's time, the reservation's view of that time takes its room
         (unless ``commit`` is false: only asking)."""
+        if end_ts > self.hole_end:
+            return False
         if self.shadow_only:
             return end_ts < self.start_ts
         if end_ts <= self.start_ts:

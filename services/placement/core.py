@@ -22,7 +22,7 @@ delay a reservation may still start when it has a ``time_min_s`` (Slurm's
 
 What a job that does not fit means for the jobs behind it is its profile's
 ``backfill`` mode (``none``, ``easy`` by default, ``conservative``, ``shadow``,
-``greedy``): ``services/placement/backfill.py`` holds the modes side by side,
+``greedy``, ``short``): ``services/placement/backfill.py`` holds the modes side by side,
 the reservations and the rule that a later job must not delay them. Placing one
 job is ``services/placement/place.py``; the filter and score plugins are
 ``services/domain/fit/``.
@@ -242,7 +242,10 @@ class PlacementCore:
                     continue
                 reasons = [c.BlockReason(
                     reason=f"starting now would delay the reservation of {delayed.job_id} "
-                           f"at {delayed.start_ts:.0f}", nodes=len(placed.allocations), filter="Backfill")]
+                           f"at {delayed.start_ts:.0f}" if end <= delayed.hole_end else
+                           f"it would run past {delayed.hole_end:.0f}: backfilling ahead of {delayed.job_id} "
+                           f"(reserved at {delayed.start_ts:.0f}) takes only jobs short beside its wait",
+                    nodes=len(placed.allocations), filter="Backfill")]
             elif not placed.fits_nowhere and profile is not None:
                 mode = MODES[profile.backfill]
                 if mode.stops:
@@ -253,6 +256,8 @@ class PlacementCore:
                                    concrete=mode.stacked or bool(advance))
                     if held is not None:
                         held.shadow_only = mode.shadow_only
+                        if mode.hole_fraction is not None:
+                            held.hole_end = now + mode.hole_fraction * (held.start_ts - now)
                         reservations.append(held)
                         earliest = held.start_ts
                         reserved = sorted(a.node for a in held.allocations) or sorted(held.fitting)[: req.nodes]
