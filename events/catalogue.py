@@ -432,8 +432,9 @@ class ProfileConfigured(Event, tag="ProfileConfigured", kw_only=True):
 
     ``weights``: score plugin -> weight (``binpack``, ``spread``, ``numa``,
     ``interconnect``, ``fragmentation``; unset ones keep their defaults).
-    ``backfill``: ``none``, ``easy``, ``shadow``, ``greedy`` or ``conservative``
-    (a reservation for each of the first ``reservation_depth`` blocked jobs).
+    ``backfill``: ``none``, ``easy``, ``shadow``, ``greedy``, ``conservative``
+    (a reservation for each of the first ``reservation_depth`` blocked jobs) or
+    ``short`` (EASY taking only jobs that end within a tenth of the head's wait).
     Configuring a profile again replaces it.
     """
 
