@@ -45,6 +45,7 @@ from events.resources import format_cpus, format_memory
 from events.subjects import STREAM, valid_token
 from services.cli.sacct_steps import with_steps
 from services.domain.hostlist import compress
+from services.domain.partitions import duration
 from services.cli.client import default_user, query_all, session
 from services.cli.options import nats_option
 
@@ -133,17 +134,7 @@ def hostlist(names: Iterable[str]) -> str:
 
 def squeue_duration(seconds: float | None) -> str:
     """squeue's times: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``."""
-    if seconds is None:
-        return "UNLIMITED"
-    s = max(0, int(seconds))
-    days, s = divmod(s, 86400)
-    hours, s = divmod(s, 3600)
-    minutes, s = divmod(s, 60)
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{s:02d}"
-    if hours:
-        return f"{hours}:{minutes:02d}:{s:02d}"
-    return f"{minutes}:{s:02d}"
+    return "UNLIMITED" if seconds is None else duration(int(seconds))  # whole seconds, cut as squeue does
 
 
 def sacct_duration(seconds: float) -> str:
