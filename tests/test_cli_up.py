@@ -21,6 +21,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def interrupt(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    """Stop a `horizon up` as Ctrl-C does (by its PID), killing it only if it does not stop within 60 s."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def horizon(*args: str, url: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*HORIZON, *args, "--nats", url] if args[0] != "submit" else
                           [*HORIZON, args[0], "--nats", url, *args[1:]],

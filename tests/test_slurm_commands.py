@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -35,7 +34,7 @@ from services.cli.slurm_commands import (
     squeue_format,
 )
 from services.runtime.shims import SLURM_COMMANDS, ShimError, is_shim, real_slurm, remove_shims, write_shims
-from tests.test_cli_up import free_port
+from tests.test_cli_up import free_port, interrupt
 
 HORIZON = [sys.executable, "-m", "services.cli.main"]
 pytestmark = pytest.mark.timeout(300)
@@ -239,12 +238,7 @@ class SimUp:
             time.sleep(0.3)
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        interrupt(self.proc)
         self.err.close()
 
 

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -36,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_cli_up import free_port
+from tests.test_cli_up import free_port, interrupt
 
 HORIZON = [sys.executable, "-m", "services.cli.main"]
 CORPUS = Path(__file__).parent / "data" / "slurm_corpus"
@@ -110,12 +109,7 @@ class DevUp:
         return {r["job_id"]: r for r in json.loads(done.stdout)}
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        interrupt(self.proc)
         self.err.close()
 
 

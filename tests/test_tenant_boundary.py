@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ import pytest
 
 from events import catalogue as c
 from events.codec import encode
-from tests.test_cli_up import free_port
+from tests.test_cli_up import free_port, interrupt
 
 HORIZON = [sys.executable, "-m", "services.cli.main"]
 pytestmark = pytest.mark.timeout(300)
@@ -62,12 +61,7 @@ class AuthUp:
         return self.proc.poll() is None
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        interrupt(self.proc)
         self.err.close()
 
 
