@@ -66,6 +66,12 @@ class ResourceRequest(_Part, kw_only=True):
     gpus: int = 0
     gpu_type: str | None = None
     gpu_memory: int | str | None = None
+    # Limits above the requests (Kubernetes' limits): what the job's cgroup may use on its node, per
+    # task, in the forms of ``cpus`` and ``memory``. None: the request is the limit (what a job always
+    # got). Requests equal to limits make a job "guaranteed", limits above them "burstable", and no
+    # requests at all (``cpus`` 0, ``memory`` 0, no GPUs) "best-effort" (docs/jobs.md, QoS classes).
+    cpu_limit: float | str | None = None
+    memory_limit: int | str | None = None
 
 
 class Dependency(_Part, kw_only=True):
@@ -205,6 +211,11 @@ class JobSpec(_Part, kw_only=True):
     # the datasets it reads (horizon submit --dataset): placement's ``locality`` score prefers nodes
     # that hold them (NodeDatasetsChanged); sorted, no duplicates
     datasets: tuple[str, ...] = ()
+    # per task, what its cgroup may use beyond the request (Kubernetes' limits; 0: the request is the
+    # limit, as before the fields existed, or no limit at all for a job that requests none of it). The
+    # QoS class follows from requests and limits (services/domain/qos.py).
+    cpu_limit_milli: int = 0
+    memory_limit_bytes: int = 0
 
     @property
     def gpus_on_node(self) -> int:
@@ -383,6 +394,10 @@ class NodeCommandIssued(Event, tag="NodeCommandIssued", kw_only=True):
     user: str = ""
     taint: Taint | None = None
     datasets: list[str] = []  # for add-datasets / remove-datasets
+    # for "set" (horizon node set NODE --cpu-overcommit R --mem-overcommit R): the node's overcommit
+    # ratios, requests of burstable and best-effort jobs packed against capacity x ratio (None: unchanged)
+    cpu_overcommit: float | None = None
+    memory_overcommit: float | None = None
 
 
 class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
@@ -794,6 +809,9 @@ class JobFailed(Event, tag="JobFailed", kw_only=True):
     basis_seq: int = 0  # set when a service decides the failure (e.g. node lost); 0 for an agent's report
     node_lost: bool = False  # the node was lost or removed under the job: requeued whatever its restart policy
     out_of_memory: bool = False  # killed for going over its memory limit: the job ends OUT_OF_MEMORY
+    # stopped by inventory because its node ran short of memory (NodeMemoryPressure): a best-effort job,
+    # or a burstable one over its request; its restart policy decides what follows, as for any failure
+    evicted: bool = False
 
 
 class JobStepStarted(Event, tag="JobStepStarted", kw_only=True):
@@ -836,6 +854,29 @@ class JobStepEnded(Event, tag="JobStepEnded", kw_only=True):
     cancelled: bool = False
     timed_out: bool = False
     reason: str = ""
+
+
+class JobMemoryUse(_Part, kw_only=True):
+    """One attempt's memory in use on a node, as its agent measured it (its cgroup's usage)."""
+
+    job_id: str
+    attempt: int
+    used_bytes: int
+
+
+class NodeMemoryPressure(Event, tag="NodeMemoryPressure", kw_only=True):
+    """An agent's observation: the jobs on ``node`` use more memory than it may give them, the
+    node's ``memory_bytes`` less the ``reserve_bytes`` kept free (the kubelet's eviction threshold).
+    ``jobs``: every attempt's use, by job id. Inventory answers by evicting (``JobFailed`` with
+    ``evicted``) best-effort jobs first, then burstable ones over their request, until the use it
+    measured, less what the evicted used, is under the line (``services/domain/qos.py``). Not a
+    decision: the agent's measure, which the log keeps as an input that replays."""
+
+    node: str
+    memory_bytes: int
+    reserve_bytes: int = 0
+    used_bytes: int = 0
+    jobs: list[JobMemoryUse] = []
 
 
 class NodeRegistered(Event, tag="NodeRegistered", kw_only=True):
@@ -901,6 +942,19 @@ class NodeDatasetsChanged(Event, tag="NodeDatasetsChanged", kw_only=True):
 
     node: str
     datasets: list[str] = []
+    reason: str = ""
+    basis_seq: int = 0
+
+
+class NodeOvercommitChanged(Event, tag="NodeOvercommitChanged", kw_only=True):
+    """The node's overcommit ratios now, both of them (the answer to an operator's ``horizon node set``).
+    Placement packs the requests of burstable and best-effort jobs against capacity x ratio, those of
+    guaranteed jobs against the capacity itself (docs/scheduling-policy.md, Overcommit). 1.0: none.
+    They outlive a re-registration of the node."""
+
+    node: str
+    cpu_overcommit: float = 1.0
+    memory_overcommit: float = 1.0
     reason: str = ""
     basis_seq: int = 0
 
@@ -973,6 +1027,8 @@ AnyEvent = (
     | NodeDraining
     | NodeTaintsChanged
     | NodeDatasetsChanged
+    | NodeOvercommitChanged
+    | NodeMemoryPressure
     | NodeLost
     | NodeRemoved
     | ClockTicked

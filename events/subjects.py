@@ -149,6 +149,8 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
     "NodeDraining": ("inventory",),
     "NodeTaintsChanged": ("inventory",),
     "NodeDatasetsChanged": ("inventory",),
+    "NodeOvercommitChanged": ("inventory",),
+    "NodeMemoryPressure": ("agent",),
     "NodeLost": ("inventory",),
     "NodeRemoved": ("inventory",),
     "ClockTicked": ("clock",),

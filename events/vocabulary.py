@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 NODE_ACTIONS: tuple[str, ...] = ("cordon", "uncordon", "drain", "remove", "taint", "untaint", "add-datasets",
-                                 "remove-datasets")
+                                 "remove-datasets", "set")
 TOLERATION_OPS: tuple[str, ...] = ("Equal", "Exists")
 OPEN_MODES: tuple[str, ...] = ("truncate", "append")
 SELECTOR_OPS: tuple[str, ...] = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")

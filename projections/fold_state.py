@@ -61,7 +61,8 @@ _PREEMPTION_FIELDS = frozenset({
     "no_cascade", "recent", "candidates", "blocked_seq", "round_ended", "running_by_class", "borrowed_running",
     "config_rejections", "held",
 })
-_NODE_FIELDS = ("name", "cpus_milli", "memory_bytes", "gpus", "labels", "taints", "datasets", "registered_seq",
+_NODE_FIELDS = ("name", "cpus_milli", "memory_bytes", "gpus", "labels", "taints", "datasets", "cpu_overcommit",
+                "memory_overcommit", "registered_seq",
                 "ready_seq", "lost_seq", "ready", "cordoned", "draining", "lost", "removed", "used_cpus_milli",
                 "used_memory_bytes", "used_devices", "jobs", "kind", "simulated", "isolation", "unhealthy_gpus")
 _CONFIG_FIELDS = ("rules", "victims", "grace_period_s", "max_preemptions", "per_minute", "per_account_per_minute")
@@ -97,6 +98,7 @@ class _Node(msgspec.Struct, array_like=True):
     simulated: bool = False
     isolation: str = ""
     datasets: list[str] = []
+    overcommit: tuple[float, float] = (1.0, 1.0)  # cpu, memory
 
 
 class _Config(msgspec.Struct, array_like=True):
@@ -193,7 +195,8 @@ def _dump_preemption(core: PreemptionPlanner, state: PreemptionState) -> bytes:
                      labels=n.labels, taints=n.taints, seqs=(n.registered_seq, n.ready_seq, n.lost_seq),
                      flags=(n.ready, n.cordoned, n.draining, n.lost, n.removed), used_cpus_milli=n.used_cpus_milli,
                      used_memory_bytes=n.used_memory_bytes, used_devices=n.used_devices, jobs=n.jobs,
-                     simulated=n.simulated, isolation=n.isolation, datasets=sorted(n.datasets))
+                     simulated=n.simulated, isolation=n.isolation, datasets=sorted(n.datasets),
+                     overcommit=(n.cpu_overcommit, n.memory_overcommit))
                for n in state.cluster.nodes.values()],
         config=_Config(rules={k: list(v) for k, v in cfg.rules.items()}, victims=cfg.victims,
                        grace_period_s=cfg.grace_period_s, max_preemptions=cfg.max_preemptions,
@@ -245,7 +248,8 @@ def _load_preemption(core: PreemptionPlanner, data: bytes) -> PreemptionState | 
         node = Node(name=n.name, cpus_milli=n.cpus_milli, memory_bytes=n.memory_bytes, gpus={d.id: d for d in n.gpus},
                     labels=n.labels, taints=n.taints, used_cpus_milli=n.used_cpus_milli,
                     used_memory_bytes=n.used_memory_bytes, used_devices=n.used_devices, jobs=n.jobs,
-                    simulated=n.simulated, isolation=n.isolation, datasets=frozenset(n.datasets))
+                    simulated=n.simulated, isolation=n.isolation, datasets=frozenset(n.datasets),
+                    cpu_overcommit=n.overcommit[0], memory_overcommit=n.overcommit[1])
         node.registered_seq, node.ready_seq, node.lost_seq = n.seqs
         node.ready, node.cordoned, node.draining, node.lost, node.removed = n.flags
         nodes[n.name] = node

@@ -59,6 +59,7 @@ from services.domain.protocol import Record
 from services.domain.policy import CLASS_RANK
 from services.domain.jobs import Job, JobState, JobTable
 from services.domain.steps import step_state
+from services.domain.qos import qos_class
 
 __all__ = ["JobsProjection", "QueryServer", "job_row", "TENANT_FEED", "feed_tenant"]
 
@@ -122,6 +123,27 @@ _UPSERT = (
 )
 _spec_encoder = msgspec.json.Encoder()
 _spec_decoder = msgspec.json.Decoder(c.JobSpec)
+
+
+class _QosFields(msgspec.Struct):
+    """The fields of a stored spec its QoS class is derived from (the rest is not decoded)."""
+
+    cpus_milli: int = 1000
+    memory_bytes: int = 1 << 30
+    gpus: int = 0
+    gpus_per_node: int = 0
+    tasks_per_node: int = 1
+    cpu_limit_milli: int = 0
+    memory_limit_bytes: int = 0
+    exclusive: bool = False
+    whole_node_memory: bool = False
+
+    @property
+    def gpus_on_node(self) -> int:
+        return self.gpus_per_node or self.gpus * self.tasks_per_node
+
+
+_qos_fields = msgspec.json.Decoder(_QosFields)
 _alloc_list = msgspec.json.Decoder(list[c.NodeAllocation])
 
 
@@ -413,11 +435,13 @@ class JobsProjection:
             clause, args = f"{clause}{joiner} {_SUBMIT_KEY} > ?", [*args, int(after)]
         cols = [col for col in _COLUMNS if col != "spec"]
         async with self.db.execute(
-            f"SELECT {', '.join(cols)} FROM jobs{clause} ORDER BY {order_by} LIMIT ? OFFSET ?",
+            f"SELECT {', '.join(cols)}, spec FROM jobs{clause} ORDER BY {order_by} LIMIT ? OFFSET ?",
             [*args, max(0, min(limit, 100_000)), offset],
         ) as cur:
-            rows = [dict(zip(cols, row, strict=True)) for row in await cur.fetchall()]
+            rows = [dict(zip([*cols, "spec"], row, strict=True)) for row in await cur.fetchall()]
         for row in rows:
+            spec = row.pop("spec")
+            row["qos"] = qos_class(_qos_fields.decode(spec)) if spec else None  # services/domain/qos.py
             row["allocation"] = json.loads(row["allocation"]) if row["allocation"] else []
             row.pop("class_rank", None)
         if steps and rows:  # each row's current attempt's steps (sacct's JOBID.0, JOBID.1, ...)

@@ -44,7 +44,13 @@ Start-up: catch up with the log first, then
 
 A job that ends by someone else's decision while running here (cancelled
 before it was seen to start, failed because the node was declared lost) is
-stopped without a report: the log already holds its end.
+stopped without a report: the log already holds its end. One inventory
+evicted under memory pressure is killed at once (no grace).
+
+Memory pressure: every ``memory_interval_s`` the agent sums the working sets
+of its jobs' cgroups per node and, over the node's memory less a reserve,
+reports ``NodeMemoryPressure`` (``services/agent/memory.py``); inventory
+decides whom to evict.
 
 A multi-node job is launched by the agent of its first node (like Slurm's
 batch host); the other nodes' agents hold the allocation and run what its
@@ -73,6 +79,7 @@ from services.agent.core import Action, AgentCore
 from services.agent.executors import Execution, Executor, Outcome, ProcessExecutor
 from services.agent.gpu_health import GpuHealth
 from services.agent.logs import LogServer
+from services.agent.memory import MemoryWatch, default_reserve
 from services.agent.steps import StepService
 from services.agent.nvml import GpuBackend, NvmlBackend
 from services.agent.nodes import NodeSpec
@@ -80,6 +87,7 @@ from services.runtime.consume import readable
 from services.runtime.log import EventLog
 from services.domain.protocol import Record
 from services.domain.jobs import JobState
+from services.domain.qos import memory_limit
 
 __all__ = ["NodeAgent", "MIN_STOP_GRACE_S"]
 
@@ -114,6 +122,8 @@ class NodeAgent:
         grace_period_s: float = 10.0,
         gpu_backend: GpuBackend | None = None,
         health_interval_s: float = 10.0,
+        memory_interval_s: float = 2.0,
+        memory_reserve_bytes: int | None = None,
     ) -> None:
         self.log = log_
         self.nodes = {n.name: n for n in nodes}
@@ -134,6 +144,12 @@ class NodeAgent:
         self._health: dict[str, GpuHealth] = {}
         self._health_task: asyncio.Task[None] | None = None
         self.steps: StepService | None = None  # srun inside jobs (real processes only)
+        # memory pressure (services/agent/memory.py): measured where jobs run in cgroups
+        self.memory_interval_s = memory_interval_s
+        self.watches = {name: MemoryWatch(name, spec.memory_bytes, default_reserve(spec.memory_bytes)
+                                          if memory_reserve_bytes is None else memory_reserve_bytes)
+                        for name, spec in sorted(self.nodes.items())}
+        self._memory_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -166,9 +182,15 @@ class NodeAgent:
             self._fold(batch)
         await self._resume()
         self._follower = await self.log.follow(self._on_batch, from_seq=end + 1, subjects=("horizon.evt.>",))
+        if isinstance(self.executor, ProcessExecutor) and self.executor.hierarchy.usable:
+            self._memory_task = asyncio.create_task(self._watch_memory(), name=f"{self.name}-memory")
         self.ready.set()
 
     async def stop(self) -> None:
+        if self._memory_task is not None:
+            self._memory_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._memory_task
         if self._health_task is not None:
             self._health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -219,6 +241,30 @@ class NodeAgent:
                 with contextlib.suppress(Exception):
                     await self.log.publish(event_subject("agent", reg), encode(reg), msg_id=reg.id)
             await asyncio.sleep(self.health_interval_s)
+
+    async def _watch_memory(self) -> None:
+        """Every ``memory_interval_s``: each node's jobs' working sets; over the line, a
+        ``NodeMemoryPressure`` for inventory to evict by (``services/agent/memory.py``)."""
+        while True:
+            await asyncio.sleep(self.memory_interval_s)
+            uses: dict[str, list[c.JobMemoryUse]] = {name: [] for name in self.watches}
+            for job_id, run in sorted(self.running.items()):
+                measure = getattr(run.execution, "memory_used", None)
+                job = self.core.jobs.get(job_id)
+                alloc = self.core.mine(job.allocations) if job is not None else None
+                if measure is None or alloc is None or alloc.node not in uses:
+                    continue
+                used = await asyncio.to_thread(measure)
+                if used is not None:
+                    uses[alloc.node].append(c.JobMemoryUse(job_id=job_id, attempt=run.attempt, used_bytes=used))
+            for name, found in uses.items():
+                event = self.watches[name].observe(found, time.time())
+                if event is None:
+                    continue
+                log.warning("%s is short of memory: its jobs use %s, more than the %s it gives them", name,
+                            _size(event.used_bytes), _size(self.watches[name].line))
+                with contextlib.suppress(Exception):  # the next measure reports again
+                    await self.log.publish(event_subject("agent", event), encode(event), msg_id=event.id)
 
     async def _beat(self) -> None:
         while True:
@@ -314,10 +360,12 @@ class NodeAgent:
                 self._begin_stop(job_id, run)
         elif action == "ended":
             run = self.running.get(job_id)
+            evicted = job_id in self.core.evicted
+            self.core.evicted.discard(job_id)
             if run is not None and run.stop_reason is None:
                 run.stop_reason = "silent"
-                if run.execution is not None:
-                    asyncio.create_task(run.execution.stop(self.grace_period_s))
+                if run.execution is not None:  # evicted for memory: killed at once (its memory is the point)
+                    asyncio.create_task(run.execution.stop(0.0 if evicted else self.grace_period_s))
 
     # ------------------------------------------------------------------ running one job
 
@@ -426,11 +474,11 @@ class NodeAgent:
         elif outcome.error:
             await self._report(c.JobFailed, job_id, attempt, node=alloc.node, reason=f"could not start: {outcome.error}")
         elif outcome.out_of_memory:
-            limit = alloc.memory_bytes or spec.memory_bytes * spec.tasks_per_node
+            limit = memory_limit(spec, alloc.memory_bytes or spec.memory_bytes * spec.tasks_per_node)
             await self._report(
                 c.JobFailed, job_id, attempt, out_of_memory=True, **failed,
                 reason=f"out of memory: the job went over its memory limit of {_size(limit)} and the kernel killed "
-                       f"it; ask for more with --mem",
+                       f"it; ask for more with --mem{' or --mem-limit' if spec.memory_limit_bytes else ''}",
             )
         elif timed_out:
             await self._report(c.JobFailed, job_id, attempt,

@@ -15,10 +15,17 @@
 
 An attempt's cgroup is ``horizon/<node>/<job>.<attempt>`` under each
 controller's root (``JobCgroup``). ``Limits`` are what it gets: a memory limit
-with no swap beyond it, a CPU quota (the allocation's CPUs per period, so
+with no swap beyond it, a CPU quota (the job's CPU limit per period, so
 ``--cpus 1.5`` is 150 ms per 100 ms), a cpuset (whole cores, chosen by the
 agent near the job's GPUs, and the NUMA nodes of those cores), a pids limit,
 and, where the devices controller exists, no access to the node's other GPUs.
+The limits are the job's limits, not its requests (``services/domain/qos.py``): the same for a
+guaranteed job, above them for a burstable one (``--mem-limit``, ``--cpu-limit``), none at all
+(``memory_bytes`` or ``cpus_milli`` 0: the kernel's "max") for a best-effort job that gave none.
+A job that is not guaranteed also gets ``cpu_shares`` from its CPU request, as the kubelet sets them:
+1024 per CPU requested, 2 (the kernel's least) for a best-effort job, so under contention CPUs go
+by request; a guaranteed job keeps the kernel's default weight, as before.
+``memory_used`` reads what the cgroup holds now (the agent's memory-pressure watch).
 The kernel's OOM killer counts its kills per cgroup: ``oom_kills`` is how the
 per-job supervisor (``services/agent/shim.py``) tells an attempt killed for
 memory from one that died of something else.
@@ -37,7 +44,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Limits", "Hierarchy", "JobCgroup", "probe", "CONTROLLERS", "CPU_PERIOD_US", "cpu_list"]
+__all__ = ["Limits", "Hierarchy", "JobCgroup", "probe", "CONTROLLERS", "CPU_PERIOD_US", "cpu_list", "cpu_shares",
+           "cpu_weight"]
 
 CONTROLLERS = ("memory", "cpu", "cpuset", "pids", "devices")
 CPU_PERIOD_US = 100_000
@@ -54,11 +62,12 @@ class Limits:
     mems: tuple[int, ...] = ()  # the NUMA nodes of those cores
     pids_max: int = 4096
     deny_devices: tuple[tuple[str, int, int], ...] = ()  # ("c", major, minor): devices it may not open
+    cpu_shares: int = 0  # v1 cpu.shares (v2: the matching cpu.weight); 0: the kernel's default
 
     def to_json(self) -> dict[str, object]:
         return {"memory_bytes": self.memory_bytes, "cpus_milli": self.cpus_milli, "cpus": list(self.cpus),
                 "mems": list(self.mems), "pids_max": self.pids_max,
-                "deny_devices": [list(d) for d in self.deny_devices]}
+                "deny_devices": [list(d) for d in self.deny_devices], "cpu_shares": self.cpu_shares}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> "Limits":
@@ -69,7 +78,27 @@ class Limits:
             mems=tuple(data.get("mems", ())),  # type: ignore[arg-type]
             pids_max=int(data.get("pids_max", 4096)),  # type: ignore[arg-type]
             deny_devices=tuple((str(k), int(a), int(b)) for k, a, b in data.get("deny_devices", ())),  # type: ignore
+            cpu_shares=int(data.get("cpu_shares", 0)),  # type: ignore[arg-type]
         )
+
+    @property
+    def memory_v1(self) -> str:
+        return str(self.memory_bytes) if self.memory_bytes else "-1"
+
+    @property
+    def quota_us(self) -> int:
+        """CPU time per period (-1: no quota)."""
+        return max(1000, self.cpus_milli * CPU_PERIOD_US // 1000) if self.cpus_milli else -1
+
+
+def cpu_shares(request_milli: int) -> int:
+    """The kubelet's shares for a CPU request: 1024 per CPU, at least 2 (the kernel's least)."""
+    return max(2, request_milli * 1024 // 1000)
+
+
+def cpu_weight(shares: int) -> int:
+    """cgroup v2's cpu.weight (1-10000) for v1 shares (2-262144), as the kubelet converts them."""
+    return 1 + ((min(max(shares, 2), 262144) - 2) * 9999) // 262142
 
 
 def cpu_list(cpus: tuple[int, ...] | list[int]) -> str:
@@ -191,13 +220,15 @@ class JobCgroup:
                         _write(directory / key, _read(directory.parent / key).strip() or "0")
         paths = self.paths()
         memory = paths["memory"]
-        _set(memory / "memory.limit_in_bytes", str(limits.memory_bytes))
+        _set(memory / "memory.limit_in_bytes", limits.memory_v1)
         # No swap beyond the limit (memsw exists when the kernel accounts swap): memsw >= limit.
         with contextlib.suppress(FileNotFoundError):
-            _set(memory / "memory.memsw.limit_in_bytes", str(limits.memory_bytes))
+            _set(memory / "memory.memsw.limit_in_bytes", limits.memory_v1)
         if "cpu" in paths:
             _set(paths["cpu"] / "cpu.cfs_period_us", str(CPU_PERIOD_US))
-            _set(paths["cpu"] / "cpu.cfs_quota_us", str(max(1000, limits.cpus_milli * CPU_PERIOD_US // 1000)))
+            _set(paths["cpu"] / "cpu.cfs_quota_us", str(limits.quota_us))
+            if limits.cpu_shares:
+                _set(paths["cpu"] / "cpu.shares", str(limits.cpu_shares))
         if "cpuset" in paths and limits.cpus:
             _set(paths["cpuset"] / "cpuset.cpus", cpu_list(limits.cpus))
             if limits.mems:
@@ -216,10 +247,13 @@ class JobCgroup:
             _set(directory / "cgroup.subtree_control", wanted)
         directory = root / self.relative
         directory.mkdir(exist_ok=True)
-        _set(directory / "memory.max", str(limits.memory_bytes))
+        _set(directory / "memory.max", str(limits.memory_bytes) if limits.memory_bytes else "max")
         with contextlib.suppress(FileNotFoundError):
             _set(directory / "memory.swap.max", "0")
-        _set(directory / "cpu.max", f"{max(1000, limits.cpus_milli * CPU_PERIOD_US // 1000)} {CPU_PERIOD_US}")
+        quota = limits.quota_us
+        _set(directory / "cpu.max", f"{quota if quota > 0 else 'max'} {CPU_PERIOD_US}")
+        if limits.cpu_shares:
+            _set(directory / "cpu.weight", str(cpu_weight(limits.cpu_shares)))
         if "cpuset" in self.hierarchy.roots and limits.cpus:
             _set(directory / "cpuset.cpus", cpu_list(limits.cpus))
             if limits.mems:
@@ -240,6 +274,24 @@ class JobCgroup:
             with contextlib.suppress(OSError):
                 found.update(int(p) for p in _read(directory / "cgroup.procs").split())
         return sorted(found)
+
+    def memory_used(self) -> int | None:
+        """The cgroup's working set now, as the kubelet counts it for eviction: its usage less the
+        inactive file cache the kernel can drop at once; None if unknown."""
+        memory = self.paths().get("memory")
+        if memory is None:
+            return None
+        try:
+            usage = int(_read(memory / ("memory.current" if self.v2 else "memory.usage_in_bytes")).strip())
+            stat = _read(memory / "memory.stat")
+        except (OSError, ValueError):
+            return None
+        key = "inactive_file" if self.v2 else "total_inactive_file"
+        for line in stat.splitlines():
+            name, _, value = line.partition(" ")
+            if name == key and value.strip().isdigit():
+                return max(0, usage - int(value))
+        return usage
 
     def oom_kills(self) -> int:
         """How many processes of the cgroup the OOM killer has killed."""

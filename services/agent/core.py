@@ -81,6 +81,9 @@ class AgentCore:
         # second ending (two outcomes for one attempt, which `horizon check` rejects).
         self.reported_end: dict[str, int] = {}
         self.steps: dict[str, tuple[int, int]] = {}  # job -> (attempt, its highest step in the log)
+        # jobs whose attempt inventory ended by evicting it under memory pressure (JobFailed.evicted):
+        # the adapter kills them at once, as the kubelet's hard eviction does, instead of after a grace
+        self.evicted: set[str] = set()
 
     def mine(self, allocations: Sequence[c.NodeAllocation]) -> c.NodeAllocation | None:
         """The allocation this agent launches the job on (its first), or None if the job is not its own."""
@@ -128,6 +131,8 @@ class AgentCore:
             if ref is not None:
                 self.checkpoints[event.job_id] = (event.attempt, ref)
         tr = self.jobs.apply(event, record.seq, record.time)
+        if tr is not None and isinstance(event, c.JobFailed) and event.evicted and self.mine(tr.job.allocations):
+            self.evicted.add(event.job_id)
         if tr is None and isinstance(event, c.JobCancelled):
             # A cancel decided before this attempt was scheduled: stop the attempt and
             # report its cancellation (the job table left the attempt running for that).

@@ -57,10 +57,11 @@ from events.subjects import tenant_view
 from services.domain.hostlist import compress
 from services.domain.steps import counts_text
 from services.agent import containers, shim, signals
-from services.agent.cgroups import Hierarchy, Limits, probe
+from services.agent.cgroups import Hierarchy, Limits, cpu_shares, probe
 from services.agent.cores import CoreAllocator, Machine
 from services.agent.discovery import numa_layout, usable_cpus
 from services.domain.output import Names, expand, resolve
+from services.domain.qos import cpu_limit, memory_limit, qos_class
 
 __all__ = ["Outcome", "Files", "Execution", "Executor", "ProcessExecutor", "SimExecutor", "job_environment",
            "visible_devices", "signal_number", "kill_attempts", "NVIDIA_MAJOR", "CLUSTER_NAME"]
@@ -286,6 +287,10 @@ class _Attempt:
         self._pid_start = job[1] if job else ""
         self.started_wall: float | None = job[2] if job else None
 
+    def memory_used(self) -> int | None:
+        """The attempt's working set now (its cgroup's; None when it has none): the memory-pressure watch."""
+        return self._cgroup.memory_used() if self._cgroup is not None else None
+
     def status(self) -> dict[str, Any] | None:
         try:
             return json.loads((self.directory / shim.STATUS).read_text())  # type: ignore[no-any-return]
@@ -426,16 +431,22 @@ class ProcessExecutor:
 
     def limits(self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation) -> tuple[tuple[int, ...], Limits]:
         """The node CPUs the attempt is pinned to on ``alloc.node`` (taken until ``released``) and its
-        cgroup's limits there: the allocation's memory and CPUs, those cores, no other GPU of the node."""
+        cgroup's limits there: the job's limits (``services/domain/qos.py``: the allocation's memory and
+        CPUs for a guaranteed job, more for a burstable one, none given for a best-effort one), as many
+        cores as the CPU limit needs (all of the node's without one), no other GPU of the node."""
         devices = self._devices(alloc.node)
         numa = {devices[d].numa_node for d in alloc.device_ids if d in devices}
-        cpus = self.cores.take(alloc.node, job_id, attempt, alloc.cpus_milli or spec.cpus_milli, numa)
+        request_cpus = alloc.cpus_milli or spec.cpus_milli * spec.tasks_per_node
+        cpu_cap = cpu_limit(spec, request_cpus)
+        memory_cap = memory_limit(spec, alloc.memory_bytes or spec.memory_bytes * spec.tasks_per_node)
+        node_cpus = self.cores.node_cpus.get(alloc.node, len(self.cores.machine.cores))
+        cpus = self.cores.take(alloc.node, job_id, attempt, cpu_cap or node_cpus * 1000, numa)
         cores = self.cores.machine_cores(cpus)
         deny = tuple(("c", NVIDIA_MAJOR, gpu.minor) for gpu_id, gpu in sorted(devices.items())
                      if gpu.minor is not None and gpu_id not in alloc.device_ids)
-        return cpus, Limits(memory_bytes=alloc.memory_bytes or spec.memory_bytes * spec.tasks_per_node,
-                            cpus_milli=alloc.cpus_milli or spec.cpus_milli, cpus=cores,
-                            mems=self.cores.numa_nodes(cores), deny_devices=deny)
+        shares = 0 if qos_class(spec) == "guaranteed" else cpu_shares(request_cpus)
+        return cpus, Limits(memory_bytes=memory_cap, cpus_milli=cpu_cap, cpus=cores,
+                            mems=self.cores.numa_nodes(cores), deny_devices=deny, cpu_shares=shares)
 
     def _plan(self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation,
               checkpoint_ref: str | None, directory: Path,

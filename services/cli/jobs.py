@@ -164,13 +164,13 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
         click.echo(f"{body['total']} queued (log seq {body['last_seq']})")
         return
     table = Table(box=None, header_style="bold")
-    for col in ("POS", "JOBID", "NAME", "USER", "ACCOUNT", "CLASS", "PRIORITY", "GPUS", "CPUS", "MEM", "STATE",
-                "WAITING", "REASON"):
+    for col in ("POS", "JOBID", "NAME", "USER", "ACCOUNT", "CLASS", "QOS CLASS", "PRIORITY", "GPUS", "CPUS", "MEM",
+                "STATE", "WAITING", "REASON"):
         table.add_column(col)
     for pos, row in enumerate(body["jobs"], offset + 1):
         priority = row.get("priority")
         table.add_row(str(row.get("rank") or pos), row["job_id"], row["name"] or "", row["user"] or "",
-                      row["account"] or "", row["priority_class"] or "",
+                      row["account"] or "", row["priority_class"] or "", row.get("qos") or "-",
                       "-" if priority is None else f"{priority:.1f}", _gpus(row), format_cpus(row["cpus_milli"] or 0),
                       format_memory(row["memory_bytes"] or 0), row["state"], _age(row["submitted_ts"]),
                       row.get("why") or row["reason"] or ("held" if row["state"] == "HELD" else "waiting for a cycle"))

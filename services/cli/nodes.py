@@ -99,7 +99,7 @@ def _isolation(isolation: str) -> Text | str:
 
 
 _ANSWERS = {"NodeCordoned", "NodeUncordoned", "NodeDraining", "NodeRemoved", "NodeTaintsChanged", "NodeDatasetsChanged",
-            "RequestRejected"}
+            "NodeOvercommitChanged", "RequestRejected"}
 
 
 @click.command()
@@ -108,7 +108,12 @@ _ANSWERS = {"NodeCordoned", "NodeUncordoned", "NodeDraining", "NodeRemoved", "No
 @click.argument("node")
 @click.argument("taint", required=False)
 @click.option("--reason", default="")
-def node(nats_url: str, action: str, node: str, taint: str | None, reason: str) -> None:
+@click.option("--cpu-overcommit", type=float, default=None,
+              help="node set: pack burstable and best-effort jobs' CPU requests against CPUs x this (1: none).")
+@click.option("--mem-overcommit", "memory_overcommit", type=float, default=None,
+              help="node set: the same for memory.")
+def node(nats_url: str, action: str, node: str, taint: str | None, reason: str, cpu_overcommit: float | None,
+         memory_overcommit: float | None) -> None:
     """Cordon, uncordon, drain, remove, taint or untaint a node, or say which datasets it holds (an operator command).
 
     \b
@@ -118,6 +123,10 @@ def node(nats_url: str, action: str, node: str, taint: str | None, reason: str) 
     horizon node add-datasets NODE NAME[,NAME...]  the node holds these datasets (placement's locality
                                                    score prefers it for jobs of --dataset NAME)
     horizon node remove-datasets NODE NAME[,NAME...]
+    horizon node set NODE --cpu-overcommit 2 --mem-overcommit 1.5
+                                                   overcommit: requests of burstable and best-effort
+                                                   jobs packed against capacity x ratio, guaranteed
+                                                   jobs' against the capacity (docs/scheduling-policy.md)
 
     A NoExecute taint also evicts the jobs on the node that do not tolerate it: they are stopped
     (checkpoint signal first, if they have one) and requeued.
@@ -135,11 +144,15 @@ def node(nats_url: str, action: str, node: str, taint: str | None, reason: str) 
         parsed = None
     elif taint is not None:
         raise click.UsageError(f"node {action} takes no taint")
+    elif action == "set" and cpu_overcommit is None and memory_overcommit is None:
+        raise click.UsageError("node set needs --cpu-overcommit or --mem-overcommit (or both)")
     else:
         parsed = None
     datasets = sorted({n.strip() for n in taint.split(",") if n.strip()}) if parsed is None and taint else []
     event = c.NodeCommandIssued(ts=time.time(), source="horizon-cli", correlation_id=node, node=node, action=action,
-                                reason=reason, user=default_user(), taint=parsed, datasets=datasets)
+                                reason=reason, user=default_user(), taint=parsed, datasets=datasets,
+                                cpu_overcommit=cpu_overcommit if action == "set" else None,
+                                memory_overcommit=memory_overcommit if action == "set" else None)
 
     async def go() -> dict[str, Any] | None:
         async with session(nats_url) as nc:
@@ -166,6 +179,9 @@ def node(nats_url: str, action: str, node: str, taint: str | None, reason: str) 
     if answer["type"] == "NodeDatasetsChanged":
         held = ", ".join(answer["datasets"])
         click.echo(f"{node}: datasets {held}" if held else f"{node}: no datasets")
+        return
+    if answer["type"] == "NodeOvercommitChanged":
+        click.echo(f"{node}: overcommit cpu x{answer['cpu_overcommit']:g}, memory x{answer['memory_overcommit']:g}")
         return
     click.echo(f"{node}: {answer['type'][4:].lower()}")
 

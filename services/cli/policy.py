@@ -439,7 +439,8 @@ def show(nats_url: str, job_id: str, as_json: bool) -> None:
            f"class {row.get('priority_class')}",
            f"  resources: {row.get('nodes', 1)} node(s) x {row.get('tasks_per_node', 1)} task(s) of "
            f"{format_cpus(row.get('cpus_milli') or 0)} CPUs, {format_memory(row.get('memory_bytes') or 0)}, "
-           f"{row.get('gpus') or 0} GPU(s){' ' + row['gpu_type'] if row.get('gpu_type') else ''}"]
+           f"{row.get('gpus') or 0} GPU(s){' ' + row['gpu_type'] if row.get('gpu_type') else ''}"
+           f"{'  qos ' + row['qos'] if row.get('qos') else ''}"]
     if "error" not in prio:
         if prio.get("position"):
             out.append(f"  queue position {prio['position']} of {prio['queued']} ({prio['policy']})")

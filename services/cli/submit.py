@@ -58,6 +58,11 @@ def _dependencies(text: str) -> tuple[list[c.Dependency], bool]:
 @click.option("--cpus", default="1", show_default=True, help="CPUs per task: 2, 2.5 or 500m.")
 @click.option("--mem", "memory", default=None,
               help="Memory per task: 512m, 8g, 16Gi (default: the partition's default per CPU or GPU, else 1Gi).")
+@click.option("--cpu-limit", default=None,
+              help="CPUs per task the job may use beyond --cpus (its QoS class is then burstable; default: --cpus).")
+@click.option("--mem-limit", "memory_limit", default=None,
+              help="Memory per task the job may use beyond --mem (burstable; default: --mem). --cpus 0 --mem 0: "
+                   "best-effort, the first to go when its node runs short of memory.")
 @click.option("--nodes", type=int, default=1, show_default=True, help="Nodes (all or nothing).")
 @click.option("--tasks-per-node", type=int, default=1, show_default=True)
 @click.option("--time", "time_limit", default=None, help="Time limit: 90, 10m, 2h, 1-00:00:00 (default 1h).")
@@ -113,7 +118,8 @@ def _dependencies(text: str) -> tuple[list[c.Dependency], bool]:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def submit(
     nats_url: str, tenant: str, job_id: str | None, name: str, account: str, user: str, gpus: int,
-    gpu_type: str | None, gpu_memory: str | None, cpus: str, memory: str | None, nodes: int, tasks_per_node: int,
+    gpu_type: str | None, gpu_memory: str | None, cpus: str, memory: str | None, cpu_limit: str | None,
+    memory_limit: str | None, nodes: int, tasks_per_node: int,
     time_limit: str | None, priority_class: str, restart_policy: str, max_retries: int,
     scheduling_timeout: str | None, nice: int, array: str | None, dependency: str | None,
     dependency_timeout: str | None, deadline: str | None, env: tuple[str, ...],
@@ -128,6 +134,10 @@ def submit(
     parse_cpus(cpus, "--cpus")
     if memory is not None:
         parse_memory(memory, "--mem")
+    if cpu_limit is not None:
+        parse_cpus(cpu_limit, "--cpu-limit")
+    if memory_limit is not None:
+        parse_memory(memory_limit, "--mem-limit")
     partitions = [p.strip() for p in partition.split(",") if p.strip()] if partition else []
     if partition is not None and not partitions:
         raise click.BadParameter("is empty: name a partition, or several as a,b", param_hint="--partition")
@@ -170,7 +180,8 @@ def submit(
         partitions=partitions,
         node_selector=_key_values(selector, "--node-selector"),
         tolerations=[_toleration(t) for t in tolerations],
-        resources=c.ResourceRequest(cpus=cpus, memory=memory, gpus=gpus, gpu_type=gpu_type, gpu_memory=gpu_memory),
+        resources=c.ResourceRequest(cpus=cpus, memory=memory, gpus=gpus, gpu_type=gpu_type, gpu_memory=gpu_memory,
+                                    cpu_limit=cpu_limit, memory_limit=memory_limit),
         nodes=nodes,
         tasks_per_node=tasks_per_node,
         time_limit_s=parse_duration(time_limit, "--time") if time_limit else None,

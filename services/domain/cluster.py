@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from events import catalogue as c
 from services.domain.jobs import HOLDS_RESOURCES, JobTable, Transition
+from services.domain.qos import overcommitted, qos_class
 
 __all__ = ["Node", "Cluster", "device_sort_key", "Request", "request_of", "fold_cluster"]
 
@@ -39,6 +40,10 @@ class Node:
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[c.Taint] = field(default_factory=list)
     datasets: frozenset[str] = frozenset()  # what it holds (NodeDatasetsChanged): the locality score
+    # requests of burstable and best-effort jobs are packed against capacity x ratio (NodeOvercommitChanged,
+    # services/domain/qos.py); guaranteed jobs' against the capacity
+    cpu_overcommit: float = 1.0
+    memory_overcommit: float = 1.0
     registered_seq: int = 0
     ready_seq: int = 0
     lost_seq: int = 0
@@ -131,6 +136,7 @@ class Request:
     nodelist: frozenset[str] = frozenset()
     exclude: frozenset[str] = frozenset()
     datasets: tuple[str, ...] = ()  # what it reads: the locality score prefers nodes holding them
+    guaranteed: bool = True  # its QoS class is guaranteed: packed against a node's real capacity only
 
     @property
     def named(self) -> bool:
@@ -179,6 +185,7 @@ def request_of(spec: c.JobSpec) -> Request:
         nodelist=frozenset(spec.nodelist),
         exclude=frozenset(spec.exclude_nodes),
         datasets=tuple(spec.datasets),
+        guaranteed=qos_class(spec) == "guaranteed",
     )
 
 
@@ -191,7 +198,7 @@ def device_matches(device: c.GpuDevice, req: Request) -> bool:
 
 
 _NODE_STATE_EVENTS = (c.NodeReady, c.NodeLost, c.NodeCordoned, c.NodeUncordoned, c.NodeDraining, c.NodeRemoved,
-                      c.NodeTaintsChanged, c.NodeDatasetsChanged)
+                      c.NodeTaintsChanged, c.NodeDatasetsChanged, c.NodeOvercommitChanged)
 
 
 class Cluster:
@@ -232,6 +239,9 @@ class Cluster:
             case c.NodeDatasetsChanged(datasets=datasets):
                 node.datasets = frozenset(datasets)
                 node.kind = None
+            case c.NodeOvercommitChanged(cpu_overcommit=cpu, memory_overcommit=memory):
+                node.cpu_overcommit, node.memory_overcommit = cpu, memory
+                node.kind = None
         return True
 
     def _register(self, event: c.NodeRegistered, seq: int) -> None:
@@ -256,6 +266,7 @@ class Cluster:
             node.used_devices, node.jobs = old.used_devices, old.jobs
             node.taints = old.taints  # taints set by operators since outlive an agent restart
             node.datasets = old.datasets  # and so do the datasets they said it holds
+            node.cpu_overcommit, node.memory_overcommit = old.cpu_overcommit, old.memory_overcommit  # and its ratios
         self.nodes[name] = node
 
     def on_transition(self, tr: Transition) -> bool:
@@ -317,10 +328,12 @@ class Cluster:
                     if device not in self.nodes[alloc.node].gpus:
                         problems.append(f"{job.job_id}: device {device} does not exist on {alloc.node}")
         for name, node in sorted(self.nodes.items()):
-            if cpus[name] > node.cpus_milli:
-                problems.append(f"{name}: {cpus[name]} millicores allocated of {node.cpus_milli}")
-            if mem[name] > node.memory_bytes:
-                problems.append(f"{name}: {mem[name]} bytes allocated of {node.memory_bytes}")
+            cpu_room = overcommitted(node.cpus_milli, node.cpu_overcommit)
+            memory_room = overcommitted(node.memory_bytes, node.memory_overcommit)
+            if cpus[name] > cpu_room:
+                problems.append(f"{name}: {cpus[name]} millicores allocated of {cpu_room}")
+            if mem[name] > memory_room:
+                problems.append(f"{name}: {mem[name]} bytes allocated of {memory_room}")
             if (cpus[name], mem[name]) != (node.used_cpus_milli, node.used_memory_bytes):
                 problems.append(
                     f"{name}: ledger holds {node.used_cpus_milli} millicores / {node.used_memory_bytes} bytes, "

@@ -66,6 +66,7 @@ from services.domain.fairshare import ROOT, Account, FairShare
 from services.domain.quotas import Amount, amount_of
 from services.domain.cluster import Cluster, Node
 from services.domain.jobs import HOLDS_RESOURCES, Job, JobTable, Transition
+from services.domain.qos import overcommitted
 
 __all__ = ["LogCheck", "check_log", "ENDINGS"]
 
@@ -219,9 +220,10 @@ def _check_take(out: LogCheck, seq: int, job_id: str, allocations: tuple[c.NodeA
             holder = node.used_devices.get(device)
             if holder is not None:
                 out.problems.append(f"seq {seq}: {alloc.node}/{device} given to {job_id} while {holder} holds it")
-        if node.used_cpus_milli + alloc.cpus_milli > node.cpus_milli:
+        # bounded by the node's overcommit ratios (1: its capacity; services/domain/qos.py)
+        if node.used_cpus_milli + alloc.cpus_milli > overcommitted(node.cpus_milli, node.cpu_overcommit):
             out.problems.append(f"seq {seq}: {alloc.node} CPUs over-allocated by {job_id}")
-        if node.used_memory_bytes + alloc.memory_bytes > node.memory_bytes:
+        if node.used_memory_bytes + alloc.memory_bytes > overcommitted(node.memory_bytes, node.memory_overcommit):
             out.problems.append(f"seq {seq}: {alloc.node} memory over-allocated by {job_id}")
 
 

@@ -18,7 +18,11 @@ allocations, never counted by hand). ``decide``:
   not tolerate is **evicted**: ``PreemptionRequested`` (``for_job`` empty),
   once per attempt. Its agent stops it (checkpoint signal first, if the job
   has one) and reports ``JobPreempted``, which frees the resources; scheduling
-  requeues a preempted job at once, without counting a retry.
+  requeues a preempted job at once, without counting a retry;
+* a node's memory pressure (``NodeMemoryPressure``, its agent's measure)
+  ends best-effort jobs, then burstable ones over their requests, with
+  ``JobFailed`` (``evicted``); ``horizon node set`` answers with
+  ``NodeOvercommitChanged`` (``services/inventory/qos.py``).
 
 Dataset commands (``add-datasets`` / ``remove-datasets``) answer likewise with
 the node's whole sorted list of datasets; like taints, they outlive a
@@ -57,6 +61,7 @@ from services.domain.cluster import Cluster, Node, fold_cluster
 from services.domain.jobs import HOLDS_RESOURCES, JobTable
 from services.domain.taints import check_taint, taint_text, untolerated
 from services.domain.datasets import check_datasets
+from services.inventory.qos import memory_evictions, overcommit_answer
 
 __all__ = ["InventoryCore", "InventoryState", "NODE_ACTIONS", "EVICTION_GRACE_S"]
 
@@ -71,6 +76,7 @@ class InventoryState(CoreState):
         self.commands: dict[int, c.NodeCommandIssued] = {}  # request seq -> unanswered command
         # job -> the attempt whose stop was last requested (by anyone): an eviction is asked once
         self.preemptions: dict[str, int] = {}
+        self.pressure: dict[str, c.NodeMemoryPressure] = {}  # node -> its agent's latest measure of pressure
 
 
 @dataclass
@@ -97,6 +103,10 @@ class InventoryCore:
         if isinstance(event, c.PreemptionRequested):
             # Whoever asked (this core evicting, or preemption), the attempt is being stopped.
             state.preemptions[event.job_id] = max(event.attempt, state.preemptions.get(event.job_id, 0))
+        if isinstance(event, c.NodeMemoryPressure):
+            state.pressure[event.node] = event
+        elif isinstance(event, c.NodeRegistered):
+            state.pressure.pop(event.node, None)  # a restarted agent measures afresh
         fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)
         return state
 
@@ -134,6 +144,9 @@ class InventoryCore:
                         )
                     )
         out.extend(self._evictions(state, {e.job_id for e in out if isinstance(e, c.JobFailed)}))
+        if state.pressure:
+            asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested))}
+            out.extend(memory_evictions(state.cluster.nodes, state.jobs, state.pressure, asked, state.now, state.seq))
         taints: dict[str, list[c.Taint]] = {}  # this round's taint answers, so two commands compose
         datasets: dict[str, frozenset[str]] = {}  # and its dataset answers
         for seq in sorted(state.commands):
@@ -231,6 +244,8 @@ class InventoryCore:
                 reason=clipped(cmd.reason or f"{verb} {', '.join(sorted(names))} by {cmd.user or 'an operator'}"),
                 **common,  # type: ignore[arg-type]
             )
+        if cmd.action == "set":
+            return overcommit_answer(node, cmd, common, reject, seq)
         match cmd.action:
             case "cordon":
                 return c.NodeCordoned(id=f"inventory/NodeCordoned/{cmd.node}/{seq}", node=cmd.node, reason=reason, **common)  # type: ignore[arg-type]

@@ -1,7 +1,7 @@
 """The node index: placement asks one node per *kind of node*, not every node per job.
 
 Two nodes with the same hardware (CPUs, memory, GPU devices with their ids,
-models, memory, NUMA and interconnect layout and health), the same labels and taints,
+models, memory, NUMA and interconnect layout and health, overcommit ratios), the same labels and taints,
 the same advance reservations, the same partitions and the same free resources right now (free
 CPUs, free memory, the same set of free device ids) and the same state
 (ready, cordoned, ...) answer every request identically: same fit, same
@@ -37,12 +37,13 @@ __all__ = ["NodeIndex"]
 
 def _hardware(node: Node, held: frozenset[str]) -> tuple[object, ...]:
     kind = node.kind
-    if kind is None:  # computed once per node (and again when its taints or datasets change)
+    if kind is None:  # computed once per node (and again when its taints, datasets or overcommit change)
         devices = tuple(sorted((d.id, d.type, d.variant, d.memory_bytes, d.numa_node, d.interconnect, d.health)
                                for d in node.gpus.values()))
         labels = tuple(sorted(node.labels.items()))
         taints = tuple(sorted((t.key, t.value, t.effect) for t in node.taints))
-        node.kind = kind = (node.cpus_milli, node.memory_bytes, devices, labels, taints, tuple(sorted(node.datasets)))
+        node.kind = kind = (node.cpus_milli, node.memory_bytes, devices, labels, taints, tuple(sorted(node.datasets)),
+                            node.cpu_overcommit, node.memory_overcommit)
     return (kind, held) if held else kind
 
 

@@ -21,7 +21,8 @@ import msgspec
 
 from events import catalogue as c
 from events.arrays import parse_array, task_id
-from events.resources import ResourceError, parse_count, parse_cpus, parse_duration, parse_gpu_model, parse_memory
+from events.resources import (ResourceError, format_cpus, format_memory, parse_count, parse_cpus, parse_duration,
+                              parse_gpu_model, parse_memory)
 from events.subjects import ADMIN_TENANT, valid_token
 from events.vocabulary import (IMAGE_PATTERN, MAX_CWD_LENGTH, MAX_RETRIES, MAX_TASKS_PER_NODE, NICE_LIMIT, OPEN_MODES,
                                TOLERATION_OPS, Limits)
@@ -150,12 +151,34 @@ def normalise(
                        else parse_duration(sub.dependency_timeout_s, "dependency_timeout_s"))
         min_runtime = parse_duration(sub.min_runtime_s, "min_runtime_s")
         max_retries = parse_count(sub.max_retries, "max_retries", minimum=0, maximum=MAX_RETRIES)
+        cpu_limit = 0 if r.cpu_limit is None else parse_cpus(r.cpu_limit, "resources.cpu_limit")
+        memory_limit = 0 if r.memory_limit is None else parse_memory(r.memory_limit, "resources.memory_limit")
     except ResourceError as exc:
         raise Rejection(exc.field, f"{exc.value!r} {exc.problem}; accepted: {exc.accepted}") from None
-    if cpus_milli == 0:
-        raise Rejection("resources.cpus", "must be more than 0 (e.g. 1, 0.5, \"250m\")")
-    if memory_given and memory_bytes == 0 and not sub.whole_node_memory:
-        raise Rejection("resources.memory", "must be more than 0 (e.g. \"512m\", \"8g\", \"16Gi\")")
+    # No requests at all (cpus 0, memory 0, no GPUs) is a best-effort job (services/domain/qos.py);
+    # one of them 0 alone is a mistake far more often than a plan.
+    best_effort = cpus_milli == 0 and memory_given and memory_bytes == 0 and not sub.whole_node_memory
+    if best_effort and (gpus or sub.gpus_per_node):
+        raise Rejection("resources.gpus", "a job that requests no CPUs and no memory is best-effort and may not "
+                        "request GPUs; request CPUs and memory with them")
+    if cpus_milli == 0 and not best_effort:
+        raise Rejection("resources.cpus", "must be more than 0 (e.g. 1, 0.5, \"250m\"), or 0 together with "
+                        "memory 0 for a best-effort job")
+    if memory_given and memory_bytes == 0 and not sub.whole_node_memory and not best_effort:
+        raise Rejection("resources.memory", "must be more than 0 (e.g. \"512m\", \"8g\", \"16Gi\"), or 0 "
+                        "together with cpus 0 for a best-effort job")
+    if r.cpu_limit is not None and cpu_limit == 0:
+        raise Rejection("resources.cpu_limit", "must be more than 0 (or left out: the request is the limit)")
+    if r.memory_limit is not None and memory_limit == 0:
+        raise Rejection("resources.memory_limit", "must be more than 0 (or left out: the request is the limit)")
+    if cpu_limit and sub.exclusive:
+        raise Rejection("resources.cpu_limit", "an --exclusive job holds its nodes' CPUs: it has no CPU limit apart")
+    if memory_limit and sub.whole_node_memory:
+        raise Rejection("resources.memory_limit", "a job of --mem=0 holds its nodes' memory: it has no memory limit "
+                        "apart")
+    if cpu_limit and cpu_limit < cpus_milli:
+        raise Rejection("resources.cpu_limit", f"{format_cpus(cpu_limit)} is below the request of "
+                        f"{format_cpus(cpus_milli)} CPUs; a limit is at least the request")
     if sub.whole_node_memory:  # all of each node's memory (Slurm's --mem=0): none counted per task
         memory_bytes, memory_given = 0, True
     try:
@@ -236,6 +259,9 @@ def normalise(
                                 f"the job runs in {partition!r}")
             if parts.configs[partition].state == "down":
                 warnings.append(f"partition {partition!r} is down: the job waits until an operator brings it up")
+    if memory_limit and memory_limit < memory_bytes:
+        raise Rejection("resources.memory_limit", f"{format_memory(memory_limit)} is below the request of "
+                        f"{format_memory(memory_bytes)}; a limit is at least the request")
     if time_limit > limits.max_time_limit_s:
         raise Rejection("time_limit_s", f"{time_limit:g} s is above the maximum of {limits.max_time_limit_s:g} s")
     try:  # Slurm's option forms and directives (services/submission/directives.py)
@@ -311,6 +337,8 @@ def normalise(
         payload=sub.payload,
         cpus_milli=cpus_milli,
         memory_bytes=memory_bytes,
+        cpu_limit_milli=cpu_limit if cpu_limit > cpus_milli else 0,
+        memory_limit_bytes=memory_limit if memory_limit > memory_bytes else 0,
         gpus=gpus,
         gpu_type=model.type if model else None,
         gpu_variant=model.variant if model else None,

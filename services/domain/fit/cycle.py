@@ -101,7 +101,8 @@ class Cycle:
     """One node judged for one request: the inputs, and what the filters found on the way (free
     devices, CPUs and memory) for the filters after them and for the scores."""
 
-    __slots__ = ("node", "req", "overlay", "ctx", "free_all", "free_matching", "free_cpus", "free_mem", "chosen")
+    __slots__ = ("node", "req", "overlay", "ctx", "free_all", "free_matching", "free_cpus", "free_mem", "chosen",
+                 "cpu_room")
 
     def __init__(self, node: Node, req: Request, overlay: Overlay, ctx: Where) -> None:
         self.node = node
@@ -113,3 +114,4 @@ class Cycle:
         self.free_cpus = 0
         self.free_mem = 0
         self.chosen: list[c.GpuDevice] = []  # the devices it would take (set once every filter passed)
+        self.cpu_room = node.cpus_milli  # the CPUs its requests are packed against (x overcommit unless guaranteed)

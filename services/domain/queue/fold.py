@@ -59,6 +59,7 @@ _NODE_EVENTS = (
     c.NodeDraining,
     c.NodeTaintsChanged,
     c.NodeDatasetsChanged,  # changes scores, not what fits; folded so that every fold of nodes agrees
+    c.NodeOvercommitChanged,  # what fits where
     c.ProfileConfigured,  # placement's configuration: what fits where may change
     c.ReservationConfigured,
 )

@@ -19,6 +19,6 @@ class Fragmentation:
         free_gpus = len(cyc.free_all)
         gpus_after = free_gpus - req.gpus
         cpus_after = cyc.free_cpus - req.cpus_milli
-        idle = free_gpus == total_gpus and cyc.free_cpus == node.cpus_milli
+        idle = free_gpus == total_gpus and cyc.free_cpus == cyc.cpu_room  # (x overcommit when not guaranteed)
         fills = gpus_after == 0 if total_gpus else cpus_after == 0
         return 1.0 - (0.5 if idle and not fills else 0.0) - (0.5 if not req.gpus and gpus_after > 0 else 0.0)

@@ -1,5 +1,6 @@
 """``binpack``: the node's utilisation after placing, ``(G - g)/G`` for a GPU job (``G`` healthy GPUs,
-``g`` free after), ``(C - c)/C`` otherwise (CPUs). ``spread``: ``1 - binpack``. Packing is on by default
+``g`` free after), ``(C - c)/C`` otherwise (CPUs; ``C`` the CPUs its requests are packed against: the
+node's, times its overcommit ratio for a job that is not guaranteed). ``spread``: ``1 - binpack``. Packing is on by default
 (weight 10), spreading off (0)."""
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ def utilisation_after(cyc: Cycle) -> float:
         total_gpus = len(node.gpus) - node.unhealthy_gpus
         return (total_gpus - (len(cyc.free_all) - req.gpus)) / total_gpus if total_gpus else 1.0
     cpus_after = cyc.free_cpus - req.cpus_milli
-    return (node.cpus_milli - cpus_after) / node.cpus_milli if node.cpus_milli else 1.0
+    room = cyc.cpu_room  # the node's CPUs, x its overcommit ratio for a job that is not guaranteed
+    return (room - cpus_after) / room if room else 1.0
 
 
 class Binpack:
