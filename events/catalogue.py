@@ -398,6 +398,11 @@ class NodeCommandIssued(Event, tag="NodeCommandIssued", kw_only=True):
     # ratios, requests of burstable and best-effort jobs packed against capacity x ratio (None: unchanged)
     cpu_overcommit: float | None = None
     memory_overcommit: float | None = None
+    # for "drain" (horizon node drain NODE --migrate --deadline D): move the node's checkpointable jobs
+    # away (checkpoint, requeue, resume elsewhere), and stop what still runs there deadline_s after the
+    # command (None: the other jobs run to their end, as a plain drain)
+    migrate: bool = False
+    deadline_s: float | None = None
 
 
 class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
@@ -767,6 +772,9 @@ class JobPreempted(Event, tag="JobPreempted", kw_only=True):
     attempt: int
     for_job: str = ""
     checkpoint_ref: str | None = None
+    # the request's reason, for an attempt stopped by no preemptor (for_job ""): the job's reason then
+    # ("" in logs written before it: "evicted")
+    reason: str = ""
 
 
 class JobCheckpointed(Event, tag="JobCheckpointed", kw_only=True):
@@ -913,7 +921,34 @@ class NodeUncordoned(Event, tag="NodeUncordoned", kw_only=True):
 
 
 class NodeDraining(Event, tag="NodeDraining", kw_only=True):
+    """The node takes no new jobs; those on it run to their end, unless the drain says more
+    (``horizon node drain NODE --migrate --deadline D``, docs/jobs.md, Draining a node):
+
+    ``migrate``: its checkpointable jobs are stopped at once (checkpoint signal first) and requeued to
+    resume elsewhere from their checkpoint; ``deadline_ts`` (0: none): what still runs there then is
+    stopped, and requeued unless its spec says ``requeue`` false. ``jobs``: the jobs on the node when the
+    drain was decided, each told what will happen to it in a ``JobDrainPlanned``."""
+
     node: str
+    reason: str = ""
+    basis_seq: int = 0
+    migrate: bool = False
+    deadline_ts: float = 0.0
+    jobs: list[str] = []
+
+
+class JobDrainPlanned(Event, tag="JobDrainPlanned", kw_only=True):
+    """What a drain of ``node`` will do to the job's attempt there, decided with the ``NodeDraining``
+    (``causation_id`` the operator's command): ``action`` is ``migrate`` (checkpointed now, requeued,
+    resumed elsewhere from its checkpoint), ``finish`` (it ends by itself before the deadline, or there
+    is none), ``requeue-at-deadline`` or ``end-at-deadline`` (if it still runs at ``deadline_ts`` it is
+    stopped, then requeued, or ends for it is not requeueable). ``reason`` says why, in words."""
+
+    job_id: str
+    attempt: int
+    node: str
+    action: str
+    deadline_ts: float = 0.0
     reason: str = ""
     basis_seq: int = 0
 
@@ -1025,6 +1060,7 @@ AnyEvent = (
     | NodeCordoned
     | NodeUncordoned
     | NodeDraining
+    | JobDrainPlanned
     | NodeTaintsChanged
     | NodeDatasetsChanged
     | NodeOvercommitChanged

@@ -147,6 +147,7 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
     "NodeCordoned": ("inventory",),
     "NodeUncordoned": ("inventory",),
     "NodeDraining": ("inventory",),
+    "JobDrainPlanned": ("inventory",),
     "NodeTaintsChanged": ("inventory",),
     "NodeDatasetsChanged": ("inventory",),
     "NodeOvercommitChanged": ("inventory",),

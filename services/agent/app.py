@@ -503,7 +503,8 @@ class NodeAgent:
             ref = self.core.checkpoint_of(job_id, attempt)
         if run is not None and ref is not None and run.checkpoint_ref is None:
             await self._report(c.JobCheckpointed, job_id, attempt, checkpoint_ref=ref)
-        await self._report(c.JobPreempted, job_id, attempt, for_job=request.for_job, checkpoint_ref=ref)
+        await self._report(c.JobPreempted, job_id, attempt, for_job=request.for_job, checkpoint_ref=ref,
+                           reason="" if request.for_job else request.reason)  # an eviction's why: the job's reason
 
     async def _report(self, cls: type[Event], job_id: str, attempt: int, **fields: Any) -> None:
         self.core.reporting(cls, job_id, attempt)

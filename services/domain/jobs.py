@@ -223,7 +223,7 @@ class JobTable:
                 job = self.jobs.get(job_id)
                 if job is not None and event.checkpoint_ref and attempt == job.attempt:
                     job.checkpoint_ref = event.checkpoint_ref
-                why = f"preempted for {event.for_job}" if event.for_job else "evicted"
+                why = f"preempted for {event.for_job}" if event.for_job else (event.reason or "evicted")
                 return self._end(job_id, attempt, JobState.PREEMPTED, time, why, None)
             case c.JobCheckpointed(job_id=job_id, attempt=attempt, checkpoint_ref=ref):
                 job = self.jobs.get(job_id)

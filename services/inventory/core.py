@@ -19,6 +19,10 @@ allocations, never counted by hand). ``decide``:
   once per attempt. Its agent stops it (checkpoint signal first, if the job
   has one) and reports ``JobPreempted``, which frees the resources; scheduling
   requeues a preempted job at once, without counting a retry;
+* a drain with ``--migrate`` or ``--deadline`` answers ``NodeDraining`` and a
+  ``JobDrainPlanned`` per job on the node (what will happen to it), then
+  stops its checkpointable jobs at once to resume elsewhere and, at the
+  deadline, what still runs there (``services/inventory/drain.py``);
 * a node's memory pressure (``NodeMemoryPressure``, its agent's measure)
   ends best-effort jobs, then burstable ones over their requests, with
   ``JobFailed`` (``evicted``); ``horizon node set`` answers with
@@ -62,6 +66,7 @@ from services.domain.jobs import HOLDS_RESOURCES, JobTable
 from services.domain.taints import check_taint, taint_text, untolerated
 from services.domain.datasets import check_datasets
 from services.inventory.qos import memory_evictions, overcommit_answer
+from services.inventory.drain import Drain, drain_plan, drain_stops
 
 __all__ = ["InventoryCore", "InventoryState", "NODE_ACTIONS", "EVICTION_GRACE_S"]
 
@@ -77,6 +82,7 @@ class InventoryState(CoreState):
         # job -> the attempt whose stop was last requested (by anyone): an eviction is asked once
         self.preemptions: dict[str, int] = {}
         self.pressure: dict[str, c.NodeMemoryPressure] = {}  # node -> its agent's latest measure of pressure
+        self.drains: dict[str, Drain] = {}  # node -> its drain as answered (NodeDraining), until uncordoned
 
 
 @dataclass
@@ -107,6 +113,10 @@ class InventoryCore:
             state.pressure[event.node] = event
         elif isinstance(event, c.NodeRegistered):
             state.pressure.pop(event.node, None)  # a restarted agent measures afresh
+        if isinstance(event, c.NodeDraining) and event.node in state.cluster.nodes:
+            state.drains[event.node] = Drain(event.migrate, event.deadline_ts)
+        elif isinstance(event, (c.NodeUncordoned, c.NodeRemoved)):
+            state.drains.pop(event.node, None)
         fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)
         return state
 
@@ -147,10 +157,19 @@ class InventoryCore:
         if state.pressure:
             asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested))}
             out.extend(memory_evictions(state.cluster.nodes, state.jobs, state.pressure, asked, state.now, state.seq))
+        if state.drains:  # drains with migration or a deadline (services/inventory/drain.py)
+            asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested))}
+            out.extend(drain_stops(state.cluster.nodes, state.drains, state.jobs, state.preemptions, asked,
+                                   state.now, state.seq, self.eviction_grace_s))
         taints: dict[str, list[c.Taint]] = {}  # this round's taint answers, so two commands compose
         datasets: dict[str, frozenset[str]] = {}  # and its dataset answers
         for seq in sorted(state.commands):
-            out.append(self._command(state, seq, state.commands[seq], base, taints, datasets))
+            answer = self._command(state, seq, state.commands[seq], base, taints, datasets)
+            out.append(answer)
+            if isinstance(answer, c.NodeDraining):  # and what it will do to each job on the node
+                out.extend(drain_plan(state.cluster.nodes[answer.node], Drain(answer.migrate, answer.deadline_ts),
+                                      state.jobs, state.now, self.eviction_grace_s,
+                                      {**base, "causation_id": answer.causation_id}, seq))
         return out
 
     def _evictions(self, state: InventoryState, failing: set[str]) -> list[Event]:
@@ -212,6 +231,8 @@ class InventoryCore:
 
         if node is None or node.removed:
             return reject(f"no node {cmd.node!r}")
+        if (cmd.migrate or cmd.deadline_s is not None) and cmd.action != "drain":
+            return reject(f"--migrate and --deadline are for drain, not {cmd.action}")
         if cmd.action in ("taint", "untaint"):
             current = taints.get(node.name, node.taints)
             new, why = self._retaint(node, current, cmd)
@@ -252,7 +273,14 @@ class InventoryCore:
             case "uncordon":
                 return c.NodeUncordoned(id=f"inventory/NodeUncordoned/{cmd.node}/{seq}", node=cmd.node, **common)  # type: ignore[arg-type]
             case "drain":
-                return c.NodeDraining(id=f"inventory/NodeDraining/{cmd.node}/{seq}", node=cmd.node, reason=reason, **common)  # type: ignore[arg-type]
+                deadline = cmd.deadline_s
+                if deadline is not None and not 0 <= deadline < float("inf"):
+                    return reject(f"a drain deadline is a number of seconds, 0 or more, not {deadline!r}")
+                jobs = sorted(j for j in node.jobs if (job := state.jobs.get(j)) is not None
+                              and job.state in HOLDS_RESOURCES)
+                return c.NodeDraining(id=f"inventory/NodeDraining/{cmd.node}/{seq}", node=cmd.node, reason=reason,
+                                      migrate=cmd.migrate, deadline_ts=0.0 if deadline is None else state.now + deadline,
+                                      jobs=jobs, **common)  # type: ignore[arg-type]
             case "remove":
                 return c.NodeRemoved(id=f"inventory/NodeRemoved/{cmd.node}/{seq}", node=cmd.node, reason=reason, **common)  # type: ignore[arg-type]
         return reject(f"action {cmd.action!r} is not one of {', '.join(NODE_ACTIONS)}", verb="node")
