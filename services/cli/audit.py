@@ -300,9 +300,13 @@ def story_line(event: Event, job_id: str, now: float, virtual: bool) -> str:
                     + (f": {e.reason}" if e.reason else ""))
         case c.JobPreempted():
             ref = f", checkpoint {e.checkpoint_ref}" if e.checkpoint_ref else ""
-            return f"preempted (attempt {e.attempt}){' for ' + e.for_job if e.for_job else ''}{ref}"
+            why = f": {e.reason}" if e.reason and not e.for_job else ""
+            return f"preempted (attempt {e.attempt}){' for ' + e.for_job if e.for_job else ''}{ref}{why}"
         case c.JobCheckpointed():
             return f"checkpointed (attempt {e.attempt}): {e.checkpoint_ref}"
+        case c.JobDrainPlanned():
+            deadline = f", deadline {_fmt_time(e.deadline_ts, virtual)}" if e.deadline_ts else ""
+            return f"drain of {e.node} planned (attempt {e.attempt}{deadline}): {e.action}: {e.reason}"
         case c.JobRequeued():
             later = f", not before {_fmt_time(e.not_before_ts, virtual)}" if e.not_before_ts > now else ""
             return f"requeued after attempt {e.attempt}: {e.reason or 'no reason given'}{later}"

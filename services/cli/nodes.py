@@ -13,9 +13,10 @@ from rich.table import Table
 from rich.text import Text
 
 from events import catalogue as c
-from events.resources import format_cpus, format_memory
+from events.resources import ResourceError, format_cpus, format_memory, parse_duration
 from events.subjects import admin_subject
 from services.cli.client import await_answer, default_user, publish_input, query_all, session
+from services.cli.drain import PLAN_SUBJECT, collect_plan, plan_lines
 from services.cli.operator import operator_options
 from services.cli.options import console, nats_option
 from services.inventory.core import NODE_ACTIONS
@@ -75,8 +76,10 @@ def nodes_table(rows: list[dict[str, Any]]) -> tuple[Table, list[Text]]:
         unhealthy = n.get("unhealthy") or {}
         gpus = f"{n['gpus_used']}/{n['gpus']}" + (f" ({len(unhealthy)} unhealthy)" if unhealthy else "")
         table.add_row(n["node"], n["state"], "simulated" if n.get("simulated") else "machine",
-                      f"{format_cpus(n['cpus_used_milli'])}/{format_cpus(n['cpus_milli'])}",
-                      f"{format_memory(n['memory_used_bytes'])}/{format_memory(n['memory_bytes'])}",
+                      f"{format_cpus(n['cpus_used_milli'])}/{format_cpus(n['cpus_milli'])}"
+                      + _overcommit(n.get("cpu_overcommit")),
+                      f"{format_memory(n['memory_used_bytes'])}/{format_memory(n['memory_bytes'])}"
+                      + _overcommit(n.get("memory_overcommit")),
                       Text(gpus, style="bold red") if unhealthy else gpus, ",".join(n["gpu_types"]) or "-",
                       str(len(n["jobs"])), taints or "-", _isolation(n.get("isolation") or ""))
         for device, why in unhealthy.items():
@@ -85,6 +88,11 @@ def nodes_table(rows: list[dict[str, Any]]) -> tuple[Table, list[Text]]:
             notes.append(Text(f"{n['node']}: jobs are NOT isolated ({n['isolation']}): no memory, CPU or device "
                               "limits", style="bold red"))
     return table, notes
+
+
+def _overcommit(ratio: float | None) -> str:
+    """`` x2`` after a node's CPUs or memory when burstable jobs may be packed past them (horizon node set)."""
+    return f" x{ratio:g}" if ratio and ratio != 1.0 else ""
 
 
 def _unconfined(isolation: str) -> bool:
@@ -112,8 +120,14 @@ _ANSWERS = {"NodeCordoned", "NodeUncordoned", "NodeDraining", "NodeRemoved", "No
               help="node set: pack burstable and best-effort jobs' CPU requests against CPUs x this (1: none).")
 @click.option("--mem-overcommit", "memory_overcommit", type=float, default=None,
               help="node set: the same for memory.")
+@click.option("--migrate", is_flag=True,
+              help="drain: checkpoint the node's checkpointable jobs now and requeue them to resume elsewhere.")
+@click.option("--deadline", default=None,
+              help="drain: stop what still runs on the node this long from now (90, 30m, 2h): requeued, or "
+                   "ended if it may not be requeued. Without it the other jobs run to their end.")
+@click.option("--json", "as_json", is_flag=True, help="drain: the answer and its plan as JSON.")
 def node(nats_url: str, action: str, node: str, taint: str | None, reason: str, cpu_overcommit: float | None,
-         memory_overcommit: float | None) -> None:
+         memory_overcommit: float | None, migrate: bool, deadline: str | None, as_json: bool) -> None:
     """Cordon, uncordon, drain, remove, taint or untaint a node, or say which datasets it holds (an operator command).
 
     \b
@@ -128,9 +142,23 @@ def node(nats_url: str, action: str, node: str, taint: str | None, reason: str, 
                                                    jobs packed against capacity x ratio, guaranteed
                                                    jobs' against the capacity (docs/scheduling-policy.md)
 
+    horizon node drain NODE [--migrate] [--deadline 2h] [--json]
+                                                   no new jobs; --migrate: checkpointable jobs are
+                                                   checkpointed and resume elsewhere; --deadline: what
+                                                   still runs then is stopped and requeued (ended if
+                                                   --no-requeue); prints what happens to each job
+
     A NoExecute taint also evicts the jobs on the node that do not tolerate it: they are stopped
     (checkpoint signal first, if they have one) and requeued.
     """
+    if (migrate or deadline is not None or as_json) and action != "drain":
+        raise click.UsageError(f"--migrate, --deadline and --json are for node drain, not node {action}")
+    deadline_s = None
+    if deadline is not None:
+        try:
+            deadline_s = parse_duration(deadline, "--deadline")
+        except ResourceError as exc:
+            raise click.BadParameter(str(exc), param_hint="--deadline") from None
     if action in ("taint", "untaint"):
         if taint is None:
             raise click.UsageError(f"node {action} needs a taint: KEY[=VALUE]:EFFECT")
@@ -152,11 +180,15 @@ def node(nats_url: str, action: str, node: str, taint: str | None, reason: str, 
     event = c.NodeCommandIssued(ts=time.time(), source="horizon-cli", correlation_id=node, node=node, action=action,
                                 reason=reason, user=default_user(), taint=parsed, datasets=datasets,
                                 cpu_overcommit=cpu_overcommit if action == "set" else None,
-                                memory_overcommit=memory_overcommit if action == "set" else None)
+                                memory_overcommit=memory_overcommit if action == "set" else None,
+                                migrate=migrate, deadline_s=deadline_s)
+
+    plan: list[dict[str, Any]] = []
 
     async def go() -> dict[str, Any] | None:
         async with session(nats_url) as nc:
             sub = await nc.subscribe(f"horizon.evt.inventory.*.{node}")
+            plans = await nc.subscribe(PLAN_SUBJECT) if action == "drain" else None  # the drain's plan, per job
             seq = await publish_input(nc, admin_subject("node"), event, msg_id=f"node/{node}/{action}/{uuid.uuid4().hex}")
             # The answer names its request (causation seq:<n>): another operator's command about
             # the same node, answered meanwhile, is not ours.
@@ -164,6 +196,8 @@ def node(nats_url: str, action: str, node: str, taint: str | None, reason: str, 
             while (left := deadline - asyncio.get_running_loop().time()) > 0:
                 answer = await await_answer(sub, _ANSWERS, timeout_s=left)
                 if answer is None or answer.get("causation_id") == f"seq:{seq}":
+                    if answer is not None and plans is not None and answer["type"] == "NodeDraining":
+                        plan.extend(await collect_plan(plans, answer, []))
                     return answer
             return None
 
@@ -179,6 +213,12 @@ def node(nats_url: str, action: str, node: str, taint: str | None, reason: str, 
     if answer["type"] == "NodeDatasetsChanged":
         held = ", ".join(answer["datasets"])
         click.echo(f"{node}: datasets {held}" if held else f"{node}: no datasets")
+        return
+    if answer["type"] == "NodeDraining":
+        if as_json:
+            click.echo(json.dumps({**answer, "plan": plan}))
+        else:
+            click.echo("\n".join(plan_lines(node, answer, plan)))
         return
     if answer["type"] == "NodeOvercommitChanged":
         click.echo(f"{node}: overcommit cpu x{answer['cpu_overcommit']:g}, memory x{answer['memory_overcommit']:g}")

@@ -30,6 +30,7 @@ from events import catalogue as c
 from events.resources import ResourceError, format_cpus, format_memory, parse_cpus, parse_duration, parse_memory
 from events.subjects import admin_subject, valid_token
 from services.cli.client import default_user, publish_input, query, query_all, session
+from services.cli.drain import drain_lines
 from services.cli.operator import operator_options
 from services.cli.options import console, nats_option
 from services.runtime.log import LogError
@@ -471,6 +472,7 @@ def show(nats_url: str, job_id: str, as_json: bool) -> None:
                    f"{' exit ' + str(a['exit_code']) if a['exit_code'] not in (None, 0) else ''}"
                    f"{': ' + a['reason'] if a['reason'] else ''}")
         out.extend(_attempt_files(job.get("events") or [], a["attempt"], row["job_id"]))
+        out.extend(drain_lines(job.get("events") or [], a["attempt"]))
         out.extend(_step_lines(job.get("steps") or [], a["attempt"], row["job_id"]))
     events = job.get("events") or []
     if events:
