@@ -62,6 +62,7 @@ from services.domain.queue.state import SchedulingState
 from services.domain.fairshare import association
 from services.domain.policy import WEIGHT_NAMES, Multifactor, make_policy
 from services.domain.jobs import HOLDS_RESOURCES, Job, JobState
+from services.domain.qos import qos_class
 
 __all__ = ["StandingStore", "QUEUE_COLUMNS"]
 
@@ -69,11 +70,11 @@ NAME = "standing"
 QUEUE_COLUMNS = (
     "job_id rank state tenant account user association name priority_class priority factors gpus gpu_type "
     "cpus_milli memory_bytes nodes tasks_per_node time_limit_s submitted_ts accepted_seq attempt reason why "
-    "why_kind reasons reserved_at reserved_nodes deadline_ts not_before_ts borrowed partition"
+    "why_kind reasons reserved_at reserved_nodes deadline_ts not_before_ts borrowed partition qos"
 ).split()
 _JSON_QUEUE = {"factors", "reasons", "reserved_nodes"}
 NODE_COLUMNS = ("node state cpus_milli cpus_used_milli memory_bytes memory_used_bytes gpus gpus_used gpu_types "
-                "labels taints simulated isolation unhealthy").split()
+                "labels taints simulated isolation unhealthy cpu_overcommit memory_overcommit").split()
 _JSON_NODES = {"gpu_types", "labels", "taints", "unhealthy"}
 USAGE_COLUMNS = ("rank account user depth parent raw_shares norm_shares raw_usage norm_usage level_fs fairshare "
                  "running quota borrowing tenants").split()
@@ -82,8 +83,9 @@ ALLOCATION_COLUMNS = ("job_id node attempt state tenant account user device_ids 
                       "borrowed").split()
 # The layout of the tables below; a database of another layout is emptied and refilled from the
 # log (every table is derived from it). 2: queue.why_kind, usage.tenants, fold_state.
-# 3: nodes.simulated, nodes.isolation, nodes.unhealthy. 4: queue.partition.
-SCHEMA_VERSION = 4
+# 3: nodes.simulated, nodes.isolation, nodes.unhealthy. 4: queue.partition. 5: queue.qos (the QoS class),
+# nodes.cpu_overcommit, nodes.memory_overcommit.
+SCHEMA_VERSION = 5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tracking (projection TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
@@ -94,7 +96,7 @@ CREATE TABLE IF NOT EXISTS queue (
     priority REAL, factors TEXT, gpus INTEGER, gpu_type TEXT, cpus_milli INTEGER, memory_bytes INTEGER,
     nodes INTEGER, tasks_per_node INTEGER, time_limit_s REAL, submitted_ts REAL, accepted_seq INTEGER,
     attempt INTEGER, reason TEXT, why TEXT, why_kind TEXT, reasons TEXT, reserved_at REAL, reserved_nodes TEXT,
-    deadline_ts REAL, not_before_ts REAL, borrowed INTEGER, partition TEXT
+    deadline_ts REAL, not_before_ts REAL, borrowed INTEGER, partition TEXT, qos TEXT
 );
 CREATE INDEX IF NOT EXISTS queue_by_rank ON queue (rank);
 CREATE INDEX IF NOT EXISTS queue_by_account ON queue (account, rank);
@@ -102,7 +104,7 @@ CREATE INDEX IF NOT EXISTS queue_by_tenant ON queue (tenant, rank);
 CREATE TABLE IF NOT EXISTS nodes (
     node TEXT PRIMARY KEY, state TEXT, cpus_milli INTEGER, cpus_used_milli INTEGER, memory_bytes INTEGER,
     memory_used_bytes INTEGER, gpus INTEGER, gpus_used INTEGER, gpu_types TEXT, labels TEXT, taints TEXT,
-    simulated INTEGER, isolation TEXT, unhealthy TEXT
+    simulated INTEGER, isolation TEXT, unhealthy TEXT, cpu_overcommit REAL, memory_overcommit REAL
 );
 CREATE TABLE IF NOT EXISTS allocations (
     job_id TEXT NOT NULL, node TEXT NOT NULL, attempt INTEGER, state TEXT, tenant TEXT, account TEXT, user TEXT,
@@ -449,7 +451,7 @@ def queue_rows(core: QueueFold, state: SchedulingState) -> list[tuple[Any, ...]]
             waiting[job.job_id].why, waiting[job.job_id].kind, reasons, job.reserved_at,
             json.dumps(list(job.reserved_nodes)) if job.reserved_nodes else None,
             state.deadlines.get(job.job_id), job.not_before_ts if job.not_before_ts > state.now else None,
-            int(job.borrowed), spec.partition,
+            int(job.borrowed), spec.partition, qos_class(spec),
         ))
     return out
 
@@ -482,7 +484,8 @@ def node_rows(pstate: PreemptionState) -> tuple[list[tuple[Any, ...]], list[tupl
                       node.used_memory_bytes, len(node.gpus), len(node.used_devices), json.dumps(models),
                       json.dumps(dict(sorted(node.labels.items()))),
                       json.dumps([{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints]),
-                      int(node.simulated), node.isolation, json.dumps(node.unhealthy)))
+                      int(node.simulated), node.isolation, json.dumps(node.unhealthy), node.cpu_overcommit,
+                      node.memory_overcommit))
         for job_id in sorted(node.jobs):
             job: Job | None = pstate.jobs.get(job_id)
             if job is None or job.state not in HOLDS_RESOURCES:
