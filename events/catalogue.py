@@ -217,6 +217,24 @@ class JobSpec(_Part, kw_only=True):
     cpu_limit_milli: int = 0
     memory_limit_bytes: int = 0
 
+    # An elastic gang (Slurm's ``--nodes MIN-MAX``, Volcano's ``minAvailable``): ``nodes`` is its most,
+    # ``min_nodes`` its least; it starts at the largest size that fits, grows toward ``nodes`` and may be
+    # shrunk down to ``min_nodes`` instead of preempted (``JobResized``). 0: a rigid job of ``nodes``.
+    min_nodes: int = 0
+    # a multi-node gang still pending this long after acceptance (or requeue) without assembling its
+    # least size ends UNSCHEDULABLE, reason "assembly timeout: ..." (None: it waits)
+    assembly_timeout_s: float | None = None
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the job may run on fewer nodes than ``nodes`` (down to ``min_nodes``)."""
+        return 0 < self.min_nodes < self.nodes
+
+    @property
+    def least_nodes(self) -> int:
+        """The fewest nodes it runs on: ``min_nodes`` of an elastic job, else ``nodes``."""
+        return self.min_nodes if self.elastic else self.nodes
+
     @property
     def gpus_on_node(self) -> int:
         """The GPUs the job holds on each node: shared by its tasks there, or theirs one by one."""
@@ -340,6 +358,12 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
     deadline_ts: float | None = None  # Slurm's --deadline (seconds since the epoch): ends if it cannot end by then
     after_datasets: list[str] = []  # datasets it waits for (DatasetAvailable; --dependency afterdata:NAME)
     datasets: list[str] = []  # the datasets it reads: placement prefers nodes that hold them
+    # An elastic gang: ``nodes`` is the most, ``min_nodes`` the least (Slurm's --nodes MIN-MAX);
+    # ``min_available``: the least number of its tasks (Volcano's minAvailable), rounded up to whole nodes
+    # of ``tasks_per_node``. Neither given: a rigid job of ``nodes``.
+    min_nodes: int | None = None
+    min_available: int | None = None
+    assembly_timeout_s: float | None = None  # a gang that cannot assemble its least size by then ends
 
 
 class JobCancelRequested(Event, tag="JobCancelRequested", kw_only=True):
@@ -695,6 +719,27 @@ class JobScheduled(Event, tag="JobScheduled", kw_only=True):
     borrowed: bool = False  # admitted beyond its account's quota, on an idle sibling's (reclaimable)
 
 
+class JobResized(Event, tag="JobResized", kw_only=True):
+    """An elastic job's allocation changed while it holds resources: ``allocations`` is the whole new one
+    (the first node, where its batch script runs, never leaves). Placement grows a job toward its
+    ``nodes`` when a cycle leaves room no candidate wanted (``horizon.evt.placement.JobResized.<job_id>``);
+    preemption shrinks one toward its ``min_nodes`` instead of preempting it, for ``for_job``
+    (``horizon.evt.preemption.JobResized.<job_id>``). The released nodes are free at once; the job's
+    tasks there get SIGTERM, SIGKILL after ``grace_period_s``. The agent of the first node tells the job
+    (``$HORIZON_RESIZE_FILE``, then SIGWINCH: docs/jobs.md)."""
+
+    job_id: str
+    attempt: int
+    allocations: list[NodeAllocation] = []
+    nodes: int = 0  # the world size now (len(allocations))
+    previous_nodes: int = 0
+    for_job: str = ""  # shrunk to make room for this job
+    reason: str = ""
+    grace_period_s: float = 0.0
+    basis_seq: int = 0
+    cycle: int = 0
+
+
 class PlacementCycleCompleted(Event, tag="PlacementCycleCompleted", kw_only=True):
     """Placement has handled scheduling cycle ``cycle``: how many it placed and how many stay blocked."""
 
@@ -1042,6 +1087,7 @@ AnyEvent = (
     | SchedulingCycleCompleted
     | PlacementCycleCompleted
     | JobScheduled
+    | JobResized
     | PlacementBlocked
     | JobUnschedulable
     | ConfigRejected

@@ -253,6 +253,15 @@ def _facts() -> dict[tuple[str, str], Callable[[Schema], None]]:
                                             _describe(p, "Environment variables of the job's process.")),
         ("JobSubmitted", "payload"): text("Opaque JSON for an external executor; Horizon passes it through."),
         ("JobSubmitted", "nodes"): count(1, limits.max_nodes_per_job, "Nodes of the gang."),
+        ("JobSubmitted", "min_nodes"): count(1, limits.max_nodes_per_job, "The least nodes of an elastic gang "
+                                             "(Slurm's --nodes MIN-MAX): `nodes` is then its most; it starts at the "
+                                             "largest size that fits and grows or shrinks between them."),
+        ("JobSubmitted", "min_available"): count(1, limits.max_nodes_per_job * vocab.MAX_TASKS_PER_NODE,
+                                                 "The least tasks of an elastic gang (Volcano's minAvailable), "
+                                                 "rounded up to whole nodes of tasks_per_node."),
+        ("JobSubmitted", "assembly_timeout_s"): number(
+            above=0, text="A gang that has not assembled its least size this long after it became pending ends "
+                          "JobUnschedulable (reason `assembly timeout: ...`); `null` waits."),
         ("JobSubmitted", "tasks_per_node"): count(1, vocab.MAX_TASKS_PER_NODE, "Tasks on each node; the job "
                                                   "needs nodes x tasks_per_node tasks, placed all at once."),
         ("JobSubmitted", "time_limit_s"): number(

@@ -133,6 +133,7 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
     "ConfigRejected": ("scheduling", "placement", "preemption"),
     "JobRequeued": ("scheduling",),
     "JobScheduled": ("placement",),
+    "JobResized": ("placement", "preemption"),
     "PlacementBlocked": ("placement",),
     "PreemptionRequested": ("preemption", "inventory"),
     "JobPreempted": ("agent",),

@@ -153,7 +153,8 @@ def test_bad_directive_syntax(line, why):
     ("-N 2\n-n 8", dict(nodes=2, tasks_per_node=4)),
     ("-n 6\n--ntasks-per-node=4", dict(nodes=2, tasks_per_node=3)),  # --ntasks-per-node is a maximum with -n
     ("--nodes=3-3", dict(nodes=3)),
-    ("--nodes=2-4", dict(nodes=2)),  # a range: the least (a warning says so)
+    ("--nodes=2-4", dict(nodes=4, min_nodes=2)),  # a range: an elastic gang of 2 to 4 nodes
+    ("--nodes=2-4\n--use-min-nodes", dict(nodes=2, min_nodes=None)),  # the least, rigid (a warning says so)
     ("--tasks-per-node=4", dict(nodes=1, tasks_per_node=4)),  # Slurm's deprecated spelling
     ("--tasks=4\n-N 2", dict(nodes=2, tasks_per_node=4)),  # getopt_long: a prefix of --tasks-per-node
     ("-w node[1-3]", dict(nodes=3, nodelist=["node[1-3]"])),  # the listed nodes make the node count
@@ -293,14 +294,14 @@ def test_directives_without_effect_here_are_accepted_with_one_warning_each():
     flags: set[str] = set()
     text = ("#!/bin/bash\n#SBATCH --mail-type=END,FAIL\n#SBATCH --mail-user=ann@example.org\n"
             "#SBATCH --hint=nomultithread --distribution=block:cyclic\n#SBATCH --gpu-bind=closest -m cyclic\n"
-            "#SBATCH --tmp=100G --cpu-bind=cores\n#SBATCH --parsable -N 2-4 --exclusive=user\n#SBATCH --signal=R:USR1\n"
+            "#SBATCH --tmp=100G --cpu-bind=cores\n#SBATCH --parsable -N 2-4 --use-min-nodes --exclusive=user\n#SBATCH --signal=R:USR1\n"
             "#SBATCH --reservation=r1 --requeue=expedite --kill-on-invalid-dep=no\n")
     with pytest.raises(SbatchError, match="--cpu-bind: not an sbatch option"):  # srun's, not sbatch's
         parse_sbatch(text, defaults=DEFAULTS)
     fields, _ = parse_sbatch(text.replace(" --cpu-bind=cores", ""), defaults=DEFAULTS, warnings=warnings, flags=flags)
     assert [w.split(": ", 2)[:2] for w in warnings] == [
         ["line 2", "--mail-type"], ["line 3", "--mail-user"], ["line 4", "--hint"], ["line 4", "--distribution"],
-        ["line 5", "--gpu-bind"], ["line 5", "-m"], ["line 6", "--tmp"], ["line 7", "-N"], ["line 7", "--exclusive"],
+        ["line 5", "--gpu-bind"], ["line 5", "-m"], ["line 6", "--tmp"], ["line 7", "--use-min-nodes"], ["line 7", "--exclusive"],
         ["line 8", "--signal"], ["line 9", "--reservation"], ["line 9", "--requeue"],
         ["line 9", "--kill-on-invalid-dep"]]
     assert all("\n" not in w for w in warnings)  # one line each

@@ -342,6 +342,15 @@ class NodeAgent:
             if run.execution is not None and (not run.stoppers or before == "preempt"):
                 self._begin_stop(job_id, run)  # a cancel does not wait for the checkpoint under way
             # else: stopped as soon as it has started (_run), or a cancel's stop is under way
+        elif action == "resized":
+            run = self.running.get(job_id)
+            execution = run.execution if run is not None else None
+            if execution is not None and job.spec is not None and hasattr(execution, "resized"):
+                from services.agent.executors import job_environment
+                from services.agent.resize import world_of
+
+                env = job_environment(job_id, job.attempt, job.spec, job.allocations[0], allocations=job.allocations)
+                execution.resized(world_of(env))
         elif action == "preempt":
             run = self.running.get(job_id)
             request = self.core.preemptions.get(job_id)

@@ -21,7 +21,9 @@ runs:
   job here (one per attempt; a later one, or one for another attempt, is
   ignored);
 * ``ended``: a job here left SCHEDULED/RUNNING, by anyone's decision or by
-  the agent's own report folded back; its requests are forgotten.
+  the agent's own report folded back; its requests are forgotten;
+* ``resized``: an elastic job launched here has new nodes (``JobResized``): the
+  adapter tells it (``services/agent/resize.py``).
 
 It also keeps each job's highest step number (``JobStepStarted``/``JobStepEnded``,
 ``next_step``), so that a restarted agent numbers the next ``srun`` of an attempt on.
@@ -59,7 +61,7 @@ ENDINGS = (c.JobSucceeded, c.JobFailed, c.JobCancelled, c.JobPreempted)  # the r
 
 
 class Action(NamedTuple):
-    """What the adapter must do about one job: ``kind`` is ``start``, ``stop``, ``preempt`` or ``ended`` from
+    """What the adapter must do about one job: ``kind`` is ``start``, ``stop``, ``preempt``, ``resized`` or ``ended`` from
     ``AgentCore.fold``; ``cancelled``, ``preempted``, ``start`` or ``lost`` from ``AgentCore.resume``."""
 
     kind: str
@@ -81,6 +83,7 @@ class AgentCore:
         # second ending (two outcomes for one attempt, which `horizon check` rejects).
         self.reported_end: dict[str, int] = {}
         self.steps: dict[str, tuple[int, int]] = {}  # job -> (attempt, its highest step in the log)
+        self.resize_grace: dict[str, float] = {}  # elastic job -> the grace of its tasks on nodes a shrink gave back
         # jobs whose attempt inventory ended by evicting it under memory pressure (JobFailed.evicted):
         # the adapter kills them at once, as the kubelet's hard eviction does, instead of after a grace
         self.evicted: set[str] = set()
@@ -121,6 +124,15 @@ class AgentCore:
                 self.preemptions[event.job_id] = event  # dropped when the attempt ends: one per attempt
                 return Action("preempt", event.job_id)
             return None
+        if isinstance(event, c.JobResized):  # an elastic job's new nodes: its launching agent tells it
+            self.jobs.apply(event, record.seq, record.time)
+            if event.grace_period_s:
+                self.resize_grace[event.job_id] = event.grace_period_s
+            job = self.jobs.get(event.job_id)
+            if (job is not None and job.state in HOLDS_RESOURCES and job.attempt == event.attempt
+                    and job.allocations == tuple(event.allocations) and self.mine(job.allocations)):
+                return Action("resized", event.job_id)
+            return None
         if isinstance(event, (c.JobStepStarted, c.JobStepEnded)):
             known = self.steps.get(event.job_id)
             if known is None or (event.attempt, event.step) > known:
@@ -151,6 +163,7 @@ class AgentCore:
             self.stop_requests.pop(tr.job.job_id, None)
             self.reported_end.pop(tr.job.job_id, None)
             self.preemptions.pop(tr.job.job_id, None)
+            self.resize_grace.pop(tr.job.job_id, None)
             return Action("ended", tr.job.job_id)
         return None
 

@@ -56,7 +56,7 @@ from events import catalogue as c
 from events.subjects import tenant_view
 from services.domain.hostlist import compress
 from services.domain.steps import counts_text
-from services.agent import containers, shim, signals
+from services.agent import containers, resize, shim, signals
 from services.agent.cgroups import Hierarchy, Limits, cpu_shares, probe
 from services.agent.cores import CoreAllocator, Machine
 from services.agent.discovery import numa_layout, usable_cpus
@@ -186,6 +186,7 @@ def job_environment(
         "SLURM_NODELIST": nodelist,
         "SLURM_JOB_NUM_NODES": str(len(held)),
         "SLURM_NNODES": str(len(held)),
+        "HORIZON_WORLD_SIZE": str(len(held)),  # nodes now (an elastic job's change: services/agent/resize.py)
         "SLURM_NTASKS": str(sum(tasks)),
         "SLURM_NPROCS": str(sum(tasks)),
         "SLURM_TASKS_PER_NODE": counts_text(tasks),
@@ -214,6 +215,9 @@ def job_environment(
                    SLURM_ARRAY_JOB_ID=array_id, SLURM_ARRAY_TASK_ID=str(spec.array_index))
     if checkpoint_ref is not None:
         env["HORIZON_CHECKPOINT_REF"] = checkpoint_ref
+    if spec.elastic:  # --nodes MIN-MAX: its world size may change while it runs
+        env.update(HORIZON_MIN_NODES=str(spec.min_nodes), HORIZON_MAX_NODES=str(spec.nodes),
+                   SLURM_JOB_MIN_NODES=str(spec.min_nodes), SLURM_JOB_MAX_NODES=str(spec.nodes))
     env.update(spec.env)
     return env
 
@@ -282,6 +286,7 @@ class _Attempt:
         self._checkpoint_path = Path(plan["env"]["HORIZON_CHECKPOINT_FILE"])
         self.files = Files(plan["cwd"], plan["stdout"], plan["stderr"])
         self._stopping = False
+        self._resizes = 0  # JobResized told so far (HORIZON_RESIZE_COUNT)
         job = shim.read_pid_file(directory / shim.JOB_PID)
         self.pid: int | None = job[0] if job else None
         self._pid_start = job[1] if job else ""
@@ -362,6 +367,18 @@ class _Attempt:
 
     def checkpoint_ref(self) -> str | None:
         return _read_ref(self._checkpoint_path)
+
+    def resized(self, world: Mapping[str, str]) -> bool:
+        """Tell the job its new size: ``$HORIZON_RESIZE_FILE`` anew, then SIGWINCH to its main process
+        (``services/agent/resize.py``). False when it has ended or is not elastic."""
+        path = self.plan["env"].get("HORIZON_RESIZE_FILE")
+        if not path or self.pid is None or self.status() is not None or shim.start_time(self.pid) != self._pid_start:
+            return False
+        self._resizes += 1
+        resize.write_resize_file(Path(path), world, self._resizes)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.pid, resize.RESIZE_SIGNAL)
+        return True
 
     async def checkpoint(self, signal_name: str, timeout_s: float) -> str | None:
         number = signal_number(signal_name)
@@ -466,6 +483,8 @@ class ProcessExecutor:
             del env["HORIZON_NATS_URL"]  # the agent's own user and password: never the job's
         env.update(job_environment(job_id, attempt, spec, alloc, checkpoint_ref, devices, allocations))
         env["HORIZON_CHECKPOINT_FILE"] = str((directory / "checkpoint").resolve())  # the agent reads this path
+        if spec.elastic:  # the agent writes it when the job is resized (services/agent/resize.py)
+            env["HORIZON_RESIZE_FILE"] = str((directory / "resize").resolve())
         if not spec.image:  # srun and scontrol inside the job: Horizon's, asking this agent (not in a container)
             if self.step_socket is not None:
                 env["HORIZON_STEP_SOCKET"] = self.step_socket(job_id, attempt)

@@ -668,15 +668,23 @@ class StepService:
     def reap(self) -> None:
         """Stop the steps of attempts that no longer hold resources (after each batch of the log)."""
         for held in list(self.shares.values()):
-            if not self._holds(held.job_id, held.attempt):
-                held.share.stop(self.grace_period_s)
+            if not self._holds(held.job_id, held.attempt, held.node):
+                held.share.stop(self._released_grace(held.job_id))
         for run in list(self.runs.values()):
             if not self._holds(run.job_id, run.attempt) and not run.stopping:
                 self._spawn(self._stop_run(run, "the job ended"), f"stop-{run.step}")
 
-    def _holds(self, job_id: str, attempt: int) -> bool:
+    def _holds(self, job_id: str, attempt: int, node: str | None = None) -> bool:
+        """Whether the attempt still holds resources (on ``node``, when given: an elastic job that was
+        shrunk gives nodes back, and its tasks there are stopped)."""
         job = self.core.jobs.get(job_id)
-        return job is not None and job.attempt == attempt and job.state in HOLDS_RESOURCES
+        return (job is not None and job.attempt == attempt and job.state in HOLDS_RESOURCES
+                and (node is None or any(a.node == node for a in job.allocations)))
+
+    def _released_grace(self, job_id: str) -> float:
+        """The grace of a share's stop: a shrink's own (``JobResized.grace_period_s``), else the agent's."""
+        grace = self.core.resize_grace.get(job_id)
+        return grace if grace else self.grace_period_s
 
     # ------------------------------------------------------------------ reports
 

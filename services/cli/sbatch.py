@@ -271,11 +271,18 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
     # -- shape: nodes x tasks per node (Horizon's gangs are uniform)
     node_range = get("nodes", _nodes)
     nodes = None
+    min_nodes: int | None = None  # -N MIN-MAX: an elastic gang of MAX nodes, MIN at least
     if node_range is not None:
         nodes = node_range[0]
-        if node_range[1] != nodes:  # Slurm may give the job any count in the range: the least is one
-            note("nodes", f"runs on {nodes} node(s), the least of {node_range[0]}-{node_range[1]}: Horizon's gangs "
-                          "have a fixed number of nodes")
+        if node_range[1] != nodes:
+            if "use-min-nodes" in given:  # Slurm: prefer the least of the range; here, run on exactly that
+                note("use-min-nodes", f"runs on {nodes} node(s), the least of {node_range[0]}-{node_range[1]}, "
+                                      "and does not grow")
+            else:  # elastic: starts at the largest count that fits, grows and shrinks in the range
+                min_nodes, nodes = node_range
+                if "ntasks" in given and "ntasks-per-node" not in given:
+                    fail("ntasks", f"with a range of nodes ({node_range[0]}-{node_range[1]}) give "
+                                   "--ntasks-per-node: an elastic job's tasks follow its nodes")
     nodelist = get("nodelist", host_list)
     if nodelist is not None:  # the job runs on exactly these: they make its node count
         if nodes is None:
@@ -286,6 +293,8 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
     excluded = get("exclude", host_list)
     ntasks = get("ntasks", lambda t: whole_number(t, "a number of tasks"))
     per_node = get("ntasks-per-node", lambda t: whole_number(t, "a number of tasks per node"))
+    if ntasks is not None and min_nodes is not None and per_node is not None:
+        ntasks = None  # an elastic job runs --ntasks-per-node on each of its nodes, however many they are
     if ntasks is not None:
         if nodes is None:
             nodes = 1 if per_node is None else math.ceil(ntasks / per_node)
@@ -442,6 +451,9 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
     env.update(_slurm_environment(defaults, user, account, nodes, per_node, tasks, cpus if (
         "cpus-per-task" in given or "cpus-per-gpu" in given) else None, node_gpus, qos, array,
         "ntasks-per-node" in given))
+    if min_nodes is not None:  # an elastic job's counts are the agent's to give: they change as it resizes
+        for var in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_NTASKS", "SLURM_NPROCS"):
+            env.pop(var, None)
     env.update(memory_env)
     if defaults.submit_host:
         env["SLURM_SUBMIT_HOST"] = defaults.submit_host
@@ -495,6 +507,7 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
         "begin_ts": begin,
         "deadline_ts": deadline,
         "after_datasets": after_datasets,
+        "min_nodes": min_nodes,
     }
     defaults_of = c.JobSubmitted(job_id="x", tenant="x")
     fields.update({k: v for k, v in extra.items() if v != getattr(defaults_of, k)})

@@ -69,7 +69,7 @@ def _opts() -> dict[str, _Opt]:
         ("ntasks-per-node", None, REQUIRED), ("open-mode", None, REQUIRED), ("output", "o", REQUIRED),
         ("parsable", None, NONE), ("partition", "p", REQUIRED), ("qos", "q", REQUIRED), ("quiet", "Q", NONE),
         ("requeue", None, OPTIONAL), ("signal", None, REQUIRED), ("time", "t", REQUIRED), ("time-min", None, REQUIRED),
-        ("verbose", "v", NONE), ("wait", "W", NONE), ("wait-all-nodes", None, REQUIRED), ("wrap", None, REQUIRED),
+        ("use-min-nodes", None, NONE), ("verbose", "v", NONE), ("wait", "W", NONE), ("wait-all-nodes", None, REQUIRED), ("wrap", None, REQUIRED),
     ]
     aliases = [("tasks-per-node", None, REQUIRED, "ntasks-per-node")]  # getopt_long: --tasks is its prefix
     no_layout = "Horizon gives tasks CPUs, memory and GPUs, with no socket, core or binding layout"
@@ -123,7 +123,6 @@ def _opts() -> dict[str, _Opt]:
         ("thread-spec", None, REQUIRED, no_layout),
         ("threads-per-core", None, REQUIRED, no_layout),
         ("tmp", None, REQUIRED, "Horizon does not schedule local disk: the job gets what its node has"),
-        ("use-min-nodes", None, NONE, "Horizon's gangs have the number of nodes given (the least of a range)"),
         ("wckey", None, REQUIRED, "Horizon has no workload keys"),
     ]
     # Refused: running the job without them would compute something else, or do something else.

@@ -45,6 +45,19 @@ def _dependencies(text: str) -> tuple[list[c.Dependency], bool]:
         raise click.BadParameter(str(exc), param_hint="--dependency") from None
 
 
+def parse_node_range(text: str) -> tuple[int | None, int]:
+    """``--nodes``: ``N`` -> (None, N); ``MIN-MAX`` -> (MIN, MAX), an elastic gang."""
+    low, sep, high = text.strip().partition("-")
+    try:
+        least, most = int(low), int(high) if sep else int(low)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give a number of nodes, or MIN-MAX (2-4)", param_hint="--nodes") from None
+    if least < 1 or most < least:
+        raise click.BadParameter(f"{text!r}: the least must be 1 or more and the most at least the least",
+                                 param_hint="--nodes")
+    return (least if sep and least < most else None), most
+
+
 @click.command(context_settings={"ignore_unknown_options": False})
 @nats_option
 @tenant_option
@@ -63,7 +76,14 @@ def _dependencies(text: str) -> tuple[list[c.Dependency], bool]:
 @click.option("--mem-limit", "memory_limit", default=None,
               help="Memory per task the job may use beyond --mem (burstable; default: --mem). --cpus 0 --mem 0: "
                    "best-effort, the first to go when its node runs short of memory.")
-@click.option("--nodes", type=int, default=1, show_default=True, help="Nodes (all or nothing).")
+@click.option("--nodes", "-N", "node_range", default="1", show_default=True,
+              help="Nodes (all or nothing), or MIN-MAX for an elastic gang (as Slurm's -N 2-4): it starts on as "
+                   "many as fit, at least MIN, grows toward MAX and is shrunk rather than preempted.")
+@click.option("--min-available", type=int, default=None,
+              help="An elastic gang's least number of tasks (Volcano's minAvailable), in whole nodes of "
+                   "--tasks-per-node; --nodes is then its most.")
+@click.option("--assembly-timeout", default=None,
+              help="End a gang (UNSCHEDULABLE) that has not assembled its least nodes within this duration.")
 @click.option("--tasks-per-node", type=int, default=1, show_default=True)
 @click.option("--time", "time_limit", default=None, help="Time limit: 90, 10m, 2h, 1-00:00:00 (default 1h).")
 @click.option("--priority-class", default="normal", show_default=True,
@@ -119,7 +139,8 @@ def _dependencies(text: str) -> tuple[list[c.Dependency], bool]:
 def submit(
     nats_url: str, tenant: str, job_id: str | None, name: str, account: str, user: str, gpus: int,
     gpu_type: str | None, gpu_memory: str | None, cpus: str, memory: str | None, cpu_limit: str | None,
-    memory_limit: str | None, nodes: int, tasks_per_node: int,
+    memory_limit: str | None, node_range: str, min_available: int | None, assembly_timeout: str | None,
+    tasks_per_node: int,
     time_limit: str | None, priority_class: str, restart_policy: str, max_retries: int,
     scheduling_timeout: str | None, nice: int, array: str | None, dependency: str | None,
     dependency_timeout: str | None, deadline: str | None, env: tuple[str, ...],
@@ -155,6 +176,7 @@ def submit(
             raise click.BadParameter(f"{pattern!r}: {problem}", param_hint=flag)
     if array is not None:
         parse_array(array, "--array")  # a bad range is a usage error here, before anything is sent
+    min_nodes, nodes = parse_node_range(node_range)
     job_id = job_id or new_job_id(user)
     dependencies, singleton = _dependencies(dependency) if dependency else ([], False)
     dependencies, after_datasets = split_datasets(dependencies)
@@ -183,6 +205,9 @@ def submit(
         resources=c.ResourceRequest(cpus=cpus, memory=memory, gpus=gpus, gpu_type=gpu_type, gpu_memory=gpu_memory,
                                     cpu_limit=cpu_limit, memory_limit=memory_limit),
         nodes=nodes,
+        min_nodes=min_nodes,
+        min_available=min_available,
+        assembly_timeout_s=parse_duration(assembly_timeout, "--assembly-timeout") if assembly_timeout else None,
         tasks_per_node=tasks_per_node,
         time_limit_s=parse_duration(time_limit, "--time") if time_limit else None,
         scheduling_timeout_s=parse_duration(scheduling_timeout, "--scheduling-timeout") if scheduling_timeout else None,

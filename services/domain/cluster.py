@@ -14,6 +14,7 @@ ones only (``Node.unhealthy_gpus``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from functools import lru_cache
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from events import catalogue as c
 from services.domain.jobs import HOLDS_RESOURCES, JobTable, Transition
 from services.domain.qos import overcommitted, qos_class
 
-__all__ = ["Node", "Cluster", "device_sort_key", "Request", "request_of", "fold_cluster"]
+__all__ = ["Node", "Cluster", "device_sort_key", "Request", "request_of", "least", "fold_cluster"]
 
 
 @lru_cache(maxsize=65536)
@@ -119,6 +120,7 @@ class Request:
     gpu_memory_bytes: int
     nodes: int
     tasks_per_node: int
+    min_nodes: int = 0  # an elastic gang's least (0: rigid): it takes as many of ``nodes`` as fit, this many at least
     selector: tuple[tuple[str, str], ...] = ()
     required: tuple[Requirement, ...] = ()
     preferred: tuple[Requirement, ...] = ()
@@ -170,6 +172,7 @@ def request_of(spec: c.JobSpec) -> Request:
         gpu_memory_bytes=spec.gpu_memory_bytes,
         nodes=spec.nodes,
         tasks_per_node=per_node,
+        min_nodes=spec.min_nodes if spec.elastic else 0,
         selector=tuple(sorted(spec.node_selector.items())),
         required=_requirements(aff.node_required) if aff else (),
         preferred=_requirements(aff.node_preferred) if aff else (),
@@ -187,6 +190,12 @@ def request_of(spec: c.JobSpec) -> Request:
         datasets=tuple(spec.datasets),
         guaranteed=qos_class(spec) == "guaranteed",
     )
+
+
+def least(req: Request) -> Request:
+    """The rigid request of an elastic gang at its least size (what a reservation or a preemption makes
+    room for); a rigid request itself."""
+    return dataclasses.replace(req, nodes=req.min_nodes, min_nodes=0) if req.min_nodes else req
 
 
 def device_matches(device: c.GpuDevice, req: Request) -> bool:
@@ -352,6 +361,16 @@ def fold_cluster(cluster: Cluster, jobs: JobTable, event: c.Event, seq: int, now
     Returns the job transition it caused (``None`` for node events and no-ops).
     """
     if cluster.apply(event, seq):
+        return None
+    if isinstance(event, c.JobResized):  # an elastic job's nodes changed: the ledger follows, no transition
+        job = jobs.jobs.get(event.job_id)
+        before = job.allocations if job is not None else ()
+        jobs.apply(event, seq, now)
+        if job is not None and job.allocations is not before:
+            for alloc in before:
+                cluster._give_back(job.job_id, alloc)
+            for alloc in job.allocations:
+                cluster._take(job.job_id, alloc)
         return None
     tr = jobs.apply(event, seq, now)
     if tr is not None:

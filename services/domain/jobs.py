@@ -208,6 +208,14 @@ class JobTable:
                 job.borrowed = event.borrowed
                 job.time_limit_s = event.time_limit_s
                 return self._set(job, JobState.SCHEDULED)
+            case c.JobResized(job_id=job_id, attempt=attempt, allocations=allocs):
+                # An elastic job's new allocation (no transition: it still holds resources). Its first
+                # node, where it was launched, stays first.
+                job = self.jobs.get(job_id)
+                if (job is not None and job.state in HOLDS_RESOURCES and attempt == job.attempt and allocs
+                        and job.allocations and allocs[0].node == job.allocations[0].node):
+                    job.allocations = tuple(allocs)
+                return None
             case c.JobStarted(job_id=job_id, attempt=attempt):
                 job = self.jobs.get(job_id)
                 if job is None or job.state is not JobState.SCHEDULED or attempt != job.attempt:

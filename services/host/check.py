@@ -9,7 +9,9 @@ by every service, so here too). The invariants, in the words of the problems rep
    devices that exist; at the end, the ledger recomputed from the jobs equals the
    incremental one (``Cluster.check``).
 2. **Decisions.** Every ``JobScheduled`` (whether or not it takes effect) is for an
-   accepted job, and no attempt of a job is scheduled twice.
+   accepted job, and no attempt of a job is scheduled twice. A ``JobResized`` keeps an
+   elastic job within its least and most nodes and on its first node; the nodes it gains
+   are checked as a placement's (3, and capacity at 1).
 3. **A live node.** Every node of every ``JobScheduled`` was, *at the decision's basis*
    (the state of the log at ``basis_seq``, which is what placement decided on), registered,
    ready and not cordoned, draining, lost or removed: placement's ``NodeReady`` filter. A
@@ -116,6 +118,9 @@ def check_log(records: Iterable[Record]) -> LogCheck:
                 out.accounts.configure_account(event, record.time)
                 quotas.recount()  # as the scheduler does: the account may have moved in the tree
             continue
+        if isinstance(event, c.JobResized):
+            _check_resize(out, nodes, seq, event)
+            continue
         race = ""
         if isinstance(event, c.JobScheduled):
             key = (event.job_id, event.attempt)
@@ -184,6 +189,37 @@ class _NodeHistory:
         """Why the node was unfit after record ``seq`` ("" if fit, None if not registered yet)."""
         i = bisect_right(self.seqs.get(name, []), seq)
         return self.why[name][i - 1] if i else None
+
+
+def _check_resize(out: LogCheck, nodes: _NodeHistory, seq: int, event: c.JobResized) -> None:
+    """An elastic job's new allocation: within its least and most nodes, its first node kept, the nodes
+    it gains fit at the decision's basis and free in the ledger; the ledger then follows it."""
+    job = out.jobs.jobs.get(event.job_id)
+    if job is None or job.spec is None or job.state not in HOLDS_RESOURCES or job.attempt != event.attempt:
+        return  # nothing held: the job table ignores it too
+    spec = job.spec
+    if not spec.elastic:
+        out.problems.append(f"seq {seq}: {event.job_id} resized, but it is not elastic")
+    elif not spec.min_nodes <= len(event.allocations) <= spec.nodes:
+        out.problems.append(f"seq {seq}: {event.job_id} resized to {len(event.allocations)} nodes, outside its "
+                            f"{spec.min_nodes}-{spec.nodes}")
+    if event.allocations and job.allocations and event.allocations[0].node != job.allocations[0].node:
+        out.problems.append(f"seq {seq}: {event.job_id} resized off its first node {job.allocations[0].node}")
+        return
+    before = job.allocations
+    out.jobs.apply(event, seq, 0.0)
+    if job.allocations is before:
+        return
+    for alloc in before:
+        out.cluster._give_back(job.job_id, alloc)
+    held = {a.node for a in before}
+    gained = [a for a in job.allocations if a.node not in held]
+    if gained:
+        _check_nodes(out, nodes, seq, c.JobScheduled(job_id=event.job_id, attempt=event.attempt, allocations=gained,
+                                                     basis_seq=event.basis_seq))
+        _check_take(out, seq, job.job_id, tuple(gained))
+    for alloc in job.allocations:
+        out.cluster._take(job.job_id, alloc)
 
 
 def _check_nodes(out: LogCheck, nodes: _NodeHistory, seq: int, event: c.JobScheduled) -> str:

@@ -45,7 +45,7 @@ from typing import ClassVar
 from events import catalogue as c
 from events.base import Event
 from events.subjects import WHOLE_LOG, parse_subject, valid_token
-from services.domain.cluster import Cluster, Request, fold_cluster, request_of
+from services.domain.cluster import Cluster, Request, fold_cluster, least, request_of
 from services.domain.config import config_rejected
 from services.domain.fit.context import Context, hold_room, release_room
 from services.domain.fit.cycle import AdvanceReservation, Overlay
@@ -56,6 +56,7 @@ from services.domain.partitions import Partitions
 from services.domain.protocol import CoreState, Record
 from services.placement.backfill import MODES, Reservation, reserve, shortened_limit
 from services.placement.index import NodeIndex
+from services.placement.growth import Room, grow, track_elastic
 from services.placement.place import Placed, place_job
 
 __all__ = ["PlacementCore", "PlacementState", "check_reservation"]
@@ -80,6 +81,7 @@ class PlacementState(CoreState):
         self.anti_affinity_running = 0  # jobs holding resources that have anti-affinity terms
         self.held: dict[str, frozenset[str]] = {}  # node -> pending preemptors its victims' room is held for
         self.partitions = Partitions()  # a job runs on its partition's nodes (services/domain/partitions.py)
+        self.elastic: set[str] = set()  # elastic jobs holding resources on fewer nodes than their most (growth.py)
 
 
 @dataclass
@@ -121,7 +123,15 @@ class PlacementCore:
                 if job is not None and pre is not None and pre.state is JobState.PENDING:
                     hold_room(state.held, job.allocations, for_job)
                 return state
+        if isinstance(event, c.JobResized) and event.for_job:
+            pre = state.jobs.get(event.for_job)
+            job = state.jobs.get(event.job_id)
+            if job is not None and pre is not None and pre.state is JobState.PENDING:
+                kept = {a.node for a in event.allocations}  # the nodes a shrink gives back are held for the preemptor
+                hold_room(state.held, [a for a in job.allocations if a.node not in kept], event.for_job)
         tr = fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)
+        if tr is not None or isinstance(event, c.JobResized):
+            track_elastic(state.elastic, state.jobs, tr.job.job_id if tr is not None else event.job_id)  # type: ignore[attr-defined]
         if tr is not None and tr.before is JobState.PENDING and state.held:
             release_room(state.held, tr.job.job_id)  # a preemptor that starts (or ends) releases its room
         if tr is not None and tr.job.spec is not None and tr.job.spec.affinity is not None \
@@ -161,6 +171,17 @@ class PlacementCore:
                        held=state.held, partition=parts.view(spec.partition),
                        memberships=parts.memberships() if parts else {})
 
+    @staticmethod
+    def _topology(state: PlacementState, placed_now: list[tuple[float, str, list[c.NodeAllocation]]]) -> Topology:
+        """Where jobs run (for inter-job affinity), with what this decision placed so far."""
+        specs = {j: state.jobs.jobs[j].spec for n in state.cluster.nodes.values() for j in n.jobs
+                 if j in state.jobs.jobs and state.jobs.jobs[j].spec is not None}
+        topology = Topology(state.cluster, specs)  # type: ignore[arg-type]
+        for _end, placed_id, allocations in placed_now:  # placed earlier in this decision
+            for alloc in allocations:
+                topology.add(alloc.node, state.jobs.jobs[placed_id].spec)  # type: ignore[arg-type]
+        return topology
+
     def decide(self, state: PlacementState) -> list[Event]:
         out: list[Event] = config_rejected(self.name, state.config_rejections, state.now, state.seq)
         if state.cycle <= state.done_cycle:
@@ -199,12 +220,7 @@ class PlacementCore:
                     nodes=0, filter="Profile")], fits_nowhere=True)
             else:
                 if topology is None and (req.topological or state.anti_affinity_running):
-                    specs = {j: state.jobs.jobs[j].spec for n in state.cluster.nodes.values() for j in n.jobs
-                             if j in state.jobs.jobs and state.jobs.jobs[j].spec is not None}
-                    topology = Topology(state.cluster, specs)  # type: ignore[arg-type]
-                    for _end, placed_id, allocations in placed_now:  # placed earlier in this decision
-                        for alloc in allocations:
-                            topology.add(alloc.node, state.jobs.jobs[placed_id].spec)  # type: ignore[arg-type]
+                    topology = self._topology(state, placed_now)
                 ctx = self._context(state, job_id, spec, profile, topology, advance)
                 cacheable = not req.topological and not advance and topology is None and not state.held
                 placed = (unfit.get(req) if cacheable else None) or place_job(state.cluster, req, overlay, index, ctx)
@@ -251,7 +267,7 @@ class PlacementCore:
                 if mode.stops:
                     stopped_by = job_id
                 elif len(reservations) < mode.reservations(profile):
-                    held = reserve(state.cluster, state.jobs, now, job_id, req, overlay, placed_now, ctx,
+                    held = reserve(state.cluster, state.jobs, now, job_id, least(req), overlay, placed_now, ctx,
                                    spec.time_limit_s, reservations if mode.stacked else [],
                                    concrete=mode.stacked or bool(advance))
                     if held is not None:
@@ -260,7 +276,7 @@ class PlacementCore:
                             held.hole_end = now + mode.hole_fraction * (held.start_ts - now)
                         reservations.append(held)
                         earliest = held.start_ts
-                        reserved = sorted(a.node for a in held.allocations) or sorted(held.fitting)[: req.nodes]
+                        reserved = sorted(a.node for a in held.allocations) or sorted(held.fitting)[: least(req).nodes]
             blocked += 1
             explanation = tuple(reasons)
             if explanation != job.last_block or earliest is not None or job.reserved_at is not None:
@@ -269,6 +285,11 @@ class PlacementCore:
                     cycle=cycle, basis_seq=state.seq, reasons=reasons, earliest_start_ts=earliest,
                     reserved_nodes=reserved, fits_nowhere=placed.fits_nowhere, **common,
                 ))
+        if not blocked and state.elastic:  # room no candidate wanted: elastic jobs grow toward their most
+            if topology is None and state.anti_affinity_running:
+                topology = self._topology(state, placed_now)
+            room = Room(state.cluster, state.jobs, state.profiles, state.held, state.partitions, advance, now, state.seq)
+            out.extend(grow(room, state.elastic, overlay, index, topology, cycle, self.name))
         out.append(c.PlacementCycleCompleted(
             id=f"placement/PlacementCycleCompleted/{cycle}", correlation_id=str(cycle), cycle=cycle,
             basis_seq=state.seq, scheduled=scheduled, blocked=blocked, ts=now, source=self.name,

@@ -2,9 +2,10 @@
 
 ``place_job`` runs the filter plugins of the job's profile on every kind of node (``NodeIndex``)
 against the ledger plus what this decision has already placed (the ``Overlay``), and scores the
-nodes that pass (``services/domain/fit/``). If enough nodes fit (all of a multi-node gang, or
-none), it takes the best-scoring ones: a gang inside one interconnect domain (a node label of
-``TOPOLOGY_LABELS``: NVLink domain, then rack) when one has room.
+nodes that pass (``services/domain/fit/``). If enough nodes fit (all of a multi-node gang, as
+many as fit of an elastic one but at least its ``min_nodes``, or none), it takes the best-scoring
+ones: a gang inside one interconnect domain (a node label of ``TOPOLOGY_LABELS``: NVLink domain,
+then rack) when one has room.
 """
 
 from __future__ import annotations
@@ -59,17 +60,22 @@ def place_job(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex
     fit_count = sum(len(m) for _, m in fitting)
     if fit_count >= req.nodes:
         return Placed([fit.allocation_on(name) for name, fit in best_nodes(cluster, fitting, req.nodes)])
+    need = req.min_nodes or req.nodes  # an elastic gang starts at the largest size that fits, its least at worst
+    if fit_count >= need:
+        return Placed([fit.allocation_on(name) for name, fit in best_nodes(cluster, fitting, fit_count)])
     grouped: dict[tuple[str, str], int] = {}
     for (flt, detail), count in failures.items():
         key = (flt, explain(flt, detail, req))
         grouped[key] = grouped.get(key, 0) + count
     reasons = [c.BlockReason(reason=reason, nodes=count, filter=flt) for (flt, reason), count in sorted(grouped.items())]
     if req.nodes > 1 and fit_count:
-        reasons.append(c.BlockReason(reason=f"only {fit_count} of the {req.nodes} nodes the gang needs fit",
-                                     nodes=fit_count, filter="Gang"))
+        reasons.append(c.BlockReason(
+            reason=f"only {fit_count} of the {need} nodes the gang needs at least fit" if req.min_nodes else
+                   f"only {fit_count} of the {req.nodes} nodes the gang needs fit", nodes=fit_count, filter="Gang"))
     if not reasons:
         reasons.append(c.BlockReason(reason="no nodes registered", nodes=0, filter="NodeReady"))
-    return Placed(None, reasons, fits_nowhere=usable < req.nodes)
+    return Placed(None, reasons, fits_nowhere=usable < need)
+
 
 
 def _place_matching(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex, ctx: Context) -> Placed:

@@ -12,6 +12,12 @@ and reports ``JobPreempted``; scheduling requeues the victim at once, keeping
 its age and checkpoint. Placement holds the victims' nodes for the preemptor
 until it starts, so nobody else takes them meanwhile.
 
+**Elastic jobs shrink instead.** When the plan makes the room by shrinking
+elastic jobs (``Plan.shrinks``), the core emits ``JobResized`` for each
+(``for_job``, the grace period) instead of ``PreemptionRequested``: the nodes
+they give back are free at once and held for the preemptor, and each shrunk
+job counts as one preemption in the rate limits.
+
 **Rate limits.** At most ``per_minute`` preemptions in any minute of log time,
 cluster-wide, and ``per_account_per_minute`` of one victim account; a
 preemptor whose set would exceed them waits (it never preempts a part).
@@ -26,6 +32,7 @@ from events import catalogue as c
 from events.base import Event
 from services.domain.config import config_rejected
 from services.domain.preemption.fold import PREEMPTION
+from services.domain.jobs import Job
 from services.domain.preemption.planner import PreemptionPlanner
 from services.domain.preemption.state import DEFAULT_RULES, VICTIM_ORDERS, Plan, PreemptionConfig, PreemptionState
 
@@ -50,9 +57,9 @@ class PreemptionCore(PreemptionPlanner):
         taken: set[str] = set()
         for pre in self.preemptors(state)[: self.max_preemptors_per_round]:
             plan = self.plan(state, pre.job_id, taken)
-            if not plan.victims:
+            if not plan.victims and not plan.shrinks:
                 continue
-            victims = [state.jobs.jobs[v] for v in plan.victims]
+            victims = [state.jobs.jobs[v] for v in plan.victims or sorted(plan.shrinks)]
             accounts: dict[str, int] = {}
             for v in victims:
                 accounts[v.spec.account] = accounts.get(v.spec.account, 0) + 1  # type: ignore[union-attr]
@@ -62,7 +69,10 @@ class PreemptionCore(PreemptionPlanner):
             total += len(victims)
             for a, n in accounts.items():
                 per_account[a] = per_account.get(a, 0) + n
-            taken.update(plan.victims)
+            taken.update(v.job_id for v in victims)
+            if plan.shrinks:
+                out.extend(shrink_events(state, pre, plan, cfg.grace_period_s, self.name))
+                continue
             for v in victims:
                 out.append(c.PreemptionRequested(
                     id=f"preemption/PreemptionRequested/{v.job_id}/{v.attempt}", ts=state.now,
@@ -71,3 +81,23 @@ class PreemptionCore(PreemptionPlanner):
                     reason=f"for {pre.job_id} ({pre.spec.priority_class}): {plan.reasons[v.job_id]}",  # type: ignore[union-attr]
                 ))
         return out
+
+
+def shrink_events(state: PreemptionState, pre: Job, plan: Plan, grace_period_s: float, source: str) -> list[Event]:
+    """``JobResized`` for each elastic job of ``plan.shrinks``: its allocation without the nodes it gives
+    back to ``pre`` (the released nodes are free at once; its tasks there are stopped within the grace)."""
+    out: list[Event] = []
+    for victim_id, released in sorted(plan.shrinks.items()):
+        job = state.jobs.jobs[victim_id]
+        gone = set(released)
+        kept = [a for a in job.allocations if a.node not in gone]
+        out.append(c.JobResized(
+            id=f"preemption/JobResized/{victim_id}/{job.attempt}/{state.seq}", ts=state.now, source=source,
+            correlation_id=victim_id, job_id=victim_id, attempt=job.attempt, allocations=kept, nodes=len(kept),
+            previous_nodes=len(job.allocations), for_job=pre.job_id, grace_period_s=grace_period_s,
+            basis_seq=state.seq,
+            reason=f"shrunk from {len(job.allocations)} to {len(kept)} nodes for {pre.job_id} "
+                   f"({pre.spec.priority_class if pre.spec else ''}), giving back {', '.join(released)}: "
+                   f"{plan.reasons[victim_id]}",
+        ))
+    return out

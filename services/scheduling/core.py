@@ -57,7 +57,9 @@ Besides cycles, in this order:
    for it.
 3. **Scheduling timeout**: a job still pending ``scheduling_timeout_s`` after
    it was accepted (or requeued) ends ``UNSCHEDULABLE`` with the reason it
-   was waiting. Time moves with the log; a live cluster's ticker
+   was waiting. A gang (more than one node at its least) with an
+   ``assembly_timeout_s`` ends the same way when that comes first, the reason
+   starting "assembly timeout:" and saying how many nodes it could not assemble. Time moves with the log; a live cluster's ticker
    (``ClockTicked``, published by inventory) makes sure it moves when nothing
    else happens.
 4. **Configuration** that cannot be applied is answered with ``ConfigRejected``.
@@ -83,7 +85,7 @@ from services.domain.config import config_rejected
 from services.domain.dependencies import NEVER, dependency_expired, dependency_status
 from services.domain.jobs import FAILURES
 from services.domain.queue.codec import SNAPSHOT_FORMAT
-from services.domain.queue.fold import SCHEDULER, QueueFold
+from services.domain.queue.fold import SCHEDULER, QueueFold, assembly_limit
 from services.domain.queue.state import SchedulingState
 from services.domain.queue.waiting import WAITING_KINDS, Waiting
 
@@ -160,10 +162,16 @@ class SchedulingCore(QueueFold):
                 job = state.pending.get(job_id)
                 if job is None or state.deadlines.get(job_id) != deadline or job.spec is None or job_id in ended:
                     continue
+                spec = job.spec
+                assembly = assembly_limit(spec)
+                if assembly is not None and (spec.scheduling_timeout_s is None or assembly < spec.scheduling_timeout_s):
+                    why = (f"assembly timeout: the gang did not assemble {'at least ' if spec.elastic else ''}"
+                           f"{spec.least_nodes} nodes within {assembly:g} s: {self.why_waiting(state, job)}")
+                else:
+                    why = f"not started within {spec.scheduling_timeout_s:g} s: {self.why_waiting(state, job)}"
                 out.append(c.JobUnschedulable(
                     id=f"scheduling/JobUnschedulable/{job_id}/{job.attempt}", ts=state.now, correlation_id=job_id,
-                    source=self.name, job_id=job_id, basis_seq=state.seq,
-                    reason=f"not started within {job.spec.scheduling_timeout_s:g} s: {self.why_waiting(state, job)}",
+                    source=self.name, job_id=job_id, basis_seq=state.seq, reason=why,
                 ))
         # 4. configuration that could not be applied
         out.extend(config_rejected(self.name, state.config_rejections, state.now, state.seq))
@@ -171,10 +179,13 @@ class SchedulingCore(QueueFold):
         # At virtual time a cycle is decided on the tick itself: the simulator has
         # published everything of the instant before it, and nothing follows it.
         ticked = not self.virtual_time or state.tick_seq == state.seq
-        if state.placed_cycle >= state.cycle and state.dirty_seq > state.cycle_basis and state.pending and ticked:
+        # An elastic job below its most nodes calls for a cycle too, with no candidates if need be:
+        # placement grows it into room no candidate wanted (services/placement/growth.py).
+        if state.placed_cycle >= state.cycle and state.dirty_seq > state.cycle_basis and (
+                state.pending or state.growable) and ticked:
             candidates, borrowing = self.candidates(state)
             cycle = state.cycle + 1
-            if not candidates:
+            if not candidates and not state.growable:
                 return out
             out.append(
                 c.SchedulingCycleCompleted(

@@ -142,6 +142,9 @@ def normalise(
         gpu_memory = 0 if r.gpu_memory is None else parse_memory(r.gpu_memory, "resources.gpu_memory")
         nodes = parse_count(sub.nodes, "nodes", minimum=1, maximum=limits.max_nodes_per_job)
         tasks_per_node = parse_count(sub.tasks_per_node, "tasks_per_node", minimum=1, maximum=MAX_TASKS_PER_NODE)
+        least = elastic_least(sub, nodes, tasks_per_node, limits)
+        assembly = (None if sub.assembly_timeout_s is None
+                    else parse_duration(sub.assembly_timeout_s, "assembly_timeout_s"))
         model = parse_gpu_model(r.gpu_type, "resources.gpu_type") if r.gpu_type else None
         time_limit = (
             limits.default_time_limit_s if sub.time_limit_s is None else parse_duration(sub.time_limit_s, "time_limit_s")
@@ -192,6 +195,11 @@ def normalise(
         raise Rejection("time_limit_s", f"{sub.time_limit_s!r} must be more than 0 seconds")
     if timeout is not None and timeout <= 0:
         raise Rejection("scheduling_timeout_s", "must be more than 0 seconds, or omitted to wait forever")
+    if assembly is not None and assembly <= 0:
+        raise Rejection("assembly_timeout_s", "must be more than 0 seconds, or omitted to wait forever")
+    if least < nodes and sub.nodelist:
+        raise Rejection("min_nodes", "a job that names its nodes (--nodelist) runs on all of them: it cannot be "
+                        "elastic")
     if dep_timeout is not None and dep_timeout <= 0:
         raise Rejection("dependency_timeout_s", "must be more than 0 seconds, or omitted to wait forever")
     if model is None and (r.gpu_memory is not None) and gpus == 0 and node_gpus == 0:
@@ -215,7 +223,7 @@ def normalise(
 
     def need(memory: int) -> Need:
         return Need(cpus_milli, memory, gpus, model.type if model else None, model.variant if model else None,
-                    gpu_memory, nodes, tasks_per_node, gpus_per_node=node_gpus)
+                    gpu_memory, least, tasks_per_node, gpus_per_node=node_gpus)  # an elastic job needs its least
 
     partition = ""
     if candidates.none_defined:
@@ -235,7 +243,7 @@ def normalise(
             cfg = parts.configs[name]
             t = time_limit if time_given else default_time(cfg, limits.default_time_limit_s)
             m = memory_bytes if memory_given else default_memory(cfg, cpus_milli, gpus)
-            problem = limit_problem(cfg, time_limit_s=t, time_given=time_given, nodes=nodes, account=account,
+            problem = limit_problem(cfg, time_limit_s=t, time_given=time_given, nodes=least, account=account,
                                     qos=sub.qos)
             if problem is None and capacity is not None:
                 nodes_of = capacity_of(name) if capacity_of is not None else capacity
@@ -246,6 +254,11 @@ def normalise(
                                            f"{problem[1]}")
             if problem is None:
                 partition, time_limit, memory_bytes = name, t, m
+                if cfg.max_nodes is not None and nodes > cfg.max_nodes:  # an elastic job's most, cut to MaxNodes
+                    nodes = cfg.max_nodes
+                    if warnings is not None:
+                        warnings.append(f"at most {nodes} nodes in partition {name!r} (MaxNodes): the job grows "
+                                        f"to {nodes}, not to {sub.nodes}")
                 break
             refused.append((name, *problem))
         if not partition:
@@ -344,6 +357,8 @@ def normalise(
         gpu_variant=model.variant if model else None,
         gpu_memory_bytes=gpu_memory,
         nodes=nodes,
+        min_nodes=least if least < nodes else 0,
+        assembly_timeout_s=assembly,
         tasks_per_node=tasks_per_node,
         time_limit_s=time_limit,
         scheduling_timeout_s=timeout,
@@ -386,6 +401,24 @@ def normalise(
         raise Rejection("array", f"{len(array.indices):,} tasks of {size:,} bytes each is more than "
                         f"{limits.max_array_bytes:,} bytes; use fewer tasks or a smaller job")
     return spec
+
+
+def elastic_least(sub: c.JobSubmitted, nodes: int, tasks_per_node: int, limits: Limits) -> int:
+    """The fewest nodes the job runs on: ``min_nodes`` (Slurm's ``--nodes MIN-MAX``) and ``min_available``
+    tasks (Volcano's minAvailable) in whole nodes, the larger of the two; ``nodes`` for a rigid job."""
+    least = nodes
+    if sub.min_nodes is not None:
+        least = parse_count(sub.min_nodes, "min_nodes", minimum=1, maximum=limits.max_nodes_per_job)
+        if least > nodes:
+            raise Rejection("min_nodes", f"{least} is above nodes {nodes}: the least nodes cannot exceed the most")
+    if sub.min_available is not None:
+        tasks = parse_count(sub.min_available, "min_available", minimum=1,
+                            maximum=limits.max_nodes_per_job * MAX_TASKS_PER_NODE)
+        if tasks > nodes * tasks_per_node:
+            raise Rejection("min_available", f"{tasks} tasks is more than the gang's {nodes} x {tasks_per_node}")
+        whole = -(-tasks // tasks_per_node)
+        least = max(whole, sub.min_nodes or 0) if sub.min_nodes is not None else whole
+    return least
 
 
 def admission(

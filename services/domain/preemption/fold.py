@@ -89,6 +89,18 @@ class PreemptionFold:
                     if event.source == PREEMPTION and job.spec is not None:
                         state.recent.append((state.now, job.spec.account))
                 return state
+            case c.JobResized(job_id=victim, for_job=for_job) if for_job:
+                # A shrink for a preemptor: the nodes it gives back are held for it, and its round has
+                # ended (nothing is left stopping): it preempts more only if a cycle leaves it blocked again.
+                job = state.jobs.get(victim)
+                pre = state.jobs.get(for_job)
+                if job is not None and job.state in HOLDS_RESOURCES and job.attempt == event.attempt:
+                    kept = {a.node for a in event.allocations}
+                    if pre is not None and pre.state is JobState.PENDING:
+                        hold_room(state.held, [a for a in job.allocations if a.node not in kept], for_job)
+                        state.round_ended[for_job] = record.seq
+                    if event.source == PREEMPTION and job.spec is not None:
+                        state.recent.append((state.now, job.spec.account))
             case c.JobCheckpointed(job_id=job_id):
                 state.checkpoint_ts[job_id] = state.now
             case c.JobPreempted(job_id=job_id, for_job=for_job):

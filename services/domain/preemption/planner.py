@@ -37,6 +37,14 @@ preemptor's nodes are its ``nodes`` cheapest options (a node where it fits
 already costs nothing); a gang victim is preempted whole (all of its nodes are
 given back). Sets compare by total work lost, then total GPUs, then total age.
 
+**Elastic victims shrink first.** Before any victim is chosen, the planner
+tries to make the room by shrinking eligible elastic jobs (``--nodes
+MIN-MAX``) only: each gives back nodes above its ``min_nodes`` (never its
+first node, where its batch script runs), node by node until the preemptor
+fits on its least nodes (``_shrink``). That loses no work, so it always wins
+over preempting; when shrinking alone cannot make the room, victims are
+chosen as below (an elastic job may then be preempted whole).
+
 The same add-then-put-back pass also runs cluster-wide over all eligible
 victims in cost order (it finds a gang victim that frees several of a gang
 preemptor's nodes at once); the cheaper of the two sets is chosen.
@@ -53,7 +61,7 @@ from __future__ import annotations
 
 import math
 
-from services.domain.cluster import request_of
+from services.domain.cluster import least, request_of
 from services.domain.fairshare import association
 from services.domain.fit.context import Context
 from services.domain.fit.cycle import Overlay
@@ -186,8 +194,13 @@ class PreemptionPlanner(PreemptionFold):
         # Nor is room outside its partition (services/domain/partitions.py).
         ctx = Context(start_ts=state.now, end_ts=state.now + spec.time_limit_s, account=spec.account, job_id=job_id,
                       held=state.held, partition=state.sched.partitions.view(spec.partition))
-        fit = Fitter(req, ctx)  # the filters that apply to this job, chosen once for every node tried
+        fit = Fitter(least(req), ctx)  # the filters that apply to this job, chosen once for every node tried
         base = Overlay()  # victims chosen for others in this round are not eligible: their room is theirs
+        shrunk = self._shrink(state, fit, base, eligible)
+        if shrunk is not None:  # elastic jobs give back nodes above their least: nobody is preempted
+            out.shrinks, out.nodes = shrunk
+            out.reasons = {v: eligible[v][1] for v in out.shrinks}
+            return out
         chosen = self._global(state, fit, base, eligible)
         if state.config.victims == "cheapest":
             # Node by node finds the cheap room on the right nodes; the cluster-wide pass finds
@@ -248,6 +261,52 @@ class PreemptionPlanner(PreemptionFold):
         if not victims:
             return None  # it fits already: nothing to preempt (placement will place it)
         return victims, [name for _, name, _ in best]
+
+    def _shrink(self, state: PreemptionState, fit: Fitter, base: Overlay, eligible: dict[str, tuple[Job, str]]
+                ) -> tuple[dict[str, list[str]], list[str]] | None:
+        """Room made by shrinking eligible elastic jobs only (each down to its ``min_nodes`` at most, never
+        off its first node): node by node in name order, the nodes it fits already, then those where
+        giving back the elastic allocations there (by job id) makes it fit, until it has its least nodes.
+        None when shrinking alone cannot make the room (then victims are preempted as before)."""
+        spare = {}
+        for job_id, (job, _why) in eligible.items():
+            spec = job.spec
+            assert spec is not None
+            if spec.elastic and len(job.allocations) > spec.min_nodes:
+                spare[job_id] = len(job.allocations) - spec.min_nodes
+        if not spare:
+            return None
+        overlay = base.copy()
+        need = fit.req.nodes
+        nodes: list[str] = []
+        shrinks: dict[str, list[str]] = {}
+        for node in state.cluster.sorted_nodes():
+            if len(nodes) >= need:
+                break
+            if not node.schedulable:
+                continue
+            if self._fits(state, node.name, fit, overlay):
+                nodes.append(node.name)
+                continue
+            trial = overlay.copy()
+            given: list[str] = []
+            for job_id in sorted(node.jobs):
+                job = state.jobs.jobs[job_id]
+                if spare.get(job_id, 0) <= 0 or job.allocations[0].node == node.name:
+                    continue
+                trial.give(node.jobs[job_id])
+                given.append(job_id)
+                if self._fits(state, node.name, fit, trial):
+                    break
+            if given and self._fits(state, node.name, fit, trial):
+                overlay = trial
+                nodes.append(node.name)
+                for job_id in given:
+                    spare[job_id] -= 1
+                    shrinks.setdefault(job_id, []).append(node.name)
+        if len(nodes) < need or not shrinks:
+            return None
+        return shrinks, nodes
 
     def _global(self, state: PreemptionState, fit: Fitter, base: Overlay,
                 eligible: dict[str, tuple[Job, str]]) -> tuple[set[str], list[str]] | None:

@@ -73,6 +73,8 @@ class Plan:
     cost: tuple[float, float, float] = (0.0, 0.0, 0.0)
     reasons: dict[str, str] = field(default_factory=dict)  # victim -> why it was chosen
     why_not: str = ""  # when there is no plan
+    # elastic victims shrunk instead of preempted: victim -> the nodes it gives back (then ``victims`` is empty)
+    shrinks: dict[str, list[str]] = field(default_factory=dict)
 
 
 class PreemptionState(CoreState):

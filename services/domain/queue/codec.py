@@ -13,7 +13,7 @@ import heapq
 import msgspec
 
 from services.domain.fairshare import Account
-from services.domain.jobs import Job, JobState
+from services.domain.jobs import HOLDS_RESOURCES, Job, JobState
 from services.domain.partitions import Partitions, PartitionsData
 from services.domain.policy import PolicyConfig
 from services.domain.queue.state import Charge, SchedulingState
@@ -141,6 +141,8 @@ def _rebuild(state: SchedulingState, wakeups_due: set[str]) -> None:
                 state.expiring.add(job.job_id)
             if job.not_before_ts > state.now or job.job_id in wakeups_due:
                 state.wakeups.append((job.not_before_ts, job.job_id))
+        if spec.elastic and job.state in HOLDS_RESOURCES and 0 < len(job.allocations) < spec.nodes:
+            state.growable.add(job.job_id)
         if job.job_id in state.charges and spec.array is not None:
             state.array_running[spec.array] = state.array_running.get(spec.array, 0) + 1
     for job_id, deadline in state.deadlines.items():

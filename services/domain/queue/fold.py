@@ -174,6 +174,10 @@ class QueueFold:
             state.dirty_seq = state.capacity_seq = state.nodes_seq = seq
             return state
         tr = state.jobs.apply(event, seq, state.now)
+        if isinstance(event, c.JobResized):
+            track_growable(state, event.job_id)
+            if event.nodes < event.previous_nodes:
+                state.dirty_seq = state.capacity_seq = seq  # a shrink frees nodes (for its preemptor)
         if tr is not None:
             self._track(state, tr, seq)
         elif isinstance(event, c.JobPriorityChanged) and event.job_id in state.pending:
@@ -229,6 +233,8 @@ class QueueFold:
     def _track(self, state: SchedulingState, tr: Transition, seq: int) -> None:
         job = tr.job
         spec = job.spec
+        if spec is not None and spec.elastic:
+            track_growable(state, job.job_id)
         state.singletons.track(state.jobs, tr)
         if tr.before is None and spec is not None:
             for dep in spec.dependencies:
@@ -295,11 +301,12 @@ class QueueFold:
             state.expiring.add(job.job_id)
         if job.not_before_ts > state.now:
             heapq.heappush(state.wakeups, (job.not_before_ts, job.job_id))
-        if spec.scheduling_timeout_s is not None:
+        wait = waiting_limit(spec)
+        if wait is not None:
             if before is not JobState.HELD or job.job_id not in state.deadlines:
                 # the clock runs from acceptance or requeue, through holds (from the release for a job
                 # submitted held)
-                state.deadlines[job.job_id] = state.now + spec.scheduling_timeout_s
+                state.deadlines[job.job_id] = state.now + wait
             heapq.heappush(state.deadline_heap, (state.deadlines[job.job_id], job.job_id))
 
     def _leave_pending(self, state: SchedulingState, job: Job) -> None:
@@ -396,3 +403,26 @@ class QueueFold:
     def load(self, data: bytes) -> SchedulingState | None:
         """The state a ``dump`` wrote, or None when it is from another format or configuration."""
         return codec.load(data, self.fingerprint())
+
+
+def waiting_limit(spec: c.JobSpec) -> float | None:
+    """How long a job may stay pending before it ends ``UNSCHEDULABLE``: its scheduling timeout, or a
+    gang's assembly timeout (``assembly_timeout_s``), the shorter of the two (None: for ever)."""
+    limits = [t for t in (spec.scheduling_timeout_s, assembly_limit(spec)) if t is not None]
+    return min(limits) if limits else None
+
+
+def assembly_limit(spec: c.JobSpec) -> float | None:
+    """The assembly timeout of a gang (a job of more than one node at its least), else None."""
+    return spec.assembly_timeout_s if spec.least_nodes > 1 else None
+
+
+def track_growable(state: SchedulingState, job_id: str) -> None:
+    """``growable``: the elastic jobs holding resources on fewer nodes than their most (they call for a
+    cycle when room frees, though nothing is pending: services/placement/growth.py)."""
+    job = state.jobs.jobs.get(job_id)
+    if (job is not None and job.spec is not None and job.spec.elastic and job.state in HOLDS_RESOURCES
+            and 0 < len(job.allocations) < job.spec.nodes):
+        state.growable.add(job_id)
+    else:
+        state.growable.discard(job_id)

@@ -66,3 +66,4 @@ class SchedulingState(CoreState):
         self.expiring: set[str] = set()  # pending jobs with a dependency timeout or a deadline (Slurm's --deadline)
         self.deadline_heap: list[tuple[float, str]] = []
         self.wakeups: list[tuple[float, str]] = []  # (not before, job) of requeued jobs in backoff
+        self.growable: set[str] = set()  # elastic jobs holding resources below their most nodes

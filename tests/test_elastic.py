@@ -1,0 +1,394 @@
+"""Elastic gangs (issue 19): --nodes MIN-MAX and minAvailable at submission, the largest size that fits
+at placement, growth when room frees (JobResized), a shrink instead of a preemption, the assembly
+timeout, the world size in the job's environment; pure cores (Feed), each with its arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+
+from events import catalogue as c
+from services.agent.core import AgentCore
+from services.agent.executors import job_environment
+from services.domain.jobs import JobState
+from services.domain.protocol import Record
+from services.placement.core import PlacementCore
+from services.preemption.core import PreemptionCore
+from services.scheduling.core import SchedulingCore
+from services.submission.validate import Rejection, normalise
+from events.codec import encode
+from services.host.check import check_log
+from services.runtime.replay import replay_decisions
+from tests.helpers import Feed, accepted, node
+
+GIB = 1 << 30
+
+
+def cycle(n: int, candidates: list[str]) -> c.SchedulingCycleCompleted:
+    return c.SchedulingCycleCompleted(id=f"scheduling/SchedulingCycleCompleted/{n}", cycle=n, candidates=candidates,
+                                      queued=len(candidates), correlation_id=str(n), source="scheduling", basis_seq=1)
+
+
+def placement(*names: str, gpus: int = 8) -> Feed:
+    f = Feed(PlacementCore())
+    for name in names:
+        f.evt("agent", node(name, gpus=gpus))
+        f.evt("inventory", c.NodeReady(node=name, basis_seq=1))
+    return f
+
+
+def gpu_alloc(on: str, first: int, gpus: int) -> c.NodeAllocation:
+    return c.NodeAllocation(node=on, device_ids=[f"gpu{first + k}" for k in range(gpus)], cpus_milli=1000,
+                            memory_bytes=GIB)
+
+
+def run(f: Feed, job_id: str, *allocs: c.NodeAllocation, **kw) -> None:
+    f.evt("submission", accepted(job_id, **kw), dt=0.0)
+    f.evt("placement", c.JobScheduled(job_id=job_id, attempt=1, allocations=list(allocs)), dt=0.0)
+    f.evt("agent", c.JobStarted(job_id=job_id, attempt=1, node=allocs[0].node), dt=1.0)
+
+
+# ------------------------------------------------------------------ submission
+
+
+def submitted(**kw) -> c.JobSubmitted:
+    return c.JobSubmitted(job_id="e", tenant="acme", command=["true"], **kw)
+
+
+def test_a_node_range_and_min_available_become_the_least_nodes_of_the_spec():
+    spec = normalise(submitted(nodes=4, min_nodes=2), subject_tenant="acme", gpu_models=set())
+    assert (spec.nodes, spec.min_nodes, spec.elastic, spec.least_nodes) == (4, 2, True, 2)
+    # minAvailable 5 tasks of 2 per node: ceil(5 / 2) = 3 nodes at least
+    spec = normalise(submitted(nodes=4, tasks_per_node=2, min_available=5), subject_tenant="acme", gpu_models=set())
+    assert (spec.nodes, spec.min_nodes) == (4, 3)
+    # both: the larger least wins (min_nodes 2, minAvailable 7 tasks of 2 = 4 nodes -> 4 = the most: rigid)
+    spec = normalise(submitted(nodes=4, tasks_per_node=2, min_nodes=2, min_available=7), subject_tenant="acme",
+                     gpu_models=set())
+    assert (spec.nodes, spec.min_nodes, spec.elastic) == (4, 0, False)
+    # a range of one count is a rigid job, as before
+    spec = normalise(submitted(nodes=3, min_nodes=3), subject_tenant="acme", gpu_models=set())
+    assert (spec.min_nodes, spec.elastic, spec.least_nodes) == (0, False, 3)
+    spec = normalise(submitted(nodes=3, assembly_timeout_s=60), subject_tenant="acme", gpu_models=set())
+    assert spec.assembly_timeout_s == 60.0
+
+
+@pytest.mark.parametrize("fields, field, words", [
+    ({"nodes": 2, "min_nodes": 3}, "min_nodes", "cannot exceed the most"),
+    ({"nodes": 2, "min_available": 3}, "min_available", "more than the gang's 2 x 1"),
+    ({"nodes": 2, "min_nodes": 0}, "min_nodes", ""),
+    ({"nodes": 2, "assembly_timeout_s": 0}, "assembly_timeout_s", "more than 0"),
+    ({"nodes": 3, "min_nodes": 2, "nodelist": ["a", "b", "c"]}, "min_nodes", "cannot be elastic"),
+])
+def test_what_an_elastic_submission_may_not_say(fields, field, words):
+    with pytest.raises(Rejection) as info:
+        normalise(submitted(**fields), subject_tenant="acme", gpu_models=set())
+    assert info.value.field == field and words in info.value.reason
+
+
+# ------------------------------------------------------------------ placement: the largest size that fits
+
+
+def test_an_elastic_gang_starts_on_as_many_nodes_as_fit_and_never_below_its_least():
+    f = placement("a", "b", "c", "d")
+    run(f, "busy", gpu_alloc("c", 0, 8), gpu_alloc("d", 0, 8), gpus=8, nodes=2)
+    # 8 GPUs per node on 2 to 4 nodes: a and b are free, c and d full -> it starts on 2
+    f.evt("submission", accepted("el", gpus=8, nodes=4, min_nodes=2))
+    f.evt("scheduling", cycle(1, ["el"]))
+    scheduled, done = f.settle()
+    assert isinstance(scheduled, c.JobScheduled) and [a.node for a in scheduled.allocations] == ["a", "b"]
+    assert done.scheduled == 1 and f.state.elastic == {"el"}  # below its most: it may grow
+
+
+def test_an_elastic_gang_whose_least_does_not_fit_waits_and_says_its_least():
+    f = placement("a", "b", "c")
+    run(f, "busy", gpu_alloc("b", 0, 8), gpu_alloc("c", 0, 8), gpus=8, nodes=2)
+    f.evt("submission", accepted("el", gpus=8, nodes=3, min_nodes=2))
+    f.evt("scheduling", cycle(1, ["el"]))
+    blocked, done = f.settle()
+    assert isinstance(blocked, c.PlacementBlocked) and done.blocked == 1
+    assert [r.reason for r in blocked.reasons if r.filter == "Gang"] == [
+        "only 1 of the 2 nodes the gang needs at least fit"]
+
+
+# ------------------------------------------------------------------ growth
+
+
+def test_an_elastic_job_grows_into_room_no_candidate_wanted_keeping_its_first_node_first():
+    f = placement("a", "b", "c", "d")
+    f.evt("submission", accepted("busy", gpus=8, nodes=2))
+    f.evt("scheduling", cycle(1, ["busy"]))
+    assert [a.node for a in f.settle()[0].allocations] == ["a", "b"]
+    f.evt("agent", c.JobStarted(job_id="busy", attempt=1, node="a"))
+    f.evt("submission", accepted("el", gpus=8, nodes=4, min_nodes=2))
+    f.evt("scheduling", cycle(2, ["el"]))
+    assert [a.node for a in f.settle()[0].allocations] == ["c", "d"]
+    # busy ends: a cycle with no candidates (the scheduler's, for a job below its most) grows el to 4
+    f.evt("agent", c.JobSucceeded(job_id="busy", attempt=1))
+    f.evt("scheduling", cycle(3, []))
+    resized, done = f.settle()
+    assert isinstance(resized, c.JobResized) and done.scheduled == 0
+    assert [a.node for a in resized.allocations] == ["c", "d", "a", "b"]
+    assert (resized.nodes, resized.previous_nodes, resized.for_job) == (4, 2, "")
+    assert resized.reason == "grew from 2 to 4 of its 4 nodes: a, b free after cycle 3"
+    assert f.state.cluster.nodes["a"].jobs.keys() == {"el"} and not f.state.elastic
+    assert f.decide() == []  # at its most: it grows no more
+    assert check_log(f.records).ok
+    report = replay_decisions(PlacementCore(), f.records)
+    assert report.decisions and report.reproduced == report.decisions and not report.mismatches
+
+
+def test_growth_waits_while_a_candidate_is_blocked():
+    f = placement("a", "b", "c")
+    f.evt("submission", accepted("el", gpus=8, nodes=3, min_nodes=1))
+    run(f, "busy", gpu_alloc("b", 0, 4), gpu_alloc("c", 0, 4), gpus=4, nodes=2)
+    f.evt("scheduling", cycle(1, ["el"]))
+    scheduled, _ = f.settle()
+    assert [a.node for a in scheduled.allocations] == ["a"]  # b and c have 4 GPUs free, it needs 8 per node
+    # a wide job waits for 2 whole nodes: when busy ends, wide is placed first, and el may not take b or c
+    f.evt("submission", accepted("wide", gpus=8, nodes=2))
+    f.evt("scheduling", cycle(2, ["wide"]))
+    assert isinstance(f.settle()[0], c.PlacementBlocked)
+    f.evt("agent", c.JobSucceeded(job_id="busy", attempt=1))
+    f.evt("scheduling", cycle(3, ["wide"]))
+    out = f.settle()
+    assert [type(e).__name__ for e in out] == ["JobScheduled", "PlacementCycleCompleted"]
+    assert [a.node for a in out[0].allocations] == ["b", "c"]
+
+
+# ------------------------------------------------------------------ scheduling: cycles for growth, assembly
+
+
+def test_the_scheduler_calls_a_cycle_for_an_elastic_job_below_its_most_when_room_frees():
+    f = Feed(SchedulingCore())
+    f.evt("agent", node("a"))
+    f.evt("submission", accepted("el", gpus=8, nodes=2, min_nodes=1))
+    (first,) = [e for e in f.settle() if isinstance(e, c.SchedulingCycleCompleted)]
+    f.evt("placement", c.JobScheduled(job_id="el", attempt=1, allocations=[gpu_alloc("a", 0, 8)]))
+    f.evt("placement", c.PlacementCycleCompleted(cycle=first.cycle, basis_seq=f.seq))
+    assert f.state.growable == {"el"} and not f.state.pending
+    assert not [e for e in f.settle() if isinstance(e, c.SchedulingCycleCompleted)]  # nothing changed since
+    f.evt("agent", node("b"))  # room: a new node
+    (grow,) = [e for e in f.settle() if isinstance(e, c.SchedulingCycleCompleted)]
+    assert grow.candidates == []
+    f.evt("placement", c.JobResized(job_id="el", attempt=1, allocations=[gpu_alloc("a", 0, 8), gpu_alloc("b", 0, 8)],
+                                    nodes=2, previous_nodes=1))
+    assert f.state.growable == set()
+
+
+def tick(f: Feed, dt: float) -> None:
+    f.evt("inventory", c.ClockTicked(now_ts=f.time + dt), dt=dt)
+
+
+def test_a_gang_that_cannot_assemble_in_time_ends_with_the_assembly_reason():
+    f = Feed(SchedulingCore())
+    f.evt("agent", node("a"))
+    f.evt("submission", accepted("gang", gpus=8, nodes=3, min_nodes=2, assembly_timeout_s=60.0,
+                                 scheduling_timeout_s=600.0), dt=0.0)
+    accepted_at = f.time
+    f.settle()
+    f.evt("placement", c.PlacementBlocked(job_id="gang", cycle=1, reasons=[c.BlockReason(
+        reason="only 1 of the 2 nodes the gang needs at least fit", nodes=1, filter="Gang")]))
+    f.evt("placement", c.PlacementCycleCompleted(cycle=1, blocked=1))
+    tick(f, accepted_at + 59.0 - f.time)
+    assert not [e for e in f.settle() if isinstance(e, c.JobUnschedulable)]
+    tick(f, 1.0)  # 60 s after acceptance: the assembly timeout, not the 600 s one
+    (ended,) = [e for e in f.settle() if isinstance(e, c.JobUnschedulable)]
+    assert ended.reason.startswith("assembly timeout: the gang did not assemble at least 2 nodes within 60 s: ")
+    assert "only 1 of the 2 nodes the gang needs at least fit" in ended.reason
+    assert f.state.jobs.get("gang").state is JobState.UNSCHEDULABLE
+
+
+def test_a_one_node_job_has_no_assembly_to_time_out():
+    f = Feed(SchedulingCore())
+    f.evt("submission", accepted("one", gpus=1, assembly_timeout_s=60.0))
+    tick(f, 120.0)
+    assert not [e for e in f.settle() if isinstance(e, c.JobUnschedulable)]
+
+
+# ------------------------------------------------------------------ preemption: shrink instead
+
+
+def preemption(*names: str) -> Feed:
+    f = Feed(PreemptionCore())
+    for name in names:
+        f.evt("agent", node(name, gpus=8))
+        f.evt("inventory", c.NodeReady(node=name, basis_seq=1))
+    return f
+
+
+def left_blocked(f: Feed, n: int, *job_ids: str) -> None:
+    f.evt("scheduling", c.SchedulingCycleCompleted(cycle=n, candidates=list(job_ids), basis_seq=1))
+    f.evt("placement", c.PlacementCycleCompleted(cycle=n, blocked=len(job_ids)))
+
+
+def test_an_elastic_victim_is_shrunk_to_make_room_instead_of_preempted():
+    f = preemption("a", "b", "c", "d")
+    # el (low) runs on all 4 nodes, 2 at least; a critical 2-node gang needs 2 whole nodes
+    run(f, "el", *(gpu_alloc(n, 0, 8) for n in "abcd"), gpus=8, nodes=4, min_nodes=2, priority_class="low")
+    f.evt("submission", accepted("vip", gpus=8, nodes=2, priority_class="critical"))
+    left_blocked(f, 1, "vip")
+    out = f.settle()
+    assert [type(e).__name__ for e in out] == ["JobResized"]
+    (shrink,) = out
+    # node by node: a is its first node (kept); b and c give it the 2 nodes it needs; d stays
+    assert [a.node for a in shrink.allocations] == ["a", "d"]
+    assert (shrink.nodes, shrink.previous_nodes, shrink.for_job) == (2, 4, "vip")
+    assert shrink.reason.startswith("shrunk from 4 to 2 nodes for vip (critical), giving back b, c: class low")
+    assert f.state.held == {"b": frozenset({"vip"}), "c": frozenset({"vip"})}
+    assert f.state.jobs.get("el").state is JobState.RUNNING
+    assert f.decide() == []  # its round is over: no more until a cycle leaves vip blocked again
+    assert check_log(f.records).ok
+    report = replay_decisions(PreemptionCore(), f.records)
+    assert report.decisions == report.reproduced == 1 and not report.mismatches
+
+
+def test_a_shrink_that_cannot_make_the_room_leaves_it_to_preemption_whole():
+    f = preemption("a", "b", "c")
+    run(f, "el", *(gpu_alloc(n, 0, 8) for n in "abc"), gpus=8, nodes=3, min_nodes=2, priority_class="low")
+    f.evt("submission", accepted("vip", gpus=8, nodes=2, priority_class="critical"))
+    left_blocked(f, 1, "vip")
+    # shrinking gives 1 node at most (3 - 2): not the 2 vip needs -> el is preempted whole
+    (request,) = f.settle()
+    assert isinstance(request, c.PreemptionRequested) and request.job_id == "el"
+
+
+def test_an_elastic_preemptor_makes_room_for_its_least_only():
+    f = preemption("a", "b")
+    run(f, "low1", gpu_alloc("a", 0, 8), gpus=8, priority_class="low")
+    run(f, "low2", gpu_alloc("b", 0, 8), gpus=8, priority_class="low")
+    f.evt("submission", accepted("vip", gpus=8, nodes=2, min_nodes=1, priority_class="critical"))
+    left_blocked(f, 1, "vip")
+    requests = f.settle()
+    assert [e.job_id for e in requests] == ["low2"]  # one node (its least), the youngest victim's
+
+
+# ------------------------------------------------------------------ the agent and the job's environment
+
+
+def test_the_world_size_is_in_the_environment_and_the_launching_agent_is_told_of_a_resize():
+    spec = c.JobSpec(tenant="acme", gpus=8, nodes=4, min_nodes=2)
+    allocs = [gpu_alloc("a", 0, 8), gpu_alloc("b", 0, 8)]
+    env = job_environment("el", 1, spec, allocs[0], allocations=allocs)
+    assert {k: env[k] for k in ("HORIZON_WORLD_SIZE", "SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST",
+                                "HORIZON_MIN_NODES", "HORIZON_MAX_NODES")} == {
+        "HORIZON_WORLD_SIZE": "2", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "a,b",
+        "HORIZON_MIN_NODES": "2", "HORIZON_MAX_NODES": "4"}
+    rigid = job_environment("r", 1, c.JobSpec(tenant="acme"), allocs[0])
+    assert rigid["HORIZON_WORLD_SIZE"] == "1" and "HORIZON_MIN_NODES" not in rigid
+
+    seq = 0
+
+    def record(event: c.Event) -> tuple[Record, c.Event]:
+        nonlocal seq
+        seq += 1
+        return Record(seq, "x", encode(event), 1000.0 + seq, {}), event
+
+    first, other = AgentCore(["a"]), AgentCore(["c"])
+    log = [record(accepted("el", gpus=8, nodes=4, min_nodes=2)),
+           record(c.JobScheduled(job_id="el", attempt=1, allocations=allocs)),
+           record(c.JobStarted(job_id="el", attempt=1, node="a")),
+           record(c.JobResized(job_id="el", attempt=1, allocations=[*allocs, gpu_alloc("c", 0, 8)], nodes=3,
+                               previous_nodes=2))]
+    assert [a.kind for a in first.fold(log)] == ["start", "resized"]
+    assert other.fold(log) == []  # not its job to launch or tell
+    assert [a.node for a in other.jobs.get("el").allocations] == ["a", "b", "c"]  # its steps may use c now
+
+
+# ------------------------------------------------------------------ over NATS, with real processes
+
+ELASTIC_JOB = r"""
+trap '. "$HORIZON_RESIZE_FILE"; echo "resized $HORIZON_RESIZE_COUNT $HORIZON_WORLD_SIZE $SLURM_NNODES $SLURM_JOB_NODELIST"' WINCH
+echo "start $HORIZON_WORLD_SIZE $SLURM_NNODES $HORIZON_MIN_NODES $HORIZON_MAX_NODES $SLURM_JOB_NODELIST"
+while :; do sleep 0.1; done
+"""
+
+
+async def test_the_real_services_start_grow_and_shrink_an_elastic_gang_and_time_out_an_assembly(
+        nats_server, tmp_path):
+    """Three nodes of 4 GPUs. "busy" holds node-00; "el" (--nodes 2-3, 4 GPUs a node) starts on node-01 and
+    node-02 and says so from its environment; busy is cancelled, el grows to 3 (JobResized by placement)
+    and its trap reads the resize file on SIGWINCH; a critical one-node job then shrinks el back to 2
+    (JobResized by preemption, nobody preempted: el gives back node-00, not its first node) and starts
+    on node-00; a 3-node gang with
+    --assembly-timeout 2s cannot assemble and ends UNSCHEDULABLE saying why. The log checks and every
+    decision replays."""
+    import asyncio
+    import sys
+
+    import nats
+
+    from services.agent.nodes import local_nodes
+    from services.host.check import check_log
+    from services.host.stack import Stack
+    from tests.e2e import Tally, events_of, read_log, wait_until
+    from tests.test_e2e_services import assert_replays
+    from tests.test_eviction import horizon as _horizon
+
+    async def horizon(url: str, *args: str) -> tuple[int, str, str]:
+        """``horizon ARGS --nats URL``, with --nats before the job's command when there is one."""
+        if "--" not in args:
+            return await _horizon(url, *args)
+        cut = args.index("--")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "services.cli.main", *args[:cut], "--nats", url, *args[cut:],
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        return proc.returncode or 0, out.decode(), err.decode()
+
+    url = nats_server.url
+    stack = Stack(url, tmp_path, nodes=local_nodes(3, gpus_per_node=4), executor="process")
+    await stack.start()
+    nc = await nats.connect(url)
+    tally = Tally()
+    await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
+    out_file = tmp_path / "jobs" / "el" / "1" / "stdout"
+
+    def said(text: str) -> bool:
+        return out_file.exists() and text in out_file.read_text()
+
+    try:
+        code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "busy", "--gpus", "4",
+                                       "--", "sleep", "600")
+        assert code == 0, err
+        await wait_until(lambda: tally.has("JobStarted", "busy"), 20, "busy to start")
+        assert tally.last[("JobStarted", "busy")]["node"] == "node-00"  # the first of equals, by name
+        code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "el", "--gpus", "4",
+                                       "--nodes", "2-3", "--", "sh", "-c", ELASTIC_JOB)
+        assert code == 0, err
+        await wait_until(lambda: said("start"), 20, "el to start")
+        assert out_file.read_text().splitlines()[0] == "start 2 2 2 3 node-[01-02]"
+
+        code, out, err = await horizon(url, "cancel", "--tenant", "acme", "busy")
+        assert code == 0, err
+        await wait_until(lambda: said("resized 1"), 20, "el to grow")
+        assert out_file.read_text().splitlines()[1] == "resized 1 3 3 node-[00-02]"
+        assert tally.last[("JobResized", "el")]["source"] == "placement"
+
+        code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "vip", "--gpus", "4",
+                                       "--priority-class", "critical", "--", "sleep", "600")
+        assert code == 0, err
+        await wait_until(lambda: said("resized 2") and tally.has("JobStarted", "vip"), 30, "el to shrink for vip")
+        assert out_file.read_text().splitlines()[2] == "resized 2 2 2 node-[01-02]"
+        assert tally.last[("JobStarted", "vip")]["node"] == "node-00"  # the node el gained last
+        assert not tally.has("PreemptionRequested", "el")
+
+        code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "gang", "--gpus", "4",
+                                       "--nodes", "3", "--assembly-timeout", "2s", "--", "true")
+        assert code == 0, err
+        await wait_until(lambda: tally.has("JobUnschedulable", "gang"), 30, "the gang's assembly to time out")
+        assert tally.last[("JobUnschedulable", "gang")]["reason"].startswith(
+            "assembly timeout: the gang did not assemble 3 nodes within 2 s: ")
+        for job_id in ("el", "vip"):
+            code, out, err = await horizon(url, "cancel", "--tenant", "acme", job_id)
+            assert code == 0, err
+        await wait_until(lambda: tally.has("JobCancelled", "el") and tally.has("JobCancelled", "vip"), 20,
+                         "el and vip to end")
+    finally:
+        await nc.close()
+        await stack.stop()
+    records = await read_log(url)
+    report = check_log(records)
+    assert report.ok, report.problems[:3]
+    resized = [e for e in events_of(records) if isinstance(e, c.JobResized)]
+    assert [(e.source, e.previous_nodes, e.nodes, e.for_job) for e in resized] == [
+        ("placement", 2, 3, ""), ("preemption", 3, 2, "vip")]
+    assert_replays(records)
