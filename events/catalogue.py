@@ -479,7 +479,9 @@ class ProfileConfigured(Event, tag="ProfileConfigured", kw_only=True):
     ``backfill``: ``none``, ``easy``, ``shadow``, ``greedy``, ``conservative``
     (a reservation for each of the first ``reservation_depth`` blocked jobs) or
     ``short`` (EASY taking only jobs that end within a tenth of the head's wait).
-    Configuring a profile again replaces it.
+    ``runtime_estimate``: where backfilling's run times come from, ``limit`` (the jobs' time limits)
+    or ``predicted`` (EASY++: the mean of the user's last two run times, capped by the limit;
+    services/domain/runtime_prediction.py). Configuring a profile again replaces it.
     """
 
     name: str
@@ -487,6 +489,7 @@ class ProfileConfigured(Event, tag="ProfileConfigured", kw_only=True):
     backfill: str = "easy"
     reservation_depth: int = 16
     user: str = ""
+    runtime_estimate: str = "limit"
 
 
 class PartitionConfigured(Event, tag="PartitionConfigured", kw_only=True):
@@ -717,6 +720,9 @@ class JobScheduled(Event, tag="JobScheduled", kw_only=True):
     backfilled: bool = False
     time_limit_s: float = 0.0
     borrowed: bool = False  # admitted beyond its account's quota, on an idle sibling's (reclaimable)
+    # how long placement expects the attempt to run (its profile's runtime_estimate "predicted": the
+    # user's history, at most time_limit_s, which stays the enforced limit); None: its time limit
+    predicted_runtime_s: float | None = None
 
 
 class JobResized(Event, tag="JobResized", kw_only=True):

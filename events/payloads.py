@@ -394,6 +394,9 @@ def _facts() -> dict[tuple[str, str], Callable[[Schema], None]]:
                                                          "partition the cluster does not define gets."),
         ("ProfileConfigured", "name"): lambda p: (_branch(p, "string").update(minLength=1, maxLength=128)),
         ("ProfileConfigured", "backfill"): choice(vocab.BACKFILL_MODES),
+        ("ProfileConfigured", "runtime_estimate"): choice(vocab.RUNTIME_ESTIMATES, "Backfilling's run times: the "
+                                                          "jobs' time limits, or predicted from each user's "
+                                                          "last two run times (EASY++)."),
         ("ProfileConfigured", "weights"): keys(vocab.SCORE_WEIGHTS, "Score plugin -> weight; unset ones keep "
                                                "their defaults."),
         ("ProfileConfigured", "reservation_depth"): count(*vocab.RESERVATION_DEPTH),

@@ -19,6 +19,7 @@ constant              checked by
 ``SELECTOR_OPS``      placement (``NodeSelectorRequirement.operator``; an unknown
                       operator is not refused, it matches no node)
 ``BACKFILL_MODES``    placement profiles (``ProfileConfigured.backfill``)
+``RUNTIME_ESTIMATES`` placement profiles (``ProfileConfigured.runtime_estimate``)
 ``SCORE_WEIGHTS``     placement profiles (``ProfileConfigured.weights`` keys)
 ``VICTIM_ORDERS``     preemption (``PreemptionConfigured.victims``)
 ``QUEUE_POLICIES``    scheduling (``PolicyConfigured.policy``)
@@ -37,8 +38,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "NODE_ACTIONS", "TOLERATION_OPS", "OPEN_MODES", "SELECTOR_OPS", "BACKFILL_MODES", "SCORE_WEIGHTS",
-    "VICTIM_ORDERS", "QUEUE_POLICIES", "POLICY_WEIGHTS", "Limits", "MAX_TASKS_PER_NODE", "MAX_RETRIES",
-    "NICE_LIMIT", "RESERVATION_DEPTH", "GRACE_PERIOD_MAX_S", "MAX_CWD_LENGTH", "IMAGE_PATTERN",
+    "RUNTIME_ESTIMATES", "VICTIM_ORDERS", "QUEUE_POLICIES", "POLICY_WEIGHTS", "Limits", "MAX_TASKS_PER_NODE",
+    "MAX_RETRIES", "NICE_LIMIT", "RESERVATION_DEPTH", "GRACE_PERIOD_MAX_S", "MAX_CWD_LENGTH", "IMAGE_PATTERN",
     "TAINT_KEY_PATTERN", "TAINT_VALUE_PATTERN", "TAINT_KEY_MAX", "TAINT_VALUE_MAX", "PARTITION_STATES",
     "UNKNOWN_PARTITION", "PRIORITY_TIER_MAX", "DATASET_PATTERN", "DATASET_NAME_MAX", "MAX_DATASETS",
 ]
@@ -49,6 +50,8 @@ TOLERATION_OPS: tuple[str, ...] = ("Equal", "Exists")
 OPEN_MODES: tuple[str, ...] = ("truncate", "append")
 SELECTOR_OPS: tuple[str, ...] = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 BACKFILL_MODES: tuple[str, ...] = ("none", "easy", "shadow", "greedy", "conservative", "short")
+# Where backfilling's run times come from (services/domain/runtime_prediction.py).
+RUNTIME_ESTIMATES: tuple[str, ...] = ("limit", "predicted")
 # The score plugins' names (services/domain/fit/framework.py asserts its plugins are these).
 SCORE_WEIGHTS: tuple[str, ...] = ("binpack", "spread", "numa", "interconnect", "fragmentation", "taints",
                                   "node_affinity", "locality", "cost")

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from services.agent.nodes import NodeSpec
-from services.sim.driver import SimSettings, make_cores, simulate
+from services.sim.driver import SimSettings, make_cores, predicting_profile, simulate
 from services.sim.buses import InProcessBus
 from services.sim.metrics import report
+from services.sim.estimates import MODEL, with_user_estimates
 from services.sim.traces import read_trace, window
 
-__all__ = ["lublin_table", "modes_table", "POLICIES"]
+__all__ = ["lublin_table", "modes_table", "prediction_table", "POLICIES"]
 
 POLICIES = ("fcfs", "sjf", "f1", "multifactor")
 PUBLISHED_NAMES = {"fcfs": "FCFS", "sjf": "SJF", "f1": "F1"}
@@ -27,11 +28,12 @@ def _reference(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-async def _one(jobs: list, backfill: bool | str, policy: str) -> dict[str, Any]:
+async def _one(jobs: list, backfill: bool | str, policy: str, predict: bool = False) -> dict[str, Any]:
     nodes = [NodeSpec(f"n{i:03d}", 1000, 1 << 40) for i in range(256)]
     mode = backfill if isinstance(backfill, str) else ("easy" if backfill else "none")
     settings = SimSettings(policy=policy, backfill=mode)
-    run = await simulate(jobs, nodes, settings, InProcessBus(make_cores(settings)))
+    config = [predicting_profile(mode)] if predict else []
+    run = await simulate(jobs, nodes, settings, InProcessBus(make_cores(settings)), config=config)
     return report(run)
 
 
@@ -97,8 +99,42 @@ def modes_table(trace: Path, reference: Path, modes: tuple[str, ...], policy: st
     return out
 
 
+def prediction_table(trace: Path, reference: Path, seed: int = 1, policies: tuple[str, ...] = ("fcfs", "multifactor"),
+                     modes: tuple[str, ...] = ("easy", "short"), starts: list[int] | None = None,
+                     progress: Any = None) -> dict[str, Any]:
+    """With and without EASY++ predictions, on the trace with user estimates drawn by Tsafrir et al.'s
+    model (``services/sim/estimates.py``, ``seed``): per policy, strict order, then each backfill mode
+    with the time limits (the estimates) and with predictions; per window and mean."""
+    ref = _reference(reference)
+    data = with_user_estimates(read_trace(trace), seed)
+    starts = starts or ref["windows_0based_start_index"]
+    out: dict[str, Any] = {"estimates": f"{MODEL}, seed {seed}", "windows": starts,
+                           "window_length": ref["window_length"], "results": {}}
+    for policy in policies:
+        runs = [("none", False)] + [(m, p) for m in modes for p in (False, True)]
+        for mode, predict in runs:
+            rows = []
+            for start in starts:
+                rows.append(asyncio.run(_one(window(data, start, ref["window_length"]), mode, policy, predict)))
+                if progress:
+                    progress(f"{mode}{'+predicted' if predict else ''}", policy, start, rows[-1])
+            per = [r["mean_bounded_slowdown"] for r in rows]
+            out["results"][f"{policy}/{mode}/{'predicted' if predict else 'limit'}"] = {
+                "bsld_per_window": per, "bsld_mean": sum(per) / len(per),
+                "utilization_mean": sum(r["utilization"] for r in rows) / len(rows)}
+    return out
+
+
 if __name__ == "__main__":
     import sys
+
+    if len(sys.argv) > 3 and sys.argv[3] == "--predict":  # TRACE REF --predict [SEED [START,START,...]]
+        print(json.dumps(prediction_table(
+            Path(sys.argv[1]), Path(sys.argv[2]), seed=int(sys.argv[4]) if len(sys.argv) > 4 else 1,
+            starts=[int(s) for s in sys.argv[5].split(",")] if len(sys.argv) > 5 else None,
+            progress=lambda m, p, s, r: print(f"{p:12} {m:18} {s:5d} {r['mean_bounded_slowdown']:.2f}",
+                                              file=sys.stderr, flush=True)), indent=1))
+        raise SystemExit(0)
 
     if len(sys.argv) > 4 and sys.argv[3] == "--modes":  # TRACE REF --modes none,easy,short [START,START,...]
         print(json.dumps(modes_table(Path(sys.argv[1]), Path(sys.argv[2]), tuple(sys.argv[4].split(",")),

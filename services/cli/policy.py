@@ -29,6 +29,7 @@ from rich.table import Table
 from events import catalogue as c
 from events.resources import ResourceError, format_cpus, format_memory, parse_cpus, parse_duration, parse_memory
 from events.subjects import admin_subject, valid_token
+from events.vocabulary import RUNTIME_ESTIMATES
 from services.cli.client import default_user, publish_input, query, query_all, session
 from services.cli.drain import drain_lines
 from services.cli.operator import operator_options
@@ -207,13 +208,17 @@ def profile() -> None:
 @click.option("--backfill", type=click.Choice(list(BACKFILL_MODES)), default="easy", show_default=True)
 @click.option("--depth", "reservation_depth", type=int, default=16, show_default=True,
               help="With --backfill conservative: how many blocked jobs get a reservation.")
+@click.option("--runtime-estimate", type=click.Choice(list(RUNTIME_ESTIMATES)), default="limit", show_default=True,
+              help="Backfilling's run times: the jobs' time limits, or 'predicted' from each user's last two run "
+                   "times (EASY++; the limit is still enforced).")
 @click.option("--json", "as_json", is_flag=True)
 def profile_set(nats_url: str, name: str, weights: tuple[str, ...], backfill: str, reservation_depth: int,
-                as_json: bool) -> None:
+                runtime_estimate: str, as_json: bool) -> None:
     """Create or replace placement profile NAME (jobs choose it with their profile field)."""
     event = c.ProfileConfigured(ts=time.time(), source="horizon-cli", correlation_id=name, name=name,
                                 weights=_pairs(weights, "--weight"), backfill=backfill,
-                                reservation_depth=reservation_depth, user=default_user())
+                                reservation_depth=reservation_depth, runtime_estimate=runtime_estimate,
+                                user=default_user())
     why = check_profile(event)
     if why:
         raise click.BadParameter(why)

@@ -19,7 +19,8 @@ from services.agent.nodes import NodeSpec, local_nodes
 from services.cli.progress import Bar
 from services.placement.backfill import FLAG_MODE
 from services.preemption.core import VICTIM_ORDERS, PreemptionConfig
-from services.sim.driver import SimSettings, make_cores, simulate
+from services.sim.driver import SimSettings, make_cores, predicting_profile, simulate
+from services.sim.estimates import MODEL, with_user_estimates
 from services.sim.buses import InProcessBus, NatsBus
 from services.sim.metrics import report
 from services.sim.traces import Trace, read_trace, window
@@ -50,14 +51,19 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
                          backfill: bool | str = False, in_process: bool = False, nodes: int | None = None,
                          gpus_per_node: int = 0, gpu_type: str = "a100", cpus_per_node: int | None = None,
                          nats_url: str | None = None, preemption_victims: str | None = None,
+                         user_estimates: int | None = None, predict_runtimes: bool = False,
                          progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, Any], Any]:
     trace = read_trace(trace_path)
+    if user_estimates is not None:  # the whole trace, then the window: a window's estimates do not depend on it
+        trace = with_user_estimates(trace, user_estimates)
     config = list(trace.config)
     if preemption_victims is not None:  # after the trace's own configuration, so it wins
         config.append(c.PreemptionConfigured(victims=preemption_victims))
     jobs = window(trace, start, length or len(trace.jobs))
     specs, base = cluster_for(trace, nodes, gpus_per_node, gpu_type, cpus_per_node)
     mode = backfill if isinstance(backfill, str) else ("easy" if backfill else "none")
+    if predict_runtimes:  # the default profile with EASY++ predictions, after the trace's configuration
+        config.append(predicting_profile(mode))
     settings = SimSettings(policy=policy, backfill=mode, procs_per_node=base.procs_per_node,
                            gpus_per_node=base.gpus_per_node, gpu_type=base.gpu_type)
     cores = make_cores(settings)
@@ -85,6 +91,8 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
     out["retries"] = sum(max(0, len(r.attempts) - 1) for r in run.results.values())
     out.update({"trace": str(trace_path), "window": f"{start}:{len(jobs)}", "policy": policy,
                 "backfill": bool(backfill), "backfill_mode": mode, "preemption_victims": _victims(config),
+                "runtime_estimate": "predicted" if predict_runtimes else "limit",
+                "user_estimates": None if user_estimates is None else f"{MODEL}:{user_estimates}",
                 "mode": "in-process" if in_process else "nats", "nodes": len(specs)})
     return out, run
 
@@ -117,13 +125,21 @@ def _victims(config: list[Any]) -> str:
 @click.option("--preemption-victims", type=click.Choice(list(VICTIM_ORDERS)), default=None,
               help="Victim order: Horizon's 'cheapest' (the default) or Kueue's default order "
                    "'lowest-priority-youngest'; added to the run's configuration after the trace's own.")
+@click.option("--user-estimates", "user_estimates", type=int, default=None, metavar="SEED",
+              help="Replace every job's estimate (its time limit) by one drawn with Tsafrir, Etsion and "
+                   "Feitelson's model of user runtime estimates (JSSPP 2005), seeded: for traces whose "
+                   "estimates are the run times, such as Lublin-1 (services/sim/estimates.py).")
+@click.option("--predict-runtimes", is_flag=True,
+              help="Backfill with EASY++ predicted run times (the mean of the user's last two, capped by the "
+                   "limit) instead of the time limits: the default profile's runtime_estimate 'predicted'.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 @click.option("--starts", "starts_file", type=click.Path(dir_okay=False), default=None,
               help="Also write each job's start time and nodes (JSON) to this file.")
 def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: str | None, backfill_mode: str | None,
                  in_process: bool, nodes: int | None,
                  gpus_per_node: int, gpu_type: str, cpus_per_node: int | None, nats_url: str | None, as_json: bool,
-                 starts_file: str | None, preemption_victims: str | None) -> None:
+                 starts_file: str | None, preemption_victims: str | None, user_estimates: int | None,
+                 predict_runtimes: bool) -> None:
     """Run TRACE (SWF, CSV or JSON) through Horizon's services at virtual time and report.
 
     A JSON job list may carry arrays, dependencies, failures and retries per job, and
@@ -141,7 +157,9 @@ def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: str
                                               backfill=backfill_mode or backfill or False,
                                               in_process=in_process, nodes=nodes, gpus_per_node=gpus_per_node,
                                               gpu_type=gpu_type, cpus_per_node=cpus_per_node, nats_url=nats_url,
-                                              preemption_victims=preemption_victims, progress=bar.update))
+                                              preemption_victims=preemption_victims,
+                                              user_estimates=user_estimates, predict_runtimes=predict_runtimes,
+                                              progress=bar.update))
     if starts_file:
         Path(starts_file).write_text(json.dumps(
             {j: {"start_s": r.start_s, "nodes": r.allocation, "state": r.state,
@@ -151,7 +169,10 @@ def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: str
         click.echo(json.dumps(out))
         return
     bf = out["backfill_mode"]
-    click.echo(f"{out['trace']} window {out['window']}  policy {policy}{f' + backfill {bf}' if bf != 'none' else ''}  "
+    extra = (" with predicted run times" if predict_runtimes else "") + (
+        f", user estimates {out['user_estimates']}" if user_estimates is not None else "")
+    click.echo(f"{out['trace']} window {out['window']}  policy {policy}{f' + backfill {bf}' if bf != 'none' else ''}"
+               f"{extra}  "
                f"({out['mode']}, {out['nodes']} nodes)")
     if not out.get("jobs"):
         click.echo("no job started")

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from events import catalogue as c
@@ -60,7 +61,7 @@ from services.domain.fit.context import Context
 from services.domain.fit.cycle import Overlay
 from services.domain.fit.node import Fitter
 from services.domain.fit.profile import BACKFILL_MODES, Profile
-from services.domain.jobs import JobTable
+from services.domain.jobs import Job, JobTable
 from services.placement.index import NodeIndex
 from services.placement.place import best_nodes
 
@@ -171,11 +172,13 @@ def reserve(
     cluster: Cluster, jobs: JobTable, now: float, job_id: str, req: Request, overlay: Overlay,
     placed_now: list[tuple[float, str, list[c.NodeAllocation]]], ctx: Context,
     time_limit_s: float, earlier: list[Reservation] = (),  # type: ignore[assignment]
-    concrete: bool = False,
+    concrete: bool = False, run_of: Callable[[Job], float] | None = None,
 ) -> Reservation | None:
     """The earliest time the job fits, walking running jobs' expected ends in order, with the
     ``earlier`` reservations holding their nodes over their runs. ``concrete``: also choose the
-    allocation it would take (what later reservations must leave alone)."""
+    allocation it would take (what later reservations must leave alone). A running job is expected
+    to end at its start plus ``run_of(job)`` (a predicted run time, services/domain/runtime_prediction.py),
+    else plus its time limit; ``time_limit_s`` is how long the reserved job itself is expected to run."""
     ending: list[tuple[float, str, list[c.NodeAllocation]]] = list(placed_now)
     seen: set[str] = set()
     for node in cluster.sorted_nodes():
@@ -186,7 +189,8 @@ def reserve(
             job = jobs.get(holder)
             if job is None or job.spec is None:
                 continue
-            ending.append((max(now, job.scheduled_ts + job.limit_s), holder, job.allocations))
+            run = run_of(job) if run_of is not None else job.limit_s
+            ending.append((max(now, job.scheduled_ts + run), holder, job.allocations))
     ending.sort(key=lambda e: (e[0], e[1]))
     hyp = overlay.copy()
     nodes = [n for n in cluster.sorted_nodes() if not n.removed]

@@ -27,6 +27,12 @@ the reservations and the rule that a later job must not delay them. Placing one
 job is ``services/placement/place.py``; the filter and score plugins are
 ``services/domain/fit/``.
 
+Where backfilling's run times come from is the profile's ``runtime_estimate``: the jobs' time limits
+(``limit``, the default) or EASY++ predictions from each user's last two run times (``predicted``,
+``services/domain/runtime_prediction.py``): a job that would start now is expected to end at now plus
+its prediction (``JobScheduled.predicted_runtime_s``), a running one at its start plus its prediction,
+corrected upward once it outlives it; the time limit stays the one enforced.
+
 Configuration (operator inputs on ``horizon.in._admin.*``, answered with
 ``ConfigRejected`` when they cannot be applied): ``ProfileConfigured`` (score
 weights, backfill mode, reservation depth; the ``default`` profile exists
@@ -51,9 +57,10 @@ from services.domain.fit.context import Context, hold_room, release_room
 from services.domain.fit.cycle import AdvanceReservation, Overlay
 from services.domain.fit.profile import Profile, check_profile, profile_from
 from services.domain.fit.topology import Topology
-from services.domain.jobs import HOLDS_RESOURCES, JobState, JobTable
+from services.domain.jobs import HOLDS_RESOURCES, JobState, JobTable, Transition
 from services.domain.partitions import Partitions
 from services.domain.protocol import CoreState, Record
+from services.domain.runtime_prediction import RuntimeHistory, expected_run, history_key
 from services.placement.backfill import MODES, Reservation, reserve, shortened_limit
 from services.placement.index import NodeIndex
 from services.placement.growth import Room, grow, track_elastic
@@ -81,6 +88,8 @@ class PlacementState(CoreState):
         self.anti_affinity_running = 0  # jobs holding resources that have anti-affinity terms
         self.held: dict[str, frozenset[str]] = {}  # node -> pending preemptors its victims' room is held for
         self.partitions = Partitions()  # a job runs on its partition's nodes (services/domain/partitions.py)
+        self.history = RuntimeHistory()  # each user's last two run times (services/domain/runtime_prediction.py)
+        self.predicted: dict[str, float] = {}  # job holding resources -> its JobScheduled.predicted_runtime_s
         self.elastic: set[str] = set()  # elastic jobs holding resources on fewer nodes than their most (growth.py)
 
 
@@ -134,6 +143,8 @@ class PlacementCore:
             track_elastic(state.elastic, state.jobs, tr.job.job_id if tr is not None else event.job_id)  # type: ignore[attr-defined]
         if tr is not None and tr.before is JobState.PENDING and state.held:
             release_room(state.held, tr.job.job_id)  # a preemptor that starts (or ends) releases its room
+        if tr is not None:
+            _remember_run(state, event, tr)
         if tr is not None and tr.job.spec is not None and tr.job.spec.affinity is not None \
                 and tr.job.spec.affinity.job_anti_affinity:
             was, now = tr.before in HOLDS_RESOURCES, tr.after in HOLDS_RESOURCES
@@ -229,6 +240,8 @@ class PlacementCore:
             reasons = placed.reasons
             if placed.allocations is not None:
                 limit = spec.time_limit_s
+                predicted = (state.history.predict(history_key(spec.user, spec.account), limit)
+                             if profile is not None and profile.predicts else None)  # EASY++ (runtime_estimate)
                 if spec.time_min_s and reservations:  # Slurm's --time-min: a shorter limit may let it through
                     shorter = shortened_limit(reservations, state.cluster, placed.allocations, now, limit,
                                               spec.time_min_s)
@@ -237,9 +250,11 @@ class PlacementCore:
                                                                 commit=False))
                     limit = shorter if shorter is not None else limit
                 else:
+                    expected = limit if predicted is None else predicted
                     delayed = next((r for r in reservations
-                                    if not r.admits(state.cluster, placed.allocations, now + limit)), None)
-                end = now + limit
+                                    if not r.admits(state.cluster, placed.allocations, now + expected)), None)
+                run = limit if predicted is None else min(predicted, limit)  # what the reservations count on
+                end = now + run
                 if delayed is None:
                     for alloc in placed.allocations:
                         overlay.take(alloc)
@@ -252,7 +267,8 @@ class PlacementCore:
                         id=f"placement/JobScheduled/{job_id}/{attempt}", correlation_id=job_id, job_id=job_id,
                         attempt=attempt, allocations=placed.allocations, basis_seq=state.seq, cycle=cycle,
                         time_limit_s=limit, backfilled=bool(reservations),
-                        borrowed=job_id in state.borrowing, **common,
+                        borrowed=job_id in state.borrowing,
+                        predicted_runtime_s=None if predicted is None else run, **common,
                     ))
                     scheduled += 1
                     continue
@@ -267,9 +283,15 @@ class PlacementCore:
                 if mode.stops:
                     stopped_by = job_id
                 elif len(reservations) < mode.reservations(profile):
+                    run_of = None
+                    if profile.predicts:  # running jobs end by their predictions, corrected when outlived
+                        run_of = lambda j: expected_run(state.predicted.get(j.job_id, j.limit_s),  # noqa: E731
+                                                        j.limit_s, now - j.scheduled_ts)
+                    head_run = spec.time_limit_s if not profile.predicts else \
+                        state.history.predict(history_key(spec.user, spec.account), spec.time_limit_s)
                     held = reserve(state.cluster, state.jobs, now, job_id, least(req), overlay, placed_now, ctx,
-                                   spec.time_limit_s, reservations if mode.stacked else [],
-                                   concrete=mode.stacked or bool(advance))
+                                   head_run, reservations if mode.stacked else [],
+                                   concrete=mode.stacked or bool(advance), run_of=run_of)
                     if held is not None:
                         held.shadow_only = mode.shadow_only
                         if mode.hole_fraction is not None:
@@ -295,6 +317,25 @@ class PlacementCore:
             basis_seq=state.seq, scheduled=scheduled, blocked=blocked, ts=now, source=self.name,
         ))
         return out
+
+
+_RAN = (JobState.SUCCEEDED, JobState.FAILED, JobState.OUT_OF_MEMORY)  # a run that ended by itself
+
+
+def _remember_run(state: PlacementState, event: Event, tr: Transition) -> None:
+    """Fold what predictions need: the prediction of each attempt placement started (its own
+    ``JobScheduled``), and each user's run times as runs end (services/domain/runtime_prediction.py)."""
+    job_id = tr.job.job_id
+    if tr.after is JobState.SCHEDULED:
+        if isinstance(event, c.JobScheduled) and event.predicted_runtime_s is not None:
+            state.predicted[job_id] = event.predicted_runtime_s
+        return
+    if tr.after in HOLDS_RESOURCES:
+        return
+    state.predicted.pop(job_id, None)
+    spec = tr.job.spec
+    if tr.before is JobState.RUNNING and tr.after in _RAN and spec is not None:
+        state.history.record(history_key(spec.user, spec.account), tr.job.ended_ts - tr.job.started_ts)
 
 
 def check_reservation(ev: c.ReservationConfigured) -> str | None:

@@ -57,7 +57,7 @@ from services.agent.nodes import NodeSpec
 from services.sim.buses import Bus
 from services.sim.traces import SimJob, admin_verb
 
-__all__ = ["SimSettings", "simulate", "JobResult", "Attempt", "submission_for", "make_cores"]
+__all__ = ["SimSettings", "simulate", "JobResult", "Attempt", "submission_for", "make_cores", "predicting_profile"]
 
 TENANT = "sim"
 
@@ -85,6 +85,13 @@ def make_cores(settings: SimSettings) -> list[Any]:
         PreemptionCore(virtual_time=True),
         InventoryCore(virtual_time=True),
     ]
+
+
+def predicting_profile(backfill: str) -> c.ProfileConfigured:
+    """The ``default`` placement profile with ``backfill`` and EASY++ run-time predictions (what
+    ``horizon simulate --predict-runtimes`` adds to a run's configuration; the same through
+    ``horizon profile set default --runtime-estimate predicted`` on a live cluster)."""
+    return c.ProfileConfigured(name="default", backfill=backfill, runtime_estimate="predicted")
 
 
 def submission_for(job: SimJob, settings: SimSettings, at: float) -> c.JobSubmitted:
