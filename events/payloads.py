@@ -354,6 +354,11 @@ def _facts() -> dict[tuple[str, str], Callable[[Schema], None]]:
         ("NodeCommandIssued", "action"): choice(vocab.NODE_ACTIONS),
         ("NodeCommandIssued", "taint"): text("For taint and untaint (untaint matches by key, and by value and "
                                              "effect where they are not empty)."),
+        ("NodeCommandIssued", "migrate"): text("For drain: checkpoint the node's checkpointable jobs now and "
+                                               "requeue them to resume elsewhere."),
+        ("NodeCommandIssued", "deadline_s"): number(minimum=0, text="For drain: stop what still runs on the node "
+                                                    "this long after the command (requeued, or ended if it may not "
+                                                    "be); `null`: the jobs run to their end."),
         ("Taint", "key"): pattern(vocab.TAINT_KEY_PATTERN, "Letters, digits, `_ . / -`, starting and ending "
                                   "with a letter or digit.", max_length=vocab.TAINT_KEY_MAX),
         ("Taint", "value"): pattern(vocab.TAINT_VALUE_PATTERN, "Letters, digits, `_ . -`, starting and ending "
