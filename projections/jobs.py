@@ -335,6 +335,11 @@ class JobsProjection:
                 attempts[(job_id, tr.job.attempt)] = _attempt_row(tr.job, tr.after.value, event, record.seq,
                                                                   attempts.get((job_id, tr.job.attempt)))
             job = self.jobs.get(job_id)
+            if isinstance(event, c.JobResized) and job is not None and job.state in _HOLDS \
+                    and job.attempt == event.attempt:  # an elastic job's nodes changed: its rows show them
+                changed[job_id] = (job, record.seq)
+                attempts[(job_id, job.attempt)] = _attempt_row(job, job.state.value, event, record.seq,
+                                                               attempts.get((job_id, job.attempt)))
             if job is not None and (snapshot != (job.state, job.attempt, job.reason, job.spec)):
                 # The row's version is the event's sequence, not the batch's: how the log was cut
                 # into batches (a restart, a slow reader) must not show in the rows.

@@ -84,6 +84,31 @@ def test_what_an_elastic_submission_may_not_say(fields, field, words):
     assert info.value.field == field and words in info.value.reason
 
 
+def test_sbatch_node_ranges_make_elastic_jobs_whose_counts_the_agent_gives():
+    from tests.test_sbatch import parse, problems
+
+    fields = parse("-N 2-4\n--ntasks-per-node=2")
+    assert (fields["nodes"], fields["min_nodes"], fields["tasks_per_node"]) == (4, 2, 2)
+    # the counts change as it resizes: the agent's environment gives them, not the submission's
+    assert not {"SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS"} & fields["env"].keys()
+    assert parse("--nodes=3")["env"]["SLURM_NNODES"] == "3" and "min_nodes" not in parse("--nodes=3")
+    assert "give --ntasks-per-node: an elastic job's tasks follow its nodes" in problems("-N 2-4\n-n 8")
+    assert "the most nodes is fewer than the least" in problems("-N 4-2")
+
+
+def test_submit_reads_a_node_range():
+    import click
+
+    from services.cli.submit import parse_node_range
+
+    assert parse_node_range("2-4") == (2, 4) and parse_node_range("3") == (None, 3)
+    assert parse_node_range("3-3") == (None, 3)  # one count: rigid
+    with pytest.raises(click.BadParameter):
+        parse_node_range("4-2")
+    with pytest.raises(click.BadParameter):
+        parse_node_range("two")
+
+
 # ------------------------------------------------------------------ placement: the largest size that fits
 
 
@@ -312,6 +337,7 @@ async def test_the_real_services_start_grow_and_shrink_an_elastic_gang_and_time_
     --assembly-timeout 2s cannot assemble and ends UNSCHEDULABLE saying why. The log checks and every
     decision replays."""
     import asyncio
+    import json
     import sys
 
     import nats
@@ -362,6 +388,18 @@ async def test_the_real_services_start_grow_and_shrink_an_elastic_gang_and_time_
         await wait_until(lambda: said("resized 1"), 20, "el to grow")
         assert out_file.read_text().splitlines()[1] == "resized 1 3 3 node-[00-02]"
         assert tally.last[("JobResized", "el")]["source"] == "placement"
+
+        async def el_nodes() -> list[str]:
+            code, out, err = await horizon(url, "jobs", "--json")
+            assert code == 0, err
+            (row,) = [r for r in json.loads(out) if r["job_id"] == "el"]
+            return [a["node"] for a in row["allocation"]]
+
+        for _ in range(50):  # the jobs view follows the log a moment behind our subscription
+            if len(await el_nodes()) == 3:
+                break
+            await asyncio.sleep(0.2)
+        assert await el_nodes() == ["node-01", "node-02", "node-00"]
 
         code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "vip", "--gpus", "4",
                                        "--priority-class", "critical", "--", "sleep", "600")
