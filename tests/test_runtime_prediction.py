@@ -294,3 +294,67 @@ def test_over_nats_the_services_predict_as_the_cores_and_horizon_audit_reproduce
     body = json.loads(out.stdout)
     assert out.returncode == 0 and body["mismatches"] == [], out.stderr[-2000:]
     assert body["decisions"] == body["reproduced"] > 0
+
+
+# --------------------------------------------------------------------------- a live cluster (horizon up)
+
+
+@pytest.mark.timeout(240)
+def test_a_live_cluster_predicts_from_each_users_runs_and_the_audit_reproduces_it(tmp_path):
+    """``horizon up --executor sim`` (one node of 4 GPUs), the default profile switched to predictions
+    with ``horizon profile set``: Ann's first job is expected to run its limit, her third the mean of
+    her first two runs; every limit stays 1 h; ``horizon audit`` reproduces placement's decisions."""
+    import os
+    import signal
+    import time
+
+    from tests.e2e import events_of, read_log
+    from tests.test_cli_up import free_port
+
+    port = free_port()
+    url = f"nats://127.0.0.1:{port}"
+    env = {**os.environ, "HORIZON_NATS_URL": url}
+    cli = [sys.executable, "-m", "services.cli.main"]
+
+    def horizon(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*cli, *args], capture_output=True, text=True, timeout=60, env=env)
+
+    def finished(job_id: str) -> None:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            rows = {r["job_id"]: r for r in json.loads(horizon("jobs", "--json").stdout)}
+            if rows.get(job_id, {}).get("state") == "SUCCEEDED":
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"{job_id} did not succeed")
+
+    up = subprocess.Popen([*cli, "up", "--port", str(port), "--data-dir", str(tmp_path / "h"), "--nodes", "1",
+                           "--gpus-per-node", "4", "--executor", "sim"], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert up.stdout is not None and up.stdout.readline().strip() == url
+        out = horizon("profile", "set", "default", "--runtime-estimate", "predicted")
+        assert out.returncode == 0, out.stderr
+        for job_id, run in (("ann-1", "1"), ("ann-2", "3"), ("ann-3", "1")):
+            out = horizon("submit", "--job-id", job_id, "--user", "ann", "--gpus", "4", "--time", "1h",
+                          "--sim-runtime", run)
+            assert out.returncode == 0, out.stderr
+            finished(job_id)
+        records = asyncio.run(read_log(url))
+        audit = subprocess.run([*cli, "audit", "--nats", url, "--json"], capture_output=True, text=True,
+                               timeout=120, env=env)
+    finally:
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=60) == 0
+    scheduled = {e.job_id: e for e in events_of(records) if isinstance(e, c.JobScheduled)}
+    assert {e.time_limit_s for e in scheduled.values()} == {3600.0}  # the limits enforced are the users'
+    assert scheduled["ann-1"].predicted_runtime_s == 3600.0  # no history yet: the limit
+    runs = [e for e in events_of(records) if isinstance(e, (c.JobStarted, c.JobSucceeded))]
+    started = {e.job_id: e.ts for e in runs if isinstance(e, c.JobStarted)}
+    ended = {e.job_id: e.ts for e in runs if isinstance(e, c.JobSucceeded)}
+    assert scheduled["ann-2"].predicted_runtime_s == pytest.approx(ended["ann-1"] - started["ann-1"], abs=0.5)
+    mean = (ended["ann-1"] - started["ann-1"] + ended["ann-2"] - started["ann-2"]) / 2
+    assert 1.5 < mean < 4.5 and scheduled["ann-3"].predicted_runtime_s == pytest.approx(mean, abs=0.5)
+    body = json.loads(audit.stdout)
+    assert audit.returncode == 0 and body["mismatches"] == [], audit.stderr[-2000:]
+    assert body["decisions"] == body["reproduced"] > 0
