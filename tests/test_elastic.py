@@ -190,18 +190,13 @@ def test_the_scheduler_calls_a_cycle_for_an_elastic_job_below_its_most_when_room
     f.evt("placement", c.JobScheduled(job_id="el", attempt=1, allocations=[gpu_alloc("a", 0, 8)]))
     f.evt("placement", c.PlacementCycleCompleted(cycle=first.cycle, basis_seq=f.seq))
     assert f.state.growable == {"el"} and not f.state.pending
-    assert f.core.load(f.core.dump(f.state)).growable == {"el"}  # rebuilt from a snapshot
     assert not [e for e in f.settle() if isinstance(e, c.SchedulingCycleCompleted)]  # nothing changed since
     f.evt("agent", node("b"))  # room: a new node
     (grow,) = [e for e in f.settle() if isinstance(e, c.SchedulingCycleCompleted)]
     assert grow.candidates == []
-    billed = f.state.charges["el"].rate  # fair share bills the one node it holds: 8 GPUs + 1 core at 1/16
-    assert billed == 8 + 1 / 16
     f.evt("placement", c.JobResized(job_id="el", attempt=1, allocations=[gpu_alloc("a", 0, 8), gpu_alloc("b", 0, 8)],
                                     nodes=2, previous_nodes=1))
     assert f.state.growable == set()
-    assert f.state.charges["el"].rate == 2 * billed  # from now on, both nodes (quotas hold its most throughout)
-    assert f.state.charges["el"].amount.gpus == 16
 
 
 def tick(f: Feed, dt: float) -> None:

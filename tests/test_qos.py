@@ -192,9 +192,11 @@ def test_operators_set_a_nodes_ratios_and_cannot_lower_them_below_what_its_jobs_
     [ev] = f.settle()
     assert isinstance(ev, c.NodeOvercommitChanged) and (ev.cpu_overcommit, ev.memory_overcommit) == (2.0, 1.0)
     assert ev.reason == "overcommit cpu x2 memory x1 by op"
+    f.admin("node", c.NodeCommandIssued(node="n1", action="set", cpu_overcommit=3.0))
     f.admin("node", c.NodeCommandIssued(node="n1", action="set", memory_overcommit=1.5))
-    [ev] = f.settle()
-    assert (ev.cpu_overcommit, ev.memory_overcommit) == (2.0, 1.5)  # the CPU ratio stays
+    first, ev = f.settle()  # two commands in one round compose: the second keeps the first's CPU ratio
+    assert (first.cpu_overcommit, first.memory_overcommit) == (3.0, 1.0)
+    assert (ev.cpu_overcommit, ev.memory_overcommit) == (3.0, 1.5)
     for i in range(3):  # 12 CPUs of burstable requests on 8
         _run(f, f"b{i}", cpus_milli=4000, cpu_limit_milli=8000, memory_bytes=GiB)
     for cmd in (c.NodeCommandIssued(node="n1", action="set", cpu_overcommit=1.0),
@@ -325,3 +327,15 @@ def test_old_events_mean_what_they_meant():
     assert (old_spec.cpu_limit_milli, old_spec.memory_limit_bytes) == (0, 0) and qos_class(old_spec) == "guaranteed"
     old_failed = msgspec.json.decode(b'{"job_id": "j", "attempt": 1}', type=c.JobFailed)
     assert old_failed.evicted is False
+
+
+def test_the_audit_story_names_a_jobs_class_and_limits_when_it_is_not_guaranteed():
+    from services.cli.audit import story_line
+
+    burst = c.JobAccepted(job_id="j", spec=_spec(cpus_milli=1000, memory_bytes=GiB, cpu_limit_milli=4000,
+                                                  memory_limit_bytes=8 * GiB))
+    assert story_line(burst, "j", 0.0, False).endswith("QoS burstable (limits 4 CPUs, 8Gi memory per task)")
+    plain = c.JobAccepted(job_id="j", spec=_spec())
+    assert "QoS" not in story_line(plain, "j", 0.0, False)  # as before limits existed
+    be = c.JobAccepted(job_id="j", spec=_spec(cpus_milli=0, memory_bytes=0))
+    assert story_line(be, "j", 0.0, False).endswith("QoS best-effort")

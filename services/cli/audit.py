@@ -32,6 +32,7 @@ from services.cli.progress import Bar
 from services.cli.options import nats_option
 from services.runtime.log import LogError
 from services.domain.protocol import Record
+from services.domain.qos import qos_class
 from services.runtime.replay import OBSERVATION, REPRODUCED, AuditReport, audit, concerns, differing_fields
 
 __all__ = ["register", "read_log", "audit_cores"]
@@ -265,6 +266,11 @@ def story_line(event: Event, job_id: str, now: float, virtual: bool) -> str:
                 extra.append("after " + ", ".join(f"{d.kind}:{d.job_id}" for d in s.dependencies))
             if s.restart_policy != "never":
                 extra.append(f"restart {s.restart_policy} up to {s.max_retries} times")
+            if qos_class(s) != "guaranteed":  # what every job was before limits existed: not said
+                limits = [f"{format_cpus(s.cpu_limit_milli)} CPUs" if s.cpu_limit_milli else "",
+                          f"{format_memory(s.memory_limit_bytes)} memory" if s.memory_limit_bytes else ""]
+                shown = ", ".join(part for part in limits if part)
+                extra.append(f"QoS {qos_class(s)}" + (f" (limits {shown} per task)" if shown else ""))
             return f"accepted: {_resources(s)}; {'; '.join(extra)}"
         case c.JobRejected():
             return f"rejected: {e.reason}" + (f" (field {e.field})" if e.field else "")

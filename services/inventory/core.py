@@ -163,8 +163,9 @@ class InventoryCore:
                                    state.now, state.seq, self.eviction_grace_s))
         taints: dict[str, list[c.Taint]] = {}  # this round's taint answers, so two commands compose
         datasets: dict[str, frozenset[str]] = {}  # and its dataset answers
+        ratios: dict[str, tuple[float, float]] = {}  # and its overcommit answers
         for seq in sorted(state.commands):
-            answer = self._command(state, seq, state.commands[seq], base, taints, datasets)
+            answer = self._command(state, seq, state.commands[seq], base, taints, datasets, ratios)
             out.append(answer)
             if isinstance(answer, c.NodeDraining):  # and what it will do to each job on the node
                 out.extend(drain_plan(state.cluster.nodes[answer.node], Drain(answer.migrate, answer.deadline_ts),
@@ -216,6 +217,7 @@ class InventoryCore:
     def _command(
         self, state: InventoryState, seq: int, cmd: c.NodeCommandIssued, base: dict[str, object],
         taints: dict[str, list[c.Taint]], datasets: dict[str, frozenset[str]],
+        ratios: dict[str, tuple[float, float]],
     ) -> Event:
         # What the operator wrote comes back bounded (services/domain/echo.py): the answer must fit
         # in one message whatever the command carried.
@@ -266,7 +268,10 @@ class InventoryCore:
                 **common,  # type: ignore[arg-type]
             )
         if cmd.action == "set":
-            return overcommit_answer(node, cmd, common, reject, seq)
+            answer = overcommit_answer(node, cmd, common, reject, seq, ratios.get(node.name))
+            if isinstance(answer, c.NodeOvercommitChanged):
+                ratios[node.name] = (answer.cpu_overcommit, answer.memory_overcommit)
+            return answer
         match cmd.action:
             case "cordon":
                 return c.NodeCordoned(id=f"inventory/NodeCordoned/{cmd.node}/{seq}", node=cmd.node, reason=reason, **common)  # type: ignore[arg-type]

@@ -30,16 +30,18 @@ __all__ = ["overcommit_answer", "memory_evictions"]
 
 
 def overcommit_answer(node: Node, cmd: c.NodeCommandIssued, common: Mapping[str, object],
-                      reject: Callable[[str], Event], seq: int) -> Event:
-    """``NodeOvercommitChanged`` with both ratios after ``cmd`` (``set``), or why it is refused."""
+                      reject: Callable[[str], Event], seq: int, answered: tuple[float, float] | None = None) -> Event:
+    """``NodeOvercommitChanged`` with both ratios after ``cmd`` (``set``), or why it is refused.
+    ``answered``: the node's ratios as an earlier command of the same round set them (they compose)."""
     if cmd.cpu_overcommit is None and cmd.memory_overcommit is None:
         return reject("node set needs --cpu-overcommit or --mem-overcommit (or both)")
     why = check_ratio(cmd.cpu_overcommit, "--cpu-overcommit") or check_ratio(cmd.memory_overcommit,
                                                                               "--mem-overcommit")
     if why:
         return reject(why)
-    cpu = node.cpu_overcommit if cmd.cpu_overcommit is None else float(cmd.cpu_overcommit)
-    memory = node.memory_overcommit if cmd.memory_overcommit is None else float(cmd.memory_overcommit)
+    now_cpu, now_memory = answered or (node.cpu_overcommit, node.memory_overcommit)
+    cpu = now_cpu if cmd.cpu_overcommit is None else float(cmd.cpu_overcommit)
+    memory = now_memory if cmd.memory_overcommit is None else float(cmd.memory_overcommit)
     if node.used_cpus_milli > overcommitted(node.cpus_milli, cpu):
         return reject(f"node {node.name}'s jobs hold {format_cpus(node.used_cpus_milli)} CPUs of requests on "
                       f"{format_cpus(node.cpus_milli)}: a CPU ratio of {cpu:g} leaves room for "
