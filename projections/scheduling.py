@@ -197,7 +197,10 @@ def preempt_report(core: PreemptionPlanner, state: PreemptionState, job_id: str)
                         "priority_class": job.spec.priority_class if job.spec else "",
                         "nodes": sorted(a.node for a in job.allocations), "gpus": gpus, "work_lost_s": lost,
                         "running_s": age, "why": plan.reasons.get(v, "")})
-    return {"job_id": job_id, "victims": victims, "nodes": plan.nodes,
+    shrinks = [{"job_id": v, "account": state.jobs.jobs[v].spec.account,  # type: ignore[union-attr]
+                "nodes": [a.node for a in state.jobs.jobs[v].allocations], "gives_back": released,
+                "why": plan.reasons.get(v, "")} for v, released in sorted(plan.shrinks.items())]
+    return {"job_id": job_id, "victims": victims, "shrinks": shrinks, "nodes": plan.nodes,
             "cost": {"gpus": plan.cost[0], "work_lost_s": plan.cost[1], "running_s": plan.cost[2]},
             "why_not": plan.why_not, "order": state.config.victims, "last_seq": state.seq}
 

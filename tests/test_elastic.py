@@ -190,13 +190,18 @@ def test_the_scheduler_calls_a_cycle_for_an_elastic_job_below_its_most_when_room
     f.evt("placement", c.JobScheduled(job_id="el", attempt=1, allocations=[gpu_alloc("a", 0, 8)]))
     f.evt("placement", c.PlacementCycleCompleted(cycle=first.cycle, basis_seq=f.seq))
     assert f.state.growable == {"el"} and not f.state.pending
+    assert f.core.load(f.core.dump(f.state)).growable == {"el"}  # rebuilt from a snapshot
     assert not [e for e in f.settle() if isinstance(e, c.SchedulingCycleCompleted)]  # nothing changed since
     f.evt("agent", node("b"))  # room: a new node
     (grow,) = [e for e in f.settle() if isinstance(e, c.SchedulingCycleCompleted)]
     assert grow.candidates == []
+    billed = f.state.charges["el"].rate  # fair share bills the one node it holds: 8 GPUs + 1 core at 1/16
+    assert billed == 8 + 1 / 16
     f.evt("placement", c.JobResized(job_id="el", attempt=1, allocations=[gpu_alloc("a", 0, 8), gpu_alloc("b", 0, 8)],
                                     nodes=2, previous_nodes=1))
     assert f.state.growable == set()
+    assert f.state.charges["el"].rate == 2 * billed  # from now on, both nodes (quotas hold its most throughout)
+    assert f.state.charges["el"].amount.gpus == 16
 
 
 def tick(f: Feed, dt: float) -> None:
@@ -251,6 +256,12 @@ def test_an_elastic_victim_is_shrunk_to_make_room_instead_of_preempted():
     run(f, "el", *(gpu_alloc(n, 0, 8) for n in "abcd"), gpus=8, nodes=4, min_nodes=2, priority_class="low")
     f.evt("submission", accepted("vip", gpus=8, nodes=2, priority_class="critical"))
     left_blocked(f, 1, "vip")
+    from projections.scheduling import preempt_report  # horizon preempt vip --dry-run
+
+    report = preempt_report(f.core, f.state, "vip")
+    assert report["victims"] == [] and report["nodes"] == ["b", "c"]
+    assert [(s["job_id"], s["nodes"], s["gives_back"]) for s in report["shrinks"]] == [
+        ("el", ["a", "b", "c", "d"], ["b", "c"])]
     out = f.settle()
     assert [type(e).__name__ for e in out] == ["JobResized"]
     (shrink,) = out

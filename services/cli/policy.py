@@ -350,6 +350,13 @@ def preempt(nats_url: str, job_id: str, dry_run: bool, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(body))
         return
+    if body.get("shrinks"):  # elastic jobs give back nodes above their least: nobody is stopped
+        click.echo(f"preempting for {job_id} would stop nobody: elastic jobs give back nodes "
+                   f"{', '.join(body['nodes'])}")
+        for s in body["shrinks"]:
+            click.echo(f"  {s['job_id']} ({s['account']}) on {','.join(s['nodes'])} gives back "
+                       f"{','.join(s['gives_back'])}: {s['why']}")
+        return
     if not body["victims"]:
         click.echo(f"no preemption for {job_id}: {body['why_not']}")
         return

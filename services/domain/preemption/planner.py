@@ -70,6 +70,7 @@ from services.domain.jobs import HOLDS_RESOURCES, Job, JobState
 from services.domain.policy import CLASS_RANK
 from services.domain.preemption.fold import PreemptionFold
 from services.domain.preemption.state import Plan, PreemptionState
+from services.domain.queue.fold import held_shape
 from services.domain.quotas import OK, amount_of
 
 __all__ = ["PreemptionPlanner"]
@@ -155,7 +156,7 @@ class PreemptionPlanner(PreemptionFold):
         assert spec is not None
         started = _started(state, victim)
         since = max(started, state.checkpoint_ts.get(victim.job_id, started))
-        rate = state.sched.fairshare.rate_of(spec)
+        rate = state.sched.fairshare.rate_of(held_shape(victim))  # an elastic job's work is on the nodes it holds
         return (float(spec.total_gpus), rate * max(0.0, state.now - since), max(0.0, state.now - started))
 
     def _order(self, state: PreemptionState, victim: Job) -> tuple[object, ...]:

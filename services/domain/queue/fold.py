@@ -33,6 +33,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+import msgspec
+
 from events import catalogue as c
 from events.base import Event
 from events.subjects import WHOLE_LOG, parse_subject, valid_token
@@ -176,6 +178,7 @@ class QueueFold:
         tr = state.jobs.apply(event, seq, state.now)
         if isinstance(event, c.JobResized):
             track_growable(state, event.job_id)
+            self._rebill(state, event.job_id)
             if event.nodes < event.previous_nodes:
                 state.dirty_seq = state.capacity_seq = seq  # a shrink frees nodes (for its preemptor)
         if tr is not None:
@@ -327,12 +330,26 @@ class QueueFold:
         spec = job.spec
         assert spec is not None
         fs = state.fairshare
-        charge = Charge(fs.leaf_for(spec, state.now).name, fs.rate_of(spec), amount_of(spec))
+        # Quotas hold an elastic job's most (the room it may grow into); fair share bills what it holds.
+        charge = Charge(fs.leaf_for(spec, state.now).name, fs.rate_of(held_shape(job)), amount_of(spec))
         state.charges[job.job_id] = charge
         fs.start(charge.leaf, charge.rate, state.now)
         state.quotas.charge(fs, charge.leaf, charge.amount, +1)
         if spec.array is not None:
             state.array_running[spec.array] = state.array_running.get(spec.array, 0) + 1
+
+    @staticmethod
+    def _rebill(state: SchedulingState, job_id: str) -> None:
+        """An elastic job was resized: fair share bills its new size from now on."""
+        charge = state.charges.get(job_id)
+        job = state.jobs.jobs.get(job_id)
+        if charge is None or job is None or job.spec is None:
+            return
+        rate = state.fairshare.rate_of(held_shape(job))
+        if rate != charge.rate:
+            state.fairshare.stop(charge.leaf, charge.rate, state.now)
+            state.fairshare.start(charge.leaf, rate, state.now)
+            charge.rate = rate
 
     def _uncharge(self, state: SchedulingState, job: Job) -> None:
         charge = state.charges.pop(job.job_id, None)
@@ -426,3 +443,13 @@ def track_growable(state: SchedulingState, job_id: str) -> None:
         state.growable.add(job_id)
     else:
         state.growable.discard(job_id)
+
+
+def held_shape(job: Job) -> c.JobSpec:
+    """The job's spec at the size it holds: an elastic job's nodes are its allocation's, a rigid
+    job's spec itself."""
+    spec = job.spec
+    assert spec is not None
+    if spec.elastic and job.allocations and len(job.allocations) != spec.nodes:
+        return msgspec.structs.replace(spec, nodes=len(job.allocations))
+    return spec
