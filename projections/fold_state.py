@@ -62,7 +62,7 @@ _PREEMPTION_FIELDS = frozenset({
     "config_rejections", "held",
 })
 _NODE_FIELDS = ("name", "cpus_milli", "memory_bytes", "gpus", "labels", "taints", "datasets", "cpu_overcommit",
-                "memory_overcommit", "registered_seq",
+                "memory_overcommit", "drain_migrate", "drain_deadline_ts", "registered_seq",
                 "ready_seq", "lost_seq", "ready", "cordoned", "draining", "lost", "removed", "used_cpus_milli",
                 "used_memory_bytes", "used_devices", "jobs", "kind", "simulated", "isolation", "unhealthy_gpus")
 _CONFIG_FIELDS = ("rules", "victims", "grace_period_s", "max_preemptions", "per_minute", "per_account_per_minute")
@@ -99,6 +99,7 @@ class _Node(msgspec.Struct, array_like=True):
     isolation: str = ""
     datasets: list[str] = []
     overcommit: tuple[float, float] = (1.0, 1.0)  # cpu, memory
+    drain: tuple[bool, float] = (False, 0.0)  # migrate, deadline_ts
 
 
 class _Config(msgspec.Struct, array_like=True):
@@ -196,7 +197,7 @@ def _dump_preemption(core: PreemptionPlanner, state: PreemptionState) -> bytes:
                      flags=(n.ready, n.cordoned, n.draining, n.lost, n.removed), used_cpus_milli=n.used_cpus_milli,
                      used_memory_bytes=n.used_memory_bytes, used_devices=n.used_devices, jobs=n.jobs,
                      simulated=n.simulated, isolation=n.isolation, datasets=sorted(n.datasets),
-                     overcommit=(n.cpu_overcommit, n.memory_overcommit))
+                     overcommit=(n.cpu_overcommit, n.memory_overcommit), drain=(n.drain_migrate, n.drain_deadline_ts))
                for n in state.cluster.nodes.values()],
         config=_Config(rules={k: list(v) for k, v in cfg.rules.items()}, victims=cfg.victims,
                        grace_period_s=cfg.grace_period_s, max_preemptions=cfg.max_preemptions,
@@ -249,7 +250,8 @@ def _load_preemption(core: PreemptionPlanner, data: bytes) -> PreemptionState | 
                     labels=n.labels, taints=n.taints, used_cpus_milli=n.used_cpus_milli,
                     used_memory_bytes=n.used_memory_bytes, used_devices=n.used_devices, jobs=n.jobs,
                     simulated=n.simulated, isolation=n.isolation, datasets=frozenset(n.datasets),
-                    cpu_overcommit=n.overcommit[0], memory_overcommit=n.overcommit[1])
+                    cpu_overcommit=n.overcommit[0], memory_overcommit=n.overcommit[1], drain_migrate=n.drain[0],
+                    drain_deadline_ts=n.drain[1])
         node.registered_seq, node.ready_seq, node.lost_seq = n.seqs
         node.ready, node.cordoned, node.draining, node.lost, node.removed = n.flags
         nodes[n.name] = node

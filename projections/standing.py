@@ -74,7 +74,8 @@ QUEUE_COLUMNS = (
 ).split()
 _JSON_QUEUE = {"factors", "reasons", "reserved_nodes"}
 NODE_COLUMNS = ("node state cpus_milli cpus_used_milli memory_bytes memory_used_bytes gpus gpus_used gpu_types "
-                "labels taints simulated isolation unhealthy cpu_overcommit memory_overcommit").split()
+                "labels taints simulated isolation unhealthy cpu_overcommit memory_overcommit drain_migrate "
+                "drain_deadline_ts").split()
 _JSON_NODES = {"gpu_types", "labels", "taints", "unhealthy"}
 USAGE_COLUMNS = ("rank account user depth parent raw_shares norm_shares raw_usage norm_usage level_fs fairshare "
                  "running quota borrowing tenants").split()
@@ -84,8 +85,8 @@ ALLOCATION_COLUMNS = ("job_id node attempt state tenant account user device_ids 
 # The layout of the tables below; a database of another layout is emptied and refilled from the
 # log (every table is derived from it). 2: queue.why_kind, usage.tenants, fold_state.
 # 3: nodes.simulated, nodes.isolation, nodes.unhealthy. 4: queue.partition. 5: queue.qos (the QoS class),
-# nodes.cpu_overcommit, nodes.memory_overcommit.
-SCHEMA_VERSION = 5
+# nodes.cpu_overcommit, nodes.memory_overcommit. 6: nodes.drain_migrate, nodes.drain_deadline_ts (a drain's options).
+SCHEMA_VERSION = 6
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tracking (projection TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
@@ -104,7 +105,8 @@ CREATE INDEX IF NOT EXISTS queue_by_tenant ON queue (tenant, rank);
 CREATE TABLE IF NOT EXISTS nodes (
     node TEXT PRIMARY KEY, state TEXT, cpus_milli INTEGER, cpus_used_milli INTEGER, memory_bytes INTEGER,
     memory_used_bytes INTEGER, gpus INTEGER, gpus_used INTEGER, gpu_types TEXT, labels TEXT, taints TEXT,
-    simulated INTEGER, isolation TEXT, unhealthy TEXT, cpu_overcommit REAL, memory_overcommit REAL
+    simulated INTEGER, isolation TEXT, unhealthy TEXT, cpu_overcommit REAL, memory_overcommit REAL,
+    drain_migrate INTEGER, drain_deadline_ts REAL
 );
 CREATE TABLE IF NOT EXISTS allocations (
     job_id TEXT NOT NULL, node TEXT NOT NULL, attempt INTEGER, state TEXT, tenant TEXT, account TEXT, user TEXT,
@@ -336,6 +338,7 @@ class StandingStore:
             rows = [_row_dict(NODE_COLUMNS, r, _JSON_NODES) async for r in cur]
         for row in rows:
             row["simulated"] = bool(row["simulated"])
+            row["drain_migrate"] = bool(row["drain_migrate"])
             async with self.db.execute("SELECT job_id FROM allocations WHERE node = ? ORDER BY job_id",
                                        (row["node"],)) as cur:
                 row["jobs"] = [r[0] async for r in cur]
@@ -485,7 +488,7 @@ def node_rows(pstate: PreemptionState) -> tuple[list[tuple[Any, ...]], list[tupl
                       json.dumps(dict(sorted(node.labels.items()))),
                       json.dumps([{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints]),
                       int(node.simulated), node.isolation, json.dumps(node.unhealthy), node.cpu_overcommit,
-                      node.memory_overcommit))
+                      node.memory_overcommit, int(node.drain_migrate), node.drain_deadline_ts or None))
         for job_id in sorted(node.jobs):
             job: Job | None = pstate.jobs.get(job_id)
             if job is None or job.state not in HOLDS_RESOURCES:

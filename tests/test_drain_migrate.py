@@ -116,9 +116,14 @@ def test_a_job_placed_on_the_node_as_the_drain_came_is_migrated_too_and_uncordon
         c.NodeAllocation(node="n1", device_ids=["gpu4"])]))
     [late] = f.settle()
     assert (late.job_id, late.attempt) == ("late", 1)
+    # the drain is the node's, in the ledger every service keeps, and outlives its agent's re-registration
+    f.evt("agent", node("n1"))
+    n1 = f.state.cluster.nodes["n1"]
+    assert (n1.draining, n1.drain_migrate, n1.drain_deadline_ts) == (True, True, 0.0)
+    assert f.settle() == []
     f.admin("node", c.NodeCommandIssued(node="n1", action="uncordon"))
     f.settle()
-    assert f.state.drains == {}
+    assert (f.state.cluster.nodes["n1"].drain_migrate, f.state.cluster.nodes["n1"].drain_deadline_ts) == (False, 0.0)
     f.evt("submission", accepted("after", gpus=1, checkpoint_signal="USR2"))
     f.evt("placement", c.JobScheduled(job_id="after", attempt=1, allocations=[
         c.NodeAllocation(node="n1", device_ids=["gpu5"])]))

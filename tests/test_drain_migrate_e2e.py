@@ -109,6 +109,10 @@ async def test_drain_migrates_the_checkpointing_job_lets_one_finish_and_stops_th
                 break
             await asyncio.sleep(0.2)
         assert rows["node-00"]["state"] == "drained" and rows["node-00"]["jobs"] == []
+        assert rows["node-00"]["drain_migrate"] is True and rows["node-00"]["drain_deadline_ts"] == answer["deadline_ts"]
+        assert rows["node-01"]["drain_migrate"] is False and rows["node-01"]["drain_deadline_ts"] is None
+        code, out, err = await horizon(url, "nodes")
+        assert "node-00 drained: checkpointable jobs migrate, what still runs at " in out, out + err
         assert sorted(rows["node-01"]["jobs"]) == ["ckpt", "long"]
         # horizon audit replays the log: every decision, the drain's included, reproduced
         code, out, err = await horizon(url, "audit", "--json")

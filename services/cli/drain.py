@@ -4,7 +4,8 @@ Inventory answers the drain command with ``NodeDraining`` (its ``jobs``: the job
 and one ``JobDrainPlanned`` per job, all naming the command (``causation_id`` ``seq:<n>``); the
 command collects them (``collect_plan``) and prints them (``plan_lines``), or ``--json`` the answer
 with its ``plan``. Afterwards each job's plan is in its history: ``horizon show JOB`` prints it
-under the attempt it is about (``drain_lines``).
+under the attempt it is about (``drain_lines``), and ``horizon nodes`` says under its table how a
+node drains (``drain_note``: its ``drain_migrate`` and ``drain_deadline_ts``, kept in the ledger).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from services.cli.client import await_answer
 
-__all__ = ["PLAN_SUBJECT", "collect_plan", "plan_lines", "drain_lines", "when"]
+__all__ = ["PLAN_SUBJECT", "collect_plan", "plan_lines", "drain_lines", "drain_note", "when"]
 
 PLAN_SUBJECT = "horizon.evt.inventory.JobDrainPlanned.>"
 
@@ -57,6 +58,17 @@ def plan_lines(node: str, answer: dict[str, Any], plan: list[dict[str, Any]]) ->
     if missing:
         lines.append(f"  (no plan received for {', '.join(missing)}: horizon show JOB has it)")
     return lines
+
+
+def drain_note(row: dict[str, Any]) -> str:
+    """``horizon nodes``: the line under the table for a node drained with migration or a deadline."""
+    if row.get("state") not in ("draining", "drained") or not (row.get("drain_migrate") or row.get("drain_deadline_ts")):
+        return ""
+    how = (["checkpointable jobs migrate"] if row.get("drain_migrate") else []) + (
+        [f"what still runs at {when(row['drain_deadline_ts'])} is stopped"] if row.get("drain_deadline_ts") else [])
+    jobs = row.get("jobs") or []
+    tail = f"; each job's plan: horizon show JOB ({', '.join(jobs)})" if jobs else ""
+    return f"{row['node']} {row['state']}: {', '.join(how)}{tail}"
 
 
 def drain_lines(events: list[dict[str, Any]], attempt: int) -> list[str]:

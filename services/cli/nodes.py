@@ -16,7 +16,7 @@ from events import catalogue as c
 from events.resources import ResourceError, format_cpus, format_memory, parse_duration
 from events.subjects import admin_subject
 from services.cli.client import await_answer, default_user, publish_input, query_all, session
-from services.cli.drain import PLAN_SUBJECT, collect_plan, plan_lines
+from services.cli.drain import PLAN_SUBJECT, collect_plan, drain_note, plan_lines
 from services.cli.operator import operator_options
 from services.cli.options import console, nats_option
 from services.inventory.core import NODE_ACTIONS
@@ -87,6 +87,9 @@ def nodes_table(rows: list[dict[str, Any]]) -> tuple[Table, list[Text]]:
         if _unconfined(n.get("isolation") or ""):
             notes.append(Text(f"{n['node']}: jobs are NOT isolated ({n['isolation']}): no memory, CPU or device "
                               "limits", style="bold red"))
+        note = drain_note(n)
+        if note:
+            notes.append(Text(note))
     return table, notes
 
 

@@ -45,6 +45,10 @@ class Node:
     # services/domain/qos.py); guaranteed jobs' against the capacity
     cpu_overcommit: float = 1.0
     memory_overcommit: float = 1.0
+    # a drain's options (NodeDraining, services/inventory/drain.py): checkpointable jobs migrate, and
+    # what still runs at the deadline is stopped (0: none); reset by an uncordon
+    drain_migrate: bool = False
+    drain_deadline_ts: float = 0.0
     registered_seq: int = 0
     ready_seq: int = 0
     lost_seq: int = 0
@@ -238,8 +242,10 @@ class Cluster:
                 node.cordoned = True
             case c.NodeUncordoned():
                 node.cordoned, node.draining = False, False
+                node.drain_migrate, node.drain_deadline_ts = False, 0.0
             case c.NodeDraining():
                 node.draining = True
+                node.drain_migrate, node.drain_deadline_ts = event.migrate, event.deadline_ts
             case c.NodeRemoved():
                 node.removed, node.ready = True, False
             case c.NodeTaintsChanged(taints=taints):
@@ -270,6 +276,7 @@ class Cluster:
         if old is not None and not old.removed:
             # Re-registration (an agent restarted): keep the node's state and ledger.
             node.ready, node.cordoned, node.draining, node.lost = old.ready, old.cordoned, old.draining, old.lost
+            node.drain_migrate, node.drain_deadline_ts = old.drain_migrate, old.drain_deadline_ts
             node.ready_seq, node.lost_seq = old.ready_seq, old.lost_seq
             node.used_cpus_milli, node.used_memory_bytes = old.used_cpus_milli, old.used_memory_bytes
             node.used_devices, node.jobs = old.used_devices, old.jobs

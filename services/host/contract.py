@@ -174,7 +174,7 @@ def view_reply_schemas() -> dict[str, Schema]:
     strings = {"type": ["array", "null"], "items": {"type": "string"}}
     queue_row = _row(st_sql, "queue", standing.QUEUE_COLUMNS,
                      json={"factors": factors, "reasons": reasons, "reserved_nodes": strings})
-    node_row = _row(st_sql, "nodes", standing.NODE_COLUMNS, booleans=("simulated",),
+    node_row = _row(st_sql, "nodes", standing.NODE_COLUMNS, booleans=("simulated", "drain_migrate"),
                     json={"gpu_types": strings, "labels": {"type": ["object", "null"]},
                           "taints": {"type": ["array", "null"], "items": {"$ref": _SCHEMAS + "Taint"}},
                           "unhealthy": _any("The node's unhealthy GPUs and why.")},

@@ -82,7 +82,6 @@ class InventoryState(CoreState):
         # job -> the attempt whose stop was last requested (by anyone): an eviction is asked once
         self.preemptions: dict[str, int] = {}
         self.pressure: dict[str, c.NodeMemoryPressure] = {}  # node -> its agent's latest measure of pressure
-        self.drains: dict[str, Drain] = {}  # node -> its drain as answered (NodeDraining), until uncordoned
 
 
 @dataclass
@@ -113,10 +112,6 @@ class InventoryCore:
             state.pressure[event.node] = event
         elif isinstance(event, c.NodeRegistered):
             state.pressure.pop(event.node, None)  # a restarted agent measures afresh
-        if isinstance(event, c.NodeDraining) and event.node in state.cluster.nodes:
-            state.drains[event.node] = Drain(event.migrate, event.deadline_ts)
-        elif isinstance(event, (c.NodeUncordoned, c.NodeRemoved)):
-            state.drains.pop(event.node, None)
         fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)
         return state
 
@@ -157,10 +152,10 @@ class InventoryCore:
         if state.pressure:
             asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested))}
             out.extend(memory_evictions(state.cluster.nodes, state.jobs, state.pressure, asked, state.now, state.seq))
-        if state.drains:  # drains with migration or a deadline (services/inventory/drain.py)
-            asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested))}
-            out.extend(drain_stops(state.cluster.nodes, state.drains, state.jobs, state.preemptions, asked,
-                                   state.now, state.seq, self.eviction_grace_s))
+        # drains with migration or a deadline (services/inventory/drain.py)
+        asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested))}
+        out.extend(drain_stops(state.cluster.sorted_nodes(), state.jobs, state.preemptions, asked, state.now,
+                               state.seq, self.eviction_grace_s))
         taints: dict[str, list[c.Taint]] = {}  # this round's taint answers, so two commands compose
         datasets: dict[str, frozenset[str]] = {}  # and its dataset answers
         ratios: dict[str, tuple[float, float]] = {}  # and its overcommit answers

@@ -41,7 +41,7 @@ t=1000 (a clock tick) it is asked to stop.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from events import catalogue as c
@@ -127,21 +127,21 @@ def drain_plan(node: Node, drain: Drain, jobs: JobTable, now: float, grace_s: fl
     return out
 
 
-def drain_stops(nodes: Mapping[str, Node], drains: Mapping[str, Drain], jobs: JobTable,
-                stopped: Mapping[str, int], asked: set[str], now: float, seq: int,
-                grace_s: float) -> list[c.PreemptionRequested]:
+def drain_stops(nodes: Iterable[Node], jobs: JobTable, stopped: Mapping[str, int], asked: set[str], now: float,
+                seq: int, grace_s: float) -> list[c.PreemptionRequested]:
     """``PreemptionRequested`` for each job a drain stops now: the ones to migrate at once, and once
     the deadline has come, every other job still on the node.
 
     ``stopped``: job -> the last attempt whose stop was requested (by anyone): an attempt is asked once.
     ``asked``: jobs this round already ends or stops (lost nodes, taints); they are left to that.
-    A gang on several draining nodes is named by the first in node order.
+    A gang on several draining nodes is named by the first in node order. A node's drain is its
+    ``drain_migrate`` and ``drain_deadline_ts``, folded from ``NodeDraining`` (services/domain/cluster.py).
     """
     out: list[c.PreemptionRequested] = []
     asked = set(asked)
-    for name in sorted(drains):
-        node, drain = nodes.get(name), drains[name]
-        if node is None or not node.draining or node.lost or node.removed or not node.jobs:
+    for node in nodes:
+        drain, name = Drain(node.drain_migrate, node.drain_deadline_ts), node.name
+        if not node.draining or node.lost or node.removed or not node.jobs or drain == Drain():
             continue
         due = bool(drain.deadline_ts) and now >= drain.deadline_ts
         for job_id in sorted(node.jobs):
