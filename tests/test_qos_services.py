@@ -64,7 +64,8 @@ async def test_overcommit_classes_and_a_pressure_eviction_over_nats(nats_server,
             await _submit(url, f"b{i}", "--cpus", "2", "--cpu-limit", "4", "--mem", "256M", "--sim-runtime", "600")
         await wait_until(lambda: all(tally.has("JobStarted", f"b{i}") for i in range(1, 5)), 20, "b1..b4 to start")
         await _submit(url, "g", "--cpus", "1", "--mem", "256M", "--sim-runtime", "600")
-        await _submit(url, "e", "--cpus", "0", "--mem", "0", "--sim-runtime", "600")
+        await _submit(url, "e", "--cpus", "0", "--mem", "0", "--sim-runtime", "600", "--restart-policy", "on-failure",
+                      "--max-retries", "1")
         await wait_until(lambda: tally.has("JobStarted", "e") and tally.has("PlacementBlocked", "g"), 20,
                          "e to start and g to wait")
         assert not tally.has("JobStarted", "g")
@@ -102,8 +103,11 @@ async def test_overcommit_classes_and_a_pressure_eviction_over_nats(nats_server,
         assert failed["evicted"] is True and failed["source"] == "inventory"
         assert failed["reason"] == ("evicted: node-00 ran short of memory (its jobs used 3.8Gi, more than the 3.5Gi it "
                                     "gives them); best-effort, using 1Gi").replace("node-00", "node node-00", 1)
+        # its restart policy requeues it, as any failure; the measure named attempt 1, so attempt 2 stays
+        await wait_until(lambda: tally.last.get(("JobStarted", "e"), {}).get("attempt") == 2, 20, "e to run again")
         await asyncio.sleep(0.5)
         assert not any(tally.has("JobFailed", f"b{i}") for i in range(1, 5))
+        assert tally.by_job[("JobFailed", "e")] == 1
     finally:
         await nc.close()
         await stack.stop()
@@ -122,7 +126,8 @@ def _allocate(mib: int, seconds: int = 60) -> tuple[str, ...]:
 async def test_real_cgroups_take_the_limits_and_memory_pressure_evicts_the_best_effort_job(
         nats_server, tmp_path, monkeypatch):
     """A node of 600 MiB keeping 100 MiB free (HORIZON_MEMORY_RESERVE): the line is 500 MiB.
-    "burst" (--mem 64M --mem-limit 256M) holds 150 MiB and ends well: its cgroup's limit is 256 MiB.
+    "burst" (--cpus 0.5 --cpu-limit 1.5 --mem 64M --mem-limit 256M) holds 150 MiB and ends well: its
+    cgroup's memory limit is 256 MiB, its CPU quota 150 ms per 100 ms, its shares 512 (its request).
     Then "g" (guaranteed, --mem 300M) holds 250 MiB and "e" (best-effort) 300 MiB: over 550 MiB in all,
     so the agent reports the pressure, inventory evicts e, the agent kills it, and g runs on."""
     monkeypatch.setenv("HORIZON_MEMORY_RESERVE", "100Mi")
@@ -134,13 +139,16 @@ async def test_real_cgroups_take_the_limits_and_memory_pressure_evicts_the_best_
     tally = Tally()
     await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
     limit_file = "/sys/fs/cgroup/memory/horizon/node-00/burst.1/memory.limit_in_bytes"
+    cpu_dir = "/sys/fs/cgroup/cpu/horizon/node-00/burst.1"
+    report = (f"x = b'\\x01' * (150 * 2**20); print(open('{limit_file}').read().strip()); "
+              f"print(open('{cpu_dir}/cpu.cfs_quota_us').read().strip()); print(open('{cpu_dir}/cpu.shares').read().strip())")
     try:
-        await _submit(url, "burst", "--mem", "64M", "--mem-limit", "256M", command=(
-            sys.executable, "-c", f"x = b'\\x01' * (150 * 2**20); print(open('{limit_file}').read().strip())"))
+        await _submit(url, "burst", "--cpus", "0.5", "--cpu-limit", "1.5", "--mem", "64M", "--mem-limit", "256M",
+                      command=(sys.executable, "-c", report))
         await wait_until(lambda: tally.has("JobSucceeded", "burst") or tally.has("JobFailed", "burst"), 30,
                          "burst to end")
         assert tally.has("JobSucceeded", "burst"), tally.last.get(("JobFailed", "burst"))
-        assert (tmp_path / "jobs" / "burst" / "1" / "stdout").read_text().strip() == str(256 * MiB)
+        assert (tmp_path / "jobs" / "burst" / "1" / "stdout").read_text().split() == [str(256 * MiB), "150000", "512"]
 
         await _submit(url, "g", "--cpus", "1", "--mem", "300M", command=_allocate(250))
         await wait_until(lambda: tally.has("JobStarted", "g"), 20, "g to start")
