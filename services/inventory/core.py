@@ -153,9 +153,11 @@ class InventoryCore:
             asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested))}
             out.extend(memory_evictions(state.cluster.nodes, state.jobs, state.pressure, asked, state.now, state.seq))
         # drains with migration or a deadline (services/inventory/drain.py)
-        asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested))}
-        out.extend(drain_stops(state.cluster.sorted_nodes(), state.jobs, state.preemptions, asked, state.now,
-                               state.seq, self.eviction_grace_s))
+        drains = [n for n in state.cluster.nodes.values() if n.draining and (n.drain_migrate or n.drain_deadline_ts)]
+        if drains:
+            asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested))}
+            out.extend(drain_stops(sorted(drains, key=lambda n: n.name), state.jobs, state.preemptions, asked,
+                                   state.now, state.seq, self.eviction_grace_s))
         taints: dict[str, list[c.Taint]] = {}  # this round's taint answers, so two commands compose
         datasets: dict[str, frozenset[str]] = {}  # and its dataset answers
         ratios: dict[str, tuple[float, float]] = {}  # and its overcommit answers
