@@ -104,6 +104,23 @@ def test_a_plain_drain_plans_finish_and_stops_nothing():
     assert f.decide() == []
 
 
+
+def test_without_migrate_a_checkpointable_job_is_checkpointed_at_the_deadline():
+    f, started = cluster()
+    f.admin("node", c.NodeCommandIssued(node="n1", action="drain", deadline_s=60.0), dt=0.0)
+    _, *plans = f.settle()
+    ckpt = next(p for p in plans if p.job_id == "ckpt")
+    assert ckpt.action == "requeue-at-deadline"
+    assert ckpt.reason == ("it may run past the drain deadline in 60 s (its time limit ends in 3600 s): if it still "
+                           "runs then, it is stopped (its checkpoint signal first, to resume from the checkpoint) "
+                           "and requeued on another node")
+    assert f.settle() == []  # nothing before the deadline
+    f.evt("clock", c.ClockTicked(now_ts=0.0), dt=60.0)
+    assert [(s.job_id, s.reason) for s in f.settle()] == [
+        (j, "node n1 drain deadline passed: stopped, requeued") for j in ("ckpt", "long", "short")] + [
+        ("stuck", "node n1 drain deadline passed: stopped, it may not be requeued, so it ends")]
+
+
 def test_a_job_placed_on_the_node_as_the_drain_came_is_migrated_too_and_uncordon_ends_the_drain():
     f, _ = cluster()
     f.admin("node", c.NodeCommandIssued(node="n1", action="drain", migrate=True))

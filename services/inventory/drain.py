@@ -103,7 +103,8 @@ def plan_job(job: Job, node: str, drain: Drain, now: float, grace_s: float) -> t
     head = (f"{why_not}it may run past the drain deadline in {drain.deadline_ts - now:.0f} s (its time limit "
             f"ends in {end - now:.0f} s): if it still runs then, it is stopped")
     if _requeues(job):
-        return REQUEUE_AT_DEADLINE, f"{head} and requeued on another node"
+        resume = " (its checkpoint signal first, to resume from the checkpoint)" if _checkpointable(job) else ""
+        return REQUEUE_AT_DEADLINE, f"{head}{resume} and requeued on another node"
     return END_AT_DEADLINE, f"{head} and ends (it may not be requeued)"
 
 
