@@ -69,7 +69,8 @@ def _opts() -> dict[str, _Opt]:
         ("ntasks-per-node", None, REQUIRED), ("open-mode", None, REQUIRED), ("output", "o", REQUIRED),
         ("parsable", None, NONE), ("partition", "p", REQUIRED), ("qos", "q", REQUIRED), ("quiet", "Q", NONE),
         ("requeue", None, OPTIONAL), ("signal", None, REQUIRED), ("time", "t", REQUIRED), ("time-min", None, REQUIRED),
-        ("use-min-nodes", None, NONE), ("verbose", "v", NONE), ("wait", "W", NONE), ("wait-all-nodes", None, REQUIRED), ("wrap", None, REQUIRED),
+        ("use-min-nodes", None, NONE), ("verbose", "v", NONE), ("wait", "W", NONE),
+        ("wait-all-nodes", None, REQUIRED), ("wrap", None, REQUIRED),
     ]
     aliases = [("tasks-per-node", None, REQUIRED, "ntasks-per-node")]  # getopt_long: --tasks is its prefix
     no_layout = "Horizon gives tasks CPUs, memory and GPUs, with no socket, core or binding layout"
