@@ -171,3 +171,27 @@ def test_limit_end_and_plan_of_a_job_placed_but_not_started():
     assert limit_end(job, now) == now + 100.0
     assert plan_job(job, "n2", Drain(deadline_ts=now + 100.0), now, 30.0)[0] == "finish"
     assert plan_job(job, "n2", Drain(deadline_ts=now + 99.0), now, 30.0)[0] == "requeue-at-deadline"
+
+
+def test_the_command_prints_the_plan_and_refuses_drain_options_elsewhere():
+    from click.testing import CliRunner
+
+    from services.cli.drain import drain_note, plan_lines, when
+    from services.cli.main import cli
+
+    answer = {"migrate": True, "deadline_ts": 2_000_000.0, "jobs": ["ckpt", "long", "lost"]}
+    plan = [{"job_id": "ckpt", "attempt": 1, "action": "migrate", "reason": "why ckpt"},
+            {"job_id": "long", "attempt": 2, "action": "requeue-at-deadline", "reason": "why long"}]
+    assert plan_lines("n1", answer, plan) == [
+        f"n1: draining (checkpointable jobs migrate, deadline {when(2_000_000.0)})",
+        "  ckpt  attempt 1  migrate              why ckpt",
+        "  long  attempt 2  requeue-at-deadline  why long",
+        "  (no plan received for lost: horizon show JOB has it)"]
+    assert plan_lines("n2", {"jobs": []}, []) == ["n2: draining", "  no jobs on it: it is drained"]
+    row = {"node": "n1", "state": "draining", "drain_migrate": True, "drain_deadline_ts": None, "jobs": ["long"]}
+    assert drain_note(row) == "n1 draining: checkpointable jobs migrate; each job's plan: horizon show JOB (long)"
+    assert drain_note({**row, "drain_migrate": False}) == ""  # a plain drain needs no note
+    result = CliRunner().invoke(cli, ["node", "cordon", "n1", "--migrate", "--nats", "nats://127.0.0.1:1"])
+    assert result.exit_code == 2 and "--migrate, --deadline and --json are for node drain, not node cordon" in result.output
+    result = CliRunner().invoke(cli, ["node", "drain", "n1", "--deadline", "soon", "--nats", "nats://127.0.0.1:1"])
+    assert result.exit_code == 2 and "--deadline" in result.output
