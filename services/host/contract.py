@@ -158,7 +158,9 @@ def view_reply_schemas() -> dict[str, Schema]:
              "JobStepStarted and JobStepEnded, by attempt and step."}
     job_row = _row(jobs_sql, "jobs", [c for c in jobs_view._COLUMNS if c not in ("spec", "class_rank")],
                    json={"allocation": allocation},
-                   extra={"steps": {**steps, "description": "With `steps`: the current attempt's job steps."}})
+                   extra={"steps": {**steps, "description": "With `steps`: the current attempt's job steps."},
+                          "qos": {"type": ["string", "null"], "enum": ["guaranteed", "burstable", "best-effort", None],
+                                  "description": "Its QoS class, from its requests and limits (docs/jobs.md)."}})
     attempt_row = _row(jobs_sql, "attempts", [c for c in jobs_view._ATTEMPT_COLUMNS if c != "updated_seq"],
                        json={"allocation": allocation}, booleans=("backfilled", "borrowed"))
     event_row = {"type": "object", "required": ["seq", "type"], "properties": {
@@ -215,6 +217,9 @@ def view_reply_schemas() -> dict[str, Schema]:
             "factors": {"type": "array", "items": {"type": "object"}}}},
         "preempt": {"type": "object", "properties": {
             "job_id": {"type": "string"}, "victims": {"type": "array", "items": {"type": "object"}},
+            "shrinks": {"type": "array", "items": {"type": "object"},
+                        "description": "Elastic jobs that would give back nodes instead of anyone being stopped "
+                                       "(job_id, account, nodes, gives_back, why); then `victims` is empty."},
             "nodes": {"type": "array"}, "cost": {"type": "object"}}},
         "partitions": _listing("partitions", partition_row, extra={
             "default": {"type": ["string", "null"], "description": "The default partition, if any."},
