@@ -329,6 +329,18 @@ def test_the_world_size_is_in_the_environment_and_the_launching_agent_is_told_of
     assert [a.node for a in other.jobs.get("el").allocations] == ["a", "b", "c"]  # its steps may use c now
 
 
+def test_scontrol_show_job_gives_an_elastic_gangs_range_waiting_and_its_nodes_running():
+    from services.cli.scontrol import show_job_text
+
+    row = {"job_id": "el", "state": "PENDING", "nodes": 4, "tasks_per_node": 2, "cpus_milli": 1000}
+    fields = dict(item.split("=", 1) for item in show_job_text(row, {"min_nodes": 2}, now=0.0).split())
+    assert (fields["NumNodes"], fields["NumTasks"]) == ("2-4", "8")
+    running = {**row, "state": "RUNNING", "started_ts": 1.0,
+               "allocation": [{"node": n, "cpus_milli": 2000, "tasks": 2} for n in ("n1", "n2", "n3")]}
+    fields = dict(item.split("=", 1) for item in show_job_text(running, {"min_nodes": 2}, now=2.0).split())
+    assert (fields["NumNodes"], fields["NumTasks"], fields["NodeList"]) == ("3", "6", "n[1-3]")
+
+
 # ------------------------------------------------------------------ over NATS, with real processes
 
 ELASTIC_JOB = r"""

@@ -72,7 +72,9 @@ def show_job_text(row: Mapping[str, Any], spec: Mapping[str, Any] | None, now: f
     spec = spec or {}
     allocation = row.get("allocation") or []
     nodes = [a["node"] for a in allocation]
-    nnodes = row.get("nodes") or spec.get("nodes") or 1
+    # the nodes it holds (an elastic gang's change); waiting, its count, or an elastic gang's range MIN-MAX
+    nnodes = len(nodes) if nodes else (row.get("nodes") or spec.get("nodes") or 1)
+    num_nodes = f"{spec['min_nodes']}-{nnodes}" if spec.get("min_nodes") and not nodes else str(nnodes)
     per_node = row.get("tasks_per_node") or spec.get("tasks_per_node") or 1
     cpus_milli = row.get("cpus_milli") or spec.get("cpus_milli") or 1000
     ntasks = nnodes * per_node
@@ -103,7 +105,7 @@ def show_job_text(row: Mapping[str, Any], spec: Mapping[str, Any] | None, now: f
         [f"Partition={spec.get('partition') or spec.get('profile') or 'default'}"],
         [f"NodeList={compress(nodes) if nodes else '(null)'}"],
         [f"BatchHost={nodes[0] if nodes else '(null)'}"],
-        [f"NumNodes={nnodes}", f"NumCPUs={-(-cpus_milli * ntasks // 1000)}", f"NumTasks={ntasks}",
+        [f"NumNodes={num_nodes}", f"NumCPUs={-(-cpus_milli * ntasks // 1000)}", f"NumTasks={ntasks}",
          f"CPUs/Task={cpus_milli / 1000:g}"],
         [f"TRES=cpu={-(-cpus_milli * ntasks // 1000)},mem={format_memory(memory * nnodes).replace(' ', '')},"
          f"node={nnodes}" + (f",gres/gpu={gpus}" if gpus else "")],
