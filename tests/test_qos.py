@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from events import catalogue as c
 from services.agent.cgroups import Hierarchy, Limits, cpu_shares, cpu_weight
@@ -19,6 +21,7 @@ from services.domain.fit.cycle import Overlay
 from services.domain.fit.framework import explain
 from services.domain.fit.node import fit_node
 from services.domain.qos import memory_victims, overcommitted, qos_class
+from services.host.check import check_log
 from services.inventory.core import InventoryCore
 from services.placement.core import PlacementCore
 from services.runtime.replay import replay_decisions
@@ -339,3 +342,58 @@ def test_the_audit_story_names_a_jobs_class_and_limits_when_it_is_not_guaranteed
     assert "QoS" not in story_line(plain, "j", 0.0, False)  # as before limits existed
     be = c.JobAccepted(job_id="j", spec=_spec(cpus_milli=0, memory_bytes=0))
     assert story_line(be, "j", 0.0, False).endswith("QoS best-effort")
+
+
+# ----------------------------------------------------------------------------------- property
+
+
+@st.composite
+def _overcommitted(draw):
+    nodes = [(f"n{i}", draw(st.sampled_from([2, 4, 8])), draw(st.sampled_from([1.0, 1.5, 2.0, 3.0])),
+              draw(st.sampled_from([1.0, 1.25, 2.0]))) for i in range(draw(st.integers(1, 4)))]
+    jobs = []
+    for j in range(draw(st.integers(1, 25))):
+        kind = draw(st.sampled_from(["guaranteed", "burstable", "best-effort"]))
+        cpus = draw(st.sampled_from([500, 1000, 2000, 4000]))
+        memory = draw(st.sampled_from([1, 2, 4])) * GiB
+        if kind == "best-effort":
+            kw = {"cpus_milli": 0, "memory_bytes": 0}
+        elif kind == "burstable":
+            kw = {"cpus_milli": cpus, "memory_bytes": memory, "cpu_limit_milli": 2 * cpus}
+        else:
+            kw = {"cpus_milli": cpus, "memory_bytes": memory}
+        jobs.append((f"j{j:02d}", {**kw, "nodes": draw(st.sampled_from([1, 1, 2])), "gpus": 0}))
+    ends = draw(st.lists(st.integers(0, 24), max_size=8))
+    return nodes, jobs, ends
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_overcommitted())
+def test_no_node_holds_more_than_capacity_times_ratio_and_guaranteed_requests_are_always_backed(scenario):
+    """Over random nodes and ratios and a mix of classes: the whole-log checker finds no node holding
+    more requests than capacity x ratio, and every guaranteed job was placed where all the requests,
+    its own included, fit in the node's real capacity; with every ratio 1, nobody overcommits."""
+    nodes, jobs, ends = scenario
+    f = Feed(PlacementCore())
+    for name, cpus, cpu_ratio, memory_ratio in nodes:
+        f.evt("agent", node(name, gpus=0, cpus=cpus, memory=8 * GiB))
+        f.evt("inventory", c.NodeReady(node=name, basis_seq=1))
+        f.evt("inventory", c.NodeOvercommitChanged(node=name, cpu_overcommit=cpu_ratio, memory_overcommit=memory_ratio))
+    for job_id, kw in jobs:
+        f.evt("submission", accepted(job_id, **kw))
+    for cycle in range(1, 4):
+        pending = [j for j, _ in jobs if f.state.jobs.get(j).state.value == "PENDING"]
+        f.evt("scheduling", c.SchedulingCycleCompleted(cycle=cycle, candidates=pending, basis_seq=f.seq))
+        for event in f.decide():
+            if isinstance(event, c.JobScheduled) and qos_class(f.state.jobs.get(event.job_id).spec) == "guaranteed":
+                for alloc in event.allocations:  # judged on the ledger before this cycle folds in
+                    n = f.state.cluster.nodes[alloc.node]
+                    assert n.used_cpus_milli + alloc.cpus_milli <= n.cpus_milli
+                    assert n.used_memory_bytes + alloc.memory_bytes <= n.memory_bytes
+            f.evt("placement", event, dt=0.001)
+        for k in ends[(cycle - 1) * 3: cycle * 3]:
+            job = f.state.jobs.get(jobs[k % len(jobs)][0])
+            if job.state.value == "SCHEDULED":
+                f.evt("agent", c.JobSucceeded(job_id=job.job_id, attempt=job.attempt))
+    report = check_log(f.records)
+    assert report.ok, report.problems[:5]
