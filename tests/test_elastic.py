@@ -341,6 +341,15 @@ def test_scontrol_show_job_gives_an_elastic_gangs_range_waiting_and_its_nodes_ru
     assert (fields["NumNodes"], fields["NumTasks"], fields["NodeList"]) == ("3", "6", "n[1-3]")
 
 
+def test_squeue_and_sacct_count_the_nodes_an_elastic_job_holds():
+    from services.cli.slurm import SACCT_FIELDS, SQUEUE_FIELDS
+
+    row = {"job_id": "el", "state": "RUNNING", "nodes": 4, "allocation": [{"node": "n1"}, {"node": "n2"}]}
+    assert SQUEUE_FIELDS["D"][1](row, 0.0, None) == "2" and SACCT_FIELDS["NNodes"](row, 0.0) == "2"
+    waiting = {"job_id": "el", "state": "PENDING", "nodes": 4}
+    assert SQUEUE_FIELDS["D"][1](waiting, 0.0, None) == "4"
+
+
 # ------------------------------------------------------------------ over NATS, with real processes
 
 ELASTIC_JOB = r"""

@@ -204,7 +204,7 @@ SQUEUE_FIELDS: dict[str, tuple[str, Any, bool]] = {
     "l": ("TIME_LIMIT", lambda r, now, s: squeue_duration(r.get("time_limit_s")), False),
     "L": ("TIME_LEFT", lambda r, now, s: squeue_duration(
         None if r.get("time_limit_s") is None else r["time_limit_s"] - _used_s(r, now)), False),
-    "D": ("NODES", lambda r, now, s: str(r.get("nodes") or 1), False),
+    "D": ("NODES", lambda r, now, s: str(len(_nodes_of(r)) or r.get("nodes") or 1), False),  # held, else asked
     "C": ("CPUS", lambda r, now, s: format_cpus(
         (r.get("cpus_milli") or 0) * (r.get("tasks_per_node") or 1) * (r.get("nodes") or 1)), False),
     "c": ("CPUS_PER_TASK", lambda r, now, s: format_cpus(r.get("cpus_milli") or 0), False),
@@ -406,7 +406,7 @@ SACCT_FIELDS: dict[str, Any] = {
     "Start": lambda r, now: _stamp(r.get("started_ts")),
     "End": lambda r, now: _stamp(r.get("ended_ts")) if r["state"] not in ("RUNNING", "SCHEDULED") else "Unknown",
     "NodeList": lambda r, now: hostlist(_nodes_of(r)) or "None assigned",
-    "NNodes": lambda r, now: str(r.get("nodes") or 1),
+    "NNodes": lambda r, now: str(len(_nodes_of(r)) or r.get("nodes") or 1),
     "NTasks": lambda r, now: str(r.get("ntasks") or (r.get("nodes") or 1) * (r.get("tasks_per_node") or 1)),
     "AllocGPUs": lambda r, now: str(_alloc_gpus(r)),
     "AllocCPUS": lambda r, now: _alloc_cpus(r),
