@@ -446,7 +446,11 @@ class JobsProjection:
             rows = [dict(zip([*cols, "spec"], row, strict=True)) for row in await cur.fetchall()]
         for row in rows:
             spec = row.pop("spec")
-            row["qos"] = qos_class(_qos_fields.decode(spec)) if spec else None  # services/domain/qos.py
+            fields = _qos_fields.decode(spec) if spec else None
+            row["qos"] = qos_class(fields) if fields else None  # services/domain/qos.py
+            # per task, beyond the request (0: the request is the limit)
+            row["cpu_limit_milli"] = fields.cpu_limit_milli if fields else None
+            row["memory_limit_bytes"] = fields.memory_limit_bytes if fields else None
             row["allocation"] = json.loads(row["allocation"]) if row["allocation"] else []
             row.pop("class_rank", None)
         if steps and rows:  # each row's current attempt's steps (sacct's JOBID.0, JOBID.1, ...)

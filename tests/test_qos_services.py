@@ -79,6 +79,9 @@ async def test_overcommit_classes_and_a_pressure_eviction_over_nats(nats_server,
         code, out, err = await horizon(url, "jobs", "--json")
         rows = {r["job_id"]: r for r in json.loads(out)}
         assert (rows["b1"]["qos"], rows["g"]["qos"], rows["e"]["qos"]) == ("burstable", "guaranteed", "best-effort")
+        assert (rows["b1"]["cpu_limit_milli"], rows["b1"]["memory_limit_bytes"]) == (4000, 0)
+        code, out, err = await horizon(url, "show", "b1")
+        assert code == 0 and "qos burstable, limits 4 CPUs per task" in out, err
         code, out, err = await horizon(url, "show", "e")
         assert code == 0 and "qos best-effort" in out, err
 

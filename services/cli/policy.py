@@ -453,7 +453,7 @@ def show(nats_url: str, job_id: str, as_json: bool) -> None:
            f"  resources: {row.get('nodes', 1)} node(s) x {row.get('tasks_per_node', 1)} task(s) of "
            f"{format_cpus(row.get('cpus_milli') or 0)} CPUs, {format_memory(row.get('memory_bytes') or 0)}, "
            f"{row.get('gpus') or 0} GPU(s){' ' + row['gpu_type'] if row.get('gpu_type') else ''}"
-           f"{'  qos ' + row['qos'] if row.get('qos') else ''}"]
+           f"{'  qos ' + row['qos'] if row.get('qos') else ''}{_limits(row)}"]
     if "error" not in prio:
         if prio.get("position"):
             out.append(f"  queue position {prio['position']} of {prio['queued']} ({prio['policy']})")
@@ -531,3 +531,11 @@ def _attempt_files(events: list[dict[str, Any]], attempt: int, job_id: str) -> l
 def register(group: click.Group) -> None:
     for command in (account, fairshare, policy, profile, reservation, preemption, preempt, usage, show, dataset):
         group.add_command(command)
+
+
+def _limits(row: dict[str, Any]) -> str:
+    """``, limits 4 CPUs, 8Gi per task`` for a job whose limits are above its requests (burstable)."""
+    parts = [f"{format_cpus(row['cpu_limit_milli'])} CPUs" if row.get("cpu_limit_milli") else "",
+             format_memory(row["memory_limit_bytes"]) if row.get("memory_limit_bytes") else ""]
+    shown = ", ".join(p for p in parts if p)
+    return f", limits {shown} per task" if shown else ""

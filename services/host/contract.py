@@ -160,7 +160,11 @@ def view_reply_schemas() -> dict[str, Schema]:
                    json={"allocation": allocation},
                    extra={"steps": {**steps, "description": "With `steps`: the current attempt's job steps."},
                           "qos": {"type": ["string", "null"], "enum": ["guaranteed", "burstable", "best-effort", None],
-                                  "description": "Its QoS class, from its requests and limits (docs/jobs.md)."}})
+                                  "description": "Its QoS class, from its requests and limits (docs/jobs.md)."},
+                          "cpu_limit_milli": {"type": ["integer", "null"], "description": "Per task, the CPUs (thousandths "
+                                              "of a core) it may use beyond its request; 0: the request is the limit."},
+                          "memory_limit_bytes": {"type": ["integer", "null"], "description": "Per task, the memory "
+                                                 "(bytes) it may use beyond its request; 0: the request is the limit."}})
     attempt_row = _row(jobs_sql, "attempts", [c for c in jobs_view._ATTEMPT_COLUMNS if c != "updated_seq"],
                        json={"allocation": allocation}, booleans=("backfilled", "borrowed"))
     event_row = {"type": "object", "required": ["seq", "type"], "properties": {
