@@ -427,6 +427,9 @@ class NodeCommandIssued(Event, tag="NodeCommandIssued", kw_only=True):
     # command (None: the other jobs run to their end, as a plain drain)
     migrate: bool = False
     deadline_s: float | None = None
+    # for "drain": the grace each stopped job gets to checkpoint and exit (kubectl drain's --grace-period);
+    # None: inventory's eviction grace, 30 s
+    grace_s: float | None = None
 
 
 class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
@@ -986,6 +989,7 @@ class NodeDraining(Event, tag="NodeDraining", kw_only=True):
     migrate: bool = False
     deadline_ts: float = 0.0
     jobs: list[str] = []
+    grace_s: float | None = None  # each stop's grace period (None: inventory's eviction grace, 30 s)
 
 
 class JobDrainPlanned(Event, tag="JobDrainPlanned", kw_only=True):

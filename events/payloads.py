@@ -359,6 +359,9 @@ def _facts() -> dict[tuple[str, str], Callable[[Schema], None]]:
         ("NodeCommandIssued", "deadline_s"): number(minimum=0, text="For drain: stop what still runs on the node "
                                                     "this long after the command (requeued, or ended if it may not "
                                                     "be); `null`: the jobs run to their end."),
+        ("NodeCommandIssued", "grace_s"): number(minimum=0, maximum=vocab.GRACE_PERIOD_MAX_S, text="For drain: "
+                                                 "the time each stopped job gets to checkpoint and exit; `null`: "
+                                                 "inventory's eviction grace, 30 s."),
         ("Taint", "key"): pattern(vocab.TAINT_KEY_PATTERN, "Letters, digits, `_ . / -`, starting and ending "
                                   "with a letter or digit.", max_length=vocab.TAINT_KEY_MAX),
         ("Taint", "value"): pattern(vocab.TAINT_VALUE_PATTERN, "Letters, digits, `_ . -`, starting and ending "

@@ -62,7 +62,8 @@ _PREEMPTION_FIELDS = frozenset({
     "config_rejections", "held",
 })
 _NODE_FIELDS = ("name", "cpus_milli", "memory_bytes", "gpus", "labels", "taints", "datasets", "cpu_overcommit",
-                "memory_overcommit", "drain_migrate", "drain_deadline_ts", "registered_seq",
+                "memory_overcommit", "drain_migrate", "drain_deadline_ts", "drain_grace_s",
+                "registered_seq",
                 "ready_seq", "lost_seq", "ready", "cordoned", "draining", "lost", "removed", "used_cpus_milli",
                 "used_memory_bytes", "used_devices", "jobs", "kind", "simulated", "isolation", "unhealthy_gpus")
 _CONFIG_FIELDS = ("rules", "victims", "grace_period_s", "max_preemptions", "per_minute", "per_account_per_minute")
@@ -99,7 +100,7 @@ class _Node(msgspec.Struct, array_like=True):
     isolation: str = ""
     datasets: list[str] = []
     overcommit: tuple[float, float] = (1.0, 1.0)  # cpu, memory
-    drain: tuple[bool, float] = (False, 0.0)  # migrate, deadline_ts
+    drain: tuple[bool, float, float | None] = (False, 0.0, None)  # migrate, deadline_ts, grace_s
 
 
 class _Config(msgspec.Struct, array_like=True):
@@ -197,7 +198,8 @@ def _dump_preemption(core: PreemptionPlanner, state: PreemptionState) -> bytes:
                      flags=(n.ready, n.cordoned, n.draining, n.lost, n.removed), used_cpus_milli=n.used_cpus_milli,
                      used_memory_bytes=n.used_memory_bytes, used_devices=n.used_devices, jobs=n.jobs,
                      simulated=n.simulated, isolation=n.isolation, datasets=sorted(n.datasets),
-                     overcommit=(n.cpu_overcommit, n.memory_overcommit), drain=(n.drain_migrate, n.drain_deadline_ts))
+                     overcommit=(n.cpu_overcommit, n.memory_overcommit),
+                     drain=(n.drain_migrate, n.drain_deadline_ts, n.drain_grace_s))
                for n in state.cluster.nodes.values()],
         config=_Config(rules={k: list(v) for k, v in cfg.rules.items()}, victims=cfg.victims,
                        grace_period_s=cfg.grace_period_s, max_preemptions=cfg.max_preemptions,
@@ -251,7 +253,7 @@ def _load_preemption(core: PreemptionPlanner, data: bytes) -> PreemptionState | 
                     used_memory_bytes=n.used_memory_bytes, used_devices=n.used_devices, jobs=n.jobs,
                     simulated=n.simulated, isolation=n.isolation, datasets=frozenset(n.datasets),
                     cpu_overcommit=n.overcommit[0], memory_overcommit=n.overcommit[1], drain_migrate=n.drain[0],
-                    drain_deadline_ts=n.drain[1])
+                    drain_deadline_ts=n.drain[1], drain_grace_s=n.drain[2])
         node.registered_seq, node.ready_seq, node.lost_seq = n.seqs
         node.ready, node.cordoned, node.draining, node.lost, node.removed = n.flags
         nodes[n.name] = node

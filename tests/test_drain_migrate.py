@@ -105,6 +105,16 @@ def test_a_plain_drain_plans_finish_and_stops_nothing():
 
 
 
+def test_a_drain_gives_its_own_grace_to_the_checkpoint():
+    f, _ = cluster()
+    f.admin("node", c.NodeCommandIssued(node="n1", action="drain", migrate=True, grace_s=300.0))
+    draining, *plans = f.settle()
+    assert draining.grace_s == 300.0 and f.state.cluster.nodes["n1"].drain_grace_s == 300.0
+    assert "(up to 300 s for the checkpoint)" in next(p for p in plans if p.job_id == "ckpt").reason
+    [stop] = f.settle()
+    assert (stop.job_id, stop.grace_period_s) == ("ckpt", 300.0)
+
+
 def test_without_migrate_a_checkpointable_job_is_checkpointed_at_the_deadline():
     f, started = cluster()
     f.admin("node", c.NodeCommandIssued(node="n1", action="drain", deadline_s=60.0), dt=0.0)
@@ -150,8 +160,9 @@ def test_a_job_placed_on_the_node_as_the_drain_came_is_migrated_too_and_uncordon
 @pytest.mark.parametrize("cmd, why", [
     (c.NodeCommandIssued(node="n1", action="drain", deadline_s=-5.0), "a drain deadline is a number of seconds, "
                                                                       "0 or more, not -5.0"),
-    (c.NodeCommandIssued(node="n1", action="cordon", migrate=True), "--migrate and --deadline are for drain, not cordon"),
+    (c.NodeCommandIssued(node="n1", action="cordon", migrate=True), "--migrate, --deadline and --grace are for drain, not cordon"),
     (c.NodeCommandIssued(node="n9", action="drain", migrate=True), "no node 'n9'"),
+    (c.NodeCommandIssued(node="n1", action="drain", grace_s=-1.0), "a drain's grace is between 0 and 86400 s, not -1.0"),
 ])
 def test_bad_drain_commands_are_refused(cmd, why):
     f, _ = cluster()
@@ -192,6 +203,6 @@ def test_the_command_prints_the_plan_and_refuses_drain_options_elsewhere():
     assert drain_note(row) == "n1 draining: checkpointable jobs migrate; each job's plan: horizon show JOB (long)"
     assert drain_note({**row, "drain_migrate": False}) == ""  # a plain drain needs no note
     result = CliRunner().invoke(cli, ["node", "cordon", "n1", "--migrate", "--nats", "nats://127.0.0.1:1"])
-    assert result.exit_code == 2 and "--migrate, --deadline and --json are for node drain, not node cordon" in result.output
+    assert result.exit_code == 2 and "--migrate, --deadline, --grace and --json are for node drain, not node cordon" in result.output
     result = CliRunner().invoke(cli, ["node", "drain", "n1", "--deadline", "soon", "--nats", "nats://127.0.0.1:1"])
     assert result.exit_code == 2 and "--deadline" in result.output

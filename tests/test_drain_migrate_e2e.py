@@ -70,7 +70,7 @@ async def test_drain_migrates_the_checkpointing_job_lets_one_finish_and_stops_th
         await wait_until(lambda: "resumed from nothing" in stderr("ckpt", 1), 10, "ckpt to set its traps")
 
         code, out, err = await horizon(url, "node", "drain", "node-00", "--migrate", "--deadline", f"{DEADLINE_S:g}",
-                                       "--json")
+                                       "--grace", "20", "--json")
         assert code == 0, err
         answer = json.loads(out)
         assert answer["type"] == "NodeDraining" and answer["migrate"] is True
@@ -129,6 +129,7 @@ async def test_drain_migrates_the_checkpointing_job_lets_one_finish_and_stops_th
 
     records = await read_log(url)
     events = events_of(records)
+    assert all(e.grace_period_s == 20.0 for e in events if isinstance(e, c.PreemptionRequested))
     stops = sorted((e.job_id, e.attempt, e.reason) for e in events if isinstance(e, c.PreemptionRequested))
     assert stops == [("ckpt", 1, "node node-00 drains with migration: checkpointed to resume on another node"),
                      ("long", 1, "node node-00 drain deadline passed: stopped, requeued"),

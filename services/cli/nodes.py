@@ -128,9 +128,13 @@ _ANSWERS = {"NodeCordoned", "NodeUncordoned", "NodeDraining", "NodeRemoved", "No
 @click.option("--deadline", default=None,
               help="drain: stop what still runs on the node this long from now (90, 30m, 2h): requeued, or "
                    "ended if it may not be requeued. Without it the other jobs run to their end.")
+@click.option("--grace", default=None,
+              help="drain: the time each stopped job gets to checkpoint and exit (as kubectl drain's "
+                   "--grace-period; default 30 s).")
 @click.option("--json", "as_json", is_flag=True, help="drain: the answer and its plan as JSON.")
 def node(nats_url: str, action: str, node: str, taint: str | None, reason: str, cpu_overcommit: float | None,
-         memory_overcommit: float | None, migrate: bool, deadline: str | None, as_json: bool) -> None:
+         memory_overcommit: float | None, migrate: bool, deadline: str | None, grace: str | None,
+         as_json: bool) -> None:
     """Cordon, uncordon, drain, remove, taint or untaint a node, or say which datasets it holds (an operator command).
 
     \b
@@ -145,7 +149,7 @@ def node(nats_url: str, action: str, node: str, taint: str | None, reason: str, 
                                                    jobs packed against capacity x ratio, guaranteed
                                                    jobs' against the capacity (docs/scheduling-policy.md)
 
-    horizon node drain NODE [--migrate] [--deadline 2h] [--json]
+    horizon node drain NODE [--migrate] [--deadline 2h] [--grace 5m] [--json]
                                                    no new jobs; --migrate: checkpointable jobs are
                                                    checkpointed and resume elsewhere; --deadline: what
                                                    still runs then is stopped and requeued (ended if
@@ -154,14 +158,9 @@ def node(nats_url: str, action: str, node: str, taint: str | None, reason: str, 
     A NoExecute taint also evicts the jobs on the node that do not tolerate it: they are stopped
     (checkpoint signal first, if they have one) and requeued.
     """
-    if (migrate or deadline is not None or as_json) and action != "drain":
-        raise click.UsageError(f"--migrate, --deadline and --json are for node drain, not node {action}")
-    deadline_s = None
-    if deadline is not None:
-        try:
-            deadline_s = parse_duration(deadline, "--deadline")
-        except ResourceError as exc:
-            raise click.BadParameter(str(exc), param_hint="--deadline") from None
+    if (migrate or deadline is not None or grace is not None or as_json) and action != "drain":
+        raise click.UsageError(f"--migrate, --deadline, --grace and --json are for node drain, not node {action}")
+    deadline_s, grace_s = _seconds(deadline, "--deadline"), _seconds(grace, "--grace")
     if action in ("taint", "untaint"):
         if taint is None:
             raise click.UsageError(f"node {action} needs a taint: KEY[=VALUE]:EFFECT")
@@ -184,7 +183,7 @@ def node(nats_url: str, action: str, node: str, taint: str | None, reason: str, 
                                 reason=reason, user=default_user(), taint=parsed, datasets=datasets,
                                 cpu_overcommit=cpu_overcommit if action == "set" else None,
                                 memory_overcommit=memory_overcommit if action == "set" else None,
-                                migrate=migrate, deadline_s=deadline_s)
+                                migrate=migrate, deadline_s=deadline_s, grace_s=grace_s)
 
     plan: list[dict[str, Any]] = []
 
@@ -227,6 +226,16 @@ def node(nats_url: str, action: str, node: str, taint: str | None, reason: str, 
         click.echo(f"{node}: overcommit cpu x{answer['cpu_overcommit']:g}, memory x{answer['memory_overcommit']:g}")
         return
     click.echo(f"{node}: {answer['type'][4:].lower()}")
+
+
+def _seconds(text: str | None, flag: str) -> float | None:
+    """A duration option (90, 30m, 2h) in seconds; None if not given."""
+    if text is None:
+        return None
+    try:
+        return parse_duration(text, flag)
+    except ResourceError as exc:
+        raise click.BadParameter(str(exc), param_hint=flag) from None
 
 
 def register(group: click.Group) -> None:

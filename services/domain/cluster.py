@@ -49,6 +49,7 @@ class Node:
     # what still runs at the deadline is stopped (0: none); reset by an uncordon
     drain_migrate: bool = False
     drain_deadline_ts: float = 0.0
+    drain_grace_s: float | None = None  # the grace of the jobs it stops (None: inventory's default)
     registered_seq: int = 0
     ready_seq: int = 0
     lost_seq: int = 0
@@ -242,10 +243,11 @@ class Cluster:
                 node.cordoned = True
             case c.NodeUncordoned():
                 node.cordoned, node.draining = False, False
-                node.drain_migrate, node.drain_deadline_ts = False, 0.0
+                node.drain_migrate, node.drain_deadline_ts, node.drain_grace_s = False, 0.0, None
             case c.NodeDraining():
                 node.draining = True
                 node.drain_migrate, node.drain_deadline_ts = event.migrate, event.deadline_ts
+                node.drain_grace_s = event.grace_s
             case c.NodeRemoved():
                 node.removed, node.ready = True, False
             case c.NodeTaintsChanged(taints=taints):
@@ -277,6 +279,7 @@ class Cluster:
             # Re-registration (an agent restarted): keep the node's state and ledger.
             node.ready, node.cordoned, node.draining, node.lost = old.ready, old.cordoned, old.draining, old.lost
             node.drain_migrate, node.drain_deadline_ts = old.drain_migrate, old.drain_deadline_ts
+            node.drain_grace_s = old.drain_grace_s
             node.ready_seq, node.lost_seq = old.ready_seq, old.lost_seq
             node.used_cpus_milli, node.used_memory_bytes = old.used_cpus_milli, old.used_memory_bytes
             node.used_devices, node.jobs = old.used_devices, old.jobs

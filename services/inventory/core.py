@@ -56,7 +56,7 @@ from typing import ClassVar
 from events import catalogue as c
 from events.base import Event
 from events.subjects import WHOLE_LOG
-from events.vocabulary import NODE_ACTIONS
+from events.vocabulary import GRACE_PERIOD_MAX_S, NODE_ACTIONS
 from events.subjects import parse_subject
 from services.domain.protocol import Record
 from services.domain.protocol import CoreState
@@ -165,7 +165,8 @@ class InventoryCore:
             answer = self._command(state, seq, state.commands[seq], base, taints, datasets, ratios)
             out.append(answer)
             if isinstance(answer, c.NodeDraining):  # and what it will do to each job on the node
-                out.extend(drain_plan(state.cluster.nodes[answer.node], Drain(answer.migrate, answer.deadline_ts),
+                out.extend(drain_plan(state.cluster.nodes[answer.node],
+                                      Drain(answer.migrate, answer.deadline_ts, answer.grace_s),
                                       state.jobs, state.now, self.eviction_grace_s,
                                       {**base, "causation_id": answer.causation_id}, seq))
         return out
@@ -230,8 +231,8 @@ class InventoryCore:
 
         if node is None or node.removed:
             return reject(f"no node {cmd.node!r}")
-        if (cmd.migrate or cmd.deadline_s is not None) and cmd.action != "drain":
-            return reject(f"--migrate and --deadline are for drain, not {cmd.action}")
+        if (cmd.migrate or cmd.deadline_s is not None or cmd.grace_s is not None) and cmd.action != "drain":
+            return reject(f"--migrate, --deadline and --grace are for drain, not {cmd.action}")
         if cmd.action in ("taint", "untaint"):
             current = taints.get(node.name, node.taints)
             new, why = self._retaint(node, current, cmd)
@@ -278,11 +279,13 @@ class InventoryCore:
                 deadline = cmd.deadline_s
                 if deadline is not None and not 0 <= deadline < float("inf"):
                     return reject(f"a drain deadline is a number of seconds, 0 or more, not {deadline!r}")
+                if cmd.grace_s is not None and not 0 <= cmd.grace_s <= GRACE_PERIOD_MAX_S:
+                    return reject(f"a drain's grace is between 0 and {GRACE_PERIOD_MAX_S:g} s, not {cmd.grace_s!r}")
                 jobs = sorted(j for j in node.jobs if (job := state.jobs.get(j)) is not None
                               and job.state in HOLDS_RESOURCES)
                 return c.NodeDraining(id=f"inventory/NodeDraining/{cmd.node}/{seq}", node=cmd.node, reason=reason,
                                       migrate=cmd.migrate, deadline_ts=0.0 if deadline is None else state.now + deadline,
-                                      jobs=jobs, **common)  # type: ignore[arg-type]
+                                      jobs=jobs, grace_s=cmd.grace_s, **common)  # type: ignore[arg-type]
             case "remove":
                 return c.NodeRemoved(id=f"inventory/NodeRemoved/{cmd.node}/{seq}", node=cmd.node, reason=reason, **common)  # type: ignore[arg-type]
         return reject(f"action {cmd.action!r} is not one of {', '.join(NODE_ACTIONS)}", verb="node")

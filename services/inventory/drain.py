@@ -27,8 +27,8 @@ replay of the log (``horizon audit``) makes the same decisions. "Now" is the lat
 log's clock (``ClockTicked``, every few seconds) brings the deadline when nothing else happens.
 
 Every stop is a ``PreemptionRequested`` with ``for_job`` empty (an eviction, as for a ``NoExecute``
-taint), once per attempt, with inventory's eviction grace (30 s, Kubernetes' default
-``terminationGracePeriodSeconds``): the agent sends the checkpoint signal, waits for the reference
+taint), once per attempt, with the drain's ``--grace`` (kubectl drain's ``--grace-period``) or else
+inventory's eviction grace (30 s, Kubernetes' default ``terminationGracePeriodSeconds``): the agent sends the checkpoint signal, waits for the reference
 within the grace, then SIGTERM and SIGKILL, and reports ``JobPreempted`` with the reference, which
 scheduling requeues at once. Whether a job may be stopped for another (``preemptible``) does not
 protect it from the operator's drain, as it does not from a ``NoExecute`` taint.
@@ -60,10 +60,15 @@ DRAIN_ACTIONS: tuple[str, ...] = (MIGRATE, FINISH, REQUEUE_AT_DEADLINE, END_AT_D
 
 @dataclass(frozen=True, slots=True)
 class Drain:
-    """A node's drain as inventory answered it (``NodeDraining``): migrate or not, and its deadline (0: none)."""
+    """A node's drain as inventory answered it (``NodeDraining``): migrate or not, its deadline (0: none),
+    and the grace of each stop (None: inventory's eviction grace)."""
 
     migrate: bool = False
     deadline_ts: float = 0.0
+    grace_s: float | None = None
+
+    def grace(self, default_s: float) -> float:
+        return default_s if self.grace_s is None else self.grace_s
 
 
 def _checkpointable(job: Job) -> bool:
@@ -84,7 +89,9 @@ def limit_end(job: Job, now: float) -> float:
 
 
 def plan_job(job: Job, node: str, drain: Drain, now: float, grace_s: float) -> tuple[str, str]:
-    """What the drain of ``node`` will do to ``job``: one of ``DRAIN_ACTIONS``, and why in words."""
+    """What the drain of ``node`` will do to ``job``: one of ``DRAIN_ACTIONS``, and why in words.
+    ``grace_s``: inventory's eviction grace, unless the drain gives its own."""
+    grace_s = drain.grace(grace_s)
     if drain.migrate and _checkpointable(job) and _requeues(job):
         assert job.spec is not None
         return MIGRATE, (f"node {node} drains with migration: checkpoint signal {job.spec.checkpoint_signal} now "
@@ -141,8 +148,8 @@ def drain_stops(nodes: Iterable[Node], jobs: JobTable, stopped: Mapping[str, int
     out: list[c.PreemptionRequested] = []
     asked = set(asked)
     for node in nodes:
-        drain, name = Drain(node.drain_migrate, node.drain_deadline_ts), node.name
-        if not node.draining or node.lost or node.removed or not node.jobs or drain == Drain():
+        drain, name = Drain(node.drain_migrate, node.drain_deadline_ts, node.drain_grace_s), node.name
+        if not node.draining or node.lost or node.removed or not node.jobs or not (drain.migrate or drain.deadline_ts):
             continue
         due = bool(drain.deadline_ts) and now >= drain.deadline_ts
         for job_id in sorted(node.jobs):
@@ -161,6 +168,6 @@ def drain_stops(nodes: Iterable[Node], jobs: JobTable, stopped: Mapping[str, int
             asked.add(job_id)
             out.append(c.PreemptionRequested(
                 id=f"inventory/PreemptionRequested/{job_id}/{job.attempt}", ts=now, source="inventory",
-                correlation_id=job_id, job_id=job_id, attempt=job.attempt, for_job="", grace_period_s=grace_s,
+                correlation_id=job_id, job_id=job_id, attempt=job.attempt, for_job="", grace_period_s=drain.grace(grace_s),
                 reason=reason, basis_seq=seq))
     return out
