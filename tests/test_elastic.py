@@ -179,6 +179,37 @@ def test_growth_waits_while_a_candidate_is_blocked():
     assert [a.node for a in out[0].allocations] == ["b", "c"]
 
 
+def test_a_growth_and_a_shrink_that_cross_in_the_log_apply_only_the_first_everywhere():
+    """Placement grows el from [a, b] to [a, b, c] while preemption, on the same view, shrinks it to [a]:
+    whichever lands first applies; the other was decided on an allocation that is gone and changes
+    nothing, in every fold (so the ledger, the holds and the agents agree)."""
+    from services.domain.jobs import JobTable
+
+    grow = c.JobResized(job_id="el", attempt=1, allocations=[gpu_alloc(n, 0, 8) for n in "abc"], nodes=3,
+                        previous_nodes=2)
+    shrink = c.JobResized(job_id="el", attempt=1, allocations=[gpu_alloc("a", 0, 8)], nodes=1, previous_nodes=2,
+                          for_job="vip")
+    for first, second, after in ((grow, shrink, "abc"), (shrink, grow, "a")):
+        table = JobTable()
+        table.apply(accepted("el", gpus=8, nodes=3, min_nodes=1), 1, 0.0)
+        table.apply(c.JobScheduled(job_id="el", attempt=1, allocations=[gpu_alloc(n, 0, 8) for n in "ab"]), 2, 0.0)
+        assert table.resize_applies(first)
+        table.apply(first, 3, 0.0)
+        assert not table.resize_applies(second)
+        table.apply(second, 4, 0.0)
+        assert "".join(a.node for a in table.jobs["el"].allocations) == after
+    # never off its first node, never a node twice, never another attempt
+    table = JobTable()
+    table.apply(accepted("el", gpus=8, nodes=3, min_nodes=1), 1, 0.0)
+    table.apply(c.JobScheduled(job_id="el", attempt=1, allocations=[gpu_alloc(n, 0, 8) for n in "ab"]), 2, 0.0)
+    for bad in (c.JobResized(job_id="el", attempt=1, allocations=[gpu_alloc("b", 0, 8)], nodes=1, previous_nodes=2),
+                c.JobResized(job_id="el", attempt=1, allocations=[gpu_alloc(n, 0, 8) for n in "aba"], nodes=3,
+                             previous_nodes=2),
+                c.JobResized(job_id="el", attempt=2, allocations=[gpu_alloc(n, 0, 8) for n in "abc"], nodes=3,
+                             previous_nodes=2)):
+        assert not table.resize_applies(bad)
+
+
 # ------------------------------------------------------------------ scheduling: cycles for growth, assembly
 
 

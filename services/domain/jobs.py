@@ -208,13 +208,10 @@ class JobTable:
                 job.borrowed = event.borrowed
                 job.time_limit_s = event.time_limit_s
                 return self._set(job, JobState.SCHEDULED)
-            case c.JobResized(job_id=job_id, attempt=attempt, allocations=allocs):
-                # An elastic job's new allocation (no transition: it still holds resources). Its first
-                # node, where it was launched, stays first.
-                job = self.jobs.get(job_id)
-                if (job is not None and job.state in HOLDS_RESOURCES and attempt == job.attempt and allocs
-                        and job.allocations and allocs[0].node == job.allocations[0].node):
-                    job.allocations = tuple(allocs)
+            case c.JobResized(job_id=job_id, allocations=allocs):
+                # An elastic job's new allocation (no transition: it still holds resources).
+                if self.resize_applies(event):
+                    self.jobs[job_id].allocations = tuple(allocs)
                 return None
             case c.JobStarted(job_id=job_id, attempt=attempt):
                 job = self.jobs.get(job_id)
@@ -271,6 +268,20 @@ class JobTable:
                     job.reserved_nodes = tuple(event.reserved_nodes)
                 return None
         return None
+
+    def resize_applies(self, event: c.JobResized) -> bool:
+        """Whether a ``JobResized`` changes the job: its attempt holds resources, and the event was decided
+        on the allocation it has now (``previous_nodes`` is its size; a growth keeps it as its first nodes
+        and adds others, a shrink keeps some of them, the first node, where it was launched, among them). A resize decided on an allocation that has changed since (placement's growth and
+        preemption's shrink may cross in the log) changes nothing: every fold agrees."""
+        job = self.jobs.get(event.job_id)
+        if job is None or job.state not in HOLDS_RESOURCES or event.attempt != job.attempt or not event.allocations:
+            return False
+        held = [a.node for a in job.allocations]
+        new = [a.node for a in event.allocations]
+        if not held or new[0] != held[0] or len(set(new)) != len(new) or event.previous_nodes != len(held):
+            return False
+        return new[: len(held)] == held if len(new) > len(held) else set(new) <= set(held)
 
     # -- helpers
 

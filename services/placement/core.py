@@ -135,7 +135,8 @@ class PlacementCore:
         if isinstance(event, c.JobResized) and event.for_job:
             pre = state.jobs.get(event.for_job)
             job = state.jobs.get(event.job_id)
-            if job is not None and pre is not None and pre.state is JobState.PENDING:
+            if job is not None and pre is not None and pre.state is JobState.PENDING \
+                    and state.jobs.resize_applies(event):
                 kept = {a.node for a in event.allocations}  # the nodes a shrink gives back are held for the preemptor
                 hold_room(state.held, [a for a in job.allocations if a.node not in kept], event.for_job)
         tr = fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)

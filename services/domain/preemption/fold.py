@@ -94,7 +94,7 @@ class PreemptionFold:
                 # ended (nothing is left stopping): it preempts more only if a cycle leaves it blocked again.
                 job = state.jobs.get(victim)
                 pre = state.jobs.get(for_job)
-                if job is not None and job.state in HOLDS_RESOURCES and job.attempt == event.attempt:
+                if job is not None and state.jobs.resize_applies(event):
                     kept = {a.node for a in event.allocations}
                     if pre is not None and pre.state is JobState.PENDING:
                         hold_room(state.held, [a for a in job.allocations if a.node not in kept], for_job)
