@@ -493,3 +493,29 @@ async def test_the_real_services_start_grow_and_shrink_an_elastic_gang_and_time_
     assert [(e.source, e.previous_nodes, e.nodes, e.for_job) for e in resized] == [
         ("placement", 2, 3, ""), ("preemption", 3, 2, "vip")]
     assert_replays(records)
+
+
+# ------------------------------------------------------------------ the simulator: the same cores at virtual time
+
+
+def test_in_the_simulator_an_elastic_gang_grows_when_room_frees_and_shrinks_for_a_critical_job():
+    """Two nodes of 8 GPUs. busy (1 node) runs 0-100 s; el (1 to 2 nodes of 8 GPUs, 1000 s) starts at 10 s on
+    the free node, grows to 2 when busy ends at 100 s, is shrunk back to 1 at 200 s for vip (critical, 1 node,
+    50 s), which starts at once, and grows again when vip ends at 250 s. Nobody is preempted; the log checks."""
+    from services.host.check import check_log
+    from services.sim.traces import SimJob
+    from tests.test_preemption import _sim
+
+    jobs = [SimJob("busy", 0.0, 100.0, 100.0, gpus=8),
+            SimJob("el", 10.0, 1000.0, 1000.0, gpus=16, nodes=2, min_nodes=1),
+            SimJob("vip", 200.0, 50.0, 50.0, gpus=8, priority_class="critical")]
+    run, events, records = _sim(jobs)
+    resized = [e for e in events if isinstance(e, c.JobResized)]
+    assert [(e.source, e.previous_nodes, e.nodes, e.for_job) for e in resized] == [
+        ("placement", 1, 2, ""), ("preemption", 2, 1, "vip"), ("placement", 1, 2, "")]
+    assert [e.ts - records[0].time for e in resized][0] >= 100.0
+    assert run.results["vip"].start_s == 200.0 and run.results["el"].start_s == 10.0
+    assert not [e for e in events if isinstance(e, c.PreemptionRequested)]
+    assert all(r.state == "SUCCEEDED" for r in run.results.values())
+    report = check_log(records)
+    assert report.ok, report.problems[:3]

@@ -17,7 +17,10 @@ One step of virtual time ``T`` (the next arrival or completion):
    driver publishes its ``JobStarted`` for that attempt and schedules its end
    at ``T + run``: ``JobSucceeded``, or ``JobFailed`` for an attempt the job
    says fails (``SimJob.exit_code``, ``fail_attempts``). A requeued job is
-   scheduled again, with the next attempt number, and starts again.
+   scheduled again, with the next attempt number, and starts again. An
+   elastic job (``SimJob.min_nodes``) keeps its run time whatever its size;
+   a shrink for a preemptor frees its nodes within the instant, as a
+   preemption does.
 
 Time also stops where nothing arrives or ends but a decision may fall due: a
 requeued job's backoff (``JobRequeued.not_before_ts``) and a pending job's
@@ -114,6 +117,7 @@ def submission_for(job: SimJob, settings: SimSettings, at: float) -> c.JobSubmit
         nice=job.nice, qos=job.qos, array=job.array, restart_policy=job.restart_policy, max_retries=job.max_retries,
         scheduling_timeout_s=job.scheduling_timeout_s, sim_exit_code=job.exit_code,
         dependencies=[c.Dependency(kind=kind, job_id=dep) for kind, dep in job.dependencies],
+        min_nodes=job.min_nodes,
     )
 
 
@@ -242,11 +246,13 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
                     stop = _preempt(results, decision, now)
                     if stop is not None:
                         reports.append((event_subject("agent", stop), stop))
-                else:
+                elif not isinstance(decision, c.JobResized):  # an elastic job's new size: its run time stays
                     _record(results, tasks, decision, now, wakes)
+            # a shrink for a preemptor frees nodes at once, as a preempted victim's stop does
+            shrunk = any(isinstance(d, c.JobResized) and d.nodes < d.previous_nodes for d in decided)
             await bus.publish(reports)
             decided = []
-            if any(isinstance(e, c.JobPreempted) for _, e in reports):
+            if shrunk or any(isinstance(e, c.JobPreempted) for _, e in reports):
                 decided = await bus.settle()
                 steps += 1
                 tick = c.ClockTicked(id=f"clock/ClockTicked/{steps}", ts=now, correlation_id="sim", source="clock",

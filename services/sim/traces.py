@@ -66,6 +66,7 @@ class SimJob:
     restart_policy: str = "never"
     max_retries: int = 0
     scheduling_timeout_s: float | None = None
+    min_nodes: int | None = None  # an elastic gang's least nodes (``nodes`` its most): it grows and shrinks
 
     def outcome(self, attempt: int) -> int:
         """The exit code attempt ``attempt`` (1, 2, ...) ends with."""
