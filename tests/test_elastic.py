@@ -96,6 +96,21 @@ def test_sbatch_node_ranges_make_elastic_jobs_whose_counts_the_agent_gives():
     assert "the most nodes is fewer than the least" in problems("-N 4-2")
 
 
+def test_sbatch_dry_run_of_a_script_with_a_node_range_directive(tmp_path):
+    import json
+
+    from tests.test_sbatch import _invoke
+
+    script = tmp_path / "elastic.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=2-4 --ntasks-per-node=8 --gpus-per-node=8\n"
+                      "torchrun --nnodes=$SLURM_JOB_MIN_NODES:$SLURM_JOB_MAX_NODES train.py\n")
+    code, out, err = _invoke("sbatch", "--dry-run", "--job-id", "el", str(script))
+    assert code == 0, err
+    sub = json.loads(out)
+    assert (sub["nodes"], sub["min_nodes"], sub["tasks_per_node"], sub["gpus_per_node"]) == (4, 2, 8, 8)
+    assert "SLURM_NNODES" not in sub["env"]
+
+
 def test_submit_reads_a_node_range():
     import click
 
