@@ -62,7 +62,7 @@ async def test_drain_migrates_the_checkpointing_job_lets_one_finish_and_stops_th
             ("horizon.in.acme.submit", job_json("stuck", resources={"gpus": 1}, command=["sleep", "120"],
                                                 requeue=False), "stuck"),
         ])
-        await wait_until(lambda: all(attempt_started(j, 1) for j in ("ckpt", "quick", "long", "stuck")), 20,
+        await wait_until(lambda: all(attempt_started(j, 1) for j in ("ckpt", "quick", "long", "stuck")), 40,
                          "four jobs to start")
         assert {tally.last[("JobStarted", j)]["node"] for j in ("ckpt", "quick", "long", "stuck")} == {"node-00"}
         code, out, err = await horizon(url, "node", "uncordon", "node-01")
