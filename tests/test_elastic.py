@@ -396,6 +396,61 @@ def test_squeue_and_sacct_count_the_nodes_an_elastic_job_holds():
     assert SQUEUE_FIELDS["D"][1](waiting, 0.0, None) == "4"
 
 
+def test_the_resize_file_is_sourceable_and_says_what_the_job_was_told(tmp_path):
+    import subprocess
+
+    from services.agent.resize import read_resize_file, told, write_resize_file
+
+    start = {"HORIZON_WORLD_SIZE": "2", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "n[1-2]", "PATH": "/bin"}
+    path = tmp_path / "resize"
+    assert told(start, path) == ({"HORIZON_WORLD_SIZE": "2", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "n[1-2]"}, 0)
+    world = {"HORIZON_WORLD_SIZE": "3", "SLURM_NNODES": "3", "SLURM_JOB_NODELIST": "n[1-2],gpu 7"}
+    write_resize_file(path, world, 1)
+    assert read_resize_file(path) == (world, 1) and told(start, path) == (world, 1)
+    shell = subprocess.run(["sh", "-c", '. "$1"; echo "$HORIZON_WORLD_SIZE|$SLURM_JOB_NODELIST|$HORIZON_RESIZE_COUNT"',
+                            "sh", str(path)], capture_output=True, text=True, check=True)
+    assert shell.stdout == "3|n[1-2],gpu 7|1\n"  # quoted: a value with a space stays whole
+    assert [p.name for p in tmp_path.iterdir()] == ["resize"]  # no temporary file left
+
+
+async def test_a_process_is_told_each_resize_once_also_by_an_agent_that_restarted(tmp_path):
+    """The process executor: a resize rewrites the file and signals the job (its trap prints the new size);
+    a new executor on the same directory (a restarted agent) adopts the attempt, does not tell it again
+    what it was told, and counts on from the file when it tells it a new size."""
+    import asyncio
+
+    from services.agent.executors import ProcessExecutor
+    from services.agent.resize import world_of
+
+    spec = c.JobSpec(tenant="acme", nodes=3, min_nodes=1, command=["sh", "-c", ELASTIC_JOB])
+    allocs = [c.NodeAllocation(node=f"n{i}", cpus_milli=1000, memory_bytes=1 << 30) for i in (1, 2, 3)]
+    first = ProcessExecutor(tmp_path)
+    execution = await first.start("el", 1, spec, allocs[0], allocations=allocs[:1])
+    out = tmp_path / "el" / "1" / "stdout"
+
+    async def lines(n: int) -> list[str]:
+        for _ in range(100):
+            if out.exists() and len(out.read_text().splitlines()) >= n:
+                break
+            await asyncio.sleep(0.05)
+        return out.read_text().splitlines()
+
+    assert (await lines(1))[0] == "start 1 1 1 3 n1"
+
+    def world(n: int) -> dict[str, str]:
+        return world_of(job_environment("el", 1, spec, allocs[0], allocations=allocs[:n]))
+
+    assert execution.resized(world(3))
+    assert (await lines(2))[1] == "resized 1 3 3 n[1-3]"
+    assert not execution.resized(world(3))  # told already
+    del first, execution  # the agent restarts
+    adopted = ProcessExecutor(tmp_path).adopt("el", 1, allocs[0])
+    assert adopted is not None and not adopted.resized(world(3))
+    assert adopted.resized(world(2))
+    assert (await lines(3))[2] == "resized 2 2 2 n[1-2]"
+    await adopted.stop(1.0)
+
+
 # ------------------------------------------------------------------ over NATS, with real processes
 
 ELASTIC_JOB = r"""

@@ -303,6 +303,8 @@ class NodeAgent:
                 reason = {"cancelled": "cancel", "preempted": "preempt"}.get(action)
                 self._launch(job_id, _Running(job.attempt, adopted, stop_reason=reason,
                                               preemption=self.core.preemptions.get(job_id)))
+                if job.spec is not None and job.spec.elastic and reason is None:
+                    await self._act("resized", job_id)  # a resize while no agent watched (told only if so)
             elif action == "cancelled":
                 await self._report(c.JobCancelled, job_id, job.attempt, reason=self.core.stop_requests[job_id].reason)
             elif action == "preempted":

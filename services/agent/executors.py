@@ -286,7 +286,6 @@ class _Attempt:
         self._checkpoint_path = Path(plan["env"]["HORIZON_CHECKPOINT_FILE"])
         self.files = Files(plan["cwd"], plan["stdout"], plan["stderr"])
         self._stopping = False
-        self._resizes = 0  # JobResized told so far (HORIZON_RESIZE_COUNT)
         job = shim.read_pid_file(directory / shim.JOB_PID)
         self.pid: int | None = job[0] if job else None
         self._pid_start = job[1] if job else ""
@@ -370,9 +369,13 @@ class _Attempt:
 
     def resized(self, world: Mapping[str, str]) -> bool:
         """Tell the job its new size: ``$HORIZON_RESIZE_FILE`` anew, then SIGWINCH to its main process
-        (``services/agent/resize.py``). False when it has ended or is not elastic."""
+        (``services/agent/resize.py``). False when it has ended, is not elastic, or knows that size
+        already (an agent that restarted tells only what changed while it was away)."""
         path = self.plan["env"].get("HORIZON_RESIZE_FILE")
         if not path or self.pid is None or self.status() is not None or shim.start_time(self.pid) != self._pid_start:
+            return False
+        known, self._resizes = resize.told(self.plan["env"], Path(path))
+        if all(known.get(name) == value for name, value in world.items()):
             return False
         self._resizes += 1
         resize.write_resize_file(Path(path), world, self._resizes)

@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["RESIZE_SIGNAL", "RESIZE_VARIABLES", "world_of", "write_resize_file"]
+__all__ = ["RESIZE_SIGNAL", "RESIZE_VARIABLES", "world_of", "write_resize_file", "read_resize_file", "told"]
 
 RESIZE_SIGNAL = signal.SIGWINCH
 RESIZE_VARIABLES = ("HORIZON_WORLD_SIZE", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NODELIST",
@@ -57,3 +57,27 @@ def write_resize_file(path: Path, env: Mapping[str, str], count: int) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def read_resize_file(path: Path) -> tuple[dict[str, str], int]:
+    """What a resize file says (its variables, its ``HORIZON_RESIZE_COUNT``); ({}, 0) when there is none."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}, 0
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        words = shlex.split(line)
+        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
+            name, _, value = words[1].partition("=")
+            env[name] = value
+    count = env.pop("HORIZON_RESIZE_COUNT", "0")
+    return env, int(count) if count.isdigit() else 0
+
+
+def told(start_env: Mapping[str, str], path: Path | None) -> tuple[dict[str, str], int]:
+    """The world the job was last told (its resize file, else its start environment) and how many resizes
+    it was told: an agent that restarts tells it again only when the log's allocation differs, and
+    counts on from there."""
+    env, count = read_resize_file(path) if path is not None else ({}, 0)
+    return (env, count) if env else (world_of(start_env), 0)
