@@ -71,6 +71,22 @@ def test_a_node_range_and_min_available_become_the_least_nodes_of_the_spec():
     assert spec.assembly_timeout_s == 60.0
 
 
+def test_a_partitions_max_nodes_limits_an_elastic_gangs_least_and_cuts_its_most():
+    from services.domain.partitions import Partitions
+
+    parts = Partitions()
+    assert parts.apply(c.PartitionConfigured(name="small", nodes=["ALL"], default=True, max_nodes=3),
+                       "horizon.in._admin.partition") is None
+    warnings: list[str] = []
+    spec = normalise(submitted(nodes=6, min_nodes=2), subject_tenant="acme", gpu_models=set(), partitions=parts,
+                     warnings=warnings)
+    assert (spec.partition, spec.nodes, spec.min_nodes) == ("small", 3, 2)
+    assert warnings == ["at most 3 nodes in partition 'small' (MaxNodes): the job grows to 3, not to 6"]
+    with pytest.raises(Rejection) as info:  # its least must fit the limit, as a rigid job's nodes must
+        normalise(submitted(nodes=6, min_nodes=4), subject_tenant="acme", gpu_models=set(), partitions=parts)
+    assert info.value.reason.startswith("4 nodes is above partition 'small'")
+
+
 @pytest.mark.parametrize("fields, field, words", [
     ({"nodes": 2, "min_nodes": 3}, "min_nodes", "cannot exceed the most"),
     ({"nodes": 2, "min_available": 3}, "min_available", "more than the gang's 2 x 1"),
