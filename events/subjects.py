@@ -133,7 +133,7 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
     "ConfigRejected": ("scheduling", "placement", "preemption"),
     "JobRequeued": ("scheduling",),
     "JobScheduled": ("placement",),
-    "JobResized": ("placement", "preemption"),
+    "JobResized": ("placement", "preemption", "inventory"),
     "PlacementBlocked": ("placement",),
     "PreemptionRequested": ("preemption", "inventory"),
     "JobPreempted": ("agent",),

@@ -359,6 +359,44 @@ def test_an_elastic_preemptor_makes_room_for_its_least_only():
     assert [e.job_id for e in requests] == ["low2"]  # one node (its least), the youngest victim's
 
 
+# ------------------------------------------------------------------ inventory: a lost node
+
+
+def test_an_elastic_gang_that_loses_nodes_goes_on_without_them_when_it_can():
+    """el (1 to 4 nodes) on a, b, c; b is lost: it goes on with a and c (JobResized by inventory). rigid
+    (2 nodes) on d, e loses e: it fails as before. small (2 to 3) on f, g loses g: 1 left is below its
+    least: it fails. first (2 to 3) on i, j, k loses i, its first node: it fails."""
+    from services.inventory.core import InventoryCore
+
+    f = Feed(InventoryCore())
+    for name in "abcdefghijk":
+        f.evt("agent", node(name))
+    f.settle()
+
+    def placed(job_id: str, on: str, **kw) -> None:
+        f.evt("submission", accepted(job_id, gpus=8, **kw))
+        f.evt("placement", c.JobScheduled(job_id=job_id, attempt=1, allocations=[gpu_alloc(n, 0, 8) for n in on]))
+        f.evt("agent", c.JobStarted(job_id=job_id, attempt=1, node=on[0]))
+
+    placed("el", "abc", nodes=4, min_nodes=1)
+    placed("rigid", "de", nodes=2)
+    placed("small", "fg", nodes=3, min_nodes=2)
+    placed("first", "ijk", nodes=3, min_nodes=2)
+    for lost in "begi":
+        f.evt("inventory", c.NodeLost(node=lost, reason="no heartbeat"))
+    out = f.settle()
+    assert sorted((type(e).__name__, e.job_id) for e in out) == [
+        ("JobFailed", "first"), ("JobFailed", "rigid"), ("JobFailed", "small"), ("JobResized", "el")]
+    (resized,) = [e for e in out if isinstance(e, c.JobResized)]
+    assert [a.node for a in resized.allocations] == ["a", "c"] and (resized.previous_nodes, resized.nodes) == (3, 2)
+    assert resized.reason == "node b lost: shrunk from 3 to 2 nodes (at least 1)"
+    assert f.state.jobs.get("el").state is JobState.RUNNING and f.state.cluster.nodes["b"].jobs == {}
+    assert f.decide() == []
+    assert check_log(f.records).ok
+    report = replay_decisions(InventoryCore(), f.records)
+    assert report.decisions == report.reproduced and not report.mismatches
+
+
 # ------------------------------------------------------------------ the agent and the job's environment
 
 

@@ -148,7 +148,9 @@ def check_log(records: Iterable[Record]) -> LogCheck:
         out.cluster.on_transition(tr)
     for (job_id, attempt), how in sorted(raced.items()):
         job = out.jobs.get(job_id)
-        if job is not None and job.state in HOLDS_RESOURCES and job.attempt == attempt:
+        lost = how.split(",", 1)[0]  # the node (an elastic gang may have been shrunk off it instead)
+        if job is not None and job.state in HOLDS_RESOURCES and job.attempt == attempt \
+                and any(a.node == lost for a in job.allocations):
             out.problems.append(f"{job_id} attempt {attempt} was placed on {how} and never ended")
     out.problems.extend(out.cluster.check(out.jobs))
     return out

@@ -13,7 +13,9 @@ allocations, never counted by hand). ``decide``:
   does not have, or the removal of a dataset it does not hold);
 * every job still holding resources on a lost or removed node is ended with
   ``JobFailed`` ("node lost"), which frees its devices in every service's
-  ledger; its restart policy then decides whether it is requeued;
+  ledger; its restart policy then decides whether it is requeued. An elastic
+  gang that keeps its first node and its least nodes is shrunk off them
+  instead (``JobResized``; ``services/inventory/elastic.py``);
 * every job holding resources on a node with a ``NoExecute`` taint it does
   not tolerate is **evicted**: ``PreemptionRequested`` (``for_job`` empty),
   once per attempt. Its agent stops it (checkpoint signal first, if the job
@@ -67,6 +69,7 @@ from services.domain.taints import check_taint, taint_text, untolerated
 from services.domain.datasets import check_datasets
 from services.inventory.qos import memory_evictions, overcommit_answer
 from services.inventory.drain import Drain, drain_plan, drain_stops
+from services.inventory.elastic import shrink_off_lost
 
 __all__ = ["InventoryCore", "InventoryState", "NODE_ACTIONS", "EVICTION_GRACE_S"]
 
@@ -118,6 +121,7 @@ class InventoryCore:
     def decide(self, state: InventoryState) -> list[Event]:
         out: list[Event] = []
         base = {"ts": state.now, "source": self.name, "basis_seq": state.seq}
+        shrunk: set[str] = set()  # elastic jobs shrunk off lost nodes (services/inventory/elastic.py)
         for node in state.cluster.sorted_nodes():
             if not node.removed and (not node.ready or node.lost) and node.registered_seq > node.lost_seq:
                 out.append(
@@ -132,7 +136,12 @@ class InventoryCore:
                 why = "lost" if node.lost else "removed"
                 for job_id in sorted(node.jobs):
                     job = state.jobs.get(job_id)
-                    if job is None or job.state not in HOLDS_RESOURCES:
+                    if job is None or job.state not in HOLDS_RESOURCES or job_id in shrunk:
+                        continue
+                    shrink = shrink_off_lost(state.cluster, job, state.now, state.seq, self.name)
+                    if shrink is not None:  # an elastic gang goes on without the nodes that are gone
+                        shrunk.add(job_id)
+                        out.append(shrink)
                         continue
                     out.append(
                         c.JobFailed(
@@ -148,14 +157,14 @@ class InventoryCore:
                             node_lost=True,
                         )
                     )
-        out.extend(self._evictions(state, {e.job_id for e in out if isinstance(e, c.JobFailed)}))
+        out.extend(self._evictions(state, {e.job_id for e in out if isinstance(e, c.JobFailed)} | shrunk))
         if state.pressure:
-            asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested))}
+            asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested, c.JobResized))}
             out.extend(memory_evictions(state.cluster.nodes, state.jobs, state.pressure, asked, state.now, state.seq))
         # drains with migration or a deadline (services/inventory/drain.py)
         drains = [n for n in state.cluster.nodes.values() if n.draining and (n.drain_migrate or n.drain_deadline_ts)]
         if drains:
-            asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested))}
+            asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested, c.JobResized))}
             out.extend(drain_stops(sorted(drains, key=lambda n: n.name), state.jobs, state.preemptions, asked,
                                    state.now, state.seq, self.eviction_grace_s))
         taints: dict[str, list[c.Taint]] = {}  # this round's taint answers, so two commands compose
