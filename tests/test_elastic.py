@@ -397,6 +397,36 @@ def test_an_elastic_gang_that_loses_nodes_goes_on_without_them_when_it_can():
     assert report.decisions == report.reproduced and not report.mismatches
 
 
+def test_an_elastic_gang_gives_back_nodes_with_a_no_execute_taint_instead_of_being_evicted():
+    """el (1 to 3 nodes) on a, b, c. b is tainted gpu=broken:NoExecute: el gives b back (JobResized, the
+    eviction's 30 s of grace for its tasks there) and runs on. Then its first node a is tainted: it
+    cannot go on without it, and is evicted whole as any job (PreemptionRequested)."""
+    from services.inventory.core import InventoryCore
+
+    f = Feed(InventoryCore())
+    for name in "abc":
+        f.evt("agent", node(name))
+    f.settle()
+    f.evt("submission", accepted("el", gpus=8, nodes=3, min_nodes=1))
+    f.evt("placement", c.JobScheduled(job_id="el", attempt=1, allocations=[gpu_alloc(n, 0, 8) for n in "abc"]))
+    f.evt("agent", c.JobStarted(job_id="el", attempt=1, node="a"))
+    broken = c.Taint(key="gpu", value="broken", effect="NoExecute")
+    f.admin("node", c.NodeCommandIssued(node="b", action="taint", taint=broken))
+    (tainted,) = f.settle()  # the taint's answer, then what it means for the jobs there
+    (resized,) = f.settle()
+    assert isinstance(tainted, c.NodeTaintsChanged) and isinstance(resized, c.JobResized)
+    assert [a.node for a in resized.allocations] == ["a", "c"] and resized.grace_period_s == 30.0
+    assert resized.reason == "node b taint gpu=broken:NoExecute is not tolerated: shrunk from 3 to 2 nodes (at least 1)"
+    assert f.decide() == []
+    f.admin("node", c.NodeCommandIssued(node="a", action="taint", taint=broken))
+    f.settle()
+    (evicted,) = f.settle()
+    assert isinstance(evicted, c.PreemptionRequested) and evicted.job_id == "el" and evicted.for_job == ""
+    assert check_log(f.records).ok
+    report = replay_decisions(InventoryCore(), f.records)
+    assert report.decisions == report.reproduced and not report.mismatches
+
+
 # ------------------------------------------------------------------ the agent and the job's environment
 
 

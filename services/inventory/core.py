@@ -20,7 +20,9 @@ allocations, never counted by hand). ``decide``:
   not tolerate is **evicted**: ``PreemptionRequested`` (``for_job`` empty),
   once per attempt. Its agent stops it (checkpoint signal first, if the job
   has one) and reports ``JobPreempted``, which frees the resources; scheduling
-  requeues a preempted job at once, without counting a retry;
+  requeues a preempted job at once, without counting a retry. An elastic gang
+  that keeps its first node and its least nodes gives the tainted nodes back
+  instead (``JobResized``);
 * a drain with ``--migrate`` or ``--deadline`` answers ``NodeDraining`` and a
   ``JobDrainPlanned`` per job on the node (what will happen to it), then
   stops its checkpointable jobs at once to resume elsewhere and, at the
@@ -69,7 +71,7 @@ from services.domain.taints import check_taint, taint_text, untolerated
 from services.domain.datasets import check_datasets
 from services.inventory.qos import memory_evictions, overcommit_answer
 from services.inventory.drain import Drain, drain_plan, drain_stops
-from services.inventory.elastic import shrink_off_lost
+from services.inventory.elastic import shrink_off_lost, shrink_off_tainted
 
 __all__ = ["InventoryCore", "InventoryState", "NODE_ACTIONS", "EVICTION_GRACE_S"]
 
@@ -205,6 +207,10 @@ class InventoryCore:
                 if not bad:
                     continue
                 asked.add(job_id)
+                shrink = shrink_off_tainted(state.cluster, job, state.now, state.seq, self.name, self.eviction_grace_s)
+                if shrink is not None:  # an elastic gang gives those nodes back instead (services/inventory/elastic.py)
+                    out.append(shrink)
+                    continue
                 out.append(
                     c.PreemptionRequested(
                         id=f"inventory/PreemptionRequested/{job_id}/{job.attempt}",

@@ -7,6 +7,10 @@ gang (``--nodes MIN-MAX``) is instead shrunk off the nodes that are gone, with `
 it the new size as for any resize (``services/agent/resize.py``); the tasks it had on the lost nodes
 are gone with them. As Slurm's ``--no-kill`` leaves a job to carry on without a failed node, and a
 fault-tolerant framework (``torchrun --nnodes MIN:MAX``) re-forms its group at the new size.
+
+Likewise a ``NoExecute`` taint it does not tolerate on some of its nodes: instead of the eviction of
+the whole job (``PreemptionRequested``), the gang gives those nodes back (``JobResized``, the eviction's
+grace period for its tasks there), under the same two conditions.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from __future__ import annotations
 from events import catalogue as c
 from services.domain.cluster import Cluster
 from services.domain.jobs import HOLDS_RESOURCES, Job
+from services.domain.taints import taint_text, untolerated
 
-__all__ = ["shrink_off_lost"]
+__all__ = ["shrink_off_lost", "shrink_off_tainted"]
 
 
 def shrink_off_lost(cluster: Cluster, job: Job, now: float, seq: int, source: str) -> c.JobResized | None:
@@ -39,3 +44,30 @@ def shrink_off_lost(cluster: Cluster, job: Job, now: float, seq: int, source: st
 def _gone(cluster: Cluster, name: str) -> bool:
     node = cluster.nodes.get(name)
     return node is None or node.lost or node.removed
+
+
+def shrink_off_tainted(cluster: Cluster, job: Job, now: float, seq: int, source: str,
+                       grace_period_s: float) -> c.JobResized | None:
+    """``JobResized`` giving back the job's nodes whose ``NoExecute`` taints it does not tolerate, or None
+    when it is not an elastic job that can go on without them (then it is evicted whole as before)."""
+    spec = job.spec
+    if spec is None or not spec.elastic or job.state not in HOLDS_RESOURCES or not job.allocations:
+        return None
+    bad: dict[str, c.Taint] = {}
+    for alloc in job.allocations:
+        node = cluster.nodes.get(alloc.node)
+        if node is None:
+            continue
+        hit = untolerated(spec.tolerations, [t for t in node.taints if t.effect == "NoExecute"], ("NoExecute",))
+        if hit:
+            bad[alloc.node] = hit[0]
+    kept = [a for a in job.allocations if a.node not in bad]
+    if not bad or job.allocations[0].node in bad or len(kept) < spec.min_nodes:
+        return None
+    why = ", ".join(f"node {n} taint {taint_text(t)}" for n, t in bad.items())
+    return c.JobResized(
+        id=f"inventory/JobResized/{job.job_id}/{job.attempt}/{seq}", ts=now, source=source,
+        correlation_id=job.job_id, job_id=job.job_id, attempt=job.attempt, allocations=kept, nodes=len(kept),
+        previous_nodes=len(job.allocations), basis_seq=seq, grace_period_s=grace_period_s,
+        reason=f"{why} is not tolerated: shrunk from {len(job.allocations)} to {len(kept)} nodes "
+               f"(at least {spec.min_nodes})")
