@@ -358,3 +358,19 @@ def test_a_live_cluster_predicts_from_each_users_runs_and_the_audit_reproduces_i
     body = json.loads(audit.stdout)
     assert audit.returncode == 0 and body["mismatches"] == [], audit.stderr[-2000:]
     assert body["decisions"] == body["reproduced"] > 0
+
+
+@pytest.mark.skipif(not LUBLIN.exists(), reason="../shared/traces is not beside this checkout")
+@pytest.mark.timeout(300)
+def test_lublin_window_5228_with_modelled_estimates_predictions_as_recorded():
+    """docs/benchmarks.md's table, one cell to the bit: multifactor + EASY on window 5228 with the
+    modelled user estimates of seed 1 scores 57.24 with predictions, against 237.09 on the limits."""
+    from services.cli.simulate import run_simulation
+
+    out, _ = asyncio.run(run_simulation(str(LUBLIN), start=5228, length=1024, policy="multifactor", backfill="easy",
+                                        in_process=True, user_estimates=1, predict_runtimes=True))
+    assert out["jobs"] == 1024 and out["runtime_estimate"] == "predicted" and out["user_estimates"] == "tsafrir05:1"
+    assert out["mean_bounded_slowdown"] == 57.240317023672915
+    recorded = json.loads((Path(__file__).resolve().parents[1] / "docs" / "lublin1-prediction-results.json").read_text())
+    assert recorded["results"]["multifactor/easy/predicted"]["bsld_per_window"][6] == out["mean_bounded_slowdown"]
+    assert recorded["results"]["multifactor/easy/limit"]["bsld_per_window"][6] > 4 * out["mean_bounded_slowdown"]
