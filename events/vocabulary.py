@@ -49,7 +49,7 @@ NODE_ACTIONS: tuple[str, ...] = ("cordon", "uncordon", "drain", "remove", "taint
 TOLERATION_OPS: tuple[str, ...] = ("Equal", "Exists")
 OPEN_MODES: tuple[str, ...] = ("truncate", "append")
 SELECTOR_OPS: tuple[str, ...] = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
-BACKFILL_MODES: tuple[str, ...] = ("none", "easy", "shadow", "greedy", "conservative", "short")
+BACKFILL_MODES: tuple[str, ...] = ("none", "easy", "shadow", "greedy", "conservative", "short", "lane")
 # Where backfilling's run times come from (services/domain/runtime_prediction.py).
 RUNTIME_ESTIMATES: tuple[str, ...] = ("limit", "predicted")
 # The score plugins' names (services/domain/fit/framework.py asserts its plugins are these).

@@ -5,6 +5,7 @@ above them (arriving later) would need (docs/benchmarks.md, "Backfilling that re
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 
@@ -66,8 +67,9 @@ def test_short_never_starts_what_easy_would_refuse():
     assert (mode.depth, mode.stacked, mode.shadow_only, mode.stops) == (easy.depth, easy.stacked, False, False)
 
 
-def test_the_simulate_flag_alone_selects_short():
-    assert FLAG_MODE == "short"
+def test_the_simulate_flag_alone_selects_lane_which_is_short_with_a_lane():
+    assert FLAG_MODE == "lane"  # tests/test_backfill_lane.py
+    assert dataclasses.replace(MODES["lane"], name="short", lane=None) == MODES["short"]
 
 
 LUBLIN = Path(__file__).resolve().parents[2] / "shared" / "traces" / "lublin_256.swf"
@@ -87,7 +89,7 @@ def test_lublin_window_5228_short_backfilling_beats_strict_order_as_recorded():
 
 
 @pytest.mark.skipif(not LUBLIN.exists(), reason="../shared/traces is not beside this checkout")
-def test_the_simulate_backfill_flag_alone_selects_short_and_a_named_mode_wins():
+def test_the_simulate_backfill_flag_alone_selects_lane_and_a_named_mode_wins():
     from click.testing import CliRunner
 
     from services.cli.simulate import simulate_cmd
@@ -97,7 +99,8 @@ def test_the_simulate_backfill_flag_alone_selects_short_and_a_named_mode_wins():
         assert result.exit_code == 0, result.output
         return json.loads(result.output)["backfill_mode"]
 
-    assert mode("--backfill") == "short"
+    assert mode("--backfill") == "lane"
+    assert mode("--backfill", "short") == "short"
     assert mode("--backfill", "easy") == "easy"
     assert mode("--backfill", "--backfill-mode", "shadow") == "shadow"
     assert mode() == "none"

@@ -59,6 +59,7 @@ def test_the_plan_kills_every_part_as_often_as_asked_and_is_the_same_for_a_seed(
     assert workload(cfg) == workload(cfg)
 
 
+@pytest.mark.slow  # ~35 s of kills and a server restart: run with -m slow (docs/benchmarks.md)
 async def test_kill_every_part_and_restart_the_server_under_a_workload(tmp_path):
     cfg = ChaosConfig(jobs=300, kills=1, kill=(*DECIDERS, "agent-0"), server_restarts=1, seed=7, agents=1, nodes=4,
                       gpus_per_node=8, runtime_s=(0.1, 0.8), gap_s=(0.2, 0.5), max_down_s=0.5, timeout_s=150.0)

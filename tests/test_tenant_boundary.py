@@ -276,6 +276,7 @@ async def test_every_malformed_input_of_the_fuzz_corpus_gets_a_verdict_on_the_se
         await acme.close()
 
 
+@pytest.mark.slow  # 20,000 submissions (~35 s): run with -m slow, as docs/benchmarks.md lists
 async def test_a_tenant_lists_twenty_thousand_jobs(up):
     acme = await Tenant.connect(up, "acme")
     n = 20_000

@@ -112,8 +112,8 @@ def _victims(config: list[Any]) -> str:
 @click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="multifactor", show_default=True)
 @click.option("--backfill", "backfill", type=click.Choice(BACKFILL_MODES), is_flag=False, flag_value=FLAG_MODE,
               default=None, help=f"Backfilling in placement (else strict order): --backfill alone is {FLAG_MODE!r} "
-                                 "(docs/benchmarks.md), or name a mode: --backfill easy (textbook EASY), shadow "
-                                 "(RLScheduler's), conservative, greedy, none.")
+                                 "(docs/benchmarks.md), or name a mode: --backfill short (without the lane), easy "
+                                 "(textbook EASY), shadow (RLScheduler's), conservative, greedy, none.")
 @click.option("--backfill-mode", type=click.Choice(BACKFILL_MODES), default=None,
               help="The same as --backfill MODE (kept for scripts; wins over --backfill).")
 @click.option("--in-process", is_flag=True, help="Drive the pure cores directly (fast); default: real services over NATS.")

@@ -30,8 +30,13 @@ row of ``MODES``:
     idle nodes that the jobs ranked above them (often arriving later: short
     ones, under the multifactor order) would take. On Lublin-1 this is what
     backfilling must respect to help the default order rather than hurt it
-    (docs/benchmarks.md); ``horizon simulate --backfill`` with no mode named
-    selects it (``FLAG_MODE``).
+    (docs/benchmarks.md).
+``lane``
+    ``short``, plus a lane for short jobs (``services/placement/lane.py``): a
+    job of over an hour that was accepted less than 30 minutes ago may not
+    take the last idle nodes (one in 64 of its partition's schedulable nodes).
+    ``horizon simulate --backfill`` with no mode named selects it
+    (``FLAG_MODE``): on Lublin-1 it is the mode that beats strict order most.
 ``greedy``
     every job that fits starts, in order, with no reservation (fast, but a big
     job can starve behind a stream of small ones).
@@ -63,6 +68,7 @@ from services.domain.fit.node import Fitter
 from services.domain.fit.profile import BACKFILL_MODES, Profile
 from services.domain.jobs import Job, JobTable
 from services.placement.index import NodeIndex
+from services.placement.lane import Lane
 from services.placement.place import best_nodes
 
 __all__ = ["BackfillMode", "FLAG_MODE", "MODES", "Reservation", "reserve", "shortened_limit"]
@@ -76,6 +82,7 @@ class BackfillMode:
     stacked: bool = False  # each reservation holds its nodes over its run for the later ones (and is concrete)
     shadow_only: bool = False  # a later job starts now only if it ends before the reservation's time
     hole_fraction: float | None = None  # a later job starts now only if it ends within this share of the wait
+    lane: Lane | None = None  # idle nodes kept for short jobs (services/placement/lane.py)
 
     def reservations(self, profile: Profile) -> int:
         """How many blocked jobs of a cycle get a reservation under this mode."""
@@ -89,13 +96,14 @@ MODES: dict[str, BackfillMode] = {m.name: m for m in (
     BackfillMode("greedy"),
     BackfillMode("conservative", depth=None, stacked=True),
     BackfillMode("short", depth=1, hole_fraction=0.1),
+    BackfillMode("lane", depth=1, hole_fraction=0.1, lane=Lane()),
 )}
 assert tuple(MODES) == BACKFILL_MODES, "every backfill mode a profile may name has its row here"
 
-# What ``horizon simulate --backfill`` with no mode named selects (docs/benchmarks.md, "Backfilling that
-# respects the order"). Placement's own default (a profile's ``backfill``, ``horizon up --backfill-mode``)
+# What ``horizon simulate --backfill`` with no mode named selects (docs/benchmarks.md, "A lane for short
+# jobs"). Placement's own default (a profile's ``backfill``, ``horizon up --backfill-mode``)
 # stays ``easy``: logs written without a mode recorded must replay with the mode they ran with.
-FLAG_MODE = "short"
+FLAG_MODE = "lane"
 
 
 @dataclass

@@ -22,7 +22,7 @@ delay a reservation may still start when it has a ``time_min_s`` (Slurm's
 
 What a job that does not fit means for the jobs behind it is its profile's
 ``backfill`` mode (``none``, ``easy`` by default, ``conservative``, ``shadow``,
-``greedy``, ``short``): ``services/placement/backfill.py`` holds the modes side by side,
+``greedy``, ``short``, ``lane``): ``services/placement/backfill.py`` holds the modes side by side,
 the reservations and the rule that a later job must not delay them. Placing one
 job is ``services/placement/place.py``; the filter and score plugins are
 ``services/domain/fit/``.
@@ -63,6 +63,7 @@ from services.domain.protocol import CoreState, Record
 from services.domain.runtime_prediction import RuntimeHistory, expected_run, history_key
 from services.placement.backfill import MODES, Reservation, reserve, shortened_limit
 from services.placement.index import NodeIndex
+from services.placement.lane import LaneLedger
 from services.placement.growth import Room, grow, track_elastic
 from services.placement.place import Placed, place_job
 
@@ -215,6 +216,7 @@ class PlacementCore:
         # whose answer depends on the job's account and time).
         unfit: dict[Request, Placed] = {}
         stopped_by: str | None = None
+        lanes: LaneLedger | None = None  # idle nodes, when a profile's mode keeps a short-job lane
         common = {"ts": now, "source": self.name, "causation_id": f"scheduling/SchedulingCycleCompleted/{cycle}"}
         for job_id in state.candidates:
             job = state.jobs.get(job_id)
@@ -256,7 +258,14 @@ class PlacementCore:
                                     if not r.admits(state.cluster, placed.allocations, now + expected)), None)
                 run = limit if predicted is None else min(predicted, limit)  # what the reservations count on
                 end = now + run
-                if delayed is None:
+                lane = MODES[profile.backfill].lane if profile is not None else None
+                kept = None
+                if delayed is None and lane is not None and lane.applies(limit, now - job.accepted_ts):
+                    lanes = lanes or LaneLedger(state.cluster, (allocs for _, _, allocs in placed_now))
+                    kept = lanes.defers(lane, placed.allocations, ctx.partition.members if ctx.partition else None)
+                if delayed is None and kept is None:
+                    if lanes is not None:
+                        lanes.take(placed.allocations)
                     for alloc in placed.allocations:
                         overlay.take(alloc)
                         index.moved(alloc.node)
@@ -278,7 +287,11 @@ class PlacementCore:
                            f"at {delayed.start_ts:.0f}" if end <= delayed.hole_end else
                            f"it would run past {delayed.hole_end:.0f}: backfilling ahead of {delayed.job_id} "
                            f"(reserved at {delayed.start_ts:.0f}) takes only jobs short beside its wait",
-                    nodes=len(placed.allocations), filter="Backfill")]
+                    nodes=len(placed.allocations), filter="Backfill")] if delayed is not None else [c.BlockReason(
+                    reason=f"it would leave fewer than {kept} idle nodes for jobs of at most "
+                           f"{lane.long_s:.0f} s (the short-job lane); a job waits for it at most "
+                           f"{lane.patience_s:.0f} s",  # type: ignore[union-attr]
+                    nodes=len(placed.allocations), filter="Lane")]
             elif not placed.fits_nowhere and profile is not None:
                 mode = MODES[profile.backfill]
                 if mode.stops:
