@@ -5,6 +5,7 @@ Lublin-1 window through the simulator."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,28 @@ def test_lublin_window_3316_with_the_lane_as_recorded():
                                         backfill="lane", in_process=True))
     assert out["jobs"] == 1024
     assert out["mean_bounded_slowdown"] == 25.875938205142052
+
+
+@pytest.mark.timeout(300)
+def test_the_lane_over_nats_decides_as_in_process(tmp_path):
+    """64 one-core nodes (one kept idle). A 62-node job runs 600 s; long ``a`` takes node 63 of 64
+    (one idle after it: kept), long ``b`` a second later would leave none, so it waits; short ``c``
+    arrives at 10 s and takes the kept node at once. When the big job ends at 600, ``b`` starts
+    (accepted 598 s ago, within its patience, but 62 idle nodes now). Under ``short`` ``b`` takes
+    the last node at 2 s and ``c`` waits for 600. The real services over NATS decide the same."""
+    path = tmp_path / "jobs.json"
+    path.write_text(json.dumps([
+        {"submit_s": 0, "runtime_s": 600, "procs": 62},
+        {"submit_s": 1, "runtime_s": 7000, "procs": 1},
+        {"submit_s": 2, "runtime_s": 7000, "procs": 1},
+        {"submit_s": 10, "runtime_s": 60, "procs": 1},
+    ]))
+    common = {"nodes": 64, "cpus_per_node": 1, "policy": "fcfs"}
+    _, lane = asyncio.run(run_simulation(str(path), in_process=True, backfill="lane", **common))
+    _, short = asyncio.run(run_simulation(str(path), in_process=True, backfill="short", **common))
+    _, real = asyncio.run(run_simulation(str(path), in_process=False, backfill="lane", **common))
+    starts = {j: r.start_s for j, r in lane.results.items()}
+    assert starts == {"job-0": 0, "job-1": 1, "job-2": 600, "job-3": 10}
+    assert {j: r.start_s for j, r in short.results.items()} == {"job-0": 0, "job-1": 1, "job-2": 2, "job-3": 600}
+    assert {j: (r.start_s, r.allocation) for j, r in real.results.items()} == \
+        {j: (r.start_s, r.allocation) for j, r in lane.results.items()}
