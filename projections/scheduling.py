@@ -205,6 +205,53 @@ def preempt_report(core: PreemptionPlanner, state: PreemptionState, job_id: str)
             "why_not": plan.why_not, "order": state.config.victims, "last_seq": state.seq}
 
 
+GPU_STATES = ("free", "busy", "reserved", "held", "cordoned", "down", "unhealthy")
+
+
+def queue_length(state: SchedulingState) -> dict[tuple[str, str], int]:
+    """Pending jobs by (partition, tenant); a job accepted where no partition is defined counts
+    under partition ``none``."""
+    counts: dict[tuple[str, str], int] = {}
+    for job in state.pending.values():
+        if job.spec is not None:
+            key = (job.spec.partition or "none", job.spec.tenant)
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def gpu_states(state: SchedulingState, pstate: PreemptionState) -> dict[str, int]:
+    """Every GPU of the cluster's nodes (removed ones aside) in one state, the first that applies:
+    ``unhealthy`` (a health problem), ``busy`` (a job holds it), ``down`` (its node is lost or not
+    ready yet), ``cordoned`` (its node is cordoned, draining or drained), ``held`` (its node is held
+    for a preemptor while victims stop), ``reserved`` (a pending job's backfill reservation names its
+    node: up to the job's GPUs per node), else ``free``."""
+    reserved: dict[str, int] = {}
+    for job in state.pending.values():
+        if job.spec is not None and job.reserved_nodes:
+            for name in job.reserved_nodes:
+                reserved[name] = reserved.get(name, 0) + job.spec.gpus_on_node
+    out = dict.fromkeys(GPU_STATES, 0)
+    for node in pstate.cluster.nodes.values():
+        if node.removed:
+            continue
+        unhealthy = sum(1 for i, d in node.gpus.items() if d.health and i not in node.used_devices)
+        busy = len(node.used_devices)
+        rest = len(node.gpus) - unhealthy - busy
+        out["unhealthy"] += unhealthy
+        out["busy"] += busy
+        if node.lost or not node.ready:
+            out["down"] += rest
+        elif node.cordoned or node.draining:
+            out["cordoned"] += rest
+        elif pstate.held.get(node.name):
+            out["held"] += rest
+        else:
+            kept = min(rest, reserved.get(node.name, 0))
+            out["reserved"] += kept
+            out["free"] += rest - kept
+    return out
+
+
 class SchedulerView:
     def __init__(self, log_: EventLog, nc: Any, core: QueueFold | None = None, meter_provider: Any = None,
                  store: StandingStore | None = None, flush_every_s: float = 0.5, state_every: int = 50_000,
@@ -292,6 +339,12 @@ class SchedulerView:
                     Observation(stranded / free if free else 0.0, {"what": "fragmentation"})]
 
         meter.create_observable_gauge("horizon.queue.depth", callbacks=[depth], description="pending jobs")
+        meter.create_observable_gauge("horizon.queue.length", callbacks=[lambda _o: [
+            Observation(n, {"partition": k[0], "tenant": k[1]}) for k, n in sorted(queue_length(self.state).items())]],
+            description="pending jobs by partition and tenant")
+        meter.create_observable_gauge("horizon.gpus.state", callbacks=[lambda _o: [
+            Observation(n, {"state": k}) for k, n in gpu_states(self.state, self.pstate).items()]],
+            description="GPUs by state: free, busy, reserved, held, cordoned, down, unhealthy")
         meter.create_observable_gauge("horizon.gpus", callbacks=[gpus],
                                       description="GPU utilisation, and the share of free GPUs on nodes in use")
         self._latency = meter.create_histogram("horizon.cycle.latency", unit="ms",

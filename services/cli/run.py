@@ -30,6 +30,8 @@ from services.host.stack import Stack
 from services.host.registry import SERVICES
 from services.host.supervisor import ChildSpec, Supervisor, notify_ready
 
+UI_PORT = 8470  # horizon up's HTTP port: /metrics (and the dashboard's pages)
+
 __all__ = ["register"]
 
 
@@ -159,6 +161,9 @@ def _hold(data_dir: Path) -> DataDirLock:
 @click.option("--otel", type=click.Choice(["none", "console", "otlp"]), default="none", show_default=True,
               help="OpenTelemetry traces and metrics: printed (console) or sent to OTLP "
                    "($OTEL_EXPORTER_OTLP_ENDPOINT; needs opentelemetry-exporter-otlp).")
+@click.option("--ui-port", type=click.IntRange(min=0, max=65535), default=None,
+              help=f"HTTP port on 127.0.0.1 serving /metrics (Prometheus text) for every part `up` runs "
+                   f"[default: {UI_PORT}, or a free port if that one is taken; 0: a free port].")
 @click.option("--processes", is_flag=True,
               help="Run every part as its own OS process (`horizon service NAME`), restarted if it dies; "
                    "logs in DATA_DIR/logs/, PIDs in DATA_DIR/processes.json.")
@@ -172,7 +177,8 @@ def _hold(data_dir: Path) -> DataDirLock:
 @click.option("--verbose", is_flag=True)
 def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, gpu_type: str | None,
        cpus_per_node: str | None, memory_per_node: str | None, executor: str, heartbeat_timeout: float, policy: str,
-       backfill_mode: str, otel: str, processes: bool, auth: bool, use_tls: bool, verbose: bool) -> None:
+       backfill_mode: str, otel: str, ui_port: int | None, processes: bool, auth: bool, use_tls: bool,
+       verbose: bool) -> None:
     """Start everything on this machine: nats-server, the five services, projections, and a node.
 
     Without shape options the node is this machine as it is: its CPUs, memory and GPUs (found
@@ -220,7 +226,7 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
         server.start()
         try:
             asyncio.run(_up(server, data_dir, node_specs, executor, heartbeat_timeout, what, policy, backfill_mode,
-                            otel, secured))
+                            otel, secured, ui_port))
         except DataDirBusy as exc:  # the agent's own lock: an agent started apart on this data dir
             raise click.ClickException(str(exc)) from None
         finally:
@@ -248,9 +254,11 @@ def _ready_lines(secured: Secured, data_dir: Path, hint: str) -> str:
 
 
 async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], executor: str, heartbeat_timeout: float,
-              what: str, policy: str, backfill: str, otel: str = "none", secured: Secured | None = None) -> None:
+              what: str, policy: str, backfill: str, otel: str = "none", secured: Secured | None = None,
+              ui_port: int | None = None) -> None:
     secured = secured or Secured(None, None, None)
-    tracing, meters = _telemetry(otel, "horizon")
+    tracing, meters, registry = _telemetry(otel, "horizon", prometheus=True)
+    web = await _http_server(registry, "127.0.0.1", ui_port, fallback=ui_port is None)
     url = secured.public_url(server.host, server.port)
     stack = Stack(url, data_dir, nodes=node_specs, executor=executor, heartbeat_timeout_s=heartbeat_timeout,
                   policy=policy, backfill=backfill, tracer_provider=tracing, meter_provider=meters,
@@ -266,6 +274,7 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], ex
             click.echo(
                 f"Horizon is up: {what}, {executor} executor; "
                 f"data in {data_dir}/, logs in {data_dir}/horizon.log\n"
+                f"Metrics (Prometheus): {web.url}/metrics\n"
                 f"{_ready_lines(secured, data_dir, try_hint(node_specs))}"
                 f"Ctrl-C stops everything.",
                 err=True,
@@ -276,6 +285,7 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], ex
             finally:
                 supervisor.cancel()
         finally:
+            await web.stop()
             await stack.stop()
 
 
@@ -372,6 +382,10 @@ async def _create_streams(url: str) -> None:
 @click.option("--otel", type=click.Choice(["none", "console", "otlp"]), default="none", show_default=True,
               help="OpenTelemetry traces and metrics: printed (console) or sent to OTLP "
                    "($OTEL_EXPORTER_OTLP_ENDPOINT; needs opentelemetry-exporter-otlp).")
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=None,
+              help="Serve /metrics (Prometheus text) on this port (0: a free one, printed) [default: none].")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="The address --metrics-port listens on (0.0.0.0: every interface, for a scraper elsewhere).")
 @click.option("--lease-ttl", type=click.IntRange(min=1), default=10, show_default=True,
               help="Seconds a service's leader lease lasts unrenewed: how long a standby waits after its "
                    "leader dies. Must exceed the longest decision round.")
@@ -379,7 +393,7 @@ async def _create_streams(url: str) -> None:
 def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int | None, gpus_per_node: int | None,
             gpu_type: str | None, cpus_per_node: str | None, memory_per_node: str | None, node_prefix: str,
             node_name: str | None, executor: str, heartbeat_timeout: float, policy: str, backfill_mode: str,
-            otel: str, lease_ttl: int, verbose: bool) -> None:
+            otel: str, metrics_port: int | None, metrics_host: str, lease_ttl: int, verbose: bool) -> None:
     """Run one part alone against any NATS (the distributed shape).
 
     --nats takes one URL or several separated by commas (the servers of a NATS cluster). Once the
@@ -403,7 +417,11 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
                                  param_hint="--node-name")
 
     async def go() -> None:
-        tracing, meters = _telemetry(otel, f"horizon-{name}")
+        tracing, meters, registry = _telemetry(otel, f"horizon-{name}", prometheus=metrics_port is not None)
+        web = None
+        if metrics_port is not None:
+            web = await _http_server(registry, metrics_host, metrics_port)
+            click.echo(f"{name}: metrics (Prometheus) on {web.url}/metrics", err=True)
         stack = Stack(nats_url, data_dir, executor=executor, heartbeat_timeout_s=heartbeat_timeout, settings=settings,
                       policy=policy, backfill=backfill_mode, tracer_provider=tracing, meter_provider=meters,
                       lease_ttl_s=lease_ttl)
@@ -435,6 +453,8 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
                     signalled.cancel()
                     failed = stack.failed()
             finally:
+                if web is not None:
+                    await web.stop()
                 await stack.stop()
         if failed:  # exit non-zero so a supervisor (systemd, Kubernetes) restarts us
             raise click.ClickException("; ".join(failed))
@@ -445,10 +465,34 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
         raise click.ClickException(str(exc)) from None
 
 
-def _telemetry(exporter: str, service_name: str) -> tuple[Any, Any]:
-    """Tracer and meter providers for ``--otel`` (None, None when off)."""
+async def _http_server(registry: Any, host: str, port: int | None, fallback: bool = False) -> Any:
+    """The host's HTTP server with ``/metrics`` mounted; ``port`` None is ``UI_PORT``, and with
+    ``fallback`` a free port when that one is taken (another ``horizon up`` on this machine)."""
+    from services.host.http import HttpServer
+    from services.host.metrics import metrics_handler
+
+    web = HttpServer(host, UI_PORT if port is None else port)
+    web.mount("/metrics", metrics_handler(registry))
+    try:
+        await web.start()
+    except OSError as exc:
+        if not fallback:
+            raise click.ClickException(f"cannot serve HTTP on {host}:{web.port}: {exc.strerror or exc}") from None
+        click.echo(f"warning: port {web.port} is taken; serving HTTP on a free port", err=True)
+        web.port = 0
+        await web.start()
+    return web
+
+
+def _telemetry(exporter: str, service_name: str, prometheus: bool = False) -> tuple[Any, Any, Any]:
+    """Tracer and meter providers for ``--otel`` (None, None when off), and with ``prometheus`` a
+    meter provider Prometheus scrapes (also exporting to ``--otel``'s exporter) and its registry."""
     if exporter == "none":
-        return None, None
+        if prometheus:
+            from services.host.metrics import prometheus_provider
+
+            return (None, *prometheus_provider(service_name))
+        return None, None, None
     from services.runtime.telemetry import configure
 
     try:
@@ -464,7 +508,11 @@ def _telemetry(exporter: str, service_name: str) -> tuple[Any, Any]:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter  # type: ignore
 
         reader = PeriodicExportingMetricReader(OTLPMetricExporter())
-    return tracing, MeterProvider(metric_readers=[reader])
+    if prometheus:
+        from services.host.metrics import prometheus_provider
+
+        return (tracing, *prometheus_provider(service_name, [reader]))
+    return tracing, MeterProvider(metric_readers=[reader]), None
 
 
 def register(group: click.Group) -> None:

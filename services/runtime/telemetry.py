@@ -48,6 +48,7 @@ import hashlib
 import json
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -62,6 +63,8 @@ __all__ = ["TracedLog", "TRACEPARENT", "traceparent", "parse_traceparent", "conf
 log = logging.getLogger(__name__)
 
 TRACEPARENT = "traceparent"
+# a meter -> the traced logs its lag gauge observes
+_LAGGING: weakref.WeakKeyDictionary[Any, weakref.WeakSet[TracedLog]] = weakref.WeakKeyDictionary()
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
@@ -127,15 +130,24 @@ class TracedLog:
         self.rejections = meter.create_counter("horizon.rejections", description="JobRejected by field")
         self.scheduled = meter.create_counter("horizon.scheduled", description="JobScheduled, backfilled or not")
         self.preemptions = meter.create_counter("horizon.preemptions", description="PreemptionRequested")
+        self.preemptions.add(0, {"part": self.part})  # a series from the start: rate() needs its zero
         self.decide_ms = meter.create_histogram("horizon.decide.duration", unit="ms",
                                                 description="one decision round: decide and publish")
-        from opentelemetry.metrics import Observation
+        # One gauge per meter, observing every traced log on it: a meter keeps the first callbacks
+        # registered under a name, so the parts sharing a provider (``horizon up``) share the gauge.
+        logs = _LAGGING.get(meter)
+        if logs is None:
+            from opentelemetry.metrics import Observation
 
-        def lag(_options: Any) -> list[Observation]:
-            return [Observation(max(0, self.known_end - self.applied_seq), {"part": self.part})]
+            logs = _LAGGING[meter] = weakref.WeakSet()
 
-        meter.create_observable_gauge("horizon.consumer.lag", callbacks=[lag],
-                                      description="records in the stream this part has not applied yet")
+            def lag(_options: Any, logs: weakref.WeakSet[TracedLog] = logs) -> list[Observation]:
+                return [Observation(max(0, t.known_end - t.applied_seq), {"part": t.part})
+                        for t in sorted(logs, key=lambda t: t.part)]
+
+            meter.create_observable_gauge("horizon.consumer.lag", callbacks=[lag],
+                                          description="records in the stream this part has not applied yet")
+        logs.add(self)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

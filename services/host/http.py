@@ -1,0 +1,144 @@
+"""A small HTTP/1.1 server on asyncio for what a host serves beside the log: ``/metrics`` now, the
+dashboard's pages later, on one port (``horizon up --ui-port``, ``horizon service --metrics-port``).
+
+Handlers are mounted by path (``HttpServer.mount``); each gets the request and returns a
+``Response`` whose body is bytes, or an async iterator of chunks for a stream that stays open
+(server-sent events), sent with chunked transfer encoding. One request per connection is enough
+for scrapers and browsers alike (``Connection: close``). It runs in the part's own event loop, so a
+handler reads the part's in-memory state between two folds, never in the middle of one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, urlsplit
+
+__all__ = ["HttpServer", "Request", "Response", "Handler"]
+
+log = logging.getLogger(__name__)
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
+_MAX_HEAD = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]  # lower-case names
+
+
+@dataclass(slots=True)
+class Response:
+    status: int = 200
+    body: bytes | AsyncIterator[bytes] = b""
+    content_type: str = "text/plain; charset=utf-8"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class HttpServer:
+    """``mount(path, handler)`` (a path ending in ``/`` also takes everything under it), then
+    ``start()``; ``port`` is the bound port (``0`` asks for a free one)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self.routes: dict[str, Handler] = {}
+        self._server: asyncio.Server | None = None
+
+    def mount(self, path: str, handler: Handler) -> None:
+        if path in self.routes:
+            raise ValueError(f"{path} is already served")
+        self.routes[path] = handler
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host  # noqa: S104 (a URL to print)
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+            self._server = None
+
+    def _route(self, path: str) -> Handler | None:
+        if path in self.routes:
+            return self.routes[path]
+        prefixes = [p for p in self.routes if p.endswith("/") and path.startswith(p)]
+        return self.routes[max(prefixes, key=len)] if prefixes else None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10.0)
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
+                return
+            response = await self._respond(head)
+            await self._write(writer, response)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _respond(self, head: bytes) -> Response:
+        try:
+            lines = head[:_MAX_HEAD].decode("latin-1").split("\r\n")
+            method, target, _version = lines[0].split(" ", 2)
+            headers = {}
+            for line in lines[1:]:
+                if ":" in line:
+                    name, value = line.split(":", 1)
+                    headers[name.strip().lower()] = value.strip()
+        except ValueError:
+            return Response(400, b"bad request\n")
+        parts = urlsplit(target)
+        handler = self._route(parts.path)
+        if handler is None:
+            return Response(404, ("not found; served here: " + ", ".join(sorted(self.routes)) + "\n").encode())
+        if method not in ("GET", "HEAD"):
+            return Response(405, b"GET only\n", headers={"Allow": "GET, HEAD"})
+        try:
+            response = await handler(Request(method, parts.path, parse_qs(parts.query), headers))
+        except Exception:  # a handler's bug is a 500, never the end of the server
+            log.exception("HTTP handler for %s failed", parts.path)
+            return Response(500, b"internal error\n")
+        if method == "HEAD" and isinstance(response.body, bytes):
+            response.headers.setdefault("Content-Length", str(len(response.body)))
+            response.body = b""
+        return response
+
+    @staticmethod
+    async def _write(writer: asyncio.StreamWriter, response: Response) -> None:
+        status = f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Status')}\r\n"
+        headers = {"Content-Type": response.content_type, "Connection": "close", **response.headers}
+        if isinstance(response.body, bytes):
+            headers.setdefault("Content-Length", str(len(response.body)))
+            writer.write((status + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode("latin-1"))
+            writer.write(response.body)
+            await writer.drain()
+            return
+        headers["Transfer-Encoding"] = "chunked"
+        writer.write((status + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode("latin-1"))
+        await writer.drain()
+        async for chunk in response.body:
+            if chunk:
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()

@@ -1,0 +1,54 @@
+"""Prometheus exposition of a host's OpenTelemetry metrics (``/metrics``; docs/observability.md).
+
+The parts record their metrics through an OpenTelemetry meter provider (``TracedLog``'s counters
+and decision-round histogram, the projections' gauges of the read models); ``prometheus_provider``
+gives them one whose readers include OpenTelemetry's Prometheus reader on a registry of this host's
+own, and ``metrics_handler`` renders that registry in the Prometheus text format when scraped. The
+observable gauges (queue length, GPUs by state, consumer lag) are computed at the scrape from the
+state the parts keep in memory: nothing polls the database.
+
+OpenTelemetry's names become Prometheus's: dots turn to underscores, a counter gets ``_total``
+and a unit its suffix (``horizon.decide.duration`` in ms is ``horizon_decide_duration_milliseconds``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.host.http import Request, Response
+
+__all__ = ["prometheus_provider", "metrics_handler", "CONTENT_TYPE"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Decision latencies are milliseconds: buckets from a fraction of one to tens of seconds.
+_MS_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0)
+
+
+def prometheus_provider(service_name: str, readers: list[Any] | None = None) -> tuple[Any, Any]:
+    """A meter provider that Prometheus can scrape (plus ``readers``, e.g. ``--otel``'s exporter) and
+    the registry holding it."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+    from opentelemetry.sdk.resources import Resource
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    reader = PrometheusMetricReader(registry=registry, disable_target_info=True, scope_info_enabled=False)
+    views = [View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(_MS_BUCKETS))
+             for name in ("horizon.decide.duration", "horizon.cycle.latency")]
+    provider = MeterProvider(metric_readers=[reader, *(readers or [])], views=views,
+                             resource=Resource.create({"service.name": service_name}))
+    return provider, registry
+
+
+def metrics_handler(registry: Any) -> Any:
+    """The ``/metrics`` handler over ``registry`` (the Prometheus text exposition format, 0.0.4)."""
+    from prometheus_client import generate_latest
+
+    async def handle(_request: Request) -> Response:
+        # in the event loop's thread, between two folds: the gauges read a consistent state
+        return Response(200, generate_latest(registry), CONTENT_TYPE)
+
+    return handle

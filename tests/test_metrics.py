@@ -1,0 +1,131 @@
+"""Prometheus: ``horizon up`` serves ``/metrics`` for the parts it runs (docs/observability.md), and the
+Grafana dashboard in ``deploy/grafana/`` queries only metrics a scrape has."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.test_cli_up import HORIZON, free_port, horizon
+
+pytestmark = pytest.mark.timeout(120)
+
+ROOT = Path(__file__).resolve().parent.parent
+DASHBOARD = ROOT / "deploy" / "grafana" / "horizon-dashboard.json"
+
+
+def _get(url: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return reply.status, reply.headers.get("Content-Type", ""), reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, "", exc.read().decode()
+
+
+def _families(text: str) -> dict[str, object]:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _value(families: dict, name: str, **labels: str) -> float:
+    """The sum of the samples named ``name`` (a family's name, or with its suffix: ``_total``,
+    ``_count``) that have ``labels``."""
+    return sum(s.value for f in families.values() for s in f.samples
+               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+@pytest.fixture(scope="module")
+def scraped(tmp_path_factory):
+    """A ``horizon up`` of two nodes of 4 GPUs with a 2-GPU job running, a 2-node job of 4 GPUs each
+    waiting behind it (with a reservation on both nodes) and one submission rejected: its scrape."""
+    data_dir = tmp_path_factory.mktemp("metrics") / "h"
+    port = free_port()
+    up = subprocess.Popen([*HORIZON, "up", "--port", str(port), "--data-dir", str(data_dir), "--nodes", "2",
+                           "--gpus-per-node", "4", "--ui-port", "0"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"nats://127.0.0.1:{port}"
+    try:
+        assert up.stdout.readline().strip() == url
+        line = ""
+        while "http://127.0.0.1:" not in line:
+            line = up.stderr.readline()
+            assert line, "horizon up ended before printing its HTTP port"
+        base = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)
+        running = horizon("submit", "--gpus", "2", "--json", "--", "sleep", "60", url=url)
+        assert running.returncode == 0, running.stderr
+        waiting = horizon("submit", "--gpus", "4", "--nodes", "2", "--json", "--", "true", url=url)
+        assert waiting.returncode == 0, waiting.stderr
+        rejected = horizon("submit", "--gpus", "1", "--gpu-type", "h100", "--", "true", url=url)
+        assert rejected.returncode == 1
+        deadline, families, text = time.time() + 30, {}, ""
+        while time.time() < deadline:
+            status, ctype, text = _get(f"{base}/metrics")
+            assert status == 200 and ctype.startswith("text/plain; version=0.0.4"), (status, ctype)
+            families = _families(text)
+            if ("horizon_gpus_state" in families and _value(families, "horizon_gpus_state", state="busy") == 2
+                    and _value(families, "horizon_queue_length") == 1 and "horizon_rejections" in families):
+                break
+            time.sleep(0.2)
+        yield base, families, text
+    finally:
+        up.send_signal(signal.SIGINT)
+        try:
+            up.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            up.wait()
+
+
+def test_up_serves_metrics_of_its_parts(scraped):
+    base, families, _text = scraped
+    # the families docs/observability.md lists, in Prometheus's names
+    for name, kind in [("horizon_events_published", "counter"), ("horizon_events_applied", "counter"),
+                       ("horizon_consumer_lag", "gauge"), ("horizon_rejections", "counter"),
+                       ("horizon_decide_duration_milliseconds", "histogram"), ("horizon_scheduled", "counter"),
+                       ("horizon_preemptions", "counter"), ("horizon_queue_depth", "gauge"),
+                       ("horizon_queue_length", "gauge"), ("horizon_gpus", "gauge"), ("horizon_gpus_state", "gauge"),
+                       ("horizon_cycle_latency_milliseconds", "histogram")]:
+        assert name in families, (name, sorted(families))
+        assert families[name].type == kind, (name, families[name].type)
+    # one queued job, in the stock partition main, of the default tenant
+    assert _value(families, "horizon_queue_length", partition="main", tenant="default") == 1
+    assert _value(families, "horizon_queue_depth", **{"class": "all", "account": "all"}) == 1
+    # 8 GPUs: 2 busy; the waiting job's reservation names both nodes (4 GPUs each), so the 6 others
+    # are reserved for it
+    states = {s.labels["state"]: s.value for s in families["horizon_gpus_state"].samples}
+    assert states == {"free": 0, "busy": 2, "reserved": 6, "held": 0, "cordoned": 0, "down": 0, "unhealthy": 0}
+    assert _value(families, "horizon_gpus", what="utilisation") == 0.25
+    assert _value(families, "horizon_scheduled_total", backfilled="false") == 1
+    assert _value(families, "horizon_rejections_total", event="JobRejected", field="resources.gpu_type") == 1
+    # every service timed its decision rounds, with buckets
+    for part in ("submission", "scheduling", "placement", "preemption", "inventory"):
+        assert _value(families, "horizon_decide_duration_milliseconds_count", part=part) >= 1, part
+        buckets = [s for s in families["horizon_decide_duration_milliseconds"].samples
+                   if s.name.endswith("_bucket") and s.labels["part"] == part]
+        assert buckets[-1].labels["le"] == "+Inf" and len(buckets) > 10
+    lag_parts = {s.labels["part"] for s in families["horizon_consumer_lag"].samples}
+    assert {"submission", "scheduling", "placement", "preemption", "inventory", "projections", "agent"} <= lag_parts
+    # anything else is not found, and says what is served
+    status, _ctype, body = _get(f"{base}/nope")
+    assert status == 404 and "/metrics" in body
+
+
+def test_grafana_dashboard_queries_metrics_that_exist(scraped):
+    _base, families, _text = scraped
+    samples = {s.name for f in families.values() for s in f.samples}
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    assert len(exprs) >= 12
+    for expr in exprs:
+        names = set(re.findall(r"\bhorizon_[a-z_]+", expr))
+        assert names, expr
+        assert names <= samples, (expr, names - samples)
