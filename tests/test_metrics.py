@@ -129,3 +129,49 @@ def test_grafana_dashboard_queries_metrics_that_exist(scraped):
         names = set(re.findall(r"\bhorizon_[a-z_]+", expr))
         assert names, expr
         assert names <= samples, (expr, names - samples)
+
+
+def test_a_service_alone_serves_its_metrics(nats_server, tmp_path):
+    """``horizon service NAME --metrics-port 0`` (the distributed shape): the part's own metrics, the
+    port printed; projections has the read-model gauges, a service its decision rounds."""
+    procs, logs = {}, {}
+    try:
+        for name in ("projections", "inventory"):
+            logs[name] = tmp_path / f"{name}.err"
+            with logs[name].open("w") as err:  # a file, not a pipe nobody drains
+                procs[name] = subprocess.Popen(
+                    [*HORIZON, "service", name, "--nats", nats_server.url, "--data-dir", str(tmp_path / name),
+                     "--metrics-port", "0", "--lease-ttl", "2"], stdout=subprocess.DEVNULL, stderr=err, text=True)
+        bases = {}
+        deadline = time.time() + 30
+        while len(bases) < len(procs) and time.time() < deadline:
+            for name, proc in procs.items():
+                text = logs[name].read_text()
+                found = re.search(r"http://127\.0\.0\.1:\d+", text)
+                if found and "running against" in text:  # caught up with the log: its instruments exist
+                    bases[name] = found.group(0)
+                assert proc.poll() is None, text
+            time.sleep(0.1)
+        assert len(bases) == 2, {name: path.read_text() for name, path in logs.items()}
+        families = _families(_get(f"{bases['projections']}/metrics")[2])
+        assert {"horizon_gpus_state", "horizon_gpus", "horizon_queue_depth", "horizon_consumer_lag"} <= set(families)
+        assert {s.labels["part"] for s in families["horizon_consumer_lag"].samples} == {"projections"}
+        assert "horizon_decide_duration_milliseconds" not in families  # projections decides nothing
+        deadline = time.time() + 20
+        while time.time() < deadline:  # the inventory's first decision round once it holds its lease
+            families = _families(_get(f"{bases['inventory']}/metrics")[2])
+            if _value(families, "horizon_decide_duration_milliseconds_count", part="inventory") >= 1:
+                break
+            time.sleep(0.2)
+        assert _value(families, "horizon_decide_duration_milliseconds_count", part="inventory") >= 1
+        assert "horizon_gpus_state" not in families  # the read models' gauges are the projections'
+    finally:
+        for proc in procs.values():
+            proc.send_signal(signal.SIGINT)
+        for name, proc in procs.items():
+            try:
+                assert proc.wait(timeout=30) == 0, logs[name].read_text()
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise

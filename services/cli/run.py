@@ -382,8 +382,11 @@ async def _create_streams(url: str) -> None:
 @click.option("--otel", type=click.Choice(["none", "console", "otlp"]), default="none", show_default=True,
               help="OpenTelemetry traces and metrics: printed (console) or sent to OTLP "
                    "($OTEL_EXPORTER_OTLP_ENDPOINT; needs opentelemetry-exporter-otlp).")
-@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=None,
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=None, envvar="HORIZON_METRICS_PORT",
               help="Serve /metrics (Prometheus text) on this port (0: a free one, printed) [default: none].")
+@click.option("--metrics", "metrics_std", is_flag=True,
+              help="Serve /metrics on the part's own port: submission 9471, scheduling 9472, placement 9473, "
+                   "preemption 9474, inventory 9475, projections 9476, agent 9477 (unless --metrics-port).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="The address --metrics-port listens on (0.0.0.0: every interface, for a scraper elsewhere).")
 @click.option("--lease-ttl", type=click.IntRange(min=1), default=10, show_default=True,
@@ -393,7 +396,8 @@ async def _create_streams(url: str) -> None:
 def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int | None, gpus_per_node: int | None,
             gpu_type: str | None, cpus_per_node: str | None, memory_per_node: str | None, node_prefix: str,
             node_name: str | None, executor: str, heartbeat_timeout: float, policy: str, backfill_mode: str,
-            otel: str, metrics_port: int | None, metrics_host: str, lease_ttl: int, verbose: bool) -> None:
+            otel: str, metrics_port: int | None, metrics_std: bool, metrics_host: str, lease_ttl: int,
+            verbose: bool) -> None:
     """Run one part alone against any NATS (the distributed shape).
 
     --nats takes one URL or several separated by commas (the servers of a NATS cluster). Once the
@@ -415,6 +419,11 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
     if node_name is not None and not valid_token(node_name):
         raise click.BadParameter(f"{node_name!r}: use letters, digits, '_' or '-' (no dots)",
                                  param_hint="--node-name")
+
+    if metrics_port is None and metrics_std:
+        from services.host.metrics import METRICS_PORTS
+
+        metrics_port = METRICS_PORTS[name]
 
     async def go() -> None:
         tracing, meters, registry = _telemetry(otel, f"horizon-{name}", prometheus=metrics_port is not None)

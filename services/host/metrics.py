@@ -17,9 +17,14 @@ from typing import Any
 
 from services.host.http import Request, Response
 
-__all__ = ["prometheus_provider", "metrics_handler", "CONTENT_TYPE"]
+__all__ = ["prometheus_provider", "metrics_handler", "CONTENT_TYPE", "METRICS_PORTS"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Each part's own port for ``horizon service NAME --metrics`` (several parts on one machine under
+# systemd); in Kubernetes every pod has its address and they all use 9470.
+METRICS_PORTS = {"submission": 9471, "scheduling": 9472, "placement": 9473, "preemption": 9474,
+                 "inventory": 9475, "projections": 9476, "agent": 9477}
 
 # Decision latencies are milliseconds: buckets from a fraction of one to tens of seconds.
 _MS_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0)
