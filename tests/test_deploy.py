@@ -144,6 +144,22 @@ def run_a_job(url: str) -> None:
     raise AssertionError(f"{job_id} is {state}, not SUCCEEDED")
 
 
+def every_part_serves_metrics(names: list[str], logs: Path) -> None:
+    """Each part printed its /metrics URL (the manifests' metrics options reached it) and answers
+    there in Prometheus's text format."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for name in names:
+        found = re.search(r"metrics \(Prometheus\) on (http://\S+/metrics)", (logs / f"{name}.log").read_text())
+        assert found, f"{name} serves no /metrics"
+        url = found.group(1).replace("http://0.0.0.0:", "http://127.0.0.1:")
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            families = {f.name for f in text_string_to_metric_families(reply.read().decode())}
+        assert "horizon_consumer_lag" in families, (name, families)
+
+
 def run_parts(specs: list[ChildSpec], url: str, tmp: Path, server: subprocess.Popen[bytes],
               then: Callable[[], None] = lambda: None) -> None:
     parts = Supervisor(specs, tmp / "logs", env=None, min_delay_s=0.5)
@@ -153,6 +169,7 @@ def run_parts(specs: list[ChildSpec], url: str, tmp: Path, server: subprocess.Po
         assert waiting == [], f"not ready: {waiting}; logs in {tmp / 'logs'}: " + " | ".join(
             (tmp / "logs" / f"{w}.log").read_text()[-400:] for w in waiting)
         run_a_job(url)
+        every_part_serves_metrics([s.name for s in specs], tmp / "logs")
         then()
         assert parts.restarts() == {s.name: 0 for s in specs}  # nothing crashed on the way
     finally:
@@ -165,6 +182,9 @@ def test_the_systemd_units_run_horizon(tmp_path):
     env = env_file(DEPLOY / "systemd" / "horizon.env")
     server, url = nats_from(DEPLOY / "systemd" / "nats-single.conf", tmp_path)
     env.update(HORIZON_NATS_URL=url, HORIZON_DATA_DIR=str(tmp_path / "data"))
+    # each part's own port (9471..9477) on every interface; here free ports, as other tests run beside
+    assert env["HORIZON_METRICS_ARGS"] == "--metrics --metrics-host 0.0.0.0"
+    env["HORIZON_METRICS_ARGS"] = "--metrics-port 0 --metrics-host 127.0.0.1"
     nats_unit = exec_start(DEPLOY / "systemd" / "nats-server.service", env)
     assert nats_unit[1:] == ["-c", env["HORIZON_NATS_CONF"]]  # the unit runs the conf we just ran
     local = {"/opt/horizon/.venv/bin/horizon": str(VENV_BIN / "horizon")}
@@ -183,7 +203,12 @@ def test_the_kubernetes_manifests_run_horizon(tmp_path):
     config = config_map(DEPLOY / "k8s" / "config.yaml")
     assert config["HORIZON_STREAM_REPLICAS"] == "3"
     server, url = nats_from(DEPLOY / "systemd" / "nats-single.conf", tmp_path)
-    config.update(HORIZON_NATS_URL=url, HORIZON_STREAM_REPLICAS="1")
+    assert config["HORIZON_METRICS_PORT"] == "9470"  # the pods' metrics port and their annotations'
+    for manifest in ("services.yaml", "projections.yaml", "agent.yaml"):
+        text = (DEPLOY / "k8s" / manifest).read_text()
+        assert text.count('prometheus.io/port: "9470"') == text.count("containerPort: 9470") == text.count("image:")
+    config.update(HORIZON_NATS_URL=url, HORIZON_STREAM_REPLICAS="1", HORIZON_METRICS_PORT="0",
+                  HORIZON_METRICS_HOST="127.0.0.1")
     args = {**container_args(DEPLOY / "k8s" / "services.yaml"), **container_args(DEPLOY / "k8s" / "projections.yaml")}
     assert set(args) == {*SERVICES, "projections"}, set(args)
     specs = []
