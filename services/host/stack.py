@@ -26,6 +26,7 @@ from services.host.registry import SERVICES
 from services.runtime.jetstream import JetStreamLog, StreamSettings
 from services.runtime.lease import Lease
 from services.runtime.parts import PartSettings
+from services.runtime.tasks import cancel_and_wait
 
 __all__ = ["Part", "Stack"]
 
@@ -164,9 +165,7 @@ class Stack:
     async def kill(self, name: str) -> None:
         """Cancel one part abruptly (a crash, as far as the log can tell) and close its connection."""
         part = self.parts.pop(name)
-        part.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await part.task
+        await cancel_and_wait(part.task)
         with contextlib.suppress(Exception):
             await part.log.nc.close()
 
@@ -184,9 +183,7 @@ class Stack:
     async def stop(self) -> None:
         for name in reversed(list(self.parts)):
             part = self.parts.pop(name)
-            part.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await part.task
+            await cancel_and_wait(part.task, every_s=10.0)  # past a graceful stop (lease 2 s, snapshot 5 s)
             with contextlib.suppress(Exception):
                 await part.log.close()
 

@@ -44,7 +44,6 @@ The contract:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ from typing import NamedTuple, Protocol
 
 from events.subjects import WHOLE_LOG
 from services.domain.protocol import Record
+from services.runtime.tasks import cancel_and_wait
 
 __all__ = [
     "LogError",
@@ -212,9 +212,7 @@ class TaskFollower:
         return self._task.done()
 
     async def stop(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await cancel_and_wait(self._task, every_s=5.0)  # past the pump's own clean-up (a 2 s consumer delete)
         if self._on_stop is not None:
             await self._on_stop()
 
