@@ -175,3 +175,37 @@ def test_a_service_alone_serves_its_metrics(nats_server, tmp_path):
                 proc.kill()
                 proc.wait()
                 raise
+
+
+def test_gpus_by_state_worked_example():
+    """``gpu_states`` on a folded cluster of 4 nodes x 4 GPUs (16), each GPU in the first state that
+    applies: n1 has a job on 2 GPUs and is held for a preemptor (2 busy, 2 held); n2 has one
+    unhealthy GPU and a pending job's reservation of 2 GPUs (1 unhealthy, 2 reserved, 1 free); n3 is
+    cordoned (4); n4 registered, never ready (4 down)."""
+    import msgspec
+
+    from events import catalogue as c
+    from projections.scheduling import gpu_states, queue_length
+    from services.domain.preemption.planner import PreemptionPlanner
+    from services.domain.queue.fold import QueueFold
+    from tests.helpers import Feed, accepted, node
+
+    sched, plan = Feed(QueueFold()), Feed(PreemptionPlanner())
+    sick = node("n2", gpus=4)
+    sick = msgspec.structs.replace(sick, gpus=[msgspec.structs.replace(sick.gpus[0], health="xid 79"), *sick.gpus[1:]])
+    for feed in (sched, plan):
+        for event in (node("n1", gpus=4), sick, node("n3", gpus=4), node("n4", gpus=4)):
+            feed.evt("agent", event)
+        for name in ("n1", "n2", "n3"):
+            feed.evt("inventory", c.NodeReady(node=name, basis_seq=feed.seq))
+        feed.evt("inventory", c.NodeCordoned(node="n3", reason="maintenance"))
+        feed.evt("submission", accepted("j1", feed.seq, gpus=2))
+        feed.evt("submission", accepted("j2", feed.seq, tenant="globex", gpus=1))
+    # what the folds would hold after a placement and a preemption round: set here, the rule is what is tested
+    plan.state.cluster.nodes["n1"].used_devices.update({"gpu0": "j0", "gpu1": "j0"})
+    plan.state.held["n1"] = frozenset({"j9"})
+    sched.state.pending["j1"].reserved_nodes = ("n2",)
+    assert gpu_states(sched.state, plan.state) == {"free": 1, "busy": 2, "reserved": 2, "held": 2, "cordoned": 4,
+                                                   "down": 4, "unhealthy": 1}
+    assert sum(gpu_states(sched.state, plan.state).values()) == 16
+    assert queue_length(sched.state) == {("none", "acme"): 1, ("none", "globex"): 1}
