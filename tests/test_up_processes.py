@@ -47,12 +47,36 @@ def run_job(url: str) -> str:
     raise AssertionError(f"{job_id} is {state}, not SUCCEEDED")
 
 
+def every_part_in_one_scrape(up_err: Path) -> None:
+    """`up`'s /metrics merges every child's (the restarted scheduling's from its new port): one
+    family per name, each part's series in it."""
+    import re
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found = re.search(r"Metrics \(Prometheus\): (http://127\.0\.0\.1:\d+/metrics)", up_err.read_text())
+    assert found, up_err.read_text()
+    deadline, parts, families = time.time() + 20, set(), {}
+    while time.time() < deadline:
+        with urllib.request.urlopen(found.group(1), timeout=10) as reply:
+            families = {f.name: f for f in text_string_to_metric_families(reply.read().decode())}
+        parts = {s.labels["part"] for s in families["horizon_consumer_lag"].samples}
+        if parts == PARTS:
+            break
+        time.sleep(0.3)
+    assert parts == PARTS
+    decided = {s.labels["part"] for s in families["horizon_decide_duration_milliseconds"].samples}
+    assert {"submission", "scheduling", "placement", "preemption", "inventory"} <= decided
+    assert {s.labels["state"] for s in families["horizon_gpus_state"].samples} >= {"free", "busy"}
+
+
 def test_processes_restart_a_killed_service_and_all_stop_by_pid(tmp_path):
     port = free_port()
     data_dir = tmp_path / "h"
     with open(tmp_path / "up.err", "wb") as err:
         up = subprocess.Popen([*HORIZON, "up", "--processes", "--executor", "sim", "--port", str(port),
-                               "--data-dir", str(data_dir), "--nodes", "2", "--gpus-per-node", "4"],
+                               "--data-dir", str(data_dir), "--nodes", "2", "--gpus-per-node", "4", "--ui-port", "0"],
                               stdout=subprocess.PIPE, stderr=err, text=True)
     url = f"nats://127.0.0.1:{port}"
     seen: set[int] = set()
@@ -76,6 +100,7 @@ def test_processes_restart_a_killed_service_and_all_stop_by_pid(tmp_path):
                {k: v for k, v in first.items() if k != "scheduling"}  # the others were left alone
         seen.update(now.values())
         run_job(url)
+        every_part_in_one_scrape(tmp_path / "up.err")
     finally:
         up.send_signal(signal.SIGTERM)
         code = up.wait(timeout=60)

@@ -219,9 +219,10 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
                             config=secured.config)
         if processes:
             common = ["--executor", executor, "--heartbeat-timeout", str(heartbeat_timeout), "--policy", policy,
-                      "--backfill-mode", backfill_mode, "--otel", otel, *(["--verbose"] if verbose else [])]
+                      "--backfill-mode", backfill_mode, "--otel", otel, "--metrics-port", "0",
+                      *(["--verbose"] if verbose else [])]
             _up_processes(server, data_dir, common, shape.args() if node_specs else None,
-                          f"{what}, {executor} executor", try_hint(node_specs), secured, node_specs)
+                          f"{what}, {executor} executor", try_hint(node_specs), secured, node_specs, ui_port)
             return
         server.start()
         try:
@@ -310,7 +311,7 @@ def process_specs(url: str, data_dir: Path, common: list[str], agent: list[str] 
 
 def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: list[str] | None,
                   shape: str, hint: str = "horizon submit -- hostname", secured: Secured | None = None,
-                  nodes: list[NodeSpec] | None = None) -> None:
+                  nodes: list[NodeSpec] | None = None, ui_port: int | None = None) -> None:
     """``horizon up --processes``: nats-server here, every part a supervised child process.
 
     Phases: 1. the server and the streams (so a submission made as soon as the URL is printed is
@@ -324,8 +325,27 @@ def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: 
     shout.setLevel(logging.WARNING)
     logging.getLogger("horizon.supervisor").addHandler(shout)
     supervisor: Supervisor | None = None
+    stop_web: Any = None
     try:
         secured = secured or Secured(None, None, None)
+        # /metrics on the HTTP port: every child's, merged at each scrape (each child serves its own
+        # on a free port, printed in its log)
+        from services.host.http import HttpServer, serve_in_thread
+        from services.host.metrics import child_metrics_url, merged_handler
+
+        logs = data_dir / "logs"
+        names = [spec.name for spec in process_specs("", data_dir, common, agent)]
+        web = HttpServer("127.0.0.1", UI_PORT if ui_port is None else ui_port)
+        web.mount("/metrics", merged_handler(
+            lambda: [u for u in (child_metrics_url(logs / f"{n}.log") for n in names) if u is not None]))
+        try:
+            stop_web = serve_in_thread(web)
+        except OSError as exc:
+            if ui_port is not None:
+                raise click.ClickException(f"cannot serve HTTP on 127.0.0.1:{web.port}: {exc.strerror or exc}") from None
+            click.echo(f"warning: port {web.port} is taken; serving HTTP on a free port", err=True)
+            web.port = 0
+            stop_web = serve_in_thread(web)
         server.start()
         url, urls = secured.public_url(server.host, server.port), secured.part_urls(server.host, server.port)
         asyncio.run(_create_streams(urls.get("admin", url)))
@@ -340,10 +360,11 @@ def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: 
             assert server.pid is not None
             secured.running(server.host, server.port, server.pid).write(data_dir)
             click.echo(url, nl=True)
-            names = ", ".join(f"{name} {pid}" for name, pid in supervisor.pids().items())
+            pids = ", ".join(f"{name} {pid}" for name, pid in supervisor.pids().items())
             click.echo(
-                f"Horizon is up as processes: {shape}; PIDs: {names}\n"
+                f"Horizon is up as processes: {shape}; PIDs: {pids}\n"
                 f"logs in {data_dir}/logs/, PIDs in {data_dir}/processes.json.\n"
+                f"Metrics (Prometheus): {web.url}/metrics\n"
                 f"{_ready_lines(secured, data_dir, hint)}"
                 f"Ctrl-C stops everything.",
                 err=True,
@@ -352,6 +373,8 @@ def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: 
     finally:
         if supervisor is not None:
             supervisor.stop(force=lambda: len(signals) > 1)
+        if stop_web is not None:
+            stop_web()
         Running.remove(data_dir)
         server.stop()
         for sig, handler in previous.items():

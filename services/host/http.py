@@ -142,3 +142,39 @@ class HttpServer:
                 await writer.drain()
         writer.write(b"0\r\n\r\n")
         await writer.drain()
+
+
+def serve_in_thread(server: HttpServer) -> Callable[[], None]:
+    """Start ``server`` on an event loop of its own in a daemon thread (for a host whose main thread
+    is not a loop: ``horizon up --processes``); returns what stops it. Raises what ``start`` raised."""
+    import threading
+
+    loop = asyncio.new_event_loop()
+    started, failed = threading.Event(), []
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(server.start())
+        except BaseException as exc:  # noqa: BLE001 (handed to the caller)
+            failed.append(exc)
+            started.set()
+            loop.close()
+            return
+        started.set()
+        loop.run_forever()
+        loop.run_until_complete(server.stop())
+        loop.close()
+
+    thread = threading.Thread(target=run, name="horizon-http", daemon=True)
+    thread.start()
+    started.wait(10)
+    if failed:
+        raise failed[0]
+
+    def stop() -> None:
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+
+    return stop

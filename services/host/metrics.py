@@ -13,11 +13,17 @@ and a unit its suffix (``horizon.decide.duration`` in ms is ``horizon_decide_dur
 
 from __future__ import annotations
 
+import asyncio
+import re
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from services.host.http import Request, Response
 
-__all__ = ["prometheus_provider", "metrics_handler", "CONTENT_TYPE", "METRICS_PORTS"]
+__all__ = ["prometheus_provider", "metrics_handler", "merged_handler", "child_metrics_url", "CONTENT_TYPE",
+           "METRICS_PORTS"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -54,6 +60,57 @@ def metrics_handler(registry: Any) -> Any:
 
     async def handle(_request: Request) -> Response:
         # in the event loop's thread, between two folds: the gauges read a consistent state
+        return Response(200, generate_latest(registry), CONTENT_TYPE)
+
+    return handle
+
+
+_PRINTED = re.compile(r"metrics \(Prometheus\) on (http://\S+/metrics)")
+
+
+def child_metrics_url(log_file: Path) -> str | None:
+    """The ``/metrics`` URL a ``horizon service NAME --metrics-port 0`` child printed last in its log
+    (a restarted child appends its new one)."""
+    try:
+        text = log_file.read_text(errors="replace")
+    except OSError:
+        return None
+    found = _PRINTED.findall(text)
+    return found[-1].replace("http://0.0.0.0:", "http://127.0.0.1:") if found else None
+
+
+def _fetch(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as reply:  # noqa: S310 (a URL our own child printed)
+        return str(reply.read().decode())
+
+
+def merged_handler(sources: Callable[[], list[str]]) -> Any:
+    """``/metrics`` for parts that run as processes of their own (``horizon up --processes``): each
+    scrape fetches every child's ``/metrics`` (``sources()``) and serves their families merged, one
+    family per name with every child's samples (their ``part`` label tells them apart). A child that
+    does not answer (restarting) is left out of that scrape."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async def handle(_request: Request) -> Response:
+        loop = asyncio.get_running_loop()
+        urls = sources()
+        texts = await asyncio.gather(*(loop.run_in_executor(None, _fetch, u) for u in urls), return_exceptions=True)
+        families: dict[str, Any] = {}
+        for text in texts:
+            if isinstance(text, BaseException):
+                continue
+            for family in text_string_to_metric_families(text):
+                known = families.setdefault(family.name, family)
+                if known is not family:
+                    known.samples.extend(family.samples)
+
+        class Merged:
+            def collect(self) -> Any:
+                return iter(families.values())
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(Merged())
         return Response(200, generate_latest(registry), CONTENT_TYPE)
 
     return handle
