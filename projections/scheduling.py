@@ -279,6 +279,7 @@ class SchedulerView:
         self.sample_every_s = 3600.0
         self._next_sample = 0.0
         self._latency: Any = None
+        self._wait: Any = None
         if meter_provider is not None:
             self._metrics(meter_provider)
         self._follower: Any = None
@@ -294,6 +295,8 @@ class SchedulerView:
                 self.state.seq = self.pstate.seq = record.seq
             else:
                 self._sample(record.time)
+                if self._wait is not None and isinstance(event, c.JobScheduled):
+                    self._record_wait(event, record.time)
                 self.state = fold_event(self.core, self.state, record, event)
                 self.pstate = fold_event(self.preemption, self.pstate, record, event)
                 if isinstance(event, c.JobAccepted):
@@ -349,6 +352,19 @@ class SchedulerView:
                                       description="GPU utilisation, and the share of free GPUs on nodes in use")
         self._latency = meter.create_histogram("horizon.cycle.latency", unit="ms",
                                                description="from a scheduling cycle to its placement, by log time")
+        self._wait = meter.create_histogram("horizon.job.wait", unit="s",
+                                            description="a job's wait in the queue until it was placed, by log time")
+
+    def _record_wait(self, event: c.JobScheduled, now: float) -> None:
+        """The wait of a job placed now: since it was accepted, or since its last attempt ended (a
+        requeued job), by log time; a placement of a job not pending (raced, stale) is no wait."""
+        job = self.state.jobs.jobs.get(event.job_id)
+        if job is None or job.spec is None or job.state is not JobState.PENDING:
+            return
+        since = max(job.accepted_ts, job.ended_ts)
+        if since:
+            self._wait.record(max(0.0, now - since), {"partition": job.spec.partition or "none",
+                                                       "priority_class": job.spec.priority_class})
 
     def _sample(self, now: float) -> None:
         """Usage at every hour boundary the log's time has passed (at most a day of them at once)."""

@@ -92,7 +92,7 @@ def test_up_serves_metrics_of_its_parts(scraped):
                        ("horizon_decide_duration_milliseconds", "histogram"), ("horizon_scheduled", "counter"),
                        ("horizon_preemptions", "counter"), ("horizon_queue_depth", "gauge"),
                        ("horizon_queue_length", "gauge"), ("horizon_gpus", "gauge"), ("horizon_gpus_state", "gauge"),
-                       ("horizon_cycle_latency_milliseconds", "histogram")]:
+                       ("horizon_cycle_latency_milliseconds", "histogram"), ("horizon_job_wait_seconds", "histogram")]:
         assert name in families, (name, sorted(families))
         assert families[name].type == kind, (name, families[name].type)
     # one queued job, in the stock partition main, of the default tenant
@@ -104,6 +104,9 @@ def test_up_serves_metrics_of_its_parts(scraped):
     assert states == {"free": 0, "busy": 2, "reserved": 6, "held": 0, "cordoned": 0, "down": 0, "unhealthy": 0}
     assert _value(families, "horizon_gpus", what="utilisation") == 0.25
     assert _value(families, "horizon_scheduled_total", backfilled="false") == 1
+    # the running job's wait, by log time: one placement in partition main, well under a minute
+    assert _value(families, "horizon_job_wait_seconds_count", partition="main", priority_class="normal") == 1
+    assert _value(families, "horizon_job_wait_seconds_bucket", partition="main", le="60.0") == 1
     assert _value(families, "horizon_rejections_total", event="JobRejected", field="resources.gpu_type") == 1
     # every service timed its decision rounds, with buckets
     for part in ("submission", "scheduling", "placement", "preemption", "inventory"):

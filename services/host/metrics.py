@@ -33,6 +33,8 @@ METRICS_PORTS = {"submission": 9471, "scheduling": 9472, "placement": 9473, "pre
                  "inventory": 9475, "projections": 9476, "agent": 9477}
 
 # Decision latencies are milliseconds: buckets from a fraction of one to tens of seconds.
+# Queue waits are seconds: from at once to days.
+_S_BUCKETS = (0.1, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86400.0, 3 * 86400.0)
 _MS_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0)
 
 
@@ -49,6 +51,7 @@ def prometheus_provider(service_name: str, readers: list[Any] | None = None) -> 
     reader = PrometheusMetricReader(registry=registry, disable_target_info=True, scope_info_enabled=False)
     views = [View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(_MS_BUCKETS))
              for name in ("horizon.decide.duration", "horizon.cycle.latency")]
+    views.append(View(instrument_name="horizon.job.wait", aggregation=ExplicitBucketHistogramAggregation(_S_BUCKETS)))
     provider = MeterProvider(metric_readers=[reader, *(readers or [])], views=views,
                              resource=Resource.create({"service.name": service_name}))
     return provider, registry
