@@ -295,7 +295,9 @@ class SchedulerView:
                 self.state.seq = self.pstate.seq = record.seq
             else:
                 self._sample(record.time)
-                if self._wait is not None and isinstance(event, c.JobScheduled):
+                # the histograms count what happens while the view runs, not the history it catches up
+                # with at start (Prometheus would read that as a burst)
+                if self._wait is not None and isinstance(event, c.JobScheduled) and record.seq > self._start_end:
                     self._record_wait(event, record.time)
                 self.state = fold_event(self.core, self.state, record, event)
                 self.pstate = fold_event(self.preemption, self.pstate, record, event)
