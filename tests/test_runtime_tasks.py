@@ -51,3 +51,28 @@ async def test_a_task_that_failed_or_finished_is_left_as_it_ended():
     await asyncio.sleep(0)
     await cancel_and_wait(failed)  # its error is not raised here
     assert isinstance(failed.exception(), RuntimeError)
+
+
+@pytest.mark.timeout(10)
+async def test_the_callers_own_cancellation_is_not_swallowed():
+    never: list[int] = [1] * 1000  # swallows every cancellation but the last of many
+
+    async def stubborn() -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if never:
+                    never.pop()
+                    continue
+                raise
+
+    task = asyncio.create_task(stubborn())
+    await asyncio.sleep(0)
+    stopper = asyncio.create_task(cancel_and_wait(task, every_s=5.0))
+    await asyncio.sleep(0.05)
+    stopper.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopper
+    never.clear()
+    await cancel_and_wait(task, every_s=0.05)

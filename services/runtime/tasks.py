@@ -16,11 +16,16 @@ __all__ = ["cancel_and_wait"]
 
 async def cancel_and_wait(task: asyncio.Task[object] | asyncio.Future[object], every_s: float = 1.0) -> None:
     """Cancel ``task`` and wait until it has ended, cancelling it again every ``every_s`` in case a
-    cancellation was swallowed. Its result or error is not raised (a stopped task's is not wanted)."""
+    cancellation was swallowed. Its result or error is not raised (a stopped task's is not wanted); a
+    cancellation of the caller is (after one more ``cancel`` of the task), unlike ``suppress(CancelledError)``
+    around ``await task``, which would swallow it too."""
     while not task.done():
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait({task}, timeout=every_s)
+        try:
+            await asyncio.wait({task}, timeout=every_s)  # returns when it ends, cancelled or not
+        except asyncio.CancelledError:  # the caller itself is cancelled: so be it, and pass it on
+            task.cancel()
+            raise
     if not task.cancelled():
         with contextlib.suppress(BaseException):
             task.exception()
