@@ -286,8 +286,10 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], ex
             finally:
                 supervisor.cancel()
         finally:
-            await web.stop()
-            await stack.stop()
+            try:
+                await stack.stop()
+            finally:
+                await web.stop()
 
 
 def process_specs(url: str, data_dir: Path, common: list[str], agent: list[str] | None,
@@ -485,9 +487,11 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
                     signalled.cancel()
                     failed = stack.failed()
             finally:
-                if web is not None:
-                    await web.stop()
-                await stack.stop()
+                try:
+                    await stack.stop()
+                finally:
+                    if web is not None:
+                        await web.stop()
         if failed:  # exit non-zero so a supervisor (systemd, Kubernetes) restarts us
             raise click.ClickException("; ".join(failed))
 
