@@ -315,6 +315,7 @@ def test_the_memory_watch_reports_once_per_change_and_again_after_a_while(monkey
                                                                                          used_bytes=GiB)]
     ev = watch.observe(uses, 100.0)
     assert ev is not None and (ev.used_bytes, ev.memory_bytes, ev.reserve_bytes) == (4 * GiB, 4 * GiB, 512 * MiB)
+    assert ev.id == "agent/NodeMemoryPressure/n1/100000"  # from the measure, so a second send is a duplicate
     assert watch.observe(uses, 102.0) is None  # the same jobs, soon after: already said
     assert watch.observe(uses[:1], 104.0) is None  # under the line (3 GiB <= 3.5 GiB)
     assert watch.observe(uses, 106.0) is not None  # over again

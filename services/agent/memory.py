@@ -19,7 +19,6 @@ node under lasting pressure that nothing can relieve (only guaranteed jobs) writ
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Sequence
 
 from events import catalogue as c
@@ -64,7 +63,7 @@ class MemoryWatch:
             return None
         self._last = (attempts, now)
         return c.NodeMemoryPressure(
-            id=f"agent/NodeMemoryPressure/{self.node}/{uuid.uuid4().hex}", ts=now, correlation_id=self.node,
+            id=f"agent/NodeMemoryPressure/{self.node}/{round(now * 1000)}", ts=now,  # one measure per node and ms correlation_id=self.node,
             source=f"agent/{self.node}", node=self.node, memory_bytes=self.memory_bytes,
             reserve_bytes=self.reserve_bytes, used_bytes=used,
             jobs=sorted(uses, key=lambda u: (u.job_id, u.attempt)),
