@@ -73,3 +73,16 @@ def spec(tenant: str = "acme", gpus: int = 1, **kw: Any) -> c.JobSpec:
 def accepted(job_id: str, seq_hint: int = 0, **kw: Any) -> c.JobAccepted:
     return c.JobAccepted(id=f"submission/JobAccepted/{job_id}", job_id=job_id, spec=spec(**kw), correlation_id=job_id,
                          source="submission", basis_seq=max(1, seq_hint))
+
+
+def ready(f: Feed, *regs: c.NodeRegistered) -> None:
+    """Register each node and mark it ready, as its agent and inventory would."""
+    for reg in regs:
+        f.evt("agent", reg)
+        f.evt("inventory", c.NodeReady(node=reg.node, basis_seq=1))
+
+
+def placement_cycle(f: Feed, n: int, candidates: list[str], dt: float = 1.0) -> list[c.Event]:
+    """Scheduling cycle ``n`` offers ``candidates``; the core's decisions, folded back."""
+    f.evt("scheduling", c.SchedulingCycleCompleted(cycle=n, candidates=candidates, basis_seq=f.seq), dt=dt)
+    return f.settle()

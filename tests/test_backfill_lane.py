@@ -18,7 +18,7 @@ from services.placement.backfill import FLAG_MODE, MODES
 from services.placement.core import PlacementCore
 from services.placement.lane import Lane, LaneLedger
 from services.runtime.replay import replay_decisions
-from tests.helpers import Feed, accepted, node
+from tests.helpers import Feed, accepted, node, placement_cycle
 
 NODES = 64  # one node in 64 is kept idle
 
@@ -58,9 +58,6 @@ def _feed() -> Feed:
     return f
 
 
-def _cycle(f: Feed, n: int, candidates: list[str], dt: float = 1.0) -> list[c.Event]:
-    f.evt("scheduling", c.SchedulingCycleCompleted(cycle=n, candidates=candidates, basis_seq=f.seq), dt=dt)
-    return f.settle()
 
 
 def test_a_fresh_long_job_leaves_the_last_idle_node_to_short_jobs_until_its_patience_runs_out():
@@ -68,11 +65,11 @@ def test_a_fresh_long_job_leaves_the_last_idle_node_to_short_jobs_until_its_pati
     fill = [f"fill{i}" for i in range(NODES - 2)]
     for job_id in fill:
         f.evt("submission", accepted(job_id, gpus=1, time_limit_s=600.0))
-    started = _cycle(f, 1, fill)
+    started = placement_cycle(f, 1, fill)
     assert sum(isinstance(e, c.JobScheduled) for e in started) == NODES - 2  # short: no lane for them; 2 idle
     for job_id, limit in (("long1", 7200.0), ("long2", 7200.0), ("quick", 600.0)):
         f.evt("submission", accepted(job_id, gpus=1, time_limit_s=limit))
-    out = _cycle(f, 2, ["long1", "long2", "quick"])
+    out = placement_cycle(f, 2, ["long1", "long2", "quick"])
     scheduled = {e.job_id for e in out if isinstance(e, c.JobScheduled)}
     blocked = {e.job_id: e for e in out if isinstance(e, c.PlacementBlocked)}
     assert scheduled == {"long1", "quick"}  # long1 leaves 1 idle (= keep); quick is short
@@ -82,10 +79,10 @@ def test_a_fresh_long_job_leaves_the_last_idle_node_to_short_jobs_until_its_pati
                           "lane); a job waits for it at most 1800 s")
     [quick] = [e.allocations[0].node for e in out if isinstance(e, c.JobScheduled) and e.job_id == "quick"]
     f.evt("agent", c.JobSucceeded(job_id="quick", attempt=1, node=quick), dt=10.0)
-    out = _cycle(f, 3, ["long2"])
+    out = placement_cycle(f, 3, ["long2"])
     assert not any(isinstance(e, c.JobScheduled) for e in out)  # still fresh: one idle node, kept
     f.evt("agent", c.JobSucceeded(job_id="fill0", attempt=1, node="n00"), dt=10.0)
-    out = _cycle(f, 4, ["long2"])
+    out = placement_cycle(f, 4, ["long2"])
     assert [e.job_id for e in out if isinstance(e, c.JobScheduled)] == ["long2"]  # two idle: one for it
     report = replay_decisions(PlacementCore(backfill="lane"), f.records)
     assert report.mismatches == [] and report.reproduced == report.decisions > 0
@@ -96,10 +93,10 @@ def test_a_long_job_that_waited_its_patience_takes_the_last_node():
     fill = [f"fill{i}" for i in range(NODES - 1)]
     for job_id in fill:
         f.evt("submission", accepted(job_id, gpus=1, time_limit_s=600.0))
-    _cycle(f, 1, fill)
+    placement_cycle(f, 1, fill)
     f.evt("submission", accepted("long", gpus=1, time_limit_s=7200.0))
-    assert not any(isinstance(e, c.JobScheduled) for e in _cycle(f, 2, ["long"]))
-    out = _cycle(f, 3, ["long"], dt=1800.0)  # accepted 1800 s (and a little) ago
+    assert not any(isinstance(e, c.JobScheduled) for e in placement_cycle(f, 2, ["long"]))
+    out = placement_cycle(f, 3, ["long"], dt=1800.0)  # accepted 1800 s (and a little) ago
     assert [e.job_id for e in out if isinstance(e, c.JobScheduled)] == ["long"]
 
 
@@ -110,7 +107,7 @@ def test_a_cluster_under_sixty_four_nodes_has_no_lane():
         f.evt("inventory", c.NodeReady(node=f"n{i}", basis_seq=f.seq))
     for i in range(4):
         f.evt("submission", accepted(f"long{i}", gpus=1, time_limit_s=86400.0))
-    out = _cycle(f, 1, [f"long{i}" for i in range(4)])
+    out = placement_cycle(f, 1, [f"long{i}" for i in range(4)])
     assert sum(isinstance(e, c.JobScheduled) for e in out) == 4
 
 

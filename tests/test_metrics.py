@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.test_cli_up import HORIZON, free_port, horizon
+from tests.test_cli_up import HORIZON, free_port, horizon, interrupt
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -76,12 +76,7 @@ def scraped(tmp_path_factory):
             time.sleep(0.2)
         yield base, families, text
     finally:
-        up.send_signal(signal.SIGINT)
-        try:
-            up.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            up.kill()
-            up.wait()
+        interrupt(up)
 
 
 def test_up_serves_metrics_of_its_parts(scraped):

@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ import nats
 import pytest
 
 from tests.test_asyncapi import doc, validator
-from tests.test_cli_up import free_port
+from tests.test_cli_up import free_port, interrupt
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT = ROOT / "docs" / "examples" / "node-client"
@@ -43,12 +42,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         assert proc.stdout is not None and proc.stdout.readline().strip() == url
         yield url
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        interrupt(proc)
 
 
 def node_client() -> str:

@@ -18,7 +18,7 @@ from services.domain.fit.scores.data import price_score
 from services.inventory.core import InventoryCore
 from services.placement.core import PlacementCore
 from services.runtime.replay import replay_decisions
-from tests.helpers import Feed, accepted, node
+from tests.helpers import Feed, accepted, node, placement_cycle, ready
 
 
 def _priced(name: str, gpus: int = 8, datasets: tuple[str, ...] = (), **labels: str) -> c.NodeRegistered:
@@ -165,15 +165,6 @@ def _placement() -> Feed:
     return Feed(PlacementCore())
 
 
-def _ready(f: Feed, *regs: c.NodeRegistered) -> None:
-    for reg in regs:
-        f.evt("agent", reg)
-        f.evt("inventory", c.NodeReady(node=reg.node, basis_seq=1))
-
-
-def _cycle(f: Feed, n: int, candidates: list[str]) -> list[c.Event]:
-    f.evt("scheduling", c.SchedulingCycleCompleted(cycle=n, candidates=candidates, basis_seq=f.seq))
-    return f.settle()
 
 
 def test_a_gang_takes_the_nodes_holding_its_data_node_by_node_and_replays():
@@ -181,7 +172,7 @@ def test_a_gang_takes_the_nodes_holding_its_data_node_by_node_and_replays():
     holds), a job without data takes the first by name; with a cost profile the cheaper priced node
     (p2 at price 1: 100*0.5 = 50, p1 at 4: 100*0.2 = 20, the unpriced 0)."""
     f = _placement()
-    _ready(f, node("n1"), node("n2"), node("n3"), node("n4"),
+    ready(f, node("n1"), node("n2"), node("n3"), node("n4"),
            _priced("p1", gpus=8, price="4"), _priced("p2", gpus=8, price="1"))
     f.evt("inventory", c.NodeDatasetsChanged(node="n2", datasets=["imagenet"]))
     f.evt("inventory", c.NodeDatasetsChanged(node="n4", datasets=["imagenet", "laion"]))
@@ -189,7 +180,7 @@ def test_a_gang_takes_the_nodes_holding_its_data_node_by_node_and_replays():
     f.evt("submission", accepted("gang", gpus=8, nodes=2, datasets=("imagenet",)))
     f.evt("submission", accepted("plain", gpus=8))
     f.evt("submission", accepted("thrifty", gpus=8, profile="cheap"))
-    out = _cycle(f, 1, ["gang", "plain", "thrifty"])
+    out = placement_cycle(f, 1, ["gang", "plain", "thrifty"])
     nodes = {e.job_id: sorted(a.node for a in e.allocations) for e in out if isinstance(e, c.JobScheduled)}
     assert nodes == {"gang": ["n2", "n4"], "plain": ["n1"], "thrifty": ["p2"]}
     report = replay_decisions(PlacementCore(), f.records)

@@ -13,7 +13,7 @@ from services.domain.fit.node import fit_node
 from services.domain.fit.framework import DEFAULT_WEIGHTS
 from services.domain.fit.profile import Profile
 from services.domain.cluster import Cluster, request_of
-from tests.helpers import Feed, accepted, node
+from tests.helpers import Feed, accepted, node, placement_cycle, ready
 
 
 def _cluster(*registrations: c.NodeRegistered) -> Cluster:
@@ -124,15 +124,6 @@ def _feed(backfill: str = "easy") -> Feed:
     return Feed(PlacementCore(backfill=backfill))
 
 
-def _ready(f: Feed, *regs: c.NodeRegistered) -> None:
-    for reg in regs:
-        f.evt("agent", reg)
-        f.evt("inventory", c.NodeReady(node=reg.node, basis_seq=1))
-
-
-def _cycle(f: Feed, n: int, candidates: list[str]) -> list[c.Event]:
-    f.evt("scheduling", c.SchedulingCycleCompleted(cycle=n, candidates=candidates, basis_seq=f.seq))
-    return f.settle()
 
 
 def _labelled(name: str, gpus: int = 8, **labels: str) -> c.NodeRegistered:
@@ -144,14 +135,14 @@ def _labelled(name: str, gpus: int = 8, **labels: str) -> c.NodeRegistered:
 
 def test_each_filter_explains_how_many_nodes_it_rejected_and_why():
     f = _feed()
-    _ready(f, *[_labelled(f"eu{i}", zone="eu") for i in range(3)], *[_labelled(f"us{i}", zone="us") for i in range(2)])
+    ready(f, *[_labelled(f"eu{i}", zone="eu") for i in range(3)], *[_labelled(f"us{i}", zone="us") for i in range(2)])
     f.evt("inventory", c.NodeTaintsChanged(node="us1", taints=[c.Taint(key="gpu", value="reserved")]))
     f.evt("submission", accepted("picky", gpus=4, node_selector={"zone": "us"},
                                  affinity=c.Affinity(node_required=[c.NodeSelectorRequirement(key="zone", operator="NotIn",
                                                                                               values=["ap"])])))
     f.evt("submission", accepted("filler", gpus=8, node_selector={"zone": "us"}))
     f.evt("submission", accepted("wide", gpus=16))
-    out = _cycle(f, 1, ["filler", "picky", "wide"])
+    out = placement_cycle(f, 1, ["filler", "picky", "wide"])
     sched = {e.job_id: e for e in out if isinstance(e, c.JobScheduled)}
     blocked = {e.job_id: e for e in out if isinstance(e, c.PlacementBlocked)}
     assert sched["filler"].allocations[0].node == "us0"
@@ -165,19 +156,19 @@ def test_each_filter_explains_how_many_nodes_it_rejected_and_why():
 
 def test_taints_tolerations_and_required_node_affinity():
     f = _feed()
-    _ready(f, _labelled("old", gen="a100"), _labelled("new", gen="h100"))
+    ready(f, _labelled("old", gen="a100"), _labelled("new", gen="h100"))
     f.evt("inventory", c.NodeTaintsChanged(node="new", taints=[c.Taint(key="team", value="ml", effect="NoSchedule")]))
     f.evt("submission", accepted("any", gpus=1))
     f.evt("submission", accepted("tolerant", gpus=1, tolerations=(c.Toleration(key="team", value="ml"),),
                                  affinity=c.Affinity(node_required=[c.NodeSelectorRequirement(key="gen", values=["h100"])])))
-    out = _cycle(f, 1, ["any", "tolerant"])
+    out = placement_cycle(f, 1, ["any", "tolerant"])
     nodes = {e.job_id: e.allocations[0].node for e in out if isinstance(e, c.JobScheduled)}
     assert nodes == {"any": "old", "tolerant": "new"}
 
 
 def test_job_affinity_and_anti_affinity_by_topology_key():
     f = _feed()
-    _ready(f, _labelled("r1a", rack="r1"), _labelled("r1b", rack="r1"), _labelled("r2a", rack="r2"))
+    ready(f, _labelled("r1a", rack="r1"), _labelled("r1b", rack="r1"), _labelled("r2a", rack="r2"))
     f.evt("submission", accepted("db", gpus=1, labels={"app": "db"}))
     f.evt("submission", accepted("web", gpus=1, labels={"app": "web"},
                                  affinity=c.Affinity(job_affinity=[c.AffinityTerm(match_labels={"app": "db"},
@@ -185,7 +176,7 @@ def test_job_affinity_and_anti_affinity_by_topology_key():
     f.evt("submission", accepted("replica", gpus=1, labels={"app": "db"},
                                  affinity=c.Affinity(job_anti_affinity=[c.AffinityTerm(match_labels={"app": "db"},
                                                                                        topology_key="rack")])))
-    out = _cycle(f, 1, ["db", "web", "replica"])
+    out = placement_cycle(f, 1, ["db", "web", "replica"])
     nodes = {e.job_id: e.allocations[0].node for e in out if isinstance(e, c.JobScheduled)}
     rack = {"r1a": "r1", "r1b": "r1", "r2a": "r2"}
     assert rack[nodes["web"]] == rack[nodes["db"]]  # near the database, placed earlier in the same cycle
@@ -195,7 +186,7 @@ def test_job_affinity_and_anti_affinity_by_topology_key():
     f.evt("submission", accepted("replica2", gpus=1, labels={"app": "db"},
                                  affinity=c.Affinity(job_anti_affinity=[c.AffinityTerm(match_labels={"app": "db"},
                                                                                        topology_key="rack")])))
-    [blocked, _] = _cycle(f, 2, ["replica2"])
+    [blocked, _] = placement_cycle(f, 2, ["replica2"])
     assert isinstance(blocked, c.PlacementBlocked)
     assert {(r.filter, r.reason) for r in blocked.reasons} == {("JobAntiAffinity", "a job with app=db runs in its rack")}
 
@@ -204,39 +195,39 @@ def test_a_four_node_gang_lands_inside_one_nvlink_domain():
     f = _feed()
     # domain A: a0..a3 (a0 busy); domain B: b0..b4, all free. Best fit alone would mix a1-a3 (fuller? no:
     # all free nodes tie) — the gang needs 4 whole nodes: only B has 4 free, so it stays inside B.
-    _ready(f, *[_labelled(f"a{i}", **{"nvlink-domain": "A"}) for i in range(4)],
+    ready(f, *[_labelled(f"a{i}", **{"nvlink-domain": "A"}) for i in range(4)],
            *[_labelled(f"b{i}", **{"nvlink-domain": "B"}) for i in range(5)])
     f.evt("submission", accepted("busy", gpus=8))
-    out = _cycle(f, 1, ["busy"])
+    out = placement_cycle(f, 1, ["busy"])
     assert out[0].allocations[0].node == "a0"
     f.evt("placement", c.PlacementCycleCompleted(cycle=1))
     f.evt("submission", accepted("gang", gpus=8, nodes=4))
-    [gang, _] = _cycle(f, 2, ["gang"])
+    [gang, _] = placement_cycle(f, 2, ["gang"])
     assert sorted(a.node for a in gang.allocations) == ["b0", "b1", "b2", "b3"]
     assert all(len(a.device_ids) == 8 for a in gang.allocations)
 
 
 def test_a_gang_prefers_one_domain_even_when_a_mix_scores_as_well():
     f = _feed()
-    _ready(f, *[_labelled(f"a{i}", **{"nvlink-domain": "A"}) for i in range(3)],
+    ready(f, *[_labelled(f"a{i}", **{"nvlink-domain": "A"}) for i in range(3)],
            *[_labelled(f"b{i}", **{"nvlink-domain": "B"}) for i in range(4)])
     f.evt("submission", accepted("gang", gpus=8, nodes=4))
-    [gang, _] = _cycle(f, 1, ["gang"])
+    [gang, _] = placement_cycle(f, 1, ["gang"])
     assert sorted(a.node for a in gang.allocations) == ["b0", "b1", "b2", "b3"]  # not a0, a1, a2, b0
 
 
 def test_profiles_are_configured_by_operators_and_jobs_name_them():
     f = _feed()
-    _ready(f, node("x", gpus=8), node("y", gpus=8))
+    ready(f, node("x", gpus=8), node("y", gpus=8))
     f.evt("submission", accepted("seed", gpus=4))
-    _cycle(f, 1, ["seed"])
+    placement_cycle(f, 1, ["seed"])
     f.evt("placement", c.PlacementCycleCompleted(cycle=1))
     f.admin("profile", c.ProfileConfigured(name="spread", weights={"binpack": 0, "spread": 10, "fragmentation": 0}))
     f.admin("profile", c.ProfileConfigured(name="bad", weights={"speed": 1}))
     f.evt("submission", accepted("packed", gpus=2))
     f.evt("submission", accepted("spread", gpus=2, profile="spread"))
     f.evt("submission", accepted("lost", gpus=2, profile="nope"))
-    out = _cycle(f, 2, ["packed", "spread", "lost"])
+    out = placement_cycle(f, 2, ["packed", "spread", "lost"])
     [rejected] = [e for e in out if isinstance(e, c.ConfigRejected)]
     assert rejected.verb == "profile" and "speed" in rejected.reason
     nodes = {e.job_id: e.allocations[0].node for e in out if isinstance(e, c.JobScheduled)}
@@ -248,7 +239,7 @@ def test_profiles_are_configured_by_operators_and_jobs_name_them():
 
 def test_advance_reservations_hold_nodes_for_one_account_in_their_window():
     f = _feed()
-    _ready(f, node("r", gpus=8), node("s", gpus=8))
+    ready(f, node("r", gpus=8), node("s", gpus=8))
     t = f.time
     f.admin("reservation", c.ReservationConfigured(name="demo", account="vip", nodes=["r"], start_ts=t + 3600,
                                                    end_ts=t + 7200))
@@ -258,7 +249,7 @@ def test_advance_reservations_hold_nodes_for_one_account_in_their_window():
     f.evt("submission", accepted("long", gpus=8, account="other", time_limit_s=7200))  # would overlap it
     f.evt("submission", accepted("long2", gpus=8, account="other", time_limit_s=7200))
     f.evt("submission", accepted("vip", gpus=8, account="vip", time_limit_s=7200))
-    out = _cycle(f, 1, ["long", "short", "long2", "vip"])
+    out = placement_cycle(f, 1, ["long", "short", "long2", "vip"])
     [rejected] = [e for e in out if isinstance(e, c.ConfigRejected)]
     assert "window must end after it starts" in rejected.reason
     nodes = {e.job_id: e.allocations[0].node for e in out if isinstance(e, c.JobScheduled)}
