@@ -58,6 +58,7 @@ class LaneLedger:
         """``placed``: the allocations the decision has made so far."""
         self.schedulable = frozenset(n.name for n in cluster.nodes.values() if n.schedulable)
         self.idle = {n for n in self.schedulable if not cluster.nodes[n].jobs}
+        self._pools: dict[frozenset[str] | None, int] = {}  # partition -> its schedulable nodes (one decision)
         for allocations in placed:
             self.take(allocations)
 
@@ -68,8 +69,10 @@ class LaneLedger:
     def defers(self, lane: Lane, allocations: list[c.NodeAllocation], members: frozenset[str] | None) -> int | None:
         """The idle nodes kept (``keep``) when starting ``allocations`` would leave fewer, else None.
         ``members``: the job's partition's nodes (None: the whole cluster)."""
-        pool = self.schedulable if members is None else self.schedulable & members
-        keep = lane.keep(len(pool))
+        pool = self._pools.get(members)
+        if pool is None:
+            pool = self._pools[members] = len(self.schedulable if members is None else self.schedulable & members)
+        keep = lane.keep(pool)
         if keep < 1:
             return None
         idle = self.idle if members is None else self.idle & members
