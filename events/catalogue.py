@@ -275,6 +275,10 @@ class Quota(_Part, kw_only=True):
     memory_bytes: int | None = None
     running_jobs: int | None = None
     gpus_by_type: dict[str, int] = {}
+    # Where a limit comes from when a quota provider set it (docs/backends.md, "Quota providers"):
+    # dimension ("gpus", "cpus_milli", "memory_bytes", "running_jobs", "type:<gpu type>") -> e.g.
+    # "Slurm QOS gpuq GrpTRES". Named in the reason of a job the limit holds back; empty: set in Horizon.
+    sources: dict[str, str] = {}
 
 
 class BlockReason(_Part, kw_only=True):

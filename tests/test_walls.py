@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPS = ("events", "services", "projections")
-SERVICES = ("submission", "scheduling", "placement", "preemption", "inventory", "agent")
+SERVICES = ("submission", "scheduling", "placement", "preemption", "inventory", "agent", "quota")
 HOST = ("cli", "host", "bench", "sim")
 DOMAIN = ("domain",)
 MAY_IMPORT: Mapping[str, frozenset[str]] = {

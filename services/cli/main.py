@@ -110,6 +110,7 @@ def _register() -> None:
         partition,
         policy,
         projections,
+        quota,
         requests,
         run,
         sbatch,
@@ -123,8 +124,8 @@ def _register() -> None:
         tenant,
     )
 
-    for module in (audit, bench, check, jobs, logs, nodes, partition, policy, projections, requests, run, sbatch,
-                   scontrol, shims, simulate, slurm, slurm_commands, srun, submit, tenant):
+    for module in (audit, bench, check, jobs, logs, nodes, partition, policy, projections, quota, requests, run,
+                   sbatch, scontrol, shims, simulate, slurm, slurm_commands, srun, submit, tenant):
         module.register(cli)
 
 

@@ -135,8 +135,9 @@ class Quotas:
                 continue
             first = over[0]
             held = self._used(acc.name, first, cycle)
-            why = (f"account {acc.name} quota: {_unit(first, held)} in use + {_unit(first, x.get(first))} "
-                   f"> limit {_unit(first, _limit(acc.quota, first) or 0)}")
+            source = acc.quota.sources.get(first)
+            why = (f"account {acc.name} quota{f' ({source})' if source else ''}: {_unit(first, held)} in use + "
+                   f"{_unit(first, x.get(first))} > limit {_unit(first, _limit(acc.quota, first) or 0)}")
             if "running_jobs" in over or not acc.borrowing:
                 return BLOCKED, why
             short = self._cannot_borrow(fs, acc, x, over, cycle)

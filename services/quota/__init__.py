@@ -1,0 +1,8 @@
+"""Quota providers: where accounts' limits come from.
+
+Horizon's own (the local provider) is the operator: ``horizon account set`` publishes an
+``AccountConfigured``. Another provider reads limits kept elsewhere and publishes the same event
+when they change, so every limit is in the log and ``horizon audit`` replays the decisions it led
+to. ``slurm``: Slurm's associations and QOS (``sacctmgr``), ``horizon quota sync --provider slurm``.
+docs/backends.md, "Quota providers", has the mapping and the Kubernetes ResourceQuota plan.
+"""

@@ -1,0 +1,142 @@
+"""The Slurm quota provider's I/O: ``sacctmgr`` in, account configurations published into the log.
+
+One sync reads Slurm's accounts and QOS (``sacctmgr show assoc/qos -P``, which asks ``slurmdbd``),
+reads the last configuration of every account from the log, and publishes the configurations that
+differ, as an operator would with ``horizon account set``. Each publish is fenced on the account
+subject's last sequence: a configuration that someone else published in between makes the sync
+read again rather than overwrite it. The scheduler applies them like any other operator input, so
+``horizon audit`` replays the decisions they led to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from events import catalogue as c
+from events.codec import decode_as, encode
+from events.subjects import admin_subject
+from services.quota.slurm import Planned, TresError, Wanted, desired, parse_table, plan, read_limits
+from services.runtime.jetstream import JetStreamLog
+from services.runtime.log import LogConflict
+
+__all__ = ["SlurmQuotaSource", "SyncResult", "QuotaSourceError", "sync", "current_accounts"]
+
+ASSOC_FORMAT = "Cluster,Account,User,ParentName,Share,GrpTRES,GrpJobs,QOS,DefaultQOS"
+QOS_FORMAT = "Name,GrpTRES,GrpJobs"
+
+
+class QuotaSourceError(RuntimeError):
+    """The source could not be read (sacctmgr missing, slurmdbd down, output it cannot parse)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmQuotaSource:
+    """Where the limits come from: ``sacctmgr`` with this ``slurm.conf`` (its accounting storage
+    settings name the slurmdbd), for this cluster (default: the ``ClusterName`` of the conf)."""
+
+    slurm_conf: str | None = None
+    cluster: str | None = None
+    sacctmgr: str = "sacctmgr"
+    timeout_s: float = 30.0
+
+    def env(self) -> Mapping[str, str]:
+        env = dict(os.environ)
+        if self.slurm_conf:
+            env["SLURM_CONF"] = self.slurm_conf
+        return env
+
+    def cluster_name(self) -> str:
+        if self.cluster:
+            return self.cluster
+        path = self.slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+        try:
+            with open(path, encoding="utf-8") as conf:
+                for line in conf:
+                    key, sep, value = line.split("#", 1)[0].partition("=")
+                    if sep and key.strip().lower() == "clustername":
+                        return value.strip()
+        except OSError as exc:
+            raise QuotaSourceError(f"cannot read {path}: {exc.strerror}; give --slurm-conf or --cluster") from None
+        raise QuotaSourceError(f"{path} names no ClusterName; give --cluster")
+
+    async def run(self, *args: str) -> str:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                self.sacctmgr, "-P", *args, env=self.env(),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        except FileNotFoundError:
+            raise QuotaSourceError(f"{self.sacctmgr} not found: install Slurm's client commands "
+                                   f"(Debian: slurm-client)") from None
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), self.timeout_s)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise QuotaSourceError(f"sacctmgr {' '.join(args)} did not answer in {self.timeout_s:g} s "
+                                   f"(is slurmdbd running?)") from None
+        if proc.returncode != 0:
+            why = err.decode(errors="replace").strip() or f"exit code {proc.returncode}"
+            raise QuotaSourceError(f"sacctmgr {' '.join(args)}: {why}")
+        return out.decode(errors="replace")
+
+    async def read(self) -> tuple[list[Wanted], list[str], str]:
+        cluster = self.cluster_name()
+        assoc = await self.run("show", "assoc", f"cluster={cluster}", f"format={ASSOC_FORMAT}")
+        qos = await self.run("show", "qos", f"format={QOS_FORMAT}")
+        try:
+            limits = read_limits(cluster, parse_table(assoc), parse_table(qos))
+        except TresError as exc:
+            raise QuotaSourceError(f"sacctmgr printed what this provider cannot read: {exc}") from None
+        wanted, notes = desired(limits)
+        return wanted, notes, cluster
+
+
+@dataclass(slots=True)
+class SyncResult:
+    cluster: str
+    accounts: int  # how many accounts Slurm has
+    published: list[tuple[int, Planned]] = field(default_factory=list)  # (log seq, what)
+    notes: list[str] = field(default_factory=list)
+
+
+async def current_accounts(log: JetStreamLog) -> tuple[dict[str, tuple[int, c.AccountConfigured]], int]:
+    """Every account's last configuration in the log, and the account subject's last sequence."""
+    subject = admin_subject("account")
+    last = await log.last_seq(subject)
+    out: dict[str, tuple[int, c.AccountConfigured]] = {}
+    if last:
+        async for batch in log.read(1, subjects=[subject], until_seq=last):
+            for record in batch:
+                try:
+                    event = decode_as(record.data, c.AccountConfigured)
+                except Exception:  # noqa: BLE001 - a malformed input is the scheduler's to dead-letter
+                    continue
+                assert isinstance(event, c.AccountConfigured)
+                out[event.account] = (record.seq, event)
+    return out, last
+
+
+async def sync(log: JetStreamLog, source: SlurmQuotaSource, now: float, user: str = "",
+               attempts: int = 5) -> SyncResult:
+    """Read Slurm, publish what differs; fenced, so a concurrent ``horizon account set`` is never
+    overwritten with a stale view (the sync reads again and re-plans)."""
+    wanted, notes, cluster = await source.read()
+    result = SyncResult(cluster, len(wanted), notes=notes)
+    subject = admin_subject("account")
+    for _ in range(attempts):
+        current, last = await current_accounts(log)
+        todo = plan(wanted, current, now, user)
+        try:
+            for planned in todo:
+                ack = await log.publish(subject, encode(planned.event), msg_id=planned.msg_id,
+                                        expected_last_subject_seq=last)
+                result.published.append((ack.seq, planned))
+                last = ack.seq
+            return result
+        except LogConflict:
+            continue  # someone configured an account meanwhile: read again
+    raise QuotaSourceError(f"the account configurations kept changing under {attempts} syncs; try again")
+
