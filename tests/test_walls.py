@@ -8,7 +8,7 @@ layer           where                                       may import (besides 
 events          ``events/``                                 nothing of ours
 domain          ``services/domain/``                        events
 runtime         ``services/runtime/``                       events, domain
-a service       ``services/<service>/`` (six of them)       events, domain, runtime
+a service       ``services/<service>/`` (seven of them)     events, domain, runtime
 projections     ``projections/``                            events, domain, runtime
 host            ``services/{cli,host,bench,sim}/``          anything
 ==============  ==========================================  =====================================
