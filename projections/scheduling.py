@@ -42,6 +42,9 @@ Served on (queue group ``projections``):
 * ``horizon.query.partitions`` -> ``{"partitions": [...], "total", "offset", "default", "unknown",
   "last_seq"}``: each partition's configuration, whether it is the default, its registered nodes
   (``members``); the rule for a name not defined (``unknown``); filter ``name``, paged;
+* ``horizon.query.gpus`` -> ``{"nodes": [...], "total", "offset", "counts", "queued", "now",
+  "last_seq"}``: each node with every GPU's id, model, NUMA node, state (free, busy, reserved,
+  held, cordoned, down, unhealthy) and the job and tenant on it (``gpu_map``); filter ``node``, paged;
 * ``horizon.query.config`` with ``{"seq": N}`` -> whether the operator input at
   sequence N has been seen, and the reason if it was rejected
   (``{"seen": bool, "rejected": reason | null, "last_seq"}``).
@@ -81,7 +84,7 @@ from projections.jobs import _scope, as_tenant_sees, tenant_keys
 from projections.paging import Listing, Pager, page_fields
 from projections.standing import StandingStore
 
-__all__ = ["SchedulerView", "priority_report", "usage_report", "partitions_report", "PARTITION_FIELDS"]
+__all__ = ["SchedulerView", "priority_report", "usage_report", "partitions_report", "gpu_map", "PARTITION_FIELDS"]
 
 log = logging.getLogger("horizon.projections")
 
@@ -90,7 +93,7 @@ _USAGE_HISTORY = Listing("history", total="history_total", offset="history_offse
 _LISTINGS: dict[str, Any] = {
     "queue": Listing("jobs"), "nodes": Listing("nodes"), "allocations": Listing("allocations"),
     "usage": lambda request: _USAGE_HISTORY if request.get("history") else Listing("rows"),
-    "priority": Listing("jobs"), "partitions": Listing("partitions"),
+    "priority": Listing("jobs"), "partitions": Listing("partitions"), "gpus": Listing("nodes"),
 }
 # A partitions row's configuration fields, as PartitionConfigured names them.
 PARTITION_FIELDS = ("nodes", "node_labels", "state", "max_time_s", "default_time_s", "default_mem_per_cpu",
@@ -250,6 +253,67 @@ def gpu_states(state: SchedulingState, pstate: PreemptionState) -> dict[str, int
             out["reserved"] += kept
             out["free"] += rest - kept
     return out
+
+
+def gpu_map(state: SchedulingState, pstate: PreemptionState, request: dict[str, Any]) -> dict[str, Any]:
+    """Every node with each of its GPUs (``horizon.query.gpus``, the dashboard's cluster view): the
+    device's id, model, NUMA node and state, as ``gpu_states`` counts them, with the job (and its
+    tenant) that holds it, reserves it or is held for. A pending job's reservation takes the node's
+    first free devices, as many as it needs there; a node held for a preemptor holds its free ones.
+    ``node``: one node or a list; ``limit``/``offset`` page the nodes (removed ones aside)."""
+    from services.domain.cluster import device_sort_key
+
+    unknown = set(request) - {"node", "limit", "offset"}
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)}; allowed: limit, node, offset")
+    wanted = request.get("node")
+    asked = set(wanted if isinstance(wanted, list) else [wanted]) if wanted else None
+    nodes = [n for n in pstate.cluster.sorted_nodes() if not n.removed and (asked is None or n.name in asked)]
+    offset, limit = max(0, int(request.get("offset", 0))), max(0, int(request.get("limit", 1000)))
+    jobs = state.jobs.jobs
+    reservations: dict[str, list[tuple[str, int]]] = {}
+    for job in state.pending.values():
+        if job.spec is not None and job.reserved_nodes:
+            for name in job.reserved_nodes:
+                reservations.setdefault(name, []).append((job.job_id, job.spec.gpus_on_node))
+
+    def tenant_of(job_id: str | None) -> str | None:
+        job = jobs.get(job_id) if job_id else None
+        return job.spec.tenant if job is not None and job.spec is not None else None
+
+    rows = []
+    for node in nodes[offset:offset + limit]:
+        held = sorted(pstate.held.get(node.name) or ())
+        waiting = [job for job, need in reservations.get(node.name, []) for _ in range(need)]
+        devices = []
+        for device_id, device in sorted(node.gpus.items(), key=lambda kv: device_sort_key(kv[0])):
+            holder = node.used_devices.get(device_id)
+            job_id, why = holder, ""
+            if device.health and holder is None:
+                gpu_state, why = "unhealthy", device.health
+            elif holder is not None:
+                gpu_state = "busy"
+            elif node.lost or not node.ready:
+                gpu_state = "down"
+            elif node.cordoned or node.draining:
+                gpu_state = "cordoned"
+            elif held:
+                gpu_state, job_id = "held", held[0]
+            elif waiting:
+                gpu_state, job_id = "reserved", waiting.pop(0)
+            else:
+                gpu_state = "free"
+            devices.append({"id": device_id, "type": device.type, "numa": device.numa_node,
+                            "interconnect": device.interconnect, "state": gpu_state, "job_id": job_id,
+                            "tenant": tenant_of(job_id), "why": why})
+        rows.append({"node": node.name, "state": node.status, "simulated": node.simulated,
+                     "cpus_milli": node.cpus_milli, "cpus_used_milli": node.used_cpus_milli,
+                     "memory_bytes": node.memory_bytes, "memory_used_bytes": node.used_memory_bytes,
+                     "held_for": held, "gpus": devices})
+    following, ask = page_fields(offset, len(rows), len(nodes))
+    return {"nodes": rows, "total": len(nodes), "offset": offset, "next_offset": following, "next": ask,
+            "counts": gpu_states(state, pstate), "queued": len(state.pending), "now": state.now,
+            "last_seq": state.seq}
 
 
 class SchedulerView:
@@ -493,6 +557,7 @@ class SchedulerView:
         self._subs.append(await self.nc.subscribe("horizon.query.preempt", queue="projections", cb=self._preempt))
         self._subs.append(await self.nc.subscribe("horizon.query.partitions", queue="projections",
                                                   cb=self._partitions))
+        self._subs.append(await self.nc.subscribe("horizon.query.gpus", queue="projections", cb=self._gpus))
 
     def _stored(self, view: str, handler: Any) -> Any:
         """A query answered from the store, once it shows everything the fold has applied (a reader
@@ -537,6 +602,9 @@ class SchedulerView:
     async def _partitions(self, msg: Any) -> None:
         await self._reply(msg, lambda request: partitions_report(self.state, request), "partitions",
                           _LISTINGS["partitions"])
+
+    async def _gpus(self, msg: Any) -> None:
+        await self._reply(msg, lambda request: gpu_map(self.state, self.pstate, request), "gpus", _LISTINGS["gpus"])
 
     async def _config(self, msg: Any) -> None:
         await self._reply(msg, lambda request: self.config_status(int(request["seq"])), "config")

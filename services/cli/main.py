@@ -122,10 +122,11 @@ def _register() -> None:
         srun,
         submit,
         tenant,
+        ui,
     )
 
     for module in (audit, bench, check, jobs, logs, nodes, partition, policy, projections, quota, requests, run,
-                   sbatch, scontrol, shims, simulate, slurm, slurm_commands, srun, submit, tenant):
+                   sbatch, scontrol, shims, simulate, slurm, slurm_commands, srun, submit, tenant, ui):
         module.register(cli)
 
 

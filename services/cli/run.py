@@ -30,7 +30,7 @@ from services.host.stack import Stack
 from services.host.registry import SERVICES
 from services.host.supervisor import ChildSpec, Supervisor, notify_ready
 
-UI_PORT = 8470  # horizon up's HTTP port: /metrics (and the dashboard's pages)
+UI_PORT = 8470  # horizon up's HTTP port: /metrics and the dashboard's pages
 
 __all__ = ["register"]
 
@@ -162,7 +162,7 @@ def _hold(data_dir: Path) -> DataDirLock:
               help="OpenTelemetry traces and metrics: printed (console) or sent to OTLP "
                    "($OTEL_EXPORTER_OTLP_ENDPOINT; needs opentelemetry-exporter-otlp).")
 @click.option("--ui-port", type=click.IntRange(min=0, max=65535), default=None,
-              help=f"HTTP port on 127.0.0.1 serving /metrics (Prometheus text) for every part `up` runs "
+              help=f"HTTP port on 127.0.0.1 serving the web dashboard (/) and /metrics (Prometheus text) for every part `up` runs "
                    f"[default: {UI_PORT}, or a free port if that one is taken; 0: a free port].")
 @click.option("--processes", is_flag=True,
               help="Run every part as its own OS process (`horizon service NAME`), restarted if it dies; "
@@ -259,8 +259,9 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], ex
               ui_port: int | None = None) -> None:
     secured = secured or Secured(None, None, None)
     tracing, meters, registry = _telemetry(otel, "horizon", prometheus=True)
-    web = await _http_server(registry, "127.0.0.1", ui_port, fallback=ui_port is None)
     url = secured.public_url(server.host, server.port)
+    board = _dashboard(secured, server, data_dir, policy, backfill)
+    web = await _http_server(registry, "127.0.0.1", ui_port, fallback=ui_port is None, dashboard=board)
     stack = Stack(url, data_dir, nodes=node_specs, executor=executor, heartbeat_timeout_s=heartbeat_timeout,
                   policy=policy, backfill=backfill, tracer_provider=tracing, meter_provider=meters,
                   urls=secured.part_urls(server.host, server.port))
@@ -275,6 +276,7 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], ex
             click.echo(
                 f"Horizon is up: {what}, {executor} executor; "
                 f"data in {data_dir}/, logs in {data_dir}/horizon.log\n"
+                f"{_dashboard_line(web.url, secured, data_dir)}"
                 f"Metrics (Prometheus): {web.url}/metrics\n"
                 f"{_ready_lines(secured, data_dir, try_hint(node_specs))}"
                 f"Ctrl-C stops everything.",
@@ -340,6 +342,9 @@ def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: 
         web = HttpServer("127.0.0.1", UI_PORT if ui_port is None else ui_port)
         web.mount("/metrics", merged_handler(
             lambda: [u for u in (child_metrics_url(logs / f"{n}.log") for n in names) if u is not None]))
+        policy = common[common.index("--policy") + 1] if "--policy" in common else "multifactor"
+        backfill = common[common.index("--backfill-mode") + 1] if "--backfill-mode" in common else "easy"
+        _dashboard(secured, server, data_dir, policy, backfill).mount(web)  # connects once the server is up
         try:
             stop_web = serve_in_thread(web)
         except OSError as exc:
@@ -366,6 +371,7 @@ def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: 
             click.echo(
                 f"Horizon is up as processes: {shape}; PIDs: {pids}\n"
                 f"logs in {data_dir}/logs/, PIDs in {data_dir}/processes.json.\n"
+                f"{_dashboard_line(web.url, secured, data_dir)}"
                 f"Metrics (Prometheus): {web.url}/metrics\n"
                 f"{_ready_lines(secured, data_dir, hint)}"
                 f"Ctrl-C stops everything.",
@@ -501,14 +507,37 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
         raise click.ClickException(str(exc)) from None
 
 
-async def _http_server(registry: Any, host: str, port: int | None, fallback: bool = False) -> Any:
-    """The host's HTTP server with ``/metrics`` mounted; ``port`` None is ``UI_PORT``, and with
-    ``fallback`` a free port when that one is taken (another ``horizon up`` on this machine)."""
+def _dashboard(secured: Secured, server: NatsServer, data_dir: Path, policy: str, backfill: str) -> Any:
+    """``up``'s dashboard, as the operator; with accounts browsers log in (the operator with the
+    token kept in DIR/auth/dashboard-token, a tenant with its name and password)."""
+    from services.cli.ui import dashboard_for, keep_token
+
+    url = secured.part_urls(server.host, server.port).get("admin") or secured.public_url(server.host, server.port)
+    auth = secured.users is not None
+    return dashboard_for(url, login=auth, token=keep_token(data_dir) if auth else None, policy=policy,
+                         backfill=backfill)
+
+
+def _dashboard_line(web_url: str, secured: Secured, data_dir: Path) -> str:
+    from services.cli.ui import TOKEN_FILE
+
+    if secured.users is None:
+        return f"Dashboard: {web_url}/\n"
+    return (f"Dashboard: {web_url}/ (log in with the operator's token in {data_dir}/auth/{TOKEN_FILE}, "
+            f"or as a tenant with its name and password)\n")
+
+
+async def _http_server(registry: Any, host: str, port: int | None, fallback: bool = False,
+                       dashboard: Any = None) -> Any:
+    """The host's HTTP server with ``/metrics`` mounted (and ``dashboard`` at ``/``); ``port`` None is
+    ``UI_PORT``, and with ``fallback`` a free port when that one is taken (another ``horizon up``)."""
     from services.host.http import HttpServer
     from services.host.metrics import metrics_handler
 
     web = HttpServer(host, UI_PORT if port is None else port)
     web.mount("/metrics", metrics_handler(registry))
+    if dashboard is not None:
+        dashboard.mount(web)
     try:
         await web.start()
     except OSError as exc:

@@ -195,6 +195,18 @@ def view_reply_schemas() -> dict[str, Schema]:
         **{name: configured[name] for name in scheduling_view.PARTITION_FIELDS},
         "members": {**strings, "type": "array", "description": "Its registered nodes, by name."},
         "total_nodes": {"type": "integer", "minimum": 0}}}
+    gpu_row = {"type": "object", "required": ["id", "state"], "properties": {
+        "id": {"type": "string"}, "type": {"type": "string"}, "numa": {"type": "integer", "description": "Its NUMA node."},
+        "interconnect": {"type": "string"},
+        "state": {"type": "string", "enum": list(scheduling_view.GPU_STATES)},
+        "job_id": {"type": ["string", "null"], "description": "The job on it (busy), reserving it (reserved) or "
+                   "it is held for (held)."},
+        "tenant": {"type": ["string", "null"]}, "why": {"type": "string", "description": "Why it is unhealthy."}}}
+    gpu_node_row = {"type": "object", "required": ["node", "state", "gpus"], "properties": {
+        "node": {"type": "string"}, "state": {"type": "string"}, "simulated": {"type": "boolean"},
+        "cpus_milli": {"type": "integer"}, "cpus_used_milli": {"type": "integer"},
+        "memory_bytes": {"type": "integer"}, "memory_used_bytes": {"type": "integer"},
+        "held_for": strings, "gpus": {"type": "array", "items": gpu_row}}}
     return {
         "jobs": _listing("jobs", job_row),
         "job": {"type": "object", "required": ["job", "events", "attempts", "last_seq"], "properties": {
@@ -229,6 +241,10 @@ def view_reply_schemas() -> dict[str, Schema]:
             "default": {"type": ["string", "null"], "description": "The default partition, if any."},
             "unknown": {"type": "string", "enum": list(UNKNOWN_PARTITION),
                         "description": "What a submission naming a partition not defined gets."}}),
+        "gpus": _listing("nodes", gpu_node_row, extra={
+            "counts": {"type": "object", "additionalProperties": {"type": "integer"},
+                       "description": "GPUs by state over the cluster (horizon.gpus.state)."},
+            "queued": {"type": "integer", "description": "Pending jobs."}, "now": {"type": ["number", "null"]}}),
         "config": {"type": "object", "required": ["seen", "rejected", "last_seq"], "properties": {
             "seen": {"type": "boolean", "description": "Whether the input at `seq` has been folded."},
             "rejected": {"type": ["string", "null"], "description": "Why it was not applied, or `null`."},
@@ -298,6 +314,10 @@ def _request_schemas() -> dict[str, Schema]:
                      "description": "One partition, or a list of them."},
             "limit": {"type": "integer", "minimum": 0}, "offset": {"type": "integer", "minimum": 0}}},
         "config": {"type": "object", "required": ["seq"], "properties": {"seq": {"type": "integer", "minimum": 1}}},
+        "gpus": {"type": "object", "additionalProperties": False, "properties": {
+            "node": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                     "description": "One node, or a list of them."},
+            "limit": {"type": "integer", "minimum": 0}, "offset": {"type": "integer", "minimum": 0}}},
     }
 
 
@@ -313,6 +333,7 @@ _VIEWS: dict[str, str] = {
     "preempt": "What preempting for a job would do now: the victims and why.",
     "partitions": "The partitions (like sinfo's): configuration, default, registered nodes; the unknown-name rule.",
     "config": "Whether the operator input at a sequence was applied, or why not.",
+    "gpus": "Every node's GPUs one by one: model, NUMA node, state, and the job and tenant on each (the dashboard).",
 }
 # The views a tenant's account imports as horizon.query.<view>, answered about its jobs only.
 TENANT_VIEWS = ("jobs", "job", "queue", "allocations")

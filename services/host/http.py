@@ -15,14 +15,19 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 __all__ = ["HttpServer", "Request", "Response", "Handler"]
 
 log = logging.getLogger(__name__)
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
+_REASONS = {200: "OK", 204: "No Content", 303: "See Other", 304: "Not Modified", 400: "Bad Request",
+            401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
+            409: "Conflict", 413: "Content Too Large", 500: "Internal Server Error", 502: "Bad Gateway",
+            503: "Service Unavailable"}
 _MAX_HEAD = 64 * 1024
+_MAX_BODY = 64 * 1024  # a POST's body (a form, a small JSON request): nothing here takes more
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +36,15 @@ class Request:
     path: str
     query: dict[str, list[str]]
     headers: dict[str, str]  # lower-case names
+    body: bytes = b""  # a POST's body (Content-Length bytes)
+
+    def cookie(self, name: str) -> str | None:
+        """The value of the cookie ``name`` the client sent, if any."""
+        for part in self.headers.get("cookie", "").split(";"):
+            key, _, value = part.strip().partition("=")
+            if key == name:
+                return value
+        return None
 
 
 @dataclass(slots=True)
@@ -46,18 +60,28 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 class HttpServer:
     """``mount(path, handler)`` (a path ending in ``/`` also takes everything under it), then
-    ``start()``; ``port`` is the bound port (``0`` asks for a free one)."""
+    ``start()``; ``port`` is the bound port (``0`` asks for a free one). A handler answers GET and
+    HEAD, and POST too when mounted with ``methods=("GET", "HEAD", "POST")`` (its body in
+    ``Request.body``, at most 64 KiB)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.host = host
         self.port = port
         self.routes: dict[str, Handler] = {}
+        self.methods: dict[str, tuple[str, ...]] = {}
+        self.parts: list[Any] = []  # started with the server, in its loop, and stopped before it
         self._server: asyncio.Server | None = None
 
-    def mount(self, path: str, handler: Handler) -> None:
+    def mount(self, path: str, handler: Handler, methods: tuple[str, ...] = ("GET", "HEAD")) -> None:
         if path in self.routes:
             raise ValueError(f"{path} is already served")
         self.routes[path] = handler
+        self.methods[path] = methods
+
+    def attach(self, part: Any) -> None:
+        """``part.start()`` when the server starts, in its event loop (``serve_in_thread``'s too), and
+        ``part.stop()`` before it stops: what its handlers need (the dashboard's connection)."""
+        self.parts.append(part)
 
     @property
     def url(self) -> str:
@@ -67,19 +91,24 @@ class HttpServer:
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
+        for part in self.parts:
+            await part.start()
 
     async def stop(self) -> None:
+        for part in self.parts:
+            with contextlib.suppress(Exception):
+                await part.stop()
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
             self._server = None
 
-    def _route(self, path: str) -> Handler | None:
+    def _route(self, path: str) -> str | None:
         if path in self.routes:
-            return self.routes[path]
+            return path
         prefixes = [p for p in self.routes if p.endswith("/") and path.startswith(p)]
-        return self.routes[max(prefixes, key=len)] if prefixes else None
+        return max(prefixes, key=len) if prefixes else None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -87,7 +116,7 @@ class HttpServer:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10.0)
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
                 return
-            response = await self._respond(head)
+            response = await self._respond(head, reader)
             await self._write(writer, response)
         except (ConnectionError, asyncio.CancelledError):
             pass
@@ -96,7 +125,7 @@ class HttpServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _respond(self, head: bytes) -> Response:
+    async def _respond(self, head: bytes, reader: asyncio.StreamReader | None = None) -> Response:
         try:
             lines = head[:_MAX_HEAD].decode("latin-1").split("\r\n")
             method, target, _version = lines[0].split(" ", 2)
@@ -108,13 +137,27 @@ class HttpServer:
         except ValueError:
             return Response(400, b"bad request\n")
         parts = urlsplit(target)
-        handler = self._route(parts.path)
-        if handler is None:
+        route = self._route(parts.path)
+        if route is None:
             return Response(404, ("not found; served here: " + ", ".join(sorted(self.routes)) + "\n").encode())
-        if method not in ("GET", "HEAD"):
-            return Response(405, b"GET only\n", headers={"Allow": "GET, HEAD"})
+        handler, allowed = self.routes[route], self.methods.get(route, ("GET", "HEAD"))
+        if method not in allowed:
+            return Response(405, f"{', '.join(allowed)} only\n".encode(), headers={"Allow": ", ".join(allowed)})
+        body = b""
+        if method == "POST":
+            try:
+                length = int(headers.get("content-length", "0"))
+            except ValueError:
+                return Response(400, b"bad Content-Length\n")
+            if length < 0 or length > _MAX_BODY:
+                return Response(413, f"a body of at most {_MAX_BODY} bytes\n".encode())
+            if length and reader is not None:
+                try:
+                    body = await asyncio.wait_for(reader.readexactly(length), 10.0)
+                except (asyncio.IncompleteReadError, asyncio.TimeoutError):
+                    return Response(400, b"the body ended early\n")
         try:
-            response = await handler(Request(method, parts.path, parse_qs(parts.query), headers))
+            response = await handler(Request(method, parts.path, parse_qs(parts.query), headers, body))
         except Exception:  # a handler's bug is a 500, never the end of the server
             log.exception("HTTP handler for %s failed", parts.path)
             return Response(500, b"internal error\n")

@@ -1,0 +1,264 @@
+"""The web dashboard (docs/dashboard.md) in a real headless browser (Debian's chromium and its
+chromedriver, through selenium) against a real ``horizon up --auth`` with a development cluster and
+two tenants: a job shows in the queue and on its GPUs within 2 s of its decision (the decision's own
+time in the log), its story shows its decisions with their audit verdicts, and a tenant sees only
+its own jobs, in the page and at the API. One browser and one stack for the module, both stopped
+by their PIDs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_up_auth import Up, clean_env, horizon, start_up, stop_up
+
+pytestmark = pytest.mark.timeout(240)
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+def _missing() -> str | None:
+    if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
+        return "chromium is not installed (apt-get install chromium chromium-driver)"
+    if not (Path(CHROMEDRIVER).exists() or shutil.which("chromedriver")):
+        return "chromedriver is not installed (apt-get install chromium-driver)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (pip install -e .[dev])"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    missing = _missing()
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the dashboard tests need a real browser in CI: {missing}")
+        pytest.skip(missing)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(arg)
+    service = Service(CHROMEDRIVER if Path(CHROMEDRIVER).exists() else shutil.which("chromedriver"))
+    driver = webdriver.Chrome(options=options, service=service)
+    try:
+        yield driver
+    finally:
+        pid = service.process.pid if service.process else None
+        driver.quit()
+        if pid is not None and service.process.poll() is None:
+            service.process.kill()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """``horizon up --auth`` (2 nodes x 8 GPUs, its dashboard on a free port), tenants acme and globex."""
+    up = start_up(tmp_path_factory.mktemp("dashboard"), "--auth", "--ui-port", "0", "--gpus-per-node", "8")
+    try:
+        deadline = time.monotonic() + 30
+        while "Dashboard: http://127.0.0.1:" not in up.err.read_text():
+            assert time.monotonic() < deadline, up.err.read_text()
+            time.sleep(0.1)
+        base = re.search(r"Dashboard: (http://127\.0\.0\.1:\d+)/", up.err.read_text()).group(1)
+        tenants = {}
+        for name in ("acme", "globex"):
+            done = horizon("tenant", "add", name, "--json", "--data-dir", str(up.data_dir))
+            assert done.returncode == 0, done.stderr
+            tenants[name] = json.loads(done.stdout)["nats_url"]
+        token = (up.data_dir / "auth" / "dashboard-token").read_text().strip()
+        yield {"up": up, "base": base, "tenants": tenants, "token": token}
+    finally:
+        stop_up(up)
+
+
+def submit(stack: dict[str, Any], tenant: str, job_id: str, *args: str) -> None:
+    done = horizon("submit", "--job-id", job_id, *args, "--", "sleep", "300",
+                   env=clean_env(HORIZON_NATS_URL=stack["tenants"][tenant]))
+    assert done.returncode == 0, done.stderr
+
+
+def password(url: str) -> str:
+    return urllib.parse.unquote(urllib.parse.urlsplit(url).password or "")
+
+
+class Client:
+    """The API as a browser's session sees it (its cookie), for what the page must not show."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.cookie = ""
+
+    def call(self, path: str, data: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        request = urllib.request.Request(self.base + path, data=data, headers={"Cookie": self.cookie, **(headers or {})})
+        opener = urllib.request.build_opener(_NoRedirect)
+        try:
+            with opener.open(request, timeout=30) as reply:
+                status, body, set_cookie = reply.status, reply.read(), reply.headers.get("Set-Cookie")
+        except urllib.error.HTTPError as exc:
+            status, body, set_cookie = exc.code, exc.read(), exc.headers.get("Set-Cookie")
+        if set_cookie:
+            self.cookie = set_cookie.split(";")[0]
+        try:
+            return status, json.loads(body)
+        except ValueError:
+            return status, body
+
+    def login(self, **form: str) -> int:
+        return self.call("/login", urllib.parse.urlencode(form).encode())[0]
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def decision_ts(stack: dict[str, Any], job: str, kind: str) -> float:
+    operator = Client(stack["base"])
+    assert operator.login(token=stack["token"]) == 303
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        status, body = operator.call(f"/api/job?id={urllib.parse.quote(job)}")
+        if status == 200:
+            found = [e["ts"] for e in body["events"] if e["type"] == kind]
+            if found:
+                return float(found[0])
+        time.sleep(0.1)
+    raise AssertionError(f"no {kind} for {job}")
+
+
+WATCH = """
+window.__seen = {};
+const wanted = arguments[0];
+const look = () => {
+  for (const [name, selector] of Object.entries(wanted)) {
+    if (!window.__seen[name] && document.querySelector(selector)) window.__seen[name] = Date.now() / 1000;
+  }
+};
+new MutationObserver(look).observe(document.body, {subtree: true, childList: true, attributes: true});
+look();
+"""
+
+
+def wait_for(driver: Any, script: str, timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = driver.execute_script(script)
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"not true within {timeout} s: {script}")
+
+
+def test_a_job_shows_in_the_queue_and_on_its_gpus_within_2_s_of_its_decision(browser, stack):
+    browser.get(f"{stack['base']}/login?token={stack['token']}")
+    wait_for(browser, "return document.querySelector('#identity').textContent === 'operator'")
+    wait_for(browser, "return document.querySelectorAll('#nodes .node').length === 2")
+    # the first job takes 6 of node-00's GPUs and runs; the second (a 2-node gang of 8 each) waits
+    browser.execute_script(WATCH, {"gpu": '#nodes [data-job="acme:train"]',
+                                   "queued": '#queue-table tr[data-job="globex:sweep"][data-state="PENDING"]'})
+    submit(stack, "acme", "train", "--gpus", "6")
+    submit(stack, "globex", "sweep", "--gpus", "8", "--nodes", "2")
+    scheduled = decision_ts(stack, "acme:train", "JobScheduled")
+    accepted = decision_ts(stack, "globex:sweep", "JobAccepted")
+    seen = wait_for(browser, "return window.__seen.gpu && window.__seen.queued && window.__seen")
+    assert seen["gpu"] - scheduled < 2.0, (seen, scheduled)
+    assert seen["queued"] - accepted < 2.0, (seen, accepted)
+    # on its node's GPUs: six cells of node-00 hold it, with its tenant; the gang reserves the rest
+    cells = browser.execute_script(
+        "return [...document.querySelectorAll('#nodes [data-node=\"node-00\"] .gpu')].map(g => "
+        "[g.dataset.gpu, g.dataset.state, g.dataset.job || null, g.querySelector('.tenant').textContent])")
+    busy = [c for c in cells if c[1] == "busy"]
+    assert len(busy) == 6 and {c[2] for c in busy} == {"acme:train"} and {c[3] for c in busy} == {"acme"}
+    assert {c[1] for c in cells} == {"busy", "reserved"}
+    numa = browser.execute_script("return [...document.querySelectorAll('#nodes [data-node=\"node-00\"] .numa')]"
+                                  ".map(n => n.dataset.numa)")
+    assert numa == ["0", "1"]  # the NUMA halves
+    # the queue row tells the priority factor by factor and why it waits
+    row = browser.execute_script("const r = document.querySelector('#queue-table tr[data-job=\"globex:sweep\"]');"
+                                 "return [r.querySelector('.bar').title, r.querySelector('.why').textContent]")
+    assert "fairshare" in row[0] and "class" in row[0]
+    assert "reserved" in row[1] or "GPUs" in row[1]
+
+
+def test_the_job_story_shows_its_decisions_with_their_audit_verdicts(browser, stack):
+    browser.get(f"{stack['base']}/#job/acme:train")
+    wait_for(browser, "return document.querySelector('#timeline li[data-type=\"JobScheduled\"]')")
+    types = browser.execute_script("return [...document.querySelectorAll('#timeline li')].map(li => li.dataset.type)")
+    assert types[:3] == ["JobSubmitted", "JobAccepted", "JobScheduled"], types
+    detail = browser.execute_script(
+        "return document.querySelector('#timeline li[data-type=\"JobScheduled\"] .detail').textContent")
+    assert "basis_seq" in detail and "node-0" in detail
+    verdicts = wait_for(browser, "const v = [...document.querySelectorAll('#timeline [data-verdict]')]"
+                                 ".map(x => x.dataset.verdict); return v.length >= 2 && v", timeout=30)
+    assert verdicts.count("reproduced") >= 2, verdicts  # JobAccepted and JobScheduled replay exactly
+    assert "2 reproduced, 0 not" in browser.execute_script("return document.querySelector('#audit').textContent")
+
+
+def test_a_tenant_sees_only_its_own_jobs_in_the_page_and_at_the_api(browser, stack):
+    browser.delete_all_cookies()
+    browser.get(stack["base"] + "/")
+    wait_for(browser, "return !document.querySelector('#login').hidden")
+    browser.execute_script(
+        "const f = document.querySelector('#tenant-form'); f.tenant.value = arguments[0]; f.password.value = arguments[1];"
+        "f.requestSubmit();", "acme", password(stack["tenants"]["acme"]))
+    wait_for(browser, "return document.querySelector('#identity').textContent === 'tenant acme'")
+    wait_for(browser, "return document.querySelectorAll('#nodes .gpu').length === 16")
+    page = browser.execute_script("return document.querySelector('main').innerText")
+    jobs = browser.execute_script("return [...document.querySelectorAll('[data-job]')].map(e => e.dataset.job)")
+    assert "train" in jobs  # its own, by the id it gave
+    assert not any("sweep" in j or "globex" in j for j in jobs) and "sweep" not in page and "globex" not in page
+    # no operator button for a tenant
+    assert not browser.execute_script("return document.querySelector('[data-action]')")
+    # the other tenant's reservation shows as GPUs reserved, not whose
+    states = browser.execute_script("return [...document.querySelectorAll('#nodes .gpu')].map(g => g.dataset.state)")
+    assert states.count("busy") == 6 and states.count("reserved") == 10
+
+    globex = Client(stack["base"])
+    assert globex.login(tenant="globex", password="wrong") == 401
+    assert globex.login(tenant="globex", password=password(stack["tenants"]["globex"])) == 303
+    status, body = globex.call("/api/job?id=acme:train")
+    assert status == 404
+    status, body = globex.call("/api/job?id=train")
+    assert status == 404, body  # acme's train is not globex's train
+    status, snap = globex.call("/api/snapshot")
+    text = json.dumps(snap)
+    assert status == 200 and "sweep" in text and "train" not in text and "acme" not in text
+    status, body = globex.call("/api/action/cancel", json.dumps({"job_id": "sweep"}).encode(),
+                               {"Content-Type": "application/json", "X-Horizon-CSRF": "x"})
+    assert status == 403 and "operator" in body["error"]
+    anonymous = Client(stack["base"])
+    assert anonymous.call("/api/snapshot")[0] == 401
+    assert anonymous.login(token="not-the-token") == 401
+
+
+def test_an_operator_cordons_a_node_from_the_page(browser, stack):
+    browser.delete_all_cookies()
+    browser.get(f"{stack['base']}/login?token={stack['token']}")
+    wait_for(browser, "return document.querySelector('#nodes [data-node=\"node-01\"] [data-action=\"cordon\"]')")
+    browser.execute_script("window.confirm = () => true;"
+                           "document.querySelector('#nodes [data-node=\"node-01\"] [data-action=\"cordon\"]').click()")
+    wait_for(browser, "return document.querySelector('#nodes [data-node=\"node-01\"] .badge.cordoned')")
+    operator = Client(stack["base"])
+    assert operator.login(token=stack["token"]) == 303
+    status, body = operator.call("/api/action/uncordon", json.dumps({"node": "node-01"}).encode(),
+                                 {"Content-Type": "application/json"})
+    assert status == 403  # without its CSRF token
+    csrf = operator.call("/api/me")[1]["csrf"]
+    status, body = operator.call("/api/action/uncordon", json.dumps({"node": "node-01"}).encode(),
+                                 {"Content-Type": "application/json", "X-Horizon-CSRF": csrf})
+    assert status == 200 and body["answer"] == "NodeUncordoned", body
