@@ -262,3 +262,42 @@ def test_an_operator_cordons_a_node_from_the_page(browser, stack):
     status, body = operator.call("/api/action/uncordon", json.dumps({"node": "node-01"}).encode(),
                                  {"Content-Type": "application/json", "X-Horizon-CSRF": csrf})
     assert status == 200 and body["answer"] == "NodeUncordoned", body
+
+
+def test_horizon_ui_over_a_tenants_own_url_shows_that_tenant_alone(stack):
+    """``horizon ui --nats <acme's URL>``: the server's accounts scope what it can ask; the browser
+    logs in with the token it prints."""
+    import subprocess
+
+    from tests.test_cli_up import free_port
+    from tests.test_up_auth import HORIZON, ROOT
+
+    port = free_port()
+    env = clean_env(HORIZON_NATS_URL=stack["tenants"]["acme"])
+    proc = subprocess.Popen([*HORIZON, "ui", "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [proc.stderr.readline() for _ in range(2)]
+        assert lines[0].strip() == f"Dashboard: http://127.0.0.1:{port}/", lines
+        login = re.search(r"(http://127\.0\.0\.1:\d+)/login\?token=(\S+)", lines[1])
+        assert login and "acme" in lines[1], lines
+        client = Client(login.group(1))
+        assert client.call("/api/snapshot")[0] == 401
+        assert client.call(f"/login?token={login.group(2)}")[0] == 303
+        status, me = client.call("/api/me")
+        assert status == 200 and me["tenant"] == "acme" and not me["operator"]
+        status, snap = client.call("/api/snapshot")
+        running = [j["job_id"] for j in snap["running"]["jobs"]]
+        assert running == ["train"] and "sweep" not in json.dumps(snap)
+        assert snap["gpus"]["partial"]  # no cluster map on a tenant's connection: the GPUs its jobs hold
+        assert {g["job_id"] for n in snap["gpus"]["nodes"] for g in n["gpus"]} == {"train"}
+        status, body = client.call("/api/job?id=train")
+        assert status == 200 and body["job"]["job_id"] == "train"
+        assert client.call("/api/job?id=sweep")[0] == 404
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
