@@ -186,6 +186,14 @@ def test_a_qos_limit_set_with_sacctmgr_holds_a_job_back_naming_the_qos(slurm_db,
         ("ml", "new", 2, {"gpus": "Slurm QOS gpuq GrpTRES"})]
     assert _sync(acc, up)["published"] == []  # nothing changed in Slurm: nothing published
 
+    def ml_quota():  # type: ignore[no-untyped-def]
+        done = horizon("usage", "--json", url=up)
+        assert done.returncode == 0, done.stderr
+        rows = [r for r in json.loads(done.stdout)["rows"] if r["account"] == "ml" and not r["user"]]
+        return rows[0]["quota"] if rows and rows[0]["quota"] else None
+
+    assert _until("ml's quota in horizon usage", ml_quota) == {"gpus": 2, "sources": {"gpus": "Slurm QOS gpuq GrpTRES"}}
+
     ids = []
     for _ in range(3):
         done = horizon("submit", "--account", "ml", "--gpus", "1", "--json", "--", "sleep", "120", url=up)

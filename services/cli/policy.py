@@ -412,7 +412,9 @@ def usage(nats_url: str, account_history: str | None, account: str | None, user:
         table.add_column(col)
     for row in body["rows"]:
         indent = " " * row["depth"]
-        quota = ",".join(f"{k}={v}" for k, v in row["quota"].items())
+        sources = row["quota"].get("sources", {})
+        quota = ",".join(f"{k}={v}" + (f" ({sources[k]})" if k in sources else "")
+                         for k, v in row["quota"].items() if k != "sources")
         table.add_row(indent + (row["account"] if not row["user"] else ""), row["user"], f"{row['raw_shares']:g}",
                       _num(row["norm_shares"]), f"{row['raw_usage'] / 3600:.2f}", _num(row["norm_usage"]),
                       "inf" if row["level_fs"] is None else _num(row["level_fs"]), _num(row["fairshare"]),

@@ -322,4 +322,6 @@ def _quota_dict(q: c.Quota) -> dict[str, object]:
                               if getattr(q, k) is not None}
     if q.gpus_by_type:
         out["gpus_by_type"] = dict(sorted(q.gpus_by_type.items()))
+    if q.sources:
+        out["sources"] = dict(sorted(q.sources.items()))
     return out
