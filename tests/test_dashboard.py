@@ -164,6 +164,92 @@ def wait_for(driver: Any, script: str, timeout: float = 15.0) -> Any:
     raise AssertionError(f"not true within {timeout} s: {script}")
 
 
+def test_gpu_map_worked_example():
+    """``horizon.query.gpus`` (``gpu_map``) on a folded cluster of 3 nodes x 4 GPUs, two NUMA nodes
+    each: n1 has acme's j0 on gpu0-1 and is held for globex's j9 (gpu2-3 held for it); n2 has
+    gpu0 unhealthy and acme's pending j1 reserving 2 GPUs there (its first free ones, gpu1-2;
+    gpu3 free); n3 is cordoned. The totals are gpu_states' (the metric's), and a tenant's copy
+    (``_blank_others``) keeps every state but names only its own jobs, by its own ids."""
+    import msgspec
+
+    from events import catalogue as c
+    from projections.scheduling import gpu_map, gpu_states
+    from services.domain.preemption.planner import PreemptionPlanner
+    from services.domain.queue.fold import QueueFold
+    from services.host.dashboard import _blank_others
+    from tests.helpers import Feed, accepted, node
+
+    sched, plan = Feed(QueueFold()), Feed(PreemptionPlanner())
+    sick = node("n2", gpus=4)
+    sick = msgspec.structs.replace(sick, gpus=[msgspec.structs.replace(sick.gpus[0], health="xid 79"), *sick.gpus[1:]])
+    for feed in (sched, plan):
+        for event in (node("n1", gpus=4), sick, node("n3", gpus=4)):
+            feed.evt("agent", event)
+        for name in ("n1", "n2", "n3"):
+            feed.evt("inventory", c.NodeReady(node=name, basis_seq=feed.seq))
+        feed.evt("inventory", c.NodeCordoned(node="n3", reason="maintenance"))
+        feed.evt("submission", accepted("acme:j0", feed.seq, gpus=2))
+        feed.evt("submission", accepted("acme:j1", feed.seq, gpus=2))
+        feed.evt("submission", accepted("globex:j9", feed.seq, tenant="globex", gpus=4))
+    # what the folds would hold after a placement and a preemption round: set here, the rule is what is tested
+    plan.state.cluster.nodes["n1"].used_devices.update({"gpu0": "acme:j0", "gpu1": "acme:j0"})
+    plan.state.held["n1"] = frozenset({"globex:j9"})
+    sched.state.pending["acme:j1"].reserved_nodes = ("n2",)
+    body = gpu_map(sched.state, plan.state, {})
+    grid = {n["node"]: [(g["id"], g["numa"], g["state"], g["job_id"], g["tenant"]) for g in n["gpus"]]
+            for n in body["nodes"]}
+    assert grid == {
+        "n1": [("gpu0", 0, "busy", "acme:j0", "acme"), ("gpu1", 0, "busy", "acme:j0", "acme"),
+               ("gpu2", 1, "held", "globex:j9", "globex"), ("gpu3", 1, "held", "globex:j9", "globex")],
+        "n2": [("gpu0", 0, "unhealthy", None, None), ("gpu1", 0, "reserved", "acme:j1", "acme"),
+               ("gpu2", 1, "reserved", "acme:j1", "acme"), ("gpu3", 1, "free", None, None)],
+        "n3": [(f"gpu{i}", i // 2, "cordoned", None, None) for i in range(4)],
+    }
+    assert body["counts"] == gpu_states(sched.state, plan.state) == {
+        "free": 1, "busy": 2, "reserved": 2, "held": 2, "cordoned": 4, "down": 0, "unhealthy": 1}
+    assert body["nodes"][0]["held_for"] == ["globex:j9"] and body["queued"] == 3 and body["total"] == 3
+    assert [n["node"] for n in gpu_map(sched.state, plan.state, {"node": "n2"})["nodes"]] == ["n2"]
+    page = gpu_map(sched.state, plan.state, {"limit": 2})
+    assert len(page["nodes"]) == 2 and page["next_offset"] == 2
+    with pytest.raises(ValueError, match="unknown fields"):
+        gpu_map(sched.state, plan.state, {"tenant": "acme"})
+    # acme's copy: its jobs by its ids, globex's hold on n1 still "held", but whose is not said
+    mine = _blank_others(body, "acme")
+    seen = {(n["node"], g["id"]): (g["state"], g["job_id"], g["tenant"]) for n in mine["nodes"] for g in n["gpus"]}
+    assert seen[("n1", "gpu0")] == ("busy", "j0", "acme") and seen[("n2", "gpu1")] == ("reserved", "j1", "acme")
+    assert seen[("n1", "gpu2")] == ("held", None, None) and mine["nodes"][0]["held_for"] == []
+    assert "globex" not in json.dumps(mine["nodes"])
+    theirs = _blank_others(body, "globex")
+    other = {(n["node"], g["id"]): g for n in theirs["nodes"] for g in n["gpus"]}
+    assert other[("n1", "gpu0")]["other"] and other[("n1", "gpu0")]["job_id"] is None
+    assert theirs["nodes"][0]["held_for"] == ["j9"] and "acme" not in json.dumps(theirs["nodes"])
+
+
+def test_chart_series_worked_example():
+    """Decisions per 5 s bucket (an event with a basis_seq from a service; an agent's report is no
+    decision), and the wait of each placed job from its acceptance (or last requeue), by tenant."""
+    from services.host.dashboard import BUCKET_S, Series
+
+    series = Series()
+    t = 1_000_000.0  # a bucket boundary
+    series.event({"type": "JobAccepted", "source": "submission", "basis_seq": 1, "job_id": "a",
+                  "spec": {"tenant": "acme"}}, t, "")
+    series.event({"type": "JobAccepted", "source": "submission", "basis_seq": 2, "job_id": "b",
+                  "spec": {"tenant": "globex"}}, t + 1, "")
+    series.event({"type": "JobScheduled", "source": "placement", "basis_seq": 3, "job_id": "a"}, t + 2, "")
+    series.event({"type": "JobStarted", "source": "agent/n1", "basis_seq": 3, "job_id": "a"}, t + 3, "")
+    series.event({"type": "JobRequeued", "source": "scheduling", "basis_seq": 4, "job_id": "a"}, t + 6, "")
+    series.event({"type": "JobScheduled", "source": "placement", "basis_seq": 5, "job_id": "a"}, t + 9, "")
+    series.event({"type": "JobScheduled", "source": "placement", "basis_seq": 6, "job_id": "b"}, t + 9, "")
+    view = series.view(None)
+    rates = dict((round(b), r) for b, r in view["decisions"])
+    assert rates[round(t)] == 3 / BUCKET_S and rates[round(t + 5)] == 3 / BUCKET_S  # 3 decisions each, 0.6/s
+    # waits: a 2 s (t..t+2); then a 3 s (requeued at t+6, placed at t+9) and b 8 s (t+1..t+9)
+    assert view["wait"] == [[t, 2.0, 2.0, 2.0, 1], [t + 5, 3.0, 8.0, 8.0, 2]]
+    assert series.view("acme")["wait"] == [[t, 2.0, 2.0, 2.0, 1], [t + 5, 3.0, 3.0, 3.0, 1]]
+    assert series.view("globex")["wait"] == [[t + 5, 8.0, 8.0, 8.0, 1]]
+
+
 def test_a_job_shows_in_the_queue_and_on_its_gpus_within_2_s_of_its_decision(browser, stack):
     browser.get(f"{stack['base']}/login?token={stack['token']}")
     wait_for(browser, "return document.querySelector('#identity').textContent === 'operator'")

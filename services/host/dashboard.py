@@ -172,6 +172,7 @@ class Dashboard:
         self._follower: Any = None
         self._sub: Any = None
         self._audits: dict[tuple[str, int], dict[str, Any]] = {}
+        self._audit_lock = asyncio.Lock()
         self._stopping = False
         self._web: HttpServer | None = None
 
@@ -318,7 +319,7 @@ class Dashboard:
         else:  # no cluster map for this connection: its own GPUs in use
             busy = sum(len(d) for n in gpus.get("nodes") or [] for d in [n.get("gpus") or []])
             total = busy
-        self.series.sample(float(gpus.get("now") or self.series.last_ts or time.time()), queued, busy, total)
+        self.series.sample(self.series.last_ts or time.time(), queued, busy, total)  # log time of the newest record
         own = self.scopes.setdefault(None, Scope(None))
         own.snapshot = self._finish(base, None)
         self._push(own)
@@ -567,10 +568,11 @@ class Dashboard:
         mine = {e["seq"] for e in body.get("events") or []}
         key = job_key(tenant, job_id) if tenant is not None and ":" not in job_id else job_id
         last = int(body.get("last_seq") or 0)
-        cached = self._audits.get((key, last))
-        if cached is None:
-            cached = await self._replay(key) if tenant is None else await self._replay(key, fallback=job_id)
-            self._audits = {(key, last): cached}  # the newest only: a log grows
+        async with self._audit_lock:  # one replay at a time: each reads and folds the whole log
+            cached = self._audits.get((key, last))
+            if cached is None:
+                cached = await self._replay(key) if tenant is None else await self._replay(key, fallback=job_id)
+                self._audits = {(key, last): cached}  # the newest only: a log grows
         verdicts = {seq: v for seq, v in cached["verdicts"].items() if int(seq) in mine}
         return _json({"job_id": job_id, "verdicts": verdicts, "decisions": sum(
             1 for v in verdicts.values() if v == "reproduced" or v.startswith("NOT")),

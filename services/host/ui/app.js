@@ -36,6 +36,7 @@ function fmtNum(x, digits = 0) {
 function fmtDuration(s) {
   if (s === null || s === undefined) return "–";
   s = Math.max(0, s);
+  if (s < 1) return `${Math.round(s * 1000)} ms`;
   if (s < 60) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
   if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
   if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
@@ -92,7 +93,9 @@ function drawChart(container, series, { from, to, yFormat = (v) => fmtNum(v, 1),
     container.append(root);
     return;
   }
-  const t0 = from ?? Math.min(...all.map((p) => p[0])), t1 = Math.max(to ?? 0, ...all.map((p) => p[0]), t0 + 1);
+  // from the first point (at least 2 minutes shown), not the whole window the server keeps
+  const t1 = Math.max(to ?? 0, ...all.map((p) => p[0]));
+  const t0 = Math.max(from ?? -Infinity, Math.min(t1 - 120, ...all.map((p) => p[0]) ));
   let top = yMax ?? Math.max(...all.map((p) => p[1]), 0);
   if (top <= 0) top = 1;
   top *= yMax ? 1 : 1.1;
@@ -358,8 +361,10 @@ async function loadJob(id) {
 function renderCharts(snap) {
   const s = snap.series || {};
   const opts = { from: s.from, to: s.to };
-  drawChart($("#chart-decisions"), [{ name: "decisions/s", color: "#5aa9e6", points: s.decisions || [], bars: true, width: s.bucket_s }], opts);
-  drawChart($("#chart-queue"), [{ name: "pending", color: "#d9a441", points: s.queue || [] }], { ...opts, yFormat: (v) => fmtNum(v) });
+  const decisions = [...(s.decisions || [])];
+  while (decisions.length > 1 && decisions[0][1] === 0 && decisions[1][1] === 0) decisions.shift(); // before any
+  drawChart($("#chart-decisions"), [{ name: "decisions/s", color: "#5aa9e6", points: decisions, bars: true, width: s.bucket_s }], opts);
+  drawChart($("#chart-queue"), [{ name: "pending", color: "#d9a441", points: s.queue || [] }], { ...opts, yFormat: (v) => fmtNum(v, 1) });
   const w = s.wait || [];
   drawChart($("#chart-wait"), [
     { name: "p50", color: "#3fa46a", points: w.map((r) => [r[0], r[1]]) },
