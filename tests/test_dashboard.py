@@ -387,3 +387,52 @@ def test_horizon_ui_over_a_tenants_own_url_shows_that_tenant_alone(stack):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_horizon_ui_without_a_server_fails_in_one_line():
+    import subprocess
+
+    from tests.test_cli_up import free_port
+    from tests.test_up_auth import HORIZON, ROOT
+
+    port = free_port()
+    done = subprocess.run([*HORIZON, "ui", "--nats", f"nats://127.0.0.1:{port}", "--port", "0"], cwd=ROOT,
+                          env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.startswith("Error: cannot reach NATS") and "Traceback" not in done.stderr, done.stderr
+
+
+def test_up_processes_serves_the_dashboard_beside_metrics(tmp_path):
+    """``horizon up --processes``: the dashboard on up's own HTTP port (its event loop in a thread),
+    connected once the server is up, a job on its GPUs; /metrics still merges the children's."""
+    import subprocess
+
+    from tests.test_cli_up import HORIZON, free_port, horizon, interrupt
+
+    port = free_port()
+    err = tmp_path / "up.err"
+    with open(err, "w") as stderr:
+        up = subprocess.Popen([*HORIZON, "up", "--processes", "--port", str(port), "--data-dir", str(tmp_path / "h"),
+                               "--nodes", "1", "--gpus-per-node", "4", "--executor", "sim", "--ui-port", "0"],
+                              stdout=subprocess.PIPE, stderr=stderr, text=True)
+    try:
+        url = up.stdout.readline().strip()
+        assert url == f"nats://127.0.0.1:{port}", err.read_text()
+        deadline = time.monotonic() + 10
+        while "Metrics (Prometheus)" not in err.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        base = re.search(r"Dashboard: (http://127\.0\.0\.1:\d+)/", err.read_text()).group(1)
+        assert f"Metrics (Prometheus): {base}/metrics" in err.read_text()
+        done = horizon("submit", "--job-id", "p1", "--gpus", "3", "--sim-runtime", "120", "--", "train", url=url)
+        assert done.returncode == 0, done.stderr
+        client = Client(base)
+        deadline, held = time.monotonic() + 30, []
+        while time.monotonic() < deadline and len(held) != 3:
+            status, snap = client.call("/api/snapshot")
+            held = [g for n in (snap.get("gpus") or {}).get("nodes") or [] for g in n["gpus"] if g["job_id"] == "p1"]
+            time.sleep(0.2)
+        assert [g["state"] for g in held] == ["busy"] * 3, snap
+        status, text = client.call("/metrics")
+        assert status == 200 and b"horizon_gpus_state" in text
+    finally:
+        interrupt(up)

@@ -87,6 +87,17 @@ def ui(nats_url: str, port: int, host: str, login: bool | None, token: str | Non
     dashboard = dashboard_for(nats_url, login=login, token=token, policy=policy, backfill=backfill_mode)
 
     async def go() -> None:
+        from services.runtime.jetstream import connect
+        from services.runtime.log import LogError
+
+        try:  # a clear answer now for a server that is not there or refuses the credentials
+            probe = await connect(nats_url, name="horizon-ui-check", connect_timeout_s=3.0, max_attempts=2)
+        except LogError as exc:  # one line for the user: it names the server and what to do
+            raise click.ClickException(str(exc)) from None
+        await probe.close()
+        if not login and host not in ("127.0.0.1", "localhost", "::1"):
+            click.echo(f"warning: serving on {host} without --login: anyone who reaches it acts as "
+                       f"{'the operator' if dashboard.tenant is None else 'tenant ' + dashboard.tenant}", err=True)
         web = HttpServer(host, port)
         dashboard.mount(web)
         try:

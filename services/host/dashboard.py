@@ -324,7 +324,10 @@ class Dashboard:
         own.snapshot = self._finish(base, None)
         self._push(own)
         for tenant, scope in list(self.scopes.items()):
-            if tenant is None or not scope.streams:
+            if tenant is None:
+                continue
+            if not scope.streams:  # nobody watches: asked afresh when someone does
+                scope.snapshot = None
                 continue
             scope.snapshot = self._finish(await self._views(tenant, base), tenant)
             self._push(scope)

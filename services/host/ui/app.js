@@ -261,8 +261,15 @@ function renderFairshare(snap) {
   const usage = snap.usage || {};
   $("#fs-note").textContent = usage.error ? usage.error
     : `half-life ${fmtDuration(usage.half_life_s)}; usage weights: GPU ${usage.weights ? usage.weights.gpu : "–"}, CPU ${usage.weights ? usage.weights.cpu : "–"}`;
+  // GPUs held by running jobs, charged to their account and to every account above it
+  const parent = {};
+  for (const r of usage.rows || []) if (!r.user) parent[r.account] = r.parent;
   const inUse = {};
-  for (const j of (snap.running || {}).jobs || []) inUse[j.account] = (inUse[j.account] || 0) + (j.gpus || 0) * (j.nodes || 1);
+  for (const j of (snap.running || {}).jobs || []) {
+    for (let a = j.account, hops = 0; a && a !== "root" && hops < 64; a = parent[a], hops++) {
+      inUse[a] = (inUse[a] || 0) + (j.gpus || 0) * (j.nodes || 1);
+    }
+  }
   const tbody = $("#fs-table tbody");
   tbody.textContent = "";
   for (const r of usage.rows || []) {
@@ -274,7 +281,8 @@ function renderFairshare(snap) {
       el("td", { style: `padding-left:${8 + 18 * (r.depth || 0)}px`, text: name }),
       el("td", { text: fmtNum(r.raw_shares, 0) }), el("td", { text: fmtNum(r.norm_shares, 3) }),
       el("td", { text: fmtNum(r.raw_usage, 1) }), el("td", { text: fmtNum(r.norm_usage, 3) }),
-      el("td", {}, el("span", { class: "meter" }, el("span", { style: `width:${Math.round(100 * (factor || 0))}%` })), fmtNum(factor, 3)),
+      el("td", { title: r.user ? "the association's fair-share factor" : "the account's level factor: its shares over its usage among its siblings" },
+        el("span", { class: "meter" }, el("span", { style: `width:${Math.round(100 * Math.min(1, factor || 0))}%` })), fmtNum(factor, 3)),
       el("td", { text: r.running ?? 0 }), el("td", { text: r.user ? "" : q }),
       el("td", { text: r.borrowing ? "yes" : "" }), el("td", { text: (r.tenants || []).join(", ") })));
   }
