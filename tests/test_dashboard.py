@@ -256,13 +256,15 @@ def test_a_job_shows_in_the_queue_and_on_its_gpus_within_2_s_of_its_decision(bro
     wait_for(browser, "return document.querySelectorAll('#nodes .node').length === 2")
     # the first job takes 6 of node-00's GPUs and runs; the second (a 2-node gang of 8 each) waits
     browser.execute_script(WATCH, {"gpu": '#nodes [data-job="acme:train"]',
+                                   "running": '#queue-table tr[data-job="acme:train"]',
                                    "queued": '#queue-table tr[data-job="globex:sweep"][data-state="PENDING"]'})
     submit(stack, "acme", "train", "--gpus", "6")
     submit(stack, "globex", "sweep", "--gpus", "8", "--nodes", "2")
     scheduled = decision_ts(stack, "acme:train", "JobScheduled")
     accepted = decision_ts(stack, "globex:sweep", "JobAccepted")
-    seen = wait_for(browser, "return window.__seen.gpu && window.__seen.queued && window.__seen")
+    seen = wait_for(browser, "return window.__seen.gpu && window.__seen.running && window.__seen.queued && window.__seen")
     assert seen["gpu"] - scheduled < 2.0, (seen, scheduled)
+    assert seen["running"] - scheduled < 2.0, (seen, scheduled)
     assert seen["queued"] - accepted < 2.0, (seen, accepted)
     # on its node's GPUs: six cells of node-00 hold it, with its tenant; the gang reserves the rest
     cells = browser.execute_script(
@@ -348,6 +350,12 @@ def test_an_operator_cordons_a_node_from_the_page(browser, stack):
     status, body = operator.call("/api/action/uncordon", json.dumps({"node": "node-01"}).encode(),
                                  {"Content-Type": "application/json", "X-Horizon-CSRF": csrf})
     assert status == 200 and body["answer"] == "NodeUncordoned", body
+    wait_for(browser, "return document.querySelector('#nodes [data-node=\"node-01\"] [data-action=\"cordon\"]')")
+    # the page ran without a script error or a failed request all along (but the 401 that shows the
+    # login form to a browser not logged in)
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"
+              and not ("/api/me" in e["message"] and "401" in e["message"])]
+    assert not errors, errors
 
 
 def test_horizon_ui_over_a_tenants_own_url_shows_that_tenant_alone(stack):
