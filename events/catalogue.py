@@ -955,6 +955,9 @@ class NodeRegistered(Event, tag="NodeRegistered", kw_only=True):
     agent: str = ""
     isolation: str = ""  # how the agent confines jobs, e.g. "cgroup v1 (memory cpu cpuset pids devices)"; "none: ..."
     simulated: bool = False  # a development node: its GPUs (and CPUs beyond the machine's) are not real
+    # the execution backend that offers the node and runs its jobs (docs/backends.md): "" the node
+    # agent (every node registered before backends existed), "slurm" a Slurm partition's node
+    backend: str = ""
 
 
 # --------------------------------------------------------------------------

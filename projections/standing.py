@@ -75,7 +75,7 @@ QUEUE_COLUMNS = (
 _JSON_QUEUE = {"factors", "reasons", "reserved_nodes"}
 NODE_COLUMNS = ("node state cpus_milli cpus_used_milli memory_bytes memory_used_bytes gpus gpus_used gpu_types "
                 "labels taints simulated isolation unhealthy cpu_overcommit memory_overcommit drain_migrate "
-                "drain_deadline_ts").split()
+                "drain_deadline_ts backend").split()
 _JSON_NODES = {"gpu_types", "labels", "taints", "unhealthy"}
 USAGE_COLUMNS = ("rank account user depth parent raw_shares norm_shares raw_usage norm_usage level_fs fairshare "
                  "running quota borrowing tenants").split()
@@ -86,7 +86,8 @@ ALLOCATION_COLUMNS = ("job_id node attempt state tenant account user device_ids 
 # log (every table is derived from it). 2: queue.why_kind, usage.tenants, fold_state.
 # 3: nodes.simulated, nodes.isolation, nodes.unhealthy. 4: queue.partition. 5: queue.qos (the QoS class),
 # nodes.cpu_overcommit, nodes.memory_overcommit. 6: nodes.drain_migrate, nodes.drain_deadline_ts (a drain's options).
-SCHEMA_VERSION = 6
+# 7: nodes.backend (the execution backend that registered the node).
+SCHEMA_VERSION = 7
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tracking (projection TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
@@ -106,7 +107,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     node TEXT PRIMARY KEY, state TEXT, cpus_milli INTEGER, cpus_used_milli INTEGER, memory_bytes INTEGER,
     memory_used_bytes INTEGER, gpus INTEGER, gpus_used INTEGER, gpu_types TEXT, labels TEXT, taints TEXT,
     simulated INTEGER, isolation TEXT, unhealthy TEXT, cpu_overcommit REAL, memory_overcommit REAL,
-    drain_migrate INTEGER, drain_deadline_ts REAL
+    drain_migrate INTEGER, drain_deadline_ts REAL, backend TEXT
 );
 CREATE TABLE IF NOT EXISTS allocations (
     job_id TEXT NOT NULL, node TEXT NOT NULL, attempt INTEGER, state TEXT, tenant TEXT, account TEXT, user TEXT,
@@ -488,7 +489,8 @@ def node_rows(pstate: PreemptionState) -> tuple[list[tuple[Any, ...]], list[tupl
                       json.dumps(dict(sorted(node.labels.items()))),
                       json.dumps([{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints]),
                       int(node.simulated), node.isolation, json.dumps(node.unhealthy), node.cpu_overcommit,
-                      node.memory_overcommit, int(node.drain_migrate), node.drain_deadline_ts or None))
+                      node.memory_overcommit, int(node.drain_migrate), node.drain_deadline_ts or None,
+                      node.backend))
         for job_id in sorted(node.jobs):
             job: Job | None = pstate.jobs.get(job_id)
             if job is None or job.state not in HOLDS_RESOURCES:

@@ -41,6 +41,7 @@ class NodeSpec:
     # NUMA node -> its CPU ids (discovery's layout; the agent pins jobs NUMA-local to their GPUs).
     # Not registered: the agent's own knowledge, not the scheduler's.
     numa_cpus: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    backend: str = ""  # the execution backend that offers it ("": the node agent; docs/backends.md)
 
     def registration(self, agent: str) -> c.NodeRegistered:
         body = c.NodeRegistered(
@@ -53,11 +54,22 @@ class NodeSpec:
             agent=agent,
             isolation=self.isolation,
             simulated=self.simulated,
+            backend=self.backend,
             correlation_id=self.name,
             source=f"agent/{self.name}",
         )
-        digest = hashlib.sha1(encode(body)).hexdigest()[:12]
+        digest = hashlib.sha1(_digest_form(body)).hexdigest()[:12]
         return msgspec.structs.replace(body, id=f"agent/NodeRegistered/{self.name}/{digest}")
+
+
+def _digest_form(body: c.NodeRegistered) -> bytes:
+    """The bytes a registration's id digests: its encoding, without ``backend`` when it is the node
+    agent's (""), so that an agent's registration keeps the id it had before the field existed."""
+    if body.backend:
+        return encode(body)
+    fields = msgspec.to_builtins(body)
+    fields.pop("backend", None)
+    return msgspec.json.encode(fields)
 
 
 def local_nodes(

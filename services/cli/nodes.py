@@ -68,7 +68,7 @@ def nodes_table(rows: list[dict[str, Any]]) -> tuple[Table, list[Text]]:
     """The table of ``horizon nodes`` and the lines below it (unhealthy GPUs, unconfined jobs)."""
     table = Table(box=None, header_style="bold")
     for col in ("NODE", "STATE", "KIND", "CPUS(used/total)", "MEMORY(used/total)", "GPUS(used/total)", "GPU TYPES",
-                "JOBS", "TAINTS", "ISOLATION"):
+                "JOBS", "TAINTS", "ISOLATION", "BACKEND"):
         table.add_column(col)
     notes: list[Text] = []
     for n in rows:
@@ -81,7 +81,8 @@ def nodes_table(rows: list[dict[str, Any]]) -> tuple[Table, list[Text]]:
                       f"{format_memory(n['memory_used_bytes'])}/{format_memory(n['memory_bytes'])}"
                       + _overcommit(n.get("memory_overcommit")),
                       Text(gpus, style="bold red") if unhealthy else gpus, ",".join(n["gpu_types"]) or "-",
-                      str(len(n["jobs"])), taints or "-", _isolation(n.get("isolation") or ""))
+                      str(len(n["jobs"])), taints or "-", _isolation(n.get("isolation") or ""),
+                      n.get("backend") or "agent")
         for device, why in unhealthy.items():
             notes.append(Text(f"{n['node']} {device} unhealthy: {why}", style="bold red"))
         if _unconfined(n.get("isolation") or ""):

@@ -174,11 +174,20 @@ def _hold(data_dir: Path) -> DataDirLock:
 @click.option("--tls", "use_tls", is_flag=True,
               help="Mutual TLS between every part and the server: a CA and certificates made in DATA_DIR/tls/; "
                    "other clients need HORIZON_TLS_CA, HORIZON_TLS_CERT and HORIZON_TLS_KEY.")
+@click.option("--backend", type=click.Choice(["agent", "slurm"]), default="agent", show_default=True,
+              help="What runs the jobs: agent (Horizon's node agent, on this machine or a development cluster) or "
+                   "slurm (an existing Slurm cluster's partition: Horizon decides, Slurm runs; docs/backends.md).")
+@click.option("--slurm-conf", type=click.Path(exists=True, dir_okay=False, path_type=Path), envvar="SLURM_CONF",
+              default=None, help="--backend slurm: the cluster's slurm.conf [default: $SLURM_CONF, else Slurm's own].")
+@click.option("--slurm-partition", default="", help="--backend slurm: the partition whose nodes Horizon schedules "
+              "onto [default: every node].")
+@click.option("--slurm-bin", default="/usr/bin", show_default=True,
+              help="--backend slurm: where Slurm's sbatch, scontrol and scancel are.")
 @click.option("--verbose", is_flag=True)
 def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, gpu_type: str | None,
        cpus_per_node: str | None, memory_per_node: str | None, executor: str, heartbeat_timeout: float, policy: str,
        backfill_mode: str, otel: str, ui_port: int | None, processes: bool, auth: bool, use_tls: bool,
-       verbose: bool) -> None:
+       backend: str, slurm_conf: Path | None, slurm_partition: str, slurm_bin: str, verbose: bool) -> None:
     """Start everything on this machine: nats-server, the five services, projections, and a node.
 
     Without shape options the node is this machine as it is: its CPUs, memory and GPUs (found
@@ -197,12 +206,20 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
     the operator are users of their own with only the subjects they need, and each tenant an account
     of its own whose inputs reach the log only through the submission service's intake. The operator
     commands run beside it find the operator's credentials in the data dir (--data-dir).
+
+    With --backend slurm the nodes are a Slurm partition's (--slurm-conf, --slurm-partition) and
+    each job placed on them runs as a Slurm batch job pinned to the nodes Horizon chose.
     """
     shape = Shape(nodes, gpus_per_node, gpu_type, cpus_per_node, memory_per_node)
+    slurm = _slurm_settings(backend, shape, executor, processes, slurm_conf, slurm_partition, slurm_bin)
     lock = _hold(data_dir)  # 1. the data dir is ours before anything in it is touched
     try:
-        # 2. what runs: the machine (discovered) or the development cluster
-        if shape.dev:
+        # 2. what runs: the machine (discovered), the development cluster, or a Slurm partition
+        if slurm is not None:
+            node_specs = []
+            conf_text = slurm_conf or "the default slurm.conf"
+            what = f"Slurm partition {slurm_partition or '(every node)'} of {conf_text}"
+        elif shape.dev:
             node_specs, what = shape.dev_nodes(), shape.describe_dev()
         else:
             machine, what = _machine()
@@ -227,7 +244,7 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
         server.start()
         try:
             asyncio.run(_up(server, data_dir, node_specs, executor, heartbeat_timeout, what, policy, backfill_mode,
-                            otel, secured, ui_port))
+                            otel, secured, ui_port, slurm))
         except DataDirBusy as exc:  # the agent's own lock: an agent started apart on this data dir
             raise click.ClickException(str(exc)) from None
         finally:
@@ -254,9 +271,27 @@ def _ready_lines(secured: Secured, data_dir: Path, hint: str) -> str:
             f"  horizon account set acme --tenant acme --shares 2{where}   # an operator command\n")
 
 
+def _slurm_settings(backend: str, shape: Shape, executor: str, processes: bool, conf: Path | None, partition: str,
+                    bin_dir: str) -> Any:
+    """``--backend slurm``'s settings (None for the agent), or a usage error for options that cannot go with it."""
+    if backend != "slurm":
+        if conf is not None and os.environ.get("SLURM_CONF") != str(conf) or partition:
+            raise click.UsageError("--slurm-conf and --slurm-partition go with --backend slurm")
+        return None
+    if shape.dev:
+        raise click.UsageError("--backend slurm takes its nodes from Slurm: no --nodes or other shape options")
+    if executor != "process" or processes:
+        raise click.UsageError("--backend slurm runs jobs through Slurm: no --executor sim or --processes")
+    if not os.path.isfile(os.path.join(bin_dir, "sbatch")):
+        raise click.UsageError(f"no sbatch in {bin_dir}: install Slurm's client commands or give --slurm-bin")
+    from services.agent.slurm.backend import SlurmSettings
+
+    return SlurmSettings(conf=str(conf.resolve()) if conf is not None else None, partition=partition, bin_dir=bin_dir)
+
+
 async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], executor: str, heartbeat_timeout: float,
               what: str, policy: str, backfill: str, otel: str = "none", secured: Secured | None = None,
-              ui_port: int | None = None) -> None:
+              ui_port: int | None = None, slurm: Any = None) -> None:
     secured = secured or Secured(None, None, None)
     tracing, meters, registry = _telemetry(otel, "horizon", prometheus=True)
     url = secured.public_url(server.host, server.port)
@@ -264,10 +299,13 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], ex
     web = await _http_server(registry, "127.0.0.1", ui_port, fallback=ui_port is None, dashboard=board)
     stack = Stack(url, data_dir, nodes=node_specs, executor=executor, heartbeat_timeout_s=heartbeat_timeout,
                   policy=policy, backfill=backfill, tracer_provider=tracing, meter_provider=meters,
-                  urls=secured.part_urls(server.host, server.port))
+                  urls=secured.part_urls(server.host, server.port), slurm=slurm)
     async with _signals() as stop:
         try:
             await stack.start()
+            if slurm is not None:  # the partition's nodes, as Slurm gave them
+                node_specs = list(stack.parts["slurm"].obj.agent.nodes.values())
+                executor = "slurm"
             # its partitions, as the operator (services/host/partitions.py: never over an operator's)
             await publish_stock(stack.url_of("admin"), node_specs)
             assert server.pid is not None

@@ -65,6 +65,7 @@ class Node:
     kind: tuple[object, ...] | None = None  # cached by the node index: hardware, labels, taints (see index.py)
     simulated: bool = False  # registered as a development node (its GPUs are not real devices)
     isolation: str = ""  # how its agent confines jobs, as it registered
+    backend: str = ""  # the execution backend that registered it ("": the node agent)
     unhealthy_gpus: int = field(init=False, default=0)  # devices with a health problem (derived from gpus)
 
     def __post_init__(self) -> None:
@@ -274,6 +275,7 @@ class Cluster:
             registered_seq=seq,
             simulated=event.simulated,
             isolation=event.isolation,
+            backend=event.backend,
         )
         if old is not None and not old.removed:
             # Re-registration (an agent restarted): keep the node's state and ledger.

@@ -63,6 +63,9 @@ class Stack:
     # On a server with accounts (``horizon up --auth``): each part's URL, by its user (the service's
     # name, "agent", "projections"; "admin" sets up the streams). A part not named here uses ``url``.
     urls: dict[str, str] = field(default_factory=dict)
+    # The Slurm backend's settings (services/agent/slurm/backend.py, SlurmSettings): run it, over that
+    # cluster's nodes, instead of a node agent over ``nodes`` (horizon up --backend slurm).
+    slurm: Any = None
     tracer_provider: Any = None  # OpenTelemetry: each part's log is traced (services/runtime/telemetry.py)
     meter_provider: Any = None
 
@@ -80,7 +83,9 @@ class Stack:
         for name in SERVICES:
             await self.start_service(name)
         await self.start_projection()
-        if self.nodes:
+        if self.slurm is not None:
+            await self.start_slurm()
+        elif self.nodes:
             await self.start_agent()
 
     async def _connect(self, name: str) -> Any:
@@ -162,6 +167,28 @@ class Stack:
 
         return await self._launch("agent", log_, agent, run(), agent.ready)
 
+    async def start_slurm(self) -> Part:
+        """The Slurm backend (docs/backends.md): the node agent over a Slurm partition's nodes."""
+        from services.agent.slurm.backend import SlurmBackend
+
+        log_ = await self._connect("agent")
+        # One backend per data dir: two would both submit (and report) the same attempts.
+        lock = DataDirLock(self.data_dir, "agent").acquire()
+        backend = SlurmBackend(log_, self.slurm, self.data_dir / "jobs", nc=log_.nc,
+                               heartbeat_interval_s=self.heartbeat_interval_s)
+
+        async def run() -> None:
+            try:
+                await backend.start()
+                try:
+                    await asyncio.Event().wait()
+                finally:
+                    await backend.stop()
+            finally:
+                lock.release()
+
+        return await self._launch("slurm", log_, backend, run(), backend.ready)
+
     async def kill(self, name: str) -> None:
         """Cancel one part abruptly (a crash, as far as the log can tell) and close its connection."""
         part = self.parts.pop(name)
@@ -175,7 +202,7 @@ class Stack:
         service = name.split("#", 1)[0]  # "scheduling#2": a second instance of scheduling
         if service in SERVICES:
             return await self.start_service(service, key=name)
-        others = {"projections": self.start_projection, "agent": self.start_agent}
+        others = {"projections": self.start_projection, "agent": self.start_agent, "slurm": self.start_slurm}
         if name not in others:
             raise ValueError(f"unknown part {name!r}; parts: {', '.join([*SERVICES, *others])}")
         return await others[name]()

@@ -1,0 +1,207 @@
+"""The Slurm backend: Horizon decides, a Slurm cluster runs (docs/backends.md, Slurm).
+
+``SlurmBackend`` is the node agent (``services/agent/app.py``, its contract unchanged) over a Slurm
+partition: its nodes are the partition's (``scontrol show node -o``, mapped by ``core.node_spec``,
+``NodeRegistered.backend`` "slurm"), its executor submits each attempt as a Slurm batch job pinned to
+the nodes placement chose and follows it to its end (``executor.SlurmExecutor``). Every
+``sync_interval_s`` it reads the nodes again and
+
+* re-registers a node whose capacity changed: what jobs submitted outside Horizon hold there
+  (``core.foreign_use``) is taken off its CPUs and memory and marks that many of its GPUs busy
+  (``GpuDevice.health``, which placement skips), and is given back when they end;
+* drains in Horizon a node Slurm keeps new jobs off (``DRAIN``, ``DOWN``, ...): a
+  ``NodeCommandIssued`` drain from user ``slurm`` with Slurm's state and reason, answered by inventory
+  like an operator's; when Slurm takes the node back, an uncordon. Only drains it issued itself are
+  undone (an operator's ``horizon node drain`` stays), also across restarts: it reads its own
+  commands back from the log at start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from events import catalogue as c
+from events.codec import encode
+from events.subjects import admin_subject, event_subject
+from services.agent.app import NodeAgent
+from services.agent.nodes import NodeSpec
+from services.agent.slurm import core
+from services.agent.slurm.executor import Slurm, SlurmError, SlurmExecutor, SlurmWatch
+from services.domain.jobs import HOLDS_RESOURCES, JobState
+from services.runtime.consume import readable
+from services.runtime.log import EventLog
+
+__all__ = ["SlurmSettings", "SlurmBackend", "SLURM_USER"]
+
+log = logging.getLogger("horizon.slurm")
+
+SLURM_USER = "slurm"  # the user of the drain and uncordon commands the backend issues
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    conf: str | None = None  # slurm.conf (SLURM_CONF of the Slurm commands); None: Slurm's default
+    partition: str = ""  # the partition whose nodes Horizon schedules onto ("": every node)
+    bin_dir: str = "/usr/bin"  # where sbatch, scontrol, squeue, scancel are
+    sync_interval_s: float = 2.0  # how often the nodes are read again
+    poll_interval_s: float = 0.5  # how often the jobs are read (one scontrol for all)
+
+
+class SlurmBackend:
+    """The node agent over a Slurm partition (see the module doc)."""
+
+    def __init__(self, log_: EventLog, settings: SlurmSettings, state_dir: Path, *, nc: Any = None,
+                 heartbeat_interval_s: float = 1.0, grace_period_s: float = 10.0) -> None:
+        self.log = log_
+        self.settings = settings
+        self.state_dir = Path(state_dir)
+        self.nc = nc
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.grace_period_s = grace_period_s
+        self.slurm = Slurm(settings.conf, settings.bin_dir)
+        self.watch = SlurmWatch(self.slurm, settings.poll_interval_s)
+        self.agent: NodeAgent | None = None
+        self.drained: dict[str, str] = {}  # node -> the reason of the drain this backend issued
+        self.ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ Slurm's nodes
+
+    async def read_nodes(self) -> dict[str, dict[str, str]]:
+        """The partition's nodes, by name (``scontrol show node -o``)."""
+        records = core.parse_records(await self.slurm.run("scontrol", "show", "node", "-o"))
+        part = self.settings.partition
+        return {r["NodeName"]: r for r in records if "NodeName" in r
+                and (not part or part in (r.get("Partitions") or "").split(","))}
+
+    def _held_devices(self, node: str) -> set[str]:
+        held: set[str] = set()
+        if self.agent is None:
+            return held
+        for job in self.agent.core.jobs.jobs.values():
+            if job.state in HOLDS_RESOURCES:
+                for alloc in job.allocations:
+                    if alloc.node == node:
+                        held.update(alloc.device_ids)
+        return held
+
+    def specs(self, nodes: dict[str, dict[str, str]]) -> list[NodeSpec]:
+        foreign = core.foreign_use(self.watch.jobs.values())
+        return [core.node_spec(record, self.settings.partition, foreign.get(name), self._held_devices(name))
+                for name, record in sorted(nodes.items())]
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        try:
+            nodes = await self.read_nodes()
+        except SlurmError as exc:
+            raise RuntimeError(f"cannot reach Slurm ({exc}); check --slurm-conf and that slurmctld runs") from exc
+        if not nodes:
+            raise RuntimeError(f"Slurm has no nodes in partition {self.settings.partition!r}")
+        await self.watch.refresh()
+        specs = self.specs(nodes)
+        executor = SlurmExecutor(self.slurm, self.state_dir, self.settings.partition,
+                                 {s.name: s for s in specs}, self.watch)
+        agent = NodeAgent(self.log, specs, executor, nc=self.nc, name="slurm",
+                          heartbeat_interval_s=self.heartbeat_interval_s, grace_period_s=self.grace_period_s)
+        self.agent = agent
+
+        def wanted(job_id: str, attempt: int) -> bool:
+            job = agent.core.jobs.get(job_id)
+            return (job is not None and job.attempt == attempt and job.state is JobState.SCHEDULED
+                    and job_id not in agent.core.stop_requests and job_id not in agent.core.preemptions)
+
+        def limit(job_id: str) -> float | None:
+            job = agent.core.jobs.get(job_id)
+            return job.limit_s if job is not None and job.spec is not None else None
+
+        executor.wanted, executor.limits = wanted, limit
+        await self._read_own_drains()
+        self.watch.start()
+        await agent.start()
+        await self._sync(nodes)
+        self._task = asyncio.create_task(self._loop(), name="slurm-nodes")
+        self.ready.set()
+        log.info("Slurm backend: %d nodes of partition %s", len(specs), self.settings.partition or "(all)")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.agent is not None:
+            await self.agent.stop()
+        await self.watch.stop()
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.sync_interval_s)
+            try:
+                await self._sync(await self.read_nodes())
+            except SlurmError as exc:
+                log.warning("cannot read Slurm's nodes: %s", exc)
+
+    # ------------------------------------------------------------------ keeping Horizon's nodes as Slurm's
+
+    async def _sync(self, nodes: dict[str, dict[str, str]]) -> None:
+        agent = self.agent
+        assert agent is not None
+        for spec in self.specs(nodes):
+            known = agent.nodes.get(spec.name)
+            if known is None:
+                continue  # a node added to the partition is offered after a restart of the backend
+            spec = dataclasses.replace(spec, isolation=known.isolation)
+            if (spec.cpus_milli, spec.memory_bytes, spec.gpus, spec.labels) != (
+                    known.cpus_milli, known.memory_bytes, known.gpus, known.labels):
+                agent.nodes[spec.name] = spec
+                reg = msgspec.structs.replace(spec.registration(agent.name), ts=time.time())
+                log.info("%s re-registered: %s CPUs, %s MiB, %d of %d GPUs free of Slurm's own jobs", spec.name,
+                         spec.cpus_milli // 1000, spec.memory_bytes // core.MIB,
+                         sum(1 for g in spec.gpus if not g.health), len(spec.gpus))
+                with contextlib.suppress(Exception):  # the next sync tries again
+                    await self.log.publish(event_subject("agent", reg), encode(reg), msg_id=reg.id)
+            reason = core.node_drained(nodes[spec.name])
+            if reason is not None and spec.name not in self.drained:
+                if await self._command(spec.name, "drain", reason):
+                    self.drained[spec.name] = reason
+            elif reason is None and spec.name in self.drained:
+                if await self._command(spec.name, "uncordon", self.drained[spec.name]):
+                    del self.drained[spec.name]
+
+    async def _command(self, node: str, action: str, reason: str) -> bool:
+        digest = hashlib.sha1(reason.encode()).hexdigest()[:12]
+        msg_id = f"slurm/NodeCommandIssued/{node}/{action}/{digest}"
+        event = c.NodeCommandIssued(id=msg_id, ts=time.time(), source="slurm", correlation_id=node, node=node,
+                                    action=action, reason=reason if action == "drain" else f"Slurm resumed it ({reason})",
+                                    user=SLURM_USER)
+        try:
+            await self.log.publish(admin_subject("node"), encode(event), msg_id=msg_id)
+        except Exception as exc:  # noqa: BLE001 - the next sync tries again
+            log.warning("could not %s %s: %s", action, node, exc)
+            return False
+        log.info("%s: %s (%s)", node, action, reason)
+        return True
+
+    async def _read_own_drains(self) -> None:
+        """The drains this backend issued that no uncordon has undone (its state across restarts)."""
+        subject = admin_subject("node")
+        end = await self.log.last_seq()
+        async for batch in self.log.read(1, subjects=(subject,), until_seq=end):
+            for _record, event in readable(batch, 0):
+                if not isinstance(event, c.NodeCommandIssued):
+                    continue
+                if event.action == "drain" and event.user == SLURM_USER:
+                    self.drained[event.node] = event.reason
+                elif event.action in ("uncordon", "remove"):
+                    self.drained.pop(event.node, None)
