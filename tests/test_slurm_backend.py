@@ -1,0 +1,236 @@
+"""The Slurm execution backend (docs/backends.md): Horizon decides, a real Slurm cluster runs.
+
+The pure core is tested on Slurm 22.05's own output lines (parsing, nodes, drains, what jobs outside
+Horizon hold, a placement's sbatch line, outcomes). The rest runs a real local Slurm cluster
+(``tests/slurm_cluster.py``: ``slurmctld`` and one ``slurmd`` per node on this host, started and
+stopped by PID) under ``horizon up --backend slurm``: jobs of each kind, and, in the slow suite, the
+issue's mixed workload, each job's state compared with Slurm's record and where it ran with where
+Horizon placed it, then ``horizon check`` and ``horizon audit``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from events import catalogue as c
+from services.agent.slurm import core
+from services.runtime.consume import readable
+from services.runtime.jetstream import JetStreamLog
+from tests.slurm_cluster import SlurmCluster, SlurmNode, slurm_installed
+from tests.test_real_nodes import Up
+
+needs_slurm = pytest.mark.skipif(not slurm_installed(), reason="Slurm (slurm-wlm) is not installed")
+
+# Lines as Slurm 22.05.8 prints them (scontrol show node -o; scontrol show job -o -d).
+NODE_LINE = ("NodeName=s1 Arch=x86_64 CoresPerSocket=1  CPUAlloc=2 CPUEfctv=4 CPUTot=4 CPULoad=0.59 "
+             "AvailableFeatures=fast,ib ActiveFeatures=fast,ib Gres=gpu:a100:2(S:0) NodeAddr=vm NodeHostName=vm "
+             "Port=17821 Version=22.05.8 OS=Linux 6.18.44-fc-v595 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=4000 "
+             "AllocMem=100 FreeMem=22695 Sockets=4 Boards=1 State=MIXED+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 "
+             "Owner=N/A MCS_label=N/A Partitions=main,gpu  BootTime=2026-11-26T14:10:43 "
+             "SlurmdStartTime=2026-11-26T20:35:07 LastBusyTime=Unknown CfgTRES=cpu=4,mem=4000M,billing=4 "
+             "AllocTRES=cpu=2,mem=100M CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s "
+             "ExtSensorsWatts=0 ExtSensorsTemp=n/s Reason=disk swap [root@2026-11-26T20:40:07]")
+FOREIGN_JOB = ("JobId=7 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901759 Nice=0 "
+               "Account=(null) QOS=(null) JobState=RUNNING Reason=None Dependency=(null) ExitCode=0:0 "
+               "StartTime=2026-11-26T20:35:40 NodeList=s1 BatchHost=s1 NumNodes=1 NumCPUs=2 NumTasks=1 "
+               "CPUs/Task=2 TRES=cpu=2,mem=100M,node=1,billing=2 JOB_GRES=gpu:1   Nodes=s1 CPU_IDs=0-1 Mem=100 "
+               "GRES= MinCPUsNode=2 Features=(null) Command=(null) WorkDir=/tmp Comment=(null)  "
+               "StdErr=/tmp/out StdOut=/tmp/out Power= TresPerNode=gres:gpu:1 ")
+HORIZON_JOB = ("JobId=8 JobName=horizon-acme:j1 JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0 "
+               "StartTime=2026-11-26T20:35:40 NodeList=s2 Nodes=s2 CPU_IDs=0 Mem=1024 GRES= "
+               "Comment=horizon:2:acme:j1  StdErr=/tmp/e")
+
+
+# ---------------------------------------------------------------------- the pure core
+
+
+def test_records_keep_values_with_spaces_and_repeated_keys() -> None:
+    [node] = core.parse_records(NODE_LINE)
+    assert node["OS"] == "Linux 6.18.44-fc-v595 #1 SMP PREEMPT_DYNAMIC @0"
+    assert node["Reason"] == "disk swap [root@2026-11-26T20:40:07]"
+    assert node["Partitions"] == "main,gpu" and node["Gres"] == "gpu:a100:2(S:0)"
+    two = core.parse_records("JobId=1 Nodes=s1 CPU_IDs=0-1 Mem=10 GRES= Nodes=s[2-3] CPU_IDs=0 Mem=5 GRES=\n\n"
+                             "No jobs in the system\n")
+    assert len(two) == 1 and two[0]["Nodes*"] == "s1\ns[2-3]" and two[0]["Mem*"] == "10\n5"
+
+
+def test_a_slurm_node_as_horizon_registers_it() -> None:
+    [record] = core.parse_records(NODE_LINE)
+    spec = core.node_spec(record, "main")
+    assert (spec.name, spec.cpus_milli, spec.memory_bytes, spec.backend) == ("s1", 4000, 4000 << 20, "slurm")
+    assert [(g.id, g.type, g.health) for g in spec.gpus] == [("gpu0", "a100", ""), ("gpu1", "a100", "")]
+    assert spec.labels == {"slurm.partition": "main", "slurm.feature/fast": "true", "slurm.feature/ib": "true"}
+    assert spec.registration("slurm").backend == "slurm"
+    assert core.node_drained(record) == "Slurm: MIXED+DRAIN (disk swap [root@2026-11-26T20:40:07])"
+    assert core.node_drained({"State": "IDLE"}) is None and core.node_drained({"State": "ALLOCATED"}) is None
+    assert core.node_drained({"State": "DOWN*", "Reason": "Not responding"}) == "Slurm: DOWN* (Not responding)"
+    assert core.node_drained({"State": "IDLE*"}) is not None  # not responding
+
+
+def test_what_slurm_runs_on_its_own_is_busy_capacity() -> None:
+    jobs = core.parse_records(FOREIGN_JOB + "\n" + HORIZON_JOB)
+    use = core.foreign_use(jobs)
+    assert use == {"s1": core.Use(cpus=2, memory_mib=100, gpus=1, jobs=("7",))}  # Horizon's own job 8 is not
+    [record] = core.parse_records(NODE_LINE)
+    # 4 CPUs - 2, 4000 MiB - 100; of gpu0 and gpu1 the highest one no Horizon job holds is marked busy
+    spec = core.node_spec(record, "", use["s1"], held_devices=())
+    assert (spec.cpus_milli, spec.memory_bytes) == (2000, 3900 << 20)
+    assert [g.health != "" for g in spec.gpus] == [False, True]
+    assert "Slurm job 7" in spec.gpus[1].health
+    held = core.node_spec(record, "", use["s1"], held_devices=("gpu1",))  # gpu1 is a Horizon job's
+    assert [g.health != "" for g in held.gpus] == [True, False]
+
+
+def test_a_placement_as_its_sbatch_line() -> None:
+    spec = c.JobSpec(tenant="acme", command=("python", "train.py"), cpus_milli=1500, memory_bytes=3 << 29,
+                     gpus=1, nodes=2, tasks_per_node=2, time_limit_s=90)
+    allocs = [c.NodeAllocation(node=n, device_ids=["gpu0", "gpu1"], cpus_milli=3000, memory_bytes=3 << 30, tasks=2)
+              for n in ("s2", "s1")]
+    devices = {n: {f"gpu{i}": c.GpuDevice(id=f"gpu{i}", type="a100") for i in range(2)} for n in ("s1", "s2")}
+    argv = core.sbatch_argv("acme:j1", 3, spec, allocs, devices, "/d/batch.sh", "/d/out%j", "/d/err", "/w", 90, "main")
+    # 3000 milli-CPUs over 2 tasks: 2 whole CPUs each (Slurm counts no fractions); 3 GiB = 3072 MiB per
+    # node; 90 s is 2 minutes, plus one: the backend's own limit ends it first
+    assert argv == ["sbatch", "--parsable", "--job-name=horizon-acme:j1", "--comment=horizon:3:acme:j1",
+                    "--nodes=2", "--nodelist=s2,s1", "--ntasks-per-node=2", "--cpus-per-task=2", "--mem=3072",
+                    "--time=3", "--chdir=/w", "--output=/d/out%%j", "--error=/d/err", "--no-requeue",
+                    "--open-mode=truncate", "--partition=main", "--gres=gpu:a100:2", "/d/batch.sh"]
+    assert core.attempt_of({"Comment": "horizon:3:acme:j1"}) == ("acme:j1", 3)
+    assert core.attempt_of({"Comment": "(null)"}) is None
+    script = core.batch_script({"HORIZON_JOB_ID": "j1", "A": "it's"}, ["sh", "-c", "echo $A"])
+    assert script.splitlines()[2:] == ["export A='it'\"'\"'s'", "export HORIZON_JOB_ID=j1", "exec sh -c 'echo $A'"]
+    assert core.expand_nodes("s[1-3,07],gpu9") == ["s1", "s2", "s3", "s07", "gpu9"]
+
+
+def test_how_slurm_jobs_end() -> None:
+    [failed] = core.parse_records(HORIZON_JOB)
+    assert core.outcome(failed) == core.Outcome(exit_code=3)
+    assert core.outcome({"JobState": "COMPLETED", "ExitCode": "0:0"}).exit_code == 0
+    assert core.outcome({"JobState": "CANCELLED", "ExitCode": "0:15"}) == core.Outcome(exit_code=-15, signalled=True)
+    assert core.outcome({"JobState": "OUT_OF_MEMORY", "ExitCode": "0:125"}).out_of_memory
+    assert core.outcome({"JobState": "NODE_FAIL", "ExitCode": "0:0"}).lost
+    assert core.outcome(None).lost  # purged from Slurm while no backend watched
+    assert core.time_limit_minutes(60) == 2 and core.time_limit_minutes(61) == 3
+
+
+# ---------------------------------------------------------------------- a real cluster
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[SlurmCluster]:
+    nodes = [SlurmNode("s1"), SlurmNode("s2"), SlurmNode("s3", gpus=0, features=("solo",))]
+    with SlurmCluster(tmp_path / "slurm", nodes) as running:
+        yield running
+
+
+class SlurmUp(Up):
+    def __init__(self, data_dir: Path, cluster: SlurmCluster) -> None:
+        super().__init__(data_dir, "--backend", "slurm", "--slurm-conf", str(cluster.conf), "--slurm-partition",
+                         cluster.partition)
+        self.cluster = cluster
+
+    def submit(self, *args: str) -> str:
+        done = self.cli("submit", "--json", *args)
+        assert done.returncode == 0, done.stderr
+        return str(json.loads(done.stdout)["job_id"])
+
+    def jobs(self) -> dict[str, dict]:
+        done = self.cli("jobs", "--json")
+        return {j["job_id"]: j for j in json.loads(done.stdout)}
+
+    def until(self, check, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = check()
+            if found:
+                return found
+            time.sleep(0.3)
+        raise AssertionError(f"timed out; jobs: {self.jobs()}\n{self.log()[-3000:]}")
+
+    def slurm_jobs(self) -> dict[tuple[str, int], dict[str, str]]:
+        """Slurm's record of every attempt Horizon submitted, by (job id, attempt)."""
+        out = {}
+        for record in core.parse_records(self.cluster.run("scontrol", "show", "job", "-o")):
+            key = core.attempt_of(record)
+            if key is not None:
+                out[key] = record
+        return out
+
+    def log_events(self) -> list[c.Event]:
+        async def read() -> list[c.Event]:
+            log = await JetStreamLog.open(self.url, name="test-read", create=False)
+            try:
+                events = []
+                async for batch in log.read(1):
+                    events += [e for _, e in readable(batch, 0) if e is not None]
+                return events
+            finally:
+                await log.close()
+
+        return asyncio.run(read())
+
+
+FINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+SLURM_STATE = {"SUCCEEDED": "COMPLETED", "FAILED": "FAILED", "CANCELLED": "CANCELLED"}
+
+
+def _check_against_slurm(up: SlurmUp, jobs: dict[str, dict]) -> dict[tuple[str, int], dict[str, str]]:
+    """Every attempt Horizon scheduled ran in Slurm once, on the nodes Horizon chose, and ended as
+    Horizon says (a preempted attempt: CANCELLED in Slurm). Returns Slurm's records."""
+    events = up.log_events()
+    scheduled = {(e.job_id, e.attempt): [a.node for a in e.allocations] for e in events if isinstance(e, c.JobScheduled)}
+    endings = {(e.job_id, e.attempt): type(e).__name__ for e in events
+               if isinstance(e, (c.JobSucceeded, c.JobFailed, c.JobCancelled, c.JobPreempted))}
+    slurm = up.slurm_jobs()
+    assert set(slurm) == set(scheduled), (sorted(slurm), sorted(scheduled))  # each placement submitted once
+    for key, nodes in scheduled.items():
+        record = slurm[key]
+        assert core.expand_nodes(record["NodeList"]) == sorted(nodes) or \
+            sorted(core.expand_nodes(record["NodeList"])) == sorted(nodes), (key, record["NodeList"], nodes)
+        ending = endings[key]
+        expected = {"JobSucceeded": "COMPLETED", "JobFailed": "FAILED", "JobCancelled": "CANCELLED",
+                    "JobPreempted": "CANCELLED"}[ending]
+        assert record["JobState"] == expected, (key, ending, record["JobState"])
+    for job_id, job in jobs.items():
+        attempt = max(a for j, a in scheduled if j == job_id)
+        assert SLURM_STATE[job["state"]] == slurm[(job_id, attempt)]["JobState"], (job_id, job["state"])
+    return slurm
+
+
+@needs_slurm
+@pytest.mark.timeout(120)
+def test_jobs_run_in_slurm_where_horizon_placed_them(tmp_path: Path, cluster: SlurmCluster) -> None:
+    up = SlurmUp(tmp_path / "data", cluster)
+    t0 = time.monotonic()
+    up.start()
+    started_s = time.monotonic() - t0
+    try:
+        nodes = json.loads(up.cli("nodes", "--json").stdout)
+        assert {n["node"]: (n["backend"], n["gpus"], n["cpus_milli"]) for n in nodes} == {
+            "s1": ("slurm", 2, 4000), "s2": ("slurm", 2, 4000), "s3": ("slurm", 0, 4000)}
+        table = up.cli("nodes").stdout
+        assert "BACKEND" in table and "slurm" in table
+        out = tmp_path / "out"
+        out.mkdir()
+        t1 = time.monotonic()
+        ok = up.submit("--gpus", "1", "-o", f"{out}/%j.out", "--", "sh", "-c", "echo $SLURMD_NODENAME $HORIZON_NODE")
+        bad = up.submit("--", "sh", "-c", "echo oops >&2; exit 3")
+        up.until(lambda: {j["state"] for j in up.jobs().values()} <= FINAL and len(up.jobs()) == 2)
+        latency_s = time.monotonic() - t1
+        jobs = up.jobs()
+        assert jobs[ok]["state"] == "SUCCEEDED" and jobs[bad]["state"] == "FAILED"
+        slurm = _check_against_slurm(up, jobs)
+        node = slurm[(ok, 1)]["NodeList"]
+        assert (out / f"{ok}.out").read_text().split() == [node, node]  # Slurm's node name is Horizon's
+        shown = up.cli("show", bad, "--json").stdout
+        assert "exit code 3" in shown and "oops" in shown  # the reason and the stderr tail
+        done = up.cli("check")
+        assert done.returncode == 0, done.stdout + done.stderr
+        print(f"up over Slurm in {started_s:.2f} s; two jobs submitted to ended in Horizon in {latency_s:.2f} s")
+    finally:
+        up.stop()
