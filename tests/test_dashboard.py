@@ -7,6 +7,7 @@ by their PIDs."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -444,3 +445,21 @@ def test_up_processes_serves_the_dashboard_beside_metrics(tmp_path):
         assert status == 200 and b"horizon_gpus_state" in text
     finally:
         interrupt(up)
+
+
+async def test_the_dashboard_follows_a_listing_page_by_page(stack):
+    """Each answer fits in one message (projections/paging.py): the dashboard follows ``next``
+    until the listing ends, so a cluster whose map takes several messages is shown whole."""
+    from services.host.dashboard import Dashboard
+
+    board = Dashboard(stack["up"].admin_url)
+    await board.start()
+    try:
+        await asyncio.wait_for(board.ready.wait(), 20)
+        one = await board.ask("gpus", {"limit": 1})
+        assert len(one["nodes"]) == 1 and one["next"] == {"offset": 1}, one
+        whole = await board.ask_all("gpus", {"limit": 1}, "nodes")
+        assert [n["node"] for n in whole["nodes"]] == ["node-00", "node-01"] and whole["total"] == 2
+        assert len((await board.ask_all("gpus", {"limit": 1}, "nodes", most=1))["nodes"]) == 1
+    finally:
+        await board.stop()

@@ -286,6 +286,24 @@ class Dashboard:
         body = json.loads(msg.data)
         return body if isinstance(body, dict) else {"error": "not an object"}
 
+    async def ask_all(self, view: str, request: dict[str, Any], key: str, tenant: str | None = None,
+                      most: int = 100_000) -> dict[str, Any]:
+        """A listing followed page by page (each answer fits in one message: projections/paging.py),
+        at most ``most`` rows: the first page's answer with every page's rows under ``key``."""
+        first: dict[str, Any] | None = None
+        rows: list[Any] = []
+        ask = dict(request)
+        while True:
+            page = await self.ask(view, ask, tenant)
+            if "error" in page:
+                return page if first is None else {**first, key: rows}
+            first = first or page
+            rows.extend(page.get(key) or [])
+            following = page.get("next")
+            if not following or not page.get(key) or len(rows) >= most:
+                return {**first, key: rows[:most]}
+            ask.update(following)
+
     async def _refresher(self) -> None:
         while True:
             await self._dirty.wait()
@@ -335,15 +353,16 @@ class Dashboard:
     async def _views(self, tenant: str | None, base: dict[str, Any] | None = None) -> dict[str, Any]:
         """Every view of the page, as ``tenant`` may see it (None: the connection's own view)."""
         asks: dict[str, Any] = {
-            "queue": self.ask("queue", {"limit": QUEUE_ROWS}, tenant),
-            "running": self.ask("jobs", {"states": list(_LIVE), "limit": QUEUE_ROWS}, tenant),
+            "queue": self.ask_all("queue", {"limit": QUEUE_ROWS}, "jobs", tenant, QUEUE_ROWS),
+            "running": self.ask_all("jobs", {"states": list(_LIVE), "limit": QUEUE_ROWS}, "jobs", tenant, QUEUE_ROWS),
         }
         if base is None and self.tenant is None:
-            asks.update(gpus=self.ask("gpus", {}), usage=self.ask("usage", {}), partitions=self.ask("partitions", {}))
+            asks.update(gpus=self.ask_all("gpus", {}, "nodes"), usage=self.ask_all("usage", {}, "rows"),
+                        partitions=self.ask_all("partitions", {}, "partitions"))
         elif base is None:  # a tenant's own connection: its account imports no cluster-wide view
             asks["gpus"] = self._own_gpus(None)
         else:
-            asks["usage"] = self.ask("usage", {"tenant": tenant})
+            asks["usage"] = self.ask_all("usage", {"tenant": tenant}, "rows")
         answers = dict(zip(asks, await asyncio.gather(*asks.values())))
         if base is not None:
             for row in (answers.get("usage") or {}).get("rows") or []:
@@ -356,7 +375,7 @@ class Dashboard:
 
     async def _own_gpus(self, tenant: str | None) -> dict[str, Any]:
         """Without the cluster map (a tenant's connection): the GPUs its own jobs hold, by node."""
-        body = await self.ask("allocations", {}, tenant)
+        body = await self.ask_all("allocations", {}, "allocations", tenant)
         nodes: dict[str, list[dict[str, Any]]] = {}
         for row in body.get("allocations") or []:
             for device in row.get("device_ids") or []:

@@ -147,7 +147,7 @@ function gpuCell(g, me) {
     onclick: g.job_id ? () => { location.hash = `#job/${encodeURIComponent(g.job_id)}`; } : null,
   },
   el("div", { class: "id", text: g.id }),
-  el("div", { class: "job", text: g.job_id || (g.other ? "another tenant" : g.state === "free" ? "" : g.state) }),
+  el("div", { class: "job", text: g.job_id || (g.other ? "other tenant" : g.state === "free" ? "" : g.state) }),
   el("div", { class: "tenant", text: g.tenant || "" }));
 }
 
@@ -348,6 +348,8 @@ async function loadJob(id) {
     el("div", { class: "card" }, el("h2", { text: "Attempts" }), attempts),
     el("div", { class: "card" }, el("h2", { text: `Output (tail of stdout${out.node ? " on " + out.node : ""})` }),
       out.text ? el("pre", { class: "output", id: "output", text: out.text }) : el("p", { class: "muted", text: out.note || "(empty)" })));
+  const output = $("#output");
+  if (output) output.scrollTop = output.scrollHeight; // the tail's end in sight
   const audit = await api(`/api/audit?id=${encodeURIComponent(id)}`);
   if (state.job !== id) return;
   const box = $("#audit");
