@@ -103,7 +103,8 @@ def test_a_placement_as_its_sbatch_line() -> None:
     assert core.attempt_of({"Comment": "horizon:3:acme:j1"}) == ("acme:j1", 3)
     assert core.attempt_of({"Comment": "(null)"}) is None
     script = core.batch_script({"HORIZON_JOB_ID": "j1", "A": "it's"}, ["sh", "-c", "echo $A"])
-    assert script.splitlines()[2:] == ["export A='it'\"'\"'s'", "export HORIZON_JOB_ID=j1", "exec sh -c 'echo $A'"]
+    assert script.splitlines()[2:] == ["export A='it'\"'\"'s'", "export HORIZON_JOB_ID=j1",
+                                       'export HORIZON_NODE="${SLURMD_NODENAME:-$HORIZON_NODE}"', "exec sh -c 'echo $A'"]
     assert core.expand_nodes("s[1-3,07],gpu9") == ["s1", "s2", "s3", "s07", "gpu9"]
 
 
@@ -232,5 +233,101 @@ def test_jobs_run_in_slurm_where_horizon_placed_them(tmp_path: Path, cluster: Sl
         done = up.cli("check")
         assert done.returncode == 0, done.stdout + done.stderr
         print(f"up over Slurm in {started_s:.2f} s; two jobs submitted to ended in Horizon in {latency_s:.2f} s")
+    finally:
+        up.stop()
+
+
+def _node_rows(up: SlurmUp) -> dict[str, dict]:
+    return {n["node"]: n for n in json.loads(up.cli("nodes", "--json").stdout)}
+
+
+@needs_slurm
+@pytest.mark.timeout(120)
+def test_what_slurm_decides_on_its_own_shows_in_horizon(tmp_path: Path, cluster: SlurmCluster) -> None:
+    """A node Slurm drains shows drained (and comes back when Slurm resumes it); a job started in
+    Slurm outside Horizon is busy capacity: Horizon's job for that node waits until it ends."""
+    up = SlurmUp(tmp_path / "data", cluster)
+    up.start()
+    try:
+        cluster.run("scontrol", "update", "NodeName=s2", "State=DRAIN", "Reason=bad fan")
+        row = up.until(lambda: (r := _node_rows(up)["s2"])["state"] in ("drained", "draining") and r)
+        assert row["state"] == "drained"
+        shown = up.cli("nodes").stdout
+        assert "s2" in shown and "drained" in shown
+        cluster.run("scontrol", "update", "NodeName=s2", "State=RESUME")
+        up.until(lambda: _node_rows(up)["s2"]["state"] == "idle")
+
+        # Slurm's own job takes 3 of s3's 4 CPUs and 2 GiB of its 4
+        foreign = cluster.run("sbatch", "--parsable", "--nodelist=s3", "--cpus-per-task=3", "--mem=2048",
+                              "--output=/dev/null", "--wrap", "sleep 300").strip()
+        row = up.until(lambda: (r := _node_rows(up)["s3"])["cpus_milli"] == 1000 and r)
+        assert row["memory_bytes"] == 2048 << 20
+        job = up.submit("--node-selector", "slurm.feature/solo=true", "--cpus", "2", "--", "true")
+        time.sleep(3)
+        assert up.jobs()[job]["state"] == "PENDING"  # 2 CPUs do not fit in the 1 Slurm leaves
+        cluster.run("scancel", foreign)
+        up.until(lambda: up.jobs()[job]["state"] == "SUCCEEDED")
+        assert _node_rows(up)["s3"]["cpus_milli"] == 4000
+        _check_against_slurm(up, up.jobs())
+        done = up.cli("check")
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        up.stop()
+
+
+@needs_slurm
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_mixed_workload_over_slurm(tmp_path: Path, cluster: SlurmCluster) -> None:
+    """The issue's acceptance: single jobs, a 2-node job, an array, a job that fails, one cancelled,
+    one preempted by a higher class, and a restart of the backend while jobs run: every job's state
+    in Horizon is Slurm's, every attempt ran (once) on the nodes Horizon chose, `horizon check` passes
+    and `horizon audit` reproduces every decision."""
+    up = SlurmUp(tmp_path / "data", cluster)
+    up.start()
+    out = tmp_path / "out"
+    out.mkdir()
+    mark = f'echo $SLURMD_NODENAME > {out}/"$HORIZON_JOB_ID.$HORIZON_ATTEMPT"'
+    try:
+        # the victim first, so that s3 (its node: the only one with the feature) is its own
+        victim = up.submit("--priority-class", "low", "--node-selector", "slurm.feature/solo=true", "--cpus", "4",
+                           "--", "sh", "-c", f'{mark}; if [ "$HORIZON_ATTEMPT" = 1 ]; then sleep 300; fi')
+        up.until(lambda: up.jobs()[victim]["state"] == "RUNNING")
+        singles = [up.submit("--gpus", "1", "--", "sh", "-c", f"{mark}; sleep 1") for _ in range(3)]
+        gang = up.submit("-N", "2", "--gpus", "1", "--", "sh", "-c", mark)
+        up.submit("--array", "0-3", "--", "sh", "-c", mark)
+        failing = up.submit("--", "sh", "-c", f"{mark}; exit 3")
+        cancelled = up.submit("--", "sh", "-c", f"{mark}; sleep 300")
+        slow = up.submit("--", "sh", "-c", f"{mark}; sleep 8")
+        up.until(lambda: all(up.jobs()[j]["state"] == "RUNNING" for j in (cancelled, victim, slow)))
+        # the backend restarts while jobs run in Slurm: it adopts them, submits none twice
+        assert up.stop() == 0
+        up.start()
+        assert up.cli("cancel", cancelled).returncode == 0
+        boss = up.submit("--priority-class", "high", "--node-selector", "slurm.feature/solo=true", "--cpus", "4",
+                         "--", "sh", "-c", mark)
+        up.until(lambda: (jobs := up.jobs()) and all(j["state"] in FINAL for j in jobs.values())
+                 and victim in jobs and jobs[victim]["attempt"] == 2, timeout_s=150)
+        jobs = up.jobs()
+        assert len(jobs) == 3 + 1 + 4 + 1 + 1 + 1 + 1 + 1
+        assert all(jobs[j]["state"] == "SUCCEEDED" for j in (*singles, gang, boss, slow, victim))
+        assert jobs[failing]["state"] == "FAILED" and jobs[cancelled]["state"] == "CANCELLED"
+        slurm = _check_against_slurm(up, jobs)
+        assert slurm[(victim, 1)]["JobState"] == "CANCELLED"  # preempted: stopped in Slurm, requeued in Horizon
+        events = up.log_events()
+        assert any(isinstance(e, c.JobPreempted) and e.job_id == victim and e.for_job == boss for e in events)
+        # where each attempt ran, as the job itself saw it: the node Horizon chose (a gang's script runs
+        # on the first node of Slurm's sorted list, one of those Horizon chose)
+        for e in events:
+            if isinstance(e, c.JobScheduled):
+                ran = (out / f"{e.job_id}.{e.attempt}").read_text().strip()
+                chosen = sorted(a.node for a in e.allocations)
+                assert ran == chosen[0], (e.job_id, e.attempt, ran, chosen)
+        assert {a.node for e in events if isinstance(e, c.JobScheduled) and e.job_id == gang
+                for a in e.allocations} == set(core.expand_nodes(slurm[(gang, 1)]["NodeList"]))
+        done = up.cli("check")
+        assert done.returncode == 0, done.stdout + done.stderr
+        done = up.cli("audit")
+        assert done.returncode == 0, done.stdout + done.stderr
     finally:
         up.stop()

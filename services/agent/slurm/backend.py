@@ -72,6 +72,7 @@ class SlurmBackend:
         self.watch = SlurmWatch(self.slurm, settings.poll_interval_s)
         self.agent: NodeAgent | None = None
         self.drained: dict[str, str] = {}  # node -> the reason of the drain this backend issued
+        self.logged: dict[str, c.NodeRegistered] = {}  # node -> its latest registration in the log
         self.ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -127,9 +128,13 @@ class SlurmBackend:
             return job.limit_s if job is not None and job.spec is not None else None
 
         executor.wanted, executor.limits = wanted, limit
-        await self._read_own_drains()
+        await self._read_log()
         self.watch.start()
         await agent.start()
+        for spec in specs:  # a registration equal to an old one is dropped as its duplicate: say it again
+            logged = self.logged.get(spec.name)
+            if logged is not None and _offer(spec) != _offer(_as_spec(logged)):
+                await self._register(agent.nodes[spec.name])
         await self._sync(nodes)
         self._task = asyncio.create_task(self._loop(), name="slurm-nodes")
         self.ready.set()
@@ -162,15 +167,9 @@ class SlurmBackend:
             if known is None:
                 continue  # a node added to the partition is offered after a restart of the backend
             spec = dataclasses.replace(spec, isolation=known.isolation)
-            if (spec.cpus_milli, spec.memory_bytes, spec.gpus, spec.labels) != (
-                    known.cpus_milli, known.memory_bytes, known.gpus, known.labels):
+            if _offer(spec) != _offer(known):
                 agent.nodes[spec.name] = spec
-                reg = msgspec.structs.replace(spec.registration(agent.name), ts=time.time())
-                log.info("%s re-registered: %s CPUs, %s MiB, %d of %d GPUs free of Slurm's own jobs", spec.name,
-                         spec.cpus_milli // 1000, spec.memory_bytes // core.MIB,
-                         sum(1 for g in spec.gpus if not g.health), len(spec.gpus))
-                with contextlib.suppress(Exception):  # the next sync tries again
-                    await self.log.publish(event_subject("agent", reg), encode(reg), msg_id=reg.id)
+                await self._register(spec)
             reason = core.node_drained(nodes[spec.name])
             if reason is not None and spec.name not in self.drained:
                 if await self._command(spec.name, "drain", reason):
@@ -178,6 +177,26 @@ class SlurmBackend:
             elif reason is None and spec.name in self.drained:
                 if await self._command(spec.name, "uncordon", self.drained[spec.name]):
                     del self.drained[spec.name]
+
+    async def _register(self, spec: NodeSpec) -> None:
+        """Register the node's changed capacity. Its id is the registration's (a digest of the body)
+        and the time the change was seen: a node back to a shape it had before (Slurm's own job
+        ended) must not be taken for a duplicate of that earlier registration; a retry of this one is."""
+        assert self.agent is not None
+        now = time.time()
+        reg = spec.registration(self.agent.name)
+        reg = msgspec.structs.replace(reg, ts=now, id=f"{reg.id}/{int(now * 1000)}")
+        log.info("%s registered: %s CPUs, %s MiB, %d of %d GPUs free of Slurm's own jobs", spec.name,
+                 spec.cpus_milli // 1000, spec.memory_bytes // core.MIB,
+                 sum(1 for g in spec.gpus if not g.health), len(spec.gpus))
+        for _ in range(3):
+            try:
+                await self.log.publish(event_subject("agent", reg), encode(reg), msg_id=reg.id)
+                self.logged[spec.name] = reg
+                return
+            except Exception as exc:  # noqa: BLE001 - the log is unavailable: a moment, then again
+                log.warning("could not register %s: %s", spec.name, exc)
+                await asyncio.sleep(0.5)
 
     async def _command(self, node: str, action: str, reason: str) -> bool:
         digest = hashlib.sha1(reason.encode()).hexdigest()[:12]
@@ -193,15 +212,27 @@ class SlurmBackend:
         log.info("%s: %s (%s)", node, action, reason)
         return True
 
-    async def _read_own_drains(self) -> None:
-        """The drains this backend issued that no uncordon has undone (its state across restarts)."""
-        subject = admin_subject("node")
+    async def _read_log(self) -> None:
+        """Its state across restarts: the drains this backend issued that no uncordon has undone, and
+        each node's latest registration."""
+        subjects = (admin_subject("node"), "horizon.evt.agent.NodeRegistered.>")
         end = await self.log.last_seq()
-        async for batch in self.log.read(1, subjects=(subject,), until_seq=end):
+        async for batch in self.log.read(1, subjects=subjects, until_seq=end):
             for _record, event in readable(batch, 0):
+                if isinstance(event, c.NodeRegistered):
+                    self.logged[event.node] = event
                 if not isinstance(event, c.NodeCommandIssued):
                     continue
                 if event.action == "drain" and event.user == SLURM_USER:
                     self.drained[event.node] = event.reason
                 elif event.action in ("uncordon", "remove"):
                     self.drained.pop(event.node, None)
+
+
+def _offer(spec: NodeSpec) -> tuple[Any, ...]:
+    """What a registration offers placement: a change of it is registered again."""
+    return spec.cpus_milli, spec.memory_bytes, tuple(spec.gpus), dict(spec.labels)
+
+
+def _as_spec(reg: c.NodeRegistered) -> NodeSpec:
+    return NodeSpec(reg.node, reg.cpus_milli, reg.memory_bytes, tuple(reg.gpus), dict(reg.labels))

@@ -266,6 +266,9 @@ def batch_script(env: Mapping[str, str], command: Sequence[str]) -> str:
     for key in sorted(env):
         if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             lines.append(f"export {key}={shlex.quote(env[key])}")
+    # Slurm runs a multi-node job's script on the first node of its own (sorted) list, which need not
+    # be the first of Horizon's allocation: the node the script runs on is the one Slurm names.
+    lines.append('export HORIZON_NODE="${SLURMD_NODENAME:-$HORIZON_NODE}"')
     lines.append("exec " + shlex.join(command))
     return "\n".join(lines) + "\n"
 

@@ -12,8 +12,8 @@ Slurm exactly as over processes, and reports each start and end once with the sa
   its report).
 * ``wait``: until Slurm's record of the job is ended (``scontrol show job -o -d``, polled by one
   ``SlurmWatch`` for every job at once; accounting may be off), as an ``Outcome`` (``core.outcome``).
-* ``stop``: ``scancel --signal=TERM --full`` (the job's processes, batch script included), then,
-  after the grace, ``scancel`` (Slurm's own SIGTERM, SIGKILL after its ``KillWait``).
+* ``stop``: ``scancel`` (Slurm's own SIGTERM to every process of the job, SIGKILL after its
+  ``KillWait``), so that Slurm's record says CANCELLED, as Horizon's does.
 * ``checkpoint``: ``scancel --signal=<sig> --batch`` (the batch script alone, as the agent signals the
   main process), then the reference the job writes to ``$HORIZON_CHECKPOINT_FILE``.
 * ``adopt``: the attempt's Slurm job, found by its comment, for a backend that restarted.
@@ -195,13 +195,17 @@ class SlurmExecution:
         await self.executor.watch.refresh()
 
     async def stop(self, grace_period_s: float) -> Outcome:
+        """``scancel``: Slurm sends the job SIGTERM and, after its ``KillWait``, SIGKILL, and its record
+        says CANCELLED, as Horizon's does. (A ``scancel --signal=TERM`` first, to give Horizon's grace
+        instead, would leave Slurm's record FAILED or COMPLETED, as the job took the signal: Slurm's
+        record and Horizon's would disagree. The checkpoint signal of a preemption does get Horizon's
+        grace: ``checkpoint``, before this.)"""
         watch = self.executor.watch
         if not _ended(watch.jobs.get(self.slurm_id)):
-            if grace_period_s > 0:
-                await self._scancel("--signal=TERM", "--full")
-                await watch.until(_ended, self.slurm_id, grace_period_s)
+            await self._scancel()
+            await watch.until(_ended, self.slurm_id, KILL_WAIT_S)
             if not _ended(watch.jobs.get(self.slurm_id)):
-                await self._scancel()
+                await self._scancel("--signal=KILL", "--full")
                 await watch.until(_ended, self.slurm_id, KILL_WAIT_S)
         return self._outcome(watch.jobs.get(self.slurm_id))
 
