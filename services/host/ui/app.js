@@ -246,7 +246,7 @@ function renderQueue(snap) {
       el("td", { text: r.tenant }), el("td", { text: r.account }), el("td", { text: r.partition || "" }),
       el("td", { text: r.priority_class }), el("td", { text: r.gpus ?? "" }),
       el("td", { text: r.priority !== undefined ? fmtNum(r.priority) : "" }), el("td", {}, breakdown(r.factors)),
-      el("td", { text: fmtDuration(wait) }), el("td", { class: "why", text: r.why || r.reason || "" }),
+      el("td", { class: "nowrap", text: fmtDuration(wait) }), el("td", { class: "why", text: r.why || r.reason || "" }),
       el("td", {}, state.me && state.me.operator ? el("button", {
         class: "small danger", "data-action": "cancel",
         onclick: () => action("cancel", { job_id: r.job_id }, `Cancel ${r.job_id}?`), text: "cancel",
