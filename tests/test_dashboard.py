@@ -463,3 +463,36 @@ async def test_the_dashboard_follows_a_listing_page_by_page(stack):
         assert len((await board.ask_all("gpus", {"limit": 1}, "nodes", most=1))["nodes"]) == 1
     finally:
         await board.stop()
+
+
+def test_the_systemd_unit_serves_the_dashboard(stack, tmp_path):
+    """deploy/systemd/horizon-ui.service's own command line, with horizon.env's values (the URL an
+    operator's, the port a free one): the dashboard asks browsers to log in with its token."""
+    import subprocess
+
+    from tests.test_cli_up import free_port
+    from tests.test_deploy import DEPLOY, env_file, exec_start
+    from tests.test_up_auth import HORIZON, ROOT
+
+    env = env_file(DEPLOY / "systemd" / "horizon.env")
+    port = free_port()
+    env.update(HORIZON_UI_NATS_URL=stack["up"].admin_url,
+               HORIZON_UI_ARGS=env["HORIZON_UI_ARGS"].replace("--port 8470", f"--port {port}"))
+    argv = exec_start(DEPLOY / "systemd" / "horizon-ui.service", env)
+    assert argv[:2] == ["/opt/horizon/.venv/bin/horizon", "ui"]
+    proc = subprocess.Popen([*HORIZON, *argv[1:]], cwd=ROOT, env=clean_env(HORIZON_UI_TOKEN="unit-token"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr.readline().strip() == f"Dashboard: http://127.0.0.1:{port}/"
+        client = Client(f"http://127.0.0.1:{port}")
+        assert client.call("/api/me")[0] == 401
+        assert client.login(token="unit-token") == 303
+        status, me = client.call("/api/me")
+        assert status == 200 and me["operator"] and me["policy"] == "multifactor"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
