@@ -174,8 +174,10 @@ class Stack:
         log_ = await self._connect("agent")
         # One backend per data dir: two would both submit (and report) the same attempts.
         lock = DataDirLock(self.data_dir, "agent").acquire()
+        # Its drains are operator commands: on a server with accounts they go on the operator's connection.
+        admin = await self._connect("admin") if "admin" in self.urls else None
         backend = SlurmBackend(log_, self.slurm, self.data_dir / "jobs", nc=log_.nc,
-                               heartbeat_interval_s=self.heartbeat_interval_s)
+                               heartbeat_interval_s=self.heartbeat_interval_s, admin_log=admin)
 
         async def run() -> None:
             try:
@@ -186,6 +188,9 @@ class Stack:
                     await backend.stop()
             finally:
                 lock.release()
+                if admin is not None:
+                    with contextlib.suppress(Exception):
+                        await admin.close()
 
         return await self._launch("slurm", log_, backend, run(), backend.ready)
 

@@ -61,8 +61,11 @@ class SlurmBackend:
     """The node agent over a Slurm partition (see the module doc)."""
 
     def __init__(self, log_: EventLog, settings: SlurmSettings, state_dir: Path, *, nc: Any = None,
-                 heartbeat_interval_s: float = 1.0, grace_period_s: float = 10.0) -> None:
+                 heartbeat_interval_s: float = 1.0, grace_period_s: float = 10.0, admin_log: EventLog | None = None) -> None:
         self.log = log_
+        # where its drain and uncordon commands go: an operator's input (on a server with accounts, the
+        # operator's connection: an agent's user may not publish operator commands)
+        self.admin_log = admin_log or log_
         self.settings = settings
         self.state_dir = Path(state_dir)
         self.nc = nc
@@ -205,7 +208,7 @@ class SlurmBackend:
                                     action=action, reason=reason if action == "drain" else f"Slurm resumed it ({reason})",
                                     user=SLURM_USER)
         try:
-            await self.log.publish(admin_subject("node"), encode(event), msg_id=msg_id)
+            await self.admin_log.publish(admin_subject("node"), encode(event), msg_id=msg_id)
         except Exception as exc:  # noqa: BLE001 - the next sync tries again
             log.warning("could not %s %s: %s", action, node, exc)
             return False
