@@ -57,6 +57,7 @@ BUCKET_S = 5.0  # charts: one point per 5 s of log time
 BUCKETS = 240  # 20 minutes of them
 QUEUE_ROWS = 500  # the queue view's rows (the first in scheduling order)
 DEBOUNCE_S = 0.05  # a burst of events is one refresh
+EVERY_S = 0.25  # and refreshes are at least this far apart
 HISTORY = 20_000  # records read back at start for the charts
 _JSON = "application/json; charset=utf-8"
 _LIVE = ("SCHEDULED", "RUNNING")
@@ -305,9 +306,14 @@ class Dashboard:
             ask.update(following)
 
     async def _refresher(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = -EVERY_S
         while True:
             await self._dirty.wait()
-            await asyncio.sleep(DEBOUNCE_S)
+            # a burst is one refresh, and a busy log at most one every EVERY_S: each asks the
+            # projections (which bring their tables up to their fold to answer)
+            await asyncio.sleep(max(DEBOUNCE_S, last + EVERY_S - loop.time()))
+            last = loop.time()
             self._dirty.clear()
             try:
                 await self._refresh()
