@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from services.agent.slurm import core
 from services.runtime.consume import readable
 from services.runtime.jetstream import JetStreamLog
 from tests.slurm_cluster import SlurmCluster, SlurmNode, slurm_installed
-from tests.test_real_nodes import Up
+from tests.test_real_nodes import HORIZON, Up
 
 needs_slurm = pytest.mark.skipif(not slurm_installed(), reason="Slurm (slurm-wlm) is not installed")
 
@@ -331,3 +332,23 @@ def test_a_mixed_workload_over_slurm(tmp_path: Path, cluster: SlurmCluster) -> N
         assert done.returncode == 0, done.stdout + done.stderr
     finally:
         up.stop()
+
+
+def test_up_over_slurm_says_what_is_wrong(tmp_path: Path) -> None:
+    """Options that cannot go with --backend slurm, and a Slurm that does not answer: an error, no traceback."""
+    bad = tmp_path / "slurm.conf"
+    bad.write_text("ClusterName=x\nSlurmctldHost=localhost\nSlurmctldPort=1\n")
+    for args, said in ((["--nodes", "2"], "no --nodes"), (["--executor", "sim"], "no --executor sim"),
+                       (["--slurm-conf", str(tmp_path / "none.conf")], "does not exist")):
+        done = subprocess.run([*HORIZON, "up", "--backend", "slurm", "--data-dir", str(tmp_path / "d"), *args],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+    done = subprocess.run([*HORIZON, "up", "--slurm-partition", "p", "--data-dir", str(tmp_path / "d")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "go with --backend slurm" in done.stderr
+    if slurm_installed():
+        done = subprocess.run([*HORIZON, "up", "--backend", "slurm", "--slurm-conf", str(bad), "--port", "0",
+                               "--ui-port", "0", "--data-dir", str(tmp_path / "d")],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1 and "cannot reach Slurm" in done.stderr and "Traceback" not in done.stderr, \
+            done.stderr

@@ -247,6 +247,10 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
                             otel, secured, ui_port, slurm))
         except DataDirBusy as exc:  # the agent's own lock: an agent started apart on this data dir
             raise click.ClickException(str(exc)) from None
+        except RuntimeError as exc:  # the Slurm backend could not start (services/agent/slurm/backend.py)
+            if slurm is None or type(exc.__cause__).__name__ != "SlurmUnavailable":
+                raise
+            raise click.ClickException(str(exc.__cause__)) from None
         finally:
             Running.remove(data_dir)
             server.stop()

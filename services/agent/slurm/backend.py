@@ -41,11 +41,15 @@ from services.domain.jobs import HOLDS_RESOURCES, JobState
 from services.runtime.consume import readable
 from services.runtime.log import EventLog
 
-__all__ = ["SlurmSettings", "SlurmBackend", "SLURM_USER"]
+__all__ = ["SlurmSettings", "SlurmBackend", "SlurmUnavailable", "SLURM_USER"]
 
 log = logging.getLogger("horizon.slurm")
 
 SLURM_USER = "slurm"  # the user of the drain and uncordon commands the backend issues
+
+
+class SlurmUnavailable(RuntimeError):
+    """The backend cannot start: Slurm does not answer, or the partition has no nodes."""
 
 
 @dataclass(frozen=True)
@@ -110,9 +114,9 @@ class SlurmBackend:
         try:
             nodes = await self.read_nodes()
         except SlurmError as exc:
-            raise RuntimeError(f"cannot reach Slurm ({exc}); check --slurm-conf and that slurmctld runs") from exc
+            raise SlurmUnavailable(f"cannot reach Slurm ({exc}); check --slurm-conf and that slurmctld runs") from exc
         if not nodes:
-            raise RuntimeError(f"Slurm has no nodes in partition {self.settings.partition!r}")
+            raise SlurmUnavailable(f"Slurm has no nodes in partition {self.settings.partition!r}")
         await self.watch.refresh()
         specs = self.specs(nodes)
         executor = SlurmExecutor(self.slurm, self.state_dir, self.settings.partition,
