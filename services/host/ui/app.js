@@ -29,9 +29,11 @@ window.horizon = state; // for tests and the curious
 
 // ------------------------------------------------------------------ helpers
 
+const FORMATS = {}; // one Intl.NumberFormat per precision: making one per number is slow
 function fmtNum(x, digits = 0) {
   if (x === null || x === undefined || Number.isNaN(x)) return "–";
-  return Number(x).toLocaleString(undefined, { maximumFractionDigits: digits, minimumFractionDigits: digits });
+  const f = FORMATS[digits] || (FORMATS[digits] = new Intl.NumberFormat(undefined, { maximumFractionDigits: digits, minimumFractionDigits: digits }));
+  return f.format(Number(x));
 }
 function fmtDuration(s) {
   if (s === null || s === undefined) return "–";
@@ -135,6 +137,10 @@ function drawChart(container, series, { from, to, yFormat = (v) => fmtNum(v, 1),
 
 // ------------------------------------------------------------------ cluster
 
+// a long id keeps its end, where generated ids and array tasks differ (the tooltip has it whole)
+function shortId(id) {
+  return id.length > 16 ? `…${id.slice(-15)}` : id;
+}
 function gpuCell(g, me) {
   const cls = ["gpu", g.state];
   if (g.other) cls.push("other");
@@ -147,7 +153,7 @@ function gpuCell(g, me) {
     onclick: g.job_id ? () => { location.hash = `#job/${encodeURIComponent(g.job_id)}`; } : null,
   },
   el("div", { class: "id", text: g.id }),
-  el("div", { class: "job", text: g.job_id || (g.other ? "other tenant" : g.state === "free" ? "" : g.state) }),
+  el("div", { class: "job", text: g.job_id ? shortId(g.job_id) : g.other ? "other tenant" : g.state === "free" ? "" : g.state }),
   el("div", { class: "tenant", text: g.tenant || "" }));
 }
 
