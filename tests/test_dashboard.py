@@ -268,6 +268,8 @@ def test_a_job_shows_in_the_queue_and_on_its_gpus_within_2_s_of_its_decision(bro
     assert seen["running"] - scheduled < 2.0, (seen, scheduled)
     assert seen["queued"] - accepted < 2.0, (seen, accepted)
     # on its node's GPUs: six cells of node-00 hold it, with its tenant; the gang reserves the rest
+    # (once the scheduler has given it its reservation: a cycle after its acceptance)
+    wait_for(browser, "return document.querySelectorAll('#nodes [data-node=\"node-00\"] .gpu.reserved').length === 2")
     cells = browser.execute_script(
         "return [...document.querySelectorAll('#nodes [data-node=\"node-00\"] .gpu')].map(g => "
         "[g.dataset.gpu, g.dataset.state, g.dataset.job || null, g.querySelector('.tenant').textContent])")
@@ -307,6 +309,7 @@ def test_a_tenant_sees_only_its_own_jobs_in_the_page_and_at_the_api(browser, sta
         "f.requestSubmit();", "acme", password(stack["tenants"]["acme"]))
     wait_for(browser, "return document.querySelector('#identity').textContent === 'tenant acme'")
     wait_for(browser, "return document.querySelectorAll('#nodes .gpu').length === 16")
+    wait_for(browser, "return document.querySelectorAll('#nodes .gpu.reserved').length === 10")
     page = browser.execute_script("return document.querySelector('main').innerText")
     jobs = browser.execute_script("return [...document.querySelectorAll('[data-job]')].map(e => e.dataset.job)")
     assert "train" in jobs  # its own, by the id it gave

@@ -59,6 +59,7 @@ QUEUE_ROWS = 500  # the queue view's rows (the first in scheduling order)
 DEBOUNCE_S = 0.05  # a burst of events is one refresh
 EVERY_S = 0.25  # and refreshes are at least this far apart
 HISTORY = 20_000  # records read back at start for the charts
+MAX_SESSIONS = 10_000  # logged-in browsers kept; past it the oldest must log in again
 _JSON = "application/json; charset=utf-8"
 _LIVE = ("SCHEDULED", "RUNNING")
 
@@ -416,6 +417,8 @@ class Dashboard:
         return self.sessions.get(sid) if sid else None
 
     def _new_session(self, tenant: str | None, nc: Any = None) -> Response:
+        while len(self.sessions) >= MAX_SESSIONS:  # the oldest goes (dicts keep their order)
+            self.sessions.pop(next(iter(self.sessions)))
         sid = secrets.token_urlsafe(24)
         self.sessions[sid] = Session(tenant if self.tenant is None else self.tenant, nc=nc)
         cookie = f"{COOKIE}={sid}; Path=/; HttpOnly; SameSite=Strict"
@@ -452,6 +455,7 @@ class Dashboard:
 
         first = urlsplit(self.url.split(",")[0].strip())
         host = first.hostname or "127.0.0.1"
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address
         netloc = f"{quote(tenant, safe='')}:{quote(password, safe='')}@{host}" + (f":{first.port}" if first.port else "")
         try:
             return await connect(urlunsplit((first.scheme, netloc, "", "", "")), name=f"horizon-ui-{tenant}",
