@@ -68,7 +68,6 @@ _LIVE = ("SCHEDULED", "RUNNING")
 class Session:
     tenant: str | None  # None: the operator
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(16))
-    nc: Any = None  # a tenant logged in: its own connection, closed at logout
 
 
 @dataclass
@@ -166,7 +165,6 @@ class Dashboard:
         self.scopes: dict[str | None, Scope] = {}
         self.series = Series()
         self.ready = asyncio.Event()
-        self.error: str | None = None
         self._dirty = asyncio.Event()
         self._target_seq = 0  # the last record the follower has seen: the standing's views must show it
         self._target_evt = 0  # the last event (horizon.evt.>): the jobs read model's views must show it
@@ -208,10 +206,6 @@ class Dashboard:
         if self._follower is not None:
             with contextlib.suppress(Exception):
                 await self._follower.stop()
-        for session in self.sessions.values():
-            if session.nc is not None:
-                with contextlib.suppress(Exception):
-                    await session.nc.close()
         if self.nc is not None:
             with contextlib.suppress(Exception):
                 await self.nc.close()
@@ -416,11 +410,11 @@ class Dashboard:
         sid = request.cookie(COOKIE)
         return self.sessions.get(sid) if sid else None
 
-    def _new_session(self, tenant: str | None, nc: Any = None) -> Response:
+    def _new_session(self, tenant: str | None) -> Response:
         while len(self.sessions) >= MAX_SESSIONS:  # the oldest goes (dicts keep their order)
             self.sessions.pop(next(iter(self.sessions)))
         sid = secrets.token_urlsafe(24)
-        self.sessions[sid] = Session(tenant if self.tenant is None else self.tenant, nc=nc)
+        self.sessions[sid] = Session(tenant if self.tenant is None else self.tenant)
         cookie = f"{COOKIE}={sid}; Path=/; HttpOnly; SameSite=Strict"
         return Response(303, b"", headers={"Location": "/", "Set-Cookie": cookie})
 
@@ -465,10 +459,8 @@ class Dashboard:
 
     async def _logout(self, request: Request) -> Response:
         sid = request.cookie(COOKIE)
-        session = self.sessions.pop(sid, None) if sid else None
-        if session is not None and session.nc is not None:
-            with contextlib.suppress(Exception):
-                await session.nc.close()
+        if sid:
+            self.sessions.pop(sid, None)
         return Response(303, b"", headers={"Location": "/", "Set-Cookie": f"{COOKIE}=; Path=/; Max-Age=0"})
 
     # ------------------------------------------------------------------ pages and API
