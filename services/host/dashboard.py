@@ -59,6 +59,7 @@ QUEUE_ROWS = 500  # the queue view's rows (the first in scheduling order)
 DEBOUNCE_S = 0.05  # a burst of events is one refresh
 EVERY_S = 0.25  # and refreshes are at least this far apart
 HISTORY = 20_000  # records read back at start for the charts
+FAILED_LOGIN_S = 1.0  # the answer to a wrong token or password waits this long
 MAX_SESSIONS = 10_000  # logged-in browsers kept; past it the oldest must log in again
 _JSON = "application/json; charset=utf-8"
 _LIVE = ("SCHEDULED", "RUNNING")
@@ -428,6 +429,7 @@ class Dashboard:
         if form.get("token"):
             if secrets.compare_digest(form["token"], self.token):
                 return self._new_session(None)
+            await asyncio.sleep(FAILED_LOGIN_S)  # a guesser gets one try a second per connection
             return _json({"error": "wrong token"}, 401)
         tenant, password = form.get("tenant", ""), form.get("password", "")
         if self.tenant is not None or not self.login:
@@ -436,6 +438,7 @@ class Dashboard:
             return _json({"error": "give a tenant and its password"}, 400)
         nc = await self._tenant_connection(tenant, password)
         if nc is None:
+            await asyncio.sleep(FAILED_LOGIN_S)
             return _json({"error": f"the server did not accept tenant {tenant!r} with that password"}, 401)
         with contextlib.suppress(Exception):
             await nc.close()  # it proved the password; the views are asked on the tenant's scoped subjects
