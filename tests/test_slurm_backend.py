@@ -186,21 +186,25 @@ def _check_against_slurm(up: SlurmUp, jobs: dict[str, dict]) -> dict[tuple[str, 
     Horizon says (a preempted attempt: CANCELLED in Slurm). Returns Slurm's records."""
     events = up.log_events()
     scheduled = {(e.job_id, e.attempt): [a.node for a in e.allocations] for e in events if isinstance(e, c.JobScheduled)}
-    endings = {(e.job_id, e.attempt): type(e).__name__ for e in events
+    # a job the backend stops at its time limit: FAILED in Horizon, CANCELLED in Slurm (docs/backends.md)
+    endings = {(e.job_id, e.attempt): "stopped" if isinstance(e, c.JobFailed) and "time limit" in e.reason
+               else type(e).__name__ for e in events
                if isinstance(e, (c.JobSucceeded, c.JobFailed, c.JobCancelled, c.JobPreempted))}
     slurm = up.slurm_jobs()
     assert set(slurm) == set(scheduled), (sorted(slurm), sorted(scheduled))  # each placement submitted once
     for key, nodes in scheduled.items():
         record = slurm[key]
-        assert core.expand_nodes(record["NodeList"]) == sorted(nodes) or \
-            sorted(core.expand_nodes(record["NodeList"])) == sorted(nodes), (key, record["NodeList"], nodes)
+        assert sorted(core.expand_nodes(record["ReqNodeList"])) == sorted(nodes), (key, record["ReqNodeList"], nodes)
+        ran = core.expand_nodes(record["NodeList"])  # none: it never ran (cancelled while Slurm kept it pending)
+        assert sorted(ran) in ([], sorted(nodes)), (key, record["NodeList"], nodes)
         ending = endings[key]
         expected = {"JobSucceeded": "COMPLETED", "JobFailed": "FAILED", "JobCancelled": "CANCELLED",
-                    "JobPreempted": "CANCELLED"}[ending]
+                    "JobPreempted": "CANCELLED", "stopped": "CANCELLED"}[ending]
         assert record["JobState"] == expected, (key, ending, record["JobState"])
     for job_id, job in jobs.items():
         attempt = max(a for j, a in scheduled if j == job_id)
-        assert SLURM_STATE[job["state"]] == slurm[(job_id, attempt)]["JobState"], (job_id, job["state"])
+        expected = "CANCELLED" if endings[(job_id, attempt)] == "stopped" else SLURM_STATE[job["state"]]
+        assert expected == slurm[(job_id, attempt)]["JobState"], (job_id, job["state"])
     return slurm
 
 
@@ -222,18 +226,33 @@ def test_jobs_run_in_slurm_where_horizon_placed_them(tmp_path: Path, cluster: Sl
         t1 = time.monotonic()
         ok = up.submit("--gpus", "1", "-o", f"{out}/%j.out", "--", "sh", "-c", "echo $SLURMD_NODENAME $HORIZON_NODE")
         bad = up.submit("--", "sh", "-c", "echo oops >&2; exit 3")
-        up.until(lambda: {j["state"] for j in up.jobs().values()} <= FINAL and len(up.jobs()) == 2)
+        late = up.submit("--time", "2", "--", "sleep", "60")
+        up.until(lambda: {j["state"] for j in up.jobs().values()} <= FINAL and len(up.jobs()) == 3)
         latency_s = time.monotonic() - t1
         jobs = up.jobs()
         assert jobs[ok]["state"] == "SUCCEEDED" and jobs[bad]["state"] == "FAILED"
+        assert jobs[late]["state"] == "FAILED" and "time limit" in jobs[late]["reason"]
         slurm = _check_against_slurm(up, jobs)
         node = slurm[(ok, 1)]["NodeList"]
         assert (out / f"{ok}.out").read_text().split() == [node, node]  # Slurm's node name is Horizon's
         shown = up.cli("show", bad, "--json").stdout
         assert "exit code 3" in shown and "oops" in shown  # the reason and the stderr tail
+
+        # Slurm reserves every node for someone else: Horizon's placement waits in Slurm, PENDING, and
+        # Horizon says SCHEDULED (not running); a cancel reaches the pending Slurm job
+        cluster.run("scontrol", "create", "reservation", "ReservationName=maint", "StartTime=now", "Duration=10",
+                    "Nodes=s1,s2,s3", "Users=nobody")
+        held = up.submit("--", "true")
+        up.until(lambda: up.slurm_jobs().get((held, 1), {}).get("JobState") == "PENDING")
+        time.sleep(1.5)
+        assert up.jobs()[held]["state"] == "SCHEDULED"
+        assert up.cli("cancel", held).returncode == 0
+        up.until(lambda: up.jobs()[held]["state"] == "CANCELLED")
+        up.until(lambda: up.slurm_jobs()[(held, 1)]["JobState"] == "CANCELLED", timeout_s=10)
+        _check_against_slurm(up, up.jobs())
         done = up.cli("check")
         assert done.returncode == 0, done.stdout + done.stderr
-        print(f"up over Slurm in {started_s:.2f} s; two jobs submitted to ended in Horizon in {latency_s:.2f} s")
+        print(f"up over Slurm in {started_s:.2f} s; three jobs submitted to ended in Horizon in {latency_s:.2f} s")
     finally:
         up.stop()
 
