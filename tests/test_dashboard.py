@@ -499,3 +499,36 @@ def test_the_systemd_unit_serves_the_dashboard(stack, tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_the_kubernetes_deployment_serves_the_dashboard(stack):
+    """deploy/k8s/ui.yaml's container args with the ConfigMap's values (moved onto loopback and a
+    free port): the dashboard logs browsers in with the Secret's token; the kustomization has it."""
+    import subprocess
+
+    from tests.test_cli_up import free_port
+    from tests.test_deploy import DEPLOY, config_map, container_args, kube_expand
+    from tests.test_up_auth import HORIZON, ROOT
+
+    assert "- ui.yaml" in (DEPLOY / "k8s" / "kustomization.yaml").read_text()
+    config = config_map(DEPLOY / "k8s" / "config.yaml")
+    config["HORIZON_NATS_URL"] = stack["up"].admin_url
+    argv = kube_expand(container_args(DEPLOY / "k8s" / "ui.yaml")["ui"], config)
+    assert not any("$(" in w for w in argv), argv  # every variable is in the ConfigMap
+    port = free_port()
+    argv = [{"0.0.0.0": "127.0.0.1", "8470": str(port)}.get(w, w) for w in argv]  # noqa: S104
+    proc = subprocess.Popen([*HORIZON, *argv], cwd=ROOT, env=clean_env(HORIZON_UI_TOKEN="from-the-secret"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr.readline().strip() == f"Dashboard: http://127.0.0.1:{port}/"
+        client = Client(f"http://127.0.0.1:{port}")
+        assert client.call("/api/snapshot")[0] == 401
+        assert client.login(token="from-the-secret") == 303
+        assert client.call("/api/me")[1]["operator"]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
