@@ -532,3 +532,30 @@ def test_the_kubernetes_deployment_serves_the_dashboard(stack):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+async def test_no_tenant_login_where_the_server_has_no_accounts(tmp_path):
+    """A server without accounts lets anyone in under any name: a dashboard with --login over it
+    takes its token only, never a tenant's name and a password that would prove nothing."""
+    from services.host.dashboard import Dashboard
+    from services.host.http import HttpServer
+    from services.runtime.natsserver import NatsServer
+    from tests.test_cli_up import free_port
+
+    server = NatsServer(store_dir=tmp_path / "nats", port=free_port(), log_file=tmp_path / "nats.log")
+    server.start()
+    web = HttpServer("127.0.0.1", 0)
+    board = Dashboard(server.url, login=True, token="t0ken")
+    board.mount(web)
+    await web.start()
+    try:
+        client = Client(web.url)
+        loop = asyncio.get_running_loop()
+        status, me = await loop.run_in_executor(None, client.call, "/api/me")
+        assert status == 401 and me["tenants"] is False
+        status = await loop.run_in_executor(None, lambda: client.login(tenant="acme", password="anything"))
+        assert status == 400
+        assert await loop.run_in_executor(None, lambda: client.login(token="t0ken")) == 303
+    finally:
+        await web.stop()
+        server.stop()

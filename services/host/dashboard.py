@@ -176,6 +176,7 @@ class Dashboard:
         self._audit_lock = asyncio.Lock()
         self._stopping = False
         self._web: HttpServer | None = None
+        self._has_accounts: bool | None = None  # whether the server checks passwords (tenant logins)
 
     # ------------------------------------------------------------------ life
 
@@ -432,8 +433,9 @@ class Dashboard:
             await asyncio.sleep(FAILED_LOGIN_S)  # a guesser gets one try a second per connection
             return _json({"error": "wrong token"}, 401)
         tenant, password = form.get("tenant", ""), form.get("password", "")
-        if self.tenant is not None or not self.login:
-            return _json({"error": "this dashboard logs in with its token only"}, 400)
+        if self.tenant is not None or not self.login or not await self._accounts():
+            return _json({"error": "this dashboard logs in with its token only (tenants log in where the "
+                                   "server has accounts)"}, 400)
         if not tenant or not valid_token(tenant) or tenant.startswith("_") or not password:
             return _json({"error": "give a tenant and its password"}, 400)
         nc = await self._tenant_connection(tenant, password)
@@ -443,6 +445,17 @@ class Dashboard:
         with contextlib.suppress(Exception):
             await nc.close()  # it proved the password; the views are asked on the tenant's scoped subjects
         return self._new_session(tenant)
+
+    async def _accounts(self) -> bool:
+        """Whether the server checks passwords: one without accounts lets anyone in under any name,
+        so a tenant's password would prove nothing there (asked once, with a name nobody has)."""
+        if self._has_accounts is None:
+            probe = await self._tenant_connection(f"nobody-{secrets.token_hex(8)}", secrets.token_urlsafe(16))
+            if probe is not None:
+                with contextlib.suppress(Exception):
+                    await probe.close()
+            self._has_accounts = probe is None
+        return self._has_accounts
 
     async def _tenant_connection(self, tenant: str, password: str) -> Any:
         """A connection as the tenant, made by the server itself: it checks the password."""
@@ -485,7 +498,7 @@ class Dashboard:
     async def _me(self, request: Request) -> Response:
         session = self._session(request)
         if session is None:
-            return _json({"login": True, "tenants": self.tenant is None}, 401)
+            return _json({"login": True, "tenants": self.tenant is None and await self._accounts()}, 401)
         return _json({"tenant": session.tenant, "operator": session.tenant is None, "csrf": session.csrf,
                       "login": self.login, "ready": self.ready.is_set(), "policy": self.policy})
 
