@@ -559,3 +559,27 @@ async def test_no_tenant_login_where_the_server_has_no_accounts(tmp_path):
     finally:
         await web.stop()
         server.stop()
+
+
+async def test_an_open_dashboard_answers_only_by_its_own_name(tmp_path):
+    """Without --login the dashboard is whoever reaches it, but a request naming another host
+    (a site whose name was pointed at 127.0.0.1: DNS rebinding) is not answered."""
+    from services.host.dashboard import Dashboard
+    from services.host.http import HttpServer
+
+    web = HttpServer("127.0.0.1", 0)
+    Dashboard("nats://127.0.0.1:1").mount(web)  # never connects: the check comes first
+    web.parts.clear()
+    await web.start()
+    try:
+        loop = asyncio.get_running_loop()
+        client = Client(web.url)
+        status, me = await loop.run_in_executor(None, client.call, "/api/me")
+        assert status == 200 and me["operator"]
+        status, _ = await loop.run_in_executor(None, lambda: client.call("/api/me", headers={"Host": "evil.example:80"}))
+        assert status == 401
+        status, _ = await loop.run_in_executor(None, lambda: client.call(
+            "/api/action/cancel", b'{"job_id": "x"}', {"Host": "evil.example", "X-Horizon-CSRF": "open"}))
+        assert status == 401
+    finally:
+        await web.stop()

@@ -408,7 +408,19 @@ class Dashboard:
 
     def _session(self, request: Request) -> Session | None:
         if not self.login:
-            return Session(self.tenant, csrf="open")
+            # open to whoever reaches the port, but by its own name: a page of another site whose
+            # name was made to point at 127.0.0.1 (DNS rebinding) is not let in
+            return Session(self.tenant, csrf="open") if self._our_host(request) else None
+        sid = request.cookie(COOKIE)
+        return self.sessions.get(sid) if sid else None
+
+    def _our_host(self, request: Request) -> bool:
+        bound = self._web.host if self._web is not None else "127.0.0.1"
+        if bound in ("", "0.0.0.0", "::"):  # noqa: S104 (every interface: any name may reach it)
+            return True
+        host = request.headers.get("host", "")
+        name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+        return name in ("127.0.0.1", "localhost", "[::1]", bound, f"[{bound}]")
         sid = request.cookie(COOKIE)
         return self.sessions.get(sid) if sid else None
 
