@@ -288,9 +288,15 @@ def _slurm_settings(backend: str, shape: Shape, executor: str, processes: bool, 
         raise click.UsageError("--backend slurm runs jobs through Slurm: no --executor sim or --processes")
     if not os.path.isfile(os.path.join(bin_dir, "sbatch")):
         raise click.UsageError(f"no sbatch in {bin_dir}: install Slurm's client commands or give --slurm-bin")
-    from services.agent.slurm.backend import SlurmSettings
+    from services.agent.slurm.backend import SlurmSettings, SlurmUnavailable, reachable
 
-    return SlurmSettings(conf=str(conf.resolve()) if conf is not None else None, partition=partition, bin_dir=bin_dir)
+    settings = SlurmSettings(conf=str(conf.resolve()) if conf is not None else None, partition=partition,
+                             bin_dir=bin_dir)
+    try:  # before anything starts: a Slurm that does not answer is said at once
+        reachable(settings)
+    except SlurmUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    return settings
 
 
 async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], executor: str, heartbeat_timeout: float,

@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,7 @@ from services.domain.jobs import HOLDS_RESOURCES, JobState
 from services.runtime.consume import readable
 from services.runtime.log import EventLog
 
-__all__ = ["SlurmSettings", "SlurmBackend", "SlurmUnavailable", "SLURM_USER"]
+__all__ = ["SlurmSettings", "SlurmBackend", "SlurmUnavailable", "SLURM_USER", "reachable"]
 
 log = logging.getLogger("horizon.slurm")
 
@@ -59,6 +60,21 @@ class SlurmSettings:
     bin_dir: str = "/usr/bin"  # where sbatch, scontrol, squeue, scancel are
     sync_interval_s: float = 2.0  # how often the nodes are read again
     poll_interval_s: float = 0.5  # how often the jobs are read (one scontrol for all)
+
+
+def reachable(settings: SlurmSettings) -> int:
+    """How many nodes the partition has, as Slurm answers now; ``SlurmUnavailable`` if it does not
+    answer or has none (``horizon up --backend slurm`` asks before it starts anything)."""
+    slurm = Slurm(settings.conf, settings.bin_dir)
+    try:
+        text = slurm.run_sync("scontrol", "show", "node", "-o", timeout_s=60)
+    except (SlurmError, OSError, subprocess.TimeoutExpired) as exc:
+        raise SlurmUnavailable(f"cannot reach Slurm ({exc}); check --slurm-conf and that slurmctld runs") from exc
+    count = sum(1 for r in core.parse_records(text) if "NodeName" in r and
+                (not settings.partition or settings.partition in (r.get("Partitions") or "").split(",")))
+    if not count:
+        raise SlurmUnavailable(f"Slurm has no nodes in partition {settings.partition!r}")
+    return count
 
 
 class SlurmBackend:
