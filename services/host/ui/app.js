@@ -138,8 +138,10 @@ function drawChart(container, series, { from, to, yFormat = (v) => fmtNum(v, 1),
 // ------------------------------------------------------------------ cluster
 
 // a long id keeps its end, where generated ids and array tasks differ (the tooltip has it whole)
-function shortId(id) {
-  return id.length > 16 ? `…${id.slice(-15)}` : id;
+// (the tenant is written under it: a tenant's key, "acme:train", shows as "train")
+function shortId(id, tenant) {
+  if (tenant && id.startsWith(`${tenant}:`)) id = id.slice(tenant.length + 1);
+  return id.length > 13 ? `…${id.slice(-12)}` : id;
 }
 function gpuCell(g, me) {
   const cls = ["gpu", g.state];
@@ -153,7 +155,7 @@ function gpuCell(g, me) {
     onclick: g.job_id ? () => { location.hash = `#job/${encodeURIComponent(g.job_id)}`; } : null,
   },
   el("div", { class: "id", text: g.id }),
-  el("div", { class: "job", text: g.job_id ? shortId(g.job_id) : g.other ? "other tenant" : g.state === "free" ? "" : g.state }),
+  el("div", { class: "job", text: g.job_id ? shortId(g.job_id, g.tenant) : g.other ? "other tenant" : g.state === "free" ? "" : g.state }),
   el("div", { class: "tenant", text: g.tenant || "" }));
 }
 
