@@ -45,7 +45,8 @@ FOREIGN_JOB = ("JobId=7 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/
                "StdErr=/tmp/out StdOut=/tmp/out Power= TresPerNode=gres:gpu:1 ")
 HORIZON_JOB = ("JobId=8 JobName=horizon-acme:j1 JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0 "
                "StartTime=2026-11-26T20:35:40 NodeList=s2 Nodes=s2 CPU_IDs=0 Mem=1024 GRES= "
-               "Comment=horizon:2:acme:j1  StdErr=/tmp/e")
+               "Comment=horizon:ab12:2:acme:j1  StdErr=/tmp/e")
+OTHER_HORIZON = FOREIGN_JOB.replace("JobId=7", "JobId=9").replace("Comment=(null)", "Comment=horizon:ffff:1:x")
 
 
 # ---------------------------------------------------------------------- the pure core
@@ -76,8 +77,10 @@ def test_a_slurm_node_as_horizon_registers_it() -> None:
 
 def test_what_slurm_runs_on_its_own_is_busy_capacity() -> None:
     jobs = core.parse_records(FOREIGN_JOB + "\n" + HORIZON_JOB)
-    use = core.foreign_use(jobs)
+    use = core.foreign_use(jobs, "ab12")
     assert use == {"s1": core.Use(cpus=2, memory_mib=100, gpus=1, jobs=("7",))}  # Horizon's own job 8 is not
+    # another Horizon installation's job over the same Slurm is Slurm's own to this one
+    assert core.foreign_use(core.parse_records(OTHER_HORIZON), "ab12")["s1"].jobs == ("9",)
     [record] = core.parse_records(NODE_LINE)
     # 4 CPUs - 2, 4000 MiB - 100; of gpu0 and gpu1 the highest one no Horizon job holds is marked busy
     spec = core.node_spec(record, "", use["s1"], held_devices=())
@@ -94,15 +97,16 @@ def test_a_placement_as_its_sbatch_line() -> None:
     allocs = [c.NodeAllocation(node=n, device_ids=["gpu0", "gpu1"], cpus_milli=3000, memory_bytes=3 << 30, tasks=2)
               for n in ("s2", "s1")]
     devices = {n: {f"gpu{i}": c.GpuDevice(id=f"gpu{i}", type="a100") for i in range(2)} for n in ("s1", "s2")}
-    argv = core.sbatch_argv("acme:j1", 3, spec, allocs, devices, "/d/batch.sh", "/d/out%j", "/d/err", "/w", 90, "main")
+    argv = core.sbatch_argv("ab12", "acme:j1", 3, spec, allocs, devices, "/d/batch.sh", "/d/out%j", "/d/err", "/w", 90, "main")
     # 3000 milli-CPUs over 2 tasks: 2 whole CPUs each (Slurm counts no fractions); 3 GiB = 3072 MiB per
     # node; 90 s is 2 minutes, plus one: the backend's own limit ends it first
-    assert argv == ["sbatch", "--parsable", "--job-name=horizon-acme:j1", "--comment=horizon:3:acme:j1",
+    assert argv == ["sbatch", "--parsable", "--job-name=horizon-acme:j1", "--comment=horizon:ab12:3:acme:j1",
                     "--nodes=2", "--nodelist=s2,s1", "--ntasks-per-node=2", "--cpus-per-task=2", "--mem=3072",
                     "--time=3", "--chdir=/w", "--output=/d/out%%j", "--error=/d/err", "--no-requeue",
                     "--open-mode=truncate", "--partition=main", "--gres=gpu:a100:2", "/d/batch.sh"]
-    assert core.attempt_of({"Comment": "horizon:3:acme:j1"}) == ("acme:j1", 3)
-    assert core.attempt_of({"Comment": "(null)"}) is None
+    assert core.attempt_of({"Comment": "horizon:ab12:3:acme:j1"}, "ab12") == ("acme:j1", 3)
+    assert core.attempt_of({"Comment": "horizon:ffff:3:acme:j1"}, "ab12") is None  # another installation's
+    assert core.attempt_of({"Comment": "(null)"}, "ab12") is None
     script = core.batch_script({"HORIZON_JOB_ID": "j1", "A": "it's"}, ["sh", "-c", "echo $A"])
     assert script.splitlines()[2:] == ["export A='it'\"'\"'s'", "export HORIZON_JOB_ID=j1",
                                        'export HORIZON_NODE="${SLURMD_NODENAME:-$HORIZON_NODE}"', "exec sh -c 'echo $A'"]
@@ -154,11 +158,14 @@ class SlurmUp(Up):
             time.sleep(0.3)
         raise AssertionError(f"timed out; jobs: {self.jobs()}\n{self.log()[-3000:]}")
 
+    def install(self) -> str:
+        return (self.data_dir / "jobs" / "slurm-installation").read_text().strip()
+
     def slurm_jobs(self) -> dict[tuple[str, int], dict[str, str]]:
         """Slurm's record of every attempt Horizon submitted, by (job id, attempt)."""
         out = {}
         for record in core.parse_records(self.cluster.run("scontrol", "show", "job", "-o")):
-            key = core.attempt_of(record)
+            key = core.attempt_of(record, self.install())
             if key is not None:
                 out[key] = record
         return out
@@ -190,7 +197,7 @@ def _check_against_slurm(up: SlurmUp, jobs: dict[str, dict]) -> dict[tuple[str, 
     endings = {(e.job_id, e.attempt): "stopped" if isinstance(e, c.JobFailed) and "time limit" in e.reason
                else type(e).__name__ for e in events
                if isinstance(e, (c.JobSucceeded, c.JobFailed, c.JobCancelled, c.JobPreempted))}
-    slurm = up.slurm_jobs()
+    slurm = {key: record for key, record in up.slurm_jobs().items() if key[0] != "ghost"}
     assert set(slurm) == set(scheduled), (sorted(slurm), sorted(scheduled))  # each placement submitted once
     for key, nodes in scheduled.items():
         record = slurm[key]
@@ -224,6 +231,17 @@ def test_jobs_run_in_slurm_where_horizon_placed_them(tmp_path: Path, cluster: Sl
             "s1": ("slurm", 2, 4000), "s2": ("slurm", 2, 4000), "s3": ("slurm", 0, 4000)}
         table = up.cli("nodes").stdout
         assert "BACKEND" in table and "slurm" in table
+        # a Slurm job of an attempt Horizon does not hold (as one whose attempt ended while no backend
+        # ran) is cancelled; another Horizon installation's is left alone
+        def sbatch(comment: str) -> str:
+            return cluster.run("sbatch", "--parsable", f"--comment={comment}", "--mem=10", "--output=/dev/null",
+                               "--wrap", "sleep 300").strip()
+
+        ghost, other = sbatch(f"horizon:{up.install()}:1:ghost"), sbatch("horizon:0ther:1:ghost")
+        up.until(lambda: "JobState=CANCELLED" in cluster.run("scontrol", "show", "job", "-o", ghost), timeout_s=10)
+        assert "JobState=RUNNING" in cluster.run("scontrol", "show", "job", "-o", other)
+        cluster.run("scancel", other)
+        up.until(lambda: all(n["cpus_milli"] == 4000 for n in json.loads(up.cli("nodes", "--json").stdout)))
         out = tmp_path / "out"
         out.mkdir()
         t1 = time.monotonic()

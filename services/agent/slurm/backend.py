@@ -13,7 +13,9 @@ the nodes placement chose and follows it to its end (``executor.SlurmExecutor``)
   ``NodeCommandIssued`` drain from user ``slurm`` with Slurm's state and reason, answered by inventory
   like an operator's; when Slurm takes the node back, an uncordon. Only drains it issued itself are
   undone (an operator's ``horizon node drain`` stays), also across restarts: it reads its own
-  commands back from the log at start-up.
+  commands back from the log at start-up;
+* cancels a Slurm job Horizon submitted (by its comment) whose attempt no longer holds resources in
+  the log: one that ended while no backend watched would otherwise hold capacity Horizon counts free.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
+import secrets
 import subprocess
 import time
 from dataclasses import dataclass
@@ -42,7 +45,7 @@ from services.domain.jobs import HOLDS_RESOURCES, JobState
 from services.runtime.consume import readable
 from services.runtime.log import EventLog
 
-__all__ = ["SlurmSettings", "SlurmBackend", "SlurmUnavailable", "SLURM_USER", "reachable"]
+__all__ = ["SlurmSettings", "SlurmBackend", "SlurmUnavailable", "SLURM_USER", "reachable", "installation"]
 
 log = logging.getLogger("horizon.slurm")
 
@@ -60,6 +63,25 @@ class SlurmSettings:
     bin_dir: str = "/usr/bin"  # where sbatch, scontrol, squeue, scancel are
     sync_interval_s: float = 2.0  # how often the nodes are read again
     poll_interval_s: float = 0.5  # how often the jobs are read (one scontrol for all)
+    # this installation's id in its Slurm jobs' comments ("": the one kept in the data dir, made once)
+    install: str = ""
+
+
+def installation(state_dir: Path) -> str:
+    """This installation's id (``<state dir>/slurm-installation``, made once: 8 hex digits), which its
+    Slurm jobs' comments carry: two Horizons over one Slurm cluster never take each other's jobs for
+    their own (each sees the other's as Slurm's own, busy capacity)."""
+    path = Path(state_dir) / "slurm-installation"
+    try:
+        known = path.read_text().strip()
+    except OSError:
+        known = ""
+    if known:
+        return known
+    path.parent.mkdir(parents=True, exist_ok=True)
+    made = secrets.token_hex(4)
+    path.write_text(made + "\n")
+    return made
 
 
 def reachable(settings: SlurmSettings) -> int:
@@ -92,7 +114,8 @@ class SlurmBackend:
         self.heartbeat_interval_s = heartbeat_interval_s
         self.grace_period_s = grace_period_s
         self.slurm = Slurm(settings.conf, settings.bin_dir)
-        self.watch = SlurmWatch(self.slurm, settings.poll_interval_s)
+        self.install = settings.install or installation(self.state_dir)
+        self.watch = SlurmWatch(self.slurm, self.install, settings.poll_interval_s)
         self.agent: NodeAgent | None = None
         self.drained: dict[str, str] = {}  # node -> the reason of the drain this backend issued
         self.logged: dict[str, c.NodeRegistered] = {}  # node -> its latest registration in the log
@@ -120,7 +143,7 @@ class SlurmBackend:
         return held
 
     def specs(self, nodes: dict[str, dict[str, str]]) -> list[NodeSpec]:
-        foreign = core.foreign_use(self.watch.jobs.values())
+        foreign = core.foreign_use(self.watch.jobs.values(), self.install)
         return [core.node_spec(record, self.settings.partition, foreign.get(name), self._held_devices(name))
                 for name, record in sorted(nodes.items())]
 
@@ -185,6 +208,7 @@ class SlurmBackend:
     async def _sync(self, nodes: dict[str, dict[str, str]]) -> None:
         agent = self.agent
         assert agent is not None
+        await self._reap()
         for spec in self.specs(nodes):
             known = agent.nodes.get(spec.name)
             if known is None:
@@ -200,6 +224,26 @@ class SlurmBackend:
             elif reason is None and spec.name in self.drained:
                 if await self._command(spec.name, "uncordon", self.drained[spec.name]):
                     del self.drained[spec.name]
+
+    async def _reap(self) -> None:
+        """Cancel the Slurm jobs Horizon submitted whose attempt no longer holds resources in Horizon's
+        log (it ended while no backend watched, e.g. failed as lost after the backend was down longer
+        than the heartbeat timeout): left running, they would hold capacity Horizon counts as free."""
+        agent = self.agent
+        assert agent is not None
+        for slurm_id, record in sorted(self.watch.jobs.items()):
+            key = core.attempt_of(record, self.install)
+            if key is None or record.get("JobState") not in core.ACTIVE or key[0] in agent.running:
+                continue
+            job = agent.core.jobs.get(key[0])
+            if job is not None and job.attempt == key[1] and job.state in HOLDS_RESOURCES:
+                continue
+            log.warning("Slurm job %s (%s attempt %d) runs for an attempt that has ended in Horizon: cancelled",
+                        slurm_id, key[0], key[1])
+            try:
+                await self.slurm.run("scancel", slurm_id)
+            except SlurmError as exc:
+                log.warning("%s", exc)
 
     async def _register(self, spec: NodeSpec) -> None:
         """Register the node's changed capacity. Its id is the registration's (a digest of the body)

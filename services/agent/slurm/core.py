@@ -14,7 +14,9 @@
 * ``sbatch_argv``: the ``sbatch`` of one attempt, pinned to the nodes placement chose
   (``--nodelist``, ``-N``), with the resources it allocated on each (``--ntasks-per-node``,
   ``--cpus-per-task``, ``--mem``, ``--gres gpu:k``), the time limit, and Horizon's id in the job's
-  name and comment (``HORIZON_COMMENT``), which is how a restarted backend finds the attempt again.
+  name and comment (``horizon:<installation>:<attempt>:<job>``, ``comment_of``), which is how a
+  restarted backend finds the attempt again; the installation's id keeps two Horizons on one Slurm
+  cluster apart (each counts the other's jobs as Slurm's own).
 * ``batch_script``: the script it submits: Horizon's variables for the job, its ``env``, its command.
 * ``outcome``: a finished Slurm job as the agent's ``Outcome`` (exit code, signal, out of memory, lost).
 """
@@ -36,7 +38,7 @@ __all__ = ["BACKEND", "parse_records", "node_spec", "node_drained", "foreign_use
            "time_limit_minutes"]
 
 BACKEND = "slurm"
-COMMENT_PREFIX = "horizon:"
+COMMENT_PREFIX = "horizon:"  # then <installation>:<attempt>:<job id>
 MIB = 1 << 20
 
 # Slurm's job states (squeue(1), JOB STATE CODES): still holding or waiting, and ended.
@@ -181,14 +183,14 @@ def _cpu_count(ids: str) -> int:
     return total
 
 
-def foreign_use(jobs: Iterable[Mapping[str, str]]) -> dict[str, Use]:
-    """Per node, what the running jobs Horizon did not submit hold (from ``scontrol show job -o -d``:
+def foreign_use(jobs: Iterable[Mapping[str, str]], install: str) -> dict[str, Use]:
+    """Per node, what the running jobs this Horizon installation did not submit hold (from ``scontrol show job -o -d``:
     each node group's ``Nodes= CPU_IDs= Mem= GRES=``; GPUs from the job's ``TresPerNode`` gres/gpu
     where the group names none)."""
     out: dict[str, Use] = {}
     for job in jobs:
         state = job.get("JobState", "")
-        if state not in ("RUNNING", "COMPLETING", "SUSPENDED") or attempt_of(job) is not None:
+        if state not in ("RUNNING", "COMPLETING", "SUSPENDED") or attempt_of(job, install) is not None:
             continue
         per_node_gpus = 0
         m = re.search(r"gres[:/]gpu(?::[^:,]+)?:(\d+)", job.get("TresPerNode", ""))
@@ -207,17 +209,18 @@ def foreign_use(jobs: Iterable[Mapping[str, str]]) -> dict[str, Use]:
     return out
 
 
-def comment_of(job_id: str, attempt: int) -> str:
-    """The ``--comment`` that names the attempt in Slurm: ``horizon:<attempt>:<job id>``."""
-    return f"{COMMENT_PREFIX}{attempt}:{job_id}"
+def comment_of(install: str, job_id: str, attempt: int) -> str:
+    """The ``--comment`` that names the attempt in Slurm: ``horizon:<installation>:<attempt>:<job id>``."""
+    return f"{COMMENT_PREFIX}{install}:{attempt}:{job_id}"
 
 
-def attempt_of(job: Mapping[str, str]) -> tuple[str, int] | None:
-    """(job id, attempt) of a Slurm job Horizon submitted (its comment), else None."""
+def attempt_of(job: Mapping[str, str], install: str) -> tuple[str, int] | None:
+    """(job id, attempt) of a Slurm job this installation submitted (its comment), else None."""
     comment = job.get("Comment", "")
-    if not comment.startswith(COMMENT_PREFIX):
+    mine = f"{COMMENT_PREFIX}{install}:"
+    if not install or not comment.startswith(mine):
         return None
-    attempt, _, job_id = comment[len(COMMENT_PREFIX):].partition(":")
+    attempt, _, job_id = comment[len(mine):].partition(":")
     return (job_id, int(attempt)) if attempt.isdigit() and job_id else None
 
 
@@ -228,7 +231,7 @@ def time_limit_minutes(limit_s: float) -> int:
     return int(-(-limit_s // 60)) + 1
 
 
-def sbatch_argv(job_id: str, attempt: int, spec: c.JobSpec, allocations: Sequence[c.NodeAllocation],
+def sbatch_argv(install: str, job_id: str, attempt: int, spec: c.JobSpec, allocations: Sequence[c.NodeAllocation],
                 devices: Mapping[str, Mapping[str, c.GpuDevice]], script: str, stdout: str, stderr: str,
                 cwd: str, limit_s: float, partition: str = "") -> list[str]:
     """``sbatch`` for one attempt, pinned to the nodes of ``allocations`` (the first one's share:
@@ -238,7 +241,7 @@ def sbatch_argv(job_id: str, attempt: int, spec: c.JobSpec, allocations: Sequenc
     tasks = max(1, first.tasks or spec.tasks_per_node)
     cpus_per_task = max(1, -(-first.cpus_milli // (1000 * tasks)))
     memory_mib = max(1, -(-(first.memory_bytes or spec.memory_bytes * tasks) // MIB))
-    argv = ["sbatch", "--parsable", f"--job-name=horizon-{job_id}", f"--comment={comment_of(job_id, attempt)}",
+    argv = ["sbatch", "--parsable", f"--job-name=horizon-{job_id}", f"--comment={comment_of(install, job_id, attempt)}",
             f"--nodes={len(allocations)}", f"--nodelist={','.join(a.node for a in allocations)}",
             f"--ntasks-per-node={tasks}", f"--cpus-per-task={cpus_per_task}", f"--mem={memory_mib}",
             f"--time={time_limit_minutes(limit_s)}", f"--chdir={cwd}",

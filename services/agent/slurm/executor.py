@@ -94,8 +94,9 @@ class Slurm:
 class SlurmWatch:
     """Slurm's job records, refreshed by one ``scontrol show job -o -d`` for all at once."""
 
-    def __init__(self, slurm: Slurm, interval_s: float = 0.5) -> None:
+    def __init__(self, slurm: Slurm, install: str, interval_s: float = 0.5) -> None:
         self.slurm = slurm
+        self.install = install  # this installation's id, in its jobs' comments (core.comment_of)
         self.interval_s = interval_s
         self.jobs: dict[str, dict[str, str]] = {}  # Slurm job id -> its latest record
         self.refreshed = 0.0  # monotonic time of the last refresh
@@ -143,7 +144,7 @@ class SlurmWatch:
 
     def find(self, job_id: str, attempt: int) -> str | None:
         """The Slurm job of this attempt (its comment), the newest if several."""
-        found = [sid for sid, r in self.jobs.items() if core.attempt_of(r) == (job_id, attempt)]
+        found = [sid for sid, r in self.jobs.items() if core.attempt_of(r, self.install) == (job_id, attempt)]
         return max(found, key=int) if found else None
 
     async def until(self, ready: Callable[[dict[str, str] | None], bool], slurm_id: str,
@@ -237,7 +238,7 @@ class SlurmExecutor:
         self.state_dir = Path(state_dir)
         self.partition = partition
         self.nodes = dict(nodes or {})
-        self.watch = watch or SlurmWatch(slurm)
+        self.watch = watch or SlurmWatch(slurm, "")
         self.wanted: Callable[[str, int], bool] = lambda job_id, attempt: True
         self.limits: Callable[[str], float | None] = lambda job_id: None  # the attempt's limit (Job.limit_s)
 
@@ -291,7 +292,7 @@ class SlurmExecutor:
                                                          "tenant": spec.tenant, "cwd": cwd, "stdout": stdout,
                                                          "stderr": stderr}))
         limit = self.limits(job_id) or spec.time_limit_s
-        argv = core.sbatch_argv(job_id, attempt, spec, held, {a.node: self._devices(a.node) for a in held},
+        argv = core.sbatch_argv(self.watch.install, job_id, attempt, spec, held, {a.node: self._devices(a.node) for a in held},
                                 str(script), stdout, stderr, cwd, limit, self.partition)
         out = await self.slurm.run(*argv)
         slurm_id = out.strip().split(";")[0]
