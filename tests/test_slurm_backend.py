@@ -231,17 +231,6 @@ def test_jobs_run_in_slurm_where_horizon_placed_them(tmp_path: Path, cluster: Sl
             "s1": ("slurm", 2, 4000), "s2": ("slurm", 2, 4000), "s3": ("slurm", 0, 4000)}
         table = up.cli("nodes").stdout
         assert "BACKEND" in table and "slurm" in table
-        # a Slurm job of an attempt Horizon does not hold (as one whose attempt ended while no backend
-        # ran) is cancelled; another Horizon installation's is left alone
-        def sbatch(comment: str) -> str:
-            return cluster.run("sbatch", "--parsable", f"--comment={comment}", "--mem=10", "--output=/dev/null",
-                               "--wrap", "sleep 300").strip()
-
-        ghost, other = sbatch(f"horizon:{up.install()}:1:ghost"), sbatch("horizon:0ther:1:ghost")
-        up.until(lambda: "JobState=CANCELLED" in cluster.run("scontrol", "show", "job", "-o", ghost), timeout_s=10)
-        assert "JobState=RUNNING" in cluster.run("scontrol", "show", "job", "-o", other)
-        cluster.run("scancel", other)
-        up.until(lambda: all(n["cpus_milli"] == 4000 for n in json.loads(up.cli("nodes", "--json").stdout)))
         out = tmp_path / "out"
         out.mkdir()
         t1 = time.monotonic()
@@ -258,6 +247,34 @@ def test_jobs_run_in_slurm_where_horizon_placed_them(tmp_path: Path, cluster: Sl
         assert (out / f"{ok}.out").read_text().split() == [node, node]  # Slurm's node name is Horizon's
         shown = up.cli("show", bad, "--json").stdout
         assert "exit code 3" in shown and "oops" in shown  # the reason and the stderr tail
+        logs = up.cli("logs", bad, "--err")  # the file Slurm wrote, served as the agent serves its own
+        assert logs.returncode == 0 and logs.stdout.strip() == "oops", logs.stdout + logs.stderr
+        done = up.cli("check")
+        assert done.returncode == 0, done.stdout + done.stderr
+        print(f"up over Slurm in {started_s:.2f} s; three jobs submitted to ended in Horizon in {latency_s:.2f} s")
+    finally:
+        up.stop()
+
+
+@needs_slurm
+@pytest.mark.timeout(120)
+def test_slurm_jobs_of_attempts_horizon_does_not_hold_are_cancelled(tmp_path: Path, cluster: SlurmCluster) -> None:
+    """Horizon's log decides what runs: a Slurm job of an attempt that ended in Horizon is cancelled,
+    as is one Slurm still keeps pending when Horizon cancels it."""
+    up = SlurmUp(tmp_path / "data", cluster)
+    up.start()
+    try:
+        # a Slurm job of an attempt Horizon does not hold (as one whose attempt ended while no backend
+        # ran) is cancelled; another Horizon installation's is left alone
+        def sbatch(comment: str) -> str:
+            return cluster.run("sbatch", "--parsable", f"--comment={comment}", "--mem=10", "--output=/dev/null",
+                               "--wrap", "sleep 300").strip()
+
+        ghost, other = sbatch(f"horizon:{up.install()}:1:ghost"), sbatch("horizon:0ther:1:ghost")
+        up.until(lambda: "JobState=CANCELLED" in cluster.run("scontrol", "show", "job", "-o", ghost), timeout_s=10)
+        assert "JobState=RUNNING" in cluster.run("scontrol", "show", "job", "-o", other)
+        cluster.run("scancel", other)
+        up.until(lambda: all(n["cpus_milli"] == 4000 for n in json.loads(up.cli("nodes", "--json").stdout)))
 
         # Slurm reserves every node for someone else: Horizon's placement waits in Slurm, PENDING, and
         # Horizon says SCHEDULED (not running); a cancel reaches the pending Slurm job
@@ -273,7 +290,6 @@ def test_jobs_run_in_slurm_where_horizon_placed_them(tmp_path: Path, cluster: Sl
         _check_against_slurm(up, up.jobs())
         done = up.cli("check")
         assert done.returncode == 0, done.stdout + done.stderr
-        print(f"up over Slurm in {started_s:.2f} s; three jobs submitted to ended in Horizon in {latency_s:.2f} s")
     finally:
         up.stop()
 
