@@ -49,6 +49,30 @@ def fake_program(folder: Path, name: str, says: str) -> Path:
     return path
 
 
+def _without_slurm(path: str, farm: Path) -> str:
+    """``path`` with Slurm's commands taken out: a folder holding any of them is replaced by ``farm``,
+    links to everything else in it (these tests play the machine without Slurm; Slurm is installed
+    here and in CI for the Slurm backend's tests, docs/backends.md)."""
+    out = []
+    for folder in path.split(os.pathsep):
+        if not folder or not any(os.access(os.path.join(folder, name), os.X_OK) for name in SLURM_COMMANDS):
+            out.append(folder)
+            continue
+        stand_in = farm / str(len(out))
+        stand_in.mkdir(parents=True, exist_ok=True)
+        for entry in os.scandir(folder):
+            if entry.name not in SLURM_COMMANDS and not (stand_in / entry.name).exists():
+                (stand_in / entry.name).symlink_to(entry.path)
+        out.append(str(stand_in))
+    return os.pathsep.join(out)
+
+
+@pytest.fixture(scope="module")
+def system(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """This machine's PATH, without a Slurm."""
+    return _without_slurm(os.environ["PATH"], tmp_path_factory.mktemp("no-slurm"))
+
+
 def shell(*args: str, path: str, env: dict[str, str] | None = None,
           cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """A command by its plain name, looked up along ``path``."""
@@ -131,9 +155,8 @@ def test_real_slurm_is_found_along_path_and_shims_are_not_slurm(tmp_path):
     assert "sinfo" not in real_slurm(str(tmp_path / "slurm"))
 
 
-def test_slurm_shims_writes_refuses_over_a_real_slurm_and_removes(tmp_path):
+def test_slurm_shims_writes_refuses_over_a_real_slurm_and_removes(tmp_path, system):
     shims = tmp_path / "shims"
-    system = os.environ["PATH"]
     done = shell(*HORIZON, "slurm-shims", str(shims), path=system)
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"export PATH={shims}:\"$PATH\"\n"  # what `eval "$(horizon slurm-shims DIR)"` runs
@@ -163,12 +186,12 @@ def test_slurm_shims_writes_refuses_over_a_real_slurm_and_removes(tmp_path):
     assert list(shims.iterdir()) == []
 
 
-def test_a_guarded_shim_steps_aside_for_a_real_slurm_installed_later(tmp_path):
+def test_a_guarded_shim_steps_aside_for_a_real_slurm_installed_later(tmp_path, system):
     shims = tmp_path / "shims"
     write_shims(shims, ["squeue", "scancel"])
     slurm = tmp_path / "usr" / "bin"
     fake_program(slurm, "squeue", "slurm-squeue")
-    path = f"{shims}:{slurm}:{os.environ['PATH']}"
+    path = f"{shims}:{slurm}:{system}"
     done = shell("squeue", "-u", "ann", "--me", path=path)
     assert (done.returncode, done.stdout) == (0, "slurm-squeue -u ann --me\n")  # Slurm's, untouched
     # scancel has no real counterpart here: Horizon's runs (and says what is missing)
@@ -176,10 +199,10 @@ def test_a_guarded_shim_steps_aside_for_a_real_slurm_installed_later(tmp_path):
     assert done.returncode == 1 and "scancel: error: No job identification provided" in done.stderr
 
 
-def test_every_name_dispatches_to_its_horizon_command(tmp_path):
+def test_every_name_dispatches_to_its_horizon_command(tmp_path, system):
     shims = tmp_path / "shims"
     write_shims(shims)  # all of them, whether this Horizon has the command yet or not
-    path = f"{shims}:{os.environ['PATH']}"
+    path = f"{shims}:{system}"
     for name in SLURM_COMMANDS:
         done = shell(name, "--help", path=path)
         if name in cli.commands:  # the command itself answers, under its Slurm name
@@ -202,7 +225,7 @@ def test_every_name_dispatches_to_its_horizon_command(tmp_path):
 class SimUp:
     """`horizon up --executor sim` (one node, 4 GPUs), and the shims pointing at it."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, system: str) -> None:
         self.root = root
         self.port = free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
@@ -214,9 +237,9 @@ class SimUp:
         first = self.proc.stdout.readline().strip()
         assert first == self.url, (first, (root / "up.err").read_text())
         self.shims = root / "shims"
-        done = shell(*HORIZON, "slurm-shims", str(self.shims), "--nats", self.url, path=os.environ["PATH"])
+        done = shell(*HORIZON, "slurm-shims", str(self.shims), "--nats", self.url, path=system)
         assert done.returncode == 0, done.stderr
-        self.path = f"{self.shims}:{os.environ['PATH']}"
+        self.path = f"{self.shims}:{system}"
         self.work = root / "work"
         self.work.mkdir()
 
@@ -243,8 +266,8 @@ class SimUp:
 
 
 @pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimUp]:
-    running = SimUp(tmp_path_factory.mktemp("slurm-commands"))
+def up(tmp_path_factory: pytest.TempPathFactory, system: str) -> Iterator[SimUp]:
+    running = SimUp(tmp_path_factory.mktemp("slurm-commands"), system)
     try:
         yield running
     finally:
