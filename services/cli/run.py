@@ -177,7 +177,7 @@ def _hold(data_dir: Path) -> DataDirLock:
 @click.option("--backend", type=click.Choice(["agent", "slurm"]), default="agent", show_default=True,
               help="What runs the jobs: agent (Horizon's node agent, on this machine or a development cluster) or "
                    "slurm (an existing Slurm cluster's partition: Horizon decides, Slurm runs; docs/backends.md).")
-@click.option("--slurm-conf", type=click.Path(exists=True, dir_okay=False, path_type=Path), envvar="SLURM_CONF",
+@click.option("--slurm-conf", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="--backend slurm: the cluster's slurm.conf [default: $SLURM_CONF, else Slurm's own].")
 @click.option("--slurm-partition", default="", help="--backend slurm: the partition whose nodes Horizon schedules "
               "onto [default: every node].")
@@ -217,7 +217,7 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
         # 2. what runs: the machine (discovered), the development cluster, or a Slurm partition
         if slurm is not None:
             node_specs = []
-            conf_text = slurm_conf or "the default slurm.conf"
+            conf_text = slurm_conf or os.environ.get("SLURM_CONF") or "the default slurm.conf"
             what = f"Slurm partition {slurm_partition or '(every node)'} of {conf_text}"
         elif shape.dev:
             node_specs, what = shape.dev_nodes(), shape.describe_dev()
@@ -279,7 +279,7 @@ def _slurm_settings(backend: str, shape: Shape, executor: str, processes: bool, 
                     bin_dir: str) -> Any:
     """``--backend slurm``'s settings (None for the agent), or a usage error for options that cannot go with it."""
     if backend != "slurm":
-        if conf is not None and os.environ.get("SLURM_CONF") != str(conf) or partition:
+        if conf is not None or partition:
             raise click.UsageError("--slurm-conf and --slurm-partition go with --backend slurm")
         return None
     if shape.dev:

@@ -35,7 +35,7 @@ from services.agent.nodes import NodeSpec
 
 __all__ = ["BACKEND", "parse_records", "node_spec", "node_drained", "foreign_use", "Use", "sbatch_argv",
            "batch_script", "comment_of", "attempt_of", "outcome", "ACTIVE", "ENDED", "parse_time", "expand_nodes",
-           "time_limit_minutes"]
+           "time_limit_minutes", "COMMENT_PREFIX", "MIB"]
 
 BACKEND = "slurm"
 COMMENT_PREFIX = "horizon:"  # then <installation>:<attempt>:<job id>
@@ -306,5 +306,3 @@ def outcome(job: Mapping[str, str] | None, stderr_tail: str = "") -> Outcome:
         return Outcome(exit_code=-15, stderr_tail=stderr_tail, signalled=True)  # Slurm's SIGTERM, then SIGKILL
     return Outcome(exit_code=exit_code or 1, stderr_tail=stderr_tail)
 
-
-__all__ += ["COMMENT_PREFIX", "MIB"]
