@@ -170,6 +170,16 @@ class SlurmUp(Up):
                 out[key] = record
         return out
 
+    def publish(self, subject: str, body: dict) -> None:
+        async def send() -> None:
+            log = await JetStreamLog.open(self.url, name="test-publish", create=False)
+            try:
+                await log.publish(subject, json.dumps(body).encode(), msg_id=f"test/{body['job_id']}")
+            finally:
+                await log.close()
+
+        asyncio.run(send())
+
     def log_events(self) -> list[c.Event]:
         async def read() -> list[c.Event]:
             log = await JetStreamLog.open(self.url, name="test-read", create=False)
@@ -346,10 +356,18 @@ def test_a_mixed_workload_over_slurm(tmp_path: Path, cluster: SlurmCluster) -> N
     out.mkdir()
     mark = f'echo $SLURMD_NODENAME > {out}/"$HORIZON_JOB_ID.$HORIZON_ATTEMPT"'
     try:
-        # the victim first, so that s3 (its node: the only one with the feature) is its own
-        victim = up.submit("--priority-class", "low", "--node-selector", "slurm.feature/solo=true", "--cpus", "4",
-                           "--", "sh", "-c", f'{mark}; if [ "$HORIZON_ATTEMPT" = 1 ]; then sleep 300; fi')
-        up.until(lambda: up.jobs()[victim]["state"] == "RUNNING")
+        # the victim first, so that s3 (its node: the only one with the feature) is its own; it writes a
+        # checkpoint on SIGUSR1 (Slurm signals its batch script), and its next attempt resumes from it
+        victim = "victim"
+        checkpoint = ('echo ckpt-1 > "$HORIZON_CHECKPOINT_FILE.tmp"; '
+                      'mv "$HORIZON_CHECKPOINT_FILE.tmp" "$HORIZON_CHECKPOINT_FILE"')
+        script = (f'{mark}; if [ "$HORIZON_ATTEMPT" = 1 ]; then trap \'{checkpoint}\' USR1; sleep 300 & wait; wait; '
+                  f'else echo "$HORIZON_CHECKPOINT_REF" > {out}/resumed; fi')
+        up.publish("horizon.in.default.submit", {
+            "type": "JobSubmitted", "job_id": victim, "tenant": "default", "command": ["sh", "-c", script],
+            "priority_class": "low", "node_selector": {"slurm.feature/solo": "true"}, "resources": {"cpus": 4},
+            "checkpoint_signal": "SIGUSR1"})
+        up.until(lambda: victim in (jobs := up.jobs()) and jobs[victim]["state"] == "RUNNING")
         singles = [up.submit("--gpus", "1", "--", "sh", "-c", f"{mark}; sleep 1") for _ in range(3)]
         gang = up.submit("-N", "2", "--gpus", "1", "--", "sh", "-c", mark)
         up.submit("--array", "0-3", "--", "sh", "-c", mark)
@@ -372,7 +390,9 @@ def test_a_mixed_workload_over_slurm(tmp_path: Path, cluster: SlurmCluster) -> N
         slurm = _check_against_slurm(up, jobs)
         assert slurm[(victim, 1)]["JobState"] == "CANCELLED"  # preempted: stopped in Slurm, requeued in Horizon
         events = up.log_events()
-        assert any(isinstance(e, c.JobPreempted) and e.job_id == victim and e.for_job == boss for e in events)
+        assert any(isinstance(e, c.JobPreempted) and e.job_id == victim and e.for_job == boss
+                   and e.checkpoint_ref == "ckpt-1" for e in events)
+        assert (out / "resumed").read_text().strip() == "ckpt-1"  # attempt 2 started from attempt 1's checkpoint
         # where each attempt ran, as the job itself saw it: the node Horizon chose (a gang's script runs
         # on the first node of Slurm's sorted list, one of those Horizon chose)
         for e in events:
