@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,10 +137,34 @@ def cluster(tmp_path: Path) -> Iterator[SlurmCluster]:
 
 
 class SlurmUp(Up):
-    def __init__(self, data_dir: Path, cluster: SlurmCluster) -> None:
-        super().__init__(data_dir, "--backend", "slurm", "--slurm-conf", str(cluster.conf), "--slurm-partition",
-                         cluster.partition)
+    """`horizon up --backend slurm`; with ``service``, the distributed shape instead: `horizon up
+    --nodes 0` (no agent) and the backend as `horizon service slurm` beside it, with a data dir of its own."""
+
+    def __init__(self, data_dir: Path, cluster: SlurmCluster, service: bool = False) -> None:
+        slurm = ["--slurm-conf", str(cluster.conf), "--slurm-partition", cluster.partition]
+        super().__init__(data_dir, *(["--nodes", "0"] if service else ["--backend", "slurm", *slurm]))
         self.cluster = cluster
+        self.backend_dir = data_dir.parent / "backend" if service else data_dir
+        self.service: subprocess.Popen[str] | None = None
+        self.service_argv = [*HORIZON, "service", "slurm", "--data-dir", str(self.backend_dir), *slurm] if service else []
+
+    def start(self) -> None:
+        super().start()
+        if self.service_argv:
+            self.service = subprocess.Popen([*self.service_argv, "--nats", self.url], stderr=subprocess.PIPE, text=True)
+            assert self.service.stderr is not None
+            for line in self.service.stderr:  # "slurm running against ...": registered and caught up
+                if "slurm running against" in line:
+                    break
+            # the rest of its log is read on, so that a full pipe never blocks it
+            threading.Thread(target=self.service.stderr.read, daemon=True).start()
+
+    def stop(self, sig: int = signal.SIGINT) -> int:
+        if self.service is not None:
+            self.service.send_signal(signal.SIGINT)
+            assert self.service.wait(timeout=60) == 0
+            self.service = None
+        return super().stop(sig)
 
     def submit(self, *args: str) -> str:
         done = self.cli("submit", "--json", *args)
@@ -159,7 +185,7 @@ class SlurmUp(Up):
         raise AssertionError(f"timed out; jobs: {self.jobs()}\n{self.log()[-3000:]}")
 
     def install(self) -> str:
-        return (self.data_dir / "jobs" / "slurm-installation").read_text().strip()
+        return (self.backend_dir / "jobs" / "slurm-installation").read_text().strip()
 
     def slurm_jobs(self) -> dict[tuple[str, int], dict[str, str]]:
         """Slurm's record of every attempt Horizon submitted, by (job id, attempt)."""
@@ -270,8 +296,9 @@ def test_jobs_run_in_slurm_where_horizon_placed_them(tmp_path: Path, cluster: Sl
 @pytest.mark.timeout(120)
 def test_slurm_jobs_of_attempts_horizon_does_not_hold_are_cancelled(tmp_path: Path, cluster: SlurmCluster) -> None:
     """Horizon's log decides what runs: a Slurm job of an attempt that ended in Horizon is cancelled,
-    as is one Slurm still keeps pending when Horizon cancels it."""
-    up = SlurmUp(tmp_path / "data", cluster)
+    as is one Slurm still keeps pending when Horizon cancels it. (The backend runs as `horizon service
+    slurm` here, the distributed shape.)"""
+    up = SlurmUp(tmp_path / "data", cluster, service=True)
     up.start()
     try:
         # a Slurm job of an attempt Horizon does not hold (as one whose attempt ended while no backend

@@ -444,7 +444,7 @@ async def _create_streams(url: str) -> None:
 
 
 @click.command()
-@click.argument("name", type=click.Choice([*SERVICES, "projections", "agent"]))
+@click.argument("name", type=click.Choice([*SERVICES, "projections", "agent", "slurm"]))
 @click.option("--nats", "nats_url", envvar="HORIZON_NATS_URL", default="nats://127.0.0.1:4222", show_default=True)
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".horizon"), show_default=True)
 @click.option("--replicas", type=int, default=1, show_default=True, help="Stream replicas (3 on a NATS cluster).")
@@ -471,12 +471,17 @@ async def _create_streams(url: str) -> None:
 @click.option("--lease-ttl", type=click.IntRange(min=1), default=10, show_default=True,
               help="Seconds a service's leader lease lasts unrenewed: how long a standby waits after its "
                    "leader dies. Must exceed the longest decision round.")
+@click.option("--slurm-conf", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="slurm: the cluster's slurm.conf [default: $SLURM_CONF, else Slurm's own].")
+@click.option("--slurm-partition", default="", help="slurm: the partition whose nodes Horizon schedules onto "
+              "[default: every node].")
+@click.option("--slurm-bin", default="/usr/bin", show_default=True, help="slurm: where Slurm's commands are.")
 @click.option("--verbose", is_flag=True)
 def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int | None, gpus_per_node: int | None,
             gpu_type: str | None, cpus_per_node: str | None, memory_per_node: str | None, node_prefix: str,
             node_name: str | None, executor: str, heartbeat_timeout: float, policy: str, backfill_mode: str,
             otel: str, metrics_port: int | None, metrics_std: bool, metrics_host: str, lease_ttl: int,
-            verbose: bool) -> None:
+            slurm_conf: Path | None, slurm_partition: str, slurm_bin: str, verbose: bool) -> None:
     """Run one part alone against any NATS (the distributed shape).
 
     --nats takes one URL or several separated by commas (the servers of a NATS cluster). Once the
@@ -487,7 +492,9 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
     within --lease-ttl seconds of its death (at once when it stops gracefully).
 
     The agent hosts this machine as one node (its CPUs, memory and GPUs, as discovered) unless a
-    shape option makes it host a development cluster of simulated nodes instead.
+    shape option makes it host a development cluster of simulated nodes instead. `slurm` is the
+    Slurm backend instead of an agent: a Slurm partition's nodes (--slurm-conf, --slurm-partition;
+    docs/backends.md).
     """
     _logging(verbose)
     settings = StreamSettings(replicas=replicas)
@@ -499,10 +506,15 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
         raise click.BadParameter(f"{node_name!r}: use letters, digits, '_' or '-' (no dots)",
                                  param_hint="--node-name")
 
+    slurm = None
+    if name == "slurm":
+        slurm = _slurm_settings("slurm", shape, executor, False, slurm_conf, slurm_partition, slurm_bin)
+    elif slurm_conf is not None or slurm_partition:
+        raise click.UsageError("--slurm-conf and --slurm-partition go with `horizon service slurm`")
     if metrics_port is None and metrics_std:
         from services.host.metrics import METRICS_PORTS
 
-        metrics_port = METRICS_PORTS[name]
+        metrics_port = METRICS_PORTS["agent" if name == "slurm" else name]  # one or the other runs on a machine
 
     async def go() -> None:
         tracing, meters, registry = _telemetry(otel, f"horizon-{name}", prometheus=metrics_port is not None)
@@ -512,7 +524,7 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
             click.echo(f"{name}: metrics (Prometheus) on {web.url}/metrics", err=True)
         stack = Stack(nats_url, data_dir, executor=executor, heartbeat_timeout_s=heartbeat_timeout, settings=settings,
                       policy=policy, backfill=backfill_mode, tracer_provider=tracing, meter_provider=meters,
-                      lease_ttl_s=lease_ttl)
+                      lease_ttl_s=lease_ttl, slurm=slurm)
         setup = await JetStreamLog.open(nats_url, name=f"horizon-{name}-setup", settings=settings)
         await setup.close()
         failed: list[str] = []
@@ -526,6 +538,8 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
                         stack.nodes = [machine]
                     click.echo(f"agent: {what}, {executor} executor", err=True)
                     await stack.start_agent()
+                elif name == "slurm":
+                    await stack.start_slurm()
                 elif name == "projections":
                     await stack.start_projection()
                 else:
