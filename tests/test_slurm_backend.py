@@ -324,6 +324,12 @@ def test_slurm_jobs_of_attempts_horizon_does_not_hold_are_cancelled(tmp_path: Pa
         assert up.cli("cancel", held).returncode == 0
         up.until(lambda: up.jobs()[held]["state"] == "CANCELLED")
         up.until(lambda: up.slurm_jobs()[(held, 1)]["JobState"] == "CANCELLED", timeout_s=10)
+
+        # a node taken out of the partition is drained in Horizon, and back when it is back
+        cluster.run("scontrol", "update", f"PartitionName={cluster.partition}", "Nodes=s1,s2")
+        up.until(lambda: _node_rows(up)["s3"]["state"] == "drained")
+        cluster.run("scontrol", "update", f"PartitionName={cluster.partition}", "Nodes=s1,s2,s3")
+        up.until(lambda: _node_rows(up)["s3"]["state"] == "idle")
         _check_against_slurm(up, up.jobs())
         done = up.cli("check")
         assert done.returncode == 0, done.stdout + done.stderr

@@ -224,6 +224,11 @@ class SlurmBackend:
             elif reason is None and spec.name in self.drained:
                 if await self._command(spec.name, "uncordon", self.drained[spec.name]):
                     del self.drained[spec.name]
+        part = self.settings.partition or "any partition"
+        for name in sorted(set(agent.nodes) - set(nodes) - set(self.drained)):  # gone from Slurm's partition
+            reason = f"Slurm: the node is no longer in {part}"
+            if await self._command(name, "drain", reason):
+                self.drained[name] = reason
 
     async def _reap(self) -> None:
         """Cancel the Slurm jobs Horizon submitted whose attempt no longer holds resources in Horizon's
