@@ -123,10 +123,11 @@ def _register() -> None:
         submit,
         tenant,
         ui,
+        whatif,
     )
 
     for module in (audit, bench, check, jobs, logs, nodes, partition, policy, projections, quota, requests, run,
-                   sbatch, scontrol, shims, simulate, slurm, slurm_commands, srun, submit, tenant, ui):
+                   sbatch, scontrol, shims, simulate, slurm, slurm_commands, srun, submit, tenant, ui, whatif):
         module.register(cli)
 
 

@@ -35,7 +35,7 @@ __all__ = ["Bus", "InProcessBus", "NatsBus", "WATCHED"]
 
 # The decisions the driver acts on or records, collected by every bus at each barrier.
 WATCHED = frozenset({"JobScheduled", "JobRequeued", "JobRejected", "JobDependencyNeverSatisfied", "JobUnschedulable",
-                     "JobCancelled", "PreemptionRequested", "JobResized"})
+                     "JobCancelled", "PreemptionRequested", "JobResized", "JobStopRequested"})
 
 
 class Bus(Protocol):

@@ -98,7 +98,10 @@ def predicting_profile(backfill: str) -> c.ProfileConfigured:
 
 
 def submission_for(job: SimJob, settings: SimSettings, at: float) -> c.JobSubmitted:
-    """A trace job as a submission: all-or-nothing over as many nodes as its processors need."""
+    """A trace job as a submission: all-or-nothing over as many nodes as its processors need; a
+    recorded submission (``SimJob.submitted``) as it was, at ``at``, running ``runtime_s``."""
+    if job.submitted is not None:
+        return msgspec.structs.replace(job.submitted, ts=at, sim_runtime_s=job.runtime_s)
     if settings.gpus_per_node:
         total = job.gpus or job.procs
         per = settings.gpus_per_node
@@ -175,8 +178,13 @@ class SimRun:
 
 
 async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSettings, bus: Bus,
-                   config: Sequence[Event] = (), progress: Callable[[int, int], None] | None = None) -> SimRun:
-    """Run ``jobs`` through the bus at virtual time; ``progress(attempts ended, jobs)`` after each step."""
+                   config: Sequence[Event] = (), progress: Callable[[int, int], None] | None = None,
+                   timed: Sequence[tuple[str, Event]] = ()) -> SimRun:
+    """Run ``jobs`` through the bus at virtual time; ``progress(attempts ended, jobs)`` after each step.
+
+    ``timed``: (subject, event) the world or an operator publishes at the event's ``ts`` (a node
+    registered, cordoned or lost, a configuration change, a user's cancel: ``horizon whatif`` replays
+    them as recorded); those at or before the first arrival are published with the nodes."""
     started_wall = time.perf_counter()
     ended = 0
     results: dict[str, JobResult] = {}
@@ -189,6 +197,10 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
     ends: list[tuple[float, str, int]] = []  # (time, job id, attempt)
     wakes: list[float] = []  # times a decision may fall due (backoff, scheduling timeout)
     t0 = arrivals[0].submit_s if arrivals else 0.0
+    later = sorted(((e.ts, n, subject, e) for n, (subject, e) in enumerate(timed)), key=lambda x: (x[0], x[1]))
+    early = [(subject, _at(e, t0)) for ts, _, subject, e in later if ts <= t0]
+    later = [item for item in later if item[0] > t0]
+    k = 0
     start: list[tuple[str, Event]] = []
     for spec in nodes:
         reg = spec.registration("simulator")
@@ -196,22 +208,26 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
     for n, event in enumerate(config):
         start.append((admin_subject(admin_verb(event)),
                       msgspec.structs.replace(event, ts=t0, id=event.id or f"sim/config/{n}", source="simulator")))
+    start.extend(early)
     await bus.publish(start)
     await bus.settle()
     i = steps = 0
-    while i < len(arrivals) or ends or wakes:
+    while i < len(arrivals) or ends or wakes or k < len(later):
         now = min(arrivals[i].submit_s if i < len(arrivals) else math.inf, ends[0][0] if ends else math.inf,
-                  wakes[0] if wakes else math.inf)
+                  wakes[0] if wakes else math.inf, later[k][0] if k < len(later) else math.inf)
         while wakes and wakes[0] <= now:
             heapq.heappop(wakes)
         steps += 1
         batch: list[tuple[str, Event]] = []
+        while k < len(later) and later[k][0] == now:
+            batch.append((later[k][2], later[k][3]))
+            k += 1
         while ends and ends[0][0] == now:
             _, job_id, attempt = heapq.heappop(ends)
             result = results[job_id]
             run = result.attempts[-1]
-            if run.attempt != attempt or run.outcome == "PREEMPTED":
-                continue  # stopped earlier by a preemption
+            if run.attempt != attempt or run.outcome in ("PREEMPTED", "CANCELLED"):
+                continue  # stopped earlier by a preemption or a cancel
             if run.exit_code == 0:
                 done: Event = c.JobSucceeded(id=f"agent/JobSucceeded/{job_id}/{attempt}", ts=now,
                                              correlation_id=job_id, source="agent/sim", job_id=job_id,
@@ -226,7 +242,7 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
         while i < len(arrivals) and arrivals[i].submit_s == now:
             job = arrivals[i]
             sub = submission_for(job, settings, now)
-            batch.append((input_subject(TENANT, "submit"), _with_id(sub, job.job_id)))
+            batch.append((job.subject or input_subject(TENANT, "submit"), _with_id(sub, job.job_id)))
             if job.scheduling_timeout_s is not None:
                 heapq.heappush(wakes, now + job.scheduling_timeout_s)
             i += 1
@@ -246,13 +262,17 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
                     stop = _preempt(results, decision, now)
                     if stop is not None:
                         reports.append((event_subject("agent", stop), stop))
+                elif isinstance(decision, c.JobStopRequested):  # a cancel of a started job
+                    gone = _stop(results, decision, now)
+                    if gone is not None:
+                        reports.append((event_subject("agent", gone), gone))
                 elif not isinstance(decision, c.JobResized):  # an elastic job's new size: its run time stays
                     _record(results, tasks, decision, now, wakes)
             # a shrink for a preemptor frees nodes at once, as a preempted victim's stop does
             shrunk = any(isinstance(d, c.JobResized) and d.nodes < d.previous_nodes for d in decided)
             await bus.publish(reports)
             decided = []
-            if shrunk or any(isinstance(e, c.JobPreempted) for _, e in reports):
+            if shrunk or any(isinstance(e, (c.JobPreempted, c.JobCancelled)) for _, e in reports):
                 decided = await bus.settle()
                 steps += 1
                 tick = c.ClockTicked(id=f"clock/ClockTicked/{steps}", ts=now, correlation_id="sim", source="clock",
@@ -261,7 +281,7 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
                 decided += await bus.settle()
         if progress is not None:
             progress(min(ended, len(results)), len(results))
-        if i >= len(arrivals) and not ends and not _waiting(results, wakes):
+        if i >= len(arrivals) and k >= len(later) and not ends and not _waiting(results, wakes):
             break  # nothing will ever happen again: what has not started never will
     unstarted = [job_id for job_id, r in results.items() if r.start_s is None]
     return SimRun(results, nodes, time.perf_counter() - started_wall, steps, unstarted)
@@ -301,6 +321,21 @@ def _preempt(results: dict[str, JobResult], decision: c.PreemptionRequested, now
     return c.JobPreempted(id=f"agent/JobPreempted/{decision.job_id}/{decision.attempt}", ts=now,
                           correlation_id=decision.job_id, source="agent/sim", job_id=decision.job_id,
                           attempt=decision.attempt, for_job=decision.for_job)
+
+
+def _stop(results: dict[str, JobResult], decision: c.JobStopRequested, now: float) -> c.JobCancelled | None:
+    """The node agent's part of a cancel of a running job: it stops at once and reports the attempt cancelled."""
+    result = results.get(decision.job_id)
+    if result is None or not result.attempts:
+        return None
+    run = result.attempts[-1]
+    if run.outcome in ("PREEMPTED", "CANCELLED") or run.end_s <= now:
+        return None
+    result.attempts[-1] = dataclasses.replace(run, end_s=now, outcome="CANCELLED", exit_code=0)
+    result.state = "CANCELLED"
+    return c.JobCancelled(id=f"agent/JobCancelled/{decision.job_id}/{run.attempt}", ts=now,
+                          correlation_id=decision.job_id, source="agent/sim", job_id=decision.job_id,
+                          attempt=run.attempt, reason=decision.reason)
 
 
 def _record(results: dict[str, JobResult], tasks: dict[str, list[str]], decision: Event, now: float,

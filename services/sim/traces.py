@@ -34,6 +34,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from events.base import Event
 from events.codec import DecodeError, decode
@@ -67,6 +68,11 @@ class SimJob:
     max_retries: int = 0
     scheduling_timeout_s: float | None = None
     min_nodes: int | None = None  # an elastic gang's least nodes (``nodes`` its most): it grows and shrinks
+    # A recorded submission to replay as it was (``horizon whatif``, services/sim/whatif.py): the driver
+    # submits this event (its tenant, resources, partitions, ...) with ``submit_s`` and ``runtime_s``
+    # instead of building one from the fields above, on ``subject`` (its recorded input subject).
+    submitted: Any = None
+    subject: str = ""
 
     def outcome(self, attempt: int) -> int:
         """The exit code attempt ``attempt`` (1, 2, ...) ends with."""
