@@ -202,6 +202,8 @@ class SlurmBackend:
                 await self._sync(await self.read_nodes())
             except SlurmError as exc:
                 log.warning("cannot read Slurm's nodes: %s", exc)
+            except Exception:  # noqa: BLE001 - the next round tries again; the watch must not die
+                log.exception("the Slurm node sync failed")
 
     # ------------------------------------------------------------------ keeping Horizon's nodes as Slurm's
 

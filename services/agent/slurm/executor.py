@@ -70,8 +70,11 @@ class Slurm:
         return [os.path.join(self.bin_dir, argv[0]), *argv[1:]]
 
     async def run(self, *argv: str, timeout_s: float = 30.0) -> str:
-        proc = await asyncio.create_subprocess_exec(*self._argv(argv), stdin=subprocess.DEVNULL,
-                                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env)
+        try:
+            proc = await asyncio.create_subprocess_exec(*self._argv(argv), stdin=subprocess.DEVNULL,
+                                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env)
+        except OSError as exc:  # no such command, too many processes
+            raise SlurmError(f"cannot run {argv[0]}: {exc}") from exc
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
         except asyncio.TimeoutError:
@@ -84,8 +87,11 @@ class Slurm:
         return out.decode(errors="replace")
 
     def run_sync(self, *argv: str, timeout_s: float = 30.0) -> str:
-        done = subprocess.run(self._argv(argv), stdin=subprocess.DEVNULL, capture_output=True, env=self.env,
-                              timeout=timeout_s, check=False)
+        try:
+            done = subprocess.run(self._argv(argv), stdin=subprocess.DEVNULL, capture_output=True, env=self.env,
+                                  timeout=timeout_s, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SlurmError(f"cannot run {argv[0]}: {exc}") from exc
         if done.returncode != 0:
             raise SlurmError(f"{argv[0]} failed (exit {done.returncode}): {done.stderr.decode(errors='replace').strip()}")
         return done.stdout.decode(errors="replace")
