@@ -103,6 +103,7 @@ async def _ask_every_view(url: str) -> dict[str, tuple[str, Any]]:
             "query.queue": ("horizon.query.queue", {}),
             "query.queue.tenant": ("horizon.query.queue.default", {}),
             "query.nodes": ("horizon.query.nodes", {}),
+            "query.gpus": ("horizon.query.gpus", {"limit": 10}),
             "query.allocations": ("horizon.query.allocations", {}),
             "query.allocations.tenant": ("horizon.query.allocations.default", {}),
             "query.usage": ("horizon.query.usage", {"history": True}),
