@@ -168,6 +168,9 @@ def test_the_log_becomes_a_workload_with_recorded_run_times_and_what_it_cannot_t
     # the submissions are the recorded events: tenant, account and resources as submitted
     ok = next(j for j in wl.jobs if j.job_id == "ok")
     assert ok.submitted.tenant == "alpha" and ok.subject == input_subject("alpha", "submit")
+    # a warm-up replays the jobs of the hour before too (not measured): the span starts with their usage
+    warm = w.workload_from_log(log.records, T0, T0 + 1000, warm_from_s=T0 - 3600)
+    assert {j.job_id for j in warm.jobs} == set(runs) | {"old-done"} and warm.measured == wl.measured
     with pytest.raises(w.WhatIfError, match="the span is empty"):
         w.workload_from_log(log.records, T0, T0 - 1)
 

@@ -25,7 +25,7 @@ __all__ = ["register", "whatif_report"]
 POLICIES = ["fcfs", "sjf", "f1", "multifactor"]
 
 
-def _span(records: list[Any], from_text: str | None, to_text: str | None) -> tuple[float, float]:
+def _span(records: list[Any], from_text: str | None, to_text: str | None) -> tuple[float, float, float]:
     times: dict[int, float] = {}
     last = 0.0
     for r in records:
@@ -38,13 +38,13 @@ def _span(records: list[Any], from_text: str | None, to_text: str | None) -> tup
         last = max(last, t)
     end = w.parse_when(to_text, last, times.get) if to_text else last
     start = w.parse_when(from_text, end, times.get) if from_text else end - 7 * w.DAY
-    return start, end
+    return start, end, min(times.values(), default=start)
 
 
 def whatif_report(records: list[Any], *, from_text: str | None = None, to_text: str | None = None,
                   sets: tuple[str, ...] = (), config_json: tuple[str, ...] = (), add_nodes: tuple[str, ...] = (),
                   remove: tuple[str, ...] = (), policy: str = "multifactor", backfill: str = "easy",
-                  tolerance_s: float = 1.0, bar: Bar | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+                  tolerance_s: float = 1.0, warmup: str = "7d", bar: Bar | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The whole comparison (what ``--json`` prints), from the log's records, and each measured job's
     recorded, baseline and changed start (what ``--starts`` writes)."""
     changes = w.parse_sets(sets)
@@ -61,8 +61,9 @@ def whatif_report(records: list[Any], *, from_text: str | None = None, to_text: 
             raise w.WhatIfError(str(exc)) from None
     for spec in add_nodes:
         w.parse_add_nodes(spec)
-    start, end = _span(records, from_text, to_text)
-    workload = w.workload_from_log(records, start, end)
+    start, end, first = _span(records, from_text, to_text)
+    warm_from = first if warmup == "all" else start - w.parse_duration(warmup, "--warmup")
+    workload = w.workload_from_log(records, start, end, warm_from_s=warm_from)
     if not workload.measured:
         raise w.WhatIfError(f"no job was submitted between {w._iso(start)} and {w._iso(end)}: nothing to replay "
                             f"(give --from/--to)")
@@ -122,7 +123,7 @@ def _print(out: dict[str, Any]) -> None:
     span = b["span"]
     fid = b["fidelity"]
     click.echo(f"span {span['from']} .. {span['to']} (seq {span['first_seq']}..{span['last_seq']}): "
-               f"{span['jobs']:,} jobs ({span['carried_in']:,} carried in), {span['capacity_gpus']:,} GPUs, "
+               f"{span['jobs']:,} jobs ({span['carried_in']:,} more replayed from before it), {span['capacity_gpus']:,} GPUs, "
                f"{span['capacity_cpus']:,.0f} cores")
     click.echo(f"baseline reproduces {fid['reproduced']:,} of {fid['compared']:,} recorded starts "
                f"(within {fid['tolerance_s']:g} s, same nodes); {fid['unexplained']:,} differ without a known cause")
@@ -201,26 +202,31 @@ def _print(out: dict[str, Any]) -> None:
               help="The backfill mode the services ran with (horizon up --backfill-mode), until a ProfileConfigured.")
 @click.option("--tolerance", "tolerance_s", type=float, default=1.0, show_default=True,
               help="Seconds a replayed start may differ from the recorded one and still reproduce it.")
+@click.option("--warmup", default="7d", show_default=True,
+              help="Also replay the jobs submitted this long before --from (not measured), so that the span "
+                   "begins with the queue and fair-share usage it had; 0: none; all: from the log's start.")
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"baseline": {...}, "changed": {...}}.')
 @click.option("--starts", "starts_file", type=click.Path(dir_okay=False), default=None,
               help="Also write each job's recorded, baseline and changed start and nodes (JSON) to this file.")
 def whatif_command(nats_url: str, from_text: str | None, to_text: str | None, sets: tuple[str, ...],
                    profiles: tuple[str, ...], preemptions: tuple[str, ...], config_json: tuple[str, ...],
                    add_nodes: tuple[str, ...], remove: tuple[str, ...], policy: str, backfill_mode: str,
-                   tolerance_s: float, as_json: bool, starts_file: str | None) -> None:
+                   tolerance_s: float, warmup: str, as_json: bool, starts_file: str | None) -> None:
     """Replay a span of the live log (default: its last 7 days) twice at virtual time, through the same
     services: as configured, and with the changes asked for; compare waits, slowdown, utilisation,
     preemption and fair share. Users' submissions stay as recorded (docs/whatif.md)."""
     all_sets = (*sets, *(f"profile.{p}" for p in profiles), *(f"preemption.{p}" for p in preemptions))
     try:
         w.parse_sets(all_sets)  # bad keys answer before the log is read
+        if warmup != "all":
+            w.parse_duration(warmup, "--warmup")
         for spec in add_nodes:
             w.parse_add_nodes(spec)
         with Bar("reading") as bar:
             records = asyncio.run(read_log(nats_url, bar.update))
             out, starts = whatif_report(records, from_text=from_text, to_text=to_text, sets=all_sets,
                                 config_json=config_json, add_nodes=add_nodes, remove=remove, policy=policy,
-                                backfill=backfill_mode, tolerance_s=tolerance_s, bar=bar)
+                                backfill=backfill_mode, tolerance_s=tolerance_s, warmup=warmup, bar=bar)
     except (w.WhatIfError, LogError) as exc:
         raise click.ClickException(str(exc)) from None
     if starts_file:

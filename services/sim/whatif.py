@@ -8,6 +8,9 @@ the baseline against what was recorded (``fidelity``) and two replays against ea
 
 **The workload.** Every job submitted in the span (by event time), plus the jobs submitted before it
 that had not ended when it began ("carried in": replayed from their own submission, not measured).
+With a warm-up (``horizon whatif --warmup``, 7 days by default), the jobs submitted in the days
+before the span are replayed too, as configured, so that the span begins with the queue, the
+running jobs and the fair-share usage it had; they are not measured either.
 Each is the recorded ``JobSubmitted`` as it was (tenant, account, resources, partitions, class,
 dependencies, array), submitted at its recorded time, running for its recorded run time: from the
 ``JobScheduled`` of the attempt that completed (its allocation; the agent's ``JobStarted`` follows
@@ -158,8 +161,13 @@ def _base_id(job_id: str) -> str:
     return head if sep and tail.isdigit() else job_id
 
 
-def workload_from_log(records: Sequence[Record], start_s: float, end_s: float) -> Workload:
-    """The span [start_s, end_s] of the log (event times) as a workload; see the module's docstring."""
+def workload_from_log(records: Sequence[Record], start_s: float, end_s: float,
+                      warm_from_s: float | None = None) -> Workload:
+    """The span [start_s, end_s] of the log (event times) as a workload; see the module's docstring.
+    ``warm_from_s`` (before ``start_s``): the jobs submitted from then on are replayed too, as the cluster
+    ran them, so that the span begins with the queue, the running jobs and the fair-share usage it had;
+    they are not measured."""
+    warm = start_s if warm_from_s is None else min(warm_from_s, start_s)
     if end_s <= start_s:
         raise WhatIfError(f"the span is empty: it ends ({_iso(end_s)}) before it begins ({_iso(start_s)})")
     subs: dict[str, tuple[str, c.JobSubmitted, float, int]] = {}  # job id -> (subject, event, time, seq)
@@ -241,8 +249,8 @@ def workload_from_log(records: Sequence[Record], start_s: float, end_s: float) -
         infos = [_recorded(m, sub, accepted.get(m) or accepted.get(job_id), t_sub, sorted(by_job.get(m, [])),
                            started, scheduled, decided, ended, preempted, cancels, lost_under) for m in members]
         if t_sub < start_s:
-            if all(i.end_s is not None and i.end_s < start_s for i in infos) or job_id in rejected:
-                continue  # over before the span
+            if t_sub < warm and (all(i.end_s is not None and i.end_s < warm for i in infos) or job_id in rejected):
+                continue  # over before the span (and its warm-up)
             for i in infos:
                 i.carried_in = True
         if job_id in rejected:
