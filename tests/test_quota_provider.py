@@ -231,3 +231,50 @@ def test_a_source_it_cannot_read_is_a_one_line_error(up, tmp_path):
     done = horizon("quota", "sync", "--slurm-conf", str(conf), url=up)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "names no ClusterName; give --cluster" in done.stderr
+
+
+@pytest.mark.timeout(180)
+def test_up_keeps_the_accounts_in_sync_with_slurm(slurm_db, tmp_path):
+    """``horizon up --quota-provider slurm``: Slurm's accounts at start, and a change at the next sync."""
+    acc = slurm_db
+    acc.sacctmgr("add", "account", "physics", f"cluster={acc.cluster}", "fairshare=5", "GrpTRES=cpu=4", "GrpJobs=2")
+    port = free_port()
+    proc = subprocess.Popen([*HORIZON, "up", "--port", str(port), "--data-dir", str(tmp_path / "h"), "--nodes", "1",
+                             "--ui-port", "0", "--quota-provider", "slurm", "--slurm-conf", str(acc.conf),
+                             "--quota-every", "1s"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    url = f"nats://127.0.0.1:{port}"
+
+    def physics():  # type: ignore[no-untyped-def]
+        done = horizon("usage", "--json", url=url)
+        assert done.returncode == 0, done.stderr
+        rows = [r for r in json.loads(done.stdout)["rows"] if r["account"] == "physics" and not r["user"]]
+        return rows[0] if rows and rows[0]["quota"] else None
+
+    try:
+        assert proc.stdout.readline().strip() == url
+        row = _until("physics from Slurm", physics)
+        assert (row["raw_shares"], row["quota"]) == (5.0, {
+            "cpus_milli": 4000, "running_jobs": 2,
+            "sources": {"cpus_milli": "Slurm association hz/physics GrpTRES",
+                        "running_jobs": "Slurm association hz/physics GrpJobs"}})
+        acc.sacctmgr("modify", "account", "physics", "set", "GrpJobs=7")
+        _until("the new GrpJobs", lambda: (physics() or {}).get("quota", {}).get("running_jobs") == 7)
+    finally:
+        interrupt(proc)
+    assert proc.returncode == 0
+
+
+def test_up_quota_provider_options_say_what_is_wrong(tmp_path):
+    from click.testing import CliRunner
+
+    from services.cli.run import up as up_command
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmctldHost=nowhere\n")
+    for args, said, code in (
+            (["--quota-provider", "slurm", "--processes"], "without --processes", 2),
+            (["--quota-provider", "slurm", "--quota-every", "0", "--slurm-conf", str(conf)], "must be more than 0", 2),
+            (["--quota-provider", "slurm", "--slurm-conf", str(conf)], "names no ClusterName", 1),
+            (["--slurm-conf", str(conf)], "go with --backend slurm (--slurm-conf also with --quota-provider", 2)):
+        done = CliRunner().invoke(up_command, ["--data-dir", str(tmp_path / "d"), *args])
+        assert done.exit_code == code and said in done.output, done.output

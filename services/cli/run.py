@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from events.resources import parse_cpus, parse_memory
+from events.resources import parse_cpus, parse_duration, parse_memory
 from events.vocabulary import BACKFILL_MODES
 from events.subjects import valid_token
 from services.agent.discovery import describe_machine, machine_node
@@ -183,11 +183,17 @@ def _hold(data_dir: Path) -> DataDirLock:
               "onto [default: every node].")
 @click.option("--slurm-bin", default="/usr/bin", show_default=True,
               help="--backend slurm: where Slurm's sbatch, scontrol and scancel are.")
+@click.option("--quota-provider", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
+              help="Where accounts' limits come from: local (horizon account set) or slurm (Slurm's associations "
+                   "and QOS through sacctmgr, with --slurm-conf; synced every --quota-every; docs/backends.md).")
+@click.option("--quota-every", default="5m", show_default=True,
+              help="--quota-provider slurm: how often to sync (also at start; `horizon quota sync` syncs now).")
 @click.option("--verbose", is_flag=True)
 def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, gpu_type: str | None,
        cpus_per_node: str | None, memory_per_node: str | None, executor: str, heartbeat_timeout: float, policy: str,
        backfill_mode: str, otel: str, ui_port: int | None, processes: bool, auth: bool, use_tls: bool,
-       backend: str, slurm_conf: Path | None, slurm_partition: str, slurm_bin: str, verbose: bool) -> None:
+       backend: str, slurm_conf: Path | None, slurm_partition: str, slurm_bin: str, quota_provider: str,
+       quota_every: str, verbose: bool) -> None:
     """Start everything on this machine: nats-server, the five services, projections, and a node.
 
     Without shape options the node is this machine as it is: its CPUs, memory and GPUs (found
@@ -208,10 +214,14 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
     commands run beside it find the operator's credentials in the data dir (--data-dir).
 
     With --backend slurm the nodes are a Slurm partition's (--slurm-conf, --slurm-partition) and
-    each job placed on them runs as a Slurm batch job pinned to the nodes Horizon chose.
+    each job placed on them runs as a Slurm batch job pinned to the nodes Horizon chose. With
+    --quota-provider slurm the accounts, their shares and limits are Slurm's (sacctmgr), synced into
+    the log at start and every --quota-every.
     """
     shape = Shape(nodes, gpus_per_node, gpu_type, cpus_per_node, memory_per_node)
-    slurm = _slurm_settings(backend, shape, executor, processes, slurm_conf, slurm_partition, slurm_bin)
+    quota = _quota_settings(quota_provider, quota_every, slurm_conf, processes)
+    slurm = _slurm_settings(backend, shape, executor, processes, slurm_conf, slurm_partition, slurm_bin,
+                            conf_used=quota is not None)
     lock = _hold(data_dir)  # 1. the data dir is ours before anything in it is touched
     try:
         # 2. what runs: the machine (discovered), the development cluster, or a Slurm partition
@@ -244,7 +254,7 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
         server.start()
         try:
             asyncio.run(_up(server, data_dir, node_specs, executor, heartbeat_timeout, what, policy, backfill_mode,
-                            otel, secured, ui_port, slurm))
+                            otel, secured, ui_port, slurm, quota))
         except DataDirBusy as exc:  # the agent's own lock: an agent started apart on this data dir
             raise click.ClickException(str(exc)) from None
         except RuntimeError as exc:  # the Slurm backend could not start (services/agent/slurm/backend.py)
@@ -275,12 +285,37 @@ def _ready_lines(secured: Secured, data_dir: Path, hint: str) -> str:
             f"  horizon account set acme --tenant acme --shares 2{where}   # an operator command\n")
 
 
+def _quota_settings(provider: str, every: str, conf: Path | None, processes: bool) -> Any:
+    """``--quota-provider slurm``'s (source, seconds between syncs); None for the local provider."""
+    if provider == "local":
+        return None
+    if processes:
+        raise click.UsageError("--quota-provider slurm runs in horizon up's own process: without --processes, or "
+                               "run `horizon quota sync --every DURATION` beside it")
+    try:
+        every_s = parse_duration(every, "--quota-every")
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--quota-every") from None
+    if every_s <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="--quota-every")
+    from services.quota.app import QuotaSourceError, SlurmQuotaSource
+
+    source = SlurmQuotaSource(slurm_conf=str(conf.resolve()) if conf is not None else None)
+    try:
+        source.cluster_name()  # a conf that names no cluster is said now, not at the first sync
+    except QuotaSourceError as exc:
+        raise click.ClickException(str(exc)) from None
+    return source, every_s
+
+
 def _slurm_settings(backend: str, shape: Shape, executor: str, processes: bool, conf: Path | None, partition: str,
-                    bin_dir: str) -> Any:
-    """``--backend slurm``'s settings (None for the agent), or a usage error for options that cannot go with it."""
+                    bin_dir: str, conf_used: bool = False) -> Any:
+    """``--backend slurm``'s settings (None for the agent), or a usage error for options that cannot go with it.
+    ``conf_used``: --slurm-conf serves the quota provider (so it is no stray option without the backend)."""
     if backend != "slurm":
-        if conf is not None or partition:
-            raise click.UsageError("--slurm-conf and --slurm-partition go with --backend slurm")
+        if (conf is not None and not conf_used) or partition:
+            raise click.UsageError("--slurm-conf and --slurm-partition go with --backend slurm (--slurm-conf also "
+                                   "with --quota-provider slurm)")
         return None
     if shape.dev:
         raise click.UsageError("--backend slurm takes its nodes from Slurm: no --nodes or other shape options")
@@ -301,7 +336,7 @@ def _slurm_settings(backend: str, shape: Shape, executor: str, processes: bool, 
 
 async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], executor: str, heartbeat_timeout: float,
               what: str, policy: str, backfill: str, otel: str = "none", secured: Secured | None = None,
-              ui_port: int | None = None, slurm: Any = None) -> None:
+              ui_port: int | None = None, slurm: Any = None, quota: Any = None) -> None:
     secured = secured or Secured(None, None, None)
     tracing, meters, registry = _telemetry(otel, "horizon", prometheus=True)
     url = secured.public_url(server.host, server.port)
@@ -309,7 +344,7 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], ex
     web = await _http_server(registry, "127.0.0.1", ui_port, fallback=ui_port is None, dashboard=board)
     stack = Stack(url, data_dir, nodes=node_specs, executor=executor, heartbeat_timeout_s=heartbeat_timeout,
                   policy=policy, backfill=backfill, tracer_provider=tracing, meter_provider=meters,
-                  urls=secured.part_urls(server.host, server.port), slurm=slurm)
+                  urls=secured.part_urls(server.host, server.port), slurm=slurm, quota=quota)
     async with _signals() as stop:
         try:
             await stack.start()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,9 @@ class Stack:
     # The Slurm backend's settings (services/agent/slurm/backend.py, SlurmSettings): run it, over that
     # cluster's nodes, instead of a node agent over ``nodes`` (horizon up --backend slurm).
     slurm: Any = None
+    # A quota provider kept in sync (horizon up --quota-provider slurm): (SlurmQuotaSource, seconds
+    # between syncs); it publishes account configurations, as the operator (docs/backends.md).
+    quota: Any = None
     tracer_provider: Any = None  # OpenTelemetry: each part's log is traced (services/runtime/telemetry.py)
     meter_provider: Any = None
 
@@ -87,6 +91,8 @@ class Stack:
             await self.start_slurm()
         elif self.nodes:
             await self.start_agent()
+        if self.quota is not None:
+            await self.start_quota()
 
     async def _connect(self, name: str) -> Any:
         log_ = await JetStreamLog.open(self.url_of(name), name=f"horizon-{name}", settings=self.settings,
@@ -194,6 +200,16 @@ class Stack:
 
         return await self._launch("slurm", log_, backend, run(), backend.ready)
 
+    async def start_quota(self) -> Part:
+        """The quota provider (services/quota/): Slurm's accounts and limits, synced on a schedule."""
+        from services.quota.app import keep_in_sync
+
+        log_ = await self._connect("admin")  # account configurations are operator inputs
+        source, every_s = self.quota
+        ready = asyncio.Event()
+        return await self._launch("quota", log_, source, keep_in_sync(log_, source, every_s, ready, time.time),
+                                  ready)
+
     async def kill(self, name: str) -> None:
         """Cancel one part abruptly (a crash, as far as the log can tell) and close its connection."""
         part = self.parts.pop(name)
@@ -207,7 +223,8 @@ class Stack:
         service = name.split("#", 1)[0]  # "scheduling#2": a second instance of scheduling
         if service in SERVICES:
             return await self.start_service(service, key=name)
-        others = {"projections": self.start_projection, "agent": self.start_agent, "slurm": self.start_slurm}
+        others = {"projections": self.start_projection, "agent": self.start_agent, "slurm": self.start_slurm,
+                  "quota": self.start_quota}
         if name not in others:
             raise ValueError(f"unknown part {name!r}; parts: {', '.join([*SERVICES, *others])}")
         return await others[name]()

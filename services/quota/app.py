@@ -11,8 +11,9 @@ read again rather than overwrite it. The scheduler applies them like any other o
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from events import catalogue as c
@@ -20,9 +21,11 @@ from events.codec import decode_as, encode
 from events.subjects import admin_subject
 from services.quota.slurm import Planned, TresError, Wanted, desired, parse_table, plan, read_limits
 from services.runtime.jetstream import JetStreamLog
-from services.runtime.log import LogConflict
+from services.runtime.log import LogConflict, LogError
 
-__all__ = ["SlurmQuotaSource", "SyncResult", "QuotaSourceError", "sync", "current_accounts"]
+__all__ = ["SlurmQuotaSource", "SyncResult", "QuotaSourceError", "sync", "current_accounts", "keep_in_sync"]
+
+logger = logging.getLogger("horizon.quota")
 
 ASSOC_FORMAT = "Cluster,Account,User,ParentName,Share,GrpTRES,GrpJobs,QOS,DefaultQOS"
 QOS_FORMAT = "Name,GrpTRES,GrpJobs"
@@ -140,3 +143,26 @@ async def sync(log: JetStreamLog, source: SlurmQuotaSource, now: float, user: st
             continue  # someone configured an account meanwhile: read again
     raise QuotaSourceError(f"the account configurations kept changing under {attempts} syncs; try again")
 
+
+
+async def keep_in_sync(log: JetStreamLog, source: SlurmQuotaSource, every_s: float, ready: asyncio.Event,
+                       clock: Callable[[], float], user: str = "") -> None:
+    """Sync now and every ``every_s`` until cancelled (``horizon up --quota-provider slurm``). A sync
+    that fails (slurmdbd down, the log unreachable) is logged and tried again at the next one; each
+    note on what does not map is logged once."""
+    noted: set[str] = set()
+    while True:
+        try:
+            result = await sync(log, source, clock(), user)
+        except (QuotaSourceError, LogError) as exc:
+            logger.warning("quota sync from Slurm failed: %s; next in %g s", exc, every_s)
+        else:
+            for seq, planned in result.published:
+                logger.info("account %s from Slurm cluster %s (%s), log seq %d", planned.event.account,
+                            result.cluster, planned.change, seq)
+            for note in result.notes:
+                if note not in noted:
+                    noted.add(note)
+                    logger.warning("quota sync from Slurm: %s", note)
+        ready.set()
+        await asyncio.sleep(every_s)
