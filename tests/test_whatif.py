@@ -321,3 +321,33 @@ def test_a_recorded_live_run_is_reproduced_and_a_fairshare_change_moves_the_wait
         except subprocess.TimeoutExpired:
             up.kill()
             up.wait()
+
+
+# ---------------------------------------------------------------------- a simulated log, changed in each way
+
+
+def test_node_classes_added_and_removed_and_any_configuration_event_move_the_waits_as_they_should():
+    from services.bench.whatif_log import record_week, week_workload
+    from services.cli.whatif import whatif_report
+
+    jobs, specs, config = week_workload(nodes=4, days=0.5, load=3.0, seed=7, start_s=T0)
+    records = record_week(jobs, specs, config)
+    same, starts = whatif_report(records)
+    fid = same["baseline"]["fidelity"]
+    assert fid["reproduced"] == fid["compared"] == len(jobs)  # a complete log: every start reproduced
+    assert same["changed"]["mean_wait_s"] == same["baseline"]["mean_wait_s"] > 0
+    more, _ = whatif_report(records, add_nodes=("2x8a100",))
+    assert more["changed"]["nodes_added"] == 2
+    assert more["changed"]["mean_wait_s"] < more["baseline"]["mean_wait_s"]
+    less, _ = whatif_report(records, remove=("gpu-03",))
+    assert less["changed"]["nodes_removed"] == ["gpu-03"]
+    assert less["changed"]["mean_wait_s"] > less["baseline"]["mean_wait_s"]
+    fcfs, _ = whatif_report(records, config_json=('{"type": "PolicyConfigured", "policy": "fcfs"}',))
+    assert fcfs["changed"]["changes"] == ['PolicyConfigured {"policy": "fcfs", "weights": {}, "max_age_s": null, '
+                                          '"estimate_ref_s": null, "qos_boost": {}, "backoff_base_s": null, '
+                                          '"backoff_max_s": null, "user": ""}']
+    assert fcfs["changed"]["mean_wait_s"] != fcfs["baseline"]["mean_wait_s"]
+    with pytest.raises(w.WhatIfError, match="no recorded node matches"):
+        whatif_report(records, remove=("cpu-*",))
+    with pytest.raises(w.WhatIfError, match="no job was submitted"):
+        whatif_report(records, from_text="2020-01-01T00:00:00Z", to_text="2020-01-02T00:00:00Z")

@@ -36,8 +36,10 @@ NAMES = ("vision", "nlp", "speech", "research", "robotics", "climate", "bio", "p
 
 def week_workload(*, nodes: int = 125, gpus_per_node: int = 8, days: float = 7.0, load: float = 0.9,
                   median_run_s: float = 3600.0, tenants: int = 4, seed: int = 1,
-                  start_s: float | None = None) -> tuple[list[SimJob], list[Any], list[Any]]:
-    """(jobs, node specs, configuration events)."""
+                  start_s: float | None = None, classes: tuple[tuple[str, float], ...] = (("normal", 1.0),),
+                  ) -> tuple[list[SimJob], list[Any], list[Any]]:
+    """(jobs, node specs, configuration events). ``classes``: priority classes and their weights (one
+    class by default: with several, the preemption planner's search for victims dominates the run time)."""
     rng = random.Random(seed)
     t0 = start_s if start_s is not None else math.floor(time.time() - days * 86400.0)
     specs = local_nodes(nodes, gpus_per_node=gpus_per_node, gpu_type="a100", cpus=64,
@@ -69,7 +71,7 @@ def week_workload(*, nodes: int = 125, gpus_per_node: int = 8, days: float = 7.0
             id=job_id, ts=t0 + t, source="cli", correlation_id=job_id, job_id=job_id, tenant=tenant, account=tenant,
             user=f"{tenant}-u{rng.randrange(5)}", resources=c.ResourceRequest(cpus=4, memory="32Gi", gpus=per_node,
                                                                                gpu_type="a100"),
-            nodes=count, time_limit_s=limit, priority_class=rng.choices(["high", "normal", "low"], [1, 8, 2])[0],
+            nodes=count, time_limit_s=limit, priority_class=rng.choices([k for k, _ in classes], [p for _, p in classes])[0],
             sim_runtime_s=round(run, 1))
         jobs.append(SimJob(job_id, round(t0 + t, 3), round(run, 1), limit, gpus=gpus, account=tenant,
                            user=sub.user, priority_class=sub.priority_class, submitted=sub,
