@@ -113,6 +113,8 @@ def _fields(event: Any) -> dict[str, Any]:
 
 
 def _fmt(value: float) -> str:
+    if isinstance(value, int):
+        return f"{value:,}"
     if value >= 100:
         return f"{value:,.0f}"
     return f"{value:,.2f}"
