@@ -63,7 +63,7 @@ def whatif_report(records: list[Any], *, from_text: str | None = None, to_text: 
         w.parse_add_nodes(spec)
     start, end, first = _span(records, from_text, to_text)
     warm_from = first if warmup == "all" else start - w.parse_duration(warmup, "--warmup")
-    workload = w.workload_from_log(records, start, end, warm_from_s=warm_from)
+    workload = w.workload_from_log(records, start, end, warm_from_s=warm_from, tolerance_s=tolerance_s)
     if not workload.measured:
         raise w.WhatIfError(f"no job was submitted between {w._iso(start)} and {w._iso(end)}: nothing to replay "
                             f"(give --from/--to)")

@@ -296,6 +296,9 @@ def _start(results: dict[str, JobResult], decision: c.JobScheduled, now: float,
     nodes = sorted(a.node for a in decision.allocations)
     code = result.job.outcome(decision.attempt)
     end = now + result.job.runtime_s
+    pinned = result.job.recorded_run
+    if pinned is not None and decision.attempt == 1 and abs(now - pinned[0]) <= pinned[2]:
+        end = max(now, pinned[1])  # a recorded attempt started when it did ends when it did
     result.attempts.append(Attempt(decision.attempt, now, end, nodes, "SUCCEEDED" if code == 0 else "FAILED", code))
     result.state = "RUNNING"
     if result.start_s is None:

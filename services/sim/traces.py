@@ -73,6 +73,9 @@ class SimJob:
     # instead of building one from the fields above, on ``subject`` (its recorded input subject).
     submitted: Any = None
     subject: str = ""
+    # (start, end, tolerance) of a recorded first attempt: started within ``tolerance`` s of ``start``, it
+    # ends at ``end``, as it did (whatif's replays keep the world's own times where the schedule does)
+    recorded_run: tuple[float, float, float] | None = None
 
     def outcome(self, attempt: int) -> int:
         """The exit code attempt ``attempt`` (1, 2, ...) ends with."""

@@ -15,9 +15,11 @@ Each is the recorded ``JobSubmitted`` as it was (tenant, account, resources, par
 dependencies, array), submitted at its recorded time, running for its recorded run time: from the
 ``JobScheduled`` of the attempt that completed (its allocation; the agent's ``JobStarted`` follows
 within moments) to its end (a preempted attempt starts over, as the simulator's jobs do not
-checkpoint). A job that never ran runs its time limit should it start; a job without an end in the
-log (still running, or the log stops) runs its time limit; a job a user cancelled while it ran runs its time limit, and the user's cancel is
-replayed at its time. Every other input is replayed at its recorded time: the users' cancels,
+checkpoint); a first attempt the replay starts within the tolerance of its recorded start ends at
+its recorded end, so the services' own reaction times do not drift the replay. A job that never
+ran runs its time limit should it start; a job without an end in the log (still running, or the
+log stops) runs its time limit; a job a user cancelled while it ran runs its time limit, and the
+user's cancel is replayed at its time. Every other input is replayed at its recorded time: the users' cancels,
 holds, releases and updates, the operators' configuration and node commands (cordon, drain), the
 agents' node registrations and inventory's observed node losses. Configuration from before the span
 is applied at its start. Changes (``--set``, ``--config``, ``--add-nodes``, ``--remove-nodes``) are
@@ -123,6 +125,7 @@ class RecordedJob:
     cancelled: bool = False
     node_lost: bool = False
     carried_in: bool = False
+    pinnable: bool = False  # its first attempt completed: a replay starting it then ends it when it ended
 
 
 @dataclass
@@ -162,7 +165,7 @@ def _base_id(job_id: str) -> str:
 
 
 def workload_from_log(records: Sequence[Record], start_s: float, end_s: float,
-                      warm_from_s: float | None = None) -> Workload:
+                      warm_from_s: float | None = None, tolerance_s: float = 1.0) -> Workload:
     """The span [start_s, end_s] of the log (event times) as a workload; see the module's docstring.
     ``warm_from_s`` (before ``start_s``): the jobs submitted from then on are replayed too, as the cluster
     ran them, so that the span begins with the queue, the running jobs and the fair-share usage it had;
@@ -272,6 +275,8 @@ def workload_from_log(records: Sequence[Record], start_s: float, end_s: float,
             exit_code=1 if failed and len(failed) == len(infos) else 0,
             restart_policy=sub.restart_policy, max_retries=sub.max_retries,
             scheduling_timeout_s=sub.scheduling_timeout_s, submitted=sub, subject=subject,
+            recorded_run=(infos[0].start_s, infos[0].end_s, tolerance_s) if len(infos) == 1 and infos[0].pinnable
+            else None,
         ))
     keep = {_base_id(j) for j in recorded} | set(recorded)
     timed: list[tuple[str, Event]] = []
@@ -327,6 +332,7 @@ def _recorded(job_id: str, sub: c.JobSubmitted, spec: c.JobSpec | None, t_sub: f
             out.end_s, state = t_end, how
             if how in ("SUCCEEDED", "FAILED"):  # how long it held its allocation
                 out.run_s = max(0.0, t_end - decided.get((job_id, a), started[(job_id, a)]))
+                out.pinnable = a == first
             elif how == "CANCELLED":
                 out.cancelled_running = True
         else:
