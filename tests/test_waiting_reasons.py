@@ -225,3 +225,10 @@ def test_every_kind_is_documented(kind):
 
     events_md = (Path(__file__).parent.parent / "docs" / "events.md").read_text()
     assert f"`{kind}`" in events_md
+
+
+def test_a_reservation_on_the_wall_clock_reads_as_a_date():
+    from services.domain.queue.waiting import _at
+
+    assert _at(1795727094.4) == "at 2026-11-26 21:04:54 UTC"  # 1,795,727,094 s after the epoch
+    assert _at(1001.0) == "at t=1001"  # a simulation's virtual time stays in seconds

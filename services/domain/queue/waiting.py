@@ -8,6 +8,7 @@ time, the job whose reservation it would delay, the head.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import NamedTuple, Protocol
 
 from services.domain.dependencies import MET, dependency_status
@@ -225,11 +226,11 @@ def _reason(state: SchedulingState, job: Job, order: _Order, max_candidates: int
             return Waiting("reservation", job.reason)
         if job.reserved_at is not None:  # the head: backfilling keeps its nodes for it
             nodes = ",".join(job.reserved_nodes) or "nodes to be chosen"
-            return Waiting("resources", f"{job.reason}; reserved to start at t={job.reserved_at:.0f} on {nodes}")
+            return Waiting("resources", f"{job.reason}; reserved to start {_at(job.reserved_at)} on {nodes}")
         return Waiting("resources", job.reason)
     if job.reserved_at is not None:
         nodes = ",".join(job.reserved_nodes) or "nodes to be chosen"
-        return Waiting("resources", f"reserved to start at t={job.reserved_at:.0f} on {nodes}")
+        return Waiting("resources", f"reserved to start {_at(job.reserved_at)} on {nodes}")
     # 4. not tried yet: where it stands
     ahead, head, holder, blocker = order.ahead(job)
     behind = f"{ahead} job{'s' if ahead != 1 else ''} ahead of it" if ahead else "first in the queue"
@@ -251,3 +252,11 @@ def _reason(state: SchedulingState, job: Job, order: _Order, max_candidates: int
     return Waiting("cycle", f"waiting for the next scheduling cycle: {behind}")
 
 # ------------------------------------------------------------------ decide
+
+
+def _at(ts: float) -> str:
+    """``at 2026-11-26 21:04:54 UTC`` for a time on the wall clock's scale; ``at t=1001`` for a
+    simulation's virtual time (seconds from its start). A pure rendering of the given time."""
+    if ts >= 1e9:  # after 2001-09-09: an epoch time
+        return f"at {datetime.fromtimestamp(round(ts), timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+    return f"at t={ts:.0f}"
