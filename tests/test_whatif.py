@@ -351,3 +351,27 @@ def test_node_classes_added_and_removed_and_any_configuration_event_move_the_wai
         whatif_report(records, remove=("cpu-*",))
     with pytest.raises(w.WhatIfError, match="no job was submitted"):
         whatif_report(records, from_text="2020-01-01T00:00:00Z", to_text="2020-01-02T00:00:00Z")
+
+
+def test_progress_is_reported_for_both_replays():
+    from services.bench.whatif_log import record_week, week_workload
+    from services.cli.whatif import whatif_report
+
+    jobs, specs, config = week_workload(nodes=2, days=0.1, seed=2, start_s=T0)
+    records = record_week(jobs, specs, config)
+    seen: dict[str, list[tuple[int, int]]] = {}
+
+    class Recorder:  # the part of services/cli/progress.Bar whatif uses
+        def add(self, label: str, total: int | None = None) -> Recorder:
+            seen[label] = []
+            self.label = label
+            return self
+
+        def update(self, done: int, total: int | None = None) -> None:
+            seen[self.label].append((done, total))
+
+    whatif_report(records, bar=Recorder())  # type: ignore[arg-type]
+    assert set(seen) == {"baseline", "changed"}
+    for updates in seen.values():
+        assert updates[-1] == (len(jobs), len(jobs))
+        assert [d for d, _ in updates] == sorted(d for d, _ in updates)
