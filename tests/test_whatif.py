@@ -339,6 +339,8 @@ def test_node_classes_added_and_removed_and_any_configuration_event_move_the_wai
     more, _ = whatif_report(records, add_nodes=("2x8a100",))
     assert more["changed"]["nodes_added"] == 2
     assert more["changed"]["mean_wait_s"] < more["baseline"]["mean_wait_s"]
+    # the same work on 48 GPUs instead of 32: utilisation is measured against the changed cluster
+    assert more["changed"]["utilization"] == pytest.approx(more["baseline"]["utilization"] * 32 / 48, rel=0.05)
     less, _ = whatif_report(records, remove=("gpu-03",))
     assert less["changed"]["nodes_removed"] == ["gpu-03"]
     assert less["changed"]["mean_wait_s"] > less["baseline"]["mean_wait_s"]

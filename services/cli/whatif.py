@@ -89,7 +89,7 @@ def whatif_report(records: list[Any], *, from_text: str | None = None, to_text: 
     baseline["fidelity"] = w.fidelity(workload, base_run, tolerance_s)
     baseline["span"] = workload.describe()
     baseline["replay_wall_s"] = base_wall
-    changed = w.measure(workload, changed_run, configured + change)
+    changed = w.measure(workload, changed_run, configured + change, capacity=w.capacity_of(timed))
     changed["changes"] = changes.keys + [f"{e.event_type} {json.dumps(_fields(e))}" for e in extra]
     changed["nodes_added"] = sum(w.parse_add_nodes(s)[0] for s in add_nodes)
     changed["nodes_removed"] = removed

@@ -741,10 +741,19 @@ def bounded_slowdown(wait: float, run: float) -> float:
     return max(1.0, (wait + run) / max(run, 10.0))
 
 
-def measure(workload: Workload, run: Any, config: Sequence[Event] = ()) -> dict[str, Any]:
-    """The numbers of one replay, over the jobs submitted in the span (see docs/whatif.md for each)."""
+def capacity_of(timed: Sequence[tuple[str, Event]]) -> tuple[int, float]:
+    """(GPUs, cores) of the nodes registered in ``timed`` (each node's last registration)."""
+    nodes = {e.node: (len(e.gpus), e.cpus_milli / 1000.0) for _, e in timed if isinstance(e, c.NodeRegistered)}
+    return sum(g for g, _ in nodes.values()), sum(cp for _, cp in nodes.values())
+
+
+def measure(workload: Workload, run: Any, config: Sequence[Event] = (),
+            capacity: tuple[int, float] | None = None) -> dict[str, Any]:
+    """The numbers of one replay, over the jobs submitted in the span (see docs/whatif.md for each);
+    ``capacity`` (GPUs, cores): the cluster's, when the replay changed its nodes."""
     rec = workload.recorded
     gpus_cluster = workload.capacity_gpus > 0
+    cap_gpus, cap_cpus = capacity if capacity is not None else (workload.capacity_gpus, workload.capacity_cpus)
     span = workload.end_s - workload.start_s
     waits: list[float] = []
     bslds: list[float] = []
@@ -779,11 +788,11 @@ def measure(workload: Workload, run: Any, config: Sequence[Event] = ()) -> dict[
             w, s = groups[kind].setdefault(name, ([], []))
             w.append(wait)
             s.append(b)
-    capacity = workload.capacity_gpus if gpus_cluster else workload.capacity_cpus
+    total = cap_gpus if gpus_cluster else cap_cpus
     out: dict[str, Any] = _summary(waits, bslds)
     out.update({
         "unstarted": unstarted,
-        "utilization": busy / (capacity * span) if capacity and span > 0 else 0.0,
+        "utilization": busy / (total * span) if total and span > 0 else 0.0,
         "utilization_of": "GPUs" if gpus_cluster else "cores",
         "gpu_hours_lost_to_preemption": lost / 3600.0,
         "preemptions": sum(1 for r in run.results.values() for a in r.attempts if a.outcome == "PREEMPTED"),
