@@ -344,6 +344,7 @@ def _recorded(job_id: str, sub: c.JobSubmitted, spec: c.JobSpec | None, t_sub: f
     out.state = state
     if state == "RUNNING":  # no end in the log: it runs its time limit
         out.run_s = None
+    out.pinnable = out.pinnable and out.attempts == 1 and out.end_s is not None and out.start_s is not None
     return out
 
 
