@@ -121,6 +121,9 @@ class Log:
             return
         if how == "ok":
             self.add("horizon.evt.agent.JobSucceeded." + job_id, c.JobSucceeded(ts=end, job_id=job_id, attempt=attempt))
+        elif how == "failed":
+            self.add("horizon.evt.agent.JobFailed." + job_id, c.JobFailed(ts=end, job_id=job_id, attempt=attempt,
+                                                                         exit_code=1))
         elif how == "preempted":
             self.add("horizon.evt.agent.JobPreempted." + job_id, c.JobPreempted(
                 ts=end, job_id=job_id, attempt=attempt, for_job="other"))
@@ -143,6 +146,9 @@ def test_the_log_becomes_a_workload_with_recorded_run_times_and_what_it_cannot_t
     log.submit("twice", T0 + 3)
     log.run("twice", T0 + 4, T0 + 9, how="preempted")
     log.run("twice", T0 + 20, T0 + 70, attempt=2)  # the completed attempt ran 50 s
+    log.submit("retried", T0 + 4)
+    log.run("retried", T0 + 4, T0 + 14, how="failed")
+    log.run("retried", T0 + 30, T0 + 50, attempt=2)  # the retry that succeeded ran 20 s
     log.submit("never", T0 + 5, limit=900.0)  # never started: its time limit
     log.submit("stopped", T0 + 6)
     log.run("stopped", T0 + 7, None)
@@ -151,8 +157,11 @@ def test_the_log_becomes_a_workload_with_recorded_run_times_and_what_it_cannot_t
     log.submit("late", T0 + 5000)  # after the span
     wl = w.workload_from_log(log.records, T0, T0 + 1000)
     runs = {j.job_id: j.runtime_s for j in wl.jobs}
-    assert runs == {"old-running": 300.0, "ok": 30.0, "twice": 50.0, "never": 900.0, "stopped": 600.0}
-    assert wl.measured == {"ok", "twice", "never", "stopped"}
+    assert runs == {"old-running": 300.0, "ok": 30.0, "twice": 50.0, "retried": 20.0, "never": 900.0,
+                    "stopped": 600.0}
+    assert wl.measured == {"ok", "twice", "retried", "never", "stopped"}
+    pinned = {j.job_id: j.recorded_run for j in wl.jobs if j.recorded_run is not None}
+    assert pinned == {"old-running": (T0 - 290, T0 + 10, 1.0), "ok": (T0 + 2, T0 + 32, 1.0)}
     assert wl.recorded["old-running"].carried_in
     assert wl.recorded["ok"].start_s == T0 + 2 and wl.recorded["ok"].nodes == ["n1"]
     assert wl.capacity_gpus == 4
