@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_up_auth import Up, clean_env, horizon, start_up, stop_up
+from tests.test_up_auth import clean_env, horizon, start_up, stop_up
 
 pytestmark = pytest.mark.timeout(240)
 
