@@ -362,6 +362,48 @@ def test_an_operator_cordons_a_node_from_the_page(browser, stack):
     assert not errors, errors
 
 
+def test_the_what_if_page_replays_the_log_and_compares(browser, stack):
+    """The What-if page runs ``horizon whatif`` on the live log (docs/whatif.md) for operators only."""
+    for tenant in ("acme", "globex"):  # jobs of their own that end at once (the later tests count running jobs)
+        done = horizon("submit", "--job-id", f"what-if-{tenant}", "--gpus", "0", "--", "true",
+                       env=clean_env(HORIZON_NATS_URL=stack["tenants"][tenant]))
+        assert done.returncode == 0, done.stderr
+    operator = Client(stack["base"])
+    assert operator.login(token=stack["token"]) == 303
+    csrf = operator.call("/api/me")[1]["csrf"]
+    json_headers = {"Content-Type": "application/json", "X-Horizon-CSRF": csrf}
+    status, body = operator.call("/api/whatif", json.dumps({"set": ["policy.weight.colour=1"]}).encode(), json_headers)
+    assert status == 400 and "policy.weight.colour" in body["error"], body  # a bad key, before any replay
+    globex = Client(stack["base"])
+    assert globex.login(tenant="globex", password=password(stack["tenants"]["globex"])) == 303
+    assert globex.call("/api/whatif")[0] == 403
+
+    browser.delete_all_cookies()
+    browser.get(f"{stack['base']}/login?token={stack['token']}")
+    browser.get(f"{stack['base']}/#whatif")
+    wait_for(browser, "return document.querySelector('#whatif-form') && !document.querySelector('#view-whatif').hidden")
+    browser.execute_script("document.querySelector('#whatif-set').value = 'policy.weight.fairshare=0';"
+                           "document.querySelector('#whatif-from').value = '1';"  # from seq 1: the whole log
+                           "document.querySelector('#whatif-form').requestSubmit();")
+    try:
+        wait_for(browser, "return document.querySelector('#whatif-table')", timeout=120)
+    except AssertionError:
+        raise AssertionError(browser.execute_script("return document.querySelector('#whatif-status').textContent")
+                             + " / " + json.dumps(operator.call("/api/whatif")[1])[:2000]) from None
+    rows = browser.execute_script("return [...document.querySelectorAll('#whatif-table tbody tr')]"
+                                  ".map(r => [...r.cells].map(c => c.textContent))")
+    assert [r[0] for r in rows][:2] == ["mean wait", "p50 / p90 / p99 wait"] and all(len(r) == 3 for r in rows)
+    assert "policy.weight.fairshare=0" in browser.execute_script(
+        "return document.querySelector('#whatif-status').textContent")
+    assert "recorded starts" in browser.execute_script("return document.querySelector('#whatif-fidelity').textContent")
+    tenants = browser.execute_script("return [...document.querySelectorAll('#whatif-tenants text.axis')]"
+                                     ".map(t => t.textContent)")
+    assert "acme" in tenants, tenants  # its bars: baseline and changed mean waits
+    status, run = operator.call("/api/whatif")
+    assert status == 200 and run["state"] == "done" and set(run["result"]) == {"baseline", "changed"}
+    assert run["result"]["changed"]["changes"] == ["policy.weight.fairshare=0"]
+
+
 def test_horizon_ui_over_a_tenants_own_url_shows_that_tenant_alone(stack):
     """``horizon ui --nats <acme's URL>``: the server's accounts scope what it can ask; the browser
     logs in with the token it prints."""

@@ -177,6 +177,8 @@ class Dashboard:
         self._stopping = False
         self._web: HttpServer | None = None
         self._has_accounts: bool | None = None  # whether the server checks passwords (tenant logins)
+        self._whatif_run: dict[str, Any] = {"state": "idle"}  # the page's `horizon whatif` (one at a time)
+        self._whatif_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ life
 
@@ -191,6 +193,7 @@ class Dashboard:
         web.mount("/api/job", self._job)
         web.mount("/api/audit", self._audit)
         web.mount("/api/action/", self._action, methods=("POST",))
+        web.mount("/api/whatif", self._whatif, methods=("GET", "HEAD", "POST"))
         web.attach(self)
 
     async def start(self) -> None:
@@ -205,6 +208,8 @@ class Dashboard:
 
         for task in self._tasks:
             await cancel_and_wait(task)
+        if self._whatif_task is not None:  # a replay already in its thread finishes there, unread
+            await cancel_and_wait(self._whatif_task)
         if self._follower is not None:
             with contextlib.suppress(Exception):
                 await self._follower.stop()
@@ -652,6 +657,69 @@ class Dashboard:
             return {"verdicts": {}, "records": len(records)}
 
         return await asyncio.get_running_loop().run_in_executor(None, run)
+
+    async def _whatif(self, request: Request) -> Response:
+        """The What-if page (docs/whatif.md): GET, the last run (its state, progress and comparison);
+        POST ``{"set": [...], "from", "to", "add_nodes": [...], "remove_nodes": [...]}`` starts one,
+        the same comparison as ``horizon whatif --json``, replayed in a worker thread. Operators
+        only: it reads the whole log."""
+        session = self._session(request)
+        if session is None:
+            return _json({"error": "log in first"}, 401)
+        if session.tenant is not None or self.log is None:
+            return _json({"error": "what-if replays the whole log: it is for operators"}, 403)
+        if request.method != "POST":
+            return _json(self._whatif_run)
+        if request.headers.get("x-horizon-csrf") != session.csrf:
+            return _json({"error": "missing or wrong X-Horizon-CSRF header"}, 403)
+        if self._whatif_task is not None and not self._whatif_task.done():
+            return _json({"error": "a what-if is already running; wait for it"}, 409)
+        from services.sim import whatif as w
+
+        try:
+            form = json.loads(request.body or b"{}")
+            sets = tuple(str(x).strip() for x in form.get("set") or () if str(x).strip())
+            add = tuple(str(x).strip() for x in form.get("add_nodes") or () if str(x).strip())
+            remove = tuple(str(x).strip() for x in form.get("remove_nodes") or () if str(x).strip())
+            span = {k: (str(form[k]).strip() or None) if form.get(k) else None for k in ("from", "to")}
+            w.parse_sets(sets)  # a bad key is answered now, not after reading the log
+            for spec in add:
+                w.parse_add_nodes(spec)
+        except (ValueError, TypeError, AttributeError) as exc:  # WhatIfError is a ValueError
+            return _json({"error": str(exc) if isinstance(exc, w.WhatIfError) else f"the body: {exc}"}, 400)
+        request_echo = {"set": list(sets), "add_nodes": list(add), "remove_nodes": list(remove), **span}
+        self._whatif_run = {"state": "running", "request": request_echo, "progress": {}, "started": time.time()}
+        self._whatif_task = asyncio.create_task(self._run_whatif(sets, add, remove, span), name="dashboard-whatif")
+        return _json(self._whatif_run, 202)
+
+    async def _run_whatif(self, sets: tuple[str, ...], add: tuple[str, ...], remove: tuple[str, ...],
+                          span: dict[str, str | None]) -> None:
+        from services.cli.audit import read_log
+        from services.cli.whatif import whatif_report
+
+        run = self._whatif_run
+        progress: dict[str, list[int]] = run["progress"]
+
+        class Tracker:  # what whatif_report's progress bar is given: one task per replay
+            def __init__(self, label: str = "reading") -> None:
+                self.label = label
+
+            def add(self, label: str, total: int | None = None) -> Tracker:
+                progress[label] = [0, total or 0]
+                return Tracker(label)
+
+            def update(self, done: int, total: int | None = None) -> None:
+                progress[self.label] = [done, total or 0]
+
+        try:
+            records = await read_log(self.url, Tracker().update)
+            out, _ = await asyncio.get_running_loop().run_in_executor(None, lambda: whatif_report(
+                records, from_text=span["from"], to_text=span["to"], sets=sets, add_nodes=add, remove=remove,
+                policy=self.policy, backfill=self.backfill, bar=Tracker()))
+        except Exception as exc:  # noqa: BLE001 - shown on the page, as the CLI prints it in one line
+            run.update(state="failed", error=str(exc), finished=time.time())
+            return
+        run.update(state="done", result=out, finished=time.time())
 
     async def _action(self, request: Request) -> Response:
         session = self._session(request)

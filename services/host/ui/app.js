@@ -393,6 +393,96 @@ function renderCharts(snap) {
 
 // ------------------------------------------------------------------ routing and the stream
 
+// ------------------------------------------------------------------ what if (docs/whatif.md)
+
+const WHATIF_ROWS = [
+  ["mean wait", (m) => fmtDuration(m.mean_wait_s)],
+  ["p50 / p90 / p99 wait", (m) => ["p50", "p90", "p99"].map((p) => fmtDuration(m[`${p}_wait_s`])).join(" / ")],
+  ["mean bounded slowdown", (m) => fmtNum(m.mean_bounded_slowdown, 2)],
+  ["utilisation (GPUs)", (m) => fmtNum(m.utilization, 3)],
+  ["GPU-hours lost to preemption", (m) => fmtNum(m.gpu_hours_lost_to_preemption, 1)],
+  ["fair-share distance", (m) => fmtNum((m.fairshare || {}).distance, 3)],
+];
+function whatifBars(rows) {
+  // mean wait per tenant, baseline beside changed: one pair of horizontal bars each
+  const W = 640, row = 34, L = 120, R = 90, H = rows.length * row + 8;
+  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", class: "bars" });
+  const top = Math.max(1, ...rows.flatMap((r) => [r.base, r.changed]));
+  rows.forEach((r, i) => {
+    const y = 4 + i * row;
+    const label = svg("text", { x: L - 6, y: y + 18, "text-anchor": "end", class: "axis" });
+    label.textContent = r.name;
+    root.append(label);
+    [[r.base, "#5b8def", 0], [r.changed, "#e0a83a", 14]].forEach(([v, color, dy]) => {
+      root.append(svg("rect", { x: L, y: y + dy, width: Math.max(1, ((W - L - R) * v) / top), height: 12, fill: color }));
+      const t = svg("text", { x: L + ((W - L - R) * v) / top + 4, y: y + dy + 10, class: "axis" });
+      t.textContent = fmtDuration(v);
+      root.append(t);
+    });
+  });
+  return root;
+}
+function renderWhatif(run) {
+  const body = $("#whatif-body");
+  body.textContent = "";
+  const status = $("#whatif-status");
+  const busy = run.state === "running";
+  $("#whatif-run").disabled = busy;
+  if (run.state === "idle") { status.textContent = "no what-if run yet"; return; }
+  if (busy) {
+    const parts = Object.entries(run.progress || {}).map(([k, [done, total]]) => `${k} ${fmtNum(done)}${total ? " / " + fmtNum(total) : ""}`);
+    status.textContent = `running: ${parts.join(" · ") || "starting"}`;
+    return;
+  }
+  if (run.state === "failed") { status.textContent = `failed: ${run.error}`; return; }
+  const { baseline, changed } = run.result;
+  const fid = baseline.fidelity || {};
+  status.textContent = `done in ${fmtDuration(run.finished - run.started)} · changes: ${(changed.changes || []).join(", ") || "none"}`;
+  body.append(el("div", { class: "card" },
+    el("h2", { text: "Baseline against what happened" }),
+    el("p", { id: "whatif-fidelity", text: `reproduces ${fmtNum(fid.reproduced)} of ${fmtNum(fid.compared)} recorded starts` +
+      ` (within ${fmtNum(fid.tolerance_s, 1)} s, same nodes)` + (fid.diverged ? `; ${fmtNum(fid.diverged)} differ, ` +
+      `${fmtNum(fid.unexplained)} without a known cause` : "") })));
+  const table = el("table", { class: "grid", id: "whatif-table" },
+    el("thead", {}, el("tr", {}, el("th", { text: "" }), el("th", { text: "baseline" }), el("th", { text: "changed" }))),
+    el("tbody", {}, WHATIF_ROWS.map(([name, f]) => el("tr", {}, el("td", { text: name }), el("td", { text: f(baseline) }), el("td", { text: f(changed) })))));
+  body.append(el("div", { class: "card" }, el("h2", { text: "Side by side" }), table));
+  const byTenant = (m) => Object.fromEntries((m.per_tenant || []).map((r) => [r.tenant, r]));
+  const b = byTenant(baseline), ch = byTenant(changed);
+  const names = Object.keys(b).sort();
+  const rows = names.map((n) => ({ name: n, base: b[n].mean_wait_s || 0, changed: (ch[n] || {}).mean_wait_s || 0 }));
+  body.append(el("div", { class: "card" }, el("h2", { text: "Mean wait per tenant (blue: baseline, amber: changed)" }),
+    el("div", { id: "whatif-tenants" }, whatifBars(rows))));
+  const moves = changed.vs_baseline;
+  if (moves) {
+    body.append(el("p", { class: "muted", id: "whatif-moves", text: `jobs starting earlier: ${fmtNum(moves.earlier.jobs)} ` +
+      `(mean ${fmtDuration(moves.earlier.mean_s)}), later: ${fmtNum(moves.later.jobs)} (mean ${fmtDuration(moves.later.mean_s)}), ` +
+      `unchanged: ${fmtNum(moves.same)}` }));
+  }
+}
+async function loadWhatif() {
+  if (!state.me || !state.me.operator) {
+    $("#whatif-status").textContent = "what-if replays the whole log: it is for operators";
+    $("#whatif-form").hidden = true;
+    return;
+  }
+  const { ok, body } = await api("/api/whatif");
+  if (!ok) { $("#whatif-status").textContent = body.error; return; }
+  state.whatif = body;
+  renderWhatif(body);
+  if (body.state === "running" && state.view === "whatif") setTimeout(loadWhatif, 1000);
+}
+async function runWhatif() {
+  const lines = (id, sep) => $(id).value.split(sep).map((x) => x.trim()).filter(Boolean);
+  const payload = { set: lines("#whatif-set", /\n/), from: $("#whatif-from").value, to: $("#whatif-to").value,
+    add_nodes: lines("#whatif-add", /[\n,\s]+/), remove_nodes: lines("#whatif-remove", /[\n\s]+/) };
+  const { ok, body } = await api("/api/whatif", {
+    method: "POST", headers: { "Content-Type": "application/json", "X-Horizon-CSRF": state.me.csrf }, body: JSON.stringify(payload),
+  });
+  if (!ok) { $("#whatif-status").textContent = `refused: ${body.error}`; return; }
+  loadWhatif();
+}
+
 function render() {
   const snap = state.snap;
   if (!snap) return;
@@ -407,10 +497,11 @@ function render() {
 function route() {
   const hash = decodeURIComponent(location.hash.slice(1)) || "cluster";
   const [view, ...rest] = hash.split("/");
-  state.view = ["cluster", "queue", "fairshare", "job", "charts"].includes(view) ? view : "cluster";
+  state.view = ["cluster", "queue", "fairshare", "job", "charts", "whatif"].includes(view) ? view : "cluster";
   for (const a of document.querySelectorAll("#tabs a")) a.classList.toggle("active", a.dataset.view === state.view);
   for (const s of document.querySelectorAll(".view")) s.hidden = s.id !== `view-${state.view}`;
   if (state.view === "job" && rest.length && rest.join("/") !== state.job) loadJob(rest.join("/"));
+  if (state.view === "whatif") loadWhatif();
   render();
 }
 function connect() {
@@ -437,6 +528,7 @@ async function main() {
     $(`#f-${id}`).addEventListener("change", (ev) => { state.filters[id] = ev.target.value; render(); });
   }
   $("#job-form").addEventListener("submit", (ev) => { ev.preventDefault(); const id = $("#job-id").value.trim(); if (id) { state.job = null; location.hash = `#job/${encodeURIComponent(id)}`; } });
+  $("#whatif-form").addEventListener("submit", (ev) => { ev.preventDefault(); runWhatif(); });
   $("#token-form").addEventListener("submit", (ev) => { ev.preventDefault(); login(ev.target); });
   $("#tenant-form").addEventListener("submit", (ev) => { ev.preventDefault(); login(ev.target); });
   $("#logout").addEventListener("click", async () => { await fetch("/logout", { method: "POST" }); location.reload(); });
