@@ -106,6 +106,20 @@ def shoot(base: str, token: str, acme_password: str) -> None:
             time.sleep(4 if view.startswith("job") else 2.5)
             driver.save_screenshot(str(OUT / f"dashboard-{name}.png"))
             print(f"docs/img/dashboard-{name}.png")
+        driver.set_window_size(1400, 1000)  # what if: fair share weighed 20 times less, on the whole log
+        driver.get(f"{base}/#whatif")
+        time.sleep(1)
+        driver.execute_script("document.querySelector('#whatif-set').value = 'policy.weight.fairshare=500';"
+                              "document.querySelector('#whatif-from').value = '1';"
+                              "document.querySelector('#whatif-form').requestSubmit();")
+        deadline = time.monotonic() + 300
+        while not driver.execute_script("return document.querySelector('#whatif-table')"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the what-if page showed no result in 300 s")
+            time.sleep(0.5)
+        time.sleep(0.5)
+        driver.save_screenshot(str(OUT / "dashboard-whatif.png"))
+        print("docs/img/dashboard-whatif.png")
         driver.set_window_size(1400, 900)
         driver.delete_all_cookies()  # the tenant acme: its own jobs, the others' GPUs without names
         driver.get(f"{base}/")

@@ -39,10 +39,12 @@ function fmtDuration(s) {
   if (s === null || s === undefined) return "–";
   s = Math.max(0, s);
   if (s < 1) return `${Math.round(s * 1000)} ms`;
-  if (s < 60) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
-  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
-  return `${Math.floor(s / 86400)} d ${Math.round((s % 86400) / 3600)} h`;
+  if (s < 59.5) return `${s.toFixed(s < 9.95 ? 1 : 0)} s`;
+  // round to the unit shown first: 299.6 s is 5 min 0 s, not 4 min 60 s
+  if (s < 3599.5) { const t = Math.round(s); return `${Math.floor(t / 60)} min ${t % 60} s`; }
+  if (s < 86370) { const m = Math.round(s / 60); return `${Math.floor(m / 60)} h ${m % 60} min`; }
+  const h = Math.round(s / 3600);
+  return `${Math.floor(h / 24)} d ${h % 24} h`;
 }
 function fmtTime(ts) {
   if (!ts) return "–";
@@ -405,7 +407,7 @@ const WHATIF_ROWS = [
 ];
 function whatifBars(rows) {
   // mean wait per tenant, baseline beside changed: one pair of horizontal bars each
-  const W = 640, row = 34, L = 120, R = 90, H = rows.length * row + 8;
+  const W = 900, row = 34, L = 120, R = 110, H = rows.length * row + 8;
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", class: "bars" });
   const top = Math.max(1, ...rows.flatMap((r) => [r.base, r.changed]));
   rows.forEach((r, i) => {
