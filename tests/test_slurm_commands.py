@@ -233,15 +233,19 @@ class SimUp:
         self.proc = subprocess.Popen([*HORIZON, "up", "--executor", "sim", "--nodes", "1", "--gpus-per-node", "4",
                                       "--port", str(self.port), "--data-dir", str(root / "h")],
                                      stdout=subprocess.PIPE, stderr=self.err, text=True)
-        assert self.proc.stdout is not None
-        first = self.proc.stdout.readline().strip()
-        assert first == self.url, (first, (root / "up.err").read_text())
-        self.shims = root / "shims"
-        done = shell(*HORIZON, "slurm-shims", str(self.shims), "--nats", self.url, path=system)
-        assert done.returncode == 0, done.stderr
-        self.path = f"{self.shims}:{system}"
-        self.work = root / "work"
-        self.work.mkdir()
+        try:  # a failure from here on must not leave the stack running (the fixture never gets it)
+            assert self.proc.stdout is not None
+            first = self.proc.stdout.readline().strip()
+            assert first == self.url, (first, (root / "up.err").read_text())
+            self.shims = root / "shims"
+            done = shell(*HORIZON, "slurm-shims", str(self.shims), "--nats", self.url, path=system)
+            assert done.returncode == 0, done.stderr
+            self.path = f"{self.shims}:{system}"
+            self.work = root / "work"
+            self.work.mkdir()
+        except BaseException:
+            self.stop()
+            raise
 
     def run(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
         """A Slurm command by its name (the URL comes from the shim, as for a user with no HORIZON_*)."""
