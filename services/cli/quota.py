@@ -16,35 +16,16 @@ from typing import Any
 import click
 import msgspec
 
-from events import catalogue as c
-from events.resources import format_cpus, format_memory, parse_duration
+from events.resources import parse_duration
 from services.cli.client import default_user
 from services.cli.operator import operator_options
+from services.domain.quotas import describe_quota
 from services.quota.app import QuotaSourceError, SlurmQuotaSource, SyncResult, sync
 from services.runtime.jetstream import JetStreamLog
 
-__all__ = ["register", "quota_text"]
+__all__ = ["register"]
 
 PROVIDERS = ("slurm",)
-
-
-def quota_text(quota: c.Quota) -> str:
-    """``gpus 2 (Slurm QOS gpuq GrpTRES), running jobs 5 (...)``; ``none`` without limits."""
-    parts = []
-    values: list[tuple[str, str]] = []
-    if quota.gpus is not None:
-        values.append(("gpus", f"{quota.gpus} GPUs"))
-    if quota.cpus_milli is not None:
-        values.append(("cpus_milli", f"{format_cpus(quota.cpus_milli)} CPUs"))
-    if quota.memory_bytes is not None:
-        values.append(("memory_bytes", f"{format_memory(quota.memory_bytes)} memory"))
-    if quota.running_jobs is not None:
-        values.append(("running_jobs", f"{quota.running_jobs} running jobs"))
-    values.extend((f"type:{t}", f"{n} {t} GPUs") for t, n in sorted(quota.gpus_by_type.items()))
-    for dim, text in values:
-        source = quota.sources.get(dim)
-        parts.append(f"{text} ({source})" if source else text)
-    return ", ".join(parts) or "no limits"
 
 
 def _as_json(result: SyncResult) -> dict[str, Any]:
@@ -65,7 +46,7 @@ def _report(result: SyncResult, as_json: bool) -> None:
     if not result.published:
         click.echo(f"{when} Slurm cluster {result.cluster}: {result.accounts} accounts, all as in Horizon")
     for seq, p in result.published:
-        click.echo(f"{when} account {p.event.account} ({p.change}): {quota_text(p.event.quota)}  [log seq {seq}]")
+        click.echo(f"{when} account {p.event.account} ({p.change}): {describe_quota(p.event.quota)}  [log seq {seq}]")
     for note in result.notes:
         click.echo(f"  note: {note}", err=True)
 

@@ -35,7 +35,7 @@ from events import catalogue as c
 from events.resources import format_cpus, format_memory
 from services.domain.fairshare import ROOT, Account, FairShare
 
-__all__ = ["Amount", "Quotas", "amount_of", "OK", "BORROW", "BLOCKED"]
+__all__ = ["Amount", "Quotas", "amount_of", "describe_quota", "OK", "BORROW", "BLOCKED"]
 
 OK, BORROW, BLOCKED = "ok", "borrow", "blocked"
 _DIMS = ("gpus", "cpus_milli", "memory_bytes")
@@ -99,6 +99,16 @@ def _unit(dim: str, value: int) -> str:
     if dim.startswith("type:"):
         return f"{value} {dim[5:]} GPUs"
     return f"{value} GPUs"
+
+
+def describe_quota(quota: c.Quota) -> str:
+    """``2 GPUs (Slurm QOS gpuq GrpTRES), 5 running jobs``: each limit, with where it comes from."""
+    parts = []
+    for dim in _dims(quota):
+        source = quota.sources.get(dim)
+        text = _unit(dim, _limit(quota, dim) or 0)
+        parts.append(f"{text} ({source})" if source else text)
+    return ", ".join(parts) or "no limits"
 
 
 class Quotas:

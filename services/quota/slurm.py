@@ -23,8 +23,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+import msgspec
+
 from events import catalogue as c
-from events.codec import encode
 
 __all__ = ["SlurmAccount", "SlurmQos", "SlurmLimits", "parse_table", "read_limits", "desired", "plan",
            "Planned", "TresError", "PROVIDER"]
@@ -260,9 +261,18 @@ class Planned:
 
 
 def _digest(w: Wanted) -> str:
-    text = f"{w.account}|{w.parent}|{w.shares!r}|".encode() + encode(c.AccountConfigured(
-        ts=0.0, account=w.account, quota=w.quota))
+    """A stable digest of an account as wanted (the quota's canonical JSON: its dicts are built sorted)."""
+    text = f"{w.account}|{w.parent}|{w.shares!r}|".encode() + msgspec.json.encode(w.quota)
     return hashlib.sha256(text).hexdigest()[:16]
+
+
+def _configured(w: Wanted, keep: c.AccountConfigured | None, now: float, user: str) -> c.AccountConfigured:
+    """``w`` as an account configuration, with what Slurm has no notion of kept from ``keep``."""
+    keep = keep or c.AccountConfigured(ts=now, account=w.account)
+    return c.AccountConfigured(
+        ts=now, source=PROVIDER, correlation_id=w.account, account=w.account, parent=w.parent, shares=w.shares,
+        quota=w.quota, borrowing=keep.borrowing, priority_boost=keep.priority_boost, user=user,
+        max_priority_class=keep.max_priority_class, tenants=list(keep.tenants))
 
 
 def plan(wanted: list[Wanted], current: dict[str, tuple[int, c.AccountConfigured]], now: float,
@@ -282,23 +292,16 @@ def plan(wanted: list[Wanted], current: dict[str, tuple[int, c.AccountConfigured
         seq, now_cfg = current.get(w.account, (0, None))
         if now_cfg is not None and (now_cfg.parent, now_cfg.shares, now_cfg.quota) == (w.parent, w.shares, w.quota):
             continue
-        keep = now_cfg or c.AccountConfigured(ts=now, account=w.account)
-        event = c.AccountConfigured(
-            ts=now, source=PROVIDER, correlation_id=w.account, account=w.account, parent=w.parent, shares=w.shares,
-            quota=w.quota, borrowing=keep.borrowing, priority_boost=keep.priority_boost, user=user,
-            max_priority_class=keep.max_priority_class, tenants=list(keep.tenants))
         change = "new" if now_cfg is None else _what_changed(now_cfg, w)
-        out.append(Planned(event, f"account/{PROVIDER}/{w.account}/{_digest(w)}/after-{seq}", change))
+        out.append(Planned(_configured(w, now_cfg, now, user),
+                           f"account/{PROVIDER}/{w.account}/{_digest(w)}/after-{seq}", change))
     for name in sorted(set(current) - names):
         seq, now_cfg = current[name]
         if now_cfg.source != PROVIDER or not now_cfg.quota.sources:
             continue
         gone = Wanted(name, now_cfg.parent, now_cfg.shares, c.Quota())
-        event = c.AccountConfigured(
-            ts=now, source=PROVIDER, correlation_id=name, account=name, parent=now_cfg.parent, shares=now_cfg.shares,
-            quota=c.Quota(), borrowing=now_cfg.borrowing, priority_boost=now_cfg.priority_boost, user=user,
-            max_priority_class=now_cfg.max_priority_class, tenants=list(now_cfg.tenants))
-        out.append(Planned(event, f"account/{PROVIDER}/{name}/{_digest(gone)}/after-{seq}",
+        out.append(Planned(_configured(gone, now_cfg, now, user),
+                           f"account/{PROVIDER}/{name}/{_digest(gone)}/after-{seq}",
                            "no longer in Slurm: its Slurm limits are removed"))
     return out
 
