@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,10 +27,22 @@ def service_processes(url: str, *names: str) -> list[subprocess.Popen[bytes]]:
             proc = subprocess.Popen([*HORIZON, "service", name, "--nats", url], stdout=out, stderr=out)
         proc.log_path = logs / f"{name}.log"  # type: ignore[attr-defined]
         procs.append(proc)
+        _profile(proc, name)
     _RUNNING.extend(procs)
     return procs
 
 _RUNNING: list[subprocess.Popen[bytes]] = []
+
+def _profile(proc: subprocess.Popen[bytes], name: str) -> None:
+    """With ``HORIZON_BENCH_PROFILE=DIR``, sample the service with py-spy (not a dependency: ``pip
+    install py-spy``) until it exits, into ``DIR/<name>.txt`` (collapsed stacks, 250 samples/s)."""
+    where = os.environ.get("HORIZON_BENCH_PROFILE")
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if not where or not spy:
+        return
+    Path(where).mkdir(parents=True, exist_ok=True)
+    subprocess.Popen([spy, "record", "-p", str(proc.pid), "-r", "250", "--format", "raw", "--nonblocking",
+                      "-o", str(Path(where) / f"{name}.txt")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 def check_alive() -> None:
     """A service that died ends the benchmark with its last words, rather than a long wait."""

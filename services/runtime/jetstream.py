@@ -52,11 +52,11 @@ import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 from nats.js import api
 
 from events.subjects import DLQ_STREAM, DLQ_SUBJECTS, STREAM, STREAM_SUBJECTS, WHOLE_LOG, dlq_subject
 from services.runtime.tls import TlsSettingsError, client_tls, quiet_ssl_eof
+from services.runtime import wire
 from services.runtime.pullreader import PullReader, parse_ack_subject
 from services.runtime.log import DLQ_ERROR, DLQ_SEQ, DLQ_SUBJECT, EXPECTED_LAST_SUBJECT_SEQ, EXPECTED_LAST_SUBJECT_SEQ_SUBJECT, FENCED_BATCH_MAX, BatchHandler, DeadLetter, Delivery, Fence, LogConflict, LogError, LogUnavailable, Outgoing, PublishAck, TaskFollower, clean_header, subject_matches
 from services.domain.protocol import MSG_ID, Record
@@ -135,7 +135,7 @@ async def connect(
             raise LogUnavailable(f"cannot connect to NATS: {exc}") from None
     options: dict[str, Any] = {"tls": tls} if tls is not None else {}
     try:
-        return await nats.connect(
+        return wire.install(await nats.connect(
             servers=[u.strip() for u in url.split(",") if u.strip()],
             name=name,
             connect_timeout=connect_timeout_s,
@@ -144,7 +144,7 @@ async def connect(
             reconnect_time_wait=0.25,
             error_cb=_quiet,
             **options,
-        )
+        ))
     except (nats.errors.NoServersError, OSError, asyncio.TimeoutError) as exc:
         raise LogUnavailable(
             f"cannot reach NATS at {redact_url(url)}: {exc or type(exc).__name__}. Start it with `horizon nats` or "
@@ -169,16 +169,15 @@ class _Pipeline:
         self._space.set()
 
     async def start(self) -> None:
-        self._sub = await self._nc.subscribe(self._prefix + ".*", cb=self._on_ack)
+        self._sub = await wire.subscribe_fast(self._nc, self._prefix + ".*", self._on_ack)
 
-    async def _on_ack(self, msg: Msg) -> None:
-        token = int(msg.subject.rsplit(".", 1)[1])
+    def _on_ack(self, subject: str, _reply: str, headers: dict[str, str] | None, data: bytes) -> None:
+        token = int(subject.rsplit(".", 1)[1])
         entry = self._waiting.pop(token, None)
         if entry is None:
             return  # a late ack for a message already re-published and answered
         results, index, done, remaining = entry
-        data = msg.data
-        if not data and msg.headers and msg.headers.get("Status") == "503":
+        if not data and headers and headers.get("Status") == "503":
             data = b'{"error":{"code":503,"description":"no responders"}}'
         results[index] = data
         remaining[0] -= 1
@@ -220,7 +219,7 @@ class _Pipeline:
                     headers[EXPECTED_LAST_SUBJECT_SEQ] = str(item.expected_last_subject_seq)
                 if item.headers:
                     headers.update(item.headers)
-                await self._nc.publish(item.subject, item.data, reply=f"{self._prefix}.{token}", headers=headers)
+                await wire.publish(self._nc, item.subject, item.data, reply=f"{self._prefix}.{token}", headers=headers)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(done.wait(), self._ack_timeout_s)
             # Whatever is still unanswered is forgotten and published again with the same msg id.
@@ -249,7 +248,7 @@ class _Pipeline:
     async def stop(self) -> None:
         if self._sub is not None:
             with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
+                await wire.unsubscribe_fast(self._nc, self._sub)
 
 
 def _unavailable(data: bytes | None) -> bool:

@@ -49,6 +49,7 @@ from typing import Any
 from nats.js import api
 
 from services.domain.protocol import Record
+from services.runtime.wire import subscribe_fast, unsubscribe_fast
 
 __all__ = ["PullReader", "parse_ack_subject", "parse_delivery"]
 
@@ -118,10 +119,12 @@ class PullReader:
         self._requesting = False
         self._resetting = False
         self._stopped = False
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._request_queued = False
 
     async def start(self) -> None:
         await self._create()
-        self._sub = await self.nc.subscribe(self._inbox + ".*", cb=self._on_msg)
+        self._sub = await subscribe_fast(self.nc, self._inbox + ".*", self._on_msg)
         self._watchdog = asyncio.create_task(self._watch(), name="horizon-reader-watchdog")
         await self._request()
 
@@ -152,6 +155,7 @@ class PullReader:
 
     async def _request(self) -> None:
         """Top the credit up to two batches, unless the buffer is full (backpressure)."""
+        self._request_queued = False
         if self._requesting or self._stopped:
             return
         self._requesting = True
@@ -164,9 +168,10 @@ class PullReader:
         finally:
             self._requesting = False
 
-    async def _on_msg(self, msg: Any) -> None:
+    def _on_msg(self, subject: str, reply: str, headers: dict[str, str] | None, data: bytes) -> None:
+        """One delivery or status, synchronously from the connection's parser (services/runtime/wire.py):
+        what must be awaited (more credit, a reset) runs as a task of its own."""
         self._last_activity = time.monotonic()
-        reply = msg.reply
         if reply and reply.startswith("$JS.ACK."):
             consumer, seq, cseq, ts_ns, pending = parse_delivery(reply)
             if consumer != self._consumer:
@@ -175,35 +180,46 @@ class PullReader:
             if cseq != self._cseq + 1:
                 log.warning("pull reader on %s: %d deliveries lost before stream seq %d (a slow consumer); "
                             "reading again from %d", self.stream, cseq - self._cseq - 1, seq, self.next_seq)
-                await self._reset()
+                self._spawn(self._reset())
                 return
             self._cseq = cseq
             if seq >= self.next_seq:  # below it: a repeat after a reset
                 self.next_seq = seq + 1
                 self._kept += 1
-                self.buffer.append(Record(seq, msg.subject, msg.data, ts_ns / 1e9, msg.headers))
+                self.buffer.append(Record(seq, subject, data, ts_ns / 1e9, headers))
                 self.pending = pending
                 self.arrived.set()
             if self._outstanding <= self.batch:
-                await self._request()
+                self._want_more()
             return
-        if msg.subject != self._reply:
+        if subject != self._reply:
             return  # a status for a request of a consumer this reader has replaced
-        status = msg.headers.get("Status") if msg.headers else None
+        status = headers.get("Status") if headers else None
         if status in ("404", "408"):  # nothing more now / the request expired: its credit comes back
-            owed = msg.headers.get("Nats-Pending-Messages")
+            owed = headers.get("Nats-Pending-Messages") if headers else None
             self._outstanding = max(0, self._outstanding - int(owed)) if owed else 0
             stalled = self.pending > 0 and self._kept == self._kept_at_status
             self._kept_at_status = self._kept
             if stalled:
                 log.warning("pull reader on %s: %d records pending after seq %d were not received (lost on the "
                             "way); reading again from there", self.stream, self.pending, self.next_seq - 1)
-                await self._reset()
+                self._spawn(self._reset())
                 return
-            await self._request()
+            self._want_more()
         elif status == "409":  # consumer deleted, too many waiting requests, leader change...
-            log.debug("pull reader on %s: %s", self.stream, msg.headers.get("Description"))
-            await self._reset()
+            log.debug("pull reader on %s: %s", self.stream, headers.get("Description") if headers else "")
+            self._spawn(self._reset())
+
+    def _want_more(self) -> None:
+        """Top the credit up soon (once, however many deliveries ask before it runs)."""
+        if not self._request_queued and not self._stopped:
+            self._request_queued = True
+            self._spawn(self._request())
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _reset(self) -> bool:
         """A new consumer from the next unread sequence (one reset at a time: the watchdog and the
@@ -268,7 +284,7 @@ class PullReader:
         batch, self.buffer = self.buffer, []
         self.arrived.clear()
         if self._outstanding <= self.batch and not self._stopped:
-            asyncio.ensure_future(self._request())  # resume after backpressure
+            self._want_more()  # resume after backpressure
         return batch
 
     async def stop(self) -> None:
@@ -279,7 +295,9 @@ class PullReader:
                 await self._watchdog
         if self._sub is not None:
             with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
+                await unsubscribe_fast(self.nc, self._sub)
             self._sub = None
+        for task in list(self._tasks):
+            task.cancel()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.js.delete_consumer(self.stream, self._consumer), 2.0)
