@@ -41,8 +41,14 @@ TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
 DEFAULT_ACCOUNT = "default"  # the account a submission names when it names none
-class _Part(msgspec.Struct, frozen=True, kw_only=True):
-    """Base of the value objects nested inside events."""
+class _Part(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """Base of the value objects nested inside events.
+
+    ``gc=False``: the cyclic collector does not track them. They are frozen and hold only strings,
+    numbers, tuples, string maps and other value objects, so they can never be part of a reference
+    cycle, and a queued job's ``JobSpec`` is then 512 bytes instead of 528: within CPython's small
+    object allocator, which measured 1,168 -> see docs/benchmarks.md §2 (memory) resident bytes per
+    queued job with it off."""
 
 
 # --------------------------------------------------------------------------

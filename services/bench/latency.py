@@ -16,7 +16,7 @@ from events import catalogue as c
 from events.codec import encode
 from events.subjects import input_subject
 from services.sim.metrics import percentile
-from services.bench.processes import HORIZON
+from services.bench.processes import HORIZON, profile
 from services.bench.sizes import Sizes
 
 __all__ = ["bench_latency"]
@@ -29,6 +29,7 @@ async def bench_latency(url_unused: str, sizes: Sizes) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="horizon-bench-up-") as tmp:
         up = subprocess.Popen([*HORIZON, "up", "--port", str(port), "--data-dir", tmp, "--nodes", "16",
                                "--executor", "sim"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        profile(up, "up")
         try:
             line = up.stdout.readline().strip()  # type: ignore[union-attr]
             if not line.startswith("nats://"):

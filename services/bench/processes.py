@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-__all__ = ["HORIZON", "service_processes", "check_alive", "stop_processes", "wait_until"]
+__all__ = ["HORIZON", "profile", "service_processes", "check_alive", "stop_processes", "wait_until"]
 
 
 HORIZON = [sys.executable, "-m", "services.cli.main"]
@@ -27,13 +27,13 @@ def service_processes(url: str, *names: str) -> list[subprocess.Popen[bytes]]:
             proc = subprocess.Popen([*HORIZON, "service", name, "--nats", url], stdout=out, stderr=out)
         proc.log_path = logs / f"{name}.log"  # type: ignore[attr-defined]
         procs.append(proc)
-        _profile(proc, name)
+        profile(proc, name)
     _RUNNING.extend(procs)
     return procs
 
 _RUNNING: list[subprocess.Popen[bytes]] = []
 
-def _profile(proc: subprocess.Popen[bytes], name: str) -> None:
+def profile(proc: subprocess.Popen[bytes], name: str) -> None:
     """With ``HORIZON_BENCH_PROFILE=DIR``, sample the service with py-spy (not a dependency: ``pip
     install py-spy``) until it exits, into ``DIR/<name>.txt`` (collapsed stacks, 250 samples/s)."""
     where = os.environ.get("HORIZON_BENCH_PROFILE")

@@ -320,21 +320,44 @@ _SHARED_STRINGS = ("tenant", "account", "user", "qos", "profile", "gpu_type", "g
                    "restart_policy")
 
 
+class _NoEntries(dict):  # type: ignore[type-arg]
+    """The one empty map every compacted spec shares; it refuses to be changed."""
+
+    __slots__ = ()
+
+    def _read_only(self, *_args: object, **_kw: object) -> None:
+        raise TypeError("a job spec's maps are read-only")
+
+    __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = __ior__ = _read_only  # type: ignore[assignment]
+
+
+_NO_ENTRIES = _NoEntries()
+_MAPS = ("env", "node_selector", "labels")
+
+
 def compact(spec: c.JobSpec) -> c.JobSpec:
-    """The same spec with its low-cardinality strings interned.
+    """The same spec with its low-cardinality strings interned and its empty maps shared, in place.
 
     Decoding makes a new string object for every field of every event; a
     million queued jobs of a hundred accounts would otherwise hold a million
     copies of each account name. (Measured with ``horizon bench --only memory``.)
+    An empty ``dict`` field is a 64-byte object of its own in every spec (three
+    of them: 192 of the 1,176 resident bytes per queued job measured); they all
+    become one shared, read-only empty map.
+    The spec is frozen for every reader; swapping a value for an equal one is
+    invisible to them, and doing it in place spares a 512-byte copy per job.
     """
-    changes = {}
+    for name in _MAPS:
+        value = getattr(spec, name)
+        if not value and value is not _NO_ENTRIES:
+            msgspec.structs.force_setattr(spec, name, _NO_ENTRIES)
     for name in _SHARED_STRINGS:
         value = getattr(spec, name)
         if isinstance(value, str):
             shared = sys.intern(value)
             if shared is not value:
-                changes[name] = shared
-    return msgspec.structs.replace(spec, **changes) if changes else spec
+                msgspec.structs.force_setattr(spec, name, shared)
+    return spec
 
 
 def _with(spec: c.JobSpec, **changes: object) -> c.JobSpec:

@@ -40,9 +40,14 @@ _CRLF = b"\r\n"
 _MAX_CONTROL_LINE = 4096  # the server's default max control line
 
 
+_ONLY_MSG_ID = b"NATS/1.0\r\nNats-Msg-Id: "
+
+
 def parse_headers(raw: bytes) -> dict[str, str]:
     """A NATS header block (``NATS/1.0[ status[ description]]\\r\\nKey: Value\\r\\n...\\r\\n\\r\\n``) as
     a dict; an inline status becomes ``Status`` and ``Description``, as nats-py names them."""
+    if raw.startswith(_ONLY_MSG_ID) and raw.count(b"\r\n") == 3:  # most records: their msg id alone
+        return {"Nats-Msg-Id": raw[len(_ONLY_MSG_ID) : -4].decode("utf-8", "replace").strip()}
     lines = raw.decode("utf-8", "replace").split("\r\n")
     out: dict[str, str] = {}
     first = lines[0]
@@ -68,98 +73,97 @@ class _LeanParser(Parser):
     """
 
     fast: dict[int, FastHandler]
+    _pending_msg: tuple[bytes, int, bytes]
 
     async def parse(self, data: bytes = b"") -> None:  # noqa: C901 - one loop over the protocol's ops
         buf = self.buf
         buf.extend(data)
         pos = 0
         fast = self.fast
+        size = len(buf)
         while True:
-            if self.state == AWAITING_MSG_PAYLOAD:
-                arg = self.msg_arg
-                total = self.needed
-                if len(buf) - pos < total + 2:
+            if self.state == AWAITING_MSG_PAYLOAD:  # a message whose body had not all arrived
+                subject, sid, reply = self._pending_msg
+                hsize, total = self.header_needed, self.needed
+                if size - pos < total + 2:
                     break
-                hsize = self.header_needed
-                if hsize:
-                    raw_headers: bytes | None = bytes(buf[pos : pos + hsize])
-                    payload = bytes(buf[pos + hsize : pos + total])
-                else:
-                    raw_headers = None
-                    payload = bytes(buf[pos : pos + total])
-                pos += total + 2
                 self.state = AWAITING_CONTROL_LINE
-                self.header_needed = 0
-                sid = arg["sid"]
-                handler = fast.get(sid)
-                if handler is not None:
-                    try:
-                        handler(arg["subject"].decode(), arg["reply"].decode(),
-                                parse_headers(raw_headers) if raw_headers else None, payload)
-                    except Exception:  # noqa: BLE001 - a handler's bug must not cut the connection
-                        log.exception("nats: a fast handler failed on %s", arg["subject"])
-                    continue
-                del buf[:pos]
-                pos = 0
-                await self.nc._process_msg(sid, arg["subject"], arg["reply"], payload, raw_headers)
-                buf = self.buf  # a reconnect during the await may have reset it
-                continue
-            end = buf.find(_CRLF, pos)
-            if end < 0:
-                if len(buf) - pos > _MAX_CONTROL_LINE:
-                    from nats.errors import ProtocolError
-
-                    raise ProtocolError("nats: control line too long")
-                break
-            first = buf[pos]
-            if first == 0x4D or first == 0x48:  # MSG / HMSG
-                parts = bytes(buf[pos:end]).split()
-                op = parts[0]
-                try:
-                    if op == b"MSG" and len(parts) in (4, 5):
-                        self.header_needed = 0
-                        self.needed = int(parts[-1])
-                    elif op == b"HMSG" and len(parts) in (5, 6):
-                        self.header_needed = int(parts[-2])
-                        self.needed = int(parts[-1])
-                    else:
-                        raise ValueError(op)
-                    reply = parts[3] if len(parts) == (5 if op == b"MSG" else 6) else b""
-                    self.msg_arg = {"subject": parts[1], "sid": int(parts[2]), "reply": reply}
-                except ValueError:
-                    from nats.errors import ProtocolError
-
-                    raise ProtocolError("nats: malformed MSG") from None
-                pos = end + 2
-                self.state = AWAITING_MSG_PAYLOAD
-                continue
-            line = bytes(buf[pos:end])
-            pos = end + 2
-            if line.startswith(b"PING"):
-                del buf[:pos]
-                pos = 0
-                await self.nc._process_ping()
-            elif line.startswith(b"PONG"):
-                del buf[:pos]
-                pos = 0
-                await self.nc._process_pong()
-            elif line.startswith(b"+OK"):
-                continue
-            elif line.startswith(b"-ERR"):
-                del buf[:pos]
-                pos = 0
-                await self.nc._process_err(line[4:].strip().decode(errors="replace").lower())
-            elif line.startswith(b"INFO"):
-                del buf[:pos]
-                pos = 0
-                await self.nc._process_info(json.loads(line[4:].strip().decode()))
             else:
-                from nats.errors import ProtocolError
-
-                raise ProtocolError("nats: unknown protocol")
+                end = buf.find(_CRLF, pos)
+                if end < 0:
+                    if size - pos > _MAX_CONTROL_LINE:
+                        raise _protocol_error("control line too long")
+                    break
+                first = buf[pos]
+                if first != 0x48 and first != 0x4D:  # neither HMSG nor MSG
+                    line = bytes(buf[pos:end])
+                    pos = end + 2
+                    if line.startswith(b"+OK"):
+                        continue
+                    del buf[:pos]
+                    pos = 0
+                    await self._control(line)
+                    buf = self.buf  # a reconnect during the await may have reset it
+                    size = len(buf)
+                    continue
+                parts = buf[pos:end].split()
+                n = len(parts)
+                try:
+                    if first == 0x48 and parts[0] == b"HMSG" and (n == 5 or n == 6):
+                        hsize, total = int(parts[-2]), int(parts[-1])
+                        reply = parts[3] if n == 6 else b""
+                    elif parts[0] == b"MSG" and (n == 4 or n == 5):
+                        hsize, total = 0, int(parts[-1])
+                        reply = parts[3] if n == 5 else b""
+                    else:
+                        raise ValueError
+                    subject, sid = parts[1], int(parts[2])
+                except (ValueError, IndexError):
+                    raise _protocol_error("malformed MSG") from None
+                pos = end + 2
+                if size - pos < total + 2:  # the body is still on its way
+                    self._pending_msg = (subject, sid, reply)
+                    self.header_needed, self.needed = hsize, total
+                    self.state = AWAITING_MSG_PAYLOAD
+                    break
+            body = pos + total
+            raw_headers = bytes(buf[pos : pos + hsize]) if hsize else None
+            payload = bytes(buf[pos + hsize : body])
+            pos = body + 2
+            handler = fast.get(sid)
+            if handler is not None:
+                try:
+                    handler(subject.decode(), reply.decode(), parse_headers(raw_headers) if raw_headers else None,
+                            payload)
+                except Exception:  # noqa: BLE001 - a handler's bug must not cut the connection
+                    log.exception("nats: a fast handler failed on %s", subject)
+                continue
+            del buf[:pos]
+            pos = 0
+            await self.nc._process_msg(sid, bytes(subject), bytes(reply), payload, raw_headers)
             buf = self.buf
+            size = len(buf)
         if pos:
             del buf[:pos]
+
+    async def _control(self, line: bytes) -> None:
+        if line.startswith(b"PING"):
+            await self.nc._process_ping()
+        elif line.startswith(b"PONG"):
+            await self.nc._process_pong()
+        elif line.startswith(b"-ERR"):
+            await self.nc._process_err(line[4:].strip().decode(errors="replace").lower())
+        elif line.startswith(b"INFO"):
+            await self.nc._process_info(json.loads(line[4:].strip().decode()))
+        else:
+            raise _protocol_error("unknown protocol")
+
+
+def _protocol_error(why: str) -> Exception:
+    from nats.errors import ProtocolError
+
+    log.warning("nats: %s", why)
+    return ProtocolError()
 
 
 def install(nc: Any) -> Any:
