@@ -54,7 +54,7 @@ from projections.db import open_database, stored_position
 from projections.paging import Listing, Pager, page_fields
 from events.subjects import ADMIN_TENANT, job_key, tenant_view, valid_token
 from services.runtime.consume import readable
-from services.runtime.log import EventLog
+from services.runtime.log import READ_MODEL_LINGER_S, EventLog
 from services.domain.protocol import Record
 from services.domain.policy import CLASS_RANK
 from services.domain.jobs import Job, JobState, JobTable
@@ -383,7 +383,8 @@ class JobsProjection:
         if self.db is None:
             await self.open()
         self.feed_from = await self.log.last_seq() + 1  # what is in the log already is history, not news
-        self._follower = await self.log.follow(self.apply, from_seq=self.last_seq + 1, subjects=("horizon.evt.>",))
+        self._follower = await self.log.follow(self.apply, from_seq=self.last_seq + 1, subjects=("horizon.evt.>",),
+                                              linger_s=READ_MODEL_LINGER_S)
         self.ready.set()
 
     async def wait(self) -> None:

@@ -69,7 +69,7 @@ import msgspec
 
 from events import catalogue as c
 from services.runtime.consume import readable
-from services.runtime.log import EventLog
+from services.runtime.log import READ_MODEL_LINGER_S, EventLog
 from services.domain.protocol import Record
 from services.domain.preemption.planner import PreemptionPlanner
 from services.domain.preemption.state import PreemptionState
@@ -551,7 +551,7 @@ class SchedulerView:
                                                           cb=self._stored(view, handler)))
         else:
             self._subs.append(await self.nc.subscribe("horizon.query.usage", queue="projections", cb=self._usage))
-        self._follower = await self.log.follow(self.apply, from_seq=self.state.seq + 1)
+        self._follower = await self.log.follow(self.apply, from_seq=self.state.seq + 1, linger_s=READ_MODEL_LINGER_S)
         self._subs.append(await self.nc.subscribe("horizon.query.priority", queue="projections", cb=self._priority))
         self._subs.append(await self.nc.subscribe("horizon.query.config", queue="projections", cb=self._config))
         self._subs.append(await self.nc.subscribe("horizon.query.preempt", queue="projections", cb=self._preempt))

@@ -85,6 +85,23 @@ async def test_follow_delivers_existing_then_new(event_log):
     assert seen == list(range(3, 18))
 
 
+async def test_a_lingering_follower_takes_records_published_one_by_one_as_one_batch(event_log):
+    batches: list[list[int]] = []
+    done = asyncio.Event()
+
+    async def handler(batch: list[Record]) -> None:
+        batches.append([r.seq for r in batch])
+        if sum(map(len, batches)) >= 5:
+            done.set()
+
+    follower = await event_log.follow(handler, subjects=("horizon.evt.>",), linger_s=0.5)
+    for i in range(5):  # each its own publish, well within the half second after the first
+        await event_log.publish("horizon.evt.t.E.a", b"x", msg_id=f"l{i}")
+    await asyncio.wait_for(done.wait(), 10)
+    await follower.stop()
+    assert batches == [[1, 2, 3, 4, 5]]
+
+
 async def test_durable_consumer_resumes_after_its_last_ack(event_log):
     await event_log.publish_many([Outgoing("horizon.in.acme.submit", str(i).encode(), f"d{i}") for i in range(100)])
     consumer = await event_log.durable("projection-test", subjects=("horizon.in.>",))

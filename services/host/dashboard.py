@@ -45,6 +45,7 @@ from urllib.parse import parse_qs
 from events import catalogue as c
 from events.subjects import ADMIN_TENANT, admin_subject, job_key, tenant_view, valid_token
 from services.host.http import HttpServer, Request, Response
+from services.runtime.log import READ_MODEL_LINGER_S
 
 __all__ = ["Dashboard", "STATIC", "COOKIE"]
 
@@ -236,7 +237,8 @@ class Dashboard:
                     log.info("dashboard: the log cannot be read (%s); following the event subjects", exc)
                     break
                 self.log = js_log
-                self._follower = await js_log.follow(self._records, from_seq=max(1, last - HISTORY + 1))
+                self._follower = await js_log.follow(self._records, from_seq=max(1, last - HISTORY + 1),
+                                                     linger_s=READ_MODEL_LINGER_S)
                 self._target_seq = last
                 break
         if self.log is None:
@@ -651,7 +653,7 @@ class Dashboard:
                 mine = story_events(records, job)
                 if not mine:
                     continue
-                report = audit(records, audit_cores(config), select=lambda e: concerns(e, job))
+                report = audit(records, audit_cores(config, records), select=lambda e: concerns(e, job))
                 story = job_story(mine, job, report, False)
                 return {"verdicts": {str(line["seq"]): line["verdict"] for line in story}, "records": len(records)}
             return {"verdicts": {}, "records": len(records)}

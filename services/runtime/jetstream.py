@@ -487,7 +487,7 @@ class JetStreamLog:
                                BATCH_SEQUENCE: str(index)}
                     if index == 1:
                         headers.update(fence_headers)  # checked against the stream as it was before the batch
-                    await self.nc.publish(item.subject, item.data, headers=headers)
+                    await wire.publish(self.nc, item.subject, item.data, headers=headers)
                 item = part[-1]
                 headers = {**(item.headers or {}), MSG_ID: item.msg_id, BATCH_ID: batch_id,
                            BATCH_SEQUENCE: str(n), BATCH_COMMIT: "1"}
@@ -585,13 +585,17 @@ class JetStreamLog:
         *,
         from_seq: int = 1,
         subjects: Sequence[str] = WHOLE_LOG,
+        linger_s: float = 0.0,
     ) -> TaskFollower:
-        """The live tail: ``handler`` gets every batch from ``from_seq`` on, one batch at a time."""
+        """The live tail: ``handler`` gets every batch from ``from_seq`` on, one batch at a time
+        (``linger_s``: see ``EventLog.follow``)."""
         reader = await self._reader(STREAM, from_seq, subjects)
 
         async def pump() -> None:
             while True:
                 await reader.arrived.wait()
+                if linger_s > 0:
+                    await asyncio.sleep(linger_s)
                 batch = reader.take()
                 if batch:
                     await handler(batch)

@@ -29,7 +29,10 @@ The contract:
 * ``read`` yields the messages from ``from_seq`` on, in log order, in
   batches, up to the last sequence at the time of the call (a replay).
 * ``follow`` delivers batches from ``from_seq`` on and keeps delivering new
-  ones until stopped (the live tail a service runs on).
+  ones until stopped (the live tail a service runs on). With ``linger_s`` > 0
+  it waits that long after the first new record before handing a batch over,
+  so that a read model takes a burst as one batch and leaves the processor to
+  the decision services meanwhile (they follow with 0: at once).
 * ``durable`` is a named consumer with explicit acks that survives restarts:
   a new instance with the same name resumes after the last acked message.
 * ``dead_letter`` parks an undecodable message with its error on
@@ -70,12 +73,17 @@ __all__ = [
     "EXPECTED_LAST_SUBJECT_SEQ",
     "EXPECTED_LAST_SUBJECT_SEQ_SUBJECT",
     "FENCED_BATCH_MAX",
+    "READ_MODEL_LINGER_S",
     "Fence",
 ]
 
 EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 # With this header the expected sequence is that of the last message matching a filter (nats-server 2.11+).
 EXPECTED_LAST_SUBJECT_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+# How long a read model lets new records gather before folding them (``follow(linger_s=...)``):
+# measured on an idle ``horizon up``, the projections and the dashboard folding every record as
+# it came competed with the decision services for the one event loop (docs/benchmarks.md §2).
+READ_MODEL_LINGER_S = 0.02
 FENCED_BATCH_MAX = 1000  # messages in one JetStream atomic batch (the server's limit)
 DLQ_ERROR = "Horizon-Error"
 DLQ_SUBJECT = "Horizon-Original-Subject"
@@ -184,7 +192,8 @@ class EventLog(Protocol):
     ) -> AsyncIterator[list[Record]]: ...
 
     async def follow(
-        self, handler: BatchHandler, *, from_seq: int = 1, subjects: Sequence[str] = WHOLE_LOG
+        self, handler: BatchHandler, *, from_seq: int = 1, subjects: Sequence[str] = WHOLE_LOG,
+        linger_s: float = 0.0,
     ) -> Follower: ...
 
     async def durable(self, name: str, *, subjects: Sequence[str] = WHOLE_LOG) -> DurableConsumer: ...

@@ -222,7 +222,8 @@ class MemoryLog:
             yield batch
 
     async def follow(
-        self, handler: BatchHandler, *, from_seq: int = 1, subjects: Sequence[str] = WHOLE_LOG
+        self, handler: BatchHandler, *, from_seq: int = 1, subjects: Sequence[str] = WHOLE_LOG,
+        linger_s: float = 0.0,
     ) -> TaskFollower:
         async def pump() -> None:
             position = max(from_seq, 1) - 1
@@ -230,6 +231,8 @@ class MemoryLog:
                 end = len(self._records)
                 if position >= end:
                     await self._wait_for_more(end)
+                    if linger_s > 0:
+                        await asyncio.sleep(linger_s)
                     continue
                 batch = [r for r in self._records[position:end] if _matches_any(subjects, r.subject)]
                 position = end
