@@ -9,7 +9,9 @@ subject                                     what
 ``horizon.intake.<tenant>.<verb>``          the intake (request/reply, every submission instance): a tenant's
                                             input under accounts, stored as ``horizon.in.<tenant>.<verb>``
                                             (tenants import it under that name; docs/tenants.md)
-``horizon.evt.<service>.<Type>.<id>``       service outputs; ``<id>`` is the job or node
+``horizon.evt.<service>.<Type>.<id>``       service outputs; ``<id>`` is the job or node; a partition
+                                            leader's ``<service>`` is ``scheduling-<partitions>`` or
+                                            ``placement-<partitions>`` (docs/scaling.md)
 ``horizon.query.<view>``                    request/reply read models (not in the stream)
 ``horizon.query.<view>.<tenant>``           the same about one tenant's jobs (jobs job queue allocations)
 ``horizon.tenant.<tenant>.evt.>``           the tenant feed: live events about its jobs, core NATS
@@ -45,6 +47,11 @@ __all__ = [
     "ADMIN_TENANT",
     "PUBLISHERS",
     "DECISION_SERVICES",
+    "PARTITIONED_SERVICES",
+    "CYCLES_FILTER",
+    "leader_token",
+    "service_of",
+    "partner_token",
     "input_subject",
     "admin_subject",
     "event_subject",
@@ -114,6 +121,43 @@ ADMIN_VERBS: dict[str, type[c.Event]] = {
 # The services whose events are decisions: each a pure function of the log up to its basis_seq,
 # which `horizon audit` replays (the agents' reports, the clock and client inputs are not).
 DECISION_SERVICES: tuple[str, ...] = ("submission", "scheduling", "placement", "preemption", "inventory")
+
+# Services that may run one leader per partition (or group of partitions) beside each other
+# (docs/scaling.md): such a leader publishes under its own service token, ``<service>-<partitions>``
+# (``scheduling-gpu``, ``placement-a-b``), so ``horizon.evt.scheduling-gpu.>`` is its fence, and
+# ``service_of`` maps the token back to the service whose decisions they are.
+PARTITIONED_SERVICES: tuple[str, ...] = ("scheduling", "placement")
+# The filter of every scheduling leader's cycles: a cycle that admits a job under an account with
+# a quota is fenced on it, so two partition leaders never admit against the same quota unseen.
+CYCLES_FILTER = f"{EVENT_PREFIX}.*.SchedulingCycleCompleted.>"
+
+
+def leader_token(service: str, partitions: tuple[str, ...] | list[str]) -> str:
+    """The service token of ``service``'s leader for ``partitions`` (the plain name for none)."""
+    if not partitions:
+        return service
+    if service not in PARTITIONED_SERVICES:
+        raise ValueError(f"{service} has one leader for the whole cluster; by partition: "
+                         f"{', '.join(PARTITIONED_SERVICES)}")
+    for name in partitions:
+        check_token(name, "partition")
+    return check_token(f"{service}-{'-'.join(sorted(set(partitions)))}", "leader")
+
+
+def service_of(owner: str) -> str:
+    """The service an output subject's ``<service>`` token belongs to (``scheduling-gpu``: scheduling)."""
+    head, dash, _rest = owner.partition("-")
+    return head if dash and head in PARTITIONED_SERVICES else owner
+
+
+def partner_token(owner: str) -> str:
+    """A partition leader's other half: ``scheduling-gpu`` <-> ``placement-gpu`` (the plain names too)."""
+    head, dash, rest = owner.partition("-")
+    other = {"scheduling": "placement", "placement": "scheduling"}.get(head)
+    if other is None:
+        raise ValueError(f"{owner!r} is no scheduling or placement leader")
+    return f"{other}{dash}{rest}"
+
 
 # Which service publishes each output event type (documentation, permissions, tests).
 PUBLISHERS: dict[str, tuple[str, ...]] = {

@@ -246,7 +246,7 @@ def _check(url: str) -> dict[str, Any]:
     records = asyncio.run(read_log(url))
     report = check_log(records)
     problems = list(report.problems)
-    result = audit(records, audit_cores(AuditConfig()))
+    result = audit(records, audit_cores(AuditConfig(), records))
     return {"records": report.records, "problems": problems, "decisions": result.decisions,
             "reproduced": result.reproduced, "mismatches": len(result.mismatches)}
 

@@ -17,7 +17,7 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,16 +56,38 @@ class AuditConfig:
         return {"policy": self.policy, "backfill_mode": self.backfill, "virtual_time": self.virtual_time}
 
 
-def audit_cores(config: AuditConfig) -> list[Any]:
+def audit_cores(config: AuditConfig, records: Sequence[Record] = ()) -> list[Any]:
     """The five cores as the live services run them (``horizon up``/``horizon service`` with these flags),
-    or as the simulator runs them (``virtual_time``)."""
+    or as the simulator runs them (``virtual_time``); and, for a log with partition leaders
+    (``horizon service scheduling --partition P``, docs/scaling.md), their cores, found in ``records``."""
     if config.virtual_time:
         from services.sim.driver import SimSettings, make_cores
 
         return make_cores(SimSettings(policy=config.policy, backfill=config.backfill))
-    from services.host.registry import SERVICES, make_core
+    from services.host.registry import SERVICES, leader_cores, make_core
 
-    return [make_core(name, policy=config.policy, backfill=config.backfill) for name in SERVICES]
+    cores = [make_core(name, policy=config.policy, backfill=config.backfill) for name in SERVICES]
+    owners, partitions = partition_leaders(records)
+    return cores + leader_cores(owners, partitions, policy=config.policy, backfill=config.backfill)
+
+
+def partition_leaders(records: Sequence[Record]) -> tuple[set[str], set[str]]:
+    """The service tokens of the partition leaders that published in ``records``, and every partition
+    name the log configured (to tell ``scheduling-a-b``'s partitions apart)."""
+    owners: set[str] = set()
+    partitions: set[str] = set()
+    for r in records:
+        subject = r.subject
+        if subject.startswith("horizon.evt.scheduling-") or subject.startswith("horizon.evt.placement-"):
+            owners.add(subject.split(".", 3)[2])
+        elif subject == "horizon.in._admin.partition":
+            try:
+                event = decode(r.data)
+            except DecodeError:
+                continue
+            if isinstance(event, c.PartitionConfigured):
+                partitions.add(event.name)
+    return owners, partitions
 
 
 # ---------------------------------------------------------------------- reading
@@ -450,7 +472,7 @@ def audit_command(nats_url: str, from_seq: int, to_seq: int | None, job_id: str 
             raise LogError(f"no job {job_id} in the log")
         replaying = reading.add("replaying", total=len(records))
         select = (lambda e: concerns(e, job_id)) if job_id else None
-        report = audit(records, audit_cores(config), first=from_seq, last=to_seq, select=select, progress=replaying.update)
+        report = audit(records, audit_cores(config, records), first=from_seq, last=to_seq, select=select, progress=replaying.update)
     elapsed = time.perf_counter() - started
     simulated = _looks_simulated(records)
     hint = None

@@ -57,7 +57,7 @@ def check(nats_url: str, no_audit: bool, policy: str, backfill_mode: str, virtua
             from services.runtime.replay import audit
 
             config = AuditConfig(policy=policy, backfill=backfill_mode, virtual_time=virtual_time)
-            result = audit(records, audit_cores(config), progress=replaying.update)
+            result = audit(records, audit_cores(config, records), progress=replaying.update)
     problems = list(report.problems)
     states = [j.state for j in report.jobs.jobs.values()]
     body: dict[str, Any] = {

@@ -511,12 +511,16 @@ async def _create_streams(url: str) -> None:
 @click.option("--slurm-partition", default="", help="slurm: the partition whose nodes Horizon schedules onto "
               "[default: every node].")
 @click.option("--slurm-bin", default="/usr/bin", show_default=True, help="slurm: where Slurm's commands are.")
+@click.option("--partition", "partitions", multiple=True, metavar="NAME",
+              help="scheduling, placement: lead only these partitions' jobs (repeat for several), under "
+                   "their own subjects, lease and snapshots (docs/scaling.md) [default: the whole cluster].")
 @click.option("--verbose", is_flag=True)
 def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int | None, gpus_per_node: int | None,
             gpu_type: str | None, cpus_per_node: str | None, memory_per_node: str | None, node_prefix: str,
             node_name: str | None, executor: str, heartbeat_timeout: float, policy: str, backfill_mode: str,
             otel: str, metrics_port: int | None, metrics_std: bool, metrics_host: str, lease_ttl: int,
-            slurm_conf: Path | None, slurm_partition: str, slurm_bin: str, verbose: bool) -> None:
+            slurm_conf: Path | None, slurm_partition: str, slurm_bin: str, partitions: tuple[str, ...],
+            verbose: bool) -> None:
     """Run one part alone against any NATS (the distributed shape).
 
     --nats takes one URL or several separated by commas (the servers of a NATS cluster). Once the
@@ -530,8 +534,21 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
     shape option makes it host a development cluster of simulated nodes instead. `slurm` is the
     Slurm backend instead of an agent: a Slurm partition's nodes (--slurm-conf, --slurm-partition;
     docs/backends.md).
+
+    Scheduling and placement scale out by partition: `--partition gpu` runs the leader of partition
+    gpu's jobs and nodes only, beside the leaders of the others (each pair on its own subjects;
+    fair share and quotas stay global; docs/scaling.md).
     """
     _logging(verbose)
+    if partitions:
+        from services.host.registry import PARTITIONED
+
+        if name not in PARTITIONED:
+            raise click.UsageError(f"--partition goes with {' or '.join(PARTITIONED)}: {name} has one leader "
+                                   f"for the whole cluster")
+        for p in partitions:
+            if not valid_token(p) or p.startswith("-"):
+                raise click.BadParameter(f"{p!r}: use letters, digits, '_' or '-' (no dots)", param_hint="--partition")
     settings = StreamSettings(replicas=replicas)
     shape = Shape(nodes, gpus_per_node, gpu_type, cpus_per_node, memory_per_node)
     if not valid_token(f"{node_prefix}-00"):  # node names go into subjects (horizon.hb.<node>)
@@ -578,11 +595,16 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
                 elif name == "projections":
                     await stack.start_projection()
                 else:
-                    await stack.start_service(name)
-                role = f"; it decides while it holds the {name} lease (ttl {lease_ttl} s)" if name in SERVICES else ""
-                click.echo(f"{name} running against {redact_url(nats_url)}{role}; Ctrl-C stops it", err=True)
-                notify_ready(f"{name} running")
-                part = stack.parts[name]
+                    key = (await stack.start_service(name, partitions=partitions)).name
+                if name in SERVICES:
+                    role = f"; it decides while it holds the {key} lease (ttl {lease_ttl} s)"
+                    if partitions:
+                        role += f", for partition{'s' if len(partitions) > 1 else ''} {', '.join(partitions)}"
+                else:
+                    role, key = "", name
+                click.echo(f"{key} running against {redact_url(nats_url)}{role}; Ctrl-C stops it", err=True)
+                notify_ready(f"{key} running")
+                part = stack.parts[key]
                 signalled = asyncio.create_task(stop.wait())
                 try:
                     await asyncio.wait({part.task, signalled}, return_when=asyncio.FIRST_COMPLETED)

@@ -135,6 +135,18 @@ class Quotas:
         """Whether any account has a limit (else the check can be skipped)."""
         return any(_dims(a.quota) for a in fs.accounts.values() if a.configured and not a.leaf)
 
+    def charges(self, fs: FairShare, leaf: str) -> bool:
+        """Whether a job of ``leaf`` counts against any limit (an account on its path has one)."""
+        return any(_dims(acc.quota) for acc in self._accounts(fs, leaf) if acc.configured)
+
+    def copy(self) -> Quotas:
+        """An independent copy (what is held and waiting), to charge hypothetical jobs on."""
+        out = Quotas()
+        out.in_use = {name: Amount(a.gpus, a.cpus_milli, a.memory_bytes, a.running_jobs, dict(a.gpus_by_type))
+                      for name, a in self.in_use.items()}
+        out.waiting = dict(self.waiting)
+        return out
+
     def admit(self, fs: FairShare, leaf: str, x: Amount, cycle: dict[str, Amount]) -> tuple[str, str]:
         """(OK | BORROW | BLOCKED, why) for a job of ``leaf`` needing ``x``, given ``cycle``: what the
         candidates admitted earlier in this cycle hold under each account."""

@@ -11,12 +11,14 @@ from typing import Any
 
 from services.inventory.part import PART as INVENTORY
 from services.placement.part import PART as PLACEMENT
+from services.placement.part import partitioned as placement_leader
 from services.preemption.part import PART as PREEMPTION
 from services.runtime.parts import PartSettings, ServicePart
 from services.scheduling.part import PART as SCHEDULING
+from services.scheduling.part import partitioned as scheduling_leader
 from services.submission.part import PART as SUBMISSION
 
-__all__ = ["SERVICES", "make_core"]
+__all__ = ["SERVICES", "PARTITIONED", "make_core", "service_part", "leader_cores"]
 
 # In start order (and the order `horizon up --processes` lists them).
 SERVICES: dict[str, ServicePart] = {p.name: p for p in (SUBMISSION, SCHEDULING, PLACEMENT, PREEMPTION, INVENTORY)}
@@ -27,3 +29,47 @@ def make_core(name: str, *, policy: str = "multifactor", backfill: str = "easy")
     if name not in SERVICES:
         raise ValueError(f"unknown service {name!r}; services: {', '.join(SERVICES)}")
     return SERVICES[name].make_core(PartSettings(policy=policy, backfill=backfill))
+
+
+# The services that may run one leader per partition (or group of partitions): docs/scaling.md.
+PARTITIONED = {"scheduling": scheduling_leader, "placement": placement_leader}
+
+
+def service_part(name: str, partitions: tuple[str, ...] = ()) -> ServicePart:
+    """Service ``name``'s part: the whole cluster's, or the leader of ``partitions``."""
+    if name not in SERVICES:
+        raise ValueError(f"unknown service {name!r}; services: {', '.join(SERVICES)}")
+    if not partitions:
+        return SERVICES[name]
+    if name not in PARTITIONED:
+        raise ValueError(f"{name} has one leader for the whole cluster; by partition: {', '.join(PARTITIONED)}")
+    return PARTITIONED[name](tuple(partitions))
+
+
+def leader_cores(owners: set[str], partitions: set[str], *, policy: str = "multifactor",
+                 backfill: str = "easy") -> list[Any]:
+    """The cores of the partition leaders whose service tokens are among ``owners`` (the audit finds
+    them in the log's subjects), given the partition names the log ever configured: ``scheduling-a-b``
+    is the leader of partition ``a-b`` if there is one, else of ``a`` and ``b``."""
+    settings = PartSettings(policy=policy, backfill=backfill)
+    out = []
+    for owner in sorted(owners):
+        service, dash, rest = owner.partition("-")
+        if not dash or service not in PARTITIONED or not rest:
+            continue
+        split = split_partitions(rest, partitions) or (rest,)
+        out.append(PARTITIONED[service](split).make_core(settings))
+    return out
+
+
+def split_partitions(joined: str, known: set[str]) -> tuple[str, ...] | None:
+    """``joined`` (sorted names joined by '-') as known partition names; None if it cannot be."""
+    if joined in known:
+        return (joined,)
+    for cut in range(joined.find("-"), len(joined)):
+        if cut <= 0 or joined[cut] != "-" or joined[:cut] not in known:
+            continue
+        rest = split_partitions(joined[cut + 1:], known)
+        if rest is not None:
+            return (joined[:cut], *rest)
+    return None

@@ -23,7 +23,7 @@ from services.agent.executors import Executor, ProcessExecutor, SimExecutor
 from services.agent.nodes import NodeSpec
 from services.domain.queue.fold import QueueFold
 from services.host.lock import DataDirLock
-from services.host.registry import SERVICES
+from services.host.registry import SERVICES, service_part
 from services.runtime.jetstream import JetStreamLog, StreamSettings
 from services.runtime.lease import Lease
 from services.runtime.parts import PartSettings
@@ -111,21 +111,22 @@ class Stack:
         self.parts[name] = part
         return part
 
-    async def start_service(self, name: str, *, key: str | None = None) -> Part:
+    async def start_service(self, name: str, *, key: str | None = None, partitions: tuple[str, ...] = ()) -> Part:
         """Start service ``name``, registered as part ``key`` (default: the name; another key, by
-        convention ``name#2``, runs one more instance: a hot standby while another holds the lease)."""
-        log_ = await self._connect(key or name)
+        convention ``name#2``, runs one more instance: a hot standby while another holds the lease).
+        With ``partitions``, the leader of those partitions only (docs/scaling.md): its own service
+        token (``scheduling-gpu``), lease, fence and snapshots; ``key`` defaults to that token."""
+        part = service_part(name, partitions)
+        key = key or part.name
+        log_ = await self._connect(key)
         lease = None
         if self.lease_ttl_s is not None:
-            lease = Lease(log_.nc, name, ttl_s=self.lease_ttl_s, replicas=self.settings.replicas)
-        if name not in SERVICES:
-            raise ValueError(f"unknown service {name!r}; services: {', '.join(SERVICES)}")
-        part = SERVICES[name]
+            lease = Lease(log_.nc, part.name, ttl_s=self.lease_ttl_s, replicas=self.settings.replicas)
         settings = self.part_settings()
         obj = part.make_runner(log_, part.make_core(settings), lease, settings)
         runner = obj.runner
-        work = part.serve(log_, runner, key or name, obj.run())
-        return await self._launch(key or name, log_, obj, work, runner.ready)
+        work = part.serve(log_, runner, key, obj.run())
+        return await self._launch(key, log_, obj, work, runner.ready)
 
     async def start_projection(self) -> Part:
         log_ = await self._connect("projections")

@@ -1,11 +1,14 @@
-"""The placement service as the host runs it: its core with the default profile's backfill mode."""
+"""The placement service as the host runs it: its core with the default profile's backfill mode; or
+a leader for some partitions only (``partitioned``, docs/scaling.md)."""
 
 from __future__ import annotations
 
+from events.subjects import leader_token
 from services.placement.core import PlacementCore
+from services.placement.partitioned import PartitionedPlacementCore
 from services.runtime.parts import PartSettings, ServicePart
 
-__all__ = ["PART"]
+__all__ = ["PART", "partitioned"]
 
 
 def _core(settings: PartSettings) -> PlacementCore:
@@ -13,3 +16,12 @@ def _core(settings: PartSettings) -> PlacementCore:
 
 
 PART = ServicePart("placement", _core)
+
+
+def partitioned(partitions: tuple[str, ...]) -> ServicePart:
+    """The placement leader of ``partitions``: places its scheduling partner's cycles only."""
+
+    def core(settings: PartSettings) -> PartitionedPlacementCore:
+        return PartitionedPlacementCore(backfill=settings.backfill, partitions=partitions)
+
+    return ServicePart(leader_token("placement", partitions), core)

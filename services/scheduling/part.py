@@ -1,11 +1,16 @@
-"""The scheduling service as the host runs it: its core with the cluster's queue policy."""
+"""The scheduling service as the host runs it: its core with the cluster's queue policy; or a
+leader for some partitions only (``partitioned``, docs/scaling.md)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from events.subjects import leader_token
 from services.runtime.parts import PartSettings, ServicePart
 from services.scheduling.core import SchedulingCore
+from services.scheduling.partitioned import PartitionedSchedulingCore, PartitionedSchedulingRunner
 
-__all__ = ["PART"]
+__all__ = ["PART", "partitioned"]
 
 
 def _core(settings: PartSettings) -> SchedulingCore:
@@ -13,3 +18,15 @@ def _core(settings: PartSettings) -> SchedulingCore:
 
 
 PART = ServicePart("scheduling", _core)
+
+
+def partitioned(partitions: tuple[str, ...]) -> ServicePart:
+    """The scheduling leader of ``partitions``: its own token, lease, fence and snapshots."""
+
+    def core(settings: PartSettings) -> PartitionedSchedulingCore:
+        return PartitionedSchedulingCore(policy=settings.policy, partitions=partitions)
+
+    def runner(log_: Any, core_: Any, lease: Any, settings: PartSettings) -> PartitionedSchedulingRunner:
+        return PartitionedSchedulingRunner(log_, core_, lease=lease)
+
+    return ServicePart(leader_token("scheduling", partitions), core, runner)

@@ -1,0 +1,71 @@
+"""A placement leader for some partitions only: scale-out by partition (docs/scaling.md). Pure.
+
+``PartitionedPlacementCore`` folds the whole log as ``PlacementCore`` does (every node, every job
+holding resources, whoever placed it), and places the cycles of its partner only,
+``scheduling-<partitions>``, whose candidates are its partitions' jobs; the ``Partition`` filter
+keeps each of them on its partition's nodes. It publishes under ``placement-<partitions>`` with ids
+``placement-<partitions>/...`` (two leaders' cycle 7 are two events), and an elastic job grows
+only by its own partition's leader.
+
+Two leaders never place on one node at once as long as their partitions share no node: each
+decides on the nodes of its own partitions, from a fold that sees the other's placements as they
+land. Partitions that share nodes must have the same leader (``--partition a --partition b``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from events import catalogue as c
+from events.base import Event
+from events.subjects import leader_token, partner_token
+from services.domain.protocol import Record
+from services.placement.core import PlacementCore, PlacementState
+
+__all__ = ["PartitionedPlacementCore"]
+
+
+def _owner(record: Record) -> str:
+    parts = record.subject.split(".", 3)
+    return parts[2] if len(parts) > 3 and parts[1] == "evt" else ""
+
+
+@dataclass
+class PartitionedPlacementCore(PlacementCore):
+    """``PlacementCore`` placing the cycles of ``scheduling-<partitions>`` only, under its own token."""
+
+    partitions: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.partitions:
+            raise ValueError("a partitioned placement leader needs at least one partition")
+        self.partitions = tuple(sorted(set(self.partitions)))
+        self.name = leader_token("placement", self.partitions)  # type: ignore[misc]
+        self.partner = partner_token(self.name)
+        self._covered = frozenset(self.partitions)
+
+    def evolve(self, state: PlacementState, event: Event, record: Record) -> PlacementState:
+        if isinstance(event, c.SchedulingCycleCompleted) and _owner(record) != self.partner:
+            return state  # another leader's cycle
+        if isinstance(event, c.PlacementCycleCompleted) and _owner(record) != self.name:
+            return state
+        return super().evolve(state, event, record)
+
+    def decide(self, state: PlacementState) -> list[Event]:
+        out = []
+        for event in super().decide(state):
+            job_id = getattr(event, "job_id", None)
+            if job_id is not None:
+                job = state.jobs.get(job_id)
+                if job is None or job.spec is None or job.spec.partition not in self._covered:
+                    continue  # another leader's job (an elastic job growing)
+            changes: dict[str, Any] = {"id": self.name + event.id[event.id.index("/"):]}
+            cause = event.causation_id or ""
+            if cause.startswith("scheduling/"):
+                changes["causation_id"] = self.partner + cause[len("scheduling"):]
+            out.append(msgspec.structs.replace(event, **changes))
+        return out

@@ -1,0 +1,216 @@
+"""A scheduling leader for some partitions only: scale-out by partition (docs/scaling.md). Pure core.
+
+``PartitionedSchedulingCore`` folds the whole log exactly as ``SchedulingCore`` does (fair share,
+usage decay, quotas: global, and at a given basis identical to what one scheduler computes), and
+decides only for the jobs of its partitions:
+
+1. **Its own subjects.** It publishes under ``scheduling-<partitions>`` (``leader_token``), with
+   ids ``scheduling-<partitions>/...`` (two leaders' cycle 7 are two events), and its cycles are
+   placed by its partner, ``placement-<partitions>``: it takes its cycle count and "placement is
+   done" from its own and its partner's cycles only.
+2. **Its jobs.** Candidates are its partitions' pending jobs in the global order; requeues,
+   timeouts and dependency endings only of its partitions' jobs. Configuration it cannot apply is
+   answered by every leader (each under its own id).
+3. **Quotas, exact across leaders.** A job is charged to its accounts from its ``JobScheduled``;
+   the gap is a candidate admitted by one leader and not yet placed. So every leader also folds
+   every leader's *open* cycle (decided, its placement not yet completed) and, when it admits,
+   counts the still-pending candidates of the others' open cycles as held (``quota_view``). And a
+   cycle that admits a job under an account with a quota is fenced on ``CYCLES_FILTER`` (every
+   leader's cycles; ``PartitionedSchedulingRunner``): stored only if no cycle of any leader landed
+   since this leader's basis. Two leaders racing for one quota: the second's cycle is refused,
+   it reads the first's cycle, counts it, and admits what is left.
+
+Snapshots carry the open cycles after the queue fold's own bytes (``dump``/``load``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from events import catalogue as c
+from events.base import Event
+from events.codec import decode
+from events.subjects import CYCLES_FILTER, leader_token, partner_token
+from services.domain.fairshare import association
+from services.domain.jobs import Job
+from services.domain.protocol import Record
+from services.domain.queue import order
+from services.domain.queue.state import SchedulingState
+from services.domain.quotas import amount_of
+from services.runtime.log import Fence, LogConflict, Outgoing, PublishAck
+from services.runtime.service import ServiceRunner
+from services.scheduling.core import SchedulingCore
+
+__all__ = ["PartitionedSchedulingCore", "PartitionedSchedulingRunner"]
+
+log = logging.getLogger("horizon.service")
+
+_CYCLE_EVENTS = (c.SchedulingCycleCompleted, c.PlacementCycleCompleted)
+_EXTRA_LEN = 8  # bytes of the length of the open cycles after the queue fold's snapshot
+
+
+def _owner(record: Record) -> str:
+    parts = record.subject.split(".", 3)
+    return parts[2] if len(parts) > 3 and parts[1] == "evt" else ""
+
+
+@dataclass
+class PartitionedSchedulingCore(SchedulingCore):
+    """``SchedulingCore`` deciding for ``partitions`` only, under its own service token."""
+
+    partitions: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.partitions:
+            raise ValueError("a partitioned scheduling leader needs at least one partition")
+        self.partitions = tuple(sorted(set(self.partitions)))
+        self.name = leader_token("scheduling", self.partitions)  # type: ignore[misc]
+        self.partner = partner_token(self.name)
+        self._covered = frozenset(self.partitions)
+
+    # ------------------------------------------------------------------ fold
+
+    def initial(self) -> SchedulingState:
+        state = super().initial()
+        state.open_cycles = {}  # type: ignore[attr-defined]
+        return state
+
+    def evolve(self, state: SchedulingState, event: Event, record: Record) -> SchedulingState:
+        if isinstance(event, _CYCLE_EVENTS):
+            owner = _owner(record)
+            _track_open(state, owner, event)
+            if owner not in (self.name, self.partner):
+                return state  # another leader's cycle: counted for quotas only
+        elif isinstance(event, c.ConfigRejected) and event.source == self.name:
+            state.config_rejections.pop(event.request_seq, None)
+            return state
+        return super().evolve(state, event, record)
+
+    # ------------------------------------------------------------------ decide
+
+    def mine(self, job: Job | None) -> bool:
+        return job is not None and job.spec is not None and job.spec.partition in self._covered
+
+    def candidates(self, state: SchedulingState) -> tuple[list[Job], list[str]]:
+        """The global order's first candidates among this leader's jobs, admitted against a quota view
+        that counts the other leaders' open cycles as held."""
+        everyone, quotas = state.pending, state.quotas
+        limited = quotas.limited(state.fairshare)
+        state.pending = {job_id: job for job_id, job in everyone.items() if self.mine(job)}
+        if limited:
+            state.quotas = self.quota_view(state, everyone)
+        try:
+            return order.candidates(state, self.max_candidates)
+        finally:
+            state.pending, state.quotas = everyone, quotas
+
+    def quota_view(self, state: SchedulingState, pending: dict[str, Job]) -> Any:
+        """What the accounts hold, plus the still-pending candidates of every other leader's open cycle."""
+        view = state.quotas.copy()
+        fs = state.fairshare
+        for owner in sorted(state.open_cycles):  # type: ignore[attr-defined]
+            if owner == self.name:
+                continue
+            for job_id in state.open_cycles[owner][1]:  # type: ignore[attr-defined]
+                job = pending.get(job_id)
+                if job is not None and job.spec is not None:
+                    view.charge(fs, association(job.spec), amount_of(job.spec), +1)
+        return view
+
+    def decide(self, state: SchedulingState) -> list[Event]:
+        out = []
+        for event in super().decide(state):
+            job_id = getattr(event, "job_id", None)
+            if job_id is not None and not self.mine(state.jobs.get(job_id)):
+                continue  # another leader's job
+            changes: dict[str, Any] = {"id": self.name + event.id[event.id.index("/"):]}
+            if isinstance(event, c.SchedulingCycleCompleted):
+                changes["queued"] = sum(1 for j in state.pending.values() if self.mine(j))
+            out.append(msgspec.structs.replace(event, **changes))
+        return out
+
+    def charges_quota(self, state: SchedulingState, job_ids: list[str]) -> bool:
+        """Whether any of these jobs counts against a quota (its cycle is then fenced on every leader's)."""
+        fs, quotas = state.fairshare, state.quotas
+        if not quotas.limited(fs):
+            return False
+        for job_id in job_ids:
+            job = state.jobs.get(job_id)
+            if job is not None and job.spec is not None and quotas.charges(fs, association(job.spec)):
+                return True
+        return False
+
+    # ------------------------------------------------------------------ snapshots
+
+    def dump(self, state: SchedulingState) -> bytes:
+        extra = json.dumps(sorted((k, v[0], v[1]) for k, v in state.open_cycles.items())).encode()  # type: ignore[attr-defined]
+        return super().dump(state) + extra + len(extra).to_bytes(_EXTRA_LEN, "big")
+
+    def load(self, data: bytes) -> SchedulingState | None:
+        if len(data) < _EXTRA_LEN:
+            return None
+        n = int.from_bytes(data[-_EXTRA_LEN:], "big")
+        if n > len(data) - _EXTRA_LEN:
+            return None
+        base, extra = data[: len(data) - _EXTRA_LEN - n], data[len(data) - _EXTRA_LEN - n: -_EXTRA_LEN]
+        state = super().load(base)
+        if state is not None:
+            state.open_cycles = {k: (cycle, list(cands)) for k, cycle, cands in json.loads(extra)}  # type: ignore[attr-defined]
+        return state
+
+
+def _track_open(state: SchedulingState, owner: str, event: Event) -> None:
+    """A scheduling leader's cycle is open until its placement partner completes it."""
+    opened: dict[str, tuple[int, list[str]]] = state.open_cycles  # type: ignore[attr-defined]
+    if isinstance(event, c.SchedulingCycleCompleted):
+        opened[owner] = (event.cycle, list(event.candidates))
+    elif isinstance(event, c.PlacementCycleCompleted):
+        try:
+            scheduler = partner_token(owner)
+        except ValueError:
+            return
+        found = opened.get(scheduler)
+        if found is not None and found[0] <= event.cycle:
+            del opened[scheduler]
+
+
+class PartitionedSchedulingRunner(ServiceRunner[SchedulingState]):
+    """The runner of a partition leader: a round whose cycle admits a quota-limited job is published
+    in two fenced parts: everything but the cycle on its own subjects (the lease's fence), then the
+    cycle on ``CYCLES_FILTER`` at the last cycle of any leader this runner has applied."""
+
+    async def _publish_fenced(self, items: list[Outgoing]) -> list[PublishAck] | None:
+        core: PartitionedSchedulingCore = self.core  # type: ignore[assignment]
+        last = items[-1]
+        if ".SchedulingCycleCompleted." not in last.subject:
+            return await super()._publish_fenced(items)
+        cycle = decode(last.data)
+        assert isinstance(cycle, c.SchedulingCycleCompleted)
+        if not core.charges_quota(self.state, cycle.candidates):
+            return await super()._publish_fenced(items)
+        acks: list[PublishAck] = []
+        if len(items) > 1:
+            head = await super()._publish_fenced(items[:-1])
+            if head is None:
+                return None
+            acks = head
+        try:
+            seen = await self.log.last_seq(CYCLES_FILTER)
+            if seen > self.state.seq:
+                raise LogConflict(f"{CYCLES_FILTER}: a cycle at seq {seen} is not applied yet")
+            tail = await self.log.publish_fenced([last], Fence(CYCLES_FILTER, seen))
+        except LogConflict as exc:
+            self.stats.fenced += 1
+            end = max(await self.log.last_seq(), self.state.seq + 1)
+            self.awaiting = max(self.awaiting, end, *(a.seq for a in acks))
+            log.info(
+                "%s: a quota cycle at basis %d refused (%s); deciding again once applied to %d",
+                self.name, self.state.seq, exc, end)
+            return None
+        return acks + tail
