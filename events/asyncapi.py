@@ -250,6 +250,25 @@ def document(
             operations[key] = _op("send", key, [name], f"{service} publishes {name}", text,
                                   ["decisions" if service in subjects.DECISION_SERVICES else "reports"])
 
+    # 3b. a partition leader's (docs/scaling.md): horizon.evt.<service>-<partitions>.<Type>.<aggregate>
+    partitions = Param("The partitions the leader decides for, sorted and joined by `-` (`gpu`, `a-b`).",
+                       "^[A-Za-z0-9_-]{1,128}$", examples=("gpu", "a-b"))
+    for name, services in subjects.PUBLISHERS.items():
+        for service in services:
+            if service not in subjects.PARTITIONED_SERVICES:
+                continue
+            key = f"evt.{service}-partitions.{name}"
+            channels[key] = {
+                "address": f"{subjects.EVENT_PREFIX}.{service}-{{partitions}}.{name}.{{aggregate}}",
+                "title": f"{name} by a {service} partition leader",
+                "description": f"{name} as the {service} leader of some partitions publishes it "
+                               f"(`horizon service {service} --partition P`), stored in the HORIZON stream.",
+                "parameters": {"partitions": partitions.render(), "aggregate": AGGREGATE.render()},
+                "messages": _channel_messages([name]),
+            }
+            operations[key] = _op("send", key, [name], f"a {service} partition leader publishes {name}", "",
+                                  ["decisions"])
+
     # 4. the tenant feed: what a tenant sees on horizon.evt.> under accounts
     feed_services = sorted({s for name in TENANT_FEED_TYPES for s in subjects.PUBLISHERS[name]})
     channels["tenantFeed"] = {

@@ -31,6 +31,10 @@ the figures that matter are ratios that survive a noisy machine.
    from a snapshot at the end; with the snapshot's size and the time to dump,
    store and load it. Also the snapshot store's speed against nats-py's
    object store on one blob (``snapshot_blob_mb``), written and read back.
+7. **partitions**: benchmark 2's shape with partition leaders
+   (``services/bench/partitions.py``, docs/scaling.md): one pair of leaders
+   over every node and the whole backlog, then two pairs each over half; the
+   rates, their ratio, and each leader's CPU seconds per 1,000 of its jobs.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from typing import Any
 
 from services.bench.latency import bench_latency
 from services.bench.memory import bench_memory
+from services.bench.partitions import bench_partitions
 from services.bench.restart import bench_replay, bench_snapshot
 from services.bench.sizes import Sizes
 from services.bench.throughput import bench_intake, bench_scheduling
@@ -59,6 +64,7 @@ BENCHMARKS = {
     "latency": bench_latency,
     "memory": bench_memory,
     "snapshot": bench_snapshot,
+    "partitions": bench_partitions,
 }
 
 

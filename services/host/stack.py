@@ -120,8 +120,11 @@ class Stack:
         key = key or part.name
         log_ = await self._connect(key)
         lease = None
-        if self.lease_ttl_s is not None:
-            lease = Lease(log_.nc, part.name, ttl_s=self.lease_ttl_s, replicas=self.settings.replicas)
+        # A partition leader always has one: its rounds are fenced, and the fence is what keeps
+        # quotas exact across leaders (docs/scaling.md).
+        ttl = self.lease_ttl_s if self.lease_ttl_s is not None or not partitions else 10
+        if ttl is not None:
+            lease = Lease(log_.nc, part.name, ttl_s=ttl, replicas=self.settings.replicas)
         settings = self.part_settings()
         obj = part.make_runner(log_, part.make_core(settings), lease, settings)
         runner = obj.runner
