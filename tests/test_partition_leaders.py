@@ -101,6 +101,30 @@ def test_a_partition_placement_leader_places_only_its_partners_cycles_on_its_nod
     assert out[-1].id == "placement-b/PlacementCycleCompleted/1"
 
 
+def test_a_node_two_leaders_partitions_share_is_placed_on_by_neither_and_by_one_leader_of_both():
+    def shared(partitions: tuple[str, ...]) -> Feed:
+        f = Feed(PartitionedPlacementCore(partitions=partitions))
+        for n in ("a1", "s1", "b1"):
+            f.evt("agent", node(n, gpus=GPU))
+            f.evt("inventory", c.NodeReady(node=n, basis_seq=1))
+        f.admin("partition", part("a", ["a1", "s1"]))
+        f.admin("partition", part("b", ["b1", "s1"]))
+        for job_id in ("j1", "j2"):
+            f.evt("submission", accepted(job_id, gpus=GPU, partition="a"))
+        return f
+
+    f = shared(("a",))
+    f.evt("scheduling-a", c.SchedulingCycleCompleted(cycle=1, candidates=["j1", "j2"], basis_seq=f.seq))
+    out = f.settle()
+    assert {e.job_id: e.allocations[0].node for e in out if isinstance(e, c.JobScheduled)} == {"j1": "a1"}
+    [blocked] = [e for e in out if isinstance(e, c.PlacementBlocked)]
+    assert blocked.job_id == "j2" and any(r.reason == "not in partition a" for r in blocked.reasons)
+    f = shared(("a", "b"))  # one leader of both may use it
+    f.evt("scheduling-a-b", c.SchedulingCycleCompleted(cycle=1, candidates=["j1", "j2"], basis_seq=f.seq))
+    placed = {e.job_id: e.allocations[0].node for e in f.settle() if isinstance(e, c.JobScheduled)}
+    assert placed == {"j1": "a1", "j2": "s1"}
+
+
 def usage_history(f: Feed) -> None:
     """Tenant heavy ran 16 GPUs for two hours in partition a; light ran nothing."""
     for i, n in enumerate(("a1", "a2")):

@@ -7,9 +7,11 @@ keeps each of them on its partition's nodes. It publishes under ``placement-<par
 ``placement-<partitions>/...`` (two leaders' cycle 7 are two events), and an elastic job grows
 only by its own partition's leader.
 
-Two leaders never place on one node at once as long as their partitions share no node: each
-decides on the nodes of its own partitions, from a fold that sees the other's placements as they
-land. Partitions that share nodes must have the same leader (``--partition a --partition b``).
+Two leaders never place on one node: a leader places only on the nodes whose every partition is
+one of its own (``OwnNodes``): a node that a partition of another leader (or of no leader) shares
+is used by none, so each node has at most one leader deciding on it, from a fold that sees the
+other leaders' placements as they land. Partitions that share nodes belong under one leader
+(``--partition a --partition b``).
 """
 
 from __future__ import annotations
@@ -22,10 +24,36 @@ import msgspec
 from events import catalogue as c
 from events.base import Event
 from events.subjects import leader_token, partner_token
+from services.domain.fit.cycle import PartitionView
+from services.domain.partitions import Partitions
 from services.domain.protocol import Record
 from services.placement.core import PlacementCore, PlacementState
 
-__all__ = ["PartitionedPlacementCore"]
+__all__ = ["PartitionedPlacementCore", "OwnNodes"]
+
+
+class OwnNodes(Partitions):
+    """The partitions as a leader of ``covered`` places by: a partition's nodes less those that a
+    partition outside ``covered`` shares (the ``Partition`` filter then keeps its jobs off them)."""
+
+    def __init__(self, covered: frozenset[str]) -> None:
+        super().__init__()
+        self.covered = covered
+
+    def view(self, name: str) -> PartitionView | None:
+        cached = self._views.get(name)
+        if cached is not None:
+            return cached
+        found = super().view(name)
+        if found is None or not found.exists:
+            return found
+        memberships = self.memberships()
+        nodes = frozenset(n for n in found.nodes if memberships.get(n, frozenset()) <= self.covered)
+        if nodes != found.nodes:
+            found = PartitionView(found.name, nodes, found.state)
+            if name in self._views:
+                self._views[name] = found
+        return found
 
 
 def _owner(record: Record) -> str:
@@ -47,6 +75,11 @@ class PartitionedPlacementCore(PlacementCore):
         self.name = leader_token("placement", self.partitions)  # type: ignore[misc]
         self.partner = partner_token(self.name)
         self._covered = frozenset(self.partitions)
+
+    def initial(self) -> PlacementState:
+        state = super().initial()
+        state.partitions = OwnNodes(self._covered)
+        return state
 
     def evolve(self, state: PlacementState, event: Event, record: Record) -> PlacementState:
         if isinstance(event, c.SchedulingCycleCompleted) and _owner(record) != self.partner:
