@@ -30,7 +30,8 @@ from services.runtime.jetstream import JetStreamLog
 from services.placement.partitioned import PartitionedPlacementCore
 from services.runtime.lease import Lease
 from services.scheduling.core import SchedulingCore
-from services.scheduling.partitioned import PartitionedSchedulingCore, PartitionedSchedulingRunner
+from services.scheduling.fence import PartitionedSchedulingRunner
+from services.scheduling.partitioned import PartitionedSchedulingCore
 from tests.e2e import events_of, read_log, wait_until
 from tests.helpers import Feed, accepted, node
 

@@ -8,7 +8,8 @@ from typing import Any
 from events.subjects import leader_token
 from services.runtime.parts import PartSettings, ServicePart
 from services.scheduling.core import SchedulingCore
-from services.scheduling.partitioned import PartitionedSchedulingCore, PartitionedSchedulingRunner
+from services.scheduling.fence import PartitionedSchedulingRunner
+from services.scheduling.partitioned import PartitionedSchedulingCore
 
 __all__ = ["PART", "partitioned"]
 

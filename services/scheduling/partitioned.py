@@ -16,7 +16,7 @@ decides only for the jobs of its partitions:
    every leader's *open* cycle (decided, its placement not yet completed) and, when it admits,
    counts the still-pending candidates of the others' open cycles as held (``quota_view``). And a
    cycle that admits a job under an account with a quota is fenced on ``CYCLES_FILTER`` (every
-   leader's cycles; ``PartitionedSchedulingRunner``): stored only if no cycle of any leader landed
+   leader's cycles; ``PartitionedSchedulingRunner`` in ``services/scheduling/fence.py``): stored only if no cycle of any leader landed
    since this leader's basis. Two leaders racing for one quota: the second's cycle is refused,
    it reads the first's cycle, counts it, and admits what is left.
 
@@ -26,7 +26,6 @@ Snapshots carry the open cycles after the queue fold's own bytes (``dump``/``loa
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,21 +33,16 @@ import msgspec
 
 from events import catalogue as c
 from events.base import Event
-from events.codec import decode
-from events.subjects import CYCLES_FILTER, leader_token, partner_token
+from events.subjects import leader_token, partner_token
 from services.domain.fairshare import association
 from services.domain.jobs import Job
 from services.domain.protocol import Record
 from services.domain.queue import order
 from services.domain.queue.state import SchedulingState
 from services.domain.quotas import amount_of
-from services.runtime.log import Fence, LogConflict, Outgoing, PublishAck
-from services.runtime.service import ServiceRunner
 from services.scheduling.core import SchedulingCore
 
-__all__ = ["PartitionedSchedulingCore", "PartitionedSchedulingRunner"]
-
-log = logging.getLogger("horizon.service")
+__all__ = ["PartitionedSchedulingCore"]
 
 _CYCLE_EVENTS = (c.SchedulingCycleCompleted, c.PlacementCycleCompleted)
 _EXTRA_LEN = 8  # bytes of the length of the open cycles after the queue fold's snapshot
@@ -178,39 +172,3 @@ def _track_open(state: SchedulingState, owner: str, event: Event) -> None:
         found = opened.get(scheduler)
         if found is not None and found[0] <= event.cycle:
             del opened[scheduler]
-
-
-class PartitionedSchedulingRunner(ServiceRunner[SchedulingState]):
-    """The runner of a partition leader: a round whose cycle admits a quota-limited job is published
-    in two fenced parts: everything but the cycle on its own subjects (the lease's fence), then the
-    cycle on ``CYCLES_FILTER`` at the last cycle of any leader this runner has applied."""
-
-    async def _publish_fenced(self, items: list[Outgoing]) -> list[PublishAck] | None:
-        core: PartitionedSchedulingCore = self.core  # type: ignore[assignment]
-        last = items[-1]
-        if ".SchedulingCycleCompleted." not in last.subject:
-            return await super()._publish_fenced(items)
-        cycle = decode(last.data)
-        assert isinstance(cycle, c.SchedulingCycleCompleted)
-        if not core.charges_quota(self.state, cycle.candidates):
-            return await super()._publish_fenced(items)
-        acks: list[PublishAck] = []
-        if len(items) > 1:
-            head = await super()._publish_fenced(items[:-1])
-            if head is None:
-                return None
-            acks = head
-        try:
-            seen = await self.log.last_seq(CYCLES_FILTER)
-            if seen > self.state.seq:
-                raise LogConflict(f"{CYCLES_FILTER}: a cycle at seq {seen} is not applied yet")
-            tail = await self.log.publish_fenced([last], Fence(CYCLES_FILTER, seen))
-        except LogConflict as exc:
-            self.stats.fenced += 1
-            end = max(await self.log.last_seq(), self.state.seq + 1)
-            self.awaiting = max(self.awaiting, end, *(a.seq for a in acks))
-            log.info(
-                "%s: a quota cycle at basis %d refused (%s); deciding again once applied to %d",
-                self.name, self.state.seq, exc, end)
-            return None
-        return acks + tail
