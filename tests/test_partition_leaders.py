@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections import Counter
 from typing import Any
 
@@ -249,6 +250,11 @@ async def test_two_partition_pairs_run_their_jobs_on_their_nodes_and_the_audit_r
     assert code == 0 and body["mismatches"] == [], body["mismatches"][:2]
     assert body["reproduced"] == body["decisions"] > 0
     assert {"scheduling-a", "scheduling-b", "placement-a", "placement-b"} <= set(body["services"])
+    checked = await asyncio.create_subprocess_exec(sys.executable, "-m", "services.cli.main", "check", "--nats",
+                                                   nats_server.url, stdout=asyncio.subprocess.PIPE,
+                                                   stderr=asyncio.subprocess.STDOUT)
+    said = (await checked.communicate())[0].decode()
+    assert checked.returncode == 0, said  # the invariants hold, and every decision is reproduced
 
 
 async def succeeded(url: str, jobs: set[str]) -> None:
@@ -263,7 +269,7 @@ async def succeeded(url: str, jobs: set[str]) -> None:
 
 
 async def audit_json(url: str) -> tuple[int, dict[str, Any]]:
-    proc = await asyncio.create_subprocess_exec(".venv/bin/horizon", "audit", "--nats", url, "--json",
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "services.cli.main", "audit", "--nats", url, "--json",
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await proc.communicate()
     assert out, err.decode()
