@@ -22,8 +22,9 @@ does all the I/O:
 Any number of runners of one service may run; all fold the log, and only the
 holder of the service's lease decides (the others are hot standbys). A runner
 that takes the lease first waits until it has applied the log up to its end
-as read at the takeover, then decides. Every decision round is published with
-``publish_fenced``: stored all or none, and only if the last record on the
+as read at the takeover, then decides. Every decision round is published
+fenced (all or none as an atomic batch; a round of up to ``CHAIN_MAX`` as a chain
+of single fenced messages, see ``_publish_fenced``): stored only if the last record on the
 service's own subjects (``horizon.evt.<service>.>``) is the one this runner has
 applied. A deposed leader's round (it was paused, its lease lapsed, a
 successor decided) is refused, since the successor's decisions moved the
