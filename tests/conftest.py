@@ -7,9 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from services.runtime.bytecode import compile_tree
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.memory import MemoryLog
 from services.runtime.natsserver import NatsServer
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The tests start hundreds of ``horizon`` processes: let them find the checkout compiled."""
+    compile_tree()
 
 
 @pytest.fixture

@@ -52,6 +52,7 @@ from services.bench.partitions import bench_partitions
 from services.bench.restart import bench_replay, bench_snapshot
 from services.bench.sizes import Sizes
 from services.bench.throughput import bench_intake, bench_scheduling
+from services.runtime.bytecode import compile_tree
 from services.runtime.natsserver import NatsServer
 
 __all__ = ["BENCHMARKS", "run_benchmarks", "Sizes"]
@@ -70,6 +71,7 @@ BENCHMARKS = {
 
 async def run_benchmarks(names: list[str], sizes: Sizes, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+    compile_tree()  # the services it starts begin as an installed Horizon's would (services/runtime/bytecode.py)
     for name in names:
         if progress:
             progress(name)

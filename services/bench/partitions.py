@@ -37,6 +37,7 @@ from events.subjects import admin_subject, event_subject
 from services.agent.nodes import local_nodes
 from services.bench.processes import HORIZON, profile, stop_processes
 from services.bench.sizes import Sizes
+from services.bench.throughput import complete_instantly
 from services.runtime import wire
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import Outgoing
@@ -138,20 +139,6 @@ async def _run(url: str, sizes: Sizes, parts: int, tmp: Path) -> dict[str, Any]:
         to_complete.append((body.job_id, body.attempt, body.allocations[0].node))
         wake.set()
 
-    async def completer() -> None:
-        # Instantaneous agents: every scheduled job ends at once, freeing its GPU.
-        while True:
-            await wake.wait()
-            wake.clear()
-            batch, to_complete[:] = list(to_complete), []
-            out = []
-            for job_id, attempt, node in batch:
-                done = c.JobSucceeded(id=f"agent/JobSucceeded/{job_id}/{attempt}", correlation_id=job_id,
-                                      source=f"agent/{node}", job_id=job_id, attempt=attempt, node=node)
-                out.append(Outgoing(event_subject("agent", done), encode(done), done.id))
-            if out:
-                await log.publish_many(out)
-
     async def heartbeats() -> None:
         # The nodes' agents would heartbeat; without it inventory rightly declares them lost.
         while True:
@@ -171,7 +158,7 @@ async def _run(url: str, sizes: Sizes, parts: int, tmp: Path) -> dict[str, Any]:
     await wire.subscribe_fast(nc, "horizon.evt.*.JobScheduled.>", on_event)
     await wire.subscribe_fast(nc, "horizon.evt.*.PlacementCycleCompleted.>", on_cycle)
     beats = asyncio.create_task(heartbeats())
-    task = asyncio.create_task(completer())
+    task = asyncio.create_task(complete_instantly(log, to_complete, wake))
     logs = tmp / "logs"
     logs.mkdir()
     started = time.perf_counter()

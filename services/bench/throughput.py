@@ -20,7 +20,7 @@ from services.sim.metrics import percentile
 from services.bench.processes import service_processes, stop_processes, wait_until
 from services.bench.sizes import Sizes
 
-__all__ = ["bench_intake", "bench_scheduling", "submitted"]
+__all__ = ["bench_intake", "bench_scheduling", "complete_instantly", "submitted"]
 
 _scheduled = msgspec.json.Decoder(c.JobScheduled)
 
@@ -73,6 +73,22 @@ async def bench_intake(url: str, sizes: Sizes) -> dict[str, Any]:
     return {"accepted_per_s": round(rate), "raw_publish_per_s": round(raw), "ratio": round(rate / raw, 3),
             "jobs": sizes.intake_jobs}
 
+async def complete_instantly(log: JetStreamLog, to_complete: list[tuple[str, int, str]], wake: asyncio.Event) -> None:
+    """Instantaneous agents: every scheduled job (job, attempt, node) in ``to_complete`` ends at once,
+    freeing its resources, whenever ``wake`` is set."""
+    while True:
+        await wake.wait()
+        wake.clear()
+        batch, to_complete[:] = list(to_complete), []
+        out = []
+        for job_id, attempt, node in batch:
+            done = c.JobSucceeded(id=f"agent/JobSucceeded/{job_id}/{attempt}", correlation_id=job_id,
+                                  source=f"agent/{node}", job_id=job_id, attempt=attempt, node=node)
+            out.append(Outgoing(event_subject("agent", done), encode(done), done.id))
+        if out:
+            await log.publish_many(out)
+
+
 async def bench_scheduling(url: str, sizes: Sizes) -> dict[str, Any]:
     log = await JetStreamLog.open(url, name="bench-scheduling")
     items: list[Outgoing] = []
@@ -112,20 +128,6 @@ async def bench_scheduling(url: str, sizes: Sizes) -> dict[str, Any]:
             if begun is not None:
                 cycle_ms.append((now - begun) * 1000)
 
-    async def completer() -> None:
-        # Instantaneous agents: every scheduled job ends at once, freeing its GPU.
-        while True:
-            await wake.wait()
-            wake.clear()
-            batch, to_complete[:] = list(to_complete), []
-            out = []
-            for job_id, attempt, node in batch:
-                done = c.JobSucceeded(id=f"agent/JobSucceeded/{job_id}/{attempt}", correlation_id=job_id,
-                                      source=f"agent/{node}", job_id=job_id, attempt=attempt, node=node)
-                out.append(Outgoing(event_subject("agent", done), encode(done), done.id))
-            if out:
-                await log.publish_many(out)
-
     async def heartbeats() -> None:
         # The nodes' agents would heartbeat; without it inventory rightly declares them lost.
         names = [f"bn-{i:0{max(2, len(str(sizes.nodes - 1)))}d}" for i in range(sizes.nodes)]
@@ -140,7 +142,7 @@ async def bench_scheduling(url: str, sizes: Sizes) -> dict[str, Any]:
     for subject in ("horizon.evt.placement.>", "horizon.evt.scheduling.SchedulingCycleCompleted.>"):
         await wire.subscribe_fast(nc, subject, on_event)
     beats = asyncio.create_task(heartbeats())
-    task = asyncio.create_task(completer())
+    task = asyncio.create_task(complete_instantly(log, to_complete, wake))
     started = time.perf_counter()
     procs = service_processes(url, "inventory", "scheduling", "placement")
     try:
