@@ -25,11 +25,12 @@ import pytest
 from events import catalogue as c
 from events.subjects import leader_token, service_of
 from services.agent.nodes import local_nodes
-from services.host.registry import leader_cores, split_partitions
+from services.host.registry import SERVICES, leader_cores, make_core, split_partitions
 from services.host.stack import Stack
 from services.runtime.jetstream import JetStreamLog
 from services.placement.partitioned import PartitionedPlacementCore
 from services.runtime.lease import Lease
+from services.runtime.replay import IMPOSTOR, audit
 from services.scheduling.core import SchedulingCore
 from services.scheduling.fence import PartitionedSchedulingRunner
 from services.scheduling.partitioned import PartitionedSchedulingCore
@@ -250,6 +251,10 @@ async def test_two_partition_pairs_run_their_jobs_on_their_nodes_and_the_audit_r
     assert code == 0 and body["mismatches"] == [], body["mismatches"][:2]
     assert body["reproduced"] == body["decisions"] > 0
     assert {"scheduling-a", "scheduling-b", "placement-a", "placement-b"} <= set(body["services"])
+    # Audited without the leaders' cores (the whole-cluster ones only), their decisions are not
+    # replayed here, and not taken for impostors of the services they lead for.
+    whole = audit(records, [make_core(name) for name in SERVICES])
+    assert not [m for m in whole.mismatches if m["kind"] == IMPOSTOR], whole.mismatches[:2]
     checked = await asyncio.create_subprocess_exec(sys.executable, "-m", "services.cli.main", "check", "--nats",
                                                    nats_server.url, stdout=asyncio.subprocess.PIPE,
                                                    stderr=asyncio.subprocess.STDOUT)

@@ -62,7 +62,7 @@ from typing import Any
 
 from events.base import Event
 from events.codec import DecodeError, decode, encode
-from events.subjects import DECISION_SERVICES, PUBLISHERS, parse_subject
+from events.subjects import DECISION_SERVICES, PUBLISHERS, parse_subject, service_of
 from services.runtime.consume import decode_record
 from services.runtime.log import subject_matches
 from services.domain.protocol import Record
@@ -275,6 +275,8 @@ class _Audit:
             return  # folded by nobody (undecodable for the services)
         claimed: str | None = None
         publishers = PUBLISHERS.get(event.event_type)
+        if publishers is not None and owner not in publishers and service_of(owner) in publishers:
+            return  # a partition leader of a service that publishes it (docs/scaling.md), not replayed here
         if publishers is not None and owner not in publishers:
             claimed = next((p for p in publishers if p in self.names), None)
             if claimed is None and any(p in DECISION_SERVICES for p in publishers):
