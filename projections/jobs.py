@@ -353,8 +353,10 @@ class JobsProjection:
         if last == self.last_seq:
             return
         rows = [job_row(job, seq, self._tenants.get(job_id, "")) for job_id, (job, seq) in changed.items()]
-        await self.db.execute("BEGIN")
         try:
+            # BEGIN inside the try: a task cancelled while BEGIN is on its way (a view stopping while
+            # its flusher writes) must still roll it back, or the next transaction cannot begin.
+            await self.db.execute("BEGIN")
             if rows:
                 await self.db.executemany(_UPSERT, rows)
             if history:

@@ -239,8 +239,10 @@ class StandingStore:
         settings = {"policy": state.config.policy, "now": state.now, "half_life_s": fs.half_life_s,
                     "weights": {"gpu": fs.gpu_weight, "cpu": fs.cpu_weight, "memory_gib": fs.memory_weight,
                                 "dominant_share": fs.dominant_share}}
-        await self.db.execute("BEGIN")
         try:
+            # BEGIN inside the try: a task cancelled while BEGIN is on its way (a view stopping while
+            # its flusher writes) must still roll it back, or the next transaction cannot begin.
+            await self.db.execute("BEGIN")
             for table in ("queue", "nodes", "allocations", "usage"):
                 await self.db.execute(f"DELETE FROM {table}")
             await self.db.executemany(_insert("queue", QUEUE_COLUMNS), queue)
@@ -276,8 +278,10 @@ class StandingStore:
         assert self.db is not None
         if seq != self.last_seq:
             return False
-        await self.db.execute("BEGIN")
         try:
+            # BEGIN inside the try: a task cancelled while BEGIN is on its way (a view stopping while
+            # its flusher writes) must still roll it back, or the next transaction cannot begin.
+            await self.db.execute("BEGIN")
             await self._put_state(seq, data)
             await self.db.commit()
         except BaseException:
