@@ -51,6 +51,7 @@ __all__ = [
     "CYCLES_FILTER",
     "leader_token",
     "service_of",
+    "event_owner",
     "partner_token",
     "input_subject",
     "admin_subject",
@@ -142,6 +143,12 @@ def leader_token(service: str, partitions: tuple[str, ...] | list[str]) -> str:
     for name in partitions:
         check_token(name, "partition")
     return check_token(f"{service}-{'-'.join(sorted(set(partitions)))}", "leader")
+
+
+def event_owner(subject: str) -> str:
+    """The ``<service>`` token of an output subject (``horizon.evt.<service>.<Type>.<aggregate>``); "" for others."""
+    parts = subject.split(".", 3)
+    return parts[2] if len(parts) > 3 and parts[0] == "horizon" and parts[1] == "evt" else ""
 
 
 def service_of(owner: str) -> str:

@@ -23,7 +23,7 @@ import msgspec
 
 from events import catalogue as c
 from events.base import Event
-from events.subjects import leader_token, partner_token
+from events.subjects import event_owner, leader_token, partner_token
 from services.domain.fit.cycle import PartitionView
 from services.domain.partitions import Partitions
 from services.domain.protocol import Record
@@ -56,11 +56,6 @@ class OwnNodes(Partitions):
         return found
 
 
-def _owner(record: Record) -> str:
-    parts = record.subject.split(".", 3)
-    return parts[2] if len(parts) > 3 and parts[1] == "evt" else ""
-
-
 @dataclass
 class PartitionedPlacementCore(PlacementCore):
     """``PlacementCore`` placing the cycles of ``scheduling-<partitions>`` only, under its own token."""
@@ -82,9 +77,9 @@ class PartitionedPlacementCore(PlacementCore):
         return state
 
     def evolve(self, state: PlacementState, event: Event, record: Record) -> PlacementState:
-        if isinstance(event, c.SchedulingCycleCompleted) and _owner(record) != self.partner:
+        if isinstance(event, c.SchedulingCycleCompleted) and event_owner(record.subject) != self.partner:
             return state  # another leader's cycle
-        if isinstance(event, c.PlacementCycleCompleted) and _owner(record) != self.name:
+        if isinstance(event, c.PlacementCycleCompleted) and event_owner(record.subject) != self.name:
             return state
         return super().evolve(state, event, record)
 

@@ -275,9 +275,9 @@ class _Audit:
             return  # folded by nobody (undecodable for the services)
         claimed: str | None = None
         publishers = PUBLISHERS.get(event.event_type)
-        if publishers is not None and owner not in publishers and service_of(owner) in publishers:
-            return  # a partition leader of a service that publishes it (docs/scaling.md), not replayed here
         if publishers is not None and owner not in publishers:
+            if service_of(owner) in publishers:
+                return  # a partition leader of a service that publishes it (docs/scaling.md), not replayed here
             claimed = next((p for p in publishers if p in self.names), None)
             if claimed is None and any(p in DECISION_SERVICES for p in publishers):
                 return  # a decision of a service this audit does not replay

@@ -249,7 +249,7 @@ class ServiceRunner(Generic[S]):
         if self.lease is None:
             acks = await self.log.publish_many(items)
         else:
-            fenced = await self._publish_fenced(items)
+            fenced = await self._publish_fenced(items, decisions)
             if fenced is None:
                 return []
             acks = fenced
@@ -267,8 +267,10 @@ class ServiceRunner(Generic[S]):
         self.awaiting = max(self.awaiting, highest)
         return decisions
 
-    async def _publish_fenced(self, items: list[Outgoing]) -> list[PublishAck] | None:
-        """Publish a round fenced on our own subjects; None if the log refused it (we then wait to re-read).
+    async def _publish_fenced(self, items: list[Outgoing], decisions: Sequence[Event]) -> list[PublishAck] | None:
+        """Publish a round (``items``, the encoded ``decisions``) fenced on our own subjects; None if
+        the log refused it (we then wait to re-read). A runner that fences some rounds otherwise
+        (``services/scheduling/fence.py``) overrides this, reading the decisions themselves.
 
         A small round of a real-time service (``CHAIN_MAX`` decisions or fewer) goes as a chain of
         single fenced publishes, each fenced on the one before; a larger one, or any round at
@@ -289,10 +291,15 @@ class ServiceRunner(Generic[S]):
         except LogConflict as exc:
             return self._fenced_out(len(items), exc, await self._log_end())
 
-    def _fenced_out(self, n: int, exc: LogConflict, end: int) -> None:
-        """The log refused a round of ``n`` decisions: wait until it is applied to ``end``, then decide again."""
+    def _fenced_out(self, n: int, exc: LogConflict, end: int, stored: Sequence[PublishAck] = ()) -> None:
+        """The log refused a round of ``n`` decisions (after storing ``stored`` of them, a chain cut
+        short): wait until it is applied to ``end`` and past them, then decide again."""
         self.stats.fenced += 1
-        if end <= self.state.seq:
+        if stored:
+            end = max(end, *(a.seq for a in stored))
+            log.warning("%s: decision chain at basis %d cut after %d of %d (%s); deciding again once the "
+                        "log is applied to seq %d", self.name, self.state.seq, len(stored), n, exc, end)
+        elif end <= self.state.seq:
             # Nothing new to read, so no other writer moved the fence: the round repeated a
             # decision the log already holds (a core that repeats itself). Decide again later.
             log.error("%s: the log refused a round of %d decisions at basis %d although nothing is "
@@ -314,14 +321,7 @@ class ServiceRunner(Generic[S]):
             try:
                 ack = (await self.log.publish_fenced([item], Fence(self.fence_subjects, last)))[0]
             except LogConflict as exc:
-                if not acks:
-                    return self._fenced_out(len(items), exc, await self._log_end())
-                self.stats.fenced += 1
-                end = await self._log_end()
-                log.warning("%s: decision chain at basis %d cut after %d of %d (%s); deciding again once the "
-                            "log is applied to seq %d", self.name, self.state.seq, len(acks), len(items), exc, end)
-                self.awaiting = max(self.awaiting, end, *(a.seq for a in acks))
-                return None
+                return self._fenced_out(len(items), exc, await self._log_end(), acks)
             acks.append(ack)
             if not ack.duplicate:
                 last = ack.seq

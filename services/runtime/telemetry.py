@@ -167,7 +167,7 @@ class TracedLog:
     # ------------------------------------------------------------------ reading
 
     def _learn(self, batch: Sequence[Record]) -> None:
-        counts: dict[str, int] = {}
+        counts = self.applied_counts
         for record in batch:
             headers = record.headers
             subject = record.subject
@@ -184,8 +184,6 @@ class TracedLog:
                 if len(self.contexts) >= self.max_contexts and aggregate not in self.contexts:
                     self.contexts.pop(next(iter(self.contexts)))  # forget the oldest trace first
                 self.contexts[aggregate] = ctx
-        for kind, n in counts.items():
-            self.applied_counts[kind] = self.applied_counts.get(kind, 0) + n
         if batch:
             self.applied_seq = max(self.applied_seq, batch[-1].seq)
             self.known_end = max(self.known_end, self.applied_seq)

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from nats import errors
 from nats.protocol.parser import AWAITING_CONTROL_LINE, AWAITING_MSG_PAYLOAD, Parser
 
 __all__ = ["install", "installed", "subscribe_fast", "unsubscribe_fast", "parse_headers", "header_block", "publish", "FastHandler"]
@@ -160,10 +161,8 @@ class _LeanParser(Parser):
 
 
 def _protocol_error(why: str) -> Exception:
-    from nats.errors import ProtocolError
-
     log.warning("nats: %s", why)
-    return ProtocolError()
+    return errors.ProtocolError()
 
 
 def install(nc: Any) -> Any:
@@ -219,8 +218,6 @@ async def publish(nc: Any, subject: str, data: bytes, *, reply: str = "", header
     if not installed(nc):
         await nc.publish(subject, data, reply=reply, headers=headers)
         return
-    from nats import errors
-
     if _bad_subject(subject) or (reply and _bad_subject(reply)):
         raise errors.BadSubjectError
     if nc.is_closed:

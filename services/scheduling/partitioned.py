@@ -33,7 +33,7 @@ import msgspec
 
 from events import catalogue as c
 from events.base import Event
-from events.subjects import leader_token, partner_token
+from events.subjects import event_owner, leader_token, partner_token
 from services.domain.fairshare import association
 from services.domain.jobs import Job
 from services.domain.protocol import Record
@@ -46,11 +46,6 @@ __all__ = ["PartitionedSchedulingCore"]
 
 _CYCLE_EVENTS = (c.SchedulingCycleCompleted, c.PlacementCycleCompleted)
 _EXTRA_LEN = 8  # bytes of the length of the open cycles after the queue fold's snapshot
-
-
-def _owner(record: Record) -> str:
-    parts = record.subject.split(".", 3)
-    return parts[2] if len(parts) > 3 and parts[1] == "evt" else ""
 
 
 @dataclass
@@ -77,7 +72,7 @@ class PartitionedSchedulingCore(SchedulingCore):
 
     def evolve(self, state: SchedulingState, event: Event, record: Record) -> SchedulingState:
         if isinstance(event, _CYCLE_EVENTS):
-            owner = _owner(record)
+            owner = event_owner(record.subject)
             _track_open(state, owner, event)
             if owner not in (self.name, self.partner):
                 return state  # another leader's cycle: counted for quotas only
