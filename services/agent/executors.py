@@ -422,7 +422,9 @@ class ProcessExecutor:
 
     def __init__(self, state_dir: Path, nodes: Mapping[str, Any] | None = None,
                  hierarchy: Hierarchy | None = None, machine: Machine | None = None) -> None:
-        self.state_dir = Path(state_dir)
+        # Absolute once, here: a job's supervisor runs from "/" and `horizon logs` reads these paths from
+        # other processes, so nothing below may depend on the agent's working directory.
+        self.state_dir = Path(state_dir).absolute()
         self.nodes = dict(nodes or {})
         self.hierarchy = hierarchy if hierarchy is not None else probe()
         self.cores = CoreAllocator(machine or _machine(),

@@ -53,8 +53,8 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 @cli.command()
-@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".horizon"), show_default=True,
-              help="Directory for the JetStream store.")
+@click.option("--data-dir", type=click.Path(path_type=Path, resolve_path=True), default=Path(".horizon"),
+              show_default=True, help="Directory for the JetStream store.")
 @click.option("--port", type=int, default=4222, show_default=True, help="Client port (0 picks a free one).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--config", type=click.Path(exists=True, path_type=Path), default=None,

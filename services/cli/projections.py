@@ -112,7 +112,8 @@ def projections() -> None:
 
 @projections.command()
 @nats_option
-@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".horizon"), show_default=True)
+@click.option("--data-dir", type=click.Path(path_type=Path, resolve_path=True), default=Path(".horizon"),
+              show_default=True)
 @click.option("--only", type=click.Choice(["jobs", "standing"]), default=None,
               help="Rebuild just this one (default: both).")
 @click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="multifactor",

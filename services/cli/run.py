@@ -148,7 +148,9 @@ def _hold(data_dir: Path) -> DataDirLock:
 
 
 @click.command()
-@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".horizon"), show_default=True)
+@click.option("--data-dir", type=click.Path(path_type=Path, resolve_path=True), default=Path(".horizon"),
+              show_default=True, help="Where the log and the read models live (made absolute at start: every part "
+                                      "and every job's supervisor uses it whatever its own directory).")
 @click.option("--port", type=int, default=4222, show_default=True, help="NATS client port (0: a free one).")
 @shape_options
 @click.option("--executor", type=click.Choice(["process", "sim"]), default="process", show_default=True,
@@ -269,14 +271,26 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
         lock.release()
 
 
-def _ready_lines(secured: Secured, data_dir: Path, hint: str) -> str:
-    """What to try once up: without accounts, the commands as they are; with them, a tenant first."""
+def _ready_lines(secured: Secured, data_dir: Path, hint: str, url: str = "", port: int = 4222) -> str:
+    """What to try once up: without accounts, the commands as they are; with them, a tenant first.
+
+    Every command shown runs as printed from another shell: it carries ``--nats URL`` when the
+    server is not on the default port (``--port 0``, or 4222 taken), and ``--data-dir`` when the
+    data directory is not ``./.horizon``."""
+    nats = f" --nats {url}" if url and port != 4222 else ""
+
+    def cmd(text: str) -> str:  # "horizon submit -- x" -> "horizon submit --nats URL -- x"
+        head, _, rest = text.partition(" ")
+        verb, _, tail = rest.partition(" ")
+        return f"{head} {verb}{nats}" + (f" {tail}" if tail else "")
+
     if secured.users is None:
         tls = ("Clients need this machine's certificate: HORIZON_TLS_CA, HORIZON_TLS_CERT and HORIZON_TLS_KEY "
                f"set to {data_dir}/tls/ca.pem, client.pem and client.key (docs/tenants.md)\n"
                if secured.tls is not None else "")
-        return f"{tls}Try, in another shell:\n  {hint}\n  horizon queue\n  horizon jobs\n  horizon watch\n"
-    where = f" --data-dir {data_dir}" if data_dir != Path(".horizon") else ""
+        tries = "".join(f"  {cmd(c)}\n" for c in (hint, "horizon queue", "horizon jobs", "horizon watch"))
+        return f"{tls}Try, in another shell:\n{tries}"
+    where = f" --data-dir {data_dir}" if data_dir != Path(".horizon").absolute() else ""
     return (f"Accounts on: each part and the operator have a user of their own (credentials in {data_dir}/auth/, "
             f"not shown)\n"
             f"Try, in another shell:\n"
@@ -361,7 +375,7 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], ex
                 f"data in {data_dir}/, logs in {data_dir}/horizon.log\n"
                 f"{_dashboard_line(web.url, secured, data_dir)}"
                 f"Metrics (Prometheus): {web.url}/metrics\n"
-                f"{_ready_lines(secured, data_dir, try_hint(node_specs))}"
+                f"{_ready_lines(secured, data_dir, try_hint(node_specs), url, server.port)}"
                 f"Ctrl-C stops everything.",
                 err=True,
             )
@@ -456,7 +470,7 @@ def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: 
                 f"logs in {data_dir}/logs/, PIDs in {data_dir}/processes.json.\n"
                 f"{_dashboard_line(web.url, secured, data_dir)}"
                 f"Metrics (Prometheus): {web.url}/metrics\n"
-                f"{_ready_lines(secured, data_dir, hint)}"
+                f"{_ready_lines(secured, data_dir, hint, url, server.port)}"
                 f"Ctrl-C stops everything.",
                 err=True,
             )
@@ -481,7 +495,8 @@ async def _create_streams(url: str) -> None:
 @click.command()
 @click.argument("name", type=click.Choice([*SERVICES, "projections", "agent", "slurm"]))
 @click.option("--nats", "nats_url", envvar="HORIZON_NATS_URL", default="nats://127.0.0.1:4222", show_default=True)
-@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".horizon"), show_default=True)
+@click.option("--data-dir", type=click.Path(path_type=Path, resolve_path=True), default=Path(".horizon"),
+              show_default=True)
 @click.option("--replicas", type=int, default=1, show_default=True, help="Stream replicas (3 on a NATS cluster).")
 @shape_options
 @click.option("--node-prefix", default="node", show_default=True,

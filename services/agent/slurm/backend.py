@@ -109,7 +109,7 @@ class SlurmBackend:
         # operator's connection: an agent's user may not publish operator commands)
         self.admin_log = admin_log or log_
         self.settings = settings
-        self.state_dir = Path(state_dir)
+        self.state_dir = Path(state_dir).absolute()  # sbatch runs elsewhere: never relative to our cwd
         self.nc = nc
         self.heartbeat_interval_s = heartbeat_interval_s
         self.grace_period_s = grace_period_s
