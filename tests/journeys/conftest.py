@@ -1,0 +1,98 @@
+"""Journeys: the README's and the docs' commands, run as written by a person on a fresh clone.
+
+``clone`` (once a session): the checkout's files as a fresh clone has them (tracked and new, not
+ignored: no .venv, no .horizon) in a folder of its own, installed by the README's own install
+command read from the README (``python3 -m venv .venv && .venv/bin/pip install -e '.[dev]'``).
+Every journey's person has that clone's ``.venv/bin`` on PATH and a home folder of its own.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.journeys.docblocks import ROOT, block
+from tests.journeys.person import Background, Person, free_port, port_free
+
+UP_READY = r"Horizon is up"
+DEFAULT_PORT = 4222
+
+
+@dataclass
+class Clone:
+    root: Path
+
+    @property
+    def bin(self) -> Path:
+        return self.root / ".venv" / "bin"
+
+
+def _checkout_files() -> list[str]:
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode()
+    return [name for name in listed.split("\0") if name and (ROOT / name).is_file()]
+
+
+def readme_install() -> tuple[str, str]:
+    """The README's first command, and its install part (all before ``&& .venv/bin/horizon up``)."""
+    first = block("readme-install-up").commands[0].text
+    install, sep, rest = first.rpartition(" && ")
+    assert sep and rest.strip() == ".venv/bin/horizon up", f"the README's first command changed shape: {first}"
+    return first, install
+
+
+@pytest.fixture(scope="session")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clone]:
+    root = tmp_path_factory.mktemp("fresh") / "horizon"
+    for name in _checkout_files():
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((ROOT / name).read_bytes())
+        target.chmod((ROOT / name).stat().st_mode)
+    _, install = readme_install()
+    person = Person(root.parent / "installer", root / ".venv" / "bin", cwd=root)
+    person.run(install, timeout=900)
+    yield Clone(root)
+    from services.agent.executors import kill_attempts
+
+    kill_attempts(root)
+
+
+@pytest.fixture
+def person(clone: Clone, tmp_path: Path) -> Iterator[Person]:
+    someone = Person(tmp_path / "home", clone.bin)
+    try:
+        yield someone
+    finally:
+        someone.stop_all()
+
+
+@dataclass
+class Up:
+    """A running ``horizon up`` as the person started it, and what it printed."""
+
+    bg: Background
+    url: str
+    dashboard: str
+    port_changed: bool
+
+
+def start_up(person: Person, command: str, cwd: Path, timeout: float = 240.0) -> Up:
+    """Start ``horizon up`` as the doc says. When the default port is taken (another Horizon on this
+    machine) the person makes the one change anyone would: a free ``--port``, and
+    ``HORIZON_NATS_URL`` exported for every command after it."""
+    changed = False
+    if "--port" not in command and not port_free(DEFAULT_PORT):
+        port = free_port()
+        command = f"{command} --port {port}"
+        person.env["HORIZON_NATS_URL"] = f"nats://127.0.0.1:{port}"
+        changed = True
+    bg = person.start(command, cwd=cwd)
+    bg.wait_for(UP_READY, timeout=timeout)
+    url = bg.out.strip().splitlines()[0]
+    dashboard = bg.wait_for(r"Dashboard: (\S+)").group(1)
+    return Up(bg, url, dashboard, changed)
