@@ -31,7 +31,8 @@ from events import catalogue as c
 from events import subjects
 from events.catalogue import EVENT_TYPES
 from events.payloads import payload_schemas
-from events.wire import AGGREGATE, EVENT_HEADERS, NODE, PUB_ERROR, PUBACK, TENANT, Param, Served, Sent, input_headers
+from events.wire import (AGGREGATE, EVENT_HEADERS, NODE, PUB_ERROR, PUBACK, SECURITY_SCHEMES, TENANT, VERDICT_WAIT_S,
+                         Param, Served, Sent, input_headers)
 
 __all__ = ["document", "VERDICTS", "TENANT_FEED_TYPES", "ASYNCAPI_VERSION"]
 
@@ -41,9 +42,9 @@ _SCHEMAS = "#/components/schemas/"
 _MESSAGES = "#/components/messages/"
 
 # verb -> the event types that may be the verdict on an input on horizon.in.<tenant>.<verb>: exactly one
-# of them per job the input names (a submitted array: one JobAccepted per task), causation_id "seq:<n>".
-# InputRejected answers a malformed input on any verb; RequestRejected also answers a submit of a job id
-# already taken.
+# of them per job the input names (a submitted array: one JobAccepted per task), causation_id "seq:<n>",
+# all published by submission. InputRejected answers a malformed input on any verb; RequestRejected also
+# answers a submit of a job id already taken.
 VERDICTS: dict[str, tuple[str, ...]] = {
     "submit": ("JobAccepted", "JobRejected", "RequestRejected", "InputRejected"),
     "cancel": ("JobCancelled", "JobStopRequested", "RequestRejected", "InputRejected"),
@@ -87,7 +88,8 @@ def _event_message(name: str, verdict_of: Mapping[str, list[str]]) -> Schema:
     }
     if name in verdict_of:
         message["correlationId"] = {"location": "$message.payload#/causation_id", "description": (
-            f"A verdict on a client's input ({', '.join(verdict_of[name])}): `seq:<n>`, n the input's PubAck seq.")}
+            f"A verdict on a client's input ({', '.join(verdict_of[name])}): `seq:<n>`, n the input's PubAck seq."
+            + _FOLLOWS_VERDICT_NOTE.get(name, ""))}
     elif not is_input:
         message["correlationId"] = {"location": "$message.payload#/correlation_id",
                                     "description": "The job or node the event is about."}
@@ -149,10 +151,20 @@ def _op(action: str, channel: str, messages: Iterable[str], summary: str, descri
 
 
 _VERB_NOTES = {
-    "submit": " RequestRejected answers a job id already taken (a retry after the duplicate window).",
+    "submit": " RequestRejected answers a job id already taken (a retry after the duplicate window). An array's "
+              "JobAccepted each carry `array_tasks`, how many tasks (so how many JobAccepted) there are.",
     "cancel": " JobStopRequested answers a job that had started: its agent stops it, then reports "
-              "JobCancelled for the job (follow it by `job_id`).",
+              "JobCancelled for the job with the same `causation_id` `seq:N` (the cancel carried out, not a "
+              "second verdict).",
 }
+
+# An event a publisher other than submission sends as the effect of a verdict: (publisher, type) -> what it is.
+_AFTER_VERDICT = {
+    ("agent", "JobCancelled"): "Not a verdict: the end of a job a cancel stopped, after submission's "
+                               "JobStopRequested (the verdict), with its `causation_id`: `seq:<n>` of the cancel "
+                               "(the PubAck's seq), so a client sees its cancel carried out by the same id.",
+}
+_FOLLOWS_VERDICT_NOTE = {"JobCancelled": " The agent's JobCancelled, after a JobStopRequested, carries the same."}
 
 
 def _verdict_text(verb: str) -> str:
@@ -160,13 +172,23 @@ def _verdict_text(verb: str) -> str:
     return (
         "**The answer.** The publish is a request: JetStream (under accounts, the intake in front of it) replies "
         "with a PubAck `{\"stream\": \"HORIZON\", \"seq\": N}` once the input is stored, or with an error (then send "
-        "it again, same Nats-Msg-Id). Then exactly one verdict arrives on the sender's feed (`horizon.evt.>`), "
-        f"with `causation_id` `\"seq:N\"`: {', '.join(kinds)} (for an array, one per task).{_VERB_NOTES.get(verb, '')} "
+        "it again, same Nats-Msg-Id). Then exactly one verdict per job the input names arrives on the sender's "
+        f"feed (`horizon.evt.>`), published by submission, with `causation_id` `\"seq:N\"`: {', '.join(kinds)} "
+        f"(for an array, one per task).{_VERB_NOTES.get(verb, '')} "
         "InputRejected is the "
-        "verdict on a malformed input: not JSON, not this verb's event type, a field of the wrong JSON type or "
-        "a required field missing (its `path` is the JSON path, e.g. `$.resources.gpus`), a header the client "
-        "may not send, or a body naming another tenant. Subscribe before publishing, and match on "
-        "`causation_id` (a verdict may arrive before the PubAck is read).\n\n"
+        "verdict on a malformed input: not JSON, not this verb's event type (`path` `$.type`), a field of the "
+        "wrong JSON type or a required field missing (its `path` is the field's JSON path, e.g. "
+        "`$.resources.gpus`, `$.job_id`), a header the client may not send, or a body naming another tenant. "
+        "Subscribe before publishing, and match on `causation_id` (a verdict may arrive before the PubAck is "
+        "read). A verdict's `id` (its Nats-Msg-Id) is deterministic: `submission/JobAccepted/<job_id>`, "
+        "`submission/JobRejected/<job_id>`, `submission/<Type>/<job_id>/<N>` for the others (a request's "
+        "answer, a job id already taken), `submission/InputRejected/<N>`; `<job_id>` is the event's `job_id` "
+        "(`acme:g-1` under accounts), or `_invalid-<digest>` for one unfit for a subject.\n\n"
+        f"**How long to wait.** A verdict normally follows the PubAck within milliseconds (one decision round). "
+        "Horizon sets no deadline: submission answers every stored input in log order whenever it reads it, "
+        f"after a restart too. A client waits `x-verdict-wait-s` ({VERDICT_WAIT_S:g} s, as `horizon submit`), "
+        "then asks `horizon.query.job` about the job: the feed is core NATS (at most once), so a verdict "
+        "published while the client was not subscribed is not sent again; the log and the queries keep it.\n\n"
         "**Under accounts** (`horizon up --auth`, `deploy/nats/auth.conf`) a tenant publishes on its own "
         "`horizon.in.<tenant>.<verb>` as here; the intake stores the input with its Nats-Msg-Id namespaced as "
         "`in/<tenant>/<id>`, and the job ids it names appear in events as `<tenant>:<id>`."
@@ -205,6 +227,8 @@ def document(
             reply={"channel": _ref("#/channels/pubAck"),
                    "messages": [_ref("#/channels/pubAck/messages/PubAck"),
                                 _ref("#/channels/pubAck/messages/PubError")]})
+        operations[key]["x-verdicts"] = list(VERDICTS[verb])
+        operations[key]["x-verdict-wait-s"] = VERDICT_WAIT_S
 
     # 2. operator inputs: horizon.in._admin.<verb>
     for verb, cls in subjects.ADMIN_VERBS.items():
@@ -243,8 +267,8 @@ def document(
                 "description": f"{name} as {service} publishes it, stored in the HORIZON stream.",
                 "parameters": {"aggregate": AGGREGATE.render()}, "messages": _channel_messages([name]),
             }
-            text = ""
-            if name in verdict_of:
+            text = _AFTER_VERDICT.get((service, name), "")
+            if name in verdict_of and service == "submission":
                 text = (f"A verdict on a tenant's {' / '.join(verdict_of[name])}: `causation_id` is `seq:<n>`, the "
                         "sequence of the input it answers (its PubAck's `seq`).")
             operations[key] = _op("send", key, [name], f"{service} publishes {name}", text,
@@ -340,12 +364,23 @@ def document(
                  "license": {"name": "Apache-2.0"},
                  "tags": [{"name": n, "description": d} for n, d in _TAGS.items()]},
         "defaultContentType": "application/json",
-        "servers": {"local": {"host": server_host, "protocol": "nats", "description": (
-            "`horizon up`'s bundled nats-server (`--port` changes the port). Under accounts (`horizon up --auth`) "
-            "a tenant connects with the URL `horizon tenant add NAME --json` prints.")}},
+        "servers": {
+            "local": {"host": server_host, "protocol": "nats", "description": (
+                "`horizon up`'s bundled nats-server (`--port` changes the port), without accounts: every client "
+                "is trusted, connects with no credentials and may publish and subscribe anything.")},
+            "accounts": {"host": server_host, "protocol": "nats", "description": (
+                "`horizon up --auth` (or `deploy/nats/auth.conf`): a tenant connects with the URL `horizon tenant "
+                "add NAME --json` prints, its user and password (`tenantPassword`); under `--auth --tls` with its "
+                "certificate too (`mutualTls`: AsyncAPI lists alternatives, and there both are required)."),
+                "security": [_ref("#/components/securitySchemes/tenantPassword")]},
+            "tls": {"host": server_host, "protocol": "nats", "description": (
+                "`horizon up --tls`: TLS required (`tls://host:port`), with a client certificate of the cluster's "
+                "CA; under `--auth --tls` also the tenant's user and password."),
+                "security": [_ref("#/components/securitySchemes/mutualTls")]},
+        },
         "channels": channels,
         "operations": operations,
-        "components": {"schemas": schemas, "messages": messages},
+        "components": {"schemas": schemas, "messages": messages, "securitySchemes": dict(SECURITY_SCHEMES)},
     }
 
 
@@ -367,11 +402,20 @@ ignored; a field left out takes its default). This document is generated from th
 **Submitting and waiting for the verdict.** Subscribe to your feed (`horizon.evt.>`), then publish a \
 JobSubmitted on `horizon.in.<tenant>.submit` as a request (a JetStream publish) with the header \
 `Nats-Msg-Id: <job_id>`. The reply is a PubAck `{"stream": "HORIZON", "seq": N}`. Exactly one verdict \
-follows whose `causation_id` is `"seq:N"`: JobAccepted (one per task of an array) or JobRejected \
-(`field` and `reason`), RequestRejected (the job id is taken), or InputRejected for a malformed input \
-(its `path` names the JSON path). Then the job's decisions follow on the same feed, with `job_id` \
-(under accounts `<tenant>:<job_id>`): JobScheduled, JobStarted, JobSucceeded or JobFailed, and so on. \
-Requests (cancel, hold, release, update) work the same way.
+follows whose `causation_id` is `"seq:N"`: JobAccepted (one per task of an array, each with `array_tasks`, \
+how many) or JobRejected (`field` and `reason`), RequestRejected (the job id is taken), or InputRejected \
+for a malformed input (its `path` names the JSON path). Wait for it `x-verdict-wait-s` seconds (each \
+input operation says), then ask `horizon.query.job`. Then the job's decisions follow on the same feed, \
+with `job_id` (under accounts `<tenant>:<job_id>`): JobScheduled, JobStarted, JobSucceeded or JobFailed, \
+and so on. Requests (cancel, hold, release, update) work the same way; a cancel of a started job is \
+answered JobStopRequested, and the agent's JobCancelled that ends the job carries the same `causation_id`. \
+A verdict's own `id` is deterministic, and never the `id` the client wrote: the client's `id`, if any, \
+is not echoed; match on `causation_id`.
+
+**Connecting.** Without accounts (server `local`) anyone connects. Under accounts (server `accounts`, \
+`horizon up --auth`) a tenant is a user and password of its own (`tenantPassword`), and sees only its own \
+jobs; under `--tls` (server `tls`) the client also presents a certificate of the cluster's CA \
+(`mutualTls`). Reference: docs/tenants.md.
 
 **Conventions.** Ids and tenants are subject tokens: 1 to 128 of `[A-Za-z0-9_-]` (a tenant does not \
 start with `_`). `*_s` fields are seconds, `*_ts` seconds since the Unix epoch, `*_bytes` bytes, \

@@ -626,6 +626,9 @@ class JobAccepted(Event, tag="JobAccepted", kw_only=True):
     # What the submitter should know though the job was accepted, e.g. "partition 'gpu' is not
     # defined here; the job runs in 'main'" (horizon sbatch and submit print them on stderr).
     warnings: list[str] = []
+    # A task of an array: how many tasks the array has, so the submitter knows how many JobAccepted
+    # (one per task, each with the same causation_id) its submission gets; 0: not an array's task.
+    array_tasks: int = 0
 
 
 class JobRejected(Event, tag="JobRejected", kw_only=True):

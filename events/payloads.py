@@ -108,9 +108,10 @@ def _by_name(struct: str, name: str, prop: Schema, *, is_input: bool) -> None:
         _describe(prop, "This event's id. A service's decision has a deterministic id, also its Nats-Msg-Id; a "
                   "client may leave it empty.")
     elif name == "causation_id":
-        _describe(prop, "What caused this event: the triggering event's id, or `seq:<n>` (its sequence in the "
-                  "HORIZON stream) for an input without one. A verdict on a client's input carries `seq:<n>`, "
-                  "n being the seq of the PubAck the client got. `null` on inputs.")
+        _describe(prop, "What caused this event: the triggering decision's id, or `seq:<n>` for an input (its "
+                  "sequence in the HORIZON stream). A verdict on a client's input always carries `seq:<n>`, n "
+                  "being the seq of the PubAck the client got, whatever `id` the input had (an input's `id` is "
+                  "not echoed); so does the agent's JobCancelled that carries out a cancel. `null` on inputs.")
     elif name == "correlation_id":
         _describe(prop, "The job or node this event is about (on outputs also the subject's last token).")
     elif name == "source":
@@ -429,8 +430,14 @@ def _facts() -> dict[tuple[str, str], Callable[[Schema], None]]:
         ("JobSpec", "array"): pattern(JOB_KEY_PATTERN, "The array's job id when this job is one of its tasks."),
         ("JobSpec", "array_index"): count(0, MAX_INDEX),
         # verdicts
-        ("InputRejected", "path"): text("The JSON path of the field at fault, e.g. `$.resources.gpus`; empty "
-                                        "when the problem is not one field's."),
+        ("JobAccepted", "array_tasks"): count(0, MAX_INDEX + 1, "A task of an array: how many tasks the array "
+                                              "has, which is how many JobAccepted its submission gets (one per "
+                                              "task, each with the submission's `causation_id`); 0: the job is "
+                                              "not an array's task."),
+        ("InputRejected", "path"): text("The JSON path of the field at fault, e.g. `$.resources.gpus`, a missing "
+                                        "field's own (`$.job_id`), `$.type` for an event type the subject does "
+                                        "not take; `headers` for a refused header; empty when the problem is not "
+                                        "one field's (not JSON, not an object)."),
         ("InputRejected", "input_seq"): count(1, 2**63 - 1, "The input's sequence, as its PubAck said."),
         ("InputRejected", "msg_id"): text("The Nats-Msg-Id the client sent, as sent."),
         ("JobRejected", "field"): text("The field at fault (`resources.memory`), or empty."),

@@ -12,7 +12,7 @@ from events import subjects
 from events.payloads import JOB_KEY_PATTERN, TENANT_PATTERN, TOKEN_PATTERN
 
 __all__ = ["Param", "Served", "Sent", "TENANT", "NODE", "AGGREGATE", "input_headers", "EVENT_HEADERS", "PUBACK",
-           "PUB_ERROR"]
+           "PUB_ERROR", "VERDICT_WAIT_S", "SECURITY_SCHEMES"]
 
 Schema = dict[str, Any]
 
@@ -79,8 +79,35 @@ NODE = Param("A node's name, a subject token: 1 to 128 letters, digits, `_` or `
              examples=("gpu-node-01",))
 AGGREGATE = Param(
     "What the event is about, its `correlation_id`: a job (the client's id, or `<tenant>:<id>` for a tenant's "
-    "job under accounts), a node, or a cycle number; `_` when none, `_invalid-<digest>` for an id unfit for a "
-    "subject (a rejected `a.b`).", JOB_KEY_PATTERN, examples=("train-001", "acme:train-001", "n1"))
+    "job under accounts), a node, or a cycle number. Three tokens are not ids: `_` when the event names nothing "
+    "(an empty `correlation_id`); `seq-<n>` for an InputRejected whose input names no readable job id (n is "
+    "the input's seq, as its `causation_id` `seq:<n>`); `_invalid-<digest>` (16 hex digits of the id's SHA-1) "
+    "for an id unfit for a subject (a rejected `a.b`), the event's own fields naming it as written.",
+    JOB_KEY_PATTERN, examples=("train-001", "acme:train-001", "n1", "_", "seq-27", "_invalid-0123456789abcdef"))
+
+# How long a client waits for its verdict before it asks the read model instead (`horizon submit`'s).
+# Not a deadline of Horizon's: submission answers every stored input, in log order, whenever it reads it
+# (after a restart too); but the feed is core NATS, at most once, so a verdict can be missed.
+VERDICT_WAIT_S = 30.0
+
+# How a client proves who it is (`horizon up --auth`, `--tls`; deploy/nats/auth.conf): AsyncAPI
+# security schemes, which the document's servers name.
+SECURITY_SCHEMES: dict[str, Schema] = {
+    "tenantPassword": {"type": "userPassword", "description": (
+        "Under accounts (`horizon up --auth`, or `deploy/nats/auth.conf`): each tenant is a NATS account of its "
+        "own with one user named like the tenant. `horizon tenant add NAME --json` prints its URL with the "
+        "password, `nats://NAME:PASSWORD@host:port` (`tls://...` under `--tls`): connect with that user and "
+        "password. The account reaches only `horizon.in.<tenant>.<verb>` (through the intake), "
+        "`horizon.validate.<tenant>`, `horizon.query.{jobs,job,queue,allocations}` (its own jobs), "
+        "`horizon.logs.<node>` (its own jobs' output) and its feed `horizon.evt.>` (its own jobs' events); "
+        "the job ids it names are read as its own (`<tenant>:<id>` in events). docs/tenants.md.")},
+    "mutualTls": {"type": "X509", "description": (
+        "Under `--tls` (with or without `--auth`): the server requires TLS (`tls://host:port`) and a client "
+        "certificate signed by the cluster's CA (`verify: true`); a client without one is refused during the "
+        "handshake. Under `--auth --tls`, `horizon tenant add NAME --json` also prints the tenant's `tls.ca`, "
+        "`tls.cert` and `tls.key`, and the tenant needs both: this certificate and its user and password "
+        "(`tenantPassword`). deploy/nats/TLS.md.")},
+}
 
 _MSG_ID_TEXT = (
     "JetStream stores a message once per Nats-Msg-Id within the stream's duplicate window (120 s by "

@@ -212,6 +212,18 @@ def _attempt_row(job: Job, outcome: str, event: Event, seq: int, before: tuple[A
     )
 
 
+def _attempt_answer(row: dict[str, Any]) -> dict[str, Any]:
+    """An ``attempts`` row as ``horizon.query.job`` answers it, in the job row's words: ``node`` the
+    attempt's nodes comma-separated (the column ``nodes``), ``nodes`` how many (its allocation's)."""
+    allocation = json.loads(row["allocation"]) if row["allocation"] else []
+    names = row.pop("nodes")
+    out = {"job_id": row.pop("job_id"), "attempt": row.pop("attempt"), "node": names,
+           "nodes": len(allocation) or (len(names.split(",")) if names else 0), **row}
+    out["allocation"] = allocation
+    out["backfilled"], out["borrowed"] = bool(row["backfilled"]), bool(row["borrowed"])
+    return out
+
+
 _STEP_COLUMNS = ("job_id attempt step name nodes tasks tasks_per_node gpus started_ts ended_ts state exit_code "
                  "signal reason updated_seq").split()
 # A step's row: what JobStepStarted said, completed by JobStepEnded (an end is never undone by a late start).
@@ -518,9 +530,7 @@ class JobsProjection:
             f"SELECT {', '.join(cols)} FROM attempts WHERE job_id = ? ORDER BY attempt", (job_id,)
         ) as cur:
             attempts = [dict(zip(cols, r, strict=True)) for r in await cur.fetchall()]
-        for row in attempts:
-            row["allocation"] = json.loads(row["allocation"]) if row["allocation"] else []
-            row["backfilled"], row["borrowed"] = bool(row["backfilled"]), bool(row["borrowed"])
+        attempts = [_attempt_answer(row) for row in attempts]
         steps = await self._steps([job_id])
         for step in steps:
             del step["job_id"]  # under its job (a tenant's answer names the job by the tenant's id)
@@ -694,7 +704,7 @@ class QueryServer:
                 if body["job"] is not None:
                     break
             if tenant is not None and body["job"] is not None:
-                as_tenant_sees(tenant, [body["job"]])
+                as_tenant_sees(tenant, [body["job"], *body["attempts"]])
         except (ValueError, TypeError, KeyError) as exc:
             body = {"error": f"bad request: {exc}"}
         await self._reply(msg, body, "job", EVENTS)

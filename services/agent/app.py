@@ -10,7 +10,10 @@ and its reports are observations:
 the time limit), ``JobCancelled`` (after a ``JobStopRequested``),
 ``JobCheckpointed`` and ``JobPreempted`` (after a ``PreemptionRequested``).
 Every report has a deterministic id (``agent/<Type>/<job>/<attempt>``), so a
-report sent twice is stored once.
+report sent twice is stored once. A ``JobCancelled`` carries the ``causation_id`` of
+the cancel it carries out (the ``JobStopRequested``'s, ``seq:<n>`` of the client's
+or operator's input), so the client that asked sees the end of its cancel by the
+same ``causation_id`` as its verdict.
 
 Stopping a job, for whatever reason, is one path (``_stop_job``): SIGTERM to
 its process group, SIGKILL after the grace period. A cancel
@@ -306,7 +309,9 @@ class NodeAgent:
                 if job.spec is not None and job.spec.elastic and reason is None:
                     await self._act("resized", job_id)  # a resize while no agent watched (told only if so)
             elif action == "cancelled":
-                await self._report(c.JobCancelled, job_id, job.attempt, reason=self.core.stop_requests[job_id].reason)
+                request = self.core.stop_requests[job_id]
+                await self._report(c.JobCancelled, job_id, job.attempt, reason=request.reason,
+                                   causation_id=request.causation_id)
             elif action == "preempted":
                 await self._report_preempted(job_id, job.attempt, self.core.preemptions[job_id], None)
             elif action == "start":
@@ -336,7 +341,8 @@ class NodeAgent:
             request = self.core.stop_requests.get(job_id)
             if run is None:
                 if request is not None and not self.core.ending_reported(job_id, job.attempt):
-                    await self._report(c.JobCancelled, job_id, job.attempt, reason=request.reason)
+                    await self._report(c.JobCancelled, job_id, job.attempt, reason=request.reason,
+                                       causation_id=request.causation_id)
                 return
             if run.stop_reason == "silent":
                 return
@@ -476,7 +482,8 @@ class NodeAgent:
                   "runtime_s": round(runtime, 3)}
         if run.stop_reason == "cancel":
             request = self.core.stop_requests.get(job_id)
-            await self._report(c.JobCancelled, job_id, attempt, reason=request.reason if request else "cancelled")
+            await self._report(c.JobCancelled, job_id, attempt, reason=request.reason if request else "cancelled",
+                               causation_id=request.causation_id if request else None)
         elif run.stop_reason == "preempt" and run.preemption is not None:
             await self._report_preempted(job_id, attempt, run.preemption, run)
         elif outcome.lost:

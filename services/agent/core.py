@@ -151,7 +151,8 @@ class AgentCore:
             job = self.jobs.get(event.job_id)
             if job is not None and job.state in HOLDS_RESOURCES and self.mine(job.allocations):
                 self.stop_requests[job.job_id] = c.JobStopRequested(
-                    job_id=job.job_id, attempt=job.attempt, reason=event.reason or "cancelled"
+                    job_id=job.job_id, attempt=job.attempt, reason=event.reason or "cancelled",
+                    causation_id=event.causation_id,
                 )
                 return Action("stop", job.job_id)
             return None

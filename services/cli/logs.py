@@ -40,7 +40,7 @@ def _where(body: dict[str, Any], job_id: str, attempt: int | None) -> tuple[int,
         raise click.ClickException(f"job {job_id} has not run yet: it is {row['state']}"
                                    f"{' (' + row['reason'] + ')' if row.get('reason') else ''}")
     found = attempts[number]
-    node = (found.get("nodes") or "").split(",")[0]
+    node = (found.get("node") or "").split(",")[0]
     if not node:
         raise click.ClickException(f"job {job_id} attempt {number} has no node")
     return number, node, found["outcome"]

@@ -482,7 +482,7 @@ def show(nats_url: str, job_id: str, as_json: bool) -> None:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["started_ts"] or a["scheduled_ts"] or 0))
         extra = " backfilled" if a["backfilled"] else ""
         extra += " borrowed" if a["borrowed"] else ""
-        out.append(f"  attempt {a['attempt']}: {a['outcome']} on {a['nodes'] or '-'} from {when}{extra}"
+        out.append(f"  attempt {a['attempt']}: {a['outcome']} on {a['node'] or '-'} from {when}{extra}"
                    f"{' exit ' + str(a['exit_code']) if a['exit_code'] not in (None, 0) else ''}"
                    f"{': ' + a['reason'] if a['reason'] else ''}")
         out.extend(_attempt_files(job.get("events") or [], a["attempt"], row["job_id"]))

@@ -18,6 +18,7 @@ import click
 
 from events import catalogue as c
 from events.subjects import input_subject, valid_token
+from events.wire import VERDICT_WAIT_S
 from services.cli.client import await_answer, publish_input, session
 from services.cli.options import run
 
@@ -78,7 +79,7 @@ VERDICTS = {"JobAccepted", "JobRejected", "InputRejected", "RequestRejected"}
 
 
 def send_submission(nats_url: str, event: c.JobSubmitted, *, no_wait: bool = False,
-                    timeout_s: float = 30.0) -> dict[str, Any]:
+                    timeout_s: float = VERDICT_WAIT_S) -> dict[str, Any]:
     """Publish a submission and wait (``timeout_s`` at most) for its verdict: ``{"job_id", "state", "seq"}``,
     with ``state`` PENDING (accepted: and ``partition``, the one it got, and ``warnings`` if its
     ``JobAccepted`` has any), REJECTED (and ``reason``, ``field``) or SUBMITTED (``no_wait``, or no

@@ -10,8 +10,11 @@ carry a line break at all. So every answer goes through these:
 * ``bounded_id`` for an id the answer is about (``JobRejected.job_id``, ``correlation_id``):
   the id itself up to ``ID_CHARS`` characters, else its start and a digest of the whole, so two
   long ids still give two answers. The core folds its answer back by this same value.
-* ``id_token`` inside an event ``id`` (the msg id header): the id if it is a subject token,
-  else ``_invalid-<digest>``, as ``event_subject`` does for the subject.
+* ``id_token`` inside an event ``id`` (the msg id header): the id if it is a job's key in the
+  log (a subject token, or ``<tenant>:<id>`` for a tenant's job that came through the intake),
+  else ``_invalid-<digest>``, as ``event_subject`` does for the subject: so the answer to
+  acme's cancel of ``g-2`` is ``submission/JobCancelled/acme:g-2/<seq>``, like its
+  ``submission/JobAccepted/acme:g-2``.
 * ``clipped`` for a reason: its first ``REASON_CHARS`` characters and how long it was.
 
 All three are deterministic, so replay reproduces the answers byte for byte.
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 
-from events.subjects import valid_token
+from events.subjects import valid_job_key
 
 __all__ = ["ID_CHARS", "REASON_CHARS", "bounded_id", "id_token", "clipped"]
 
@@ -41,8 +44,10 @@ def bounded_id(text: str) -> str:
 
 
 def id_token(text: str) -> str:
-    """``text`` if it is a subject token (``[A-Za-z0-9_-]``, 1-128), else ``_invalid-<digest>``."""
-    return text if valid_token(text) else f"_invalid-{_digest(text)}"
+    """``text`` if it is a job's key (a subject token, ``[A-Za-z0-9_-]``, 1-128, or ``<tenant>:<id>``
+    of two: ``events.subjects.valid_job_key``, the rule of the event's subject), else
+    ``_invalid-<digest>``."""
+    return text if valid_job_key(text) else f"_invalid-{_digest(text)}"
 
 
 def clipped(text: str, limit: int = REASON_CHARS) -> str:

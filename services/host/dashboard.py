@@ -596,7 +596,7 @@ class Dashboard:
         row = body["job"]
         attempts = {a["attempt"]: a for a in body.get("attempts") or []}
         found = attempts.get(row.get("attempt") or 0)
-        node = ((found or {}).get("nodes") or "").split(",")[0]
+        node = ((found or {}).get("node") or "").split(",")[0]
         if not node:
             return {"text": "", "note": "it has not run yet"}
         subject = f"horizon.logs.{node}" + (f".{tenant}" if tenant is not None and self.tenant is None else "")

@@ -337,8 +337,8 @@ def _stop(results: dict[str, JobResult], decision: c.JobStopRequested, now: floa
     result.attempts[-1] = dataclasses.replace(run, end_s=now, outcome="CANCELLED", exit_code=0)
     result.state = "CANCELLED"
     return c.JobCancelled(id=f"agent/JobCancelled/{decision.job_id}/{run.attempt}", ts=now,
-                          correlation_id=decision.job_id, source="agent/sim", job_id=decision.job_id,
-                          attempt=run.attempt, reason=decision.reason)
+                          causation_id=decision.causation_id, correlation_id=decision.job_id, source="agent/sim",
+                          job_id=decision.job_id, attempt=run.attempt, reason=decision.reason)
 
 
 def _record(results: dict[str, JobResult], tasks: dict[str, list[str]], decision: Event, now: float,

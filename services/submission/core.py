@@ -10,11 +10,14 @@ answers every input not yet answered, in log order:
   ``JobRejected`` (field and reason): among the reasons, an empty command, and
   a job no registered node could ever hold ("resources.gpus: 99 GPUs per node
   ... the largest has 8 a100 GPUs"). A second submission of a known job id
-  is the same job: it gets no second verdict. An array (``array: "0-99%10"``)
-  becomes one ``JobAccepted`` per task, ``<job_id>_<index>``, in one round;
-  the array id itself is not a job.
+  is the same job: it is answered ``RequestRejected`` (verb ``submit``) and
+  changes nothing; an input that does not decode, ``InputRejected``. An array
+  (``array: "0-99%10"``) becomes one ``JobAccepted`` per task,
+  ``<job_id>_<index>``, in one round, each with ``array_tasks``, how many there
+  are; the array id itself is not a job.
 * cancel -> ``JobCancelled`` (not started), ``JobStopRequested`` (scheduled or
-  running: the agent stops it and reports ``JobCancelled``), or
+  running: the agent stops it and reports ``JobCancelled``, with the same
+  ``causation_id``), or
   ``RequestRejected``; hold / release / update -> ``JobHeld`` /
   ``JobReleased`` / ``JobPriorityChanged`` or ``RequestRejected``. A request
   naming an array answers for each of its tasks that were live when the
@@ -395,9 +398,12 @@ class SubmissionCore:
                                       reason=clipped(str(rej)), field=rej.field, correlation_id=bounded_id(sub.job_id),
                                       **common)]
         round_.add(sub.job_id, jobs)
+        # An array's tasks each say how many there are (a round finishing a cut one too: all of them).
+        tasks = len(parse_array(sub.array).indices) if sub.array is not None else 0
         return [
             c.JobAccepted(id=f"submission/JobAccepted/{job_id}", job_id=job_id, spec=spec, submitted_ts=pending.time,
-                          correlation_id=job_id, warnings=[clipped(w) for w in warnings], **common)
+                          correlation_id=job_id, warnings=[clipped(w) for w in warnings], array_tasks=tasks,
+                          **common)
             for job_id, spec in jobs
         ]
 

@@ -25,7 +25,7 @@ from events.subjects import CLIENT_MSG_ID_HEADER, INTAKE_HEADER, REFUSED_HEADER,
 from services.domain.echo import bounded_id, clipped
 from services.domain.protocol import MSG_ID, Record
 
-__all__ = ["screen", "intake_msg_id", "scoped", "scoped_spec", "malformed_input", "KEPT_HEADERS"]
+__all__ = ["screen", "intake_msg_id", "scoped", "scoped_spec", "malformed_input", "error_path", "KEPT_HEADERS"]
 
 # What a client may send and the log keeps; anything else is dropped, and a Nats-* or Horizon-*
 # header besides Nats-Msg-Id refuses the input.
@@ -36,6 +36,9 @@ _RESERVED = ("nats-", "horizon-")
 # client's doing. Not stored, not refused.
 _SERVER_ADDED = ("nats-request-info",)
 _PATH = re.compile(r"at `(\$[^`]*)`")
+_MISSING = re.compile(r"missing required field `([^`]+)`")
+# What the decoder says of the `type` field (services/runtime/consume.py, events/codec.py).
+_TYPE_ERRORS = ('missing or non-string "type" field', "unknown event type", " is not accepted on ")
 
 
 def intake_msg_id(tenant: str, client_msg_id: str) -> str:
@@ -87,6 +90,22 @@ def scoped_spec(spec: c.JobSpec, tenant: str) -> c.JobSpec:
         array=None if spec.array is None else job_key(tenant, spec.array))
 
 
+def error_path(error: str) -> str:
+    """The JSON path of the field a decoding ``error`` is about: the one msgspec names (``- at
+    `$.resources.gpus```), a missing required field's own (`$.job_id`, `$.affinity.node_required[0].key`:
+    msgspec names the object it is missing from), `$.type` for an event type the subject does not
+    take; empty when it is not one field's (not JSON, not an object)."""
+    found = _PATH.search(error)
+    missing = _MISSING.search(error)
+    if missing:
+        return f"{found.group(1) if found else '$'}.{missing.group(1)}"
+    if found:
+        return found.group(1)
+    if any(text in error for text in _TYPE_ERRORS):
+        return "$.type"
+    return ""
+
+
 class _Guess(msgspec.Struct):
     job_id: Any = None
 
@@ -107,8 +126,7 @@ def malformed_input(record: Record, subject: Subject, headers: Mapping[str, str]
     if isinstance(guess, str) and valid_token(guess):
         job_id = job_key(tenant, guess) if headers.get(INTAKE_HEADER) == tenant else guess
     if not path:
-        found = _PATH.search(error)
-        path = found.group(1) if found else ""
+        path = error_path(error)
     return c.InputRejected(
         id=f"submission/InputRejected/{record.seq}", source="submission", ts=0.0,
         causation_id=f"seq:{record.seq}", correlation_id=job_id or f"seq-{record.seq}",

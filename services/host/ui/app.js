@@ -340,7 +340,7 @@ async function loadJob(id) {
       el("div", { class: "detail", text: detailText(e) })));
   }
   const attempts = el("table", { class: "grid" }, el("thead", {}, el("tr", {}, ["Attempt", "Nodes", "Scheduled", "Started", "Ended", "Outcome", "Reason"].map((h) => el("th", { text: h })))),
-    el("tbody", {}, (j.attempts || []).map((a) => el("tr", {}, el("td", { text: a.attempt }), el("td", { text: a.nodes }),
+    el("tbody", {}, (j.attempts || []).map((a) => el("tr", {}, el("td", { text: a.attempt }), el("td", { text: a.node }),
       el("td", { text: fmtTime(a.scheduled_ts) }), el("td", { text: fmtTime(a.started_ts) }), el("td", { text: fmtTime(a.ended_ts) }),
       el("td", { text: a.outcome }), el("td", { text: a.reason || "" })))));
   const out = j.output || {};
