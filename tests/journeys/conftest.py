@@ -96,3 +96,36 @@ def start_up(person: Person, command: str, cwd: Path, timeout: float = 240.0) ->
     url = bg.out.strip().splitlines()[0]
     dashboard = bg.wait_for(r"Dashboard: (\S+)").group(1)
     return Up(bg, url, dashboard, changed)
+
+
+@pytest.fixture(scope="module")
+def someone(clone: Clone, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Person]:
+    """A person for a whole module's journey (one `horizon up` serving several of its steps)."""
+    person = Person(tmp_path_factory.mktemp("person") / "home", clone.bin)
+    try:
+        yield person
+    finally:
+        person.stop_all()
+        from services.agent.executors import kill_attempts
+
+        kill_attempts(person.home)
+
+
+def job_state(person: Person, job: str) -> str:
+    import json
+
+    rows = json.loads(person.run("horizon jobs --json").out)
+    return next((row["state"] for row in rows if row["job_id"] == job), "")
+
+
+def wait_state(person: Person, job: str, *states: str, timeout: float = 90.0) -> str:
+    """`horizon jobs` again until the job is in one of ``states``; returns the state."""
+    deadline_result = person.until("horizon jobs --json",
+                                   lambda r: r.rc == 0 and job_state(person, job) in states, timeout=timeout)
+    assert deadline_result.rc == 0
+    return job_state(person, job)
+
+
+def submitted_id(result: object) -> str:
+    """The job id ``horizon submit`` / ``sbatch`` printed (its last word)."""
+    return str(getattr(result, "out")).strip().split()[-1]
