@@ -5,6 +5,7 @@ The pure parts are in services/sim/whatif.py; this is reading the log, the flags
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import json
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import click
 
+from events.catalogue import ClockTicked
 from events.codec import DecodeError, decode
 from events.vocabulary import BACKFILL_MODES
 from services.cli.audit import LogError, read_log
@@ -25,9 +27,13 @@ __all__ = ["register", "whatif_report"]
 POLICIES = ["fcfs", "sjf", "f1", "multifactor"]
 
 
-def _span(records: list[Any], from_text: str | None, to_text: str | None) -> tuple[float, float, float]:
+def _span(records: list[Any], from_text: str | None, to_text: str | None) -> tuple[float, float, float, float]:
+    """(start, end, the log's first event time, its last activity): the span asked for, never starting
+    before the log does (nothing is known of the time before it: a log shorter than the default seven
+    days is measured over its own length). The last activity is the last event other than a clock
+    tick: an idle stack adds a tick every few seconds and nothing else."""
     times: dict[int, float] = {}
-    last = 0.0
+    last = activity = 0.0
     for r in records:
         try:
             event = decode(r.data)
@@ -36,9 +42,14 @@ def _span(records: list[Any], from_text: str | None, to_text: str | None) -> tup
         t = event.ts if event.ts > 0 else r.time
         times[r.seq] = t
         last = max(last, t)
+        if not isinstance(event, ClockTicked):
+            activity = max(activity, t)
     end = w.parse_when(to_text, last, times.get) if to_text else last
     start = w.parse_when(from_text, end, times.get) if from_text else end - 7 * w.DAY
-    return start, end, min(times.values(), default=start)
+    first = min(times.values(), default=start)
+    if first < end:
+        start = max(start, first)
+    return start, end, first, activity or end
 
 
 def whatif_report(records: list[Any], *, from_text: str | None = None, to_text: str | None = None,
@@ -61,9 +72,14 @@ def whatif_report(records: list[Any], *, from_text: str | None = None, to_text: 
             raise w.WhatIfError(str(exc)) from None
     for spec in add_nodes:
         w.parse_add_nodes(spec)
-    start, end, first = _span(records, from_text, to_text)
+    start, end, first, activity = _span(records, from_text, to_text)
     warm_from = first if warmup == "all" else start - w.parse_duration(warmup, "--warmup")
     workload = w.workload_from_log(records, start, end, warm_from_s=warm_from, tolerance_s=tolerance_s)
+    if to_text is None and start < activity < end and not workload.open_at_end():
+        # The log's end is its last clock tick: with every job over, the cluster sat idle from its last
+        # activity on, and that idle tail (how long before whatif was run) would only dilute utilisation.
+        # Nothing but ticks follows, so the workload is the same; only its span ends there.
+        workload.end_s = activity
     if not workload.measured:
         raise w.WhatIfError(f"no job was submitted between {w._iso(start)} and {w._iso(end)}: nothing to replay "
                             f"(give --from/--to)")
@@ -90,7 +106,10 @@ def whatif_report(records: list[Any], *, from_text: str | None = None, to_text: 
     baseline["span"] = workload.describe()
     baseline["replay_wall_s"] = base_wall
     changed = w.measure(workload, changed_run, configured + change, capacity=w.capacity_of(timed))
-    changed["changes"] = changes.keys + [f"{e.event_type} {json.dumps(_fields(e))}" for e in extra]
+    # every change, as asked for: the keys set, the configuration events given, the nodes added and removed
+    changed["changes"] = (changes.keys + [f"{e.event_type} {json.dumps(_fields(e))}" for e in extra]
+                          + [f"add nodes {spec}" for spec in add_nodes]
+                          + [f"remove nodes {pattern} ({', '.join(_matching(removed, pattern))})" for pattern in remove])
     changed["nodes_added"] = sum(w.parse_add_nodes(s)[0] for s in add_nodes)
     changed["nodes_removed"] = removed
     changed["vs_baseline"] = w.moves(workload, base_run, changed_run)
@@ -103,6 +122,10 @@ def whatif_report(records: list[Any], *, from_text: str | None = None, to_text: 
                           "baseline_start_s": x.start_s if x else None, "baseline_nodes": x.allocation if x else [],
                           "changed_start_s": y.start_s if y else None, "changed_nodes": y.allocation if y else []}
     return {"baseline": baseline, "changed": changed}, starts
+
+
+def _matching(names: list[str], pattern: str) -> list[str]:
+    return [n for n in names if fnmatch.fnmatchcase(n, pattern)]
 
 
 def _fields(event: Any) -> dict[str, Any]:
@@ -124,24 +147,26 @@ def _print(out: dict[str, Any]) -> None:
     b, ch = out["baseline"], out["changed"]
     span = b["span"]
     fid = b["fidelity"]
+    rejected = f", {span['rejected']:,} rejected at submission (not replayed)" if span.get("rejected") else ""
     click.echo(f"span {span['from']} .. {span['to']} (seq {span['first_seq']}..{span['last_seq']}): "
-               f"{span['jobs']:,} jobs ({span['carried_in']:,} more replayed from before it), {span['capacity_gpus']:,} GPUs, "
-               f"{span['capacity_cpus']:,.0f} cores")
+               f"{span['jobs']:,} jobs ({span['carried_in']:,} more replayed from before it{rejected}), "
+               f"{span['capacity_gpus']:,} GPUs, {span['capacity_cpus']:,.0f} cores")
     click.echo(f"baseline reproduces {fid['reproduced']:,} of {fid['compared']:,} recorded starts "
                f"(within {fid['tolerance_s']:g} s, same nodes); {fid['unexplained']:,} differ without a known cause")
     for why, n in fid["cannot_predict"].items():
         click.echo(f"  {n:,} {why}")
-    click.echo("changes: " + ("; ".join(ch["changes"]) or "none")
-               + (f"; +{ch['nodes_added']} nodes" if ch["nodes_added"] else "")
-               + (f"; -{len(ch['nodes_removed'])} nodes ({', '.join(ch['nodes_removed'][:4])}"
-                  f"{', ...' if len(ch['nodes_removed']) > 4 else ''})" if ch["nodes_removed"] else ""))
+    click.echo("changes: " + ("; ".join(ch["changes"]) or "none"))
+    more = ch["never_started"] - b["never_started"]
+    if more > 0:
+        click.echo(f"{more:,} more job{'s' if more > 1 else ''} never start{'s' if more == 1 else ''} in the changed "
+                   f"run: each waits until its user's cancel or the end of the span, in the waits below")
     click.echo("")
     click.echo(f"{'':<34}{'baseline':>14}{'changed':>14}{'change':>12}")
-    for key, label in (("mean_wait_s", "mean wait (s)"), ("p50_wait_s", "p50 wait (s)"), ("p90_wait_s", "p90 wait (s)"),
+    for key, label in (("never_started", "jobs never started"), ("mean_wait_s", "mean wait (s)"),
+                       ("p50_wait_s", "p50 wait (s)"), ("p90_wait_s", "p90 wait (s)"),
                        ("p99_wait_s", "p99 wait (s)"), ("mean_bounded_slowdown", "mean bounded slowdown"),
                        ("utilization", f"utilisation ({b['utilization_of']})"),
-                       ("gpu_hours_lost_to_preemption", "GPU-hours lost to preemption"),
-                       ("unstarted", "jobs never started")):
+                       ("gpu_hours_lost_to_preemption", "GPU-hours lost to preemption")):
         x, y = b[key], ch[key]
         delta = f"{(y - x) / x * 100:+.1f}%" if x else ("" if y == x else "new")
         click.echo(f"  {label:<32}{_fmt(x):>14}{_fmt(y):>14}{delta:>12}")

@@ -231,11 +231,12 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
             if run.exit_code == 0:
                 done: Event = c.JobSucceeded(id=f"agent/JobSucceeded/{job_id}/{attempt}", ts=now,
                                              correlation_id=job_id, source="agent/sim", job_id=job_id,
-                                             attempt=attempt, runtime_s=result.job.runtime_s)
+                                             attempt=attempt, runtime_s=result.job.run_of(job_id, attempt).runtime_s)
             else:
                 done = c.JobFailed(id=f"agent/JobFailed/{job_id}/{attempt}", ts=now, correlation_id=job_id,
                                    source="agent/sim", job_id=job_id, attempt=attempt, exit_code=run.exit_code,
-                                   reason=f"exit code {run.exit_code}", runtime_s=result.job.runtime_s)
+                                   reason=f"exit code {run.exit_code}",
+                                   runtime_s=result.job.run_of(job_id, attempt).runtime_s)
             result.state, result.reason = run.outcome, "" if run.exit_code == 0 else f"exit code {run.exit_code}"
             batch.append((event_subject("agent", done), done))
             ended += 1
@@ -294,9 +295,10 @@ def _start(results: dict[str, JobResult], decision: c.JobScheduled, now: float,
     if result is None or any(a.attempt >= decision.attempt for a in result.attempts):
         return None
     nodes = sorted(a.node for a in decision.allocations)
-    code = result.job.outcome(decision.attempt)
-    end = now + result.job.runtime_s
-    pinned = result.job.recorded_run
+    run = result.job.run_of(decision.job_id, decision.attempt)  # an array task may have a run of its own
+    code = run.exit_code
+    end = now + run.runtime_s
+    pinned = run.recorded_run
     if pinned is not None and decision.attempt == 1 and abs(now - pinned[0]) <= pinned[2]:
         end = max(now, pinned[1])  # a recorded attempt started when it did ends when it did
     result.attempts.append(Attempt(decision.attempt, now, end, nodes, "SUCCEEDED" if code == 0 else "FAILED", code))

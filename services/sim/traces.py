@@ -41,7 +41,7 @@ from events.codec import DecodeError, decode
 from events.resources import ResourceError
 from events.subjects import ADMIN_VERBS
 
-__all__ = ["SimJob", "Trace", "read_trace", "read_swf", "read_job_list", "read_config", "parse_dependencies",
+__all__ = ["SimJob", "TaskRun", "Trace", "read_trace", "read_swf", "read_job_list", "read_config", "parse_dependencies",
            "admin_verb", "window"]
 
 
@@ -76,12 +76,32 @@ class SimJob:
     # (start, end, tolerance) of a recorded first attempt: started within ``tolerance`` s of ``start``, it
     # ends at ``end``, as it did (whatif's replays keep the world's own times where the schedule does)
     recorded_run: tuple[float, float, float] | None = None
+    # An array's tasks as recorded (``horizon whatif``): task id -> its own run; a task not named runs as
+    # the job does (``runtime_s``, ``exit_code``, ``recorded_run``)
+    tasks: dict[str, TaskRun] = field(default_factory=dict)
 
     def outcome(self, attempt: int) -> int:
         """The exit code attempt ``attempt`` (1, 2, ...) ends with."""
         if attempt <= self.fail_attempts:
             return self.exit_code or 1
         return self.exit_code
+
+    def run_of(self, job_id: str, attempt: int) -> TaskRun:
+        """How attempt ``attempt`` of the job, or of its array task ``job_id``, runs."""
+        task = self.tasks.get(job_id)
+        if task is not None:
+            return task
+        return TaskRun(self.runtime_s, self.outcome(attempt), self.recorded_run)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRun:
+    """One run as the driver plays it: for how long, the exit code it ends with, and the recorded first
+    attempt (start, end, tolerance) it keeps to when it starts within the tolerance of that start."""
+
+    runtime_s: float
+    exit_code: int = 0
+    recorded_run: tuple[float, float, float] | None = None
 
 
 @dataclass

@@ -44,7 +44,7 @@ from events.base import Event
 from events.codec import DecodeError, decode
 from events.subjects import ADMIN_VERBS, admin_subject, event_subject
 from services.domain.protocol import Record
-from services.sim.traces import SimJob
+from services.sim.traces import SimJob, TaskRun
 
 __all__ = ["Workload", "RecordedJob", "WhatIfError", "workload_from_log", "parse_sets", "change_events",
            "parse_add_nodes", "added_nodes", "remove_nodes", "measure", "fidelity", "moves", "parse_when",
@@ -123,6 +123,7 @@ class RecordedJob:
     preempted: int = 0
     cancelled_running: bool = False
     cancelled: bool = False
+    cancel_s: float | None = None  # its user's cancel request (of the job or of its whole array)
     node_lost: bool = False
     carried_in: bool = False
     pinnable: bool = False  # its first attempt completed: a replay starting it then ends it when it ended
@@ -142,12 +143,18 @@ class Workload:
     capacity_cpus: float
     notes: dict[str, list[str]] = field(default_factory=dict)  # what the log cannot tell -> job ids
     base_config: list[Event] = field(default_factory=list)  # configuration in force at the span's start
+    rejected: list[str] = field(default_factory=list)  # submitted in the span, rejected: not workload
 
     def describe(self) -> dict[str, Any]:
         return {"from": _iso(self.start_s), "to": _iso(self.end_s), "first_seq": self.first_seq,
                 "last_seq": self.last_seq, "jobs": len(self.measured),
                 "carried_in": sum(1 for r in self.recorded.values() if r.carried_in),
+                "rejected": len(self.rejected),
                 "capacity_gpus": self.capacity_gpus, "capacity_cpus": self.capacity_cpus}
+
+    def open_at_end(self) -> bool:
+        """Whether some job of the workload had not ended when the log stops (running or waiting)."""
+        return any(r.state in ("RUNNING", "PENDING", "PREEMPTED") for r in self.recorded.values())
 
 
 def _iso(ts: float) -> str:
@@ -245,20 +252,25 @@ def workload_from_log(records: Sequence[Record], start_s: float, end_s: float,
     jobs: list[SimJob] = []
     measured: set[str] = set()
     notes: dict[str, list[str]] = {}
+    dropped: list[str] = []
     for job_id, (subject, sub, t_sub, _seq) in sorted(subs.items(), key=lambda kv: (kv[1][2], kv[1][3])):
         if t_sub > end_s:
+            continue
+        if job_id in rejected:
+            # Rejected at submission: it never was demand on the cluster (an empty command, resources no
+            # node has, ...). Replayed, the simulator's own run time would let it through validation and
+            # run; so it is left out, and counted apart (Workload.rejected).
+            if t_sub >= start_s:
+                dropped.append(job_id)
             continue
         members = _members(job_id, sub, by_job)
         infos = [_recorded(m, sub, accepted.get(m) or accepted.get(job_id), t_sub, sorted(by_job.get(m, [])),
                            started, scheduled, decided, ended, preempted, cancels, lost_under) for m in members]
         if t_sub < start_s:
-            if t_sub < warm and (all(i.end_s is not None and i.end_s < warm for i in infos) or job_id in rejected):
+            if t_sub < warm and all(i.end_s is not None and i.end_s < warm for i in infos):
                 continue  # over before the span (and its warm-up)
             for i in infos:
                 i.carried_in = True
-        if job_id in rejected:
-            for i in infos:
-                i.state = "REJECTED"
         for i in infos:
             recorded[i.job_id] = i
             if not i.carried_in:
@@ -269,14 +281,21 @@ def workload_from_log(records: Sequence[Record], start_s: float, end_s: float,
         limit = infos[0].time_limit_s
         run = sum(runs) / len(runs) if runs else (limit if limit is not None else 3600.0)
         failed = [i for i in infos if i.state == "FAILED"]
+
+        def pin(i: RecordedJob) -> tuple[float, float, float] | None:
+            return (i.start_s, i.end_s, tolerance_s) if i.pinnable else None  # type: ignore[return-value]
+
+        # an array's tasks each run as they ran (a task without a recorded run: the others' mean)
+        tasks = {i.job_id: TaskRun(i.run_s if i.run_s is not None else run, 1 if i.state == "FAILED" else 0, pin(i))
+                 for i in infos} if sub.array is not None and len(infos) > 1 else {}
         jobs.append(SimJob(
             job_id, t_sub, run, limit or run, procs=max(1, int(infos[0].cpus)), gpus=infos[0].gpus,
             account=infos[0].account, user=sub.user, priority_class=sub.priority_class,
             exit_code=1 if failed and len(failed) == len(infos) else 0,
             restart_policy=sub.restart_policy, max_retries=sub.max_retries,
             scheduling_timeout_s=sub.scheduling_timeout_s, submitted=sub, subject=subject,
-            recorded_run=(infos[0].start_s, infos[0].end_s, tolerance_s) if len(infos) == 1 and infos[0].pinnable
-            else None,
+            array=sub.array,
+            recorded_run=pin(infos[0]) if len(infos) == 1 else None, tasks=tasks,
         ))
     keep = {_base_id(j) for j in recorded} | set(recorded)
     timed: list[tuple[str, Event]] = []
@@ -292,7 +311,8 @@ def workload_from_log(records: Sequence[Record], start_s: float, end_s: float,
         timed.append((subject, msgspec.structs.replace(event, ts=t)))
     base_config = [e for s, e in timed if e.ts <= start_s and s.split(".")[3] in CONFIG_VERBS]
     return Workload(jobs, timed, recorded, measured, start_s, end_s, first_seq, last_seq,
-                    sum(g for g, _ in capacity.values()), sum(cp for _, cp in capacity.values()), notes, base_config)
+                    sum(g for g, _ in capacity.values()), sum(cp for _, cp in capacity.values()), notes, base_config,
+                    dropped)
 
 
 def _members(job_id: str, sub: c.JobSubmitted, by_job: dict[str, list[int]]) -> list[str]:
@@ -316,22 +336,34 @@ def _recorded(job_id: str, sub: c.JobSubmitted, spec: c.JobSpec | None, t_sub: f
                       getattr(spec, "partition", "") if spec is not None else "", sub.priority_class, t_sub, gpus,
                       float(cpus), spec.time_limit_s if spec is not None else sub.time_limit_s)
     attempts = [a for a in attempts if a > 0]
-    out.attempts = sum(1 for a in attempts if (job_id, a) in started)
+
+    def ran(a: int) -> bool:
+        # An attempt held an allocation once placement made it (JobScheduled), whether or not the agent's
+        # JobStarted followed: a command that could not be started fails without one (JobFailed "could not
+        # start"), having held its nodes for those moments. The last attempt placed and not yet reported
+        # on is starting when the log stops.
+        key = (job_id, a)
+        return key in started or key in ended or (key in scheduled and a == attempts[-1])
+
+    def began(a: int) -> float:
+        key = (job_id, a)
+        return decided.get(key, started.get(key, ended[key][0] if key in ended else t_sub))
+
+    placed = [a for a in attempts if ran(a)]
+    out.attempts = len(placed)
     out.preempted = preempted.get(job_id, 0)
     out.node_lost = job_id in lost_under
-    first = next((a for a in attempts if (job_id, a) in started), None)
+    first = placed[0] if placed else None
     if first is not None:  # a start is when placement allocated it (the agent's start follows within moments)
-        out.start_s = decided.get((job_id, first), started[(job_id, first)])
+        out.start_s = began(first)
         out.nodes = scheduled.get((job_id, first), [])
     state = "PENDING"
-    for a in attempts:
-        if (job_id, a) not in started:
-            continue
+    for a in placed:
         if (job_id, a) in ended:
             t_end, how = ended[(job_id, a)]
             out.end_s, state = t_end, how
             if how in ("SUCCEEDED", "FAILED"):  # how long it held its allocation
-                out.run_s = max(0.0, t_end - decided.get((job_id, a), started[(job_id, a)]))
+                out.run_s = max(0.0, t_end - began(a))
                 out.pinnable = a == first
             elif how == "CANCELLED":
                 out.cancelled_running = True
@@ -340,7 +372,8 @@ def _recorded(job_id: str, sub: c.JobSubmitted, spec: c.JobSpec | None, t_sub: f
             out.end_s = None
     if (job_id, 0) in ended and state == "PENDING":
         state, out.end_s = "CANCELLED", ended[(job_id, 0)][0]
-    out.cancelled = job_id in cancels or _base_id(job_id) in cancels or state == "CANCELLED"
+    out.cancel_s = cancels.get(job_id, cancels.get(_base_id(job_id)))
+    out.cancelled = out.cancel_s is not None or state == "CANCELLED"
     out.state = state
     if state == "RUNNING":  # no end in the log: it runs its time limit
         out.run_s = None
@@ -728,13 +761,24 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
 
 
-def _summary(waits: list[float], bslds: list[float]) -> dict[str, Any]:
+def _summary(waits: list[float], bslds: list[float], never_started: int = 0) -> dict[str, Any]:
     if not waits:
-        return {"jobs": 0, "mean_wait_s": 0.0, "p50_wait_s": 0.0, "p90_wait_s": 0.0, "p99_wait_s": 0.0,
-                "mean_bounded_slowdown": 0.0}
-    return {"jobs": len(waits), "mean_wait_s": sum(waits) / len(waits), "p50_wait_s": _pct(waits, 50),
-            "p90_wait_s": _pct(waits, 90), "p99_wait_s": _pct(waits, 99),
+        return {"jobs": 0, "never_started": never_started, "mean_wait_s": 0.0, "p50_wait_s": 0.0, "p90_wait_s": 0.0,
+                "p99_wait_s": 0.0, "mean_bounded_slowdown": 0.0}
+    return {"jobs": len(waits), "never_started": never_started, "mean_wait_s": sum(waits) / len(waits),
+            "p50_wait_s": _pct(waits, 50), "p90_wait_s": _pct(waits, 90), "p99_wait_s": _pct(waits, 99),
             "mean_bounded_slowdown": sum(bslds) / len(bslds)}
+
+
+def wait_of(info: RecordedJob, start_s: float | None, end_s: float) -> float:
+    """A job's wait in a replay: from its submission to its first start. A job that never starts waits
+    until its user gave up on it (the recorded cancel, replayed at its time) or else to the end of the
+    span ``end_s``: a change that leaves jobs unstarted (nodes removed, a quota too small, a job rejected
+    or found unschedulable) shows as waits at least that long, not as jobs that left the averages."""
+    if start_s is not None:
+        return start_s - info.submit_s
+    until = info.cancel_s if info.cancel_s is not None and info.cancel_s <= end_s else end_s
+    return max(0.0, until - info.submit_s)
 
 
 def bounded_slowdown(wait: float, run: float) -> float:
@@ -758,12 +802,12 @@ def measure(workload: Workload, run: Any, config: Sequence[Event] = (),
     span = workload.end_s - workload.start_s
     waits: list[float] = []
     bslds: list[float] = []
-    groups: dict[str, dict[str, tuple[list[float], list[float]]]] = {k: {} for k in
-                                                                    ("tenant", "account", "partition", "class")}
+    groups: dict[str, dict[str, tuple[list[float], list[float], list[str]]]] = {
+        k: {} for k in ("tenant", "account", "partition", "class")}
     busy = 0.0
     lost = 0.0
     delivered: dict[str, float] = {}
-    unstarted = 0
+    never: list[str] = []
     for job_id, r in run.results.items():
         info = rec.get(job_id)
         if info is None:
@@ -775,24 +819,27 @@ def measure(workload: Workload, run: Any, config: Sequence[Event] = (),
             if a.outcome == "PREEMPTED":
                 lost += info.gpus * max(0.0, a.end_s - a.start_s)
             delivered[info.account] = delivered.get(info.account, 0.0) + size * inside
-        if job_id not in workload.measured:
-            continue
-        if r.start_s is None:
-            unstarted += 1
-            continue
-        wait = r.start_s - info.submit_s
-        b = bounded_slowdown(wait, r.job.runtime_s)
+    for job_id in sorted(workload.measured):  # every job submitted in the span, started or not
+        info = rec[job_id]
+        r = run.results.get(job_id)
+        start = r.start_s if r is not None else None
+        if start is None:
+            never.append(job_id)
+        wait = wait_of(info, start, workload.end_s)
+        b = bounded_slowdown(wait, r.job.run_of(job_id, 1).runtime_s if r is not None else info.time_limit_s or 0.0)
         waits.append(wait)
         bslds.append(b)
         for kind, name in (("tenant", info.tenant), ("account", info.account), ("partition", info.partition or "-"),
                            ("class", info.priority_class)):
-            w, s = groups[kind].setdefault(name, ([], []))
+            w, s, n = groups[kind].setdefault(name, ([], [], []))
             w.append(wait)
             s.append(b)
+            if start is None:
+                n.append(job_id)
     total = cap_gpus if gpus_cluster else cap_cpus
-    out: dict[str, Any] = _summary(waits, bslds)
+    out: dict[str, Any] = _summary(waits, bslds, len(never))
     out.update({
-        "unstarted": unstarted,
+        "never_started_jobs": never[:50],
         "utilization": busy / (total * span) if total and span > 0 else 0.0,
         "utilization_of": "GPUs" if gpus_cluster else "cores",
         "gpu_hours_lost_to_preemption": lost / 3600.0,
@@ -800,8 +847,8 @@ def measure(workload: Workload, run: Any, config: Sequence[Event] = (),
     })
     for kind in ("tenant", "account", "partition", "class"):
         rows = []
-        for name, (w, s) in sorted(groups[kind].items()):
-            rows.append({kind: name, **_summary(w, s)})
+        for name, (w, s, n) in sorted(groups[kind].items()):
+            rows.append({kind: name, **_summary(w, s, len(n))})
         out[f"per_{kind}"] = rows
     out["fairshare"] = fairshare_distance(delivered, _targets(config, set(delivered)))
     return out
