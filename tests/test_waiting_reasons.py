@@ -228,7 +228,8 @@ def test_every_kind_is_documented(kind):
 
 
 def test_a_reservation_on_the_wall_clock_reads_as_a_date():
-    from services.domain.queue.waiting import _at
+    from services.domain.timestamps import at, when
 
-    assert _at(1795727094.4) == "at 2026-11-26 21:04:54 UTC"  # 1,795,727,094 s after the epoch
-    assert _at(1001.0) == "at t=1001"  # a simulation's virtual time stays in seconds
+    assert at(1795727094.4) == "at 2026-11-26 21:04:54 UTC"  # 1,795,727,094 s after the epoch
+    assert at(1001.0) == "at t=1001"  # a simulation's virtual time stays in seconds
+    assert when(1795727094.4) == "2026-11-26 21:04:54 UTC" and when(1712.0) == "t=1712"

@@ -17,6 +17,7 @@ from rich.table import Table
 from events.resources import format_cpus, format_memory
 from services.cli.client import default_user, query_all, session
 from services.cli.options import console, nats_option, run
+from services.cli.reasons import summary
 
 __all__ = ["queue", "jobs", "watch", "read_queue", "register"]
 
@@ -48,6 +49,11 @@ def _devices(row: dict[str, Any]) -> str:
     for alloc in row.get("allocation") or []:
         parts.append(f"{alloc['node']}[{','.join(alloc['device_ids'])}]" if alloc["device_ids"] else alloc["node"])
     return " ".join(parts) or "-"
+
+
+def _reason_column(table: Table) -> None:
+    """REASON, one line per row (services/cli/reasons.py): a narrow terminal cuts it, never wraps it."""
+    table.add_column("REASON", no_wrap=True, overflow="ellipsis")
 
 
 def _age(ts: float | None) -> str:
@@ -165,15 +171,17 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
         return
     table = Table(box=None, header_style="bold")
     for col in ("POS", "JOBID", "NAME", "USER", "ACCOUNT", "CLASS", "QOS CLASS", "PRIORITY", "GPUS", "CPUS", "MEM",
-                "STATE", "WAITING", "REASON"):
+                "STATE", "WAITING"):
         table.add_column(col)
+    _reason_column(table)
     for pos, row in enumerate(body["jobs"], offset + 1):
         priority = row.get("priority")
         table.add_row(str(row.get("rank") or pos), row["job_id"], row["name"] or "", row["user"] or "",
                       row["account"] or "", row["priority_class"] or "", row.get("qos") or "-",
                       "-" if priority is None else f"{priority:.1f}", _gpus(row), format_cpus(row["cpus_milli"] or 0),
                       format_memory(row["memory_bytes"] or 0), row["state"], _age(row["submitted_ts"]),
-                      row.get("why") or row["reason"] or ("held" if row["state"] == "HELD" else "waiting for a cycle"))
+                      summary(row.get("why") or row["reason"])
+                      or ("held" if row["state"] == "HELD" else "waiting for a cycle"))
     console().print(table)
     click.echo(f"{body['total']} queued (log seq {body['last_seq']})")
 
@@ -215,12 +223,13 @@ def jobs(nats_url: str, states: tuple[str, ...], tenant: str | None, account: st
         click.echo(json.dumps(body["jobs"]))
         return
     table = Table(box=None, header_style="bold")
-    for col in ("JOBID", "NAME", "USER", "STATE", "CLASS", "GPUS", "NODE[DEVICES]", "EXIT", "REASON"):
+    for col in ("JOBID", "NAME", "USER", "STATE", "CLASS", "GPUS", "NODE[DEVICES]", "EXIT"):
         table.add_column(col)
+    _reason_column(table)
     for row in body["jobs"]:
         table.add_row(row["job_id"], row["name"] or "", row["user"] or "", row["state"], row["priority_class"] or "",
                       _gpus(row), _devices(row), "" if row["exit_code"] is None else str(row["exit_code"]),
-                      row["reason"] or "")
+                      summary(row["reason"]))
     console().print(table)
     if offset or len(body["jobs"]) < body.get("total", 0):
         click.echo(_page_line(offset, len(body["jobs"]), body.get("total", 0)))

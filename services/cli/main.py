@@ -7,6 +7,7 @@ traceback (``HorizonCLI.invoke`` turns the known error types into that).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -32,10 +33,30 @@ def user_error_text(exc: BaseException) -> str:
     return str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
 
 
+# How a Unix tool ends when the reader of its output has gone (``horizon jobs | head``): killed by SIGPIPE.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+
+
+def quiet_broken_pipe() -> int:
+    """The reader of our standard output has gone: nothing more can be said to it, and nothing is wrong
+    with us. Point stdout at /dev/null (so the interpreter's last flush does not fail as well) and
+    return the exit code to end with, as a Unix tool killed by SIGPIPE, without a word."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
 class HorizonCLI(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:  # `horizon show J | head`: every command ends here, quietly
+            raise SystemExit(quiet_broken_pipe()) from None
         except USER_ERRORS as exc:
             raise CLIError(user_error_text(exc)) from None
 

@@ -17,7 +17,6 @@ from events.resources import ResourceError, format_cpus, format_memory, parse_du
 from events.subjects import admin_subject
 from services.cli.client import await_answer, default_user, publish_input, query_all, session
 from services.cli.drain import PLAN_SUBJECT, collect_plan, drain_note, plan_lines
-from services.cli.operator import operator_options
 from services.cli.options import console, nats_option
 from services.inventory.core import NODE_ACTIONS
 from services.domain.taints import TaintSyntaxError, parse_taint, taint_text
@@ -115,7 +114,7 @@ _ANSWERS = {"NodeCordoned", "NodeUncordoned", "NodeDraining", "NodeRemoved", "No
 
 
 @click.command()
-@operator_options
+@nats_option
 @click.argument("action", type=click.Choice(list(NODE_ACTIONS)))
 @click.argument("node")
 @click.argument("taint", required=False)

@@ -1,14 +1,31 @@
-"""What every ``horizon`` command shares: the ``--nats``/``--tenant``/``--admin`` options and the console.
+"""What every ``horizon`` command shares: the ``--nats``/``--data-dir``/``--tenant``/``--admin`` options and
+the console.
 
 Click and rich only: no NATS, no service. A command module imports these instead of declaring its own.
+
+**Which server a command talks to** (``nats_option``, ``resolve_nats``), the same for every command that
+connects, client or operator:
+
+1. ``--nats`` or ``$HORIZON_NATS_URL``, when given, as it is;
+2. else the ``horizon up`` running on ``--data-dir`` (default ``.horizon``): its URL, whatever port it
+   took (``--port 0``), from ``<data dir>/server.json`` (services/host/running.py); under ``--auth``
+   with the operator's credentials and under ``--tls`` with this machine's client certificate, both
+   kept in the data dir (put in this process's ``HORIZON_TLS_*`` unless those are set already);
+3. else ``nats://127.0.0.1:4222`` (a ``--data-dir`` given where nothing runs is an error, not a
+   silent fallback).
+
+So ``horizon up --port 0`` in a folder, then ``horizon jobs`` in the same folder, just works.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import os
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -18,9 +35,11 @@ from rich.console import Console
 from events.subjects import valid_token
 from services.cli.client import default_tenant
 
-__all__ = ["NATS_DEFAULT", "nats_option", "tenant_option", "tenant_of_url", "tenant_for", "admin_option", "console", "run"]
+__all__ = ["NATS_DEFAULT", "DEFAULT_DATA_DIR", "nats_option", "resolve_nats", "tenant_option", "tenant_of_url",
+           "tenant_for", "admin_option", "console", "run"]
 
 NATS_DEFAULT = "nats://127.0.0.1:4222"
+DEFAULT_DATA_DIR = Path(".horizon")
 
 def tenant_of_url(url: str | None) -> str | None:
     """The user of a NATS URL when it can be a tenant: ``horizon up --auth`` names each tenant's user
@@ -50,11 +69,49 @@ def _tenant_default() -> str:
     return tenant_for(ctx.params.get("nats_url") if ctx is not None else None)
 
 
-# Eager: read before --tenant, whose default may come from it.
-nats_option = click.option(
-    "--nats", "nats_url", envvar="HORIZON_NATS_URL", default=NATS_DEFAULT, show_default=True, is_eager=True,
-    help="URL of the NATS server (or $HORIZON_NATS_URL).",
-)
+def resolve_nats(nats_url: str | None, data_dir: Path | str | None) -> str:
+    """The URL a command connects to: ``nats_url``; else the ``horizon up`` running on ``data_dir``
+    (default ``.horizon``); else ``NATS_DEFAULT`` (see the module's docstring)."""
+    if nats_url:
+        return nats_url
+    from services.host.running import operator_endpoint
+    from services.runtime.tls import TLS_VARIABLES
+
+    found = operator_endpoint(Path(data_dir) if data_dir is not None else DEFAULT_DATA_DIR)
+    if found is None:
+        if data_dir is not None:
+            raise click.ClickException(f"no `horizon up` is running on {data_dir} (nothing live in "
+                                       f"{Path(data_dir) / 'server.json'}): start it, or pass --nats URL")
+        return NATS_DEFAULT
+    url, tls = found
+    if tls is not None and not any(os.environ.get(name) for name in TLS_VARIABLES):
+        os.environ.update(tls.env())
+    return url
+
+
+def nats_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--nats`` and ``--data-dir`` for a command that connects; it receives the resolved ``nats_url``
+    (``resolve_nats``), and ``data_dir`` as given (None: not given) if it takes one too."""
+    takes_data_dir = "data_dir" in inspect.signature(command).parameters
+
+    @functools.wraps(command)
+    def resolved(*args: Any, nats_url: str | None = None, data_dir: Path | None = None, **kwargs: Any) -> Any:
+        if takes_data_dir:
+            kwargs["data_dir"] = data_dir
+        return command(*args, nats_url=resolve_nats(nats_url, data_dir), **kwargs)
+
+    resolved = click.option(
+        "--data-dir", type=click.Path(path_type=Path), default=None,
+        help="Without --nats: the `horizon up` running on this data dir, whatever port it took (and, under "
+             "--auth/--tls, the operator's credentials and certificate it keeps there) [default: .horizon, if "
+             "one runs there].")(resolved)
+    # Eager: read before --tenant, whose default may come from it.
+    return click.option(
+        "--nats", "nats_url", envvar="HORIZON_NATS_URL", default=None, is_eager=True,
+        help=f"URL of the NATS server (or $HORIZON_NATS_URL) [default: the `horizon up` running on --data-dir, "
+             f"else {NATS_DEFAULT}].")(resolved)
+
+
 tenant_option = click.option(
     "--tenant", default=_tenant_default, show_default="$HORIZON_TENANT, else the user of a tenant's --nats URL, "
                                                       "else default", help="Your tenant."

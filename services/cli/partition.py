@@ -28,7 +28,6 @@ from events import catalogue as c
 from events.resources import format_memory
 from events.vocabulary import PARTITION_STATES, PRIORITY_TIER_MAX, UNKNOWN_PARTITION
 from services.cli.client import default_user, query, query_all, session
-from services.cli.operator import operator_options
 from services.cli.options import nats_option
 from services.cli.policy import configure
 from services.cli.slurm_values import Problem, slurm_memory, slurm_time
@@ -90,7 +89,7 @@ async def _current(nats_url: str, name: str) -> dict[str, Any] | None:
 
 
 @partition.command(name="set")
-@operator_options
+@nats_option
 @click.argument("name", required=False)
 @click.option("--nodes", "nodes", multiple=True,
               help="Its nodes: a Slurm host list (node[01-04],gpu-7), a glob (gpu-*) or ALL (repeatable; "
@@ -197,7 +196,7 @@ def set_partition(nats_url: str, name: str | None, nodes: tuple[str, ...], label
 
 
 @partition.command(name="remove")
-@operator_options
+@nats_option
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True)
 def remove_partition(nats_url: str, name: str, as_json: bool) -> None:
@@ -213,7 +212,7 @@ def remove_partition(nats_url: str, name: str, as_json: bool) -> None:
 
 
 @partition.command(name="list")
-@operator_options
+@nats_option
 @click.option("--json", "as_json", is_flag=True, help="The partitions as the scheduler's view answers.")
 def list_partitions(nats_url: str, as_json: bool) -> None:
     """Every partition: nodes, default, state, limits, defaults, tier, profile."""

@@ -32,7 +32,6 @@ from events.subjects import admin_subject, valid_token
 from events.vocabulary import RUNTIME_ESTIMATES
 from services.cli.client import default_user, publish_input, query, query_all, session
 from services.cli.drain import drain_lines
-from services.cli.operator import operator_options
 from services.cli.options import console, nats_option
 from services.runtime.log import LogError
 from services.placement.core import check_reservation
@@ -105,7 +104,7 @@ def account() -> None:
 
 
 @account.command(name="set")
-@operator_options
+@nats_option
 @click.argument("name")
 @click.option("--parent", default=None, help="Parent account (default: top level). Configure parents first.")
 @click.option("--shares", type=float, default=1.0, show_default=True, help="Shares among its siblings.")
@@ -148,7 +147,7 @@ def fairshare() -> None:
 
 
 @fairshare.command(name="set")
-@operator_options
+@nats_option
 @click.option("--half-life", required=True, help="Usage decay half-life (7d, 12h, 3600).")
 @click.option("--gpu-weight", type=float, default=1.0, show_default=True, help="Usage per GPU-second.")
 @click.option("--cpu-weight", type=float, default=0.0625, show_default=True, help="Usage per core-second.")
@@ -171,7 +170,7 @@ def policy() -> None:
 
 
 @policy.command(name="set")
-@operator_options
+@nats_option
 @click.option("--policy", "name", type=click.Choice(list(POLICIES)), default=None, help="The queue policy.")
 @click.option("--weight", "weights", multiple=True,
               help=f"NAME=VALUE multifactor weight, NAME one of {', '.join(WEIGHT_NAMES)} (repeatable).")
@@ -201,7 +200,7 @@ def profile() -> None:
 
 
 @profile.command(name="set")
-@operator_options
+@nats_option
 @click.argument("name")
 @click.option("--weight", "weights", multiple=True,
               help=f"PLUGIN=VALUE score weight, PLUGIN one of {', '.join(SCORE_PLUGINS)} (repeatable).")
@@ -248,7 +247,7 @@ def reservation() -> None:
 
 
 @reservation.command(name="create")
-@operator_options
+@nats_option
 @click.argument("name")
 @click.option("--account", required=True, help="The account whose jobs may use the nodes in the window.")
 @click.option("--nodes", "node_list", required=True, help="Comma-separated node names.")
@@ -269,7 +268,7 @@ def reservation_create(nats_url: str, name: str, account: str, node_list: str, s
 
 
 @reservation.command(name="cancel")
-@operator_options
+@nats_option
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True)
 def reservation_cancel(nats_url: str, name: str, as_json: bool) -> None:
@@ -285,7 +284,7 @@ def dataset() -> None:
 
 
 @dataset.command(name="announce")
-@operator_options
+@nats_option
 @click.argument("name")
 @click.option("--reason", default="", help="Why, for the log (e.g. the run that produced it).")
 @click.option("--json", "as_json", is_flag=True)
@@ -305,7 +304,7 @@ def preemption() -> None:
 
 
 @preemption.command(name="set")
-@operator_options
+@nats_option
 @click.option("--victims", type=click.Choice(list(VICTIM_ORDERS)), default=None, help="How victims are chosen.")
 @click.option("--rule", "rules", multiple=True,
               help="CLASS=LOWER,LOWER: the classes CLASS may preempt, e.g. high=normal,low,scavenger (repeatable).")

@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from events.subjects import WHOLE_LOG
-from services.cli.options import nats_option
+from services.cli.options import DEFAULT_DATA_DIR, nats_option
 from services.cli.progress import Bar
 from services.runtime.log import LogError
 from services.domain.protocol import Record
@@ -112,14 +112,16 @@ def projections() -> None:
 
 @projections.command()
 @nats_option
-@click.option("--data-dir", type=click.Path(path_type=Path, resolve_path=True), default=Path(".horizon"),
-              show_default=True)
 @click.option("--only", type=click.Choice(["jobs", "standing"]), default=None,
               help="Rebuild just this one (default: both).")
 @click.option("--policy", type=click.Choice(["fcfs", "sjf", "f1", "multifactor"]), default="multifactor",
               show_default=True, help="The queue policy the services start with (as `horizon up --policy`).")
-def rebuild(nats_url: str, data_dir: Path, only: str | None, policy: str) -> None:
-    """Rebuild the read models from sequence 1, each replacing its old database in one rename."""
+def rebuild(nats_url: str, data_dir: Path | None, only: str | None, policy: str) -> None:
+    """Rebuild the read models from sequence 1, each replacing its old database in one rename.
+
+    The read models of --data-dir (default .horizon), from the log of the `horizon up` running there
+    unless --nats names another server."""
+    data_dir = (data_dir or DEFAULT_DATA_DIR).resolve()
     jobs_db, standing_db = data_dir / "projections" / "jobs.sqlite", data_dir / "projections" / "standing.sqlite"
     try:
         if only in (None, "jobs"):

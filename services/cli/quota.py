@@ -18,7 +18,7 @@ import msgspec
 
 from events.resources import parse_duration
 from services.cli.client import default_user
-from services.cli.operator import operator_options
+from services.cli.options import nats_option
 from services.domain.quotas import describe_quota
 from services.quota.app import QuotaSourceError, SlurmQuotaSource, SyncResult, sync
 from services.runtime.jetstream import JetStreamLog
@@ -57,7 +57,7 @@ def quota() -> None:
 
 
 @quota.command(name="sync")
-@operator_options
+@nats_option
 @click.option("--provider", type=click.Choice(PROVIDERS), default="slurm", show_default=True,
               help="Where the limits come from.")
 @click.option("--slurm-conf", type=click.Path(exists=True, dir_okay=False), default=None,

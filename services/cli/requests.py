@@ -1,8 +1,9 @@
 """Requests about jobs: ``horizon cancel``, ``hold``, ``release`` and ``update``.
 
 Requests go to ``horizon.in.<tenant>.<verb>`` about one's own jobs, or with ``--admin`` to
-``horizon.in._admin.<verb>`` about anyone's. A job id naming an array asks for every live task, and
-the command reports the answers together. ``cancel`` also takes squeue-like filters (``scancel``'s
+``horizon.in._admin.<verb>`` about anyone's. ``cancel``, ``hold`` and ``release`` take several job ids,
+as ``scancel`` does (one request each, a line of answer each). A job id naming an array asks for every
+live task, and the command reports the answers together. ``cancel`` also takes squeue-like filters (``scancel``'s
 ``--name``, ``--user``, ``--state``, ``--account``) and cancels every matching job.
 """
 
@@ -60,37 +61,58 @@ async def _await_answers(sub: Any, seq: int, job_id: str, timeout_s: float = 10.
             return answers  # about the job itself: a job, or an array with no live task
 
 
-def _ask(nats_url: str, verb: str, event: c.Event, job_id: str, admin: bool, tenant: str,
+def _ask(nats_url: str, verb: str, events: list[tuple[str, c.Event]], admin: bool, tenant: str,
          as_json: bool) -> None:
-    """Publish a request about a job (or an array), print the answers, fail if none carried it out."""
+    """Publish a request about each job (or array) in turn, print the answers, fail if one of them was
+    carried out for none of its tasks."""
     subject = admin_subject(verb) if admin else input_subject(tenant, verb)
 
-    async def go() -> list[dict[str, Any]]:
+    async def go() -> dict[str, list[dict[str, Any]]]:
         async with session(nats_url) as nc:
             sub = await nc.subscribe("horizon.evt.submission.*.*")
-            seq = await publish_input(nc, subject, event, msg_id=f"{verb}/{job_id}/{uuid.uuid4().hex}")
-            return await _await_answers(sub, seq, job_id)
+            answered: dict[str, list[dict[str, Any]]] = {}
+            for job_id, event in events:
+                seq = await publish_input(nc, subject, event, msg_id=f"{verb}/{job_id}/{uuid.uuid4().hex}")
+                answered[job_id] = await _await_answers(sub, seq, job_id)
+            return answered
 
-    answers = run(go())
+    _report(verb, run(go()), as_json)
+
+
+def _report(verb: str, answered: dict[str, list[dict[str, Any]]], as_json: bool) -> None:
+    """Each job's answers in a line (an array's tasks counted by outcome, the refused ones listed on
+    stderr); exit 1 naming every job whose request was not answered or refused for all of it."""
     if as_json:
-        click.echo(json.dumps(answers if len(answers) != 1 else answers[0]))
-    if not answers:
-        raise click.ClickException(f"no answer about {job_id} within 10 s (the request is in the log)")
-    refused = [a for a in answers if a["type"] == "RequestRejected"]
-    if not as_json:
-        if len(answers) == 1 and not refused:
-            click.echo(f"{job_id}: {_DONE.get(answers[0]['type'], answers[0]['type'])}")
-        elif len(answers) > 1:
-            counts: dict[str, int] = {}
-            for a in answers:
-                counts[_DONE.get(a["type"], a["type"])] = counts.get(_DONE.get(a["type"], a["type"]), 0) + 1
-            click.echo(f"{job_id}: {len(answers)} tasks: " + ", ".join(f"{n} {what}" for what, n in sorted(counts.items())))
-            for a in refused[:10]:
-                click.echo(f"  {a['job_id']}: {a['reason']}", err=True)
-            if len(refused) > 10:
-                click.echo(f"  ... and {len(refused) - 10} more", err=True)
-    if len(refused) == len(answers):
-        raise click.ClickException(f"{verb} {job_id}: {refused[0]['reason']}")
+        if len(answered) == 1:
+            [answers] = answered.values()
+            click.echo(json.dumps(answers if len(answers) != 1 else answers[0]))
+        else:
+            click.echo(json.dumps([a for answers in answered.values() for a in answers]))
+    failed = []
+    for job_id, answers in answered.items():
+        if not answers:
+            failed.append(f"no answer about {job_id} within 10 s (the request is in the log)")
+            continue
+        refused = [a for a in answers if a["type"] == "RequestRejected"]
+        if not as_json:
+            if len(answers) == 1 and not refused:
+                click.echo(f"{job_id}: {_DONE.get(answers[0]['type'], answers[0]['type'])}")
+            elif len(answers) > 1:
+                counts: dict[str, int] = {}
+                for a in answers:
+                    counts[_DONE.get(a["type"], a["type"])] = counts.get(_DONE.get(a["type"], a["type"]), 0) + 1
+                click.echo(f"{job_id}: {len(answers)} tasks: "
+                           + ", ".join(f"{n} {what}" for what, n in sorted(counts.items())))
+                for a in refused[:10]:
+                    click.echo(f"  {a['job_id']}: {a['reason']}", err=True)
+                if len(refused) > 10:
+                    click.echo(f"  ... and {len(refused) - 10} more", err=True)
+        if len(refused) == len(answers):
+            failed.append(f"{verb} {job_id}: {refused[0]['reason']}")
+    if len(failed) == 1:
+        raise click.ClickException(failed[0])
+    if failed:
+        raise click.ClickException(f"{len(failed)} of {len(answered)} jobs: " + "; ".join(failed))
 
 
 def _names_a_job(job_id: str, admin: bool) -> bool:
@@ -99,27 +121,33 @@ def _names_a_job(job_id: str, admin: bool) -> bool:
     return valid_token(job_id) or (admin and valid_job_key(job_id))
 
 
-def _request(verb: str, cls: type[c.Event]) -> click.Command:
-    @click.command(name=verb, help=f"{verb.capitalize()} a job, or every task of an array (its job id).")
-    @nats_option
-    @tenant_option
-    @admin_option
-    @click.option("--reason", default="", help="Why (kept in the log).")
-    @click.option("--json", "as_json", is_flag=True)
-    @click.argument("job_id")
-    def command(nats_url: str, tenant: str, admin: bool, reason: str, as_json: bool, job_id: str) -> None:
+def _request_events(verb: str, cls: type[c.Event], job_ids: tuple[str, ...], admin: bool, tenant: str,
+                    reason: str) -> list[tuple[str, c.Event]]:
+    """One request of ``cls`` per job id (each checked to name a job), in the order given, duplicates once."""
+    events = []
+    for job_id in dict.fromkeys(job_ids):
         if not _names_a_job(job_id, admin):
             raise click.BadParameter(f"{job_id!r} is not a job id", param_hint="JOB_ID")
         fields: dict[str, Any] = {"job_id": job_id, "tenant": ADMIN_TENANT if admin else tenant, "user": default_user()}
         if "reason" in cls.__struct_fields__:
             fields["reason"] = reason
-        event = cls(ts=time.time(), source="horizon-cli", correlation_id=job_id, **fields)
-        _ask(nats_url, verb, event, job_id, admin, tenant, as_json)
+        events.append((job_id, cls(ts=time.time(), source="horizon-cli", correlation_id=job_id, **fields)))
+    return events
+
+
+def _request(verb: str, cls: type[c.Event]) -> click.Command:
+    @click.command(name=verb, help=f"{verb.capitalize()} jobs, or every task of an array (its job id): "
+                                   f"horizon {verb} J1 J2 ...")
+    @nats_option
+    @tenant_option
+    @admin_option
+    @click.option("--reason", default="", help="Why (kept in the log).")
+    @click.option("--json", "as_json", is_flag=True)
+    @click.argument("job_ids", metavar="JOB_ID...", nargs=-1, required=True)
+    def command(nats_url: str, tenant: str, admin: bool, reason: str, as_json: bool, job_ids: tuple[str, ...]) -> None:
+        _ask(nats_url, verb, _request_events(verb, cls, job_ids, admin, tenant, reason), admin, tenant, as_json)
 
     return command
-
-
-_cancel_one = _request("cancel", c.JobCancelRequested)
 
 
 @click.command()
@@ -136,25 +164,24 @@ _cancel_one = _request("cancel", c.JobCancelRequested)
                    "HELD, SCHEDULED.")
 @click.option("-A", "--account", "account", default=None, help="Every live job of this account.")
 @click.option("--json", "as_json", is_flag=True)
-@click.argument("job_id", required=False)
+@click.argument("job_ids", metavar="[JOB_ID]...", nargs=-1)
 def cancel(nats_url: str, tenant: str, admin: bool, reason: str, name: str | None, user: str | None, me: bool,
-           state: str | None, account: str | None, as_json: bool, job_id: str | None) -> None:
-    """Cancel a job, every task of an array (its job id), or every job matching filters (like scancel).
+           state: str | None, account: str | None, as_json: bool, job_ids: tuple[str, ...]) -> None:
+    """Cancel jobs, every task of an array (its job id), or every job matching filters (like scancel).
 
     \b
-    horizon cancel JOB
+    horizon cancel JOB [JOB...]
     horizon cancel --name train --state PENDING     every pending job named train (in your tenant)
     horizon cancel --me                             every live job of yours
     """
     if me:
         user = user or default_user()
     filtered = any(v is not None for v in (name, user, state, account))
-    if job_id is not None:
+    if job_ids:
         if filtered:
-            raise click.UsageError("give a JOB or filters (--name, --user, --state, --account), not both")
-        ctx = click.get_current_context()
-        ctx.invoke(_cancel_one, nats_url=nats_url, tenant=tenant, admin=admin, reason=reason, as_json=as_json,
-                   job_id=job_id)
+            raise click.UsageError("give JOBs or filters (--name, --user, --state, --account), not both")
+        events = _request_events("cancel", c.JobCancelRequested, job_ids, admin, tenant, reason)
+        _ask(nats_url, "cancel", events, admin, tenant, as_json)
         return
     if not filtered:
         raise click.UsageError("give a JOB, or filters to choose the jobs: --name, --user (--me), --state, --account")
@@ -309,7 +336,7 @@ def update(nats_url: str, tenant: str, admin: bool, priority_class: str | None, 
     event = c.JobUpdateRequested(ts=time.time(), source="horizon-cli", correlation_id=job_id, job_id=job_id,
                                  tenant=ADMIN_TENANT if admin else tenant, priority_class=priority_class, nice=nice,
                                  user=default_user())
-    _ask(nats_url, "update", event, job_id, admin, tenant, as_json)
+    _ask(nats_url, "update", [(job_id, event)], admin, tenant, as_json)
 
 
 def register(group: click.Group) -> None:

@@ -48,7 +48,7 @@ from events.arrays import parse_array
 from events.resources import ResourceError
 from events.vocabulary import NICE_LIMIT
 from services.cli.client import default_user, query, session
-from services.cli.options import NATS_DEFAULT, run, tenant_for
+from services.cli.options import resolve_nats, run, tenant_for
 from services.cli.sbatch_options import COMMAND_LINE_ONLY, OPTIONS, Directive, SbatchError, getopt, read_directives
 from services.cli.slurm_values import (
     Problem,
@@ -695,7 +695,9 @@ def sbatch(args: tuple[str, ...]) -> None:
 
     \b
     Horizon's own options (before SCRIPT):
-      --nats URL             NATS server (default $HORIZON_NATS_URL or nats://127.0.0.1:4222)
+      --nats URL             NATS server (default $HORIZON_NATS_URL, else the `horizon up`
+                             running on --data-dir, else nats://127.0.0.1:4222)
+      --data-dir DIR         where that `horizon up` keeps its data (default .horizon)
       --tenant T             your tenant (default $HORIZON_TENANT or default)
       --job-id ID            your id for the job (default: generated)
       --priority-class C     critical, high, normal, low or scavenger
@@ -723,7 +725,7 @@ def sbatch(args: tuple[str, ...]) -> None:
                    f"GPU(s){' ' + r.gpu_type if r.gpu_type else ''}; "
                    f"time limit {event.time_limit_s} s; partition {','.join(event.partitions) or '(default)'}",
                    err=True)
-    nats_url = ours.get("nats") or os.environ.get("HORIZON_NATS_URL") or NATS_DEFAULT
+    nats_url = resolve_nats(ours.get("nats") or os.environ.get("HORIZON_NATS_URL"), ours.get("data-dir"))
     if ours.get("check"):
         report_check(check_submission(nats_url, event), event.job_id, bool(ours.get("json")),
                      prog="horizon sbatch")

@@ -152,7 +152,8 @@ def _opts() -> dict[str, _Opt]:
         ("version", "V", NONE, "run horizon --version"),
     ]
     horizon = [
-        ("nats", None, REQUIRED), ("tenant", None, REQUIRED), ("job-id", None, REQUIRED), ("json", None, NONE),
+        ("nats", None, REQUIRED), ("data-dir", None, REQUIRED), ("tenant", None, REQUIRED), ("job-id", None, REQUIRED),
+        ("json", None, NONE),
         ("dry-run", None, NONE), ("check", None, NONE), ("no-wait", None, NONE), ("sim-runtime", None, REQUIRED),
         ("priority-class", None, REQUIRED), ("dataset", None, REQUIRED),
     ]

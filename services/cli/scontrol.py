@@ -31,6 +31,7 @@ from typing import Any
 import click
 
 from events.resources import format_memory
+from services.cli.reasons import summary
 from services.domain.hostlist import HostlistError, compress, expand
 from services.domain.steps import counts_text
 
@@ -89,7 +90,7 @@ def show_job_text(row: Mapping[str, Any], spec: Mapping[str, Any] | None, now: f
     gpus = row.get("gpus") or 0
     memory = (row.get("memory_bytes") or spec.get("memory_bytes") or 0) * per_node
     reason = "None" if live or row["state"] not in ("PENDING", "HELD") else (
-        "JobHeldUser" if row["state"] == "HELD" else (row.get("reason") or "None"))
+        "JobHeldUser" if row["state"] == "HELD" else (summary(row.get("reason")) or "None"))
     cpus_per_node = [max(1, -(-(a.get("cpus_milli") or cpus_milli * per_node) // 1000)) for a in allocation]
     cwd = spec.get("cwd") or ""
     stdout = row.get("stdout") or ""
@@ -146,10 +147,10 @@ def _from_log(job_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None
     import msgspec
 
     from services.cli.client import query, session
-    from services.cli.options import NATS_DEFAULT
+    from services.cli.options import resolve_nats
     from services.cli.slurm import accepted_specs
 
-    url = os.environ.get("HORIZON_NATS_URL") or NATS_DEFAULT
+    url = resolve_nats(os.environ.get("HORIZON_NATS_URL"), None)  # else the `horizon up` on .horizon
 
     async def go() -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
         async with session(url) as nc:

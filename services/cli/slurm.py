@@ -48,6 +48,7 @@ from services.domain.hostlist import compress
 from services.domain.partitions import duration
 from services.cli.client import default_user, query_all, session
 from services.cli.options import nats_option
+from services.cli.reasons import summary
 
 __all__ = ["slurm_state", "select_states", "hostlist", "squeue_lines", "needs_specs", "accepted_specs",
            "slurm_datetime", "sacct_rows", "sacct", "run_sacct", "register", "SQUEUE_FIELDS"]
@@ -172,7 +173,7 @@ def _reason_or_nodes(row: dict[str, Any]) -> str:
     if row["state"] in ("PENDING", "HELD"):
         if row["state"] == "HELD":
             return "(JobHeldUser)"
-        return f"({row['reason']})" if row.get("reason") else "(None)"
+        return f"({summary(row['reason'])})" if row.get("reason") else "(None)"
     return hostlist(_nodes_of(row))
 
 
@@ -212,7 +213,8 @@ SQUEUE_FIELDS: dict[str, tuple[str, Any, bool]] = {
           False),
     "b": ("TRES_PER_NODE", lambda r, now, s: _gres(r), False),
     "R": ("NODELIST(REASON)", lambda r, now, s: _reason_or_nodes(r), False),
-    "r": ("REASON", lambda r, now, s: ("JobHeldUser" if r["state"] == "HELD" else r.get("reason") or "None"), False),
+    "r": ("REASON", lambda r, now, s: ("JobHeldUser" if r["state"] == "HELD" else summary(r.get("reason")) or "None"),
+          False),
     "N": ("NODELIST", lambda r, now, s: hostlist(_nodes_of(r)), False),
     "V": ("SUBMIT_TIME", lambda r, now, s: _stamp(r.get("submitted_ts"), "N/A"), False),
     "S": ("START_TIME", lambda r, now, s: _stamp(r.get("started_ts"), "N/A"), False),
@@ -415,7 +417,7 @@ SACCT_FIELDS: dict[str, Any] = {
                                            * (r.get("nodes") or 1)),
     "Timelimit": lambda r, now: squeue_duration(r.get("time_limit_s")),
     "Class": lambda r, now: r.get("priority_class") or "",
-    "Reason": lambda r, now: r.get("reason") or "",
+    "Reason": lambda r, now: summary(r.get("reason")),
 }
 SACCT_DEFAULT = "JobID,JobName,Account,State,ExitCode,Elapsed,Start,End,NodeList,AllocGPUs"
 _SACCT_NAMES = {k.lower(): k for k in SACCT_FIELDS}

@@ -35,7 +35,7 @@ def run_command(name: str, args: list[str]) -> int:
             return int(getattr(module, f"run_{name}")(args))
         except KeyboardInterrupt:
             return 130
-    from services.cli.main import USER_ERRORS, cli, user_error_text
+    from services.cli.main import USER_ERRORS, cli, quiet_broken_pipe, user_error_text
 
     command = cli.commands.get(name)
     if command is None:
@@ -54,6 +54,8 @@ def run_command(name: str, args: list[str]) -> int:
         return exc.exit_code
     except click.Abort:
         return 1
+    except BrokenPipeError:  # squeue | head
+        return quiet_broken_pipe()
     except USER_ERRORS as exc:
         click.echo(f"{name}: error: {user_error_text(exc)}", err=True)
         return 1

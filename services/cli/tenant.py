@@ -33,7 +33,7 @@ from pathlib import Path
 import click
 
 from events import catalogue as c
-from services.cli.operator import DEFAULT_DATA_DIR
+from services.cli.options import DEFAULT_DATA_DIR
 from services.cli.policy import configure
 from services.host.auth import Registry, check_tenant_name, user_url, write_private
 from services.host.running import Running, operator_endpoint

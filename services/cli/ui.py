@@ -13,8 +13,7 @@ from urllib.parse import urlsplit
 import click
 
 from services.cli.audit import BACKFILL_MODES, POLICIES
-from services.cli.operator import operator_options
-from services.cli.options import tenant_of_url
+from services.cli.options import nats_option, tenant_of_url
 
 __all__ = ["register", "dashboard_for", "TOKEN_FILE"]
 
@@ -58,7 +57,7 @@ def keep_token(data_dir: Path) -> str:
 
 
 @click.command("ui")
-@operator_options
+@nats_option
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=UI_PORT, show_default=True,
               help="HTTP port (0: a free one).")
 @click.option("--host", default="127.0.0.1", show_default=True,

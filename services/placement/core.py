@@ -61,6 +61,7 @@ from services.domain.jobs import HOLDS_RESOURCES, JobState, JobTable, Transition
 from services.domain.partitions import Partitions
 from services.domain.protocol import CoreState, Record
 from services.domain.runtime_prediction import RuntimeHistory, expected_run, history_key
+from services.domain.timestamps import at, when
 from services.placement.backfill import MODES, Reservation, reserve, shortened_limit
 from services.placement.index import NodeIndex
 from services.placement.lane import LaneLedger
@@ -284,9 +285,9 @@ class PlacementCore:
                     continue
                 reasons = [c.BlockReason(
                     reason=f"starting now would delay the reservation of {delayed.job_id} "
-                           f"at {delayed.start_ts:.0f}" if end <= delayed.hole_end else
-                           f"it would run past {delayed.hole_end:.0f}: backfilling ahead of {delayed.job_id} "
-                           f"(reserved at {delayed.start_ts:.0f}) takes only jobs short beside its wait",
+                           f"{at(delayed.start_ts)}" if end <= delayed.hole_end else
+                           f"it would run past {when(delayed.hole_end)}: backfilling ahead of {delayed.job_id} "
+                           f"(reserved {at(delayed.start_ts)}) takes only jobs short beside its wait",
                     nodes=len(placed.allocations), filter="Backfill")] if delayed is not None else [c.BlockReason(
                     reason=f"it would leave fewer than {kept} idle nodes for jobs of at most "
                            f"{lane.long_s:.0f} s (the short-job lane); a job waits for it at most "

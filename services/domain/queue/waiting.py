@@ -8,7 +8,6 @@ time, the job whose reservation it would delay, the head.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import NamedTuple, Protocol
 
 from services.domain.dependencies import MET, dependency_status
@@ -18,6 +17,7 @@ from services.domain.policy import Context
 from services.domain.queue.order import context, ordered_queue, queue_key
 from services.domain.queue.state import SchedulingState
 from services.domain.quotas import BLOCKED, amount_of
+from services.domain.timestamps import at, when
 
 __all__ = ["WAITING_KINDS", "Waiting", "why_waiting", "waiting", "waiting_all"]
 
@@ -168,10 +168,10 @@ def _waiting(state: SchedulingState, job: Job, order: _Order, max_candidates: in
     why = reason.why
     if reason.kind == "dependency" and spec.dependency_timeout_s is not None and (spec.dependencies
                                                                                  or spec.after_datasets):
-        why += f"; gives up at t={job.accepted_ts + spec.dependency_timeout_s:.0f} (dependency timeout)"
+        why += f"; gives up {at(job.accepted_ts + spec.dependency_timeout_s)} (dependency timeout)"
     if spec.deadline_ts and state.now + spec.time_limit_s <= spec.deadline_ts:
-        why += (f"; must start by t={spec.deadline_ts - spec.time_limit_s:.0f} to end by its deadline "
-                f"t={spec.deadline_ts:.0f} (--deadline)")
+        why += (f"; must start by {when(spec.deadline_ts - spec.time_limit_s)} to end by its deadline "
+                f"{when(spec.deadline_ts)} (--deadline)")
     return Waiting(reason.kind, why) if why != reason.why else reason
 
 
@@ -200,9 +200,9 @@ def _reason(state: SchedulingState, job: Job, order: _Order, max_candidates: int
         return Waiting("dependency", f"singleton: {other.job_id}, of the same name and user, {doing}")
     if job.not_before_ts > state.now:
         if job.attempt == 0 and spec.begin_ts:
-            return Waiting("backoff", f"begins at t={job.not_before_ts:.0f} (--begin)")
+            return Waiting("backoff", f"begins {at(job.not_before_ts)} (--begin)")
         after = f" ({job.reason})" if job.reason and not job.last_block else ""
-        return Waiting("backoff", f"restart backoff until t={job.not_before_ts:.0f}{after}")
+        return Waiting("backoff", f"restart backoff until {when(job.not_before_ts)}{after}")
     if state.fits_nowhere.get(job_id, -1) >= state.nodes_seq:
         return Waiting("fits-nowhere", job.reason or "no node could hold it even empty: "
                                                      "waits for the set of nodes to change")
@@ -226,18 +226,18 @@ def _reason(state: SchedulingState, job: Job, order: _Order, max_candidates: int
             return Waiting("reservation", job.reason)
         if job.reserved_at is not None:  # the head: backfilling keeps its nodes for it
             nodes = ",".join(job.reserved_nodes) or "nodes to be chosen"
-            return Waiting("resources", f"{job.reason}; reserved to start {_at(job.reserved_at)} on {nodes}")
+            return Waiting("resources", f"{job.reason}; reserved to start {at(job.reserved_at)} on {nodes}")
         return Waiting("resources", job.reason)
     if job.reserved_at is not None:
         nodes = ",".join(job.reserved_nodes) or "nodes to be chosen"
-        return Waiting("resources", f"reserved to start {_at(job.reserved_at)} on {nodes}")
+        return Waiting("resources", f"reserved to start {at(job.reserved_at)} on {nodes}")
     # 4. not tried yet: where it stands
     ahead, head, holder, blocker = order.ahead(job)
     behind = f"{ahead} job{'s' if ahead != 1 else ''} ahead of it" if ahead else "first in the queue"
     if head is not None:
         behind += f" (head: {head.job_id})"
     if holder is not None and holder.reserved_at is not None:
-        behind += f"; {holder.job_id} holds a reservation from t={holder.reserved_at:.0f}"
+        behind += f"; {holder.job_id} holds a reservation from {when(holder.reserved_at)}"
     if state.placed_cycle < state.cycle and order.in_cycle(job_id):
         return Waiting("placing", f"candidate of scheduling cycle {state.cycle}, not placed yet: {behind}")
     if job_id in state.blocked_basis:
@@ -250,13 +250,3 @@ def _reason(state: SchedulingState, job: Job, order: _Order, max_candidates: int
         return Waiting("priority", f"{behind}; a cycle offers only the first {max_candidates} "
                                    "jobs that may start")
     return Waiting("cycle", f"waiting for the next scheduling cycle: {behind}")
-
-# ------------------------------------------------------------------ decide
-
-
-def _at(ts: float) -> str:
-    """``at 2026-11-26 21:04:54 UTC`` for a time on the wall clock's scale; ``at t=1001`` for a
-    simulation's virtual time (seconds from its start). A pure rendering of the given time."""
-    if ts >= 1e9:  # after 2001-09-09: an epoch time
-        return f"at {datetime.fromtimestamp(round(ts), timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
-    return f"at t={ts:.0f}"
