@@ -88,6 +88,11 @@ def test_states_and_squeue_format():
     pending = {**row, "state": "PENDING", "reason": "2 nodes: too few free GPUs", "started_ts": None,
                "allocation": []}
     assert squeue_lines([pending], "%T %M %R", header=False) == ["PENDING 0:00 (2 nodes: too few free GPUs)"]
+    # a queue row's `why` (a quota, say) is the reason, as `horizon queue` shows it (docs/backends.md)
+    held_back = {**pending, "reason": None, "why": "account ml quota (Slurm QOS gpuq GrpTRES): 2 GPUs in use"}
+    assert squeue_lines([held_back], "%t %R|%r", header=False) == [
+        "PD (account ml quota (Slurm QOS gpuq GrpTRES): 2 GPUs in use)|account ml quota (Slurm QOS gpuq GrpTRES): "
+        "2 GPUs in use"]
 
 
 # ------------------------------------------------------------------ against the services

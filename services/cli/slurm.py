@@ -169,11 +169,17 @@ def _gres(row: dict[str, Any]) -> str:
     return f"gres/gpu:{row['gpu_type']}:{per_node}" if row.get("gpu_type") else f"gres/gpu:{per_node}"
 
 
+def _waiting_reason(row: dict[str, Any]) -> str:
+    """Why a waiting job waits, as `horizon queue` says it: the scheduler's word from the queue's row
+    (``why``: a quota, a dependency, a partition, placement's verdict), else the read model's reason."""
+    return summary(row.get("why") or row.get("reason"))
+
+
 def _reason_or_nodes(row: dict[str, Any]) -> str:
     if row["state"] in ("PENDING", "HELD"):
         if row["state"] == "HELD":
             return "(JobHeldUser)"
-        return f"({summary(row['reason'])})" if row.get("reason") else "(None)"
+        return f"({_waiting_reason(row)})" if _waiting_reason(row) else "(None)"
     return hostlist(_nodes_of(row))
 
 
@@ -213,7 +219,7 @@ SQUEUE_FIELDS: dict[str, tuple[str, Any, bool]] = {
           False),
     "b": ("TRES_PER_NODE", lambda r, now, s: _gres(r), False),
     "R": ("NODELIST(REASON)", lambda r, now, s: _reason_or_nodes(r), False),
-    "r": ("REASON", lambda r, now, s: ("JobHeldUser" if r["state"] == "HELD" else summary(r.get("reason")) or "None"),
+    "r": ("REASON", lambda r, now, s: ("JobHeldUser" if r["state"] == "HELD" else _waiting_reason(r) or "None"),
           False),
     "N": ("NODELIST", lambda r, now, s: hostlist(_nodes_of(r)), False),
     "V": ("SUBMIT_TIME", lambda r, now, s: _stamp(r.get("submitted_ts"), "N/A"), False),
