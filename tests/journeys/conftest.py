@@ -90,6 +90,7 @@ def start_up(person: Person, command: str, cwd: Path, timeout: float = 240.0) ->
         port = free_port()
         command = f"{command} --port {port}"
         person.env["HORIZON_NATS_URL"] = f"nats://127.0.0.1:{port}"
+        person.subs["nats://127.0.0.1:4222"] = person.env["HORIZON_NATS_URL"]  # as written in the clients
         changed = True
     bg = person.start(command, cwd=cwd)
     bg.wait_for(UP_READY, timeout=timeout)
