@@ -24,6 +24,7 @@ import asyncio
 import inspect
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -300,3 +301,42 @@ async def test_the_document_says_how_a_tenant_connects_and_how_long_to_wait(up):
     assert re.search(r"[Aa]uthorization", " ".join(map(str, refused))), refused
     acme = await Client.connect(up, "acme")  # the URL `horizon tenant add --json` printed
     await acme.close()
+
+
+# ----------------------------------------------------------------------------- the Node.js client, as a tenant
+
+
+def test_the_node_client_does_every_operation_a_tenant_may(up, tmp_path):
+    """docs/examples/node-client/operations.mjs with acme's URL: every operation a tenant's account
+    reaches, from the document alone (the operators' are skipped, and the logs: the sim executor keeps
+    no output); what it saw, held against the document as tests/test_node_client.py does."""
+    from tests.test_node_client import CLIENT, _problems, node_client
+
+    node_bin = node_client()
+    document = tmp_path / "horizon.asyncapi.json"
+    document.write_text(json.dumps(doc()))
+    run = subprocess.run(
+        [node_bin, str(CLIENT / "operations.mjs"), up.urls["acme"], str(document), "--timeout", "60",
+         "--skip", "logs.tenant"], capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    summary, done = lines[-1], lines[:-1]
+    assert summary["missing"] == [] and summary["failures"] == [], summary
+    operations = set(doc()["operations"])
+    tenants = ({f"in.{verb}" for verb in VERDICTS} | {"tenantFeed", "validate"}
+               | {op for op in operations if op.startswith("evt.")}
+               | {op for op in operations if op.startswith("query.") and op.endswith(".tenant")})
+    assert set(summary["covered"]) == tenants and set(summary["skipped"]) == operations - tenants
+    for line in done:
+        for verdict in line.get("verdicts", []):
+            assert "_invalid-" not in verdict["id"] and verdict["causation_id"] == f"seq:{line['answer']['seq']}"
+            assert not _problems(f"#/components/schemas/{verdict['type']}", verdict), verdict
+        if isinstance(line.get("received"), dict):
+            assert not _problems(f"#/components/schemas/{line['received']['type']}", line["received"]), line
+        elif "answer" in line and not line["op"].startswith("in."):
+            assert not _problems(f"#/components/messages/{line['op']}.reply/payload", line["answer"]), line
+    stop = next(line for line in done if line["op"] == "in.cancel" and line.get("verdicts")
+                and line["verdicts"][0]["type"] == "JobStopRequested")
+    assert stop["verdicts"][0]["id"].startswith("submission/JobStopRequested/acme:")
+    carried_out = next(line["received"] for line in done if line["op"] == "in.cancel" and "received" in line)
+    assert carried_out["causation_id"] == stop["verdicts"][0]["causation_id"]

@@ -1,7 +1,10 @@
 """The published contract against a running ``horizon up``: the Node.js example client written from
 the AsyncAPI document alone (``docs/examples/node-client``) submits, reads its PubAck, gets its verdict
-by ``causation_id`` and follows its job; a malformed input gets InputRejected. And every request/reply
-subject the document lists answers as its reply schema says.
+by ``causation_id`` and follows its job; a malformed input gets InputRejected. Its ``operations.mjs``
+does every operation of the document from a client's side (every input verb, a tenant's and an
+operator's, every request/reply subject, the feeds, heartbeats, dead letters), and everything it got
+is held against the document's schemas. And every request/reply subject the document lists answers
+as its reply schema says, asked from Python too.
 
 The client's test needs Node.js (skipped without it, except in CI, where it fails)."""
 
@@ -20,6 +23,7 @@ from typing import Any
 import nats
 import pytest
 
+from events.asyncapi import VERDICTS
 from tests.test_asyncapi import doc, validator
 from tests.test_cli_up import free_port, interrupt
 
@@ -77,6 +81,63 @@ def test_a_rejected_job_makes_the_node_client_exit_1(up):
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "JobRejected" in run.stdout and 'field="resources.gpus"' in run.stdout, run.stdout
+
+
+def _problems(ref: str, instance: Any) -> list[str]:
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator(ref).iter_errors(instance)]
+
+
+def test_the_node_client_does_every_operation_of_the_document(up, tmp_path):
+    node_bin = node_client()
+    printed = subprocess.run([*HORIZON, "schema", "--asyncapi"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert printed.returncode == 0, printed.stderr
+    document = tmp_path / "horizon.asyncapi.json"
+    document.write_text(printed.stdout)
+    run = subprocess.run([node_bin, str(CLIENT / "operations.mjs"), up, str(document), "--timeout", "60"],
+                         capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    summary, done = lines[-1], lines[:-1]
+    d = json.loads(printed.stdout)
+    assert summary["missing"] == [] and summary["failures"] == [] and summary["skipped"] == [], summary
+    assert set(summary["covered"]) == set(d["operations"]) == {line["op"] for line in done}
+
+    # everything it got, against the document
+    for line in done:
+        op = line["op"]
+        if op.startswith("in.") and "answer" in line:
+            assert not _problems("#/components/schemas/PubAck", line["answer"]), line
+            for verdict in line["verdicts"]:
+                assert verdict["causation_id"] == f"seq:{line['answer']['seq']}", (op, verdict)
+                assert not _problems(f"#/components/schemas/{verdict['type']}", verdict), (op, verdict)
+                if not op.startswith("in._admin."):
+                    assert verdict["type"] in VERDICTS[op.removeprefix("in.")], (op, verdict)
+            if "config" in line:
+                assert line["config"]["seen"] is True
+                assert not _problems("#/components/messages/query.config.reply/payload", line["config"]), line
+        elif isinstance(line.get("received"), dict):
+            event = line["received"]
+            assert not _problems(f"#/components/schemas/{event['type']}", event), (op, event)
+        elif op == "dlq":
+            assert not _problems("#/components/messages/dlq/headers", line["headers"]), line
+            assert line["headers"]["Horizon-Original-Subject"] == "horizon.in.default.submit"
+        elif "answer" in line:
+            assert not _problems(f"#/components/messages/{op}.reply/payload", line["answer"]), (op, line["answer"])
+    # the promises a client relies on, as it saw them
+    cancels = [line for line in done if line["op"] == "in.cancel"]
+    stop = next(line for line in cancels if line.get("verdicts") and line["verdicts"][0]["type"] == "JobStopRequested")
+    carried_out = next(line["received"] for line in cancels if "received" in line)
+    assert carried_out["type"] == "JobCancelled" and carried_out["source"].startswith("agent")
+    assert carried_out["causation_id"] == stop["verdicts"][0]["causation_id"]
+    array = next(line for line in done if line["op"] == "in.submit" and len(line.get("verdicts", [])) == 3)
+    assert {v["array_tasks"] for v in array["verdicts"]} == {3}
+    paths = [line["verdicts"][0]["path"] for line in done
+             if line.get("verdicts") and line["verdicts"][0]["type"] == "InputRejected"]
+    assert sorted(paths) == ["$.job_id", "$.resources.gpus"]
+    received = {line["op"] for line in done if "received" in line}
+    assert {"evt.submission.JobAccepted", "evt.placement.JobScheduled", "evt.agent.JobStarted",
+            "evt.agent.JobSucceeded", "evt.agent.JobCancelled", "evt.submission.JobStopRequested",
+            "evt.submission.InputRejected", "evt.inventory.RequestRejected", "tenantFeed", "hb"} <= received
 
 
 async def _ask_every_view(url: str) -> dict[str, tuple[str, Any]]:

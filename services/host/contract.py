@@ -174,7 +174,8 @@ def view_reply_schemas() -> dict[str, Schema]:
                                               "of a core) it may use beyond its request; 0: the request is the limit."},
                           "memory_limit_bytes": {"type": ["integer", "null"], "description": "Per task, the memory "
                                                  "(bytes) it may use beyond its request; 0: the request is the limit."}})
-    attempt_row = _row(jobs_sql, "attempts", [c for c in jobs_view._ATTEMPT_COLUMNS if c not in ("updated_seq", "nodes")],
+    attempt_columns = [c for c in jobs_view._ATTEMPT_COLUMNS if c not in ("updated_seq", "nodes")]
+    attempt_row = _row(jobs_sql, "attempts", attempt_columns,
                        json={"allocation": allocation}, booleans=("backfilled", "borrowed"), extra={
                            "job_id": {**job_id, "description": job_id["description"] + " As its job row's."},
                            "node": {"type": ["string", "null"], "description": "The nodes this attempt ran on, "
