@@ -143,8 +143,9 @@ class Attempt:
     start_s: float
     end_s: float
     nodes: list[str]
-    outcome: str  # SUCCEEDED | FAILED | PREEMPTED
+    outcome: str  # SUCCEEDED | FAILED | PREEMPTED | CANCELLED | STOPPING (cancelled, the stop due at end_s)
     exit_code: int = 0
+    stop: c.JobStopRequested | None = None  # the cancel a STOPPING attempt stops for
 
 
 @dataclass
@@ -228,6 +229,13 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
             run = result.attempts[-1]
             if run.attempt != attempt or run.outcome in ("PREEMPTED", "CANCELLED"):
                 continue  # stopped earlier by a preemption or a cancel
+            if run.outcome == "STOPPING":  # a cancel asked for earlier stops it now (see _stop)
+                if run.end_s == now and run.stop is not None:
+                    result.attempts[-1] = dataclasses.replace(run, outcome="CANCELLED")
+                    result.state = "CANCELLED"
+                    gone = _cancelled(run.stop, attempt, now)
+                    batch.append((event_subject("agent", gone), gone))
+                continue
             if run.exit_code == 0:
                 done: Event = c.JobSucceeded(id=f"agent/JobSucceeded/{job_id}/{attempt}", ts=now,
                                              correlation_id=job_id, source="agent/sim", job_id=job_id,
@@ -264,7 +272,7 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
                     if stop is not None:
                         reports.append((event_subject("agent", stop), stop))
                 elif isinstance(decision, c.JobStopRequested):  # a cancel of a started job
-                    gone = _stop(results, decision, now)
+                    gone = _stop(results, decision, now, ends)
                     if gone is not None:
                         reports.append((event_subject("agent", gone), gone))
                 elif not isinstance(decision, c.JobResized):  # an elastic job's new size: its run time stays
@@ -319,7 +327,7 @@ def _preempt(results: dict[str, JobResult], decision: c.PreemptionRequested, now
     if result is None or not result.attempts:
         return None
     run = result.attempts[-1]
-    if run.attempt != decision.attempt or run.outcome == "PREEMPTED" or run.end_s <= now:
+    if run.attempt != decision.attempt or run.outcome in ("PREEMPTED", "STOPPING") or run.end_s <= now:
         return None
     result.attempts[-1] = dataclasses.replace(run, end_s=now, outcome="PREEMPTED", exit_code=0)
     result.state = "PENDING"
@@ -328,19 +336,33 @@ def _preempt(results: dict[str, JobResult], decision: c.PreemptionRequested, now
                           attempt=decision.attempt, for_job=decision.for_job)
 
 
-def _stop(results: dict[str, JobResult], decision: c.JobStopRequested, now: float) -> c.JobCancelled | None:
-    """The node agent's part of a cancel of a running job: it stops at once and reports the attempt cancelled."""
+def _stop(results: dict[str, JobResult], decision: c.JobStopRequested, now: float,
+          ends: list[tuple[float, str, int]]) -> c.JobCancelled | None:
+    """The node agent's part of a cancel of a running job: it stops at once and reports the attempt
+    cancelled; or, for an attempt that keeps to a recorded one its user cancelled (``SimJob.recorded_stop``),
+    when the recorded one stopped (within the tolerance after the request): that stop is an end due then."""
     result = results.get(decision.job_id)
     if result is None or not result.attempts:
         return None
     run = result.attempts[-1]
-    if run.outcome in ("PREEMPTED", "CANCELLED") or run.end_s <= now:
+    if run.outcome in ("PREEMPTED", "CANCELLED", "STOPPING") or run.end_s <= now:
+        return None
+    pinned = result.job.run_of(decision.job_id, run.attempt).recorded_stop
+    if (pinned is not None and run.attempt == 1 and abs(run.start_s - pinned[0]) <= pinned[2]
+            and now < pinned[1] <= now + pinned[2] and pinned[1] < run.end_s):
+        result.attempts[-1] = dataclasses.replace(run, end_s=pinned[1], outcome="STOPPING", exit_code=0,
+                                                  stop=decision)
+        heapq.heappush(ends, (pinned[1], decision.job_id, run.attempt))
         return None
     result.attempts[-1] = dataclasses.replace(run, end_s=now, outcome="CANCELLED", exit_code=0)
     result.state = "CANCELLED"
-    return c.JobCancelled(id=f"agent/JobCancelled/{decision.job_id}/{run.attempt}", ts=now,
+    return _cancelled(decision, run.attempt, now)
+
+
+def _cancelled(decision: c.JobStopRequested, attempt: int, now: float) -> c.JobCancelled:
+    return c.JobCancelled(id=f"agent/JobCancelled/{decision.job_id}/{attempt}", ts=now,
                           causation_id=decision.causation_id, correlation_id=decision.job_id, source="agent/sim",
-                          job_id=decision.job_id, attempt=run.attempt, reason=decision.reason)
+                          job_id=decision.job_id, attempt=attempt, reason=decision.reason)
 
 
 def _record(results: dict[str, JobResult], tasks: dict[str, list[str]], decision: Event, now: float,

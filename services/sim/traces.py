@@ -76,6 +76,10 @@ class SimJob:
     # (start, end, tolerance) of a recorded first attempt: started within ``tolerance`` s of ``start``, it
     # ends at ``end``, as it did (whatif's replays keep the world's own times where the schedule does)
     recorded_run: tuple[float, float, float] | None = None
+    # (start, stop, tolerance) of a recorded first attempt its user cancelled while it ran: started within
+    # ``tolerance`` s of ``start``, a cancel stops it at ``stop`` (when the agent reported it stopped), not
+    # at once; the moments a real stop takes are the moments its nodes stay taken
+    recorded_stop: tuple[float, float, float] | None = None
     # An array's tasks as recorded (``horizon whatif``): task id -> its own run; a task not named runs as
     # the job does (``runtime_s``, ``exit_code``, ``recorded_run``)
     tasks: dict[str, TaskRun] = field(default_factory=dict)
@@ -91,17 +95,19 @@ class SimJob:
         task = self.tasks.get(job_id)
         if task is not None:
             return task
-        return TaskRun(self.runtime_s, self.outcome(attempt), self.recorded_run)
+        return TaskRun(self.runtime_s, self.outcome(attempt), self.recorded_run, self.recorded_stop)
 
 
 @dataclass(frozen=True, slots=True)
 class TaskRun:
     """One run as the driver plays it: for how long, the exit code it ends with, and the recorded first
-    attempt (start, end, tolerance) it keeps to when it starts within the tolerance of that start."""
+    attempt (start, end or stop, tolerance) it keeps to when it starts within the tolerance of that start
+    (``SimJob.recorded_run``, ``SimJob.recorded_stop``)."""
 
     runtime_s: float
     exit_code: int = 0
     recorded_run: tuple[float, float, float] | None = None
+    recorded_stop: tuple[float, float, float] | None = None
 
 
 @dataclass

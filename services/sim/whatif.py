@@ -127,6 +127,7 @@ class RecordedJob:
     node_lost: bool = False
     carried_in: bool = False
     pinnable: bool = False  # its first attempt completed: a replay starting it then ends it when it ended
+    stopped_s: float | None = None  # its only attempt, cancelled while it ran, stopped then (the agent's report)
 
 
 @dataclass
@@ -285,9 +286,12 @@ def workload_from_log(records: Sequence[Record], start_s: float, end_s: float,
         def pin(i: RecordedJob) -> tuple[float, float, float] | None:
             return (i.start_s, i.end_s, tolerance_s) if i.pinnable else None  # type: ignore[return-value]
 
+        def stop(i: RecordedJob) -> tuple[float, float, float] | None:  # the agent's moments to stop it
+            return (i.start_s, i.stopped_s, tolerance_s) if i.stopped_s is not None else None  # type: ignore
+
         # an array's tasks each run as they ran (a task without a recorded run: the others' mean)
-        tasks = {i.job_id: TaskRun(i.run_s if i.run_s is not None else run, 1 if i.state == "FAILED" else 0, pin(i))
-                 for i in infos} if sub.array is not None and len(infos) > 1 else {}
+        tasks = {i.job_id: TaskRun(i.run_s if i.run_s is not None else run, 1 if i.state == "FAILED" else 0, pin(i),
+                                   stop(i)) for i in infos} if sub.array is not None and len(infos) > 1 else {}
         jobs.append(SimJob(
             job_id, t_sub, run, limit or run, procs=max(1, int(infos[0].cpus)), gpus=infos[0].gpus,
             account=infos[0].account, user=sub.user, priority_class=sub.priority_class,
@@ -295,7 +299,8 @@ def workload_from_log(records: Sequence[Record], start_s: float, end_s: float,
             restart_policy=sub.restart_policy, max_retries=sub.max_retries,
             scheduling_timeout_s=sub.scheduling_timeout_s, submitted=sub, subject=subject,
             array=sub.array,
-            recorded_run=pin(infos[0]) if len(infos) == 1 else None, tasks=tasks,
+            recorded_run=pin(infos[0]) if len(infos) == 1 else None,
+            recorded_stop=stop(infos[0]) if len(infos) == 1 else None, tasks=tasks,
         ))
     keep = {_base_id(j) for j in recorded} | set(recorded)
     timed: list[tuple[str, Event]] = []
@@ -367,6 +372,7 @@ def _recorded(job_id: str, sub: c.JobSubmitted, spec: c.JobSpec | None, t_sub: f
                 out.pinnable = a == first
             elif how == "CANCELLED":
                 out.cancelled_running = True
+                out.stopped_s = t_end
         else:
             state = "RUNNING"
             out.end_s = None
@@ -378,6 +384,8 @@ def _recorded(job_id: str, sub: c.JobSubmitted, spec: c.JobSpec | None, t_sub: f
     if state == "RUNNING":  # no end in the log: it runs its time limit
         out.run_s = None
     out.pinnable = out.pinnable and out.attempts == 1 and out.end_s is not None and out.start_s is not None
+    if out.attempts != 1 or state != "CANCELLED" or out.start_s is None:
+        out.stopped_s = None
     return out
 
 
