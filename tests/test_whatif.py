@@ -25,6 +25,7 @@ from events.subjects import admin_subject, event_subject, input_subject
 from services.domain.protocol import Record
 from services.sim.driver import Attempt, JobResult, SimRun
 from services.sim import whatif as w
+from services.sim.traces import TaskRun
 from tests.test_cli_up import free_port
 
 HORIZON = [sys.executable, "-m", "services.cli.main"]
@@ -184,6 +185,45 @@ def test_the_log_becomes_a_workload_with_recorded_run_times_and_what_it_cannot_t
         w.workload_from_log(log.records, T0, T0 - 1)
 
 
+def test_rejected_jobs_are_not_workload_a_job_that_could_not_start_held_its_node_and_array_tasks_run_as_they_ran():
+    log = Log()
+    log.add("horizon.evt.agent.NodeRegistered.n1", c.NodeRegistered(ts=T0 - 100, node="n1", cpus_milli=2000,
+                                                                     memory_bytes=2**34))
+    log.submit("empty", T0 + 1)  # rejected (an empty command): never demand on the cluster
+    log.add("horizon.evt.submission.JobRejected.empty", c.JobRejected(ts=T0 + 1, job_id="empty", tenant="alpha",
+                                                                                   field="command", reason="is empty"))
+    log.submit("missing", T0 + 2)  # placed, then failed before the agent started it (no JobStarted)
+    log.add(event_subject("placement", c.JobScheduled(job_id="x", attempt=1)), c.JobScheduled(
+        id="s/missing", ts=T0 + 2.01, job_id="missing", attempt=1, allocations=[c.NodeAllocation(node="n1")]))
+    log.add("horizon.evt.agent.JobFailed.missing", c.JobFailed(ts=T0 + 2.08, job_id="missing", attempt=1,
+                                                               exit_code=127, reason="could not start"))
+    log.add(input_subject("alpha", "submit"), c.JobSubmitted(
+        id="arr", ts=T0 + 3, job_id="arr", tenant="alpha", account="alpha", array="0-1", time_limit_s=600.0,
+        resources=c.ResourceRequest(cpus=1, memory="1Gi")))
+    log.run("arr_0", T0 + 3, T0 + 5)
+    log.run("arr_1", T0 + 3, T0 + 9, how="failed")
+    log.submit("stopped", T0 + 4)
+    log.run("stopped", T0 + 10, None)
+    log.add(input_subject("alpha", "cancel"), c.JobCancelRequested(ts=T0 + 12, job_id="stopped", tenant="alpha"))
+    log.add("horizon.evt.agent.JobCancelled.stopped", c.JobCancelled(ts=T0 + 12.1, job_id="stopped", attempt=1))
+    wl = w.workload_from_log(log.records, T0, T0 + 100)
+    assert {j.job_id for j in wl.jobs} == {"missing", "arr", "stopped"} and wl.rejected == ["empty"]
+    assert wl.measured == {"missing", "arr_0", "arr_1", "stopped"} and wl.describe()["rejected"] == 1
+    missing = next(j for j in wl.jobs if j.job_id == "missing")
+    # it held its node from its placement to its failure (80 ms), not for its time limit, and fails again
+    assert wl.recorded["missing"].start_s == T0 + 2.01
+    assert missing.runtime_s == pytest.approx(0.07) and missing.exit_code == 1
+    assert missing.recorded_run == (T0 + 2.01, T0 + 2.08, 1.0)
+    arr = next(j for j in wl.jobs if j.job_id == "arr")
+    assert arr.array == "0-1"  # the driver follows each task
+    assert arr.tasks == {"arr_0": TaskRun(2.0, 0, (T0 + 3, T0 + 5, 1.0)),
+                         "arr_1": TaskRun(6.0, 1, (T0 + 3, T0 + 9, 1.0))}
+    stopped = next(j for j in wl.jobs if j.job_id == "stopped")
+    # cancelled while it ran: its time limit, the cancel at its time, and the stop when the agent stopped it
+    assert stopped.runtime_s == 600.0 and stopped.recorded_stop == (T0 + 10, T0 + 12.1, 1.0)
+    assert wl.recorded["stopped"].cancel_s == T0 + 12
+
+
 # ---------------------------------------------------------------------- the numbers
 
 
@@ -222,6 +262,25 @@ def test_metrics_arithmetic():
     assert (beta["jobs"], beta["mean_wait_s"]) == (2, 30.0)
     # fair share: alpha delivered 100 of 140 GPU-seconds, beta 40; targets 1:1 -> distance (|5/7-1/2|+|2/7-1/2|)/2
     assert out["fairshare"]["distance"] == pytest.approx(3 / 14)
+
+
+def test_a_job_that_never_starts_waits_until_its_users_cancel_or_the_end_of_the_span():
+    # a (alpha) waits 10 s; b (beta) never starts and its user cancelled at 30 s: it waited 25 s;
+    # c (beta) never starts, no cancel: it waits to the end of the span, 100 - 20 = 80 s
+    wl = _workload({"a": ("alpha", 0.0, 1), "b": ("beta", 5.0, 1), "c": ("beta", 20.0, 1)}, gpus=1, span=100.0)
+    wl.recorded["b"].cancel_s = 30.0
+    run = _run({"a": (10.0, 50.0, "SUCCEEDED")})
+    out = w.measure(wl, run)
+    assert out["jobs"] == 3 and out["never_started"] == 2 and out["never_started_jobs"] == ["b", "c"]
+    assert out["mean_wait_s"] == pytest.approx((10 + 25 + 80) / 3)
+    assert out["p99_wait_s"] == 80.0
+    beta = next(r for r in out["per_tenant"] if r["tenant"] == "beta")
+    assert (beta["jobs"], beta["never_started"], beta["mean_wait_s"]) == (2, 2, 52.5)
+    # the same jobs all started within 5 s: never starting is not a shorter wait
+    started = w.measure(wl, _run({"a": (10.0, 50.0, "SUCCEEDED"), "b": (6.0, 5.0, "SUCCEEDED"),
+                                  "c": (25.0, 5.0, "SUCCEEDED")}))
+    assert started["never_started"] == 0 and started["mean_wait_s"] == pytest.approx((10 + 1 + 5) / 3)
+    assert out["mean_wait_s"] > started["mean_wait_s"]
 
 
 def test_fairshare_targets_follow_the_account_tree():

@@ -109,7 +109,8 @@ def whatif_report(records: list[Any], *, from_text: str | None = None, to_text: 
     # every change, as asked for: the keys set, the configuration events given, the nodes added and removed
     changed["changes"] = (changes.keys + [f"{e.event_type} {json.dumps(_fields(e))}" for e in extra]
                           + [f"add nodes {spec}" for spec in add_nodes]
-                          + [f"remove nodes {pattern} ({', '.join(_matching(removed, pattern))})" for pattern in remove])
+                          + [f"remove nodes {pattern} ({', '.join(_matching(removed, pattern))})"
+                             for pattern in remove])
     changed["nodes_added"] = sum(w.parse_add_nodes(s)[0] for s in add_nodes)
     changed["nodes_removed"] = removed
     changed["vs_baseline"] = w.moves(workload, base_run, changed_run)
