@@ -384,6 +384,8 @@ def test_the_what_if_page_replays_the_log_and_compares(browser, stack):
     wait_for(browser, "return document.querySelector('#whatif-form') && !document.querySelector('#view-whatif').hidden")
     browser.execute_script("document.querySelector('#whatif-set').value = 'policy.weight.fairshare=0';"
                            "document.querySelector('#whatif-from').value = '1';"  # from seq 1: the whole log
+                           "document.querySelector('#whatif-add').value = '1x8a100';"
+                           "document.querySelector('#whatif-remove').value = 'node-01';"
                            "document.querySelector('#whatif-form').requestSubmit();")
     try:
         wait_for(browser, "return document.querySelector('#whatif-table')", timeout=120)
@@ -392,7 +394,12 @@ def test_the_what_if_page_replays_the_log_and_compares(browser, stack):
                              + " / " + json.dumps(operator.call("/api/whatif")[1])[:2000]) from None
     rows = browser.execute_script("return [...document.querySelectorAll('#whatif-table tbody tr')]"
                                   ".map(r => [...r.cells].map(c => c.textContent))")
-    assert [r[0] for r in rows][:2] == ["mean wait", "p50 / p90 / p99 wait"] and all(len(r) == 3 for r in rows)
+    assert [r[0] for r in rows][:3] == ["mean wait", "p50 / p90 / p99 wait", "jobs never started"]
+    assert all(len(r) == 3 for r in rows)
+    # every change asked for, one a line: the key set, the nodes added and those removed
+    changes = ["policy.weight.fairshare=0", "add nodes 1x8a100", "remove nodes node-01 (node-01)"]
+    assert browser.execute_script("return [...document.querySelectorAll('#whatif-changes li')]"
+                                  ".map(li => li.textContent)") == changes
     assert "policy.weight.fairshare=0" in browser.execute_script(
         "return document.querySelector('#whatif-status').textContent")
     assert "recorded starts" in browser.execute_script("return document.querySelector('#whatif-fidelity').textContent")
@@ -401,7 +408,8 @@ def test_the_what_if_page_replays_the_log_and_compares(browser, stack):
     assert "acme" in tenants, tenants  # its bars: baseline and changed mean waits
     status, run = operator.call("/api/whatif")
     assert status == 200 and run["state"] == "done" and set(run["result"]) == {"baseline", "changed"}
-    assert run["result"]["changed"]["changes"] == ["policy.weight.fairshare=0"]
+    assert run["result"]["changed"]["changes"] == changes
+    assert run["result"]["changed"]["nodes_added"] == 1 and run["result"]["changed"]["nodes_removed"] == ["node-01"]
 
 
 def test_horizon_ui_over_a_tenants_own_url_shows_that_tenant_alone(stack):

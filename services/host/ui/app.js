@@ -400,8 +400,10 @@ function renderCharts(snap) {
 const WHATIF_ROWS = [
   ["mean wait", (m) => fmtDuration(m.mean_wait_s)],
   ["p50 / p90 / p99 wait", (m) => ["p50", "p90", "p99"].map((p) => fmtDuration(m[`${p}_wait_s`])).join(" / ")],
+  // a job that never starts waits until its user's cancel or the span's end: it is in the waits, and counted here
+  ["jobs never started", (m) => fmtNum(m.never_started)],
   ["mean bounded slowdown", (m) => fmtNum(m.mean_bounded_slowdown, 2)],
-  ["utilisation (GPUs)", (m) => fmtNum(m.utilization, 3)],
+  ["utilisation", (m) => `${fmtNum(m.utilization, 3)} (${m.utilization_of || "GPUs"})`],
   ["GPU-hours lost to preemption", (m) => fmtNum(m.gpu_hours_lost_to_preemption, 1)],
   ["fair-share distance", (m) => fmtNum((m.fairshare || {}).distance, 3)],
 ];
@@ -439,7 +441,16 @@ function renderWhatif(run) {
   if (run.state === "failed") { status.textContent = `failed: ${run.error}`; return; }
   const { baseline, changed } = run.result;
   const fid = baseline.fidelity || {};
-  status.textContent = `done in ${fmtDuration(run.finished - run.started)} · changes: ${(changed.changes || []).join(", ") || "none"}`;
+  const span = baseline.span || {};
+  const changes = changed.changes || [];
+  status.textContent = `done in ${fmtDuration(run.finished - run.started)} · changes: ${changes.join("; ") || "none"}`;
+  // every change the run was asked for, one a line: keys set, configuration events, nodes added and removed
+  body.append(el("div", { class: "card" },
+    el("h2", { text: `Changes (${changes.length})` }),
+    changes.length ? el("ul", { id: "whatif-changes" }, changes.map((c) => el("li", {}, el("code", { text: c }))))
+      : el("p", { id: "whatif-changes", class: "muted", text: "none: the changed run is the baseline" }),
+    el("p", { class: "muted", id: "whatif-span", text: `span ${span.from || "?"} .. ${span.to || "?"}: ${fmtNum(span.jobs)} jobs` +
+      (span.rejected ? `, ${fmtNum(span.rejected)} rejected at submission (not replayed)` : "") })));
   body.append(el("div", { class: "card" },
     el("h2", { text: "Baseline against what happened" }),
     el("p", { id: "whatif-fidelity", text: `reproduces ${fmtNum(fid.reproduced)} of ${fmtNum(fid.compared)} recorded starts` +
