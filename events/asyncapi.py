@@ -364,23 +364,28 @@ def document(
                  "license": {"name": "Apache-2.0"},
                  "tags": [{"name": n, "description": d} for n, d in _TAGS.items()]},
         "defaultContentType": "application/json",
-        "servers": {
-            "local": {"host": server_host, "protocol": "nats", "description": (
-                "`horizon up`'s bundled nats-server (`--port` changes the port), without accounts: every client "
-                "is trusted, connects with no credentials and may publish and subscribe anything.")},
-            "accounts": {"host": server_host, "protocol": "nats", "description": (
-                "`horizon up --auth` (or `deploy/nats/auth.conf`): a tenant connects with the URL `horizon tenant "
-                "add NAME --json` prints, its user and password (`tenantPassword`); under `--auth --tls` with its "
-                "certificate too (`mutualTls`: AsyncAPI lists alternatives, and there both are required)."),
-                "security": [_ref("#/components/securitySchemes/tenantPassword")]},
-            "tls": {"host": server_host, "protocol": "nats", "description": (
-                "`horizon up --tls`: TLS required (`tls://host:port`), with a client certificate of the cluster's "
-                "CA; under `--auth --tls` also the tenant's user and password."),
-                "security": [_ref("#/components/securitySchemes/mutualTls")]},
-        },
+        "servers": _servers(server_host),
         "channels": channels,
         "operations": operations,
         "components": {"schemas": schemas, "messages": messages, "securitySchemes": dict(SECURITY_SCHEMES)},
+    }
+
+
+def _servers(host: str) -> Schema:
+    """The three ways a client meets the server: plain, under accounts, under TLS (``SECURITY_SCHEMES``)."""
+    return {
+        "local": {"host": host, "protocol": "nats", "description": (
+            "`horizon up`'s bundled nats-server (`--port` changes the port), without accounts: every client "
+            "is trusted, connects with no credentials and may publish and subscribe anything.")},
+        "accounts": {"host": host, "protocol": "nats", "description": (
+            "`horizon up --auth` (or `deploy/nats/auth.conf`): a tenant connects with the URL `horizon tenant "
+            "add NAME --json` prints, its user and password (`tenantPassword`); under `--auth --tls` with its "
+            "certificate too (`mutualTls`: AsyncAPI lists alternatives, and there both are required)."),
+            "security": [_ref("#/components/securitySchemes/tenantPassword")]},
+        "tls": {"host": host, "protocol": "nats", "description": (
+            "`horizon up --tls`: TLS required (`tls://host:port`), with a client certificate of the cluster's "
+            "CA; under `--auth --tls` also the tenant's user and password."),
+            "security": [_ref("#/components/securitySchemes/mutualTls")]},
     }
 
 

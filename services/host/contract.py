@@ -145,6 +145,25 @@ def _or_error(schema: Schema) -> Schema:
     return {"anyOf": [schema, _ERROR]}
 
 
+# A job row and its attempts name the same things alike: the job by its id (for a tenant, the id it
+# gave), `node` the nodes comma-separated, `nodes` a count (projections/jobs.py _attempt_answer).
+_JOB_ID: Schema = {"type": "string", "description": "The job's id: for a tenant's query the id it gave (`g-1`), "
+                   "for an operator's the log's key (`acme:g-1` under accounts)."}
+
+
+def _attempt_row(jobs_sql: str, allocation: Schema) -> Schema:
+    """One of ``horizon.query.job``'s ``attempts``: the table's row in its job row's words."""
+    columns = [c for c in jobs_view._ATTEMPT_COLUMNS if c not in ("updated_seq", "nodes")]
+    row = _row(jobs_sql, "attempts", columns, json={"allocation": allocation}, booleans=("backfilled", "borrowed"),
+               extra={"job_id": {**_JOB_ID, "description": _JOB_ID["description"] + " As its job row's."},
+                      "node": {"type": ["string", "null"], "description": "The nodes this attempt ran on, "
+                               "comma-separated (as the job row's `node`); `null` before it was placed."},
+                      "nodes": {"type": "integer", "minimum": 0, "description": "How many nodes this attempt "
+                                "held (its `allocation`'s length)."}})
+    row["required"] = ["job_id", "attempt", "node", "nodes", *row["required"][2:]]
+    return row
+
+
 def view_reply_schemas() -> dict[str, Schema]:
     """Each query view's answer (without the ``{"error": ...}`` alternative)."""
     jobs_sql, st_sql = jobs_view.SCHEMA, standing.SCHEMA
@@ -156,13 +175,9 @@ def view_reply_schemas() -> dict[str, Schema]:
     step_row["properties"]["state"]["enum"] = list(STEP_STATES)
     steps = {"type": "array", "items": step_row, "description": "Its job steps (srun inside the job): "
              "JobStepStarted and JobStepEnded, by attempt and step."}
-    # A job row and its attempts name the same things alike: the job by its id (for a tenant, the id
-    # it gave), `node` the nodes comma-separated, `nodes` a count (projections/jobs.py _attempt_answer).
-    job_id = {"type": "string", "description": "The job's id: for a tenant's query the id it gave (`g-1`), for "
-              "an operator's the log's key (`acme:g-1` under accounts)."}
     job_row = _row(jobs_sql, "jobs", [c for c in jobs_view._COLUMNS if c not in ("spec", "class_rank")],
                    json={"allocation": allocation},
-                   extra={"job_id": job_id,
+                   extra={"job_id": _JOB_ID,
                           "node": {"type": ["string", "null"], "description": "The nodes the current attempt holds "
                                    "or last held, comma-separated; `null` before it was placed."},
                           "nodes": {"type": ["integer", "null"], "minimum": 1, "description": "How many nodes it "
@@ -174,15 +189,7 @@ def view_reply_schemas() -> dict[str, Schema]:
                                               "of a core) it may use beyond its request; 0: the request is the limit."},
                           "memory_limit_bytes": {"type": ["integer", "null"], "description": "Per task, the memory "
                                                  "(bytes) it may use beyond its request; 0: the request is the limit."}})
-    attempt_columns = [c for c in jobs_view._ATTEMPT_COLUMNS if c not in ("updated_seq", "nodes")]
-    attempt_row = _row(jobs_sql, "attempts", attempt_columns,
-                       json={"allocation": allocation}, booleans=("backfilled", "borrowed"), extra={
-                           "job_id": {**job_id, "description": job_id["description"] + " As its job row's."},
-                           "node": {"type": ["string", "null"], "description": "The nodes this attempt ran on, "
-                                    "comma-separated (as the job row's `node`); `null` before it was placed."},
-                           "nodes": {"type": "integer", "minimum": 0, "description": "How many nodes this attempt "
-                                     "held (its `allocation`'s length)."}})
-    attempt_row["required"] = ["job_id", "attempt", "node", "nodes", *attempt_row["required"][2:]]
+    attempt_row = _attempt_row(jobs_sql, allocation)
     event_row = {"type": "object", "required": ["seq", "type"], "properties": {
         "seq": {"type": "integer"}, "type": {"type": "string"}, "ts": {"type": ["number", "null"]},
         "source": {"type": ["string", "null"]}, "detail": _any("The event's own fields.")}}
