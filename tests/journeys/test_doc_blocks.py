@@ -36,3 +36,72 @@ def test_commands_are_read_as_a_shell_reads_them() -> None:
     console = "$ horizon c\nError: no\n$ horizon d\nok\n"
     assert [(c.text, c.shown) for c in commands_of(console, console=True)] == [
         ("horizon c", ("Error: no",)), ("horizon d", ("ok", ""))]
+
+
+SLURM_NAMES = frozenset({"sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "scontrol"})
+
+
+def _invocations(text: str) -> list[list[str]]:
+    """The ``horizon ...`` commands of one shell line, as argument lists: split at the shell's
+    control operators, past leading ``VAR=value`` assignments; Slurm's names are Horizon's shims."""
+    import shlex
+
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    try:
+        tokens = list(lexer)
+    except ValueError:  # an unbalanced quote: the runner would say so
+        return []
+    found, segment = [], []
+    for token in [*tokens, ";"]:
+        if token and set(token) <= set("&|;()<>"):
+            while segment and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", segment[0]):
+                segment.pop(0)
+            if segment and segment[0] in ("eval", "time", "/usr/bin/time", "-v"):
+                segment = [t for t in segment if t not in ("eval", "time", "/usr/bin/time", "-v")]
+            if segment:
+                program = segment[0].rsplit("/", 1)[-1]
+                if program == "horizon":
+                    found.append(segment[1:])
+                elif program in SLURM_NAMES:
+                    found.append(segment)
+            segment = []
+        else:
+            segment.append(token)
+    return found
+
+
+def test_every_documented_horizon_flag_exists() -> None:
+    """Every ``horizon`` command in a shell block, run or illustrative, names a real command and
+    only options it has: a flag renamed in the code or mistyped in a doc fails here at once."""
+    import click
+
+    from services.cli.main import cli
+
+    wrong = []
+    for b in all_blocks():
+        if not b.shell:
+            continue
+        for command in b.commands:
+            for args in _invocations(command.text):
+                cmd: click.Command = cli
+                path = ["horizon"]
+                while isinstance(cmd, click.Group) and args and not args[0].startswith("-"):
+                    if args[0] not in cmd.commands:
+                        wrong.append(f"{b.where}: {' '.join(path)} has no command {args[0]!r}: {command.text}")
+                        break
+                    path.append(args[0])
+                    cmd = cmd.commands[args.pop(0)]
+                else:
+                    if cmd.context_settings.get("ignore_unknown_options"):
+                        continue  # sbatch, srun, scontrol read Slurm's options themselves (their journeys run them)
+                    names = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)} | {"--help", "-h"}
+                    for arg in args:
+                        if arg == "--":
+                            break
+                        flag = arg.split("=", 1)[0]
+                        if flag.startswith("-") and flag not in ("-",) and not re.fullmatch(r"-\d.*", flag) \
+                                and flag not in names:
+                            wrong.append(f"{b.where}: {' '.join(path)} has no option {flag}: {command.text}")
+    assert not wrong, "\n".join(wrong)
