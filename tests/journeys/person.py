@@ -152,6 +152,35 @@ class Person:
                 raise AssertionError(f"gave up after {timeout:g} s waiting on:\n{result}")
             time.sleep(0.5)
 
+    def adopt(self, command: Command | str, **kw: object) -> Result:
+        """Run a command that changes the shell itself (``eval "$(...)"``, ``export``, ``source``) and
+        keep what it changed for every command after it, as the person's terminal would."""
+        marker = "\0journey-env\0"
+        text = self.typed(command)
+        result = self.run(f"{text}\nstatus=$?; printf '\\0journey-env\\0'; env -0; exit $status", **kw)  # type: ignore[arg-type]
+        out, _, env = result.out.partition(marker)
+        if env:
+            after = dict(item.split("=", 1) for item in env.split("\0") if "=" in item)
+            for name in ("PWD", "OLDPWD", "SHLVL", "_"):
+                after.pop(name, None)
+            self.env = after
+        return Result(text, result.rc, out, result.err)
+
+    def without(self, *commands: str) -> Path:
+        """A machine without these commands (say, no Slurm installed): PATH becomes the clone's
+        ``.venv/bin`` and one folder of links to every other command PATH finds, first found first."""
+        folder = self.home / ".journey-path"
+        folder.mkdir(parents=True, exist_ok=True)
+        for directory in self.env.get("PATH", "").split(os.pathsep):
+            if not directory or Path(directory) == self.bin_dir or not Path(directory).is_dir():
+                continue
+            for entry in Path(directory).iterdir():
+                link = folder / entry.name
+                if entry.name not in commands and not link.is_symlink():
+                    link.symlink_to(entry)
+        self.env["PATH"] = os.pathsep.join([str(self.bin_dir), str(folder)])
+        return folder
+
     def stop_all(self) -> None:
         for bg in reversed(self.started):
             if bg.proc.poll() is None:
