@@ -92,6 +92,7 @@ async def test_consumer_lag_counts_what_other_parts_published(nats_server):
     traced = TracedLog(await JetStreamLog.open(nats_server.url, name="reader", create=False), "projections",
                        TracerProvider(), MeterProvider(metric_readers=[reader]), lag_probe_s=0.05)
     release, applied = asyncio.Event(), []
+    follower = None
 
     async def slow(batch):
         applied.extend(batch)
@@ -100,16 +101,20 @@ async def test_consumer_lag_counts_what_other_parts_published(nats_server):
     def lag() -> int:
         return sum(p.value for p in _points(reader, "horizon.consumer.lag"))
 
+    # Each wait is for a condition, bounded generously (a loaded 2-core machine is slow, never wrong);
+    # whatever happens, the follower is stopped before the logs close, so a failed wait fails at once
+    # with its message instead of leaving a follower blocked in `slow` under a closing connection.
     try:
         await writer.publish_many([Outgoing("horizon.in.acme.submit", b"{}", "first")])
         follower = await traced.follow(slow)
-        await wait_until(lambda: applied, 10, "the first batch")
+        await wait_until(lambda: applied, 30, "the first batch")
         await writer.publish_many([Outgoing("horizon.in.acme.submit", b"{}", f"j{i}") for i in range(100)])
-        await wait_until(lambda: lag() == 100, 10, "the lag to count the 100 records published by another part")
+        await wait_until(lambda: lag() == 100, 30, "the lag to count the 100 records published by another part")
         release.set()
-        await wait_until(lambda: len(applied) == 101 and lag() == 0, 10, "the lag to fall back to 0")
-        await follower.stop()
+        await wait_until(lambda: len(applied) == 101 and lag() == 0, 30, "the lag to fall back to 0")
     finally:
         release.set()
+        if follower is not None:
+            await asyncio.wait_for(follower.stop(), 30)
         await traced.close()
         await writer.close()
