@@ -9,7 +9,7 @@ import fnmatch
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -27,13 +27,21 @@ __all__ = ["register", "whatif_report"]
 POLICIES = ["fcfs", "sjf", "f1", "multifactor"]
 
 
-def _span(records: list[Any], from_text: str | None, to_text: str | None) -> tuple[float, float, float, float]:
-    """(start, end, the log's first event time, its last activity): the span asked for, never starting
-    before the log does (nothing is known of the time before it: a log shorter than the default seven
-    days is measured over its own length). The last activity is the last event other than a clock
-    tick: an idle stack adds a tick every few seconds and nothing else."""
+class Span(NamedTuple):
+    start: float
+    end: float
+    first: float  # the log's first event
+    activity: float  # the log's last event other than a clock tick, and its seq
+    activity_seq: int
+
+
+def _span(records: list[Any], from_text: str | None, to_text: str | None) -> Span:
+    """The span asked for, never starting before the log does (nothing is known of the time before it:
+    a log shorter than the default seven days is measured over its own length). The last activity is
+    the last event other than a clock tick: an idle stack adds a tick every few seconds and nothing else."""
     times: dict[int, float] = {}
     last = activity = 0.0
+    activity_seq = 0
     for r in records:
         try:
             event = decode(r.data)
@@ -42,14 +50,14 @@ def _span(records: list[Any], from_text: str | None, to_text: str | None) -> tup
         t = event.ts if event.ts > 0 else r.time
         times[r.seq] = t
         last = max(last, t)
-        if not isinstance(event, ClockTicked):
-            activity = max(activity, t)
+        if not isinstance(event, ClockTicked) and t >= activity:
+            activity, activity_seq = t, r.seq
     end = w.parse_when(to_text, last, times.get) if to_text else last
     start = w.parse_when(from_text, end, times.get) if from_text else end - 7 * w.DAY
     first = min(times.values(), default=start)
     if first < end:
         start = max(start, first)
-    return start, end, first, activity or end
+    return Span(start, end, first, activity or end, activity_seq)
 
 
 def whatif_report(records: list[Any], *, from_text: str | None = None, to_text: str | None = None,
@@ -72,14 +80,14 @@ def whatif_report(records: list[Any], *, from_text: str | None = None, to_text: 
             raise w.WhatIfError(str(exc)) from None
     for spec in add_nodes:
         w.parse_add_nodes(spec)
-    start, end, first, activity = _span(records, from_text, to_text)
+    start, end, first, activity, activity_seq = _span(records, from_text, to_text)
     warm_from = first if warmup == "all" else start - w.parse_duration(warmup, "--warmup")
     workload = w.workload_from_log(records, start, end, warm_from_s=warm_from, tolerance_s=tolerance_s)
     if to_text is None and start < activity < end and not workload.open_at_end():
         # The log's end is its last clock tick: with every job over, the cluster sat idle from its last
         # activity on, and that idle tail (how long before whatif was run) would only dilute utilisation.
         # Nothing but ticks follows, so the workload is the same; only its span ends there.
-        workload.end_s = activity
+        workload.end_s, workload.last_seq = activity, activity_seq
     if not workload.measured:
         raise w.WhatIfError(f"no job was submitted between {w._iso(start)} and {w._iso(end)}: nothing to replay "
                             f"(give --from/--to)")
