@@ -126,7 +126,8 @@ _spec_decoder = msgspec.json.Decoder(c.JobSpec)
 
 
 class _QosFields(msgspec.Struct):
-    """The fields of a stored spec its QoS class is derived from (the rest is not decoded)."""
+    """The fields of a stored spec its QoS class is derived from, and an elastic gang's least number of
+    nodes (``min_nodes``, which a row shows beside ``nodes``); the rest is not decoded."""
 
     cpus_milli: int = 1000
     memory_bytes: int = 1 << 30
@@ -137,6 +138,7 @@ class _QosFields(msgspec.Struct):
     memory_limit_bytes: int = 0
     exclusive: bool = False
     whole_node_memory: bool = False
+    min_nodes: int = 0
 
     @property
     def gpus_on_node(self) -> int:
@@ -147,17 +149,31 @@ _qos_fields = msgspec.json.Decoder(_QosFields)
 _alloc_list = msgspec.json.Decoder(list[c.NodeAllocation])
 
 
-def job_row(job: Job, seq: int, tenant: str = "") -> tuple[Any, ...]:
+class Asked(msgspec.Struct):
+    """What a ``JobSubmitted`` named that its rejected job's row keeps (a rejected job has no spec): the
+    fields ``horizon jobs`` shows. Read from the submission the ``JobRejected`` answers."""
+
+    account: str = c.DEFAULT_ACCOUNT  # JobSubmitted's defaults: what a submission without them asked
+    user: str = ""
+    name: str = ""
+    priority_class: str = "normal"
+
+
+_asked = msgspec.json.Decoder(Asked)
+
+
+def job_row(job: Job, seq: int, tenant: str = "", asked: Asked | None = None) -> tuple[Any, ...]:
+    """A job's row; ``asked``: for a job rejected at submission, what its submission named."""
     spec = job.spec
     allocation = [msgspec.to_builtins(a) for a in job.allocations]
     return (
         job.job_id,
         spec.tenant if spec else tenant,
-        spec.account if spec else None,
-        spec.user if spec else None,
-        spec.name if spec else None,
+        spec.account if spec else (asked.account or None if asked else None),
+        spec.user if spec else (asked.user or None if asked else None),
+        spec.name if spec else (asked.name or None if asked else None),
         job.state.value,
-        spec.priority_class if spec else None,
+        spec.priority_class if spec else (asked.priority_class or None if asked else None),
         CLASS_RANK.get(spec.priority_class, 9) if spec else 9,
         spec.cpus_milli if spec else None,
         spec.memory_bytes if spec else None,
@@ -316,6 +332,7 @@ class JobsProjection:
         decisions: list[tuple[Any, ...]] = []
         steps: dict[tuple[str, int, int], tuple[Any, ...]] = {}
         feed: list[tuple[str, Record]] = []
+        rejected: dict[str, int] = {}  # a job rejected at submission -> the seq of that submission
         last = self.last_seq
         for record, event in readable(batch, last):
             last = record.seq
@@ -337,6 +354,8 @@ class JobsProjection:
                 continue
             if isinstance(event, c.JobRejected):
                 self._tenants[job_id] = event.tenant
+                if event.submitted_seq and not self.jobs.known(job_id):
+                    rejected[job_id] = event.submitted_seq
             if isinstance(event, (c.JobStepStarted, c.JobStepEnded)):
                 key = (job_id, event.attempt, event.step)
                 steps[key] = _step_row(event, record.seq, record.time, steps.get(key))
@@ -364,7 +383,9 @@ class JobsProjection:
                     feed.append((tenant, record))
         if last == self.last_seq:
             return
-        rows = [job_row(job, seq, self._tenants.get(job_id, "")) for job_id, (job, seq) in changed.items()]
+        asked = await self._asked(rejected) if rejected else {}
+        rows = [job_row(job, seq, self._tenants.get(job_id, ""), asked.get(job_id))
+                for job_id, (job, seq) in changed.items()]
         try:
             # BEGIN inside the try: a task cancelled while BEGIN is on its way (a view stopping while
             # its flusher writes) must still roll it back, or the next transaction cannot begin.
@@ -392,6 +413,21 @@ class JobsProjection:
         if feed:
             for listener in self.listeners:
                 await listener(feed)
+
+    async def _asked(self, rejected: dict[str, int]) -> dict[str, Asked]:
+        """What the submissions of jobs rejected in a batch named (``Asked``), read from the log in one
+        pass over their sequences (inputs are on ``horizon.in.>``, which the follower does not read).
+        A record that cannot be read leaves its row as the rejection alone makes it."""
+        wanted = {seq: job_id for job_id, seq in rejected.items()}
+        found: dict[str, Asked] = {}
+        async for records in self.log.read(min(wanted), subjects=("horizon.in.>",), until_seq=max(wanted)):
+            for record in records:
+                if record.seq in wanted:
+                    try:
+                        found[wanted[record.seq]] = _asked.decode(record.data)
+                    except (msgspec.DecodeError, msgspec.ValidationError):
+                        pass
+        return found
 
     async def start(self) -> None:
         if self.db is None:
@@ -422,6 +458,7 @@ class JobsProjection:
         user: str | None = None,
         partition: str | None = None,
         job_ids: list[str] | None = None,
+        array: str | None = None,
         limit: int = 1000,
         offset: int = 0,
         order: str = "submit",
@@ -430,7 +467,10 @@ class JobsProjection:
     ) -> dict[str, Any]:
         """Jobs matching the filters, ``limit`` of them from ``offset``; in submission order (``order``
         ``submit``) ``after`` starts past the row of that key (``submit_key``, the keyset cursor
-        ``next`` carries; ``offset`` then counts from there). Paging fields: ``projections/paging.py``."""
+        ``next`` carries; ``offset`` then counts from there). Paging fields: ``projections/paging.py``.
+
+        ``array``: the tasks of the array of that job id (``<array>_<index>``, their spec's ``array``),
+        for a tenant under either of the keys its id may stand for (``tenant_keys``)."""
         assert self.db is not None
         if after is not None and order == "queue":
             raise ValueError("after pages the submission order; the queue order pages by offset")
@@ -445,6 +485,14 @@ class JobsProjection:
         if job_ids:
             where.append(f"job_id IN ({', '.join('?' for _ in job_ids)})")
             args.extend(job_ids)
+        if array:
+            # a task's id starts with its array's and "_": a range of the primary key, then its spec says
+            # whether it is a task of that array (not a job that merely starts so)
+            keys = tenant_keys(tenant, [array]) if tenant else [array]
+            where.append("(" + " OR ".join("(job_id >= ? AND job_id < ? AND json_extract(CAST(spec AS TEXT), "
+                                           "'$.array') = ?)" for _ in keys) + ")")
+            for key in keys:
+                args.extend((f"{key}_", f"{key}`", key))  # "`" is the character after "_"
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         order_by = "class_rank, accepted_seq" if order == "queue" else f"{_SUBMIT_KEY}, job_id"
         total = await self._count(clause, args)
@@ -466,6 +514,7 @@ class JobsProjection:
             # per task, beyond the request (0: the request is the limit)
             row["cpu_limit_milli"] = fields.cpu_limit_milli if fields else None
             row["memory_limit_bytes"] = fields.memory_limit_bytes if fields else None
+            row["min_nodes"] = fields.min_nodes if fields else None  # an elastic gang's least (0: rigid)
             row["allocation"] = json.loads(row["allocation"]) if row["allocation"] else []
             row.pop("class_rank", None)
         if steps and rows:  # each row's current attempt's steps (sacct's JOBID.0, JOBID.1, ...)
@@ -672,8 +721,8 @@ class QueryServer:
         req: Any = {}
         try:
             req = json.loads(msg.data or b"{}")
-            allowed = {"states", "tenant", "account", "user", "partition", "job_ids", "limit", "offset", "order",
-                       "after", "steps"}
+            allowed = {"states", "tenant", "account", "user", "partition", "job_ids", "array", "limit", "offset",
+                       "order", "after", "steps"}
             unknown = set(req) - allowed
             if unknown:
                 raise ValueError(f"unknown query fields {sorted(unknown)}; allowed: {sorted(allowed)}")

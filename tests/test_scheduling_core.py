@@ -244,3 +244,35 @@ def test_a_snapshot_loads_into_the_same_state_and_a_foreign_one_is_refused():
     assert core.decide(restored) == core.decide(f.state)
     assert SchedulingCore(policy="fcfs").load(data) is None  # another configuration: full replay instead
     assert core.load(b"\x93\x01\x02") is None
+
+
+def test_the_end_of_an_advance_reservation_makes_the_jobs_it_kept_out_candidates_again():
+    """Issue 30: a job kept off every node by another account's reservation waited after the window
+    ended, its verdict "reserved for account ml" shown on, until something else called a cycle.
+    Given a reservation of n1 for ml until t0+40 and a job of another account blocked by it, when
+    the log's time passes the end, then the scheduler offers the job again; the end survives a
+    snapshot; a cancelled reservation wakes nobody."""
+    core = SchedulingCore()
+    f = Feed(core)
+    f.evt("agent", node("n1"))
+    t0 = f.time
+    f.admin("reservation", c.ReservationConfigured(name="maint", account="ml", nodes=["n1"], start_ts=t0,
+                                                   end_ts=t0 + 40))
+    f.admin("reservation", c.ReservationConfigured(name="gone", account="ml", nodes=["n1"], start_ts=t0,
+                                                   end_ts=t0 + 10))
+    f.admin("reservation", c.ReservationConfigured(name="gone", account="ml", cancelled=True))
+    f.evt("submission", accepted("wr"))
+    [cycle] = f.settle()
+    assert cycle.candidates == ["wr"]
+    f.evt("placement", c.PlacementBlocked(job_id="wr", cycle=1, basis_seq=cycle.basis_seq, reasons=[
+        c.BlockReason(filter="Reservation", nodes=1, reason="reserved for account ml (maint)")]))
+    f.evt("placement", c.PlacementCycleCompleted(cycle=1, scheduled=0, basis_seq=cycle.basis_seq))
+    assert f.state.reservation_ends == {"maint": t0 + 40}
+    f.evt("clock", c.ClockTicked(now_ts=0.0), dt=20.0)  # within the window (and past the cancelled one's end)
+    assert f.decide() == []
+    restored = core.load(core.dump(f.state))
+    assert restored is not None and restored.reservation_ends == {"maint": t0 + 40}
+    f.evt("clock", c.ClockTicked(now_ts=0.0), dt=20.0)  # the window is over
+    [again] = f.settle()
+    assert again.cycle == 2 and again.candidates == ["wr"]
+    assert f.state.reservation_ends == {}

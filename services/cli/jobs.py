@@ -39,9 +39,14 @@ def _page_line(offset: int, shown: int, total: int) -> str:
 
 
 def _gpus(row: dict[str, Any]) -> str:
+    """The GPUs it asks for, or, while it holds nodes, the GPUs it holds (an elastic gang's, fewer than
+    its most on fewer nodes)."""
     if not row.get("gpus"):
         return "-"
-    return f"{row['gpus']}x{row['gpu_type']}" if row.get("gpu_type") else str(row["gpus"])
+    count = row["gpus"]
+    if row.get("state") in ("SCHEDULED", "RUNNING") and row.get("allocation"):
+        count = sum(len(a.get("device_ids") or []) for a in row["allocation"]) or count
+    return f"{count}x{row['gpu_type']}" if row.get("gpu_type") else str(count)
 
 
 def _devices(row: dict[str, Any]) -> str:

@@ -137,6 +137,7 @@ def _register() -> None:
         sbatch,
         scontrol,
         shims,
+        show,
         simulate,
         slurm,
         slurm_commands,
@@ -148,7 +149,7 @@ def _register() -> None:
     )
 
     for module in (audit, bench, check, jobs, logs, nodes, partition, policy, projections, quota, requests, run,
-                   sbatch, scontrol, shims, simulate, slurm, slurm_commands, srun, submit, tenant, ui, whatif):
+                   sbatch, scontrol, shims, show, simulate, slurm, slurm_commands, srun, submit, tenant, ui, whatif):
         module.register(cli)
 
 

@@ -6,9 +6,9 @@
 * ``horizon policy set`` — queue policy, multifactor weights, maximum age, QOS boosts, restart backoff;
 * ``horizon usage`` — shares, usage and fair-share factor per account and user (like sshare);
 * ``horizon profile set NAME`` — a placement profile: score weights, backfilling mode and depth;
-* ``horizon reservation create|cancel NAME`` — advance reservations of nodes for an account;
-* ``horizon show JOB`` — one job: its state, resources, priority factor by factor, why it waits
-  (every filter's verdict) and its reservation.
+* ``horizon reservation create|cancel NAME`` — advance reservations of nodes for an account.
+
+``horizon show JOB`` (one job: its priority factor by factor, why it waits) is ``show.py``.
 
 Configuration goes into the log on ``horizon.in._admin.<verb>``; the command
 then asks the scheduler's read model whether it was applied or rejected (and
@@ -27,17 +27,15 @@ import click
 from rich.table import Table
 
 from events import catalogue as c
-from events.resources import ResourceError, format_cpus, format_memory, parse_cpus, parse_duration, parse_memory
+from events.resources import ResourceError, parse_cpus, parse_duration, parse_memory
 from events.subjects import admin_subject, valid_token
 from events.vocabulary import RUNTIME_ESTIMATES
 from services.cli.client import default_user, publish_input, query, query_all, session
-from services.cli.drain import drain_lines
 from services.cli.options import console, nats_option
 from services.runtime.log import LogError
 from services.placement.core import check_reservation
 from services.preemption.core import VICTIM_ORDERS, PreemptionConfig
 from services.domain.fit.framework import SCORE_PLUGINS
-from services.domain.hostlist import compress
 from services.domain.fit.profile import BACKFILL_MODES, check_profile
 from services.domain.policy import POLICIES, WEIGHT_NAMES
 
@@ -425,118 +423,6 @@ def usage(nats_url: str, account_history: str | None, account: str | None, user:
                f"log seq {body['last_seq']}")
 
 
-@click.command()
-@nats_option
-@click.argument("job_id")
-@click.option("--json", "as_json", is_flag=True)
-def show(nats_url: str, job_id: str, as_json: bool) -> None:
-    """Everything about one job: state, resources, priority factor by factor, why it waits, its events."""
-
-    async def go() -> tuple[dict[str, Any], dict[str, Any]]:
-        async with session(nats_url) as nc:
-            job = await query_all(nc, "job", {"job_id": job_id}, "events")
-            try:
-                prio = await query(nc, "priority", {"job_id": job_id})
-            except LogError as exc:
-                prio = {"error": str(exc)}
-            return job, prio
-
-    job, prio = asyncio.run(go())
-    if as_json:
-        click.echo(json.dumps({"job": job, "priority": prio}))
-        return
-    row = job.get("job") or {}
-    if not row:
-        raise click.ClickException(f"no job {job_id!r}")
-    out = [f"Job {row['job_id']} ({row.get('name') or ''})  state {row['state']}",
-           f"  tenant {row.get('tenant')}  account {row.get('account')}  user {row.get('user') or '-'}  "
-           f"class {row.get('priority_class')}",
-           f"  resources: {row.get('nodes', 1)} node(s) x {row.get('tasks_per_node', 1)} task(s) of "
-           f"{format_cpus(row.get('cpus_milli') or 0)} CPUs, {format_memory(row.get('memory_bytes') or 0)}, "
-           f"{row.get('gpus') or 0} GPU(s){' ' + row['gpu_type'] if row.get('gpu_type') else ''}"
-           f"{'  qos ' + row['qos'] if row.get('qos') else ''}{_limits(row)}"]
-    if "error" not in prio:
-        if prio.get("position"):
-            out.append(f"  queue position {prio['position']} of {prio['queued']} ({prio['policy']})")
-        if prio.get("priority") is not None:
-            out.append(f"  priority {prio['priority']:.1f} = sum of weight x factor"
-                       f"{' + boost ' + format(prio['account_boost'], 'g') if prio.get('account_boost') else ''}"
-                       f"{' - nice ' + str(prio['nice']) if prio.get('nice') else ''}:")
-            for f in prio.get("factors", []):
-                out.append(f"    {f['factor']:<10} {f['value']:.4f} x {f['weight']:>9g} = {f['weighted']:10.1f}")
-        if prio.get("why"):
-            out.append(f"  waiting: {prio['why']}")
-        for reason in prio.get("reasons", []):
-            out.append(f"    {reason['nodes']:>5} nodes  {reason['filter']:<16} {reason['reason']}")
-        if prio.get("reserved_at") is not None:
-            out.append(f"  reserved on nodes {','.join(prio['reserved_nodes'])} at "
-                       f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(prio['reserved_at']))}")
-        if prio.get("deadline_ts"):
-            out.append(f"  gives up (UNSCHEDULABLE) at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(prio['deadline_ts']))}")
-        if prio.get("borrowed"):
-            out.append("  runs on borrowed quota (may be reclaimed)")
-    if row.get("reason") and row["state"] not in ("PENDING", "HELD"):
-        out.append(f"  reason: {row['reason']}")
-    for a in job.get("attempts") or []:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a["started_ts"] or a["scheduled_ts"] or 0))
-        extra = " backfilled" if a["backfilled"] else ""
-        extra += " borrowed" if a["borrowed"] else ""
-        out.append(f"  attempt {a['attempt']}: {a['outcome']} on {a['node'] or '-'} from {when}{extra}"
-                   f"{' exit ' + str(a['exit_code']) if a['exit_code'] not in (None, 0) else ''}"
-                   f"{': ' + a['reason'] if a['reason'] else ''}")
-        out.extend(_attempt_files(job.get("events") or [], a["attempt"], row["job_id"]))
-        out.extend(drain_lines(job.get("events") or [], a["attempt"]))
-        out.extend(_step_lines(job.get("steps") or [], a["attempt"], row["job_id"]))
-    events = job.get("events") or []
-    if events:
-        out.append("  events:")
-        for ev in events[-20:]:
-            out.append(f"    {ev['seq']:>8}  {time.strftime('%H:%M:%S', time.localtime(ev['ts']))}  {ev['type']}")
-    for line in out:
-        click.echo(line)
-
-
-def _step_lines(steps: list[dict[str, Any]], attempt: int, job_id: str) -> list[str]:
-    """An attempt's job steps (each srun inside it), as sacct names them: ``JOB.N``."""
-    lines = []
-    for step in steps:
-        if step.get("attempt") != attempt:
-            continue
-        ran = ""
-        if step.get("started_ts"):
-            ran = f", ran {(step.get('ended_ts') or time.time()) - step['started_ts']:.1f} s"
-        code = "" if step.get("state") == "RUNNING" else f", exit {step.get('exit_code') or 0}:{step.get('signal') or 0}"
-        lines.append(f"    step {job_id}.{step['step']} {step.get('name') or ''}: {step.get('state')}, "
-                     f"{step.get('tasks') or 0} task(s) on {compress(step.get('nodes') or []) or '-'}{code}{ran}"
-                     + (f": {step['reason']}" if step.get("reason") else ""))
-    return lines
-
-
-def _attempt_files(events: list[dict[str, Any]], attempt: int, job_id: str) -> list[str]:
-    """Where an attempt wrote (its JobStarted) and, if it failed, the end of its standard error."""
-    lines = []
-    for ev in events:
-        detail = ev.get("detail") or {}
-        if detail.get("attempt") != attempt:
-            continue
-        if ev["type"] == "JobStarted" and detail.get("stdout"):
-            lines.append(f"    output {detail['stdout']}" + (f"  errors {detail['stderr']}"
-                                                               if detail.get("stderr") != detail["stdout"] else "")
-                         + f"  (horizon logs --attempt {attempt} {job_id})")
-        if ev["type"] == "JobFailed" and detail.get("stderr_tail"):
-            lines.append("    stderr, last lines:")
-            lines.extend(f"      | {line}" for line in detail["stderr_tail"].splitlines())
-    return lines
-
-
 def register(group: click.Group) -> None:
-    for command in (account, fairshare, policy, profile, reservation, preemption, preempt, usage, show, dataset):
+    for command in (account, fairshare, policy, profile, reservation, preemption, preempt, usage, dataset):
         group.add_command(command)
-
-
-def _limits(row: dict[str, Any]) -> str:
-    """``, limits 4 CPUs, 8Gi per task`` for a job whose limits are above its requests (burstable)."""
-    parts = [f"{format_cpus(row['cpu_limit_milli'])} CPUs" if row.get("cpu_limit_milli") else "",
-             format_memory(row["memory_limit_bytes"]) if row.get("memory_limit_bytes") else ""]
-    shown = ", ".join(p for p in parts if p)
-    return f", limits {shown} per task" if shown else ""

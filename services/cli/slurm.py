@@ -212,8 +212,9 @@ SQUEUE_FIELDS: dict[str, tuple[str, Any, bool]] = {
     "L": ("TIME_LEFT", lambda r, now, s: squeue_duration(
         None if r.get("time_limit_s") is None else r["time_limit_s"] - _used_s(r, now)), False),
     "D": ("NODES", lambda r, now, s: str(len(_nodes_of(r)) or r.get("nodes") or 1), False),  # held, else asked
-    "C": ("CPUS", lambda r, now, s: format_cpus(
-        (r.get("cpus_milli") or 0) * (r.get("tasks_per_node") or 1) * (r.get("nodes") or 1)), False),
+    "C": ("CPUS", lambda r, now, s: format_cpus(  # on the nodes it holds, else asks
+        (r.get("cpus_milli") or 0) * (r.get("tasks_per_node") or 1) * (len(_nodes_of(r)) or r.get("nodes") or 1)),
+          False),
     "c": ("CPUS_PER_TASK", lambda r, now, s: format_cpus(r.get("cpus_milli") or 0), False),
     "m": ("MIN_MEMORY", lambda r, now, s: format_memory((r.get("memory_bytes") or 0) * (r.get("tasks_per_node") or 1)),
           False),

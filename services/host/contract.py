@@ -182,6 +182,8 @@ def view_reply_schemas() -> dict[str, Schema]:
                                    "or last held, comma-separated; `null` before it was placed."},
                           "nodes": {"type": ["integer", "null"], "minimum": 1, "description": "How many nodes it "
                                     "asks for (its gang's, the most of an elastic one)."},
+                          "min_nodes": {"type": ["integer", "null"], "minimum": 0, "description": "An elastic "
+                                        "gang's least number of nodes (`nodes` its most); 0 for a rigid job."},
                           "steps": {**steps, "description": "With `steps`: the current attempt's job steps."},
                           "qos": {"type": ["string", "null"], "enum": ["guaranteed", "burstable", "best-effort", None],
                                   "description": "Its QoS class, from its requests and limits (docs/jobs.md)."},

@@ -59,6 +59,8 @@ class _Snapshot(msgspec.Struct, array_like=True):
     checkpointed: list[str] = []
     # Datasets announced available (DatasetAvailable); absent in snapshots written before it
     datasets: list[str] = []
+    # Advance reservations' ends not yet passed; absent in snapshots written before it
+    reservation_ends: dict[str, float] = {}
 
 
 
@@ -83,6 +85,7 @@ def dump(state: SchedulingState, fingerprint: str) -> bytes:
         deadlines=_sorted(state.deadlines), config_rejections=_sorted(state.config_rejections),
         wakeups_due=_wakeups_due(state), partitions=state.partitions.data(),
         checkpointed=sorted(state.jobs.checkpointed), datasets=sorted(state.datasets),
+        reservation_ends=_sorted(state.reservation_ends),
     )
     return msgspec.msgpack.encode(snap)
 
@@ -98,6 +101,7 @@ def load(data: bytes, fingerprint: str) -> SchedulingState | None:
     state.seq, state.now = snap.seq, snap.now
     state.jobs.restore(snap.jobs, snap.settled, snap.arrays)
     state.jobs.checkpointed, state.datasets = set(snap.checkpointed), set(snap.datasets)
+    state.reservation_ends = dict(snap.reservation_ends)
     fs = state.fairshare
     fs.accounts = {a.name: a for a in snap.accounts}
     for name, value in snap.fairshare.items():

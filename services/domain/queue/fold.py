@@ -71,6 +71,15 @@ _PARTITION_INPUTS = (c.NodeRegistered, c.NodeRemoved, c.ProfileConfigured)  # wh
 
 
 
+def _reservation(state: SchedulingState, event: c.ReservationConfigured) -> None:
+    """Remember when an advance reservation's window ends (placement alone checks and applies it; one
+    it refuses only costs a cycle at its end); a cancelled one is forgotten."""
+    if event.cancelled:
+        state.reservation_ends.pop(event.name, None)
+    elif event.end_ts > state.now:
+        state.reservation_ends[event.name] = event.end_ts
+
+
 def _requeues(job: Job) -> bool:
     """Whether a job is requeued when its node is lost or it is preempted (Slurm's --requeue, the
     default; a job of --no-requeue ends then)."""
@@ -174,6 +183,8 @@ class QueueFold:
             state.partitions.apply(event, record.subject)
         if isinstance(event, _NODE_EVENTS):
             state.dirty_seq = state.capacity_seq = state.nodes_seq = seq
+            if isinstance(event, c.ReservationConfigured):
+                _reservation(state, event)
             return state
         tr = state.jobs.apply(event, seq, state.now)
         if isinstance(event, c.JobResized):
@@ -189,12 +200,18 @@ class QueueFold:
         return state
 
     def _wake(self, state: SchedulingState, seq: int) -> None:
-        """A requeued job whose backoff is over joins the candidates again: that needs a cycle."""
+        """A requeued job whose backoff is over joins the candidates again: that needs a cycle. So do
+        the jobs an advance reservation kept off its nodes once its window is over: its end adds
+        capacity as a node change does (no event marks it; the log's time passing it does)."""
         while state.wakeups and state.wakeups[0][0] <= state.now:
             at, job_id = heapq.heappop(state.wakeups)
             job = state.pending.get(job_id)
             if job is not None and job.not_before_ts == at:  # not an entry a later requeue made stale
                 state.dirty_seq = seq
+        if state.reservation_ends and min(state.reservation_ends.values()) <= state.now:
+            for name in [n for n, end in state.reservation_ends.items() if end <= state.now]:
+                del state.reservation_ends[name]
+            state.dirty_seq = state.capacity_seq = state.nodes_seq = seq
 
     def _configure(self, state: SchedulingState, event: Event, record: Record) -> None:
         subject = parse_subject(record.subject)

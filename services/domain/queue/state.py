@@ -55,6 +55,8 @@ class SchedulingState(CoreState):
         self.deadlines: dict[str, float] = {}  # pending job -> when its scheduling timeout expires
         self.config_rejections: dict[int, tuple[str, str]] = {}  # request seq -> (verb, reason)
         self.datasets: set[str] = set()  # datasets announced available (DatasetAvailable)
+        # advance reservation (ReservationConfigured) -> its end, until the log's time passes it
+        self.reservation_ends: dict[str, float] = {}
         self.partitions = Partitions()  # their priority tiers order the queue (services/domain/partitions.py)
         # Derived from the above (rebuilt after a snapshot is loaded):
         self.pending: dict[str, Job] = {}

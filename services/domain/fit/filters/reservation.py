@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from services.domain.cluster import Request
+from services.domain.timestamps import when
 
 if TYPE_CHECKING:
     from services.domain.fit.cycle import Cycle, Where
@@ -23,8 +24,9 @@ class Reservation:
         name = cyc.node.name
         for held in ctx.reservations:
             if name in held.nodes and held.excludes(ctx.account, ctx.start_ts, ctx.end_ts):
-                return (held.account, held.name)
+                return (held.account, held.name, held.start_ts, held.end_ts)
         return None
 
     def explain(self, detail: tuple[object, ...], req: Request) -> str:
-        return f"reserved for account {detail[0]} ({detail[1]})"
+        # the window, so that a person sees when it opens and when it is over
+        return f"reserved for account {detail[0]} ({detail[1]}) from {when(detail[2])} to {when(detail[3])}"
