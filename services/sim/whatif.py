@@ -6,8 +6,10 @@ configuration events (``parse_sets``, ``change_events``), node classes added or 
 the baseline against what was recorded (``fidelity``) and two replays against each other (``moves``).
 ``run_whatif`` drives the simulator (services/sim/driver.py) twice over the in-process bus.
 
-**The workload.** Every job submitted in the span (by event time), plus the jobs submitted before it
-that had not ended when it began ("carried in": replayed from their own submission, not measured).
+**The workload.** Every job submitted in the span (by event time) and accepted, plus the jobs submitted
+before it that had not ended when it began ("carried in": replayed from their own submission, not
+measured). A job rejected at submission was never demand on the cluster: it is left out (and counted,
+``Workload.rejected``). An array's tasks are followed one by one, each with its own recorded run.
 With a warm-up (``horizon whatif --warmup``, 7 days by default), the jobs submitted in the days
 before the span are replayed too, as configured, so that the span begins with the queue, the
 running jobs and the fair-share usage it had; they are not measured either.
@@ -16,10 +18,13 @@ dependencies, array), submitted at its recorded time, running for its recorded r
 ``JobScheduled`` of the attempt that completed (its allocation; the agent's ``JobStarted`` follows
 within moments) to its end (a preempted attempt starts over, as the simulator's jobs do not
 checkpoint); a first attempt the replay starts within the tolerance of its recorded start ends at
-its recorded end, so the services' own reaction times do not drift the replay. A job that never
+its recorded end, so the services' own reaction times do not drift the replay. An attempt placed
+and failed before its agent started it (a command that could not start) held its nodes from its
+placement to its failure, and so it does in the replay. A job that never
 ran runs its time limit should it start; a job without an end in the log (still running, or the
 log stops) runs its time limit; a job a user cancelled while it ran runs its time limit, and the
-user's cancel is replayed at its time. Every other input is replayed at its recorded time: the users' cancels,
+user's cancel is replayed at its time (started at its recorded start, it stops when its agent
+reported it stopped). Every other input is replayed at its recorded time: the users' cancels,
 holds, releases and updates, the operators' configuration and node commands (cordon, drain), the
 agents' node registrations and inventory's observed node losses. Configuration from before the span
 is applied at its start. Changes (``--set``, ``--config``, ``--add-nodes``, ``--remove-nodes``) are
@@ -802,8 +807,10 @@ def capacity_of(timed: Sequence[tuple[str, Event]]) -> tuple[int, float]:
 
 def measure(workload: Workload, run: Any, config: Sequence[Event] = (),
             capacity: tuple[int, float] | None = None) -> dict[str, Any]:
-    """The numbers of one replay, over the jobs submitted in the span (see docs/whatif.md for each);
-    ``capacity`` (GPUs, cores): the cluster's, when the replay changed its nodes."""
+    """The numbers of one replay, over the jobs submitted in the span, started or not (see docs/whatif.md
+    for each): a job the replay never starts is counted (``never_started``) and waits until its user's
+    cancel or the span's end (``wait_of``); ``capacity`` (GPUs, cores): the cluster's, when the replay
+    changed its nodes."""
     rec = workload.recorded
     gpus_cluster = workload.capacity_gpus > 0
     cap_gpus, cap_cpus = capacity if capacity is not None else (workload.capacity_gpus, workload.capacity_cpus)
