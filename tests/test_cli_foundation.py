@@ -54,3 +54,20 @@ def test_horizon_nats_runs_in_the_foreground_and_stops_on_sigterm(tmp_path):
         time.sleep(0.1)
     else:
         pytest.fail("nats-server still listening after horizon nats stopped")
+
+
+def test_your_user_is_your_uid_s_name_when_the_shell_does_not_say(monkeypatch):
+    """sbatch's job ids and squeue --me name you as Slurm does: a shell without $USER (cron, CI) is
+    still you, not "anonymous"."""
+    import os
+    import pwd
+
+    from services.cli.client import default_user
+
+    monkeypatch.delenv("USER", raising=False)
+    monkeypatch.delenv("LOGNAME", raising=False)
+    assert default_user() == pwd.getpwuid(os.getuid()).pw_name
+    monkeypatch.setenv("LOGNAME", "ann")
+    assert default_user() == "ann"
+    monkeypatch.setenv("USER", "bob")
+    assert default_user() == "bob"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pwd
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -31,7 +32,15 @@ def default_tenant() -> str:
 
 
 def default_user() -> str:
-    return os.environ.get("USER") or os.environ.get("LOGNAME") or "anonymous"
+    """Who you are, as Slurm's commands say it: ``$USER`` or ``$LOGNAME`` as a login shell sets them,
+    else the name of your uid (a shell without them: cron, a container, CI), else ``anonymous``."""
+    name = os.environ.get("USER") or os.environ.get("LOGNAME")
+    if name:
+        return name
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid with no name (a container's arbitrary one)
+        return "anonymous"
 
 
 @asynccontextmanager
