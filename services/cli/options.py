@@ -20,6 +20,7 @@ So ``horizon up --port 0`` in a folder, then ``horizon jobs`` in the same folder
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import inspect
 import os
@@ -122,11 +123,18 @@ admin_option = click.option(
 )
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader has gone (``horizon jobs | head``): end as every command does then, quietly
+        (``services/cli/main.py``), not with rich's own exit code."""
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
 def console() -> Console:
     """A console that does not squeeze tables to 80 columns when output is piped."""
     # markup off: job names, reasons and "node[gpu0,gpu1]" are data, not rich markup
-    return Console(markup=False, highlight=False) if sys.stdout.isatty() else Console(width=400, markup=False,
-                                                                                      highlight=False)
+    return _Console(markup=False, highlight=False) if sys.stdout.isatty() else _Console(width=400, markup=False,
+                                                                                        highlight=False)
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:

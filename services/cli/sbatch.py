@@ -52,6 +52,7 @@ from services.cli.options import resolve_nats, run, tenant_for
 from services.cli.sbatch_options import COMMAND_LINE_ONLY, OPTIONS, Directive, SbatchError, getopt, read_directives
 from services.cli.slurm_values import (
     Problem,
+    checkpoint_signal,
     gpu_spec,
     gres,
     host_list,
@@ -501,6 +502,10 @@ def _resolve(given: dict[str, Directive], defaults: SbatchDefaults, interpreter:
         "requeue": "no-requeue" not in given,
         "time_min_s": time_min,
         "limit_signal": signal[0] if signal is not None else None,
+        # B: the batch shell traps it (to checkpoint and requeue, the usual pattern): that is where a
+        # checkpoint signal goes, so it is also the job's checkpoint signal (preemption, drain --migrate)
+        "checkpoint_signal": checkpoint_signal(signal[0].signal) if signal is not None and signal[0].batch_only
+        else None,
         "singleton": singleton,
         "hold": "hold" in given,
         "scheduling_timeout_s": float(immediate) if immediate is not None else None,

@@ -19,7 +19,7 @@ from services.domain.signals import MAX_SIGNAL_LEAD_S, signal_name
 
 __all__ = ["Problem", "slurm_time", "slurm_memory", "whole_number", "parse_dependencies", "parse_dependency_list",
            "gpu_spec", "gres", "slurm_signal", "host_list", "slurm_begin",
-           "split_datasets"]
+           "split_datasets", "checkpoint_signal", "parse_checkpoint_signal"]
 
 
 class Problem(Exception):
@@ -202,6 +202,26 @@ def slurm_signal(text: str) -> tuple[c.LimitSignal, bool]:
             raise Problem(f"{seconds_text!r} is not a number of seconds from 0 to {MAX_SIGNAL_LEAD_S}")
         before = int(seconds_text)
     return c.LimitSignal(signal=name, before_s=float(before), batch_only="B" in flags.upper()), "R" in flags.upper()
+
+
+def checkpoint_signal(name: str) -> str:
+    """A signal as ``JobSubmitted.checkpoint_signal`` keeps it: ``SIGUSR1``; a real-time number as it is."""
+    return name if name.isdigit() else f"SIG{name}"
+
+
+def parse_checkpoint_signal(text: str) -> tuple[str, c.LimitSignal | None]:
+    """``horizon submit --checkpoint-signal SIG[@SECONDS]``: the job's checkpoint signal, and with
+    ``@SECONDS`` the same signal to its main process that long before its time limit (Slurm's
+    ``--signal=B:SIG@SECONDS``, from 0 to 65535)."""
+    name_text, at, seconds_text = text.strip().partition("@")
+    name = signal_name(name_text)
+    if name is None:
+        raise Problem(f"{name_text!r} is not a signal (a name such as USR1 or SIGUSR1, or a number)")
+    if not at:
+        return checkpoint_signal(name), None
+    if not seconds_text.isdigit() or int(seconds_text) > MAX_SIGNAL_LEAD_S:
+        raise Problem(f"{seconds_text!r} is not a number of seconds from 0 to {MAX_SIGNAL_LEAD_S}")
+    return checkpoint_signal(name), c.LimitSignal(signal=name, before_s=float(seconds_text), batch_only=True)
 
 
 def host_list(text: str) -> list[str]:

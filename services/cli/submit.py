@@ -19,7 +19,8 @@ from events.resources import parse_cpus, parse_duration, parse_gpu_model, parse_
 from events.vocabulary import OPEN_MODES
 from services.cli.client import default_user
 from services.cli.options import nats_option, tenant_option
-from services.cli.slurm_values import Problem, parse_dependency_list, slurm_begin, split_datasets
+from services.cli.slurm_values import (Problem, parse_checkpoint_signal, parse_dependency_list, slurm_begin,
+                                       split_datasets)
 from services.domain.output import pattern_problem
 from services.cli.submitter import check_submission, new_job_id, print_warnings, report_check, send_submission
 
@@ -88,6 +89,12 @@ def parse_node_range(text: str) -> tuple[int | None, int]:
 @click.option("--time", "time_limit", default=None, help="Time limit: 90, 10m, 2h, 1-00:00:00 (default 1h).")
 @click.option("--priority-class", default="normal", show_default=True,
               type=click.Choice(list(c.PRIORITY_CLASSES)))
+@click.option("--checkpoint-signal", "checkpoint", default=None, metavar="SIG[@SECONDS]",
+              help="The signal the job checkpoints on (USR1, SIGUSR1 or 10): sent to its main process before it "
+                   "is preempted or migrated off a draining node (horizon node drain --migrate), which waits for "
+                   "the checkpoint the job names in $HORIZON_CHECKPOINT_FILE; its next attempt finds it in "
+                   "$HORIZON_CHECKPOINT_REF (docs/jobs.md). @SECONDS: also that long before its time limit, as "
+                   "Slurm's --signal=B:SIG@SECONDS.")
 @click.option("--restart-policy", default="never", show_default=True, type=click.Choice(list(c.RESTART_POLICIES)))
 @click.option("--max-retries", type=int, default=0, show_default=True)
 @click.option("--scheduling-timeout", default=None, help="Give up if not started within this duration.")
@@ -141,7 +148,7 @@ def submit(
     gpu_type: str | None, gpu_memory: str | None, cpus: str, memory: str | None, cpu_limit: str | None,
     memory_limit: str | None, node_range: str, min_available: int | None, assembly_timeout: str | None,
     tasks_per_node: int,
-    time_limit: str | None, priority_class: str, restart_policy: str, max_retries: int,
+    time_limit: str | None, priority_class: str, checkpoint: str | None, restart_policy: str, max_retries: int,
     scheduling_timeout: str | None, nice: int, array: str | None, dependency: str | None,
     dependency_timeout: str | None, deadline: str | None, env: tuple[str, ...],
     labels: tuple[str, ...], profile: str, partition: str | None, selector: tuple[str, ...],
@@ -180,6 +187,12 @@ def submit(
     job_id = job_id or new_job_id(user)
     dependencies, singleton = _dependencies(dependency) if dependency else ([], False)
     dependencies, after_datasets = split_datasets(dependencies)
+    checkpoint_signal, limit_signal = None, None
+    if checkpoint is not None:
+        try:
+            checkpoint_signal, limit_signal = parse_checkpoint_signal(checkpoint)
+        except Problem as exc:
+            raise click.BadParameter(str(exc), param_hint="--checkpoint-signal") from None
     deadline_ts = None
     if deadline is not None:
         try:
@@ -222,6 +235,8 @@ def submit(
         after_datasets=after_datasets,
         restart_policy=restart_policy,
         max_retries=max_retries,
+        checkpoint_signal=checkpoint_signal,
+        limit_signal=limit_signal,
         sim_runtime_s=sim_runtime,
         cwd=cwd,
         stdout=output or "",
