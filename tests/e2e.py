@@ -137,3 +137,6 @@ class HorizonUp:
             self.proc.kill()
             self.proc.wait()
         self.err.close()
+        from services.agent.executors import kill_attempts
+
+        kill_attempts(self.data_dir)  # jobs outlive their agent: a failed test's must not outlive the test
