@@ -124,7 +124,13 @@ async def connect(
     (services/runtime/tls.py), if any.
     """
 
+    errors: list[Exception] = []  # what the client met on its way, for the answer if it gives up
+    refused_tls = asyncio.Event()
+
     async def _quiet(exc: Exception) -> None:
+        errors.append(exc)
+        if isinstance(exc, ssl.SSLError):
+            refused_tls.set()
         log.debug("nats: %s", exc)
 
     quiet_ssl_eof()
@@ -134,22 +140,55 @@ async def connect(
         except TlsSettingsError as exc:
             raise LogUnavailable(f"cannot connect to NATS: {exc}") from None
     options: dict[str, Any] = {"tls": tls} if tls is not None else {}
+    servers = [u.strip() for u in url.split(",") if u.strip()]
+    connecting = nats.connect(
+        servers=servers,
+        name=name,
+        connect_timeout=connect_timeout_s,
+        allow_reconnect=True,
+        max_reconnect_attempts=max_attempts,
+        reconnect_time_wait=0.25,
+        error_cb=_quiet,
+        **options,
+    )
     try:
-        return wire.install(await nats.connect(
-            servers=[u.strip() for u in url.split(",") if u.strip()],
-            name=name,
-            connect_timeout=connect_timeout_s,
-            allow_reconnect=True,
-            max_reconnect_attempts=max_attempts,
-            reconnect_time_wait=0.25,
-            error_cb=_quiet,
-            **options,
-        ))
+        if max_attempts < 0:
+            nc = await connecting
+        else:
+            nc = await _give_up_in_time(connecting, refused_tls,
+                                        (connect_timeout_s + 0.25) * (max_attempts + 1) * len(servers) + 2.0)
     except (nats.errors.NoServersError, OSError, asyncio.TimeoutError) as exc:
+        tls_error = next((e for e in reversed(errors) if isinstance(e, ssl.SSLError)), None)
+        if tls_error is not None:
+            raise LogUnavailable(
+                f"cannot connect to NATS at {redact_url(url)}: TLS handshake failed ({tls_error}). A server "
+                f"under --tls needs HORIZON_TLS_CA, HORIZON_TLS_CERT and HORIZON_TLS_KEY (docs/tenants.md)"
+            ) from None
         raise LogUnavailable(
             f"cannot reach NATS at {redact_url(url)}: {exc or type(exc).__name__}. Start it with `horizon nats` or "
             f"`horizon up`, or pass --nats URL"
         ) from None
+    return wire.install(nc)
+
+
+async def _give_up_in_time(connecting: Any, refused_tls: asyncio.Event, budget_s: float) -> NATS:
+    """``connecting``'s client, or ``asyncio.TimeoutError`` once a TLS handshake has been refused or
+    ``budget_s`` is over. nats-py can hang for good closing a connection whose TLS handshake failed
+    (a server under --tls, a client without the certificates: nats-io/nats.py#718), and a refused
+    certificate is refused again on every attempt; a caller that gives up after some attempts (the
+    CLI) gets its answer then."""
+    task = asyncio.ensure_future(connecting)
+    refused = asyncio.ensure_future(refused_tls.wait())
+    try:
+        done, _ = await asyncio.wait({task, refused}, timeout=budget_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        refused.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    raise asyncio.TimeoutError
 
 
 class _Pipeline:
