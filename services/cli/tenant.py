@@ -98,7 +98,8 @@ def tenant_add(name: str, data_dir: Path, as_json: bool) -> None:
         if new:
             registry.write_config(_server_tls(data_dir) if running.tls else None)
         url = user_url(running.scheme, name, record["password"], running.host, running.port)
-        tls = tenant_certificate(data_dir, name) if running.tls else None
+        # by absolute paths: the answer and the .env file are handed to the tenant, not used from this folder
+        tls = tenant_certificate(Path(data_dir).absolute(), name) if running.tls else None
         context = None
         if tls is not None:
             context = ssl.create_default_context(cafile=str(tls.ca))
