@@ -294,7 +294,7 @@ def _ready_lines(secured: Secured, data_dir: Path, hint: str, url: str = "", por
     return (f"Accounts on: each part and the operator have a user of their own (credentials in {data_dir}/auth/, "
             f"not shown)\n"
             f"Try, in another shell:\n"
-            f"  horizon tenant add acme{where}        # prints acme's URL\n"
+            f"  horizon tenant add acme --json{where}   # prints acme's URL\n"
             f"  HORIZON_NATS_URL=<that URL> {hint}\n"
             f"  horizon account set acme --tenant acme --shares 2{where}   # an operator command\n")
 

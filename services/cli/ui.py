@@ -58,8 +58,9 @@ def keep_token(data_dir: Path) -> str:
 
 @click.command("ui")
 @nats_option
-@click.option("--port", type=click.IntRange(min=0, max=65535), default=UI_PORT, show_default=True,
-              help="HTTP port (0: a free one).")
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=None,
+              help=f"HTTP port (0: a free one) [default: {UI_PORT}, or a free one when that is taken, as by the "
+                   f"`horizon up` beside it].")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="The address to listen on (0.0.0.0: every interface; then use --login).")
 @click.option("--login/--no-login", default=None,
@@ -71,7 +72,7 @@ def keep_token(data_dir: Path) -> str:
               help="The queue policy the services run with (for the job story's audit verdicts).")
 @click.option("--backfill-mode", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True,
               help="The backfill mode the services run with (for the audit verdicts).")
-def ui(nats_url: str, port: int, host: str, login: bool | None, token: str | None, policy: str,
+def ui(nats_url: str, port: int | None, host: str, login: bool | None, token: str | None, policy: str,
        backfill_mode: str) -> None:
     """Serve the web dashboard: the cluster's GPUs, the queue, fair share, each job's story, charts.
 
@@ -97,12 +98,17 @@ def ui(nats_url: str, port: int, host: str, login: bool | None, token: str | Non
         if not login and host not in ("127.0.0.1", "localhost", "::1"):
             click.echo(f"warning: serving on {host} without --login: anyone who reaches it acts as "
                        f"{'the operator' if dashboard.tenant is None else 'tenant ' + dashboard.tenant}", err=True)
-        web = HttpServer(host, port)
+        web = HttpServer(host, UI_PORT if port is None else port)
         dashboard.mount(web)
         try:
             await web.start()
         except OSError as exc:
-            raise click.ClickException(f"cannot serve HTTP on {host}:{port}: {exc.strerror or exc}") from None
+            if port is not None:  # a port asked for is that port or an error
+                raise click.ClickException(f"cannot serve HTTP on {host}:{port}: {exc.strerror or exc}") from None
+            # the default is taken, most often by the `horizon up` whose dashboard this is another of
+            click.echo(f"warning: port {UI_PORT} is taken; serving HTTP on a free port", err=True)
+            web.port = 0
+            await web.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C and SIGTERM stop it in order
