@@ -83,14 +83,19 @@ class Up:
 
 def start_up(person: Person, command: str, cwd: Path, timeout: float = 240.0) -> Up:
     """Start ``horizon up`` as the doc says. When the default port is taken (another Horizon on this
-    machine) the person makes the one change anyone would: a free ``--port``, and
-    ``HORIZON_NATS_URL`` exported for every command after it."""
+    machine) the person makes the one change anyone would: a free ``--port`` (before the line's
+    comment, if it has one), and ``HORIZON_NATS_URL`` exported for every command after it; not
+    under ``--auth``, where that URL without credentials would stand in for the operator's, which
+    the commands find in the data dir whatever the port (and a tenant's URL carries its port)."""
     changed = False
     if "--port" not in command and not port_free(DEFAULT_PORT):
         port = free_port()
-        command = f"{command} --port {port}"
-        person.env["HORIZON_NATS_URL"] = f"nats://127.0.0.1:{port}"
-        person.subs["nats://127.0.0.1:4222"] = person.env["HORIZON_NATS_URL"]  # as written in the clients
+        line, hash_, comment = command.partition(" #")
+        command = f"{line.rstrip()} --port {port}" + (f"  #{comment}" if hash_ else "")
+        url = f"nats://127.0.0.1:{port}"
+        if "--auth" not in line.split():
+            person.env["HORIZON_NATS_URL"] = url
+        person.subs["nats://127.0.0.1:4222"] = url  # as written in the clients
         changed = True
     bg = person.start(command, cwd=cwd)
     bg.wait_for(UP_READY, timeout=timeout)
