@@ -126,8 +126,9 @@ _spec_decoder = msgspec.json.Decoder(c.JobSpec)
 
 
 class _QosFields(msgspec.Struct):
-    """The fields of a stored spec its QoS class is derived from, and an elastic gang's least number of
-    nodes (``min_nodes``, which a row shows beside ``nodes``); the rest is not decoded."""
+    """The fields of a stored spec its QoS class is derived from, an elastic gang's least number of
+    nodes (``min_nodes``, which a row shows beside ``nodes``) and the signals it is sent before a stop
+    (checkpoint, time limit); the rest is not decoded."""
 
     cpus_milli: int = 1000
     memory_bytes: int = 1 << 30
@@ -139,6 +140,8 @@ class _QosFields(msgspec.Struct):
     exclusive: bool = False
     whole_node_memory: bool = False
     min_nodes: int = 0
+    checkpoint_signal: str | None = None  # shown beside the resources: what a drain or preemption sends first
+    limit_signal: c.LimitSignal | None = None
 
     @property
     def gpus_on_node(self) -> int:
@@ -515,6 +518,8 @@ class JobsProjection:
             row["cpu_limit_milli"] = fields.cpu_limit_milli if fields else None
             row["memory_limit_bytes"] = fields.memory_limit_bytes if fields else None
             row["min_nodes"] = fields.min_nodes if fields else None  # an elastic gang's least (0: rigid)
+            row["checkpoint_signal"] = fields.checkpoint_signal if fields else None
+            row["limit_signal"] = msgspec.to_builtins(fields.limit_signal) if fields and fields.limit_signal else None
             row["allocation"] = json.loads(row["allocation"]) if row["allocation"] else []
             row.pop("class_rank", None)
         if steps and rows:  # each row's current attempt's steps (sacct's JOBID.0, JOBID.1, ...)

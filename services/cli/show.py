@@ -129,11 +129,27 @@ def _resources(row: dict[str, Any]) -> str:
             f"{'  qos ' + row['qos'] if row.get('qos') else ''}{_limits(row)}")
 
 
+def _signals(row: dict[str, Any]) -> str:
+    """The signals it gets before a stop: its checkpoint signal (before a preemption or a drain's
+    migration) and one before its time limit (--checkpoint-signal SIG@S, Slurm's --signal)."""
+    parts = []
+    if row.get("checkpoint_signal"):
+        parts.append(f"checkpoint {row['checkpoint_signal']} (before a preemption or a migration)")
+    limit = row.get("limit_signal")
+    if limit:
+        to = "its main process" if limit.get("batch_only") else "its steps"
+        parts.append(f"{limit['signal']} to {to} {format(limit.get('before_s', 60), 'g')} s before its time limit")
+    return "; ".join(parts)
+
+
 def _job_lines(row: dict[str, Any], job: dict[str, Any], prio: dict[str, Any]) -> list[str]:
     out = [f"Job {row['job_id']} ({row.get('name') or ''})  state {row['state']}",
            f"  tenant {row.get('tenant')}  account {row.get('account')}  user {row.get('user') or '-'}  "
            f"class {row.get('priority_class')}",
            f"  resources: {_resources(row)}"]
+    signals = _signals(row)
+    if signals:
+        out.append(f"  signals: {signals}")
     if "error" not in prio:
         if prio.get("position"):
             out.append(f"  queue position {prio['position']} of {prio['queued']} ({prio['policy']})")

@@ -190,7 +190,12 @@ def view_reply_schemas() -> dict[str, Schema]:
                           "cpu_limit_milli": {"type": ["integer", "null"], "description": "Per task, the CPUs (thousandths "
                                               "of a core) it may use beyond its request; 0: the request is the limit."},
                           "memory_limit_bytes": {"type": ["integer", "null"], "description": "Per task, the memory "
-                                                 "(bytes) it may use beyond its request; 0: the request is the limit."}})
+                                                 "(bytes) it may use beyond its request; 0: the request is the limit."},
+                          "checkpoint_signal": {"type": ["string", "null"], "description": "The signal the job "
+                                                "checkpoints on before it is preempted or migrated (`SIGUSR1`); null: "
+                                                "none (docs/jobs.md, Checkpoints)."},
+                          "limit_signal": {"type": ["object", "null"], "description": "A signal sent before its time "
+                                           "limit: `signal`, `before_s`, `batch_only` (Slurm's --signal)."}})
     attempt_row = _attempt_row(jobs_sql, allocation)
     event_row = {"type": "object", "required": ["seq", "type"], "properties": {
         "seq": {"type": "integer"}, "type": {"type": "string"}, "ts": {"type": ["number", "null"]},
