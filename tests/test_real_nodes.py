@@ -118,7 +118,7 @@ def test_limits_working_directory_output_logs_and_show(tmp_path):
         assert up.wait_state("sweep_1", ("SUCCEEDED",))
         assert up.cli("logs", "sweep_1").stdout == "task 1\n"
         missing = up.cli("logs", "no-such-job")
-        assert missing.returncode == 1 and "no job 'no-such-job'" in missing.stderr and "Traceback" not in missing.stderr
+        assert missing.returncode == 1 and "no job or array 'no-such-job'" in missing.stderr and "Traceback" not in missing.stderr
     finally:
         assert up.stop() == 0
 

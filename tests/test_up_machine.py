@@ -92,11 +92,13 @@ def test_up_without_shape_options_registers_this_machine(tmp_path):
         assert me["simulated"] is False and me["unhealthy"] == {}
         assert f"Horizon is up: node {node_name()}: {len(os.sched_getaffinity(0))} CPU" in said
         if me["gpus"] == 0:
-            assert "no GPU found (" in said and "horizon submit -- hostname" in said and "nvidia-smi" not in said
+            # the hint as typed in another shell: up took a free port, so it carries --nats
+            assert "no GPU found (" in said and f"horizon submit --nats {url} -- hostname" in said
+            assert "nvidia-smi" not in said
             row = run_to_end(url, "hostname")  # the hint works here
             assert row["state"] == "SUCCEEDED" and row["node"] == node_name()
         else:
-            assert "horizon submit --gpus 1 -- nvidia-smi" in said
+            assert f"horizon submit --nats {url} --gpus 1 -- nvidia-smi" in said
         table = horizon("nodes", url=url)
         assert table.returncode == 0 and "machine" in table.stdout
     finally:

@@ -8,6 +8,7 @@ Every journey's person has that clone's ``.venv/bin`` on PATH and a home folder 
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -135,3 +136,15 @@ def wait_state(person: Person, job: str, *states: str, timeout: float = 90.0) ->
 def submitted_id(result: object) -> str:
     """The job id ``horizon submit`` / ``sbatch`` printed (its last word)."""
     return str(getattr(result, "out")).strip().split()[-1]
+
+
+@contextlib.contextmanager
+def running(person: Person, command: str, *, at: str = "cluster", then: str | None = None) -> Iterator[Up]:
+    """``horizon up`` started by ``person`` in their folder ``at``, for a module's journey; the
+    person then works in ``then`` (another folder of theirs; default: beside ``up``); Ctrl-C at the end."""
+    up = start_up(person, command, cwd=person.folder(at))
+    person.cwd = person.folder(then or at)
+    try:
+        yield up
+    finally:
+        up.bg.interrupt()

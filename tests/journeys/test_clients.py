@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.journeys.conftest import Up, start_up
+from tests.journeys.conftest import Up, running
 from tests.journeys.docblocks import block
 from tests.journeys.person import Person
 
@@ -30,10 +30,8 @@ def test_schema_commands(someone: Person) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(someone: Person) -> Iterator[Up]:
-    up = start_up(someone, "horizon up --nodes 4 --gpus-per-node 8", cwd=someone.folder("cluster"))
-    someone.cwd = someone.folder("client")
-    yield up
-    up.bg.interrupt()
+    with running(someone, "horizon up --nodes 4 --gpus-per-node 8", then="client") as up:
+        yield up
 
 
 def _paste_and_run(someone: Person, name: str, file: str) -> str:

@@ -9,18 +9,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.journeys.conftest import Up, start_up, submitted_id, wait_state
+from tests.journeys.conftest import Up, running, submitted_id, wait_state
 from tests.journeys.docblocks import block
 from tests.journeys.person import Person
 
 
 @pytest.fixture(scope="module")
 def cluster(someone: Person) -> Iterator[Up]:
-    up = start_up(someone, "horizon up --nodes 8 --gpus-per-node 8", cwd=someone.folder("cluster"))
-    someone.cwd = someone.folder("project")
-    (someone.cwd / "train.py").write_text(block("jobs-checkpoint-train-py").body + "\n")
-    yield up
-    up.bg.interrupt()
+    with running(someone, "horizon up --nodes 8 --gpus-per-node 8", then="project") as up:
+        (someone.cwd / "train.py").write_text(block("jobs-checkpoint-train-py").body + "\n")
+        yield up
 
 
 def _plans(text: str) -> dict[str, tuple[str, str, str]]:

@@ -11,17 +11,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.journeys.conftest import Up, start_up, submitted_id, wait_state
+from tests.journeys.conftest import Up, running, submitted_id, wait_state
 from tests.journeys.docblocks import block
 from tests.journeys.person import Person
 
 
 @pytest.fixture(scope="module")
 def cluster(someone: Person) -> Iterator[Up]:
-    up = start_up(someone, "horizon up --nodes 4 --gpus-per-node 8", cwd=someone.folder("cluster"))
-    someone.cwd = someone.folder("cluster")  # operator commands find the up of ./.horizon
-    yield up
-    up.bg.interrupt()
+    # the person stays beside up: operator commands find the up of ./.horizon
+    with running(someone, "horizon up --nodes 4 --gpus-per-node 8") as up:
+        yield up
 
 
 def test_a_configuration_that_cannot_apply_is_refused_as_shown(cluster: Up, someone: Person) -> None:

@@ -9,17 +9,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.journeys.conftest import Up, start_up, submitted_id, wait_state
+from tests.journeys.conftest import Up, running, submitted_id, wait_state
 from tests.journeys.docblocks import block
 from tests.journeys.person import Person
 
 
 @pytest.fixture(scope="module")
 def cluster(someone: Person) -> Iterator[Up]:
-    up = start_up(someone, "horizon up --nodes 4 --gpus-per-node 8", cwd=someone.folder("cluster"))
-    someone.cwd = someone.folder("cluster")
-    yield up
-    up.bg.interrupt()
+    with running(someone, "horizon up --nodes 4 --gpus-per-node 8") as up:
+        yield up
 
 
 def test_whatif_as_documented(cluster: Up, someone: Person) -> None:
