@@ -216,7 +216,7 @@ def test_show_prints_the_run_time_placement_predicted(up):
 def test_a_reservation_reads_as_dates_and_its_end_lets_the_job_start(up):
     up.run("account", "set", "ml", "--shares", "1")
     nodes = "node-00,node-01,node-02,node-03"
-    up.run("reservation", "create", "maint", "--account", "ml", "--nodes", nodes, "--start", "+0s", "--end", "+15s")
+    up.run("reservation", "create", "maint", "--account", "ml", "--nodes", nodes, "--start", "+0s", "--end", "+8s")
     job = submit(up, "--name", "after-maint", "--gpus", "1", "--", "true")
     reason = up.until("the reservation's verdict", lambda: next(
         (r["reason"] for r in up.json("queue") if r["job_id"] == job and r.get("reason")), None))

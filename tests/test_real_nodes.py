@@ -154,28 +154,6 @@ def test_a_job_outlives_kill_9_of_its_agent(tmp_path):
         assert up.stop(signal.SIGTERM) == 0
 
 
-def test_a_job_outlives_ctrl_c_of_up_and_a_restart(tmp_path):
-    up = Up(tmp_path / "h", "--nodes", "1", "--gpus-per-node", "2")
-    up.start()
-    job = up.submit("--", "sh", "-c", f"sleep {LONG_JOB_S}; echo survived")
-    try:
-        pid = _running(up, job)
-    finally:
-        assert up.stop(signal.SIGINT) == 0
-    os.kill(pid, 0)  # Ctrl-C stopped Horizon, not the work
-    again = Up(up.data_dir, "--nodes", "1", "--gpus-per-node", "2")
-    again.start()
-    try:
-        row = again.wait_state(job, ("SUCCEEDED", "FAILED"), timeout=LONG_JOB_S + 40)
-        assert row["state"] == "SUCCEEDED", row
-        assert again.cli("logs", job).stdout == "survived\n"
-        assert endings(again, job) == ["JobSucceeded"]
-        check = again.cli("check")
-        assert check.returncode == 0 and check.stdout.strip().endswith("ok"), check.stdout + check.stderr
-    finally:
-        assert again.stop() == 0
-
-
 from tests.test_containers import image  # noqa: E402,F401 - the busybox image, built once per session
 
 

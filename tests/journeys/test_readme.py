@@ -87,5 +87,9 @@ def test_first_command_then_first_jobs_from_another_folder(clone: Clone, person:
     again = start_up(person, ".venv/bin/horizon up", cwd=clone.root)
     wait_state(person, long_job, "SUCCEEDED", "FAILED", "CANCELLED", timeout=120)
     assert job_state(person, long_job) == "SUCCEEDED", person.run(f"horizon show {long_job}", ok=None)
-    assert "survived" in person.run(f"horizon logs {long_job}").out
+    assert person.run(f"horizon logs {long_job}").out == "survived\n"
+    shown = person.run(f"horizon show {long_job}").out
+    assert shown.count("JobSucceeded") == 1 and "attempt 2" not in shown, shown  # one attempt, one ending
+    check = person.run("horizon check", cwd=clone.root)  # the whole log's invariants and its audit
+    assert check.out.strip().endswith("ok"), check
     again.bg.interrupt()
