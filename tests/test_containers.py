@@ -164,8 +164,8 @@ class Run:
 
     def start(self) -> "Run":
         with open(self.out, "wb") as out, open(self.err, "wb") as err:
-            self.process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                            start_new_session=True, preexec_fn=self.cgroup.join)
+            self.process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=self.dir,
+                                            start_new_session=True, preexec_fn=self.cgroup.join)  # as the shim
         return self
 
     def wait(self, timeout: float = 60) -> int:

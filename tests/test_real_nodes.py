@@ -100,6 +100,7 @@ def test_limits_working_directory_output_logs_and_show(tmp_path):
 
         row = up.wait_state(hog, ("OUT_OF_MEMORY", "FAILED", "SUCCEEDED"))
         assert row["state"] == "OUT_OF_MEMORY", row
+        assert sorted(p.name for p in work.iterdir()) == [], "Podman left files in the job's directory"
         assert "out of memory" in row["reason"] and "64 MiB" in row["reason"]
         assert up.wait_state(pinned, ("SUCCEEDED",))
         cores = up.cli("logs", pinned).stdout.split()[-1]
@@ -174,7 +175,7 @@ def test_a_container_job_has_its_limits_and_its_output_in_horizon_logs(tmp_path,
                           "echo hello from $(pwd) task $HORIZON_JOB_ID; grep Cpus_allowed_list /proc/self/status",
                           cwd=work)
         hog = up.submit("--image", image, "--mem", "64M", "--", "sh", "-c",
-                        "head -c 200m /dev/zero | tail > /dev/null; echo survived")
+                        "head -c 200m /dev/zero | tail > /dev/null; echo survived", cwd=work)
         assert up.wait_state(boxed, ("SUCCEEDED",))
         lines = up.cli("logs", boxed).stdout.splitlines()
         assert lines[0] == f"hello from {work} task {boxed}"

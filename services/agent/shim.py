@@ -110,9 +110,13 @@ def run(directory: Path) -> dict[str, Any]:
         except OSError as exc:
             raise _StartError(f"cannot open output file {exc.filename}: {exc.strerror}") from None
 
-        argv, env = plan["argv"], plan["env"]
+        argv, env, run_in = plan["argv"], plan["env"], cwd
         if plan.get("image"):
             argv, env = _container(plan, directory, cgroup, cwd), None  # Podman runs with the node's environment
+            # Podman runs from the attempt's directory: the container's own is --workdir, and what conmon may
+            # leave in its working directory (an empty `oom` after an OOM kill: seen with this command line
+            # run from the checkout by tests/test_containers.py) stays out of the user's
+            run_in = str(directory)
 
         def enter() -> None:  # in the child, before exec: default signals again, join the attempt's cgroup
             for sig in _IGNORED:
@@ -122,7 +126,7 @@ def run(directory: Path) -> dict[str, Any]:
 
         try:
             proc = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                argv, cwd=run_in, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                 start_new_session=True, preexec_fn=enter, close_fds=True,
             )
         except OSError as exc:
