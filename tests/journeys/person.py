@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.runtime.natsserver import port_is_free
 from tests.journeys.docblocks import Command
 
 
@@ -192,13 +193,7 @@ class Person:
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-        return True
+    return port_is_free(host, port)
 
 
 def free_port() -> int:
