@@ -100,7 +100,6 @@ def test_limits_working_directory_output_logs_and_show(tmp_path):
 
         row = up.wait_state(hog, ("OUT_OF_MEMORY", "FAILED", "SUCCEEDED"))
         assert row["state"] == "OUT_OF_MEMORY", row
-        assert sorted(p.name for p in work.iterdir()) == [], "Podman left files in the job's directory"
         assert "out of memory" in row["reason"] and "64 MiB" in row["reason"]
         assert up.wait_state(pinned, ("SUCCEEDED",))
         cores = up.cli("logs", pinned).stdout.split()[-1]
@@ -182,6 +181,7 @@ def test_a_container_job_has_its_limits_and_its_output_in_horizon_logs(tmp_path,
         assert re.fullmatch(r"Cpus_allowed_list:\s+\d+", lines[1]), lines
         row = up.wait_state(hog, ("OUT_OF_MEMORY", "FAILED", "SUCCEEDED"))
         assert row["state"] == "OUT_OF_MEMORY", row
+        assert sorted(p.name for p in work.iterdir()) == [], "Podman left files in the job's directory"
         missing = up.submit("--image", "localhost/no-such-image:1", "--", "true")
         row = up.wait_state(missing, ("FAILED",))
         assert "no-such-image" in row["reason"], row
