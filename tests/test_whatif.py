@@ -448,3 +448,14 @@ def test_progress_is_reported_for_both_replays():
     for updates in seen.values():
         assert updates[-1] == (len(jobs), len(jobs))
         assert [d for d, _ in updates] == sorted(d for d, _ in updates)
+
+
+def test_a_placement_decided_before_an_end_it_could_not_see_is_a_known_cause():
+    """basis_seq is what the live cycle knew; an end stored after it and before the decision was
+    logged while the cycle decided: the replay, in time order, may see that node free."""
+    from services.sim.whatif import _stale_basis
+
+    placed = {("a", 1): (10, 15), ("b", 1): (11, 15), ("c", 1): (10, 30), ("c", 2): (40, 45)}
+    ends = [11, 20, 41]  # a missed 11; b saw it (basis 11) and 20 came after it; c's first attempt missed 11 and 20
+    assert _stale_basis(placed, ends, {"a": [1], "b": [1], "c": [1, 2]}) == {"a", "c"}
+    assert _stale_basis(placed, [], {"a": [1]}) == set()

@@ -33,6 +33,7 @@ applied at the span's start, after the configuration in force then.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import json
 import math
@@ -150,6 +151,10 @@ class Workload:
     notes: dict[str, list[str]] = field(default_factory=dict)  # what the log cannot tell -> job ids
     base_config: list[Event] = field(default_factory=list)  # configuration in force at the span's start
     rejected: list[str] = field(default_factory=list)  # submitted in the span, rejected: not workload
+    # Jobs whose first placement was decided by a live cycle on a basis that had not yet seen an attempt's
+    # end the log holds before the decision: the replay, ordered by time, may see that node free and choose
+    # otherwise, a difference the live services' latency makes, not the policy (fidelity() says so)
+    stale_basis: set[str] = field(default_factory=set)
 
     def describe(self) -> dict[str, Any]:
         return {"from": _iso(self.start_s), "to": _iso(self.end_s), "first_seq": self.first_seq,
@@ -192,6 +197,8 @@ def workload_from_log(records: Sequence[Record], start_s: float, end_s: float,
     started: dict[tuple[str, int], float] = {}
     scheduled: dict[tuple[str, int], list[str]] = {}
     decided: dict[tuple[str, int], float] = {}  # when placement allocated the attempt (JobScheduled)
+    placed_seqs: dict[tuple[str, int], tuple[int, int]] = {}  # (job, attempt) -> its JobScheduled's (basis, seq)
+    end_seqs: list[int] = []  # the seq of every attempt's end, in log order
     ended: dict[tuple[str, int], tuple[float, str]] = {}  # (job, attempt) -> (time, how)
     preempted: dict[str, int] = {}
     cancels: dict[str, float] = {}  # user's cancel request time
@@ -229,20 +236,25 @@ def workload_from_log(records: Sequence[Record], start_s: float, end_s: float,
         elif isinstance(event, c.JobScheduled):
             scheduled.setdefault((event.job_id, event.attempt), sorted(a.node for a in event.allocations))
             decided.setdefault((event.job_id, event.attempt), t)
+            placed_seqs.setdefault((event.job_id, event.attempt), (event.basis_seq or 0, r.seq))
         elif service == "agent" and isinstance(event, c.JobStarted):
             started.setdefault((event.job_id, event.attempt), t)
         elif isinstance(event, c.JobSucceeded):
             ended.setdefault((event.job_id, event.attempt), (t, "SUCCEEDED"))
+            end_seqs.append(r.seq)
         elif isinstance(event, c.JobFailed):
             ended.setdefault((event.job_id, event.attempt), (t, "FAILED"))
+            end_seqs.append(r.seq)
             if event.node_lost:
                 lost_under.add(event.job_id)
         elif isinstance(event, c.JobPreempted):
             ended.setdefault((event.job_id, event.attempt), (t, "PREEMPTED"))
+            end_seqs.append(r.seq)
             preempted[event.job_id] = preempted.get(event.job_id, 0) + 1
         elif isinstance(event, c.JobCancelled):
             if event.attempt and service == "agent":
                 ended.setdefault((event.job_id, event.attempt), (t, "CANCELLED"))
+                end_seqs.append(r.seq)
             else:
                 ended.setdefault((event.job_id, 0), (t, "CANCELLED"))
         elif service == "agent" and type(event).__name__.startswith("Node"):
@@ -322,7 +334,24 @@ def workload_from_log(records: Sequence[Record], start_s: float, end_s: float,
     base_config = [e for s, e in timed if e.ts <= start_s and s.split(".")[3] in CONFIG_VERBS]
     return Workload(jobs, timed, recorded, measured, start_s, end_s, first_seq, last_seq,
                     sum(g for g, _ in capacity.values()), sum(cp for _, cp in capacity.values()), notes, base_config,
-                    dropped)
+                    dropped, _stale_basis(placed_seqs, end_seqs, by_job))
+
+
+def _stale_basis(placed: dict[tuple[str, int], tuple[int, int]], end_seqs: list[int],
+                 by_job: dict[str, list[int]]) -> set[str]:
+    """Jobs whose first attempt a live cycle placed without an end the log already held: an end stored
+    after the decision's basis_seq and before the decision itself (the cycle was deciding while it came)."""
+    ends = sorted(end_seqs)
+    out = set()
+    for job_id, attempts in by_job.items():
+        first = min((a for a in attempts if a > 0), default=None)
+        if first is None or (job_id, first) not in placed:
+            continue
+        basis, seq = placed[(job_id, first)]
+        i = bisect.bisect_right(ends, basis)
+        if i < len(ends) and ends[i] < seq:
+            out.add(job_id)
+    return out
 
 
 def _members(job_id: str, sub: c.JobSubmitted, by_job: dict[str, list[int]]) -> list[str]:
@@ -926,6 +955,7 @@ def fidelity(workload: Workload, run: Any, tolerance_s: float) -> dict[str, Any]
     compared = 0
     diverged: list[dict[str, Any]] = []
     unknowable = {j for ids in workload.notes.values() for j in ids}
+    late = "placed live by a cycle that had not yet seen an end the log held before its decision"
     for job_id in sorted(workload.measured, key=lambda j: workload.recorded[j].submit_s):
         info = workload.recorded[job_id]
         if info.state == "REJECTED":
@@ -939,9 +969,12 @@ def fidelity(workload: Workload, run: Any, tolerance_s: float) -> dict[str, Any]
         if same:
             reproduced += 1
         else:
+            why = [note for note, ids in sorted(workload.notes.items()) if job_id in ids]
+            if job_id in workload.stale_basis:
+                why.append(late)
             diverged.append({"job_id": job_id, "recorded_start_s": info.start_s, "replayed_start_s": start,
                              "recorded_nodes": info.nodes, "replayed_nodes": sorted(r.allocation) if r else [],
-                             "explained": job_id in unknowable})
+                             "explained": bool(why), "why": why})
     return {"compared": compared, "reproduced": reproduced, "tolerance_s": tolerance_s,
             "diverged": len(diverged), "unexplained": sum(1 for d in diverged if not d["explained"]),
             "divergences": diverged[:50],
