@@ -535,6 +535,8 @@ class ProcessExecutor:
         while not (directory / shim.JOB_PID).exists():
             status_path = directory / shim.STATUS
             if status_path.exists() or child.poll() is not None:
+                if (directory / shim.JOB_PID).exists():
+                    break  # it started, and ended, between the two looks: its status says how (not a failure)
                 await asyncio.to_thread(child.wait)
                 self.cores.release(alloc.node, job_id, attempt)
                 try:
