@@ -43,6 +43,7 @@ import contextlib
 import dataclasses
 import logging
 import re
+import os
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -158,15 +159,21 @@ async def connect(
             nc = await _give_up_in_time(connecting, refused_tls,
                                         (connect_timeout_s + 0.25) * (max_attempts + 1) * len(servers) + 2.0)
     except (nats.errors.NoServersError, OSError, asyncio.TimeoutError) as exc:
-        tls_error = next((e for e in reversed(errors) if isinstance(e, ssl.SSLError)), None)
+        tls_error: Any = next((e for e in reversed(errors) if isinstance(e, ssl.SSLError)), None)
+        if tls_error is None and tls is not None and not os.environ.get("HORIZON_TLS_CERT") and any(
+                isinstance(e, (ConnectionResetError, BrokenPipeError, nats.errors.UnexpectedEOF)) for e in errors):
+            # TLS 1.3: a server that wants a client certificate refuses the missing one after the client's
+            # side of the handshake is done; the alert may be lost to the closed connection, leaving an EOF
+            tls_error = "the server closed the connection after the handshake: it wants a client certificate"
         if tls_error is not None:
             raise LogUnavailable(
                 f"cannot connect to NATS at {redact_url(url)}: TLS handshake failed ({tls_error}). A server "
                 f"under --tls needs HORIZON_TLS_CA, HORIZON_TLS_CERT and HORIZON_TLS_KEY (docs/tenants.md)"
             ) from None
+        met = f" (last: {type(errors[-1]).__name__}: {errors[-1]})" if errors else ""
         raise LogUnavailable(
-            f"cannot reach NATS at {redact_url(url)}: {exc or type(exc).__name__}. Start it with `horizon nats` or "
-            f"`horizon up`, or pass --nats URL"
+            f"cannot reach NATS at {redact_url(url)}: {exc or type(exc).__name__}{met}. Start it with `horizon nats` "
+            f"or `horizon up`, or pass --nats URL"
         ) from None
     return wire.install(nc)
 
