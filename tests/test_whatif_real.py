@@ -35,6 +35,7 @@ from events.codec import decode
 from services.agent.nodes import local_nodes
 from services.cli.whatif import whatif_report
 from services.host.stack import Stack
+from services.sim.whatif import STALE_BASIS
 from tests.e2e import Tally, read_log, wait_until
 from tests.test_e2e_services import publish_all
 
@@ -82,16 +83,13 @@ def _ended(tally: Tally, job_id: str) -> bool:
     return any(tally.has(kind, job_id) for kind in ("JobSucceeded", "JobFailed", "JobCancelled", "JobRejected"))
 
 
-LATE = "placed live by a cycle that had not yet seen an end the log held before its decision"
-
-
 def _assert_every_start_reproduced(out: dict, starts: dict, jobs: set[str]) -> None:
     """Every recorded start at its time, and on its nodes, but for one cause the log shows and the replay
     cannot repeat: a live cycle that decided while an end it had not seen was being logged (a loaded
     machine's latency; seen once under a CPU hog). Such a job still starts at its recorded time."""
     fid = out["baseline"]["fidelity"]
     assert fid["compared"] == len(jobs) and fid["unexplained"] == 0, fid["divergences"]
-    late = {d["job_id"] for d in fid["divergences"] if d["why"] == [LATE]}
+    late = {d["job_id"] for d in fid["divergences"] if d["why"] == [STALE_BASIS]}
     assert fid["reproduced"] == fid["compared"] - len(late), fid["divergences"]
     assert set(starts) == jobs  # the rejected jobs are not workload
     for job_id, s in starts.items():

@@ -73,9 +73,6 @@ class Stack:
     tracer_provider: Any = None  # OpenTelemetry: each part's log is traced (services/runtime/telemetry.py)
     meter_provider: Any = None
 
-    def __post_init__(self) -> None:
-        self.data_dir = Path(self.data_dir).absolute()  # the agent's jobs and the read models, whatever the cwd
-
     def part_settings(self) -> PartSettings:
         return PartSettings(policy=self.policy, backfill=self.backfill, heartbeat_timeout_s=self.heartbeat_timeout_s,
                             tick_interval_s=self.tick_interval_s)

@@ -42,8 +42,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import re
 import os
+import re
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -159,12 +159,7 @@ async def connect(
             nc = await _give_up_in_time(connecting, refused_tls,
                                         (connect_timeout_s + 0.25) * (max_attempts + 1) * len(servers) + 2.0)
     except (nats.errors.NoServersError, OSError, asyncio.TimeoutError) as exc:
-        tls_error: Any = next((e for e in reversed(errors) if isinstance(e, ssl.SSLError)), None)
-        if tls_error is None and tls is not None and not os.environ.get("HORIZON_TLS_CERT") and any(
-                isinstance(e, (ConnectionResetError, BrokenPipeError, nats.errors.UnexpectedEOF)) for e in errors):
-            # TLS 1.3: a server that wants a client certificate refuses the missing one after the client's
-            # side of the handshake is done; the alert may be lost to the closed connection, leaving an EOF
-            tls_error = "the server closed the connection after the handshake: it wants a client certificate"
+        tls_error = _tls_refusal(errors, tls)
         if tls_error is not None:
             raise LogUnavailable(
                 f"cannot connect to NATS at {redact_url(url)}: TLS handshake failed ({tls_error}). A server "
@@ -176,6 +171,19 @@ async def connect(
             f"or `horizon up`, or pass --nats URL"
         ) from None
     return wire.install(nc)
+
+
+def _tls_refusal(errors: Sequence[Exception], tls: ssl.SSLContext | None) -> str | None:
+    """Why the server refused this client's TLS, from what the client met, or None if it did not."""
+    refused = next((e for e in reversed(errors) if isinstance(e, ssl.SSLError)), None)
+    if refused is not None:
+        return str(refused)
+    if tls is not None and not os.environ.get("HORIZON_TLS_CERT") and any(
+            isinstance(e, (ConnectionResetError, BrokenPipeError, nats.errors.UnexpectedEOF)) for e in errors):
+        # TLS 1.3: a server that wants a client certificate refuses the missing one after the client's side
+        # of the handshake is done; the alert may be lost to the closed connection, leaving an EOF
+        return "the server closed the connection after the handshake: it wants a client certificate"
+    return None
 
 
 async def _give_up_in_time(connecting: Any, refused_tls: asyncio.Event, budget_s: float) -> NATS:

@@ -123,7 +123,7 @@ class RecordedJob:
     start_s: float | None = None  # its first attempt's start
     nodes: list[str] = field(default_factory=list)  # its first attempt's nodes
     end_s: float | None = None
-    state: str = ""  # SUCCEEDED | FAILED | CANCELLED | REJECTED | RUNNING | PENDING ...
+    state: str = ""  # SUCCEEDED | FAILED | CANCELLED | RUNNING | PENDING ... (a rejected job is no workload)
     run_s: float | None = None  # the completed attempt's run time
     attempts: int = 0
     preempted: int = 0
@@ -947,6 +947,9 @@ def fairshare_distance(delivered: dict[str, float], targets: dict[str, float]) -
     return {"distance": distance / 2, "accounts": rows}
 
 
+STALE_BASIS = "placed live by a cycle that had not yet seen an end the log held before its decision"
+
+
 def fidelity(workload: Workload, run: Any, tolerance_s: float) -> dict[str, Any]:
     """The baseline against the log, job by job: a job is reproduced when it started in both on the same
     nodes within ``tolerance_s`` of its recorded start (the live services' reaction time), or started in
@@ -954,12 +957,8 @@ def fidelity(workload: Workload, run: Any, tolerance_s: float) -> dict[str, Any]
     reproduced = 0
     compared = 0
     diverged: list[dict[str, Any]] = []
-    unknowable = {j for ids in workload.notes.values() for j in ids}
-    late = "placed live by a cycle that had not yet seen an end the log held before its decision"
     for job_id in sorted(workload.measured, key=lambda j: workload.recorded[j].submit_s):
         info = workload.recorded[job_id]
-        if info.state == "REJECTED":
-            continue
         r = run.results.get(job_id)
         start = r.start_s if r is not None else None
         compared += 1
@@ -971,7 +970,7 @@ def fidelity(workload: Workload, run: Any, tolerance_s: float) -> dict[str, Any]
         else:
             why = [note for note, ids in sorted(workload.notes.items()) if job_id in ids]
             if job_id in workload.stale_basis:
-                why.append(late)
+                why.append(STALE_BASIS)
             diverged.append({"job_id": job_id, "recorded_start_s": info.start_s, "replayed_start_s": start,
                              "recorded_nodes": info.nodes, "replayed_nodes": sorted(r.allocation) if r else [],
                              "explained": bool(why), "why": why})

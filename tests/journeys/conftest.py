@@ -9,6 +9,7 @@ Every journey's person has that clone's ``.venv/bin`` on PATH and a home folder 
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -118,19 +119,19 @@ def someone(clone: Clone, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         kill_attempts(person.home)
 
 
-def job_state(person: Person, job: str) -> str:
-    import json
+def _state_of(jobs_json: str, job: str) -> str:
+    return next((row["state"] for row in json.loads(jobs_json) if row["job_id"] == job), "")
 
-    rows = json.loads(person.run("horizon jobs --json").out)
-    return next((row["state"] for row in rows if row["job_id"] == job), "")
+
+def job_state(person: Person, job: str) -> str:
+    return _state_of(person.run("horizon jobs --json").out, job)
 
 
 def wait_state(person: Person, job: str, *states: str, timeout: float = 90.0) -> str:
     """`horizon jobs` again until the job is in one of ``states``; returns the state."""
-    deadline_result = person.until("horizon jobs --json",
-                                   lambda r: r.rc == 0 and job_state(person, job) in states, timeout=timeout)
-    assert deadline_result.rc == 0
-    return job_state(person, job)
+    seen = person.until("horizon jobs --json", lambda r: r.rc == 0 and _state_of(r.out, job) in states,
+                        timeout=timeout)
+    return _state_of(seen.out, job)
 
 
 def submitted_id(result: object) -> str:
