@@ -222,6 +222,12 @@ class JobSpec(_Part, kw_only=True):
     # QoS class follows from requests and limits (services/domain/qos.py).
     cpu_limit_milli: int = 0
     memory_limit_bytes: int = 0
+    # Who it runs as on its nodes (services/agent/identity.py): the authenticated user's Unix identity,
+    # stamped by the submission core from the operator's ``UserConfigured`` under accounts. None: the
+    # node resolves ``user`` in its passwd (without accounts), or runs it as the agent's own user.
+    uid: int | None = None
+    gid: int | None = None
+    groups: tuple[int, ...] = ()
 
     # An elastic gang (Slurm's ``--nodes MIN-MAX``, Volcano's ``minAvailable``): ``nodes`` is its most,
     # ``min_nodes`` its least; it starts at the largest size that fits, grows toward ``nodes`` and may be
@@ -466,6 +472,27 @@ class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
     # The tenants whose jobs may charge this account (``horizon account set NAME --tenant T``);
     # empty: any tenant's. A tenant's submission naming an account not open to it is rejected.
     tenants: list[str] = []
+
+
+class UserConfigured(Event, tag="UserConfigured", kw_only=True):
+    """``horizon.in._admin.user``: a user of a tenant (``horizon user add``, and the tenant's own login
+    at ``horizon tenant add``) and the Unix identity its jobs run as.
+
+    Under accounts every input a tenant's user sends reaches the log through the intake, which stamps
+    the user the server authenticated (``Horizon-User``); the submission core gives that user's jobs
+    ``uid``, ``gid`` and ``groups`` from here. ``name`` is the Horizon user (a tenant's own login is
+    named like the tenant); ``unix_user`` the passwd name it was mapped from, if any. ``uid`` 0 is
+    refused unless ``allow_root`` (the operator said so explicitly). Configuring a user again replaces it.
+    """
+
+    tenant: str
+    name: str
+    uid: int
+    gid: int
+    groups: list[int] = []
+    unix_user: str = ""
+    allow_root: bool = False
+    user: str = ""
 
 
 class FairShareConfigured(Event, tag="FairShareConfigured", kw_only=True):
@@ -1093,6 +1120,7 @@ AnyEvent = (
     | JobUpdateRequested
     | NodeCommandIssued
     | AccountConfigured
+    | UserConfigured
     | FairShareConfigured
     | PolicyConfigured
     | PreemptionConfigured

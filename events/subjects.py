@@ -65,12 +65,15 @@ __all__ = [
     "valid_job_key",
     "job_key",
     "tenant_view",
+    "user_login",
+    "login_user",
     "intake_subject",
     "check_token",
     "INTAKE_PREFIX",
     "INTAKE_HEADER",
     "CLIENT_MSG_ID_HEADER",
     "REFUSED_HEADER",
+    "USER_HEADER",
 ]
 
 STREAM = "HORIZON"
@@ -81,6 +84,10 @@ INTAKE_PREFIX = "horizon.intake"
 INTAKE_HEADER = "Horizon-Intake"
 CLIENT_MSG_ID_HEADER = "Horizon-Client-Msg-Id"
 REFUSED_HEADER = "Horizon-Refused-Headers"
+# The user the server authenticated for a tenant's input (its NATS user, from the server's
+# Nats-Request-Info), stamped by the intake: "-" when the server did not say (an import without
+# `share: true`), which the submission core refuses.
+USER_HEADER = "Horizon-User"
 KEY_SEPARATOR = ":"  # <tenant>:<id>, a tenant's job under accounts; ':' is in no tenant's id
 DLQ_STREAM = "HORIZON_DLQ"
 INPUT_PREFIX = "horizon.in"
@@ -104,6 +111,7 @@ VERBS: dict[str, type[c.Event]] = {
 ADMIN_VERBS: dict[str, type[c.Event]] = {
     "node": c.NodeCommandIssued,
     "account": c.AccountConfigured,
+    "user": c.UserConfigured,
     "fairshare": c.FairShareConfigured,
     "policy": c.PolicyConfigured,
     "profile": c.ProfileConfigured,
@@ -227,6 +235,21 @@ def job_key(tenant: str, job_id: str) -> str:
     """The log's key of ``tenant``'s job ``job_id`` when it came through the intake: two tenants
     may use the same id, and nothing a tenant writes can name another tenant's job."""
     return f"{tenant}{KEY_SEPARATOR}{job_id}"
+
+
+def user_login(tenant: str, name: str) -> str:
+    """The NATS user of ``tenant``'s user ``name`` under accounts: ``<tenant>.<name>`` (NATS user names
+    are one namespace across accounts, and no tenant name holds a '.'); the tenant's own login is
+    named like the tenant, and is its user of that name."""
+    return tenant if name == tenant else f"{tenant}.{name}"
+
+
+def login_user(tenant: str, login: str) -> str | None:
+    """The user of ``tenant`` a NATS user (``user_login``) is; None if that login is not ``tenant``'s."""
+    if login == tenant:
+        return tenant
+    prefix = tenant + "."
+    return login[len(prefix):] if login.startswith(prefix) and len(login) > len(prefix) else None
 
 
 def tenant_view(tenant: str, key: str) -> str:

@@ -22,7 +22,10 @@ class Intake(Feed):
     """A feed whose tenant inputs arrive as the intake stores them."""
 
     def raw(self, tenant: str, verb: str, data: bytes, headers: dict[str, str] | None = None) -> int:
-        stored, _ = screen(tenant, headers or {"Nats-Msg-Id": f"c{self.seq + 1}"})
+        # the server's own header names the sender: the tenant's login (tests of other users pass theirs)
+        headers = headers or {"Nats-Msg-Id": f"c{self.seq + 1}"}
+        headers.setdefault("Nats-Request-Info", f'{{"acc":"tenant-{tenant}","user":"{tenant}"}}')
+        stored, _ = screen(tenant, headers)
         self.seq += 1
         self.time += 1.0
         record = Record(self.seq, f"horizon.in.{tenant}.{verb}", data, self.time, stored)
@@ -37,13 +40,15 @@ class Intake(Feed):
 def cluster() -> Intake:
     f = Intake(SubmissionCore())
     f.evt("agent", node("n1"))
+    for uid, tenant in enumerate(("acme", "globex"), start=2001):  # each tenant's login and its Unix identity
+        f.admin("user", c.UserConfigured(tenant=tenant, name=tenant, uid=uid, gid=uid))
     return f
 
 
 def test_screen_namespaces_the_msg_id_and_refuses_server_headers():
     kept, refused = screen("acme", {"Nats-Msg-Id": "placement/PlacementCycleCompleted/6", "traceparent": "00-x",
                                     "X-Mine": "1"})
-    assert kept == {"Horizon-Intake": "acme", "Nats-Msg-Id": "in/acme/placement/PlacementCycleCompleted/6",
+    assert kept == {"Horizon-Intake": "acme", "Horizon-User": "-", "Nats-Msg-Id": "in/acme/placement/PlacementCycleCompleted/6",
                     "Horizon-Client-Msg-Id": "placement/PlacementCycleCompleted/6", "traceparent": "00-x"}
     assert refused == []
     kept, refused = screen("acme", {"Nats-Batch-Id": "b", "Nats-Batch-Sequence": "1", "Nats-Rollup": "sub",
@@ -129,3 +134,48 @@ def test_an_account_open_to_a_tenant_refuses_the_others_naming_it():
     assert isinstance(a, c.JobRejected) and a.field == "account" and "'globex'" in a.reason
     assert isinstance(b, c.JobRejected) and "'globex-team'" in b.reason
     assert isinstance(g, c.JobAccepted) and isinstance(other, c.JobAccepted)
+
+
+def _info(tenant: str, login: str) -> dict[str, str]:
+    return {"Nats-Msg-Id": f"m-{login}-{tenant}", "Nats-Request-Info": f'{{"acc":"tenant-{tenant}","user":"{login}"}}'}
+
+
+def test_a_job_runs_as_the_user_the_server_authenticated():
+    f = cluster()
+    f.admin("user", c.UserConfigured(tenant="acme", name="alice", uid=3001, gid=3000, groups=[3000, 44],
+                                     unix_user="alice"))
+    f.send("acme", "submit", submit("a-1"), _info("acme", "acme.alice"))
+    f.send("acme", "submit", submit("a-2"), {**_info("acme", "acme"), "Nats-Msg-Id": "m2"})
+    by_id = {e.job_id: e for e in f.settle() if isinstance(e, c.JobAccepted)}
+    alice, login = by_id["acme:a-1"].spec, by_id["acme:a-2"].spec
+    assert (alice.user, alice.uid, alice.gid, alice.groups) == ("alice", 3001, 3000, (3000, 44))
+    assert (login.user, login.uid) == ("acme", 2001)
+
+
+def test_a_user_claimed_in_the_body_is_checked_against_the_authenticated_one():
+    f = cluster()
+    f.admin("user", c.UserConfigured(tenant="acme", name="alice", uid=3001, gid=3000))
+    f.send("acme", "submit", submit("a-1", user="root"), _info("acme", "acme.alice"))
+    f.send("acme", "submit", submit("a-2", user="alice"), {**_info("acme", "acme.alice"), "Nats-Msg-Id": "m2"})
+    out = {e.job_id: e for e in f.settle() if isinstance(e, (c.JobAccepted, c.JobRejected))}
+    refused = out["acme:a-1"]
+    assert isinstance(refused, c.JobRejected) and refused.field == "user"
+    assert "'root' is not who sent this: you are 'alice'" in refused.reason
+    assert isinstance(out["acme:a-2"], c.JobAccepted) and out["acme:a-2"].spec.uid == 3001
+
+
+def test_users_without_an_identity_root_and_unknown_senders_are_refused():
+    f = cluster()
+    f.admin("user", c.UserConfigured(tenant="acme", name="boss", uid=0, gid=0))
+    f.admin("user", c.UserConfigured(tenant="acme", name="ops", uid=0, gid=0, allow_root=True))
+    f.send("acme", "submit", submit("a-1"), _info("acme", "acme.carol"))  # a login with no UserConfigured
+    f.send("acme", "submit", submit("a-2"), _info("acme", "acme.boss"))
+    f.send("acme", "submit", submit("a-3"), _info("acme", "acme.ops"))
+    f.send("acme", "submit", submit("a-4"), _info("acme", "globex"))  # not a login of acme's: "-"
+    f.send("acme", "submit", submit("a-5"), {"Nats-Msg-Id": "m5", "Nats-Request-Info": '{"acc":"tenant-acme"}'})
+    out = {e.job_id: e for e in f.settle() if isinstance(e, (c.JobAccepted, c.JobRejected))}
+    assert "has no Unix identity" in out["acme:a-1"].reason and "horizon user add carol" in out["acme:a-1"].reason
+    assert "uid 0 (root)" in out["acme:a-2"].reason
+    assert isinstance(out["acme:a-3"], c.JobAccepted) and out["acme:a-3"].spec.uid == 0
+    for key in ("acme:a-4", "acme:a-5"):
+        assert isinstance(out[key], c.JobRejected) and "could not tell which user" in out[key].reason

@@ -58,7 +58,7 @@ from events import catalogue as c
 from events.arrays import parse_array, task_id
 from events.base import Event
 from events.vocabulary import NICE_LIMIT
-from events.subjects import (ADMIN_TENANT, INTAKE_HEADER, REFUSED_HEADER, WHOLE_LOG,
+from events.subjects import (ADMIN_TENANT, INTAKE_HEADER, REFUSED_HEADER, USER_HEADER, WHOLE_LOG,
                              job_key, parse_subject, tenant_view)
 from services.domain.protocol import Record
 from services.domain.protocol import CoreState
@@ -101,6 +101,9 @@ class _Pending:
     # keys ``<tenant>:<id>``), and the event as the tenant wrote it.
     scope: str = ""
     raw: Event | None = None
+    # The user the server authenticated (the intake's Horizon-User; "-": it could not tell), None for
+    # an input that came without it (an operator's, a log from before users, no accounts).
+    user: str | None = None
 
 
 class SubmissionState(CoreState):
@@ -119,6 +122,7 @@ class SubmissionState(CoreState):
         self.accounts = FairShare()
         self.class_limits: dict[str, str] = {}  # account -> max_priority_class
         self.account_tenants: dict[str, tuple[str, ...]] = {}  # account -> the tenants it is open to
+        self.users: dict[tuple[str, str], c.UserConfigured] = {}  # (tenant, user) -> its Unix identity
         self.malformed: dict[int, c.InputRejected] = {}  # input seq -> its verdict, not yet in the log
         self.repeats: dict[int, _Pending] = {}  # seq -> a submission of a job id already submitted
         self.partitions = Partitions()  # which partition a job gets (services/domain/partitions.py)
@@ -218,7 +222,8 @@ class SubmissionCore:
             if isinstance(event, c.JobSubmitted):
                 # Keyed as its verdict will name it: a long (invalid) id is answered by a bounded one.
                 key = bounded_id(event.job_id)
-                pending = _Pending(record.seq, state.now, subject.owner, event, scope=scope, raw=raw if scope else None)
+                pending = _Pending(record.seq, state.now, subject.owner, event, scope=scope, raw=raw if scope else None,
+                                   user=headers.get(USER_HEADER) if scope else None)
                 if key not in state.verdicts and key not in state.submissions:
                     state.submissions[key] = pending
                 elif subject.kind == "input":
@@ -228,6 +233,8 @@ class SubmissionCore:
                                                            admin=subject.kind == "admin", scope=scope)
             elif isinstance(event, c.AccountConfigured) and subject.kind == "admin":
                 self._configure_account(state, event)
+            elif isinstance(event, c.UserConfigured) and subject.kind == "admin":
+                state.users[(event.tenant, event.name)] = event
             elif isinstance(event, _PARTITION_INPUTS):  # the scheduler answers what cannot be applied
                 state.partitions.apply(event, record.subject)
             return state
@@ -377,6 +384,8 @@ class SubmissionCore:
             jobs, warnings = admitted.jobs, list(admitted.warnings)
             if pending.scope:
                 jobs = [(job_key(pending.scope, job_id), scoped_spec(spec, pending.scope)) for job_id, spec in jobs]
+            if pending.user is not None:
+                jobs = _run_as(state, pending.scope, pending.user, jobs)
             if done:
                 # A round cut short (a crash between the tasks' publications): finish it. The log
                 # checks passed when the first tasks were accepted, and the rest are the same job.
@@ -568,6 +577,29 @@ class _Round:
             self.decided.add(job_id)
             self.deps[job_id] = deps
         self.referenced.update(deps)
+
+
+def _run_as(state: SubmissionState, tenant: str, user: str,
+            jobs: list[tuple[str, c.JobSpec]]) -> list[tuple[str, c.JobSpec]]:
+    """The jobs of an input the server authenticated as ``tenant``'s ``user``: their ``user`` is that
+    one (a body naming another is refused, never taken), and they run as its Unix identity
+    (``UserConfigured``); a user without one, or mapped to root without the operator's say, is refused."""
+    if user == "-":
+        raise Rejection("user", "the intake could not tell which user sent this (the server's import of "
+                                "the intake lacks `share: true`); ask the operator")
+    claimed = jobs[0][1].user if jobs else ""
+    if claimed and claimed != user:
+        raise Rejection("user", f"user {claimed!r} is not who sent this: you are {user!r} (under accounts a job runs "
+                                f"as the user the server authenticated; leave --user out)")
+    identity = state.users.get((tenant, user))
+    if identity is None:
+        raise Rejection("user", f"user {user!r} of tenant {tenant!r} has no Unix identity to run as; an operator "
+                                f"gives it one with `horizon user add {user} --tenant {tenant} --unix-user NAME`")
+    if identity.uid == 0 and not identity.allow_root:
+        raise Rejection("user", f"user {user!r} of tenant {tenant!r} is mapped to uid 0 (root), which the operator "
+                                f"did not allow (`horizon user add ... --allow-root`)")
+    run_as = {"user": user, "uid": identity.uid, "gid": identity.gid, "groups": tuple(identity.groups)}
+    return [(job_id, msgspec.structs.replace(spec, **run_as)) for job_id, spec in jobs]
 
 
 def _waiting_edges(state: SubmissionState, round_: _Round, job_id: str) -> tuple[str, ...]:

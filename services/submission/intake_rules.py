@@ -13,6 +13,7 @@ another tenant's job nor a service's decision id, and two tenants may use the sa
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -21,11 +22,12 @@ import msgspec
 
 from events import catalogue as c
 from events.base import Event
-from events.subjects import CLIENT_MSG_ID_HEADER, INTAKE_HEADER, REFUSED_HEADER, Subject, job_key, valid_token
+from events.subjects import (CLIENT_MSG_ID_HEADER, INTAKE_HEADER, REFUSED_HEADER, USER_HEADER, Subject, job_key,
+                             login_user, valid_token)
 from services.domain.echo import bounded_id, clipped
 from services.domain.protocol import MSG_ID, Record
 
-__all__ = ["screen", "intake_msg_id", "scoped", "scoped_spec", "malformed_input", "error_path", "KEPT_HEADERS"]
+__all__ = ["screen", "authenticated_user", "intake_msg_id", "scoped", "scoped_spec", "malformed_input", "error_path", "KEPT_HEADERS"]
 
 # What a client may send and the log keeps; anything else is dropped, and a Nats-* or Horizon-*
 # header besides Nats-Msg-Id refuses the input.
@@ -47,9 +49,26 @@ def intake_msg_id(tenant: str, client_msg_id: str) -> str:
     return f"in/{tenant}/{client_msg_id}"
 
 
+def authenticated_user(tenant: str, request_info: str | None) -> str:
+    """Which of ``tenant``'s users sent an input: the NATS user the server names in the
+    ``Nats-Request-Info`` it adds to a request crossing a shared service import (a client's own header
+    of that name is replaced by the server's), read back into the user's name (``login_user``);
+    "-" when the server did not say or named a login that is not the tenant's."""
+    try:
+        info = json.loads(request_info or "")
+    except ValueError:
+        return "-"
+    login = info.get("user") if isinstance(info, dict) else None
+    name = login_user(tenant, login) if isinstance(login, str) else None
+    return name if name else "-"
+
+
 def screen(tenant: str, headers: Mapping[str, str] | None) -> tuple[dict[str, str], list[str]]:
-    """The headers to store with a tenant's input, and the names of those refused (sorted)."""
+    """The headers to store with a tenant's input, and the names of those refused (sorted). The
+    input is marked with its tenant (``Horizon-Intake``) and its authenticated user (``Horizon-User``)."""
     out: dict[str, str] = {INTAKE_HEADER: tenant}
+    info = next((value for name, value in (headers or {}).items() if name.lower() == "nats-request-info"), None)
+    out[USER_HEADER] = authenticated_user(tenant, info)
     refused: list[str] = []
     for name, value in (headers or {}).items():
         lower = name.lower()
