@@ -244,12 +244,11 @@ def user_login(tenant: str, name: str) -> str:
     return tenant if name == tenant else f"{tenant}.{name}"
 
 
-def login_user(tenant: str, login: str) -> str | None:
-    """The user of ``tenant`` a NATS user (``user_login``) is; None if that login is not ``tenant``'s."""
-    if login == tenant:
-        return tenant
+def login_user(tenant: str, login: str) -> str:
+    """The user of ``tenant`` a NATS user of its account is: ``user_login`` read back; a login of
+    another form (a configuration written by hand, deploy/nats/auth.conf) is the user of its name."""
     prefix = tenant + "."
-    return login[len(prefix):] if login.startswith(prefix) and len(login) > len(prefix) else None
+    return login[len(prefix):] if login.startswith(prefix) and len(login) > len(prefix) else login
 
 
 def tenant_view(tenant: str, key: str) -> str:

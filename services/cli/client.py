@@ -9,6 +9,7 @@ import pwd
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import nats
 import nats.errors
@@ -16,6 +17,7 @@ import nats.js.errors
 
 from events.base import Event
 from events.codec import encode
+from events.subjects import login_user, valid_token
 from services.runtime.jetstream import connect
 from services.runtime.log import LogError
 from services.domain.protocol import MSG_ID
@@ -31,9 +33,30 @@ def default_tenant() -> str:
     return os.environ.get("HORIZON_TENANT", "default")
 
 
+def user_of_url(url: str | None) -> str | None:
+    """The tenant's user a NATS URL logs in as under accounts (``<tenant>.<name>`` is ``name``, the
+    tenant's own login the user named like the tenant: ``events.subjects.user_login``); None for a URL
+    without a user or with one of Horizon's own (the operator's, a service's)."""
+    from services.host.auth import HORIZON_USERS
+
+    try:
+        login = unquote(urlsplit((url or "").split(",")[0].strip()).username or "")
+    except ValueError:
+        return None
+    tenant = login.split(".", 1)[0]
+    if not login or not valid_token(tenant) or tenant.startswith("_") or tenant in HORIZON_USERS:
+        return None
+    return login_user(tenant, login)
+
+
 def default_user() -> str:
-    """Who you are, as Slurm's commands say it: ``$USER`` or ``$LOGNAME`` as a login shell sets them,
+    """Who you are, as Slurm's commands say it: under accounts the tenant's user your
+    ``$HORIZON_NATS_URL`` logs in as (what the server authenticates; services/submission/core.py
+    checks a submission's user against it); else ``$USER`` or ``$LOGNAME`` as a login shell sets them,
     else the name of your uid (a shell without them: cron, a container, CI), else ``anonymous``."""
+    login = user_of_url(os.environ.get("HORIZON_NATS_URL"))
+    if login:
+        return login
     name = os.environ.get("USER") or os.environ.get("LOGNAME")
     if name:
         return name

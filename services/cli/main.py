@@ -145,11 +145,12 @@ def _register() -> None:
         submit,
         tenant,
         ui,
+        user,
         whatif,
     )
 
     for module in (audit, bench, check, jobs, logs, nodes, partition, policy, projections, quota, requests, run,
-                   sbatch, scontrol, shims, show, simulate, slurm, slurm_commands, srun, submit, tenant, ui, whatif):
+                   sbatch, scontrol, shims, show, simulate, slurm, slurm_commands, srun, submit, tenant, ui, user, whatif):
         module.register(cli)
 
 

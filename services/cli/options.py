@@ -53,9 +53,12 @@ def tenant_of_url(url: str | None) -> str | None:
         user = urlsplit(url.split(",")[0].strip()).username
     except ValueError:
         return None
-    if not user or not valid_token(unquote(user)) or user.startswith("_") or unquote(user) in HORIZON_USERS:
+    if not user:
         return None
-    return unquote(user)
+    tenant = unquote(user).split(".", 1)[0]  # a user's login is <tenant>.<name> (events.subjects.user_login)
+    if not valid_token(tenant) or tenant.startswith("_") or tenant in HORIZON_USERS:
+        return None
+    return tenant
 
 
 def tenant_for(url: str | None) -> str:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import ssl
 import time
 from pathlib import Path
@@ -35,12 +34,17 @@ import click
 from events import catalogue as c
 from services.cli.options import DEFAULT_DATA_DIR
 from services.cli.policy import configure
-from services.host.auth import Registry, check_tenant_name, user_url, write_private
-from services.host.running import Running, operator_endpoint
+from services.cli.user import (_server_tls, credentials_file, default_login_identity, operator_context, publish_user,
+                               unix_identity)
+from services.host.auth import Registry, check_tenant_name, user_url
 from services.host.tenants import DoorsClosed, open_doors
-from services.host.tls import TlsFiles, tenant_certificate
+from services.host.tls import tenant_certificate
 
 __all__ = ["register"]
+
+# A tenant's jobs may use every class but critical unless the operator says otherwise: a critical job
+# preempts any other class, across tenants (docs/tenants.md, "Classes").
+DEFAULT_MAX_CLASS = "high"
 
 
 @click.group()
@@ -48,51 +52,29 @@ def tenant() -> None:
     """Tenants of `horizon up --auth` (operators): each an account of its own."""
 
 
-def _server_tls(data_dir: Path) -> dict[str, str]:
-    where = Path(data_dir).resolve() / "tls"
-    return {"ca": str(where / "ca.pem"), "cert": str(where / "server.pem"), "key": str(where / "server.key")}
-
-
-def _credentials_file(data_dir: Path, name: str, url: str, tls: TlsFiles | None) -> Path:
-    """``auth/tenants/<name>.env``: the tenant's variables, for the operator to hand over."""
-    where = Path(data_dir) / "auth" / "tenants"
-    where.mkdir(parents=True, exist_ok=True)
-    os.chmod(where, 0o700)
-    lines = [f"# tenant {name}: `set -a; . {where / (name + '.env')}; set +a`, then any horizon command",
-             f"HORIZON_NATS_URL='{url}'"]
-    if tls is not None:
-        lines += [f"{var}='{value}'" for var, value in tls.env().items()]
-    path = where / f"{name}.env"
-    write_private(path, "\n".join(lines) + "\n")
-    return path
-
-
 @tenant.command(name="add")
 @click.argument("name")
+@click.option("--unix-user", default=None,
+              help="The Unix user the tenant's own login runs jobs as (default: the one named NAME, else nobody).")
+@click.option("--allow-root", is_flag=True, help="Allow --unix-user root: the login's jobs then run as root.")
+@click.option("--max-class", type=click.Choice(c.PRIORITY_CLASSES), default=DEFAULT_MAX_CLASS, show_default=True,
+              help="The highest priority class the tenant's jobs may use (critical preempts across tenants).")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=DEFAULT_DATA_DIR, show_default=True,
               help="The data dir of the running `horizon up --auth`.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"tenant": NAME, "nats_url": URL}.')
-def tenant_add(name: str, data_dir: Path, as_json: bool) -> None:
-    """Create tenant NAME (an account with one user) on the running `horizon up --auth`, and say how it connects.
+def tenant_add(name: str, unix_user: str | None, allow_root: bool, max_class: str, data_dir: Path,
+               as_json: bool) -> None:
+    """Create tenant NAME (an account with one login) on the running `horizon up --auth`, and say how it connects.
 
-    Adding a tenant that exists prints the same answer again.
+    Adding a tenant that exists prints the same answer again (and sets its login's Unix user when
+    --unix-user is given).
     """
     try:
         check_tenant_name(name)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="NAME") from None
-    running = Running.read(data_dir)
-    if running is None:
-        raise click.ClickException(f"no `horizon up --auth` is running on {data_dir} (nothing live in "
-                                   f"{data_dir}/server.json): start it first")
-    if not running.auth:
-        raise click.ClickException(f"the `horizon up` running on {data_dir} has no accounts: tenants need "
-                                   f"`horizon up --auth`")
-    operator = operator_endpoint(data_dir)
-    assert operator is not None
-    admin_url, machine = operator
-    if machine is not None and not os.environ.get("HORIZON_TLS_CERT"):
-        os.environ.update(machine.env())  # the operator's connection presents this machine's certificate
+    identity = unix_identity(unix_user, allow_root=allow_root) if unix_user else None
+    running, admin_url = operator_context(data_dir)
     with Registry.locked(data_dir) as registry:
         record, new = registry.add_tenant(name)
         if new:
@@ -110,21 +92,34 @@ def tenant_add(name: str, data_dir: Path, as_json: bool) -> None:
             raise click.ClickException(str(exc)) from None
         if not record.get("account_configured"):
             event = c.AccountConfigured(ts=time.time(), source="horizon-cli", correlation_id=name, account=name,
-                                        tenants=[name], user="horizon tenant add")
+                                        tenants=[name], user="horizon tenant add", max_priority_class=max_class)
             result = configure(admin_url, "account", event)
             if result["applied"] is False:
                 raise click.ClickException(f"tenant {name} added, but its account was rejected: {result['reason']}")
             record["account_configured"] = True
+            record["max_class"] = max_class
             registry.save_tenants()
-        env_file = _credentials_file(data_dir, name, url, tls)
+        if identity is not None or not record.get("login"):
+            # the login's Unix identity, in the log: the submission core stamps it on the login's jobs
+            login = identity or default_login_identity(name)
+            publish_user(admin_url, name, name, login)
+            record["login"] = login
+            registry.save_tenants()
+        env_file = credentials_file(data_dir, name, url, tls)
     if as_json:
         answer: dict[str, object] = {"tenant": name, "nats_url": url}
         if tls is not None:
             answer["tls"] = tls.as_json()
         click.echo(json.dumps(answer))
         return
+    login = record["login"]
+    classes = c.PRIORITY_CLASSES[c.PRIORITY_CLASSES.index(record.get("max_class") or "critical"):]
     click.echo(f"tenant {name} {'added' if new else 'exists'}; it may charge account {name} "
                f"(`horizon account set {name} --tenant {name} ...` to configure it).\n"
+               f"Its jobs may use the classes {', '.join(classes)} (`horizon account set {name} --tenant {name} "
+               f"--max-priority-class CLASS` changes it).\n"
+               f"Its login's jobs run as Unix user {login.get('unix_user') or login['uid']} (uid {login['uid']}); "
+               f"give each person a user of their own with `horizon user add NAME --tenant {name}`.\n"
                f"Its credentials: {env_file} (its URL with its password, readable by you only).\n"
                f"Hand that file to the tenant; with it:\n"
                f"  set -a; . {env_file}; set +a\n"

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from events.subjects import check_token
+from events.subjects import check_token, user_login
 
 __all__ = [
     "HORIZON_ACCOUNT",
@@ -184,22 +184,30 @@ def tenant_imports(tenant: str) -> list[dict[str, Any]]:
             entry["to"] = to
         return entry
 
+    def shared(entry: dict[str, Any]) -> dict[str, Any]:
+        # `share`: the server adds Nats-Request-Info naming the requesting user (replacing any header
+        # of that name the client sent), so the intake knows which of the tenant's users sent it
+        return {**entry, "share": True}
+
     return [
         # js.publish("horizon.in.<t>.submit") is a request to the intake, whose reply is the PubAck
-        service(f"horizon.intake.{tenant}.*", f"horizon.in.{tenant}.*"),
+        shared(service(f"horizon.intake.{tenant}.*", f"horizon.in.{tenant}.*")),
         *(service(f"horizon.query.{view}.{tenant}", f"horizon.query.{view}") for view in TENANT_VIEWS),
-        service(f"horizon.validate.{tenant}"),
+        shared(service(f"horizon.validate.{tenant}")),
         # `horizon logs JOB` asks horizon.logs.<node>; the agent answers about this tenant's jobs only
         service(f"horizon.logs.*.{tenant}", "horizon.logs.*"),
         {"stream": {"account": HORIZON_ACCOUNT, "subject": f"horizon.tenant.{tenant}.evt.>"}, "to": "horizon.evt.>"},
     ]
 
 
-def render_config(users: Mapping[str, str] | None, tenants: Mapping[str, str], tls: Mapping[str, str] | None) -> str:
+def render_config(users: Mapping[str, str] | None, tenants: Mapping[str, str], tls: Mapping[str, str] | None,
+                  tenant_users: Mapping[str, Mapping[str, str]] | None = None) -> str:
     """The nats-server configuration (JSON, which nats-server's format includes).
 
     ``users``: HORIZON's user -> password, None for a server without accounts (``--tls`` alone);
-    ``tenants``: tenant -> its user's password; ``tls``: the server's ``cert``, ``key`` and the
+    ``tenants``: tenant -> its own login's password; ``tenant_users``: tenant -> its users' passwords
+    by user name (``horizon user add``; each a login ``<tenant>.<name>`` in the tenant's account);
+    ``tls``: the server's ``cert``, ``key`` and the
     ``ca`` its clients' certificates must be signed by (mutual TLS), or None. Listen address,
     port and store directory come from the command line (services/runtime/natsserver.py).
     """
@@ -215,8 +223,10 @@ def render_config(users: Mapping[str, str] | None, tenants: Mapping[str, str], t
         accounts: dict[str, Any] = {HORIZON_ACCOUNT: horizon}
         for tenant in sorted(tenants):
             # no JetStream, no permissions inside: the account is the wall, the imports the doors
-            accounts[tenant_account(tenant)] = {"users": [{"user": tenant, "password": tenants[tenant]}],
-                                                "imports": tenant_imports(tenant)}
+            logins = [{"user": tenant, "password": tenants[tenant]}]
+            logins += [{"user": user_login(tenant, name), "password": password}
+                       for name, password in sorted((tenant_users or {}).get(tenant, {}).items())]
+            accounts[tenant_account(tenant)] = {"users": logins, "imports": tenant_imports(tenant)}
         conf["accounts"] = accounts
     if tls is not None:
         # timeout: seconds a client has to finish the handshake; verify: clients need a certificate
@@ -298,11 +308,25 @@ class Registry:
         self.save_tenants()
         return self.tenants[name], True
 
+    def add_user(self, tenant: str, name: str, identity: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+        """``tenant``'s user ``name`` with its Unix ``identity`` (uid, gid, groups, unix_user); whether it
+        is new. A user added again keeps its password and takes the identity given now."""
+        record = self.tenants[tenant]
+        users = record.setdefault("users", {})
+        new = name not in users
+        entry = users.setdefault(name, {"password": _password()})
+        entry.update(identity)
+        entry["configured"] = False  # its UserConfigured is (re)published
+        self.save_tenants()
+        return entry, new
+
     def save_tenants(self) -> None:
         write_private(self.root / "tenants.json", json.dumps(self.tenants, indent=2, sort_keys=True) + "\n")
 
     def write_config(self, tls: Mapping[str, str] | None) -> Path:
-        text = render_config(self.users, {t: r["password"] for t, r in self.tenants.items()}, tls)
+        text = render_config(self.users, {t: r["password"] for t, r in self.tenants.items()}, tls,
+                             {t: {name: u["password"] for name, u in r.get("users", {}).items()}
+                              for t, r in self.tenants.items()})
         write_private(self.config_path, text)
         return self.config_path
 
