@@ -9,6 +9,7 @@ from services.agent.nodes import local_nodes
 from services.host.stack import Stack
 from tests.e2e import Tally, read_log, wait_until
 from tests.test_e2e_services import assert_replays, job_json, publish_all
+from tests.helpers import job_file
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -47,7 +48,7 @@ async def test_process_jobs_report_exit_stderr_time_limit_and_cancel(nats_server
     assert "time limit of 1 s exceeded" in tally.last[("JobFailed", "slow")]["reason"]
     assert tally.has("JobStopRequested", "victim")
     assert "could not start" in tally.last[("JobFailed", "missing")]["reason"]
-    assert "devices=0,1" in (tmp_path / "jobs" / "env" / "1" / "stderr").read_text()
+    assert "devices=0,1" in job_file(tmp_path / "jobs", "env", 1, "stderr").read_text()
     assert_replays(await read_log(nats_server.url))
 
 
@@ -69,7 +70,7 @@ async def test_an_attempt_outlives_its_executor_and_is_adopted_by_the_next(tmp_p
     assert adopted is not None
     outcome = await adopted.wait()
     assert outcome.exit_code == 7 and not outcome.out_of_memory and outcome.runtime_s >= 0.9
-    assert (tmp_path / "orphan" / "1" / "stdout").read_text() == "done\n"
+    assert job_file(tmp_path, "orphan", 1, "stdout").read_text() == "done\n"
     # ended while no agent watched: a third executor still finds the status
     assert ProcessExecutor(tmp_path).adopt("orphan", 1, alloc) is not None
     assert ProcessExecutor(tmp_path).running() == []

@@ -22,6 +22,7 @@ from services.host.stack import Stack
 from tests.e2e import Tally, events_of, read_log, wait_until
 from tests.test_e2e_services import assert_replays, job_json, publish_all
 from tests.test_eviction import CHECKPOINTING, horizon
+from tests.helpers import job_file
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -44,7 +45,7 @@ async def test_drain_migrates_the_checkpointing_job_lets_one_finish_and_stops_th
         return body is not None and body["attempt"] == attempt
 
     def stderr(job_id: str, attempt: int) -> str:
-        path = tmp_path / "jobs" / job_id / str(attempt) / "stderr"
+        path = job_file(tmp_path / "jobs", job_id, attempt, "stderr")
         return path.read_text() if path.exists() else ""
 
     release = tmp_path / "release-quick"

@@ -18,7 +18,7 @@ from services.submission.validate import Rejection, normalise
 from events.codec import encode
 from services.host.check import check_log
 from services.runtime.replay import replay_decisions
-from tests.helpers import Feed, accepted, node
+from tests.helpers import Feed, accepted, node, job_file
 
 GIB = 1 << 30
 
@@ -510,7 +510,7 @@ async def test_a_process_is_told_each_resize_once_also_by_an_agent_that_restarte
     allocs = [c.NodeAllocation(node=f"n{i}", cpus_milli=1000, memory_bytes=1 << 30) for i in (1, 2, 3)]
     first = ProcessExecutor(tmp_path)
     execution = await first.start("el", 1, spec, allocs[0], allocations=allocs[:1])
-    out = tmp_path / "el" / "1" / "stdout"
+    out = job_file(tmp_path, "el", 1, "stdout")
 
     async def lines(n: int) -> list[str]:
         for _ in range(100):
@@ -583,7 +583,7 @@ async def test_the_real_services_start_grow_and_shrink_an_elastic_gang_and_time_
     nc = await nats.connect(url)
     tally = Tally()
     await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
-    out_file = tmp_path / "jobs" / "el" / "1" / "stdout"
+    out_file = job_file(tmp_path / "jobs", "el", 1, "stdout")
 
     def said(text: str) -> bool:
         return out_file.exists() and text in out_file.read_text()

@@ -28,6 +28,7 @@ from services.host.check import check_log
 from services.host.stack import Stack
 from tests.e2e import Tally, events_of, read_log, wait_until
 from tests.test_e2e_services import assert_replays, job_json, publish_all
+from tests.helpers import job_file
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -101,8 +102,8 @@ async def test_no_execute_taint_evicts_checkpoints_and_requeues_elsewhere(nats_s
         assert rows["node-00"]["jobs"] == ["tolerant"] and rows["node-01"]["taints"] == []
         code, out, err = await horizon(url, "nodes")
         assert "TAINTS" in out and "gpu=broken:NoExecute" in out, err
-        await wait_until(lambda: (tmp_path / "jobs" / "ckpt" / "2" / "stderr").exists()
-                         and "resumed" in (tmp_path / "jobs" / "ckpt" / "2" / "stderr").read_text(), 10, "attempt 2 to say")
+        await wait_until(lambda: job_file(tmp_path / "jobs", "ckpt", 2, "stderr").exists()
+                         and "resumed" in job_file(tmp_path / "jobs", "ckpt", 2, "stderr").read_text(), 10, "attempt 2 to say")
         code, out, err = await horizon(url, "node", "untaint", "node-00", "gpu")
         assert code == 0 and out.strip() == "node-00: no taints", err
         code, out, err = await horizon(url, "node", "untaint", "node-00", "gpu")
@@ -111,8 +112,8 @@ async def test_no_execute_taint_evicts_checkpoints_and_requeues_elsewhere(nats_s
         await nc.close()
         await stack.stop()
 
-    assert (tmp_path / "jobs" / "ckpt" / "1" / "stderr").read_text().splitlines()[0] == "resumed from nothing"
-    assert (tmp_path / "jobs" / "ckpt" / "2" / "stderr").read_text().splitlines()[0] == "resumed from ckpt-of-attempt-1"
+    assert job_file(tmp_path / "jobs", "ckpt", 1, "stderr").read_text().splitlines()[0] == "resumed from nothing"
+    assert job_file(tmp_path / "jobs", "ckpt", 2, "stderr").read_text().splitlines()[0] == "resumed from ckpt-of-attempt-1"
     records = await read_log(url)
     events = events_of(records)
     requests = [e for e in events if isinstance(e, c.PreemptionRequested)]

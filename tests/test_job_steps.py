@@ -277,7 +277,7 @@ def test_the_batch_script_sees_the_whole_allocation_and_no_nats_credentials(tmp_
     spec = c.JobSpec(tenant="acme", account="ml", command=("true",), nodes=2, tasks_per_node=4, gpus=1)
     allocs = [c.NodeAllocation(node=f"node-0{i}", device_ids=[f"gpu{g}" for g in range(4)], cpus_milli=8000,
                                memory_bytes=4 << 30, tasks=4) for i in range(2)]
-    plan = executor._plan("acme:train", 1, spec, allocs[0], None, tmp_path, allocs)
+    plan = executor._plan("acme:train", 1, spec, allocs[0], None, tmp_path, allocations=allocs)
     env = plan["env"]
     assert "HORIZON_NATS_URL" not in env  # the agent's user and password are not the job's
     assert {k: env[k] for k in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NUM_NODES",
@@ -291,5 +291,5 @@ def test_the_batch_script_sees_the_whole_allocation_and_no_nats_credentials(tmp_
         "HORIZON_STEP_SOCKET": "/run/acme:train.1.sock"}
     assert env["PATH"].startswith(f"{tmp_path / '.bin'}:")  # Horizon's srun and scontrol first, in the job only
     monkeypatch.setenv("HORIZON_NATS_URL", "nats://127.0.0.1:4222")  # no credentials: passed on as before
-    assert executor._plan("j", 1, spec, allocs[0], None, tmp_path, allocs)["env"]["HORIZON_NATS_URL"] == \
+    assert executor._plan("j", 1, spec, allocs[0], None, tmp_path, allocations=allocs)["env"]["HORIZON_NATS_URL"] == \
         "nats://127.0.0.1:4222"

@@ -29,6 +29,7 @@ from services.host.stack import Stack
 from tests.e2e import Tally, events_of, read_log, wait_until
 from tests.test_e2e_services import assert_replays
 from tests.test_eviction import horizon
+from tests.helpers import job_file
 
 pytestmark = pytest.mark.timeout(150)
 MiB = 2**20
@@ -151,7 +152,7 @@ async def test_real_cgroups_take_the_limits_and_memory_pressure_evicts_the_best_
         await wait_until(lambda: tally.has("JobSucceeded", "burst") or tally.has("JobFailed", "burst"), 30,
                          "burst to end")
         assert tally.has("JobSucceeded", "burst"), tally.last.get(("JobFailed", "burst"))
-        assert (tmp_path / "jobs" / "burst" / "1" / "stdout").read_text().split() == [str(256 * MiB), "150000", "512"]
+        assert job_file(tmp_path / "jobs", "burst", 1, "stdout").read_text().split() == [str(256 * MiB), "150000", "512"]
 
         await _submit(url, "g", "--cpus", "1", "--mem", "300M", command=_allocate(250))
         await wait_until(lambda: tally.has("JobStarted", "g"), 20, "g to start")

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from services.agent.cgroups import probe
+from tests.helpers import job_file
 from tests.test_cli_up import free_port
 
 HORIZON = [sys.executable, "-m", "services.cli.main"]
@@ -109,7 +110,7 @@ def test_limits_working_directory_output_logs_and_show(tmp_path):
         assert up.cli("logs", here).stdout == f"{work}\n"  # it ran where it was submitted from
         assert up.wait_state(bad, ("FAILED",))
         shown = up.cli("show", bad).stdout
-        assert "ValueError: bad lr" in shown and f"{up.data_dir}/jobs/{bad}/1/stderr" in shown
+        assert "ValueError: bad lr" in shown and str(job_file(up.data_dir / "jobs", bad, 1, "stderr")) in shown
         assert up.cli("logs", "--err", bad).stdout.endswith("ValueError: bad lr\n")
         assert up.wait_state(named, ("SUCCEEDED",))
         assert (work / f"out-{named}.txt").read_text() == "hello\n"

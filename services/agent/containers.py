@@ -176,6 +176,7 @@ def podman_argv(
     extra_hooks_dirs: Sequence[str] | None = None,
     ulimits: Mapping[str, tuple[int, int]] | None = None,
     runtime: str | None = RUNTIME,
+    user: tuple[int, int, Sequence[int]] | None = None,
 ) -> list[str]:
     """The argv the shim runs instead of ``command`` (module doc: why each option).
 
@@ -185,7 +186,9 @@ def podman_argv(
     ``env_file``: where ``write_env_file`` wrote ``env`` (None: every variable on the command line).
     ``extra_hooks_dirs``: Podman's own hook directories to keep (default: ``default_hooks_dirs()``).
     ``ulimits``: name -> (soft, hard) (default: ``host_ulimits()``). ``runtime``: the OCI runtime
-    (None: Podman's default). Raises ValueError for a path Podman cannot mount (one with a ``:``)."""
+    (None: Podman's default). ``user``: (uid, gid, supplementary gids) the container's processes run
+    as, the same numbers as on the node (no user namespace: files it writes in the mounted folders are
+    that user's). Raises ValueError for a path Podman cannot mount (one with a ``:``)."""
     argv = [podman]
     if runtime:
         argv += ["--runtime", runtime]
@@ -211,6 +214,10 @@ def podman_argv(
             raise ValueError(f"{path!r} cannot be mounted into a container: Podman splits volumes at ':'")
         argv.append(f"--volume={path}:{path}")
     argv.append(f"--workdir={cwd}")
+    if user is not None:
+        uid, gid, groups = user
+        argv.append(f"--user={uid}:{gid}")
+        argv += [f"--group-add={group}" for group in groups if group != gid]
     if env_file is not None:
         argv.append(f"--env-file={env_file}")
     for key, value in env.items():

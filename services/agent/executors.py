@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -51,12 +52,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from events import catalogue as c
 from events.subjects import tenant_view
 from services.domain.hostlist import compress
 from services.domain.steps import counts_text
 from services.agent import containers, resize, shim, signals
+from services.agent.identity import Identity, IdentityError, identity_for, owned_by
 from services.agent.cgroups import Hierarchy, Limits, cpu_shares, probe
 from services.agent.cores import CoreAllocator, Machine
 from services.agent.discovery import numa_layout, usable_cpus
@@ -243,24 +246,27 @@ def _version(path: Path) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
-def _read_ref(path: Path) -> str | None:
-    try:
-        text = path.read_text(errors="replace").strip()
-    except OSError:
+def _read_ref(path: Path, uid: int | None = None) -> str | None:
+    """The checkpoint reference the job wrote: only from a file of the job's user (``owned_by``)."""
+    fd = owned_by(str(path), uid)
+    if fd is None:
         return None
+    with os.fdopen(fd, "rb") as fh:
+        text = fh.read(64 * 1024).decode(errors="replace").strip()
     return text or None
 
 
-def _tail(path: str) -> str:
-    """The last ``STDERR_TAIL_LINES`` lines of a file (at most its last 8 KiB)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 8192))
-            lines = fh.read().decode(errors="replace").splitlines()
-    except OSError:
+def _tail(path: str, uid: int | None = None) -> str:
+    """The last ``STDERR_TAIL_LINES`` lines of a file (at most its last 8 KiB): only of a file of the
+    job's user (a job may put a link to a file it may not read where its output was)."""
+    fd = owned_by(path, uid)
+    if fd is None:
         return ""
+    with os.fdopen(fd, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - 8192))
+        lines = fh.read().decode(errors="replace").splitlines()
     return "\n".join(deque(lines, maxlen=STDERR_TAIL_LINES))
 
 
@@ -284,6 +290,8 @@ class _Attempt:
         self._child = child  # the supervisor, when this agent started it (reaped here, not left a zombie)
         self._cgroup = hierarchy.cgroup(plan["node"], plan["job_id"], plan["attempt"]) if hierarchy.usable else None
         self._checkpoint_path = Path(plan["env"]["HORIZON_CHECKPOINT_FILE"])
+        run_as = Identity.from_json(plan.get("run_as"))
+        self._uid = run_as.uid if run_as is not None else None  # whose files the agent reads for the job
         self.files = Files(plan["cwd"], plan["stdout"], plan["stderr"])
         self._stopping = False
         job = shim.read_pid_file(directory / shim.JOB_PID)
@@ -308,14 +316,14 @@ class _Attempt:
 
     def _outcome(self, status: dict[str, Any] | None) -> Outcome:
         if status is None:
-            return Outcome(None, _tail(self.files.stderr), signalled=self._stopping, lost=True)
+            return Outcome(None, _tail(self.files.stderr, self._uid), signalled=self._stopping, lost=True)
         sig = status.get("signal")
         runtime = None
         if self.started_wall is not None and status.get("ended"):
             runtime = max(0.0, float(status["ended"]) - self.started_wall)
         return Outcome(
             -int(sig) if sig else status.get("exit_code"),
-            _tail(self.files.stderr),
+            _tail(self.files.stderr, self._uid),
             signalled=bool(sig) or self._stopping,
             out_of_memory=int(status.get("oom_kills") or 0) > 0,
             error=status.get("error") or "",
@@ -365,7 +373,7 @@ class _Attempt:
         return signals.deliver(self.pid, number, batch_only, pids)
 
     def checkpoint_ref(self) -> str | None:
-        return _read_ref(self._checkpoint_path)
+        return _read_ref(self._checkpoint_path, self._uid)
 
     def resized(self, world: Mapping[str, str]) -> bool:
         """Tell the job its new size: ``$HORIZON_RESIZE_FILE`` anew, then SIGWINCH to its main process
@@ -421,10 +429,15 @@ class ProcessExecutor:
     detached = True
 
     def __init__(self, state_dir: Path, nodes: Mapping[str, Any] | None = None,
-                 hierarchy: Hierarchy | None = None, machine: Machine | None = None) -> None:
+                 hierarchy: Hierarchy | None = None, machine: Machine | None = None,
+                 spool_dir: Path | None = None) -> None:
         # Absolute once, here: a job's supervisor runs from "/" and `horizon logs` reads these paths from
         # other processes, so nothing below may depend on the agent's working directory.
         self.state_dir = Path(state_dir).absolute()
+        # The jobs' own folders (their default output, checkpoint and resize files), apart from the
+        # supervisors' (plan, pids, status: the agent's, which no job may rewrite), and outside the data
+        # dir, whose path no job learns (``default_spool``).
+        self.spool_dir = Path(spool_dir).absolute() if spool_dir is not None else default_spool(self.state_dir)
         self.nodes = dict(nodes or {})
         self.hierarchy = hierarchy if hierarchy is not None else probe()
         self.cores = CoreAllocator(machine or _machine(),
@@ -445,7 +458,13 @@ class ProcessExecutor:
         return lambda: self.step_groups(job_id, attempt) if self.step_groups is not None else set()
 
     def attempt_dir(self, job_id: str, attempt: int) -> Path:
+        """The supervisor's folder of an attempt (the agent's: root's, 0700)."""
         return self.state_dir / job_id / str(attempt)
+
+    def job_dir(self, job_id: str, attempt: int) -> Path:
+        """The attempt's own folder, its user's (0700): default output, checkpoint and resize files. Its
+        name holds no ':' (a tenant's job key has one, and Podman splits a volume at ':')."""
+        return self.spool_dir / f"{quote(job_id, safe='')}.{attempt}"
 
     def _devices(self, node: str) -> dict[str, c.GpuDevice]:
         spec = self.nodes.get(node)
@@ -471,8 +490,10 @@ class ProcessExecutor:
                             mems=self.cores.numa_nodes(cores), deny_devices=deny, cpu_shares=shares)
 
     def _plan(self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation,
-              checkpoint_ref: str | None, directory: Path,
+              checkpoint_ref: str | None, directory: Path, run_as: Identity | None = None,
               allocations: Sequence[c.NodeAllocation] = ()) -> dict[str, Any]:
+        control = directory
+        directory = self.job_dir(job_id, attempt)
         cwd = spec.cwd or str(directory)
         names = Names(tenant_view(spec.tenant, job_id), spec.name, spec.user, alloc.node,
                       tenant_view(spec.tenant, spec.array) if spec.array is not None else None, spec.array_index)
@@ -484,8 +505,11 @@ class ProcessExecutor:
         devices = self._devices(alloc.node)
         # A process inherits the node's environment; a container keeps its image's (PATH, libraries).
         env = {} if spec.image else dict(os.environ)
-        if _has_credentials(env.get("HORIZON_NATS_URL", "")):
-            del env["HORIZON_NATS_URL"]  # the agent's own user and password: never the job's
+        if run_as is not None and not spec.image:
+            env = run_as.environment(env)  # another user's job keeps PATH and the locale, not the agent's rest
+        for name in [name for name in env if name.startswith("HORIZON_")]:
+            if name != "HORIZON_NATS_URL" or _has_credentials(env[name]):
+                del env[name]  # the agent's own settings (its password, its data dir, its TLS key): never the job's
         env.update(job_environment(job_id, attempt, spec, alloc, checkpoint_ref, devices, allocations))
         env["HORIZON_CHECKPOINT_FILE"] = str((directory / "checkpoint").resolve())  # the agent reads this path
         if spec.elastic:  # the agent writes it when the job is resized (services/agent/resize.py)
@@ -498,6 +522,8 @@ class ProcessExecutor:
         cpus, limits = self.limits(job_id, attempt, spec, alloc)
         return {
             "job_id": job_id, "attempt": attempt, "node": alloc.node, "tenant": spec.tenant, "argv": list(spec.command), "env": env,
+            "run_as": run_as.to_json() if run_as is not None else None, "job_dir": str(directory),
+            "control_dir": str(control),
             "cwd": cwd, "stdout": stdout, "stderr": stderr, "open_mode": spec.open_mode,
             "node_cpus": list(cpus), "limits": limits.to_json(), "hierarchy": self.hierarchy.to_json(),
             "kill_wait_s": self.kill_wait_s,
@@ -518,12 +544,22 @@ class ProcessExecutor:
             problem = await asyncio.to_thread(containers.image_problem, spec.image)
             if problem is not None:
                 raise RuntimeError(problem)
+        try:
+            run_as = identity_for(spec.uid, spec.gid, spec.groups, spec.user)
+        except IdentityError as exc:
+            raise RuntimeError(str(exc)) from None
         directory = self.attempt_dir(job_id, attempt)
-        if directory.exists():
-            shutil.rmtree(directory, ignore_errors=True)  # planned by an agent that died before starting it
-        directory.mkdir(parents=True)
-        plan = self._plan(job_id, attempt, spec, alloc, checkpoint_ref, directory, allocations)
-        (directory / shim.PLAN).write_text(json.dumps(plan))
+        job_dir = self.job_dir(job_id, attempt)
+        for where in (directory, job_dir):
+            if where.exists():
+                shutil.rmtree(where, ignore_errors=True)  # planned by an agent that died before starting it
+        _private_dir(directory)
+        _private_dir(self.spool_dir, mode=0o711)  # each job may reach its own folder, and list none
+        _private_dir(job_dir, run_as)
+        plan = self._plan(job_id, attempt, spec, alloc, checkpoint_ref, directory, run_as, allocations)
+        fd = os.open(directory / shim.PLAN, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(plan))
         with open(directory / "supervisor.log", "wb") as log_file:
             child = subprocess.Popen(
                 [sys.executable, "-m", "services.agent.shim", str(directory)],
@@ -570,6 +606,25 @@ class ProcessExecutor:
             if _alive(pid_file) and not (pid_file.parent / shim.STATUS).exists():
                 found.append((pid_file.parent.parent.name, int(pid_file.parent.name)))
         return found
+
+
+def default_spool(state_dir: Path) -> Path:
+    """Where the jobs' own folders go when the agent is given none: for a root agent, which runs jobs as
+    their users, ``/var/spool/horizon/<digest of the state dir>`` (as Slurm's SlurmdSpoolDir; no job
+    learns the data dir's path from its files); for any other, beside the state dir (its jobs are its
+    own user's anyway)."""
+    if os.geteuid() == 0:
+        digest = hashlib.sha1(str(Path(state_dir).absolute()).encode()).hexdigest()[:12]
+        return Path("/var/spool/horizon") / digest
+    return Path(state_dir).absolute().parent / "spool"
+
+
+def _private_dir(path: Path, owner: Identity | None = None, mode: int = 0o700) -> None:
+    """``path`` made (parents too) with ``mode``, owned by ``owner`` when given (else by the agent)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if owner is not None and os.geteuid() == 0:
+        os.chown(path, owner.uid, owner.gid)
+    os.chmod(path, mode)
 
 
 def kill_attempts(state_dir: Path) -> int:

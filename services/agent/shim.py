@@ -40,6 +40,7 @@ from typing import IO, Any
 
 from services.agent import containers
 from services.agent.cgroups import Hierarchy, JobCgroup, Limits
+from services.agent.identity import Identity, may_enter, open_as
 
 __all__ = ["main", "start_time", "read_pid_file", "PLAN", "STATUS", "SHIM_PID", "JOB_PID"]
 
@@ -68,24 +69,21 @@ def read_pid_file(path: Path) -> tuple[int, str, float] | None:
 
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "w") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
 
 
-def _open_outputs(plan: dict[str, Any]) -> tuple[IO[bytes], IO[bytes]]:
-    mode = "ab" if plan.get("open_mode") == "append" else "wb"
+def _open_outputs(plan: dict[str, Any], run_as: Identity | None) -> tuple[IO[bytes], IO[bytes]]:
+    """The job's output files, opened (created) by the job's user: its permissions decide where it may
+    write, and what it creates is its own."""
     stdout_path, stderr_path = plan["stdout"], plan["stderr"]
-    out = open(stdout_path, mode)
-    if stderr_path == stdout_path:
-        return out, out
-    try:
-        return out, open(stderr_path, mode)
-    except OSError:
-        out.close()
-        raise
+    paths = [stdout_path] if stderr_path == stdout_path else [stdout_path, stderr_path]
+    fds = open_as(run_as, paths, plan.get("open_mode") or "truncate")
+    out = os.fdopen(fds[0], "wb")
+    return out, (out if len(fds) == 1 else os.fdopen(fds[1], "wb"))
 
 
 def run(directory: Path) -> dict[str, Any]:
@@ -103,35 +101,47 @@ def run(directory: Path) -> dict[str, Any]:
             except OSError as exc:
                 raise _StartError(f"cannot set up the job's cgroup: {exc.strerror or exc}") from None
         cwd = plan["cwd"]
-        if not os.path.isdir(cwd):
-            raise _StartError(f"working directory {cwd} does not exist on node {plan['node']}")
+        run_as = Identity.from_json(plan.get("run_as"))
+        who = f" as {run_as.user} (uid {run_as.uid})" if run_as is not None else ""
         try:
-            out, err = _open_outputs(plan)
+            may_enter(run_as, cwd)  # as the job's user: Slurm's "could not chdir", with the reason
         except OSError as exc:
-            raise _StartError(f"cannot open output file {exc.filename}: {exc.strerror}") from None
+            if isinstance(exc, FileNotFoundError):
+                raise _StartError(f"working directory {cwd} does not exist on node {plan['node']}") from None
+            raise _StartError(f"cannot enter working directory {cwd}{who}: {exc.strerror}") from None
+        try:
+            out, err = _open_outputs(plan, run_as)
+        except OSError as exc:
+            raise _StartError(f"cannot open output file {exc.filename}{who}: {exc.strerror}") from None
 
         argv, env, run_in = plan["argv"], plan["env"], cwd
-        if plan.get("image"):
-            argv, env = _container(plan, directory, cgroup, cwd), None  # Podman runs with the node's environment
+        image = bool(plan.get("image"))
+        if image:
+            argv, env = _container(plan, directory, cgroup, cwd, run_as), None  # Podman runs with the node's environment
             # Podman runs from the attempt's directory: the container's own is --workdir, and what conmon may
             # leave in its working directory (an empty `oom` after an OOM kill: seen with this command line
             # run from the checkout by tests/test_containers.py) stays out of the user's
             run_in = str(directory)
 
-        def enter() -> None:  # in the child, before exec: default signals again, join the attempt's cgroup
+        def join() -> None:  # in the child, before exec, as root: default signals again, join the attempt's cgroup
             for sig in _IGNORED:
                 signal.signal(sig, signal.SIG_DFL)
             if cgroup is not None:
                 cgroup.join(0)
 
+        # A process job drops to its user in the child, after joining the cgroup and before entering its
+        # folder; Podman (root) runs the container as the user itself (--user).
+        enter = join if image or run_as is None else run_as.enter(cwd, before=join)
         try:
             proc = subprocess.Popen(
-                argv, cwd=run_in, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                start_new_session=True, preexec_fn=enter, close_fds=True,
+                argv, cwd=run_in if image or run_as is None else None, env=env, stdin=subprocess.DEVNULL,
+                stdout=out, stderr=err, start_new_session=True, preexec_fn=enter, close_fds=True,
             )
         except OSError as exc:
             what = exc.filename or plan["argv"][0]
-            raise _StartError(f"cannot run {what}: {exc.strerror}") from None
+            raise _StartError(f"cannot run {what}{who}: {exc.strerror}") from None
+        except subprocess.SubprocessError as exc:  # the drop or the chdir failed in the child
+            raise _StartError(f"cannot start the job{who}: {exc}") from None
         finally:
             out.close()
             if err is not out:
@@ -162,7 +172,8 @@ class _StartError(Exception):
     pass
 
 
-def _container(plan: dict[str, Any], directory: Path, cgroup: JobCgroup | None, cwd: str) -> list[str]:
+def _container(plan: dict[str, Any], directory: Path, cgroup: JobCgroup | None, cwd: str,
+               run_as: Identity | None = None) -> list[str]:
     """The ``podman run`` that runs the command in the image, inside the attempt's cgroup
     (``services/agent/containers.py``: why each option)."""
     name = plan["container"]
@@ -175,9 +186,10 @@ def _container(plan: dict[str, Any], directory: Path, cgroup: JobCgroup | None, 
     try:
         return containers.podman_argv(
             name=name, image=plan["image"], command=plan["argv"], env=plan["env"], cwd=cwd,
-            mounts=[str(directory.resolve())],  # the checkpoint file is written there
+            mounts=[plan.get("job_dir") or str(directory.resolve())],  # the checkpoint file is written there
             devices=containers.gpu_device_files(plan.get("gpu_minors", [])),
             hooks_dir=hooks if cgroup is not None else None, env_file=env_file,
+            user=(run_as.uid, run_as.gid, run_as.groups) if run_as is not None else None,
         )
     except ValueError as exc:
         raise _StartError(str(exc)) from None

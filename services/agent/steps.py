@@ -47,6 +47,8 @@ import hashlib
 import json
 import logging
 import os
+import socket
+import struct
 import tempfile
 import time
 import uuid
@@ -65,6 +67,7 @@ from services.agent import shim
 from services.agent.cgroups import JobCgroup
 from services.agent.core import AgentCore
 from services.agent.executors import ProcessExecutor, visible_devices
+from services.agent.identity import Identity, IdentityError, identity_for, may_enter
 from services.agent.tasks import NodeShare, RemoteSink, TaskSink, TaskSpec
 from services.domain.hostlist import compress
 from services.domain.jobs import HOLDS_RESOURCES
@@ -98,14 +101,22 @@ def step_subject(node: str) -> str:
     return f"horizon.step.{node}"
 
 
-def _socket_dir(state_dir: Path) -> Path:
-    """Where the attempts' sockets are: under the data dir if the path is short enough for a socket
-    (108 bytes on Linux, with a 24-character name), else a private directory in /tmp."""
-    own = state_dir / ".steps"
+def _socket_dir(spool_dir: Path) -> Path:
+    """Where the attempts' sockets are: beside the jobs' own folders (never in the data dir, which no job
+    may enter) if the path is short enough for a socket (108 bytes on Linux, with a 24-character name),
+    else a directory of the agent's in /tmp."""
+    own = spool_dir / ".steps"
     if len(str(own.resolve())) <= 80:
         return own
-    digest = hashlib.sha1(str(state_dir.resolve()).encode()).hexdigest()[:12]
+    digest = hashlib.sha1(str(spool_dir.resolve()).encode()).hexdigest()[:12]
     return Path(tempfile.gettempdir()) / f"horizon-steps-{os.getuid()}-{digest}"
+
+
+def _peer(writer: asyncio.StreamWriter) -> tuple[int, int]:
+    """(pid, uid) of the process at the other end of a Unix socket (SO_PEERCRED: the kernel's word)."""
+    sock = writer.get_extra_info("socket")
+    pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return pid, uid
 
 
 @dataclass
@@ -191,7 +202,7 @@ class StepService:
         self.devices = devices
         self.nc = nc
         self.grace_period_s = grace_period_s
-        self.socket_dir = _socket_dir(executor.state_dir)
+        self.socket_dir = _socket_dir(executor.spool_dir)
         self.shims_dir = executor.state_dir / ".bin"
         self.doors: dict[tuple[str, int], Any] = {}  # asyncio servers
         self.runs: dict[tuple[str, int, int], _Run] = {}
@@ -206,8 +217,11 @@ class StepService:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self.socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self.socket_dir, 0o700)
+        self.socket_dir.mkdir(mode=0o711, parents=True, exist_ok=True)
+        if self.socket_dir.stat().st_uid != os.geteuid():
+            raise RuntimeError(f"{self.socket_dir} belongs to another user: the agent will not serve job steps there")
+        # jobs reach their own socket by its name (each socket is its job user's alone), and list none
+        os.chmod(self.socket_dir, 0o711)
         # Horizon's srun and scontrol, first on every job's PATH: unguarded, since inside a Horizon
         # job they must be Horizon's whatever else the machine has (services/runtime/shims.py).
         await asyncio.to_thread(write_shims, self.shims_dir, ("srun", "scontrol"), guard=False)
@@ -281,6 +295,9 @@ class StepService:
             await self._serve(job_id, attempt, reader, writer)
 
         server = await asyncio.start_unix_server(serve, path=path, limit=MAX_LINE)
+        owner = self._owner(job_id, attempt)
+        if owner is not None and os.geteuid() == 0:
+            os.chown(path, owner.uid, owner.gid)  # the job's user alone may connect
         os.chmod(path, 0o600)
         self.doors[key] = server
 
@@ -300,9 +317,43 @@ class StepService:
             os.unlink(self.socket_path(job_id, attempt))
         self._issued.pop((job_id, attempt), None)
 
+    def _owner(self, job_id: str, attempt: int) -> Identity | None:
+        """Who the attempt runs as (its plan's ``run_as``; None: as the agent)."""
+        try:
+            plan = json.loads((self.executor.attempt_dir(job_id, attempt) / shim.PLAN).read_text())
+        except (OSError, ValueError):
+            return None
+        return Identity.from_json(plan.get("run_as"))
+
+    def _of_attempt(self, job_id: str, attempt: int, pid: int, uid: int) -> str | None:
+        """Why the process ``pid`` (``uid``) may not speak for the attempt; None when it may: it runs as the
+        attempt's user and is in the attempt's cgroup (without cgroups: in the job's session). Another
+        job's process that found this socket (a path in an environment variable is no secret) is refused."""
+        owner = self._owner(job_id, attempt)
+        if uid not in {owner.uid if owner is not None else os.geteuid(), 0}:
+            return f"uid {uid} is not the job's user"
+        hierarchy = self.executor.hierarchy
+        if hierarchy.usable:
+            job = self.core.jobs.get(job_id)
+            node = job.allocations[0].node if job is not None and job.allocations else ""
+            if node and pid in hierarchy.cgroup(node, job_id, attempt).pids():
+                return None
+            return f"process {pid} is not in the job's cgroup"
+        known = shim.read_pid_file(self.executor.attempt_dir(job_id, attempt) / shim.JOB_PID)
+        with contextlib.suppress(OSError):
+            if known is not None and os.getsid(pid) == known[0]:
+                return None
+        return f"process {pid} is not in the job's session"
+
     async def _serve(self, job_id: str, attempt: int, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter) -> None:
         try:
+            pid, uid = _peer(writer)
+            refused = self._of_attempt(job_id, attempt, pid, uid)
+            if refused is not None:
+                log.warning("step socket of %s attempt %d: refused a connection (%s)", job_id, attempt, refused)
+                await _answer(writer, {"error": f"this socket is another job's: {refused}"})
+                return
             line = await reader.readline()
             try:
                 request = json.loads(line)
@@ -555,7 +606,16 @@ class StepService:
             if self.nc is None:
                 return "the agent has no NATS connection to send the output back"
             sink = RemoteSink(self.nc, str(request["io"]))
-        share = NodeShare([str(a) for a in request["argv"]], str(request.get("cwd") or "/"), tasks, sink, cgroup)
+        try:
+            run_as = identity_for(job.spec.uid, job.spec.gid, job.spec.groups, job.spec.user)
+        except IdentityError as exc:
+            return str(exc)
+        cwd = str(request.get("cwd") or "/")
+        try:
+            await asyncio.to_thread(may_enter, run_as, cwd)
+        except OSError as exc:
+            return f"cannot enter {cwd}{f' as {run_as.user}' if run_as is not None else ''}: {exc.strerror}"
+        share = NodeShare([str(a) for a in request["argv"]], cwd, tasks, sink, cgroup, run_as)
         held = _Share(job_id, attempt, step, node, share, sink, owned)
         self.shares[(job_id, attempt, step, node)] = held
         if isinstance(sink, _Run):

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from services.agent.cgroups import JobCgroup
+from services.agent.identity import Identity
 
 __all__ = ["TaskSink", "TaskSpec", "NodeShare", "RemoteSink", "OUTPUT_CHUNK"]
 
@@ -61,7 +62,8 @@ class NodeShare:
     """The tasks of one step on one node (see the module doc)."""
 
     def __init__(self, argv: Sequence[str], cwd: str, tasks: Sequence[TaskSpec], sink: TaskSink,
-                 cgroup: JobCgroup | None = None) -> None:
+                 cgroup: JobCgroup | None = None, run_as: Identity | None = None) -> None:
+        self.run_as = run_as  # the job's user: each task drops to it after joining the cgroup
         self.argv = list(argv)
         self.cwd = cwd
         self.tasks = list(tasks)
@@ -76,18 +78,20 @@ class NodeShare:
         """Start every task (one that cannot start ends at once); ``done`` is set when all have ended."""
         cgroup = self.cgroup
 
-        def enter() -> None:  # in the child, before exec: default signals, the job's cgroup
+        def join() -> None:  # in the child, before exec, as root: default signals, the job's cgroup
             for sig in _DEFAULT_SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
             if cgroup is not None:
                 cgroup.join(0)
 
+        # then, for a job of another user, the drop and its folder entered as that user
+        enter = join if self.run_as is None else self.run_as.enter(self.cwd or None, before=join)
         for task in self.tasks:
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    *self.argv, cwd=self.cwd or None, env=dict(task.env), stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=enter,
-                    limit=OUTPUT_CHUNK)
+                    *self.argv, cwd=(self.cwd or None) if self.run_as is None else None, env=dict(task.env),
+                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                    preexec_fn=enter, limit=OUTPUT_CHUNK)
             except OSError as exc:
                 code = 127 if isinstance(exc, FileNotFoundError) and exc.filename != self.cwd else 126
                 what = exc.filename if exc.filename is not None else self.argv[0]
