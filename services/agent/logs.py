@@ -25,10 +25,12 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 from events.subjects import job_key
+from services.agent.identity import owned_by
 
 __all__ = ["LogServer", "logs_subject", "read_chunk", "MAX_CHUNK"]
 
@@ -69,8 +71,14 @@ def read_chunk(state_dir: Path, node: str, request: dict[str, Any], tenant: str 
     path = plan[stream]
     limit = max(0, min(int(request.get("limit") or MAX_CHUNK), MAX_CHUNK))
     offset = int(request.get("offset") or 0)
+    # As root, the agent reads for the job only a file its user owns: a job may replace its output
+    # file with a link to one it may not read (/etc/shadow), which must not come back through here.
+    owner = (plan.get("run_as") or {}).get("uid")
+    fd = owned_by(path, int(owner) if owner is not None else None)
+    if fd is None:
+        return {"error": f"cannot read {path} on node {node}: not a file of the job's user"}
     try:
-        with open(path, "rb") as fh:
+        with os.fdopen(fd, "rb") as fh:
             fh.seek(0, 2)
             size = fh.tell()
             start = max(0, size + offset) if offset < 0 else min(offset, size)

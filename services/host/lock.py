@@ -15,6 +15,7 @@ host, command, started), so that a second comer can say who holds it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -66,7 +67,12 @@ class DataDirLock:
     def acquire(self) -> DataDirLock:
         if self._fd is not None:
             return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            # The data dir is the operator's alone: credentials, the log, every job's supervisor files. Jobs
+            # run as their users (services/agent/identity.py) and must not enter it (docs/tenants.md).
+            if self.path.parent.stat().st_uid == os.geteuid():
+                os.chmod(self.path.parent, 0o700)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
