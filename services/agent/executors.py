@@ -52,7 +52,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import quote
 
 from events import catalogue as c
 from events.subjects import tenant_view
@@ -463,8 +462,9 @@ class ProcessExecutor:
 
     def job_dir(self, job_id: str, attempt: int) -> Path:
         """The attempt's own folder, its user's (0700): default output, checkpoint and resize files. Its
-        name holds no ':' (a tenant's job key has one, and Podman splits a volume at ':')."""
-        return self.spool_dir / f"{quote(job_id, safe='')}.{attempt}"
+        name holds no ':' (a tenant's job key has one, and Podman splits a volume at ':') and no '%'
+        (an --output pattern may name it)."""
+        return self.spool_dir / f"{job_id.replace(':', '+')}.{attempt}"  # '+' is in no job id
 
     def _devices(self, node: str) -> dict[str, c.GpuDevice]:
         spec = self.nodes.get(node)

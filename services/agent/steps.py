@@ -203,7 +203,7 @@ class StepService:
         self.nc = nc
         self.grace_period_s = grace_period_s
         self.socket_dir = _socket_dir(executor.spool_dir)
-        self.shims_dir = executor.state_dir / ".bin"
+        self.shims_dir = executor.spool_dir / ".bin"  # run by jobs, as their users: not in the data dir
         self.doors: dict[tuple[str, int], Any] = {}  # asyncio servers
         self.runs: dict[tuple[str, int, int], _Run] = {}
         self.shares: dict[tuple[str, int, int, str], _Share] = {}
@@ -318,12 +318,20 @@ class StepService:
         self._issued.pop((job_id, attempt), None)
 
     def _owner(self, job_id: str, attempt: int) -> Identity | None:
-        """Who the attempt runs as (its plan's ``run_as``; None: as the agent)."""
+        """Who the attempt runs as (None: as the agent): its plan's ``run_as`` once planned, else what its
+        spec resolves to here (the door opens before the attempt starts)."""
         try:
             plan = json.loads((self.executor.attempt_dir(job_id, attempt) / shim.PLAN).read_text())
+            return Identity.from_json(plan.get("run_as"))
         except (OSError, ValueError):
+            pass
+        job = self.core.jobs.get(job_id)
+        if job is None or job.spec is None:
             return None
-        return Identity.from_json(plan.get("run_as"))
+        try:
+            return identity_for(job.spec.uid, job.spec.gid, job.spec.groups, job.spec.user)
+        except IdentityError:
+            return None  # the attempt will not start (its start says why); the socket stays the agent's
 
     def _of_attempt(self, job_id: str, attempt: int, pid: int, uid: int) -> str | None:
         """Why the process ``pid`` (``uid``) may not speak for the attempt; None when it may: it runs as the
