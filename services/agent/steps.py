@@ -357,12 +357,12 @@ class StepService:
                      writer: asyncio.StreamWriter) -> None:
         try:
             pid, uid = _peer(writer)
+            line = await reader.readline()  # read first: the refusal is then an answer, not a broken pipe
             refused = self._of_attempt(job_id, attempt, pid, uid)
             if refused is not None:
                 log.warning("step socket of %s attempt %d: refused a connection (%s)", job_id, attempt, refused)
                 await _answer(writer, {"error": f"this socket is another job's: {refused}"})
                 return
-            line = await reader.readline()
             try:
                 request = json.loads(line)
                 if not isinstance(request, dict):
