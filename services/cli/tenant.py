@@ -123,7 +123,7 @@ def tenant_add(name: str, unix_user: str | None, allow_root: bool, max_class: st
                f"Its credentials: {env_file} (its URL with its password, readable by you only).\n"
                f"Hand that file to the tenant; with it:\n"
                f"  set -a; . {env_file}; set +a\n"
-               f"  horizon submit -- hostname\n"
+               f"  horizon submit --chdir /tmp -- hostname   # a folder its Unix user may enter\n"
                f"(`horizon tenant add {name} --json` prints the URL itself.)")
 
 
