@@ -49,6 +49,7 @@ import logging
 import os
 import socket
 import struct
+import sys
 import tempfile
 import time
 import uuid
@@ -110,6 +111,19 @@ def _socket_dir(spool_dir: Path) -> Path:
         return own
     digest = hashlib.sha1(str(spool_dir.resolve()).encode()).hexdigest()[:12]
     return Path(tempfile.gettempdir()) / f"horizon-steps-{os.getuid()}-{digest}"
+
+
+def _not_for_others(*paths: Path) -> Path | None:
+    """The first of ``paths`` (or of their folders) that a user other than its owner cannot reach."""
+    for path in paths:
+        for part in [*reversed(path.parents), path]:
+            try:
+                mode = part.stat().st_mode
+            except OSError:
+                return part
+            if not mode & 0o001 or (part == path and not mode & 0o004):
+                return part
+    return None
 
 
 def _peer(writer: asyncio.StreamWriter) -> tuple[int, int]:
@@ -225,6 +239,11 @@ class StepService:
         # Horizon's srun and scontrol, first on every job's PATH: unguarded, since inside a Horizon
         # job they must be Horizon's whatever else the machine has (services/runtime/shims.py).
         await asyncio.to_thread(write_shims, self.shims_dir, ("srun", "scontrol"), guard=False)
+        if os.geteuid() == 0:
+            hidden = _not_for_others(Path(sys.executable).resolve(), Path(__file__).resolve().parent)
+            if hidden is not None:
+                log.warning("jobs run as their users, who cannot run Horizon's srun and scontrol: %s is not "
+                            "readable by others; install Horizon where its users can run it (docs/tenants.md)", hidden)
         self.executor.step_socket = self.socket_path
         self.executor.shims_dir = self.shims_dir
         self.executor.step_groups = self.task_groups
