@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pwd
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +29,7 @@ from events import catalogue as c
 from services.agent.slurm import core
 from services.runtime.consume import readable
 from services.runtime.jetstream import JetStreamLog
+from tests.helpers import job_file
 from tests.slurm_cluster import SlurmCluster, SlurmNode, slurm_installed
 from tests.test_real_nodes import HORIZON, Up
 
@@ -463,3 +468,33 @@ def test_up_over_slurm_says_what_is_wrong(tmp_path: Path) -> None:
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 1 and "cannot reach Slurm" in done.stderr and "Traceback" not in done.stderr, \
             done.stderr
+
+
+@needs_slurm
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(os.geteuid() != 0, reason="creates a Unix user: needs root")
+def test_slurm_runs_a_job_as_its_user(tmp_path: Path) -> None:
+    """A root backend submits for the job's user (sbatch --uid/--gid): Slurm runs it as that uid, its
+    files are that user's, outside the data dir, and `horizon logs` serves them. (The cluster's folder,
+    which holds slurmd's spool, must be one the user may traverse: not pytest's 0700 tmp_path.)"""
+    name = f"hzs{os.getpid() % 100000}"
+    subprocess.run(["useradd", "--no-create-home", "--user-group", name], check=True, capture_output=True)
+    folder = Path(tempfile.mkdtemp(prefix="horizon-slurm-"))
+    folder.chmod(0o711)
+    cluster = SlurmCluster(folder / "slurm", [SlurmNode("s1", gpus=0)]).__enter__()
+    up = SlurmUp(tmp_path / "data", cluster)
+    up.start()
+    try:
+        job = up.submit("--user", name, "--chdir", "/tmp", "--", "sh", "-c", "id -un; echo $HOME")
+        up.until(lambda: up.jobs().get(job, {}).get("state") in FINAL)
+        assert up.jobs()[job]["state"] == "SUCCEEDED", (up.jobs()[job].get("reason"), up.cli("show", job).stdout)
+        out = up.cli("logs", job)
+        assert out.returncode == 0 and out.stdout.split()[0] == name, out.stdout + out.stderr
+        path = job_file(up.data_dir / "jobs", job, 1, "stdout")
+        assert path.stat().st_uid == pwd.getpwnam(name).pw_uid and str(up.data_dir) not in str(path)
+        assert (path.parent.stat().st_uid, path.parent.stat().st_mode & 0o777) == (pwd.getpwnam(name).pw_uid, 0o700)
+    finally:
+        up.stop()
+        cluster.__exit__(None, None, None)
+        shutil.rmtree(folder, ignore_errors=True)
+        subprocess.run(["userdel", name], capture_output=True)

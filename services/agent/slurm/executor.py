@@ -37,7 +37,8 @@ from typing import Any
 
 from events import catalogue as c
 from events.subjects import tenant_view
-from services.agent.executors import Files, Outcome, _read_ref, _tail, job_environment
+from services.agent.executors import Files, Outcome, _read_ref, _tail, default_spool, job_environment
+from services.agent.identity import IdentityError, identity_for
 from services.agent.slurm import core
 from services.domain.output import Names, expand, resolve
 
@@ -180,7 +181,9 @@ class SlurmExecution:
 
     pid: int | None = None
 
-    def __init__(self, executor: SlurmExecutor, slurm_id: str, directory: Path, files: Files) -> None:
+    def __init__(self, executor: SlurmExecutor, slurm_id: str, directory: Path, files: Files,
+                 uid: int | None = None) -> None:
+        self.uid = uid  # the job's user: the agent reads only its files for it
         self.executor = executor
         self.slurm_id = slurm_id
         self.directory = directory
@@ -189,7 +192,7 @@ class SlurmExecution:
         self.started_wall: float | None = core.parse_time(record.get("StartTime"))
 
     def _outcome(self, record: dict[str, str] | None) -> Outcome:
-        return core.outcome(record, _tail(self.files.stderr) if self.files.stderr else "")
+        return core.outcome(record, _tail(self.files.stderr, self.uid) if self.files.stderr else "")
 
     async def wait(self) -> Outcome:
         return self._outcome(await self.executor.watch.until(_ended, self.slurm_id))
@@ -227,7 +230,7 @@ class SlurmExecution:
         return self.checkpoint_ref()
 
     def checkpoint_ref(self) -> str | None:
-        return _read_ref(self.directory / "checkpoint")
+        return _read_ref(self.directory / "checkpoint", self.uid)
 
 
 class SlurmExecutor:
@@ -271,41 +274,59 @@ class SlurmExecutor:
     ) -> SlurmExecution:
         held = list(allocations) or [alloc]
         directory = self.attempt_dir(job_id, attempt)
+        try:
+            run_as = identity_for(spec.uid, spec.gid, spec.groups, spec.user)
+        except IdentityError as exc:
+            raise RuntimeError(str(exc)) from None
+        other = run_as is not None and run_as.uid != os.geteuid()  # Slurm runs it as its user (sbatch --uid)
+        # its files: in a folder of its own in the spool, outside the data dir (executors.default_spool)
+        files_dir = default_spool(self.state_dir) / f"{job_id.replace(':', '+')}.{attempt}" if other else directory
+        uid = run_as.uid if run_as is not None else None
         await self.watch.refresh()
         slurm_id = self.watch.find(job_id, attempt)
         if slurm_id is not None:
             log.info("%s attempt %d: Slurm job %s (submitted before a restart) followed", job_id, attempt, slurm_id)
-            return await self._until_running(job_id, attempt, SlurmExecution(self, slurm_id, directory,
-                                                                             self._files(directory)))
+            return await self._until_running(job_id, attempt, SlurmExecution(self, slurm_id, files_dir,
+                                                                             self._files(directory), uid))
         if not spec.command:
             raise ValueError("the job has no command to run")
         if spec.image:
             raise ValueError("the Slurm backend runs no container images (docs/backends.md)")
         directory.mkdir(parents=True, exist_ok=True)
-        cwd = spec.cwd or str(directory)
+        if other:
+            assert run_as is not None
+            for where, mode, owner in ((files_dir.parent, 0o711, None), (files_dir, 0o700, run_as)):
+                where.mkdir(parents=True, exist_ok=True)
+                if owner is not None:
+                    os.chown(where, owner.uid, owner.gid)
+                os.chmod(where, mode)
+        cwd = spec.cwd or str(files_dir)
         names = Names(tenant_view(spec.tenant, job_id), spec.name, spec.user, alloc.node,
                       tenant_view(spec.tenant, spec.array) if spec.array is not None else None, spec.array_index)
-        stdout = resolve(expand(spec.stdout, names), cwd) if spec.stdout else str(directory / "stdout")
+        stdout = resolve(expand(spec.stdout, names), cwd) if spec.stdout else str(files_dir / "stdout")
         stderr = (resolve(expand(spec.stderr, names), cwd) if spec.stderr
-                  else stdout if spec.stdout else str(directory / "stderr"))
+                  else stdout if spec.stdout else str(files_dir / "stderr"))
         env = {k: v for k, v in job_environment(job_id, attempt, spec, alloc, checkpoint_ref, self._devices(alloc.node),
                                                  held).items()
                if k.startswith("HORIZON_") or k in spec.env}  # Slurm sets SLURM_* and CUDA_VISIBLE_DEVICES itself
-        env["HORIZON_CHECKPOINT_FILE"] = str((directory / "checkpoint").resolve())
+        env["HORIZON_CHECKPOINT_FILE"] = str((files_dir / "checkpoint").resolve())
         script = directory / "batch.sh"
         script.write_text(core.batch_script(env, spec.command))
         (directory / "plan.json").write_text(json.dumps({"job_id": job_id, "attempt": attempt, "node": alloc.node,
                                                          "tenant": spec.tenant, "cwd": cwd, "stdout": stdout,
-                                                         "stderr": stderr}))
+                                                         "stderr": stderr, "files_dir": str(files_dir), "uid": uid}))
         limit = self.limits(job_id) or spec.time_limit_s
         argv = core.sbatch_argv(self.watch.install, job_id, attempt, spec, held, {a.node: self._devices(a.node) for a in held},
                                 str(script), stdout, stderr, cwd, limit, self.partition)
+        if other:
+            assert run_as is not None
+            argv[1:1] = [f"--uid={run_as.uid}", f"--gid={run_as.gid}"]  # root may submit for another user
         out = await self.slurm.run(*argv)
         slurm_id = out.strip().split(";")[0]
         log.info("%s attempt %d: Slurm job %s on %s", job_id, attempt, slurm_id, ",".join(a.node for a in held))
         await self.watch.refresh()
-        return await self._until_running(job_id, attempt, SlurmExecution(self, slurm_id, directory,
-                                                                         Files(cwd, stdout, stderr)))
+        return await self._until_running(job_id, attempt, SlurmExecution(self, slurm_id, files_dir,
+                                                                         Files(cwd, stdout, stderr), uid))
 
     async def _until_running(self, job_id: str, attempt: int, execution: SlurmExecution) -> SlurmExecution:
         """Return once Slurm runs (or has ended) the job; one no longer wanted is cancelled meanwhile."""
@@ -331,7 +352,12 @@ class SlurmExecutor:
         if slurm_id is None:
             return None
         directory = self.attempt_dir(job_id, attempt)
-        return SlurmExecution(self, slurm_id, directory, self._files(directory))
+        try:
+            plan = json.loads((directory / "plan.json").read_text())
+        except (OSError, ValueError):
+            plan = {}
+        return SlurmExecution(self, slurm_id, Path(plan.get("files_dir") or directory), self._files(directory),
+                              plan.get("uid"))
 
     def released(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> None:
         return None
