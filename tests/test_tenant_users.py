@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from services.agent.executors import ProcessExecutor, default_spool, kill_attempts
+from tests.test_containers import image  # noqa: F401 - the busybox image, built once per session
 from tests.test_up_auth import Up, clean_env, horizon, start_up, stop_up
 
 pytestmark = [pytest.mark.timeout(300),
@@ -293,3 +294,13 @@ def test_check_and_audit_pass_after_the_attacks(cluster: Cluster):
     for command in (("check",), ("audit",)):
         done = horizon(*command, env=admin)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_tenants_container_job_runs_as_its_user(cluster: Cluster, image: str):
+    """A tenant's --image job (its folder once held the job key's ':', which Podman splits volumes at):
+    it runs as the user's uid inside the container, and writes its own folder."""
+    job_id = cluster.acme.submit("--image", image, "--", "sh", "-c", 'id -u; echo ref > "$HORIZON_CHECKPOINT_FILE"; echo wrote')
+    row = cluster.acme.wait(job_id, timeout_s=120)
+    assert row["state"] == "SUCCEEDED", (row, cluster.acme.logs(job_id, "--err"))
+    assert cluster.acme.logs(job_id).split() == [str(cluster.acme.uid), "wrote"]
+    assert (cluster.files(cluster.acme, job_id) / "checkpoint").stat().st_uid == cluster.acme.uid

@@ -42,6 +42,7 @@ import contextlib
 import hashlib
 import json
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -451,7 +452,14 @@ class ProcessExecutor:
         self.kill_wait_s = KILL_WAIT_S
 
     def isolation(self) -> str:
-        return self.hierarchy.describe()
+        """The cgroups, and whose jobs run as whom (`horizon nodes`)."""
+        if os.geteuid() == 0:
+            return f"{self.hierarchy.describe()}; jobs run as their users"
+        try:
+            me = pwd.getpwuid(os.geteuid()).pw_name
+        except KeyError:
+            me = f"uid {os.geteuid()}"
+        return f"{self.hierarchy.describe()}; every job runs as {me} (the agent is not root)"
 
     def _groups_of(self, job_id: str, attempt: int) -> Callable[[], set[int]]:
         return lambda: self.step_groups(job_id, attempt) if self.step_groups is not None else set()
