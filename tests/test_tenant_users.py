@@ -184,6 +184,8 @@ try() {{ what=$1; shift; if "$@" >/dev/null 2>&1; then echo "$what: DONE"; else 
 id -u
 try read-users cat {data}/auth/users.json
 try read-tenants cat {data}/auth/tenants.json
+try read-dashboard-token cat {data}/auth/dashboard-token
+try read-server-config cat {data}/auth/nats.conf
 try list-data ls {data}
 try read-victim-output cat {victim_out}
 try write-victim-output sh -c 'echo acme-text >> {victim_out}'
