@@ -23,9 +23,7 @@ the operator can). In order, holding the data dir's registry lock:
 
 from __future__ import annotations
 
-import asyncio
 import json
-import ssl
 import time
 from pathlib import Path
 
@@ -34,11 +32,9 @@ import click
 from events import catalogue as c
 from services.cli.options import DEFAULT_DATA_DIR
 from services.cli.policy import configure
-from services.cli.user import (_server_tls, credentials_file, default_login_identity, operator_context, publish_user,
-                               unix_identity)
+from services.cli.user import (server_tls, credentials_file, default_login_identity, open_login, operator_context,
+                               publish_user, unix_identity)
 from services.host.auth import Registry, check_tenant_name, user_url
-from services.host.tenants import DoorsClosed, open_doors
-from services.host.tls import tenant_certificate
 
 __all__ = ["register"]
 
@@ -78,18 +74,9 @@ def tenant_add(name: str, unix_user: str | None, allow_root: bool, max_class: st
     with Registry.locked(data_dir) as registry:
         record, new = registry.add_tenant(name)
         if new:
-            registry.write_config(_server_tls(data_dir) if running.tls else None)
+            registry.write_config(server_tls(data_dir) if running.tls else None)
         url = user_url(running.scheme, name, record["password"], running.host, running.port)
-        # by absolute paths: the answer and the .env file are handed to the tenant, not used from this folder
-        tls = tenant_certificate(Path(data_dir).absolute(), name) if running.tls else None
-        context = None
-        if tls is not None:
-            context = ssl.create_default_context(cafile=str(tls.ca))
-            context.load_cert_chain(str(tls.cert), str(tls.key))
-        try:
-            asyncio.run(open_doors(running, admin_url, name, url, context, changed=new))
-        except DoorsClosed as exc:
-            raise click.ClickException(str(exc)) from None
+        tls = open_login(running, admin_url, data_dir, name, url, changed=new)
         if not record.get("account_configured"):
             event = c.AccountConfigured(ts=time.time(), source="horizon-cli", correlation_id=name, account=name,
                                         tenants=[name], user="horizon tenant add", max_priority_class=max_class)
@@ -128,5 +115,8 @@ def tenant_add(name: str, unix_user: str | None, allow_root: bool, max_class: st
 
 
 def register(group: click.Group) -> None:
+    from services.cli.tenant_set import tenant_set  # `horizon tenant set NAME`: its limits
+
+    tenant.add_command(tenant_set)
     group.add_command(tenant)
 

@@ -38,7 +38,7 @@ from services.host.running import Running, operator_endpoint
 from services.host.tenants import DoorsClosed, open_doors
 from services.host.tls import TlsFiles, tenant_certificate
 
-__all__ = ["register", "unix_identity", "publish_user", "credentials_file", "NOBODY"]
+__all__ = ["register", "unix_identity", "publish_user", "credentials_file", "open_login", "server_tls", "NOBODY"]
 
 NOBODY = "nobody"
 
@@ -110,7 +110,24 @@ def operator_context(data_dir: Path) -> tuple[Running, str]:
     return running, admin_url
 
 
-def _server_tls(data_dir: Path) -> dict[str, str]:
+def open_login(running: Running, admin_url: str, data_dir: Path, tenant: str, url: str,
+               changed: bool) -> TlsFiles | None:
+    """Have the running server serve a login of ``tenant`` (``url``) as the configuration file now says
+    (services/host/tenants.py ``open_doors``, probing as that login); the tenant's certificate under
+    ``--tls`` (by absolute paths: it is handed to the tenant, not used from this folder)."""
+    tls = tenant_certificate(Path(data_dir).absolute(), tenant) if running.tls else None
+    context = None
+    if tls is not None:
+        context = ssl.create_default_context(cafile=str(tls.ca))
+        context.load_cert_chain(str(tls.cert), str(tls.key))
+    try:
+        asyncio.run(open_doors(running, admin_url, tenant, url, context, changed=changed))
+    except DoorsClosed as exc:
+        raise click.ClickException(str(exc)) from None
+    return tls
+
+
+def server_tls(data_dir: Path) -> dict[str, str]:
     where = Path(data_dir).resolve() / "tls"
     return {"ca": str(where / "ca.pem"), "cert": str(where / "server.pem"), "key": str(where / "server.key")}
 
@@ -172,17 +189,9 @@ def user_add(name: str, tenant: str, unix_user: str | None, uid: int | None, gid
                                        f"`horizon tenant add {tenant} --unix-user U`")
         entry, new = registry.add_user(tenant, name, identity)
         if new:
-            registry.write_config(_server_tls(data_dir) if running.tls else None)
+            registry.write_config(server_tls(data_dir) if running.tls else None)
         url = user_url(running.scheme, user_login(tenant, name), entry["password"], running.host, running.port)
-        tls = tenant_certificate(Path(data_dir).absolute(), tenant) if running.tls else None
-        context = None
-        if tls is not None:
-            context = ssl.create_default_context(cafile=str(tls.ca))
-            context.load_cert_chain(str(tls.cert), str(tls.key))
-        try:
-            asyncio.run(open_doors(running, admin_url, tenant, url, context, changed=new))
-        except DoorsClosed as exc:
-            raise click.ClickException(str(exc)) from None
+        tls = open_login(running, admin_url, data_dir, tenant, url, changed=new)
         publish_user(admin_url, tenant, name, identity)
         entry["configured"] = True
         registry.save_tenants()
