@@ -59,13 +59,19 @@ def parse_node_range(text: str) -> tuple[int | None, int]:
     return (least if sep and least < most else None), most
 
 
+def _me() -> str:
+    """Who submits: the tenant's user of --nats (or $HORIZON_NATS_URL) under accounts, else $USER."""
+    ctx = click.get_current_context(silent=True)
+    return default_user(ctx.params.get("nats_url") if ctx is not None else None)
+
+
 @click.command(context_settings={"ignore_unknown_options": False})
 @nats_option
 @tenant_option
 @click.option("--job-id", default=None, help="Your id for the job (default: generated). Reusing one is a duplicate.")
 @click.option("--name", default="", help="A name for the job.")
 @click.option("--account", default="default", show_default=True)
-@click.option("--user", default=default_user, show_default="$USER")
+@click.option("--user", default=lambda: _me(), show_default="you: the user your URL logs in as, else $USER")
 @click.option("--gpus", type=int, default=0, show_default=True, help="GPUs per task.")
 @click.option("--gpu-type", default=None, help="GPU model, e.g. a100 or h100-80gb.")
 @click.option("--gpu-memory", default=None, help="Minimum memory per GPU, e.g. 40Gi.")
