@@ -49,12 +49,12 @@ def user_of_url(url: str | None) -> str | None:
     return login_user(tenant, login)
 
 
-def default_user() -> str:
+def default_user(url: str | None = None) -> str:
     """Who you are, as Slurm's commands say it: under accounts the tenant's user your
     ``$HORIZON_NATS_URL`` logs in as (what the server authenticates; services/submission/core.py
-    checks a submission's user against it); else ``$USER`` or ``$LOGNAME`` as a login shell sets them,
+    checks a submission's user against it; ``url``: the one a command was given); else ``$USER`` or ``$LOGNAME`` as a login shell sets them,
     else the name of your uid (a shell without them: cron, a container, CI), else ``anonymous``."""
-    login = user_of_url(os.environ.get("HORIZON_NATS_URL"))
+    login = user_of_url(url or os.environ.get("HORIZON_NATS_URL"))
     if login:
         return login
     name = os.environ.get("USER") or os.environ.get("LOGNAME")
