@@ -495,6 +495,27 @@ class UserConfigured(Event, tag="UserConfigured", kw_only=True):
     user: str = ""
 
 
+class TenantConfigured(Event, tag="TenantConfigured", kw_only=True):
+    """``horizon.in._admin.tenant``: a tenant's limits at the door (``horizon tenant set``).
+
+    Under accounts every tenant has them, on by default (docs/tenants.md, Limits and fairness):
+    ``max_inputs_per_s`` with ``burst`` is a token bucket the intake applies before it stores an
+    input (an input over it is refused with a 429 answer and never reaches the log); the other
+    three the submission core applies to a tenant's submissions, rejecting one that would pass
+    them with a ``JobRejected`` whose ``limit`` names it. A field left out (``null``) takes the
+    default; 0 is no limit. Configuring a tenant again replaces all its limits. Operators' inputs
+    and a server without accounts are not limited.
+    """
+
+    tenant: str
+    max_inputs_per_s: float | None = None
+    burst: int | None = None
+    max_pending_jobs: int | None = None
+    max_array_tasks: int | None = None
+    max_pending_array_tasks: int | None = None
+    user: str = ""
+
+
 class FairShareConfigured(Event, tag="FairShareConfigured", kw_only=True):
     """``horizon.in._admin.fairshare``: decay half-life and resource weights.
 
@@ -665,6 +686,9 @@ class JobRejected(Event, tag="JobRejected", kw_only=True):
     field: str = ""
     submitted_seq: int = 0
     basis_seq: int = 0
+    # The tenant limit the submission would pass (``max_pending_jobs``, ``max_array_tasks``,
+    # ``max_pending_array_tasks``: TenantConfigured); empty: not a limit's refusal.
+    limit: str = ""
 
 
 class InputRejected(Event, tag="InputRejected", kw_only=True):
@@ -1121,6 +1145,7 @@ AnyEvent = (
     | NodeCommandIssued
     | AccountConfigured
     | UserConfigured
+    | TenantConfigured
     | FairShareConfigured
     | PolicyConfigured
     | PreemptionConfigured

@@ -37,6 +37,8 @@ from events.resources import GPU_MODEL_PATTERN, MAX_CPUS_MILLI, MAX_MEMORY_BYTES
 
 __all__ = ["payload_schemas", "TOKEN_PATTERN", "TENANT_PATTERN", "JOB_KEY_PATTERN", "INPUT_TYPES", "JOB_ID_FIELDS"]
 
+_TL = vocab.TenantLimits()  # the defaults, as the schema states them
+
 Schema = dict[str, Any]
 
 # A subject token (a node, a job id as the client writes it): events.subjects' rule, as is.
@@ -378,6 +380,22 @@ def _facts() -> dict[tuple[str, str], Callable[[Schema], None]]:
         ("FairShareConfigured", "gpu_weight"): number(minimum=0, text="Usage billed per GPU-second."),
         ("FairShareConfigured", "cpu_weight"): number(minimum=0, text="Usage billed per core-second."),
         ("FairShareConfigured", "memory_weight"): number(minimum=0, text="Usage billed per GiB-second."),
+        ("TenantConfigured", "tenant"): pattern(TENANT_PATTERN, "The tenant (`horizon tenant add NAME`)."),
+        ("TenantConfigured", "max_inputs_per_s"): number(minimum=0, text=f"Inputs a second the intake stores "
+                                                         f"for it, on average; `null`: {_TL.max_inputs_per_s:g}; "
+                                                         "0: no limit."),
+        ("TenantConfigured", "burst"): count(0, 2**31 - 1, f"Inputs it may send at once before the rate "
+                                             f"applies; `null`: {_TL.burst}; 0: one second's worth."),
+        ("TenantConfigured", "max_pending_jobs"): count(0, 2**31 - 1, f"Its jobs waiting in the queue, each "
+                                                        f"array task one; `null`: {_TL.max_pending_jobs}; 0: no "
+                                                        "limit."),
+        ("TenantConfigured", "max_array_tasks"): count(0, 2**31 - 1, f"Tasks of one array; `null`: "
+                                                       f"{_TL.max_array_tasks}; 0: the cluster's own bound only."),
+        ("TenantConfigured", "max_pending_array_tasks"): count(0, 2**31 - 1, f"Its arrays' tasks waiting in the "
+                                                               f"queue, all together; `null`: "
+                                                               f"{_TL.max_pending_array_tasks}; 0: no limit."),
+        ("JobRejected", "limit"): text("The tenant limit it would pass (`max_pending_jobs`, `max_array_tasks`, "
+                                       "`max_pending_array_tasks`; `horizon tenant set`), or empty."),
         ("AccountConfigured", "shares"): number(above=0, text="Its fair-share weight among its siblings."),
         ("AccountConfigured", "tenants"): lambda p: (p["items"].__setitem__("pattern", TENANT_PATTERN), _describe(
             p, "The tenants whose jobs may charge it; empty: any tenant's.")),

@@ -112,6 +112,7 @@ ADMIN_VERBS: dict[str, type[c.Event]] = {
     "node": c.NodeCommandIssued,
     "account": c.AccountConfigured,
     "user": c.UserConfigured,
+    "tenant": c.TenantConfigured,  # a tenant's limits at the door (horizon tenant set)
     "fairshare": c.FairShareConfigured,
     "policy": c.PolicyConfigured,
     "profile": c.ProfileConfigured,

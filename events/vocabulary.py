@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "NODE_ACTIONS", "TOLERATION_OPS", "OPEN_MODES", "SELECTOR_OPS", "BACKFILL_MODES", "SCORE_WEIGHTS",
-    "RUNTIME_ESTIMATES", "VICTIM_ORDERS", "QUEUE_POLICIES", "POLICY_WEIGHTS", "Limits", "MAX_TASKS_PER_NODE",
+    "RUNTIME_ESTIMATES", "VICTIM_ORDERS", "QUEUE_POLICIES", "POLICY_WEIGHTS", "Limits", "TenantLimits", "MAX_TASKS_PER_NODE",
     "MAX_RETRIES", "NICE_LIMIT", "RESERVATION_DEPTH", "GRACE_PERIOD_MAX_S", "MAX_CWD_LENGTH", "IMAGE_PATTERN",
     "TAINT_KEY_PATTERN", "TAINT_VALUE_PATTERN", "TAINT_KEY_MAX", "TAINT_VALUE_MAX", "PARTITION_STATES",
     "UNKNOWN_PARTITION", "PRIORITY_TIER_MAX", "DATASET_PATTERN", "DATASET_NAME_MAX", "MAX_DATASETS",
@@ -96,6 +96,26 @@ class Limits:
     # An array's tasks all carry the spec: tasks x spec size is what one submission adds to each
     # service's memory and to one decision round (10,000 tasks of 6.5 KB, or 256 of 256 KiB).
     max_array_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TenantLimits:
+    """A tenant's limits at the door under accounts (``TenantConfigured``, ``horizon tenant set``); these
+    are the defaults, on for every tenant. 0 is no limit. Measured on a 2-core machine (docs/tenants.md,
+    Limits and fairness): the intake stores about 5,000 inputs a second and the submission service
+    answers about 4,000, so a few tenants at the default rate leave room for everyone; a job waiting in
+    the queue costs every service about 30 KB (10,000 pending: about 300 MB in all), and an array's
+    tasks are jobs like any other until they are stored lazily (not yet)."""
+
+    # A token bucket at the intake: ``burst`` inputs at once, then this many a second on average.
+    max_inputs_per_s: float = 200.0
+    burst: int = 2_000
+    # Jobs of the tenant waiting in the queue (pending or held), each task of an array one of them.
+    max_pending_jobs: int = 10_000
+    # Tasks of one array (Slurm's MaxArraySize is 1001 by default: indices 0-1000).
+    max_array_tasks: int = 1_000
+    # Tasks of the tenant's arrays waiting in the queue, all arrays together.
+    max_pending_array_tasks: int = 10_000
 
 
 MAX_TASKS_PER_NODE = 4096

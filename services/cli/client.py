@@ -91,6 +91,10 @@ async def publish_input(nc: Any, subject: str, event: Event, msg_id: str, with_d
                        f"(--tenant or $HORIZON_TENANT)") from None
     except nats.errors.TimeoutError:
         raise LogError("the log did not acknowledge the publish in time; retry (it is safe: same Nats-Msg-Id)") from None
+    except nats.js.errors.APIError as exc:
+        # An answer instead of a PubAck: under accounts the intake's (a tenant's limit, 429; too large, 413;
+        # the log unavailable, 503). Nothing was stored.
+        raise LogError(f"not stored: {exc.description or exc}") from None
     except nats.errors.MaxPayloadError:
         # nats-py refuses before sending, as the server would: nothing is stored.
         raise LogError(f"the {event.event_type} is too large: {len(encode(event)):,} bytes, and this server takes at "

@@ -14,7 +14,13 @@ answers every input not yet answered, in log order:
   changes nothing; an input that does not decode, ``InputRejected``. An array
   (``array: "0-99%10"``) becomes one ``JobAccepted`` per task,
   ``<job_id>_<index>``, in one round, each with ``array_tasks``, how many there
-  are; the array id itself is not a job.
+  are; the array id itself is not a job. A round makes new arrays' tasks until it
+  has made ``array_tasks_per_round``; the arrays after them wait, whole, for the
+  next round.
+* A tenant's submission through the intake that would pass one of the tenant's
+  limits (pending jobs, tasks per array, pending array tasks:
+  ``tenant_limits.py``, set by ``TenantConfigured``) -> ``JobRejected`` whose
+  ``limit`` names it.
 * cancel -> ``JobCancelled`` (not started), ``JobStopRequested`` (scheduled or
   running: the agent stops it and reports ``JobCancelled``, with the same
   ``causation_id``), or
@@ -56,6 +62,7 @@ import msgspec
 
 from events import catalogue as c
 from events.arrays import parse_array, task_id
+from events.resources import ResourceError
 from events.base import Event
 from events.vocabulary import NICE_LIMIT
 from events.subjects import (ADMIN_TENANT, INTAKE_HEADER, REFUSED_HEADER, USER_HEADER, WHOLE_LOG,
@@ -68,6 +75,7 @@ from services.domain.features import node_features
 from services.domain.jobs import LIVE, JobState, JobTable
 from services.submission.capacity import Capacity
 from services.submission.intake_rules import malformed_input, scoped, scoped_spec
+from services.submission.tenant_limits import TenantBook
 from services.domain.partitions import Partitions
 from services.submission.validate import Limits, Rejection, admission, class_limit_reason
 
@@ -123,6 +131,7 @@ class SubmissionState(CoreState):
         self.class_limits: dict[str, str] = {}  # account -> max_priority_class
         self.account_tenants: dict[str, tuple[str, ...]] = {}  # account -> the tenants it is open to
         self.users: dict[tuple[str, str], c.UserConfigured] = {}  # (tenant, user) -> its Unix identity
+        self.tenants = TenantBook()  # each tenant's limits and what it has waiting (tenant_limits.py)
         self.malformed: dict[int, c.InputRejected] = {}  # input seq -> its verdict, not yet in the log
         self.repeats: dict[int, _Pending] = {}  # seq -> a submission of a job id already submitted
         self.partitions = Partitions()  # which partition a job gets (services/domain/partitions.py)
@@ -195,6 +204,11 @@ class SubmissionCore:
     gpu_vocabulary: tuple[str, ...] = ()  # models known before any node registers, e.g. ("a100", "h100-80gb")
     virtual_time: bool = False
     subjects: tuple[str, ...] = WHOLE_LOG
+    # A round makes new arrays' tasks until it has made this many; the arrays after them wait for the
+    # next round (whole, each decided once). Every service folds a round's tasks before it sees what
+    # follows them in the log: measured, 10,000 tasks in one round delayed another tenant's job by
+    # 5.1 s (docs/tenants.md, Limits and fairness). A single array larger than this still takes one round.
+    array_tasks_per_round: int = 1_000
 
     def initial(self) -> SubmissionState:
         state = SubmissionState()
@@ -235,6 +249,8 @@ class SubmissionCore:
                 self._configure_account(state, event)
             elif isinstance(event, c.UserConfigured) and subject.kind == "admin":
                 state.users[(event.tenant, event.name)] = event
+            elif isinstance(event, c.TenantConfigured) and subject.kind == "admin":
+                state.tenants.configure(event)
             elif isinstance(event, _PARTITION_INPUTS):  # the scheduler answers what cannot be applied
                 state.partitions.apply(event, record.subject)
             return state
@@ -256,7 +272,7 @@ class SubmissionCore:
             state.capacity_changed()
         if isinstance(event, _PARTITION_INPUTS):
             state.partitions.apply(event, record.subject)
-        state.jobs.apply(event, record.seq, state.now)
+        state.tenants.count(state.jobs.apply(event, record.seq, state.now))
         if isinstance(event, c.JobAccepted):
             state.accounts.leaf_for(event.spec, state.now)  # as the scheduler does: its account now exists
             state.verdicts.add(event.job_id)
@@ -328,9 +344,16 @@ class SubmissionCore:
         out: list[Event] = []
         round_ = _Round()
         for pending in sorted(state.submissions.values(), key=lambda p: p.seq):
-            if pending.event.job_id in round_.decided:  # type: ignore[attr-defined]
+            job_id: str = pending.event.job_id  # type: ignore[attr-defined]
+            if job_id in round_.decided:
                 continue  # a task id an array took earlier in this round: the same job, no second verdict
-            out.extend(self._admit(state, pending, round_))
+            new_array = pending.event.array is not None and job_id not in state.jobs.arrays  # type: ignore[attr-defined]
+            if new_array and round_.tasks >= self.array_tasks_per_round:
+                continue  # this round has made enough tasks: the next one (after they are folded) decides it
+            verdicts = self._admit(state, pending, round_)
+            if new_array:
+                round_.tasks += sum(1 for e in verdicts if isinstance(e, c.JobAccepted))
+            out.extend(verdicts)
         shadow: dict[str, _Shadow] = {}
         for seq in sorted(state.requests):
             out.extend(self._answer(state, state.requests[seq], shadow))
@@ -377,6 +400,11 @@ class SubmissionCore:
         done = state.jobs.arrays.get(sub.job_id)
         warnings: list[str] = []
         try:
+            if pending.scope and not done:
+                # The tenant's limits first: an array over them costs a parse, not its tasks' specs.
+                made = _jobs_made(sub, self.limits)
+                if made is not None:
+                    state.tenants.check(pending.scope, made[0], made[1], round_.load)
             admitted = admission(pending.raw or sub, subject_tenant=pending.tenant,  # type: ignore[arg-type]
                                  gpu_models=state.gpu_models, limits=self.limits, capacity=state.capacity,
                                  partitions=state.partitions, capacity_of=state.capacity_of, scope=pending.scope,
@@ -405,8 +433,10 @@ class SubmissionCore:
                 return [c.JobRejected(id=f"submission/JobRejected/{id_token(sub.job_id)}",
                                       job_id=bounded_id(sub.job_id), tenant=bounded_id(tenant),
                                       reason=clipped(str(rej)), field=rej.field, correlation_id=bounded_id(sub.job_id),
-                                      **common)]
+                                      limit=getattr(rej, "limit", ""), **common)]
         round_.add(sub.job_id, jobs)
+        if jobs:
+            TenantBook.add(round_.load, jobs[0][1].tenant, len(jobs), len(jobs) if sub.array is not None else 0)
         # An array's tasks each say how many there are (a round finishing a cut one too: all of them).
         tasks = len(parse_array(sub.array).indices) if sub.array is not None else 0
         return [
@@ -563,6 +593,8 @@ class _Round:
     """What one decision round has admitted so far, for the submissions after it in the same round."""
 
     decided: set[str] = field(default_factory=set)  # job, task and array ids given a verdict
+    tasks: int = 0  # tasks of new arrays accepted in this round
+    load: dict[str, tuple[int, int]] = field(default_factory=dict)  # tenant -> (jobs, array tasks) accepted
     rejected: set[str] = field(default_factory=set)
     deps: dict[str, tuple[str, ...]] = field(default_factory=dict)  # accepted id -> what it depends on
     referenced: set[str] = field(default_factory=set)
@@ -600,6 +632,18 @@ def _run_as(state: SubmissionState, tenant: str, user: str,
                                 f"did not allow (`horizon user add ... --allow-root`)")
     run_as = {"user": user, "uid": identity.uid, "gid": identity.gid, "groups": tuple(identity.groups)}
     return [(job_id, msgspec.structs.replace(spec, **run_as)) for job_id, spec in jobs]
+
+
+def _jobs_made(sub: c.JobSubmitted, limits: Limits) -> tuple[int, int] | None:
+    """How many jobs a submission would make, and how many of them are array tasks; None for an array
+    spec that is not valid (admission says why)."""
+    if sub.array is None:
+        return 1, 0
+    try:
+        tasks = len(parse_array(sub.array, "array", max_tasks=limits.max_array_tasks).indices)
+    except ResourceError:
+        return None
+    return tasks, tasks
 
 
 def _waiting_edges(state: SubmissionState, round_: _Round, job_id: str) -> tuple[str, ...]:

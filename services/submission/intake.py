@@ -12,6 +12,12 @@ What it stores is the body as sent, with the headers ``intake_rules.screen`` kee
 order, is the core's (``JobAccepted``, ``JobRejected``, ``RequestRejected``, ``InputRejected``),
 so that every input, well formed or not, is answered on the sender's feed and replayed by audit.
 
+Fair across tenants (``intake_fairness.py``): each tenant's inputs wait in a queue of their own,
+served round robin, behind a token bucket of the tenant's limits (``TenantLimits``, folded from the
+log by the submission core: ``limits``). An input over its tenant's rate, or past what the intake
+keeps queued for one tenant (``max_queued``), is answered at once with a 429 error naming the limit
+and is not stored.
+
 It acknowledges a client only after the log has stored the input. If the log does not answer,
 the client gets a 503 error and sends again under the same Nats-Msg-Id (stored once). An input
 sent without a Nats-Msg-Id is stored under one made of its verb and body, so that an identical
@@ -26,14 +32,16 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import nats.errors
 
 from events.subjects import INPUT_PREFIX, INTAKE_PREFIX, valid_token
+from events.vocabulary import TenantLimits
 from services.domain.protocol import MSG_ID
+from services.submission.intake_fairness import FairQueue, TokenBuckets, backlog_refusal, input_cost, rate_refusal
 from services.submission.intake_rules import intake_msg_id, screen
 
 __all__ = ["IntakeServer", "QUEUE_GROUP"]
@@ -41,6 +49,8 @@ __all__ = ["IntakeServer", "QUEUE_GROUP"]
 log = logging.getLogger("horizon.intake")
 
 QUEUE_GROUP = "intake"
+TOO_MANY = 429  # the status of an input refused by a limit (HTTP's Too Many Requests)
+_DEFAULTS = TenantLimits()
 
 
 def _error(code: int, description: str) -> bytes:
@@ -51,21 +61,28 @@ def _error(code: int, description: str) -> bytes:
 class IntakeServer:
     """Stores tenants' inputs (``horizon.intake.<tenant>.<verb>`` -> ``horizon.in.<tenant>.<verb>``).
 
-    Pipelined and in order: the subscription's callback only queues (NATS delivers in arrival
-    order), one writer publishes each input with a reply inbox of its own and goes on, and each
-    PubAck is passed to its client as it comes. An input the log does not answer within
+    Pipelined, and in order per tenant: the subscription's callback only queues (NATS delivers in
+    arrival order) in the tenant's own queue, one writer takes the tenants' inputs in turn and
+    publishes each with a reply inbox of its own and goes on, and each PubAck is passed to its
+    client as it comes. An input the log does not answer within
     ``timeout_s`` (or answers 503: no stream leader yet) is sent again under the same Msg-Id,
     ``attempts`` times in all, then its client gets a 503 error.
     """
 
-    def __init__(self, nc: Any, *, attempts: int = 6, timeout_s: float = 5.0, window: int = 1024) -> None:
+    def __init__(self, nc: Any, *, attempts: int = 6, timeout_s: float = 5.0, window: int = 1024,
+                 limits: Callable[[str], TenantLimits] = lambda tenant: _DEFAULTS, max_queued: int = 10_000) -> None:
         self.nc = nc
         self.attempts = attempts
         self.timeout_s = timeout_s
         self.window = window
+        self.limits = limits
+        self.max_queued = max_queued
         self.stored = 0
         self.refused = 0
-        self._queue: asyncio.Queue[tuple[str, bytes, dict[str, str], str, int]] = asyncio.Queue()
+        self.throttled: dict[str, int] = {}  # tenant -> inputs refused by a limit
+        self._buckets = TokenBuckets()
+        self._said: dict[str, float] = {}  # tenant -> when the log last said it was throttled
+        self._queue: FairQueue[tuple[str, str, bytes, dict[str, str], str, int]] = FairQueue()
         self._waiting: dict[int, _Waiting] = {}
         self._next = 0
         self._space = asyncio.Event()
@@ -98,6 +115,8 @@ class IntakeServer:
             await self._answer(msg.reply, _error(400, f"{subject}: not a tenant's input subject "
                                                       "(horizon.intake.<tenant>.<verb>)"))
             return
+        if not await self._admit(tenant, verb, msg.data, msg.reply):
+            return
         headers, refused = screen(tenant, msg.headers)
         if refused:
             log.info("intake: %s sent headers it may not (%s); stored for its InputRejected", tenant,
@@ -105,18 +124,38 @@ class IntakeServer:
         if MSG_ID not in headers:
             # No id of the client's: one from what it sent, so that the intake's own retries store it once.
             headers[MSG_ID] = intake_msg_id(tenant, "~" + hashlib.sha256(verb.encode() + b"\n" + msg.data).hexdigest())
-        self._queue.put_nowait((f"{INPUT_PREFIX}.{tenant}.{verb}", msg.data, headers, msg.reply or "", 0))
+        self._queue.put(tenant, (tenant, f"{INPUT_PREFIX}.{tenant}.{verb}", msg.data, headers, msg.reply or "", 0))
+
+    async def _admit(self, tenant: str, verb: str, data: bytes, reply: str) -> bool:
+        """Whether the tenant's limits let this input in now; if not, its sender is told which."""
+        now = asyncio.get_running_loop().time()
+        limits = self.limits(tenant)
+        if self._buckets.take(tenant, limits, now, input_cost(verb, data, limits)):
+            queued = self._queue.queued(tenant)
+            if queued < self.max_queued:
+                return True
+            why = backlog_refusal(tenant, queued)
+        else:
+            why = rate_refusal(tenant, limits)
+        self.throttled[tenant] = self.throttled.get(tenant, 0) + 1
+        if now - self._said.get(tenant, -60.0) >= 10.0:  # once in a while, not once per input
+            self._said[tenant] = now
+            log.warning("intake: tenant %s over its limits (%d inputs refused so far): %s", tenant,
+                        self.throttled[tenant], why)
+        await self._answer(reply, _error(TOO_MANY, why))
+        return False
 
     async def _write(self) -> None:
         while True:
-            target, data, headers, reply, attempt = await self._queue.get()
+            tenant, target, data, headers, reply, attempt = await self._queue.get()
             while len(self._waiting) >= self.window:
                 self._space.clear()
                 await self._space.wait()
             token = self._next
             self._next += 1
             loop = asyncio.get_running_loop()
-            self._waiting[token] = _Waiting(target, data, headers, reply, attempt + 1, loop.time() + self.timeout_s)
+            self._waiting[token] = _Waiting(tenant, target, data, headers, reply, attempt + 1,
+                                            loop.time() + self.timeout_s)
             try:
                 await self.nc.publish(target, data, reply=f"{self._prefix}.{token}", headers=headers)
             except nats.errors.MaxPayloadError:
@@ -148,8 +187,8 @@ class IntakeServer:
                 503, "the log did not store the input in time; send it again (the same Nats-Msg-Id is stored once)")))
             return
         pause = min(0.1 * 2 ** entry.attempt, 2.0)
-        asyncio.get_running_loop().call_later(pause, self._queue.put_nowait,
-                                              (entry.target, entry.data, entry.headers, entry.reply, entry.attempt))
+        asyncio.get_running_loop().call_later(pause, self._queue.put, entry.tenant, (
+            entry.tenant, entry.target, entry.data, entry.headers, entry.reply, entry.attempt))
 
     async def _sweep(self) -> None:
         """Inputs unanswered past their time are sent again (the same Msg-Id: stored once)."""
@@ -170,6 +209,7 @@ class IntakeServer:
 
 @dataclass(slots=True)
 class _Waiting:
+    tenant: str
     target: str
     data: bytes
     headers: dict[str, str]

@@ -23,8 +23,10 @@ def _core(settings: PartSettings) -> SubmissionCore:
 def _serve(log_: EventLog, runner: ServiceRunner[Any], key: str, work: Awaitable[None]) -> Awaitable[None]:
     # Every instance, leader or standby, answers `horizon submit --check` and stores tenants'
     # inputs (two queue groups).
+    # The intake applies each tenant's limits as this instance's fold of the log has them.
     nc = log_.nc  # type: ignore[attr-defined]
-    return IntakeServer(nc).serve(ValidationServer(nc, runner, key).serve(work))
+    intake = IntakeServer(nc, limits=lambda tenant: runner.state.tenants.of(tenant))
+    return intake.serve(ValidationServer(nc, runner, key).serve(work))
 
 
 PART = ServicePart("submission", _core, serve=_serve)
