@@ -1,0 +1,70 @@
+"""The intake's fairness, pure (services/submission/intake_fairness.py): one queue per tenant served
+in turn, a token bucket per tenant, and what an input costs in it. The time is passed in."""
+
+from __future__ import annotations
+
+import asyncio
+
+from events import catalogue as c
+from events.codec import encode
+from events.vocabulary import TenantLimits
+from services.submission.intake_fairness import FairQueue, TokenBuckets, input_cost, rate_refusal
+
+DEFAULTS = TenantLimits()
+
+
+def test_a_tenants_backlog_delays_another_tenants_input_by_one_of_its_own():
+    queue: FairQueue[str] = FairQueue()
+    for i in range(1, 6):
+        queue.put("acme", f"a{i}")
+    queue.put("globex", "g1")  # sent after acme's five
+    queue.put("initech", "i1")
+    queue.put("globex", "g2")
+    assert queue.queued("acme") == 5 and len(queue) == 8
+    got = [queue.get_nowait() for _ in range(len(queue))]
+    assert got == ["a1", "g1", "i1", "a2", "g2", "a3", "a4", "a5"]  # in turn; each tenant's in its order
+    queue.put("globex", "g3")
+    assert asyncio.run(queue.get()) == "g3"
+
+
+def test_the_bucket_worked_through_sixty_thousand_inputs_in_two_seconds():
+    buckets = TokenBuckets()
+    taken = sum(buckets.take("acme", DEFAULTS, now=i * 2.0 / 60_000) for i in range(60_000))
+    assert 2_390 <= taken <= 2_400  # the burst, then 200 a second for 2 s
+    assert buckets.take("globex", DEFAULTS, now=2.0)  # another tenant's bucket is its own
+    assert not buckets.take("acme", DEFAULTS, now=2.0)
+    assert sum(buckets.take("acme", DEFAULTS, now=12.0) for _ in range(3_000)) == 2_000  # full again, no more
+
+
+def test_an_array_costs_its_tasks_and_one_larger_than_the_bucket_leaves_it_in_debt():
+    buckets = TokenBuckets()
+    assert [buckets.take("acme", DEFAULTS, 0.0, cost=1_000) for _ in range(3)] == [True, True, False]
+    assert not buckets.take("acme", DEFAULTS, 4.9, cost=1_000)
+    assert buckets.take("acme", DEFAULTS, 5.0, cost=1_000)  # 200 a second: one more every 5 s
+    raised = TenantLimits(max_array_tasks=10_000)
+    assert buckets.take("globex", raised, 0.0, cost=10_000)  # full, so it passes, and owes 8,000
+    assert not buckets.take("globex", raised, 39.9)  # 8,000 at 200 a second: 40 s
+    assert buckets.take("globex", raised, 40.1)
+    assert all(TokenBuckets().take("acme", TenantLimits(max_inputs_per_s=0), 0.0) for _ in range(10_000))
+
+
+def test_what_an_input_costs():
+    def cost(verb: str, **kw: object) -> int:
+        event = c.JobSubmitted(job_id="x", tenant="acme", **kw) if verb == "submit" else c.JobCancelRequested(
+            job_id="x", tenant="acme")
+        return input_cost(verb, encode(event), DEFAULTS)
+
+    assert cost("submit") == 1 and cost("cancel") == 1
+    assert cost("submit", array="0-999") == 1_000
+    assert cost("submit", array="0-999%10") == 1_000
+    assert cost("submit", array="0-1000") == 1  # over max_array_tasks: the core rejects it for a parse
+    assert cost("submit", array="9-2") == 1  # not valid: the core says why
+    assert input_cost("submit", b"not json", DEFAULTS) == 1
+    assert input_cost("submit", b'{"array": ["0-999"]}', DEFAULTS) == 1
+
+
+def test_the_refusal_names_the_limit_and_the_command_that_raises_it():
+    words = rate_refusal("acme", DEFAULTS)
+    assert words.startswith("max_inputs_per_s: tenant 'acme' sent more than 2,000 inputs at once and 200 a second")
+    assert "this input was not stored" in words
+    assert "horizon tenant set acme --max-inputs-per-s N --burst N" in words
