@@ -444,11 +444,13 @@ class JobsProjection:
         await self._follower.wait()
 
     async def stop(self) -> None:
-        if self._follower is not None:
-            await self._follower.stop()
-        if self.db is not None:
-            await self.db.close()
-            self.db = None
+        try:
+            if self._follower is not None:
+                await self._follower.stop()
+        finally:  # whatever cut the stop short: an open database's thread keeps the process alive
+            db, self.db = self.db, None
+            if db is not None:
+                await db.close()
 
     # ------------------------------------------------------------------ queries
 

@@ -213,9 +213,9 @@ class StandingStore:
         self.db = db
 
     async def close(self) -> None:
-        if self.db is not None:
-            await self.db.close()
-            self.db = None
+        db, self.db = self.db, None
+        if db is not None:
+            await db.close()  # cancelled on the way, aiosqlite still tells its thread to end
 
     # ------------------------------------------------------------------ writing
 

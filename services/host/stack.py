@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,14 +143,12 @@ class Stack:
                                   store=standing)
 
         async def run() -> None:
-            await projection.start()
-            await scheduler.start()
             try:
+                await projection.start()
+                await scheduler.start()
                 await projection.wait()
-            finally:
-                await scheduler.stop()
-                await server.stop()
-                await projection.stop()
+            finally:  # each stop even if the one before was cut short: they close the databases
+                await every_step(scheduler.stop, server.stop, projection.stop)
 
         return await self._launch("projections", log_, projection, run(), projection.ready)
 
@@ -234,11 +233,20 @@ class Stack:
         return await others[name]()
 
     async def stop(self) -> None:
-        for name in reversed(list(self.parts)):
-            part = self.parts.pop(name)
+        """Stop every part, all at once: each part's graceful stop (a lease handed over, a last
+        snapshot or store) runs beside the others'. One after another, the parts not yet told kept
+        deciding, snapshotting and answering on the shared event loop while the first wound down:
+        with 60,000 jobs pending, ``horizon up`` took 37 s after Ctrl-C (issue 31)."""
+        parts = [self.parts.pop(name) for name in reversed(list(self.parts))]
+
+        async def stop_one(part: Part) -> None:
+            began = time.monotonic()
             await cancel_and_wait(part.task, every_s=10.0)  # past a graceful stop (lease 2 s, snapshot 5 s)
             with contextlib.suppress(Exception):
                 await part.log.close()
+            log.info("%s stopped in %.1f s", part.name, time.monotonic() - began)
+
+        await asyncio.gather(*(stop_one(part) for part in parts))
 
     async def supervise(self, interval_s: float = 1.0, max_delay_s: float = 30.0) -> None:
         """Restart any part whose task ended on its own (e.g. the log was unreachable for too
@@ -265,6 +273,20 @@ class Stack:
             if part.task.done() and not part.task.cancelled():
                 out.append(f"{name}: {part.task.exception()!r}")
         return out
+
+
+async def every_step(*steps: Callable[[], Awaitable[None]]) -> None:
+    """Run each step in order, the next one also when one before failed or was cancelled (``Stack.stop``
+    cancels a part again every 10 s: a stop cut short must not skip the closes after it); the first
+    error, a cancellation included, is raised once every step has had its turn."""
+    first: BaseException | None = None
+    for step in steps:
+        try:
+            await step()
+        except BaseException as exc:  # noqa: BLE001 - raised below, after the other steps
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 async def _until_ready(ready: asyncio.Event, task: asyncio.Task[None], name: str) -> None:
