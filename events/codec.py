@@ -16,6 +16,7 @@ Old payloads must decode forever: ``tests/data/golden`` holds real ones.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +25,7 @@ import msgspec
 from events.base import Event
 from events.catalogue import EVENT_TYPES, AnyEvent
 
-__all__ = ["DecodeError", "encode", "decode", "decode_as", "upcaster", "UPCASTERS", "to_builtins"]
+__all__ = ["DecodeError", "encode", "decode", "decode_as", "decode_json", "upcaster", "UPCASTERS", "to_builtins"]
 
 
 class DecodeError(ValueError):
@@ -165,6 +166,18 @@ def _slow_decode(data: bytes | str, first_error: str | None) -> Event:
         return msgspec.convert(payload, cls)
     except msgspec.ValidationError as exc:
         raise DecodeError(f"{event_type} v{version} (upcast to v{cls.VERSION}): {exc}") from None
+
+
+def decode_json(data: bytes | bytearray | str) -> Any:
+    """Any JSON, as Python objects: for a reader that wants a body's fields, not its event (the
+    dashboard's charts, a query's request, an agent's answer). What a tenant's input can hold is
+    bad input like any other, a ``DecodeError`` (so a ``ValueError``): arrays or objects nested
+    100,000 deep make Python's ``json`` raise ``RecursionError``, which ``except ValueError`` let
+    through and which ended the dashboard's log follower (issue 31)."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise DecodeError("nested too deeply to read") from None
 
 
 def decode_as(data: bytes | str, cls: type[Event]) -> Event:

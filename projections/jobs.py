@@ -50,6 +50,7 @@ import msgspec
 
 from events import catalogue as c
 from events.base import Event
+from events.codec import decode_json
 from projections.db import open_database, stored_position
 from projections.paging import Listing, Pager, page_fields
 from events.subjects import ADMIN_TENANT, job_key, tenant_view, valid_token
@@ -428,7 +429,7 @@ class JobsProjection:
                 if record.seq in wanted:
                     try:
                         found[wanted[record.seq]] = _asked.decode(record.data)
-                    except (msgspec.DecodeError, msgspec.ValidationError):
+                    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):  # a body as sent
                         pass
         return found
 
@@ -697,7 +698,7 @@ class QueryServer:
 
     async def _decisions(self, msg: Any) -> None:
         try:
-            req = json.loads(msg.data or b"{}")
+            req = decode_json(msg.data or b"{}")
             allowed = {"job_id", "service", "tenant", "account", "user", "limit", "offset"}
             unknown = set(req) - allowed
             if unknown:
@@ -727,7 +728,7 @@ class QueryServer:
     async def _jobs(self, msg: Any) -> None:
         req: Any = {}
         try:
-            req = json.loads(msg.data or b"{}")
+            req = decode_json(msg.data or b"{}")
             allowed = {"states", "tenant", "account", "user", "partition", "job_ids", "array", "limit", "offset",
                        "order", "after", "steps"}
             unknown = set(req) - allowed
@@ -751,7 +752,7 @@ class QueryServer:
 
     async def _job(self, msg: Any) -> None:
         try:
-            req = json.loads(msg.data or b"{}")
+            req = decode_json(msg.data or b"{}")
             page = {"limit": self.pager.rows("job", req.get("limit", 100_000)), "offset": req.get("offset", 0)}
             tenant = _scope(msg.subject)
             body = {"job": None}

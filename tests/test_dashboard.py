@@ -633,3 +633,50 @@ async def test_an_open_dashboard_answers_only_by_its_own_name(tmp_path):
         assert status == 401
     finally:
         await web.stop()
+
+
+async def test_the_log_follower_reads_past_any_stored_body_and_comes_back_when_it_dies(tmp_path, caplog):
+    """Issue 31: a body of arrays nested 100,000 deep, stored as sent on an input subject, made the
+    follower's json.loads raise RecursionError (no ValueError): the follower ended, silently and for
+    good, and the page stopped following. It reads past such a body; and a follower that dies anyway
+    is said in the log and follows again from the record after the last one it handled."""
+    import logging
+
+    from services.host.dashboard import Dashboard
+    from services.runtime.jetstream import JetStreamLog
+    from services.runtime.natsserver import NatsServer
+    from tests.test_cli_up import free_port
+
+    server = NatsServer(store_dir=tmp_path / "nats", port=free_port(), log_file=tmp_path / "nats.log")
+    server.start()
+    log_ = await JetStreamLog.open(server.url, name="test")  # the streams, as up makes them
+    board = Dashboard(server.url)
+    try:
+        await board.start()
+        await asyncio.wait_for(board.ready.wait(), 10)
+        deep = b"[" * 100_000 + b"]" * 100_000
+        for body in (deep, b'{"type": "JobSubmitted", "job_id": "d1", "x": ' + deep + b"}", b'{"ts": ' + deep + b"}"):
+            await log_.publish("horizon.in.default.submit", body, msg_id=f"deep-{len(body)}-{body[:9]!r}")
+
+        async def seen(seq: int) -> None:
+            deadline = time.monotonic() + 10
+            while board._target_seq < seq:
+                assert time.monotonic() < deadline, f"the follower stopped at {board._target_seq}, not {seq}"
+                await asyncio.sleep(0.05)
+
+        after = await log_.publish("horizon.evt.submission.JobAccepted.j1",
+                                   b'{"type": "JobAccepted", "job_id": "j1", "source": "submission"}', msg_id="j1")
+        await seen(after.seq)
+        assert "j1" in board.series.accepted and not board._follower.done
+
+        caplog.set_level(logging.WARNING, logger="horizon.dashboard")
+        board._follower._task.cancel()  # a follower that dies anyway
+        again = await log_.publish("horizon.evt.submission.JobAccepted.j2",
+                                   b'{"type": "JobAccepted", "job_id": "j2", "source": "submission"}', msg_id="j2")
+        await seen(again.seq)
+        assert "j2" in board.series.accepted
+        assert "the log follower stopped" in caplog.text
+    finally:
+        await board.stop()
+        await log_.close()
+        server.stop()

@@ -25,7 +25,7 @@ import click
 
 from events import catalogue as c
 from events.base import Event
-from events.codec import DecodeError, decode
+from events.codec import DecodeError, decode, decode_json
 from events.resources import format_cpus, format_memory
 from events.subjects import STREAM, parse_subject
 from services.cli.progress import Bar
@@ -145,7 +145,7 @@ def _json_or_text(text: str | None) -> Any:
     if text is None:
         return None
     try:
-        return json.loads(text)
+        return decode_json(text)
     except ValueError:
         return text
 

@@ -16,7 +16,7 @@ import nats.errors
 import nats.js.errors
 
 from events.base import Event
-from events.codec import encode
+from events.codec import decode_json, encode
 from events.subjects import login_user, valid_token
 from services.runtime.jetstream import connect
 from services.runtime.log import LogError
@@ -116,8 +116,11 @@ async def await_answer(sub: Any, types: set[str], timeout_s: float,
             msg = await sub.next_msg(timeout=remaining)
         except (nats.errors.TimeoutError, asyncio.TimeoutError):
             return None
-        body = json.loads(msg.data)
-        if body.get("type") in types and (causation is None or body.get("causation_id") == causation):
+        try:
+            body = decode_json(msg.data)
+        except ValueError:  # not an event of ours: not the answer
+            continue
+        if isinstance(body, dict) and body.get("type") in types and (causation is None or body.get("causation_id") == causation):
             return body
 
 
@@ -128,7 +131,12 @@ async def query(nc: Any, view: str, request: dict[str, Any], timeout_s: float = 
         raise LogError(f"nothing serves horizon.query.{view}: is `horizon up` (or the projections service) running?") from None
     except nats.errors.TimeoutError:
         raise LogError(f"horizon.query.{view} did not answer within {timeout_s:g} s") from None
-    body = json.loads(msg.data)
+    try:
+        body = decode_json(msg.data)
+    except ValueError as exc:
+        raise LogError(f"horizon.query.{view} answered what cannot be read: {exc}") from None
+    if not isinstance(body, dict):
+        raise LogError(f"horizon.query.{view} answered no JSON object")
     if "error" in body:
         raise LogError(f"query {view}: {body['error']}")
     return body  # type: ignore[no-any-return]

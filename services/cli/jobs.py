@@ -14,6 +14,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from events.codec import decode_json
 from events.resources import format_cpus, format_memory
 from services.cli.client import default_user, query_all, session
 from services.cli.options import console, nats_option, run
@@ -257,8 +258,12 @@ def watch(nats_url: str, job_id: str | None, as_json: bool, count: int) -> None:
                 if as_json:
                     click.echo(msg.data.decode())
                 else:
-                    body = json.loads(msg.data)
-                    click.echo(_line(body))
+                    try:
+                        body = decode_json(msg.data)
+                    except ValueError:
+                        continue
+                    if isinstance(body, dict):
+                        click.echo(_line(body))
                 seen += 1
                 if count and seen >= count:
                     return

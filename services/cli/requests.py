@@ -19,6 +19,7 @@ import click
 from rich.console import Console
 
 from events import catalogue as c
+from events.codec import decode_json
 from events.subjects import ADMIN_TENANT, admin_subject, input_subject, valid_job_key, valid_token
 from services.cli.client import default_user, publish_input, query_all, session
 from services.cli.options import admin_option, nats_option, run, tenant_option
@@ -53,8 +54,11 @@ async def _await_answers(sub: Any, seq: int, job_id: str, timeout_s: float = 10.
             msg = await sub.next_msg(timeout=remaining)
         except (nats.errors.TimeoutError, asyncio.TimeoutError):
             return answers
-        body = json.loads(msg.data)
-        if body.get("causation_id") != cause:
+        try:
+            body = decode_json(msg.data)
+        except ValueError:
+            continue
+        if not isinstance(body, dict) or body.get("causation_id") != cause:
             continue
         answers.append(body)
         if body.get("job_id") == job_id:
@@ -281,8 +285,13 @@ async def cancel_requests(nc: Any, targets: list[str], *, tenant: str, admin: bo
             last_task[job] = loop.time()
 
     async def on_msg(msg: Any) -> None:
-        body = json.loads(msg.data)
-        cause = body.get("causation_id", "")
+        try:
+            body = decode_json(msg.data)
+        except ValueError:
+            return
+        if not isinstance(body, dict):
+            return
+        cause = str(body.get("causation_id") or "")
         if cause in asked:
             take(body)
         elif cause.startswith("seq:"):

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from events import catalogue as c
+from events.codec import decode_json
 from events.subjects import input_subject, valid_token
 from events.wire import VERDICT_WAIT_S
 from services.cli.client import await_answer, publish_input, session
@@ -48,7 +49,7 @@ def check_submission(nats_url: str, event: c.JobSubmitted, timeout_s: float = 5.
                     from None
             except nats.errors.TimeoutError:
                 raise click.ClickException(f"no submission instance answered within {timeout_s:g} s") from None
-            return json.loads(msg.data)  # type: ignore[no-any-return]
+            return decode_json(msg.data)  # type: ignore[no-any-return]
 
     if not valid_token(event.tenant) or event.tenant.startswith("_"):
         return {"ok": False, "field": "tenant", "reason": f"{event.tenant!r} is not a tenant"}

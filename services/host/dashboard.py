@@ -43,6 +43,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from events import catalogue as c
+from events.codec import decode_json
 from events.subjects import ADMIN_TENANT, admin_subject, job_key, tenant_view, valid_token
 from services.host.http import HttpServer, Request, Response
 from services.runtime.log import READ_MODEL_LINGER_S
@@ -62,6 +63,7 @@ EVERY_S = 0.25  # and refreshes are at least this far apart
 HISTORY = 20_000  # records read back at start for the charts
 FAILED_LOGIN_S = 1.0  # the answer to a wrong token or password waits this long
 MAX_SESSIONS = 10_000  # logged-in browsers kept; past it the oldest must log in again
+RESTART_S = 1.0  # a log follower that stopped is started again after this pause
 _JSON = "application/json; charset=utf-8"
 _LIVE = ("SCHEDULED", "RUNNING")
 
@@ -169,6 +171,7 @@ class Dashboard:
         self.ready = asyncio.Event()
         self._dirty = asyncio.Event()
         self._target_seq = 0  # the last record the follower has seen: the standing's views must show it
+        self._handled_seq = 0  # the last record the follower handled: a new follower starts after it
         self._target_evt = 0  # the last event (horizon.evt.>): the jobs read model's views must show it
         self._tasks: list[asyncio.Task[Any]] = []
         self._follower: Any = None
@@ -237,23 +240,55 @@ class Dashboard:
                     log.info("dashboard: the log cannot be read (%s); following the event subjects", exc)
                     break
                 self.log = js_log
+                self._target_seq = last
+                self._handled_seq = max(1, last - HISTORY + 1) - 1
                 self._follower = await js_log.follow(self._records, from_seq=max(1, last - HISTORY + 1),
                                                      linger_s=READ_MODEL_LINGER_S)
-                self._target_seq = last
+                self._tasks.append(asyncio.create_task(self._keep_following(js_log), name="dashboard-follow"))
                 break
         if self.log is None:
             self._sub = await self.nc.subscribe("horizon.evt.>", cb=self._feed)
         self._dirty.set()
         self.ready.set()
 
+    async def _keep_following(self, js_log: Any) -> None:
+        """Watch the log follower: one that ends (whatever ended it) is logged and started again from
+        the record after the last batch it handled, so the page never silently stops following."""
+        while True:
+            ending = asyncio.ensure_future(self._follower.wait())
+            try:
+                await asyncio.wait({ending})
+            except asyncio.CancelledError:  # the dashboard stops
+                ending.cancel()
+                raise
+            why = "it was cancelled" if ending.cancelled() else repr(ending.exception())
+            log.warning("dashboard: the log follower stopped (%s); following again from seq %d", why,
+                        self._handled_seq + 1)
+            with contextlib.suppress(Exception):
+                await self._follower.stop()
+            await asyncio.sleep(RESTART_S)
+            while True:
+                try:
+                    self._follower = await js_log.follow(self._records, from_seq=self._handled_seq + 1,
+                                                         linger_s=READ_MODEL_LINGER_S)
+                    break
+                except Exception as exc:  # noqa: BLE001 - the server away: try again
+                    log.warning("dashboard: cannot follow the log (%s); trying again", exc)
+                    await asyncio.sleep(RESTART_S)
+
     async def _records(self, batch: list[Any]) -> None:
         for record in batch:
+            # Any body the intake stored reaches here as it was sent (a tenant's input on
+            # horizon.in.>): what cannot be read, or charted, is skipped, never the end of the follower.
             try:
-                body = json.loads(record.data)
+                body = decode_json(record.data)
+                if isinstance(body, dict):
+                    self.series.event(body, record.time, record.subject)
             except ValueError:
                 continue
-            if isinstance(body, dict):
-                self.series.event(body, record.time, record.subject)
+            except Exception:  # noqa: BLE001 - a chart misses one record
+                log.warning("dashboard: cannot chart seq %d on %s", record.seq, record.subject, exc_info=True)
+        self._handled_seq = batch[-1].seq
         self._target_seq = max(self._target_seq, batch[-1].seq)
         events = [r.seq for r in batch if r.subject.startswith("horizon.evt.")]
         if events:
@@ -262,11 +297,11 @@ class Dashboard:
 
     async def _feed(self, msg: Any) -> None:
         try:
-            body = json.loads(msg.data)
-        except ValueError:
+            body = decode_json(msg.data)
+            if isinstance(body, dict):
+                self.series.event(body, float(body.get("ts") or time.time()), msg.subject)
+        except (ValueError, TypeError):  # not JSON, too deep, or a "ts" that is no number
             return
-        if isinstance(body, dict):
-            self.series.event(body, float(body.get("ts") or time.time()), msg.subject)
         self._dirty.set()
 
     # ------------------------------------------------------------------ queries
@@ -288,7 +323,10 @@ class Dashboard:
             return {"error": f"nothing serves horizon.query.{view} for this connection"}
         except (nats.errors.TimeoutError, asyncio.TimeoutError):
             return {"error": f"horizon.query.{view} did not answer within {timeout_s:g} s"}
-        body = json.loads(msg.data)
+        try:
+            body = decode_json(msg.data)
+        except ValueError as exc:
+            return {"error": f"horizon.query.{view} answered what cannot be read: {exc}"}
         return body if isinstance(body, dict) else {"error": "not an object"}
 
     async def ask_all(self, view: str, request: dict[str, Any], key: str, tenant: str | None = None,
@@ -603,7 +641,7 @@ class Dashboard:
         ask = {"job_id": row["job_id"], "attempt": row["attempt"], "stream": "stdout", "offset": -4096}
         try:
             msg = await self.nc.request(subject, json.dumps(ask).encode(), timeout=3)
-            answer = json.loads(msg.data)
+            answer = decode_json(msg.data)
         except (nats.errors.NoRespondersError, nats.errors.TimeoutError, ValueError):
             return {"text": "", "note": f"the agent of {node} does not answer"}
         if "error" in answer:
@@ -679,7 +717,7 @@ class Dashboard:
         from services.sim import whatif as w
 
         try:
-            form = json.loads(request.body or b"{}")
+            form = decode_json(request.body or b"{}")
             sets = tuple(str(x).strip() for x in form.get("set") or () if str(x).strip())
             add = tuple(str(x).strip() for x in form.get("add_nodes") or () if str(x).strip())
             remove = tuple(str(x).strip() for x in form.get("remove_nodes") or () if str(x).strip())
@@ -732,7 +770,7 @@ class Dashboard:
         if request.headers.get("x-horizon-csrf") != session.csrf:
             return _json({"error": "missing or wrong X-Horizon-CSRF header"}, 403)
         try:
-            form = json.loads(request.body or b"{}")
+            form = decode_json(request.body or b"{}")
         except ValueError:
             return _json({"error": "the body must be JSON"}, 400)
         what = request.path.rsplit("/", 1)[-1]

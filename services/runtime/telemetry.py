@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 import time
 import weakref
@@ -55,6 +54,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
+from events.codec import decode_json
 from services.runtime.log import BatchHandler, EventLog, Fence, Follower, Outgoing, PublishAck
 from services.domain.protocol import MSG_ID, Record
 
@@ -253,8 +253,8 @@ class TracedLog:
         body: dict[str, Any] | None = None
         if event_type in ("SchedulingCycleCompleted", "JobRejected", "RequestRejected", "JobScheduled"):
             try:
-                body = json.loads(data)
-            except ValueError:
+                body = decode_json(data)
+            except ValueError:  # too deep included (events.codec.decode_json)
                 body = None
         if event_type == "SchedulingCycleCompleted" and body is not None:
             candidates = body.get("candidates") or []
