@@ -180,3 +180,20 @@ def test_users_without_an_identity_root_and_unknown_senders_are_refused():
     assert isinstance(out["acme:a-3"], c.JobAccepted) and out["acme:a-3"].spec.uid == 0
     for key in ("acme:a-4", "acme:a-5"):
         assert isinstance(out[key], c.JobRejected) and "could not tell which user" in out[key].reason
+
+
+def test_a_user_acts_on_its_own_jobs_and_the_tenants_login_on_all():
+    f = cluster()
+    for uid, name in ((3001, "alice"), (3002, "bob")):
+        f.admin("user", c.UserConfigured(tenant="acme", name=name, uid=uid, gid=uid))
+    f.send("acme", "submit", submit("a-1"), _info("acme", "acme.alice"))
+    f.send("acme", "submit", submit("b-1"), _info("acme", "acme.bob"))
+    f.settle()
+    cancel = lambda job: c.JobCancelRequested(job_id=job, tenant="acme")  # noqa: E731
+    f.send("acme", "cancel", cancel("a-1"), {**_info("acme", "acme.bob"), "Nats-Msg-Id": "c1"})
+    f.send("acme", "cancel", cancel("b-1"), {**_info("acme", "acme.bob"), "Nats-Msg-Id": "c2"})
+    f.send("acme", "cancel", cancel("a-1"), {**_info("acme", "acme"), "Nats-Msg-Id": "c3"})
+    out = f.settle()
+    refused = [e for e in out if isinstance(e, c.RequestRejected)]
+    assert len(refused) == 1 and "is user 'alice''s: a user may cancel only its own jobs" in refused[0].reason
+    assert {e.job_id for e in out if isinstance(e, c.JobCancelled)} == {"acme:a-1", "acme:b-1"}

@@ -245,6 +245,8 @@ class SubmissionCore:
             elif type(event) in _VERBS:  # the admin subjects also carry node and configuration commands
                 state.requests[record.seq] = self._request(state, record.seq, subject.owner, event,
                                                            admin=subject.kind == "admin", scope=scope)
+                if scope:
+                    state.requests[record.seq].user = headers.get(USER_HEADER)
             elif isinstance(event, c.AccountConfigured) and subject.kind == "admin":
                 self._configure_account(state, event)
             elif isinstance(event, c.UserConfigured) and subject.kind == "admin":
@@ -548,6 +550,12 @@ class SubmissionCore:
                         f"{job.spec.tenant!r}")
         elif body_tenant != pending.tenant:
             return f"tenant {body_tenant!r} does not match the subject's tenant {pending.tenant!r}"
+        if pending.user is not None and pending.user != pending.tenant and job.spec.user != pending.user:
+            # A tenant's user acts on its own jobs (as in Slurm); the tenant's own login on all of the tenant's.
+            if pending.user == "-":
+                return "the intake could not tell which user sent this (the server's import lacks `share: true`)"
+            return (f"job {tenant_view(pending.tenant, job_id)!r} is user {job.spec.user!r}'s: a user may {verb} only "
+                    f"its own jobs (the tenant's login {pending.tenant!r} may {verb} any of the tenant's)")
         current = shadow.get(job_id) or _Shadow(job.state, job.spec.priority_class, job.spec.nice)
         if current.state not in LIVE:
             return f"job {job_id} has already ended ({current.state.value})"
