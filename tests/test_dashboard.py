@@ -680,3 +680,35 @@ async def test_the_log_follower_reads_past_any_stored_body_and_comes_back_when_i
         await board.stop()
         await log_.close()
         server.stop()
+
+
+async def test_a_tenants_logins_never_end_the_operators_session():
+    """Issue 31: sessions were capped at 10,000 over everyone, the oldest going first, so a tenant
+    logging in 10,000 times (its own password is all it takes) logged the operator out. The cap is
+    per user: a user's new session ends that user's oldest, never another user's."""
+    from services.host.dashboard import COOKIE, MAX_SESSIONS_PER_USER, Dashboard
+    from services.host.http import HttpServer
+
+    web = HttpServer("127.0.0.1", 0)
+    board = Dashboard("nats://127.0.0.1:1", login=True, token="t0ken")  # never connects: sessions only
+    board.mount(web)
+    web.parts.clear()
+    await web.start()
+    try:
+        loop = asyncio.get_running_loop()
+        operator = Client(web.url)
+        assert await loop.run_in_executor(None, lambda: operator.login(token="t0ken")) == 303
+        cookies = [board._new_session("acme").headers["Set-Cookie"].split(";")[0].split("=", 1)[1]
+                   for _ in range(10_000)]  # acme's password checked by the server: each one a login
+        status, me = await loop.run_in_executor(None, operator.call, "/api/me")
+        assert status == 200 and me["operator"], me
+        kept = [sid for sid in cookies if sid in board.sessions]
+        assert kept == cookies[-MAX_SESSIONS_PER_USER:]  # acme's newest, acme's oldest gone
+        assert len(board.sessions) == MAX_SESSIONS_PER_USER + 1
+        for sid in kept[:3]:  # logging out ends that session only
+            acme = Client(web.url)
+            acme.cookie = f"{COOKIE}={sid}"
+            assert (await loop.run_in_executor(None, lambda: acme.call("/logout", b"")))[0] == 303
+        assert len(board.sessions) == MAX_SESSIONS_PER_USER - 2  # acme's 97 and the operator's one
+    finally:
+        await web.stop()

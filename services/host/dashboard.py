@@ -62,7 +62,10 @@ DEBOUNCE_S = 0.05  # a burst of events is one refresh
 EVERY_S = 0.25  # and refreshes are at least this far apart
 HISTORY = 20_000  # records read back at start for the charts
 FAILED_LOGIN_S = 1.0  # the answer to a wrong token or password waits this long
-MAX_SESSIONS = 10_000  # logged-in browsers kept; past it the oldest must log in again
+# Logged-in browsers kept per user (the operator, each tenant): past it, that user's oldest session
+# must log in again, never another user's (a cap over everyone let one tenant's logins end the
+# operator's session: issue 31). At most this many times the number of tenants plus one in all.
+MAX_SESSIONS_PER_USER = 100
 RESTART_S = 1.0  # a log follower that stopped is started again after this pause
 _JSON = "application/json; charset=utf-8"
 _LIVE = ("SCHEDULED", "RUNNING")
@@ -166,6 +169,7 @@ class Dashboard:
         self.nc: Any = None
         self.log: Any = None  # the JetStream log, when this connection may read it
         self.sessions: dict[str, Session] = {}
+        self._user_sessions: dict[str | None, dict[str, None]] = {}  # user -> its session ids, oldest first
         self.scopes: dict[str | None, Scope] = {}
         self.series = Series()
         self.ready = asyncio.Event()
@@ -466,14 +470,17 @@ class Dashboard:
         host = request.headers.get("host", "")
         name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
         return name in ("127.0.0.1", "localhost", "[::1]", bound, f"[{bound}]")
-        sid = request.cookie(COOKIE)
-        return self.sessions.get(sid) if sid else None
 
     def _new_session(self, tenant: str | None) -> Response:
-        while len(self.sessions) >= MAX_SESSIONS:  # the oldest goes (dicts keep their order)
-            self.sessions.pop(next(iter(self.sessions)))
+        user = tenant if self.tenant is None else self.tenant
+        own = self._user_sessions.setdefault(user, {})
+        while len(own) >= MAX_SESSIONS_PER_USER:  # this user's oldest goes (dicts keep their order)
+            oldest = next(iter(own))
+            del own[oldest]
+            self.sessions.pop(oldest, None)
         sid = secrets.token_urlsafe(24)
-        self.sessions[sid] = Session(tenant if self.tenant is None else self.tenant)
+        self.sessions[sid] = Session(user)
+        own[sid] = None
         cookie = f"{COOKIE}={sid}; Path=/; HttpOnly; SameSite=Strict"
         return Response(303, b"", headers={"Location": "/", "Set-Cookie": cookie})
 
@@ -532,8 +539,9 @@ class Dashboard:
 
     async def _logout(self, request: Request) -> Response:
         sid = request.cookie(COOKIE)
-        if sid:
-            self.sessions.pop(sid, None)
+        session = self.sessions.pop(sid, None) if sid else None
+        if session is not None:
+            self._user_sessions.get(session.tenant, {}).pop(sid, None)  # type: ignore[arg-type]
         return Response(303, b"", headers={"Location": "/", "Set-Cookie": f"{COOKIE}=; Path=/; Max-Age=0"})
 
     # ------------------------------------------------------------------ pages and API
