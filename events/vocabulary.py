@@ -102,14 +102,14 @@ class Limits:
 class TenantLimits:
     """A tenant's limits at the door under accounts (``TenantConfigured``, ``horizon tenant set``); these
     are the defaults, on for every tenant. 0 is no limit. Measured on a 2-core machine (docs/tenants.md,
-    Limits and fairness): the intake stores about 5,000 inputs a second and the submission service
-    answers about 4,000, so a few tenants at the default rate leave room for everyone; a job waiting in
-    the queue costs every service about 30 KB (10,000 pending: about 300 MB in all), and an array's
-    tasks are jobs like any other until they are stored lazily (not yet)."""
+    Limits and fairness): the whole stack works through about 2,000 stored inputs a second, each a
+    delay for every other tenant's next input, so one tenant's burst is 1,000 of them; a job waiting
+    in the queue costs every service's memory (10,000 pending: about 200 MB more for `up`), and an
+    array's tasks are jobs like any other (they are not stored lazily)."""
 
     # A token bucket at the intake: ``burst`` inputs at once, then this many a second on average.
-    max_inputs_per_s: float = 200.0
-    burst: int = 2_000
+    max_inputs_per_s: float = 100.0
+    burst: int = 1_000
     # Jobs of the tenant waiting in the queue (pending or held), each task of an array one of them.
     max_pending_jobs: int = 10_000
     # Tasks of one array (Slurm's MaxArraySize is 1001 by default: indices 0-1000).

@@ -34,7 +34,7 @@ def _set(f: Intake, tenant: str = "acme", **limits: float) -> None:
 
 
 def test_the_defaults_are_on_and_an_event_replaces_them_all():
-    assert TenantLimits() == TenantLimits(max_inputs_per_s=200.0, burst=2_000, max_pending_jobs=10_000,
+    assert TenantLimits() == TenantLimits(max_inputs_per_s=100.0, burst=1_000, max_pending_jobs=10_000,
                                           max_array_tasks=1_000, max_pending_array_tasks=10_000)
     first = limits_from(c.TenantConfigured(tenant="acme", max_pending_jobs=5, burst=0))
     assert (first.max_pending_jobs, first.burst, first.max_array_tasks) == (5, 0, 1_000)

@@ -82,6 +82,7 @@ class IntakeServer:
         self.throttled: dict[str, int] = {}  # tenant -> inputs refused by a limit
         self._buckets = TokenBuckets()
         self._said: dict[str, float] = {}  # tenant -> when the log last said it was throttled
+        self._refusals: dict[tuple[str, TenantLimits], bytes] = {}
         self._queue: FairQueue[tuple[str, str, bytes, dict[str, str], str, int]] = FairQueue()
         self._waiting: dict[int, _Waiting] = {}
         self._next = 0
@@ -134,15 +135,22 @@ class IntakeServer:
             queued = self._queue.queued(tenant)
             if queued < self.max_queued:
                 return True
-            why = backlog_refusal(tenant, queued)
+            answer = _error(TOO_MANY, backlog_refusal(tenant, queued))
+            answer = _error(TOO_MANY, why)
         else:
-            why = rate_refusal(tenant, limits)
+            # The same words for every input of a flood: made once per tenant and limits (a flood is
+            # refused as fast as the intake can answer, and everyone else's inputs wait behind it).
+            answer = self._refusals.get((tenant, limits)) or b""
+            if not answer:
+                if len(self._refusals) > 4096:
+                    self._refusals.clear()
+                answer = self._refusals[(tenant, limits)] = _error(TOO_MANY, rate_refusal(tenant, limits))
         self.throttled[tenant] = self.throttled.get(tenant, 0) + 1
         if now - self._said.get(tenant, -60.0) >= 10.0:  # once in a while, not once per input
             self._said[tenant] = now
             log.warning("intake: tenant %s over its limits (%d inputs refused so far): %s", tenant,
-                        self.throttled[tenant], why)
-        await self._answer(reply, _error(TOO_MANY, why))
+                        self.throttled[tenant], json.loads(answer)["error"]["description"])
+        await self._answer(reply, answer)
         return False
 
     async def _write(self) -> None:

@@ -16,7 +16,7 @@ tenant's next input behind all of them (measured before this: 12 s). Here:
 * **an array costs its tasks** (``input_cost``): one submission of a 1,000-task array becomes
   1,000 jobs that every service folds, so it takes 1,000 tokens, and the work a tenant can put in
   the log at once is bounded, not only its messages. Measured before this: twenty 1,000-task
-  arrays sent at once delayed another tenant's job by 2.2 s; with it, 0.x s (docs/tenants.md).
+  arrays sent at once delayed another tenant's job by 2.2 s (docs/tenants.md).
 
 Pure: the caller passes the time (``loop.time()``). Each intake instance keeps its own buckets, so
 with N submission instances answering a tenant may get up to N times its rate (the queue group
@@ -99,9 +99,9 @@ class TokenBuckets:
     array's tasks). An input costing more than the bucket holds passes when the bucket is full and
     leaves it in debt. A tenant seen first starts full.
 
-    Worked through, at 200 a second with a burst of 2,000: 60,000 inputs sent in 2 s are taken
-    2,000 + 2 x 200 = 2,400, and the other 57,600 are refused; after a quiet 10 s the bucket is full
-    again. Twenty 1,000-task arrays sent at once: two are taken, then one every 5 s."""
+    Worked through, at the defaults (100 a second, a burst of 1,000): 60,000 inputs sent in 2 s are
+    taken 1,000 + 2 x 100 = 1,200, and the other 58,800 are refused; after a quiet 10 s the bucket
+    is full again. Twenty 1,000-task arrays sent at once: one is taken, then one every 10 s."""
 
     def __init__(self) -> None:
         self._buckets: dict[str, _Bucket] = {}
