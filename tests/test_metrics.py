@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "deploy" / "grafana" / "horizon-dashboard.json"
 
 
-def _get(url: str) -> tuple[int, str, str]:
+def _get(url: str, token: str | None = None) -> tuple[int, str, str]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(url, timeout=5) as reply:
+        with urllib.request.urlopen(request, timeout=5) as reply:
             return reply.status, reply.headers.get("Content-Type", ""), reply.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, "", exc.read().decode()
@@ -131,15 +132,21 @@ def test_grafana_dashboard_queries_metrics_that_exist(scraped):
 
 def test_a_service_alone_serves_its_metrics(nats_server, tmp_path):
     """``horizon service NAME --metrics-port 0`` (the distributed shape): the part's own metrics, the
-    port printed; projections has the read-model gauges, a service its decision rounds."""
+    port printed; projections has the read-model gauges, a service its decision rounds. Inventory's
+    with ``--metrics-token-file`` (as ``up --auth --processes`` runs its children): only for a bearer
+    of that token."""
     procs, logs = {}, {}
+    token = tmp_path / "metrics-token"
+    token.write_text("s3cret-scrape\n")
     try:
         for name in ("projections", "inventory"):
             logs[name] = tmp_path / f"{name}.err"
             with logs[name].open("w") as err:  # a file, not a pipe nobody drains
                 procs[name] = subprocess.Popen(
                     [*HORIZON, "service", name, "--nats", nats_server.url, "--data-dir", str(tmp_path / name),
-                     "--metrics-port", "0", "--lease-ttl", "2"], stdout=subprocess.DEVNULL, stderr=err, text=True)
+                     "--metrics-port", "0", "--lease-ttl", "2",
+                     *(["--metrics-token-file", str(token)] if name == "inventory" else [])],
+                    stdout=subprocess.DEVNULL, stderr=err, text=True)
         bases = {}
         deadline = time.time() + 30
         while len(bases) < len(procs) and time.time() < deadline:
@@ -155,9 +162,11 @@ def test_a_service_alone_serves_its_metrics(nats_server, tmp_path):
         assert {"horizon_gpus_state", "horizon_gpus", "horizon_queue_depth", "horizon_consumer_lag"} <= set(families)
         assert {s.labels["part"] for s in families["horizon_consumer_lag"].samples} == {"projections"}
         assert "horizon_decide_duration_milliseconds" not in families  # projections decides nothing
+        assert _get(f"{bases['inventory']}/metrics")[0] == 401
+        assert _get(f"{bases['inventory']}/metrics", "wrong")[0] == 401
         deadline = time.time() + 20
         while time.time() < deadline:  # the inventory's first decision round once it holds its lease
-            families = _families(_get(f"{bases['inventory']}/metrics")[2])
+            families = _families(_get(f"{bases['inventory']}/metrics", "s3cret-scrape")[2])
             if _value(families, "horizon_decide_duration_milliseconds_count", part="inventory") >= 1:
                 break
             time.sleep(0.2)

@@ -67,7 +67,8 @@ class Up:
         users = list(Registry.read_users(self.data_dir).values())
         tenants_file = self.data_dir / "auth" / "tenants.json"
         tenants = json.loads(tenants_file.read_text()) if tenants_file.exists() else {}
-        return users + [t["password"] for t in tenants.values()]
+        tokens = [(self.data_dir / "auth" / name).read_text().strip() for name in ("dashboard-token", "metrics-token")]
+        return users + [t["password"] for t in tenants.values()] + tokens
 
     def printed(self) -> str:
         """Everything up printed and logged so far."""
@@ -239,3 +240,35 @@ async def test_account_set_tenant_finds_the_operator_in_the_data_dir(up: Up, ten
     # A tenant is no operator: its URL cannot configure anything.
     refused = horizon("account", "set", "research", "--nats", tenants["acme"], "--json")
     assert refused.returncode == 1
+
+
+def test_metrics_under_accounts_answer_the_operator_and_a_scrape_credential_only(up: Up, tenants: dict[str, str]):
+    """Issue 31: /metrics answered anyone who reached the port, its series naming tenants. Under
+    accounts it takes ``Authorization: Bearer`` with the dashboard's token or the scrape credential
+    ``DIR/auth/metrics-token`` (Prometheus's ``authorization: credentials_file``)."""
+    import re
+    import urllib.error
+    import urllib.request
+
+    base = re.search(r"Metrics \(Prometheus\): (http://127\.0\.0\.1:\d+/metrics)", up.err.read_text()).group(1)
+    assert "metrics-token" in up.err.read_text()
+
+    def scrape(token: str | None, scheme: str = "Bearer") -> tuple[int, str]:
+        request = urllib.request.Request(base, headers={"Authorization": f"{scheme} {token}"} if token else {})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as reply:
+                return reply.status, reply.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    auth = up.data_dir / "auth"
+    scrape_token, dashboard_token = ((auth / name).read_text().strip() for name in ("metrics-token", "dashboard-token"))
+    assert stat.S_IMODE((auth / "metrics-token").stat().st_mode) == 0o600
+    password = tenants["acme"].split(":")[2].split("@")[0]
+    for token, scheme in ((None, "Bearer"), ("wrong", "Bearer"), (password, "Bearer"), (scrape_token, "Basic"),
+                          (scrape_token + "x", "Bearer")):
+        status, text = scrape(token, scheme)
+        assert status == 401 and "horizon_" not in text, (token, status)
+    for token in (scrape_token, dashboard_token):
+        status, text = scrape(token)
+        assert status == 200 and "horizon_consumer_lag" in text

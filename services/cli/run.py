@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -18,12 +19,14 @@ import click
 from events.resources import parse_cpus, parse_duration, parse_memory
 from events.vocabulary import BACKFILL_MODES
 from events.subjects import valid_token
+from services.cli.ui import METRICS_TOKEN_FILE
 from services.agent.discovery import describe_machine, machine_node
 from services.agent.nodes import NodeSpec, local_nodes
 from services.host.partitions import publish_stock
 from services.runtime.jetstream import JetStreamLog, StreamSettings, redact_url
 from services.runtime.natsserver import NatsServer
 from services.host.lock import DataDirBusy, DataDirLock
+from services.host.metrics import read_token
 from services.host.running import Running
 from services.host.secure import Secured, mode_warning, prepare
 from services.host.stack import Stack
@@ -355,7 +358,8 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], ex
     tracing, meters, registry = _telemetry(otel, "horizon", prometheus=True)
     url = secured.public_url(server.host, server.port)
     board = _dashboard(secured, server, data_dir, policy, backfill)
-    web = await _http_server(registry, "127.0.0.1", ui_port, fallback=ui_port is None, dashboard=board)
+    web = await _http_server(registry, "127.0.0.1", ui_port, fallback=ui_port is None, dashboard=board,
+                             tokens=_metrics_tokens(secured, data_dir))
     stack = Stack(url, data_dir, nodes=node_specs, executor=executor, heartbeat_timeout_s=heartbeat_timeout,
                   policy=policy, backfill=backfill, tracer_provider=tracing, meter_provider=meters,
                   urls=secured.part_urls(server.host, server.port), slurm=slurm, quota=quota)
@@ -374,7 +378,7 @@ async def _up(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], ex
                 f"Horizon is up: {what}, {executor} executor; "
                 f"data in {data_dir}/, logs in {data_dir}/horizon.log\n"
                 f"{_dashboard_line(web.url, secured, data_dir)}"
-                f"Metrics (Prometheus): {web.url}/metrics\n"
+                f"{_metrics_line(web.url, secured, data_dir)}"
                 f"{_ready_lines(secured, data_dir, try_hint(node_specs), url, server.port)}"
                 f"Ctrl-C stops everything.",
                 err=True,
@@ -432,13 +436,15 @@ def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: 
         # /metrics on the HTTP port: every child's, merged at each scrape (each child serves its own
         # on a free port, printed in its log)
         from services.host.http import HttpServer, serve_in_thread
-        from services.host.metrics import child_metrics_url, merged_handler
+        from services.host.metrics import child_metrics_url, merged_handler, require_bearer
 
         logs = data_dir / "logs"
         names = [spec.name for spec in process_specs("", data_dir, common, agent)]
         web = HttpServer("127.0.0.1", UI_PORT if ui_port is None else ui_port)
-        web.mount("/metrics", merged_handler(
-            lambda: [u for u in (child_metrics_url(logs / f"{n}.log") for n in names) if u is not None]))
+        tokens = _metrics_tokens(secured, data_dir)  # under --auth, the children's own /metrics too
+        web.mount("/metrics", require_bearer(merged_handler(
+            lambda: [u for u in (child_metrics_url(logs / f"{n}.log") for n in names) if u is not None],
+            token=tokens[-1] if tokens else None), tokens))
         policy = common[common.index("--policy") + 1] if "--policy" in common else "multifactor"
         backfill = common[common.index("--backfill-mode") + 1] if "--backfill-mode" in common else "easy"
         _dashboard(secured, server, data_dir, policy, backfill).mount(web)  # connects once the server is up
@@ -454,8 +460,11 @@ def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: 
         url, urls = secured.public_url(server.host, server.port), secured.part_urls(server.host, server.port)
         asyncio.run(_create_streams(urls.get("admin", url)))
         asyncio.run(publish_stock(urls.get("admin", url), nodes or []))  # the stock partitions
-        supervisor = Supervisor(process_specs(url, data_dir, common, agent, urls), data_dir / "logs",
-                                pid_file=data_dir / "processes.json")
+        specs = process_specs(url, data_dir, common, agent, urls)
+        if tokens:  # each child's /metrics asks for the scrape credential (the file's path, not the token)
+            specs = [dataclasses.replace(spec, env={**spec.env, "HORIZON_METRICS_TOKEN_FILE": str(
+                data_dir / "auth" / METRICS_TOKEN_FILE)}) for spec in specs]
+        supervisor = Supervisor(specs, data_dir / "logs", pid_file=data_dir / "processes.json")
         supervisor.start()
         waiting = supervisor.wait_ready(120.0, should_stop=lambda: bool(signals))
         if not signals:
@@ -469,7 +478,7 @@ def _up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: 
                 f"Horizon is up as processes: {shape}; PIDs: {pids}\n"
                 f"logs in {data_dir}/logs/, PIDs in {data_dir}/processes.json.\n"
                 f"{_dashboard_line(web.url, secured, data_dir)}"
-                f"Metrics (Prometheus): {web.url}/metrics\n"
+                f"{_metrics_line(web.url, secured, data_dir)}"
                 f"{_ready_lines(secured, data_dir, hint, url, server.port)}"
                 f"Ctrl-C stops everything.",
                 err=True,
@@ -518,6 +527,10 @@ async def _create_streams(url: str) -> None:
                    "preemption 9474, inventory 9475, projections 9476, agent 9477 (unless --metrics-port).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="The address --metrics-port listens on (0.0.0.0: every interface, for a scraper elsewhere).")
+@click.option("--metrics-token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              envvar="HORIZON_METRICS_TOKEN_FILE",
+              help="Answer /metrics only with 'Authorization: Bearer <the token in this file>' (or "
+                   "$HORIZON_METRICS_TOKEN_FILE); under accounts its series name tenants [default: open].")
 @click.option("--lease-ttl", type=click.IntRange(min=1), default=10, show_default=True,
               help="Seconds a service's leader lease lasts unrenewed: how long a standby waits after its "
                    "leader dies. Must exceed the longest decision round.")
@@ -533,7 +546,8 @@ async def _create_streams(url: str) -> None:
 def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int | None, gpus_per_node: int | None,
             gpu_type: str | None, cpus_per_node: str | None, memory_per_node: str | None, node_prefix: str,
             node_name: str | None, executor: str, heartbeat_timeout: float, policy: str, backfill_mode: str,
-            otel: str, metrics_port: int | None, metrics_std: bool, metrics_host: str, lease_ttl: int,
+            otel: str, metrics_port: int | None, metrics_std: bool, metrics_host: str,
+            metrics_token_file: Path | None, lease_ttl: int,
             slurm_conf: Path | None, slurm_partition: str, slurm_bin: str, partitions: tuple[str, ...],
             verbose: bool) -> None:
     """Run one part alone against any NATS (the distributed shape).
@@ -587,7 +601,8 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
         tracing, meters, registry = _telemetry(otel, f"horizon-{name}", prometheus=metrics_port is not None)
         web = None
         if metrics_port is not None:
-            web = await _http_server(registry, metrics_host, metrics_port)
+            tokens = [read_token(metrics_token_file)] if metrics_token_file is not None else []
+            web = await _http_server(registry, metrics_host, metrics_port, tokens=tokens)
             click.echo(f"{name}: metrics (Prometheus) on {web.url}/metrics", err=True)
         stack = Stack(nats_url, data_dir, executor=executor, heartbeat_timeout_s=heartbeat_timeout, settings=settings,
                       policy=policy, backfill=backfill_mode, tracer_provider=tracing, meter_provider=meters,
@@ -661,15 +676,34 @@ def _dashboard_line(web_url: str, secured: Secured, data_dir: Path) -> str:
             f"or as a tenant with its name and password)\n")
 
 
+def _metrics_tokens(secured: Secured, data_dir: Path) -> list[str]:
+    """Who may scrape ``up``'s /metrics: anyone without accounts (every client is trusted); with them,
+    whoever presents the dashboard's token or the scrape credential (both kept in DIR/auth/, made
+    once; the scrape credential last)."""
+    from services.cli.ui import keep_token
+
+    if secured.users is None:
+        return []
+    return [keep_token(data_dir), keep_token(data_dir, METRICS_TOKEN_FILE)]
+
+
+def _metrics_line(web_url: str, secured: Secured, data_dir: Path) -> str:
+    if secured.users is None:
+        return f"Metrics (Prometheus): {web_url}/metrics\n"
+    return (f"Metrics (Prometheus): {web_url}/metrics (Authorization: Bearer, the token in "
+            f"{data_dir}/auth/{METRICS_TOKEN_FILE} or the dashboard's)\n")
+
+
 async def _http_server(registry: Any, host: str, port: int | None, fallback: bool = False,
-                       dashboard: Any = None) -> Any:
-    """The host's HTTP server with ``/metrics`` mounted (and ``dashboard`` at ``/``); ``port`` None is
-    ``UI_PORT``, and with ``fallback`` a free port when that one is taken (another ``horizon up``)."""
+                       dashboard: Any = None, tokens: list[str] | None = None) -> Any:
+    """The host's HTTP server with ``/metrics`` mounted (for a bearer of one of ``tokens`` only, if
+    any) and ``dashboard`` at ``/``; ``port`` None is ``UI_PORT``, and with ``fallback`` a free port
+    when that one is taken (another ``horizon up``)."""
     from services.host.http import HttpServer
-    from services.host.metrics import metrics_handler
+    from services.host.metrics import metrics_handler, require_bearer
 
     web = HttpServer(host, UI_PORT if port is None else port)
-    web.mount("/metrics", metrics_handler(registry))
+    web.mount("/metrics", require_bearer(metrics_handler(registry), tokens or []))
     if dashboard is not None:
         dashboard.mount(web)
     try:

@@ -15,10 +15,11 @@ import click
 from services.cli.audit import BACKFILL_MODES, POLICIES
 from services.cli.options import nats_option, tenant_of_url
 
-__all__ = ["register", "dashboard_for", "TOKEN_FILE"]
+__all__ = ["register", "dashboard_for", "keep_token", "TOKEN_FILE", "METRICS_TOKEN_FILE"]
 
 UI_PORT = 8470
 TOKEN_FILE = "dashboard-token"  # under DIR/auth/: the operator's login token of `horizon up --auth`'s dashboard
+METRICS_TOKEN_FILE = "metrics-token"  # under DIR/auth/: the scrape credential of its /metrics (Bearer)
 
 
 def _has_password(url: str) -> bool:
@@ -37,11 +38,12 @@ def dashboard_for(url: str, *, login: bool, token: str | None = None, policy: st
                      policy=policy, backfill=backfill)
 
 
-def keep_token(data_dir: Path) -> str:
-    """``horizon up --auth``'s operator token for its dashboard, made once and kept (0600) beside the
-    other credentials, never printed."""
+def keep_token(data_dir: Path, name: str = TOKEN_FILE) -> str:
+    """``horizon up --auth``'s operator token for its dashboard (``name``: another token of the same
+    kind, the scrape credential ``metrics-token``), made once and kept (0600) beside the other
+    credentials, never printed."""
     auth = Path(data_dir) / "auth"
-    path = auth / TOKEN_FILE
+    path = auth / name
     try:
         token = path.read_text().strip()
         if token:

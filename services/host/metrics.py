@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import re
+import secrets
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 from services.host.http import Request, Response
 
-__all__ = ["prometheus_provider", "metrics_handler", "merged_handler", "child_metrics_url", "CONTENT_TYPE",
-           "METRICS_PORTS"]
+__all__ = ["prometheus_provider", "metrics_handler", "merged_handler", "child_metrics_url", "require_bearer",
+           "read_token", "CONTENT_TYPE", "METRICS_PORTS"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -57,6 +58,39 @@ def prometheus_provider(service_name: str, readers: list[Any] | None = None) -> 
     return provider, registry
 
 
+def read_token(path: Path | str) -> str:
+    """A token kept in a file (its first line): a scrape credential, or the dashboard's token."""
+    words = Path(path).read_text().split()
+    if not words:
+        raise ValueError(f"{path} holds no token")
+    return words[0]
+
+
+def require_bearer(handler: Any, tokens: Collection[str]) -> Any:
+    """``handler`` answered only for a request that carries ``Authorization: Bearer T``, ``T`` one of
+    ``tokens`` (none: answered for anyone, as without accounts, where every client is trusted).
+
+    Under accounts the metrics name tenants (queue length by tenant, waits, rejections), so a
+    scrape is the operator's: the dashboard's token, or a scrape credential of its own
+    (``DIR/auth/metrics-token`` for ``horizon up --auth``; Prometheus's ``authorization:
+    credentials_file``). Anyone who reached the port used to read them (issue 31)."""
+    wanted = [t.encode() for t in tokens if t]
+    if not wanted:
+        return handler
+
+    async def guarded(request: Request) -> Response:
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        offered = given.strip().encode()
+        # every token compared, in constant time: how far a guess got is not in the answer's time
+        if scheme.lower() == "bearer" and sum(secrets.compare_digest(offered, t) for t in wanted):
+            return await handler(request)
+        return Response(401, b"this /metrics needs the operator's token or a scrape credential: "
+                             b"Authorization: Bearer <token> (docs/observability.md)\n",
+                        headers={"WWW-Authenticate": 'Bearer realm="horizon metrics"'})
+
+    return guarded
+
+
 def metrics_handler(registry: Any) -> Any:
     """The ``/metrics`` handler over ``registry`` (the Prometheus text exposition format, 0.0.4)."""
     from prometheus_client import generate_latest
@@ -82,23 +116,27 @@ def child_metrics_url(log_file: Path) -> str | None:
     return found[-1].replace("http://0.0.0.0:", "http://127.0.0.1:") if found else None
 
 
-def _fetch(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5) as reply:  # noqa: S310 (a URL our own child printed)
+def _fetch(url: str, token: str | None = None) -> str:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=5) as reply:  # noqa: S310 (a URL our own child printed)
         return str(reply.read().decode())
 
 
-def merged_handler(sources: Callable[[], list[str]]) -> Any:
+def merged_handler(sources: Callable[[], list[str]], token: str | None = None) -> Any:
     """``/metrics`` for parts that run as processes of their own (``horizon up --processes``): each
-    scrape fetches every child's ``/metrics`` (``sources()``) and serves their families merged, one
-    family per name with every child's samples (their ``part`` label tells them apart). A child that
-    does not answer (restarting) is left out of that scrape."""
+    scrape fetches every child's ``/metrics`` (``sources()``, with ``token`` as the bearer when the
+    children require one) and serves their families merged, one family per name with every child's
+    samples (their ``part`` label tells them apart). A child that does not answer (restarting) is
+    left out of that scrape."""
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
     async def handle(_request: Request) -> Response:
         loop = asyncio.get_running_loop()
         urls = sources()
-        texts = await asyncio.gather(*(loop.run_in_executor(None, _fetch, u) for u in urls), return_exceptions=True)
+        texts = await asyncio.gather(*(loop.run_in_executor(None, _fetch, u, token) for u in urls),
+                                     return_exceptions=True)
         families: dict[str, Any] = {}
         for text in texts:
             if isinstance(text, BaseException):
