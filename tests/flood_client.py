@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 import sys
 import time
 from typing import Any
@@ -52,8 +53,10 @@ async def flood(url: str, tenant: str, inputs: list[tuple[str, str, str]], prefi
         await asyncio.wait_for(done.wait(), 120)
     except TimeoutError:
         pass
+    answered_s = time.monotonic() - start
     await nc.close()
-    return {"sent_s": sent, "answered_s": time.monotonic() - start, "answers": answers}
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return {"sent_s": sent, "answered_s": answered_s, "cpu_s": used.ru_utime + used.ru_stime, "answers": answers}
 
 
 def main() -> None:

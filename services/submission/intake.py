@@ -82,7 +82,7 @@ class IntakeServer:
         self.throttled: dict[str, int] = {}  # tenant -> inputs refused by a limit
         self._buckets = TokenBuckets()
         self._said: dict[str, float] = {}  # tenant -> when the log last said it was throttled
-        self._refusals: dict[tuple[str, TenantLimits], bytes] = {}
+        self._refusals: dict[str, tuple[TenantLimits, bytes]] = {}  # tenant -> its limits and their refusal
         self._queue: FairQueue[tuple[str, str, bytes, dict[str, str], str, int]] = FairQueue()
         self._waiting: dict[int, _Waiting] = {}
         self._next = 0
@@ -140,11 +140,10 @@ class IntakeServer:
         else:
             # The same words for every input of a flood: made once per tenant and limits (a flood is
             # refused as fast as the intake can answer, and everyone else's inputs wait behind it).
-            answer = self._refusals.get((tenant, limits)) or b""
-            if not answer:
-                if len(self._refusals) > 4096:
-                    self._refusals.clear()
-                answer = self._refusals[(tenant, limits)] = _error(TOO_MANY, rate_refusal(tenant, limits))
+            made = self._refusals.get(tenant)
+            if made is None or made[0] is not limits:
+                made = self._refusals[tenant] = (limits, _error(TOO_MANY, rate_refusal(tenant, limits)))
+            answer = made[1]
         self.throttled[tenant] = self.throttled.get(tenant, 0) + 1
         if now - self._said.get(tenant, -60.0) >= 10.0:  # once in a while, not once per input
             self._said[tenant] = now
