@@ -74,6 +74,7 @@ __all__ = [
     "CLIENT_MSG_ID_HEADER",
     "REFUSED_HEADER",
     "USER_HEADER",
+    "LIMITS_HEADER",
 ]
 
 STREAM = "HORIZON"
@@ -88,6 +89,10 @@ REFUSED_HEADER = "Horizon-Refused-Headers"
 # Nats-Request-Info), stamped by the intake: "-" when the server did not say (an import without
 # `share: true`), which the submission core refuses.
 USER_HEADER = "Horizon-User"
+# The tenant's limits are in force for this input (docs/tenants.md, Limits and fairness): stamped by
+# the intake since they exist, so the submission core applies them to what it stamped and a log
+# written before them replays as it was decided.
+LIMITS_HEADER = "Horizon-Limits"
 KEY_SEPARATOR = ":"  # <tenant>:<id>, a tenant's job under accounts; ':' is in no tenant's id
 DLQ_STREAM = "HORIZON_DLQ"
 INPUT_PREFIX = "horizon.in"

@@ -7,19 +7,55 @@ a real flood against a real server is tests/test_tenant_flood.py."""
 from __future__ import annotations
 
 from events import catalogue as c
+from events.codec import encode
+from events.subjects import LIMITS_HEADER
 from events.vocabulary import TenantLimits
+from services.domain.protocol import Record
 from services.runtime.replay import replay_decisions
+from services.runtime.service import fold_record
 from services.submission.core import SubmissionCore
+from services.submission.intake_rules import screen
 from services.submission.tenant_limits import TenantBook, limits_from
 from tests.helpers import node
-from tests.test_intake_core import Intake, cluster, submit
+from tests.test_intake_core import Intake, submit
+
+
+class Limited(Intake):
+    """A feed whose tenant inputs arrive as today's intake stores them: marked ``Horizon-Limits``."""
+
+    def raw(self, tenant: str, verb: str, data: bytes, headers: dict[str, str] | None = None,
+            limits: bool = True) -> int:
+        sent = headers or {"Nats-Msg-Id": f"c{self.seq + 1}",
+                           "Nats-Request-Info": f'{{"acc":"tenant-{tenant}","user":"{tenant}"}}'}
+        stored, _ = screen(tenant, sent)
+        if limits:
+            stored[LIMITS_HEADER] = "1"
+        self.seq += 1
+        self.time += 1.0
+        record = Record(self.seq, f"horizon.in.{tenant}.{verb}", data, self.time, stored)
+        self.records.append(record)
+        self.state, _, _ = fold_record(self.core, self.state, record)
+        return self.seq
+
+    def unmarked(self, tenant: str, verb: str, event: c.Event) -> int:
+        """As an intake from before the limits stored it (a log written then)."""
+        return self.raw(tenant, verb, encode(event), limits=False)
+
+
+def limited() -> Limited:
+    """As tests/test_intake_core.py's cluster: a node, and each tenant's login with its Unix identity."""
+    f = Limited(SubmissionCore())
+    f.evt("agent", node("n1"))
+    for uid, tenant in enumerate(("acme", "globex"), start=2001):
+        f.admin("user", c.UserConfigured(tenant=tenant, name=tenant, uid=uid, gid=uid))
+    return f
 
 
 def _verdicts(out: list[c.Event]) -> list[tuple[str, str, str]]:
     return [(type(e).__name__, e.job_id, getattr(e, "limit", "")) for e in out]
 
 
-def settle_all(f: Intake) -> list[c.Event]:
+def settle_all(f: Limited) -> list[c.Event]:
     """Every round until the core rests (a round makes so many arrays' tasks: see the last tests)."""
     out: list[c.Event] = []
     while True:
@@ -29,7 +65,7 @@ def settle_all(f: Intake) -> list[c.Event]:
         out += round_
 
 
-def _set(f: Intake, tenant: str = "acme", **limits: float) -> None:
+def _set(f: Limited, tenant: str = "acme", **limits: float) -> None:
     f.admin("tenant", c.TenantConfigured(tenant=tenant, **limits))
 
 
@@ -43,7 +79,7 @@ def test_the_defaults_are_on_and_an_event_replaces_them_all():
 
 
 def test_a_tenants_pending_jobs_limit_is_a_verdict_naming_it_and_frees_up_as_jobs_start():
-    f = cluster()
+    f = limited()
     _set(f, max_pending_jobs=3)
     for i in range(3):
         f.send("acme", "submit", submit(f"a-{i}"))
@@ -72,7 +108,7 @@ def test_a_tenants_pending_jobs_limit_is_a_verdict_naming_it_and_frees_up_as_job
 
 
 def test_array_limits_per_array_and_in_total_name_themselves():
-    f = cluster()
+    f = limited()
     _set(f, max_pending_array_tasks=1_500, max_inputs_per_s=0)
     f.send("acme", "submit", submit("big", array="0-9999"))  # 10,000 tasks: over the default 1,000 per array
     f.send("acme", "submit", submit("sweep-1", array="0-999"))
@@ -94,7 +130,7 @@ def test_array_limits_per_array_and_in_total_name_themselves():
 
 
 def test_zero_is_no_limit_and_inputs_not_through_the_intake_are_not_limited():
-    f = cluster()
+    f = limited()
     _set(f, max_pending_jobs=1)
     f.send("acme", "submit", submit("a-0"))
     # not through the intake: an operator's, published straight into the log, or any client's on a
@@ -113,22 +149,34 @@ def test_a_round_makes_new_arrays_tasks_up_to_its_budget_and_the_rest_wait_whole
     """Three arrays of 600 in one batch, a budget of 1,000: the first round makes two (1,200: the one
     that crosses the budget is made whole), the job after them is answered in the same round, and
     the third array is the next round's."""
-    f = Intake(SubmissionCore())
-    f.evt("agent", node("n1"))
+    f = limited()
     for name in ("s1", "s2", "s3"):
-        f.input("acme", "submit", submit(name, array="0-599"))
-    f.input("acme", "submit", submit("after"))
+        f.send("acme", "submit", submit(name, array="0-599"))
+    f.send("acme", "submit", submit("after"))
     first = f.settle()
-    assert len(first) == 1_201 and first[-1].job_id == "after"
-    assert {e.spec.array for e in first[:-1]} == {"s1", "s2"}
+    assert len(first) == 1_201 and first[-1].job_id == "acme:after"
+    assert {e.spec.array for e in first[:-1]} == {"acme:s1", "acme:s2"}
     second = f.settle()
-    assert len(second) == 600 and {e.spec.array for e in second} == {"s3"}
+    assert len(second) == 600 and {e.spec.array for e in second} == {"acme:s3"}
+    assert f.settle() == []
+    assert replay_decisions(SubmissionCore(), f.records).mismatches == []
+
+
+def test_a_log_from_before_the_limits_replays_as_it_was_decided():
+    """Inputs an intake stored before the limits existed carry no Horizon-Limits: neither the
+    tenant's limits nor the round's array budget apply to them, as when they were decided."""
+    f = limited()
+    _set(f, max_pending_jobs=1)
+    for name in ("s1", "s2", "s3"):
+        f.unmarked("acme", "submit", submit(name, array="0-1499"))  # over 1,000 per array, 4,500 waiting
+    out = f.settle()
+    assert len(out) == 4_500 and all(isinstance(e, c.JobAccepted) for e in out)
     assert f.settle() == []
     assert replay_decisions(SubmissionCore(), f.records).mismatches == []
 
 
 def test_the_book_counts_waiting_jobs_through_every_way_out_and_back():
-    f = cluster()
+    f = limited()
     f.send("acme", "submit", submit("j", restart_policy="on-failure", max_retries=1))
     f.send("acme", "submit", submit("arr", array="0-1"))
     f.settle()

@@ -65,7 +65,7 @@ from events.arrays import parse_array, task_id
 from events.resources import ResourceError
 from events.base import Event
 from events.vocabulary import NICE_LIMIT
-from events.subjects import (ADMIN_TENANT, INTAKE_HEADER, REFUSED_HEADER, USER_HEADER, WHOLE_LOG,
+from events.subjects import (ADMIN_TENANT, INTAKE_HEADER, LIMITS_HEADER, REFUSED_HEADER, USER_HEADER, WHOLE_LOG,
                              job_key, parse_subject, tenant_view)
 from services.domain.protocol import Record
 from services.domain.protocol import CoreState
@@ -112,6 +112,9 @@ class _Pending:
     # The user the server authenticated (the intake's Horizon-User; "-": it could not tell), None for
     # an input that came without it (an operator's, a log from before users, no accounts).
     user: str | None = None
+    # Stored by an intake that applies tenants' limits (Horizon-Limits): its tenant's limits apply, and
+    # an array of it may wait for the next round (tenant_limits.py). A log from before them has none.
+    limited: bool = False
 
 
 class SubmissionState(CoreState):
@@ -237,7 +240,8 @@ class SubmissionCore:
                 # Keyed as its verdict will name it: a long (invalid) id is answered by a bounded one.
                 key = bounded_id(event.job_id)
                 pending = _Pending(record.seq, state.now, subject.owner, event, scope=scope, raw=raw if scope else None,
-                                   user=headers.get(USER_HEADER) if scope else None)
+                                   user=headers.get(USER_HEADER) if scope else None,
+                                   limited=bool(scope and headers.get(LIMITS_HEADER)))
                 if key not in state.verdicts and key not in state.submissions:
                     state.submissions[key] = pending
                 elif subject.kind == "input":
@@ -349,7 +353,8 @@ class SubmissionCore:
             job_id: str = pending.event.job_id  # type: ignore[attr-defined]
             if job_id in round_.decided:
                 continue  # a task id an array took earlier in this round: the same job, no second verdict
-            new_array = pending.event.array is not None and job_id not in state.jobs.arrays  # type: ignore[attr-defined]
+            new_array = (pending.limited and pending.event.array is not None  # type: ignore[attr-defined]
+                         and job_id not in state.jobs.arrays)
             if new_array and round_.tasks >= self.array_tasks_per_round:
                 continue  # this round has made enough tasks: the next one (after they are folded) decides it
             verdicts = self._admit(state, pending, round_)
@@ -402,7 +407,7 @@ class SubmissionCore:
         done = state.jobs.arrays.get(sub.job_id)
         warnings: list[str] = []
         try:
-            if pending.scope and not done:
+            if pending.limited and not done:
                 # The tenant's limits first: an array over them costs a parse, not its tasks' specs.
                 made = _jobs_made(sub, self.limits)
                 if made is not None:

@@ -38,7 +38,7 @@ from typing import Any
 
 import nats.errors
 
-from events.subjects import INPUT_PREFIX, INTAKE_PREFIX, valid_token
+from events.subjects import INPUT_PREFIX, INTAKE_PREFIX, LIMITS_HEADER, valid_token
 from events.vocabulary import TenantLimits
 from services.domain.protocol import MSG_ID
 from services.submission.intake_fairness import FairQueue, TokenBuckets, backlog_refusal, input_cost, rate_refusal
@@ -122,6 +122,7 @@ class IntakeServer:
         if refused:
             log.info("intake: %s sent headers it may not (%s); stored for its InputRejected", tenant,
                      ", ".join(refused))
+        headers[LIMITS_HEADER] = "1"  # the core applies the tenant's limits to it
         if MSG_ID not in headers:
             # No id of the client's: one from what it sent, so that the intake's own retries store it once.
             headers[MSG_ID] = intake_msg_id(tenant, "~" + hashlib.sha256(verb.encode() + b"\n" + msg.data).hexdigest())

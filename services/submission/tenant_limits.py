@@ -10,7 +10,8 @@ again replaces all its limits). Two kinds, decided in two places:
   an input (``services/submission/intake_fairness.py``). It reads the clock, so it is decided at
   the edge and an input it refuses never reaches the log: nothing to replay.
 * **the log**: ``max_pending_jobs``, ``max_array_tasks`` and ``max_pending_array_tasks``, which
-  the submission core applies to a submission that came through the intake, from counts folded
+  the submission core applies to a submission the intake stored marked ``Horizon-Limits`` (a log
+  written before the limits has no such mark and replays as it was decided), from counts folded
   from the log (``TenantBook``): a pure function of the log like every other verdict, so
   ``horizon audit`` reproduces it. A submission over one is a ``JobRejected`` whose ``limit``
   names it and whose reason says the numbers and the command that raises it.
