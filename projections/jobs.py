@@ -470,10 +470,13 @@ class JobsProjection:
         order: str = "submit",
         after: int | None = None,
         steps: bool = False,
+        specs: bool = False,
     ) -> dict[str, Any]:
         """Jobs matching the filters, ``limit`` of them from ``offset``; in submission order (``order``
         ``submit``) ``after`` starts past the row of that key (``submit_key``, the keyset cursor
         ``next`` carries; ``offset`` then counts from there). Paging fields: ``projections/paging.py``.
+        ``specs``: each row with its job's ``spec`` (what squeue's and scontrol's QOS, nice, array and
+        dependency fields read; a tenant reads no stream, so this is its way to them).
 
         ``array``: the tasks of the array of that job id (``<array>_<index>``, their spec's ``array``),
         for a tenant under either of the keys its id may stand for (``tenant_keys``)."""
@@ -515,6 +518,11 @@ class JobsProjection:
             rows = [dict(zip([*cols, "spec"], row, strict=True)) for row in await cur.fetchall()]
         for row in rows:
             spec = row.pop("spec")
+            if specs:
+                try:
+                    row["spec"] = msgspec.json.decode(spec) if spec else None
+                except (msgspec.DecodeError, RecursionError):  # a payload nested too deeply to read here
+                    row["spec"] = None
             fields = _qos_fields.decode(spec) if spec else None
             row["qos"] = qos_class(fields) if fields else None  # services/domain/qos.py
             # per task, beyond the request (0: the request is the limit)
@@ -730,7 +738,7 @@ class QueryServer:
         try:
             req = decode_json(msg.data or b"{}")
             allowed = {"states", "tenant", "account", "user", "partition", "job_ids", "array", "limit", "offset",
-                       "order", "after", "steps"}
+                       "order", "after", "steps", "specs"}
             unknown = set(req) - allowed
             if unknown:
                 raise ValueError(f"unknown query fields {sorted(unknown)}; allowed: {sorted(allowed)}")
@@ -781,6 +789,13 @@ def as_tenant_sees(tenant: str, rows: Iterable[dict[str, Any]]) -> None:
     for row in rows:
         if isinstance(row.get("job_id"), str):
             row["job_id"] = tenant_view(tenant, row["job_id"])
+        spec = row.get("spec")
+        if isinstance(spec, dict):  # its array and the jobs it waits for, by the tenant's ids too
+            if isinstance(spec.get("array"), str):
+                spec["array"] = tenant_view(tenant, spec["array"])
+            for dep in spec.get("dependencies") or ():
+                if isinstance(dep, dict) and isinstance(dep.get("job_id"), str):
+                    dep["job_id"] = tenant_view(tenant, dep["job_id"])
         for holder in (row, row.get("why")):
             if not isinstance(holder, dict):
                 continue

@@ -272,3 +272,39 @@ def test_metrics_under_accounts_answer_the_operator_and_a_scrape_credential_only
     for token in (scrape_token, dashboard_token):
         status, text = scrape(token)
         assert status == 200 and "horizon_consumer_lag" in text
+
+
+def test_a_tenant_runs_the_slurm_commands_through_its_queries(up: Up, tenants: dict[str, str]):
+    """Issue 31: a tenant's account has no JetStream, and squeue read each job's spec from the stream:
+    as a tenant it ended in a traceback (ServiceUnavailableError: JetStream not enabled for account)
+    once it had an array's pending tasks to group; scontrol show job could not show a job, scancel
+    waited 10 s for an answer its feed had brought (named by the log's key). They work through the
+    queries now; the operator's commands (sinfo, check, audit) say so in one line."""
+    acme = clean_env(HORIZON_NATS_URL=tenants["acme"])
+    done = horizon("submit", "--job-id", "sweep", "--array", "0-5", "--gpus", "2", "--", "sleep", "300", env=acme)
+    assert done.returncode == 0, done.stderr
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # two tasks run (2 nodes x 2 GPUs), four wait: squeue groups those
+            listed = horizon("squeue", env=acme)
+            assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+            if "sweep_[2-5]" in listed.stdout:
+                break
+            assert time.monotonic() < deadline, listed.stdout
+            time.sleep(0.3)
+        fields = horizon("squeue", "-r", "-o", "%i %q %F %K", "-t", "PD", env=acme)
+        assert fields.returncode == 0 and "sweep_5 normal sweep 5" in fields.stdout, fields
+        shown = horizon("scontrol", "show", "job", "sweep_5", env=acme)
+        assert shown.returncode == 0 and "ArrayJobId=sweep ArrayTaskId=5" in shown.stdout, shown
+        assert "JobState=PENDING" in shown.stdout
+        history = horizon("sacct", "-j", "sweep_0", "--noheader", "-o", "JobID,State", env=acme)
+        assert history.returncode == 0 and "sweep_0" in history.stdout, history
+        cancelled = horizon("scancel", "-v", "sweep_5", env=acme)
+        assert cancelled.returncode == 0 and "Cancelled job sweep_5" in cancelled.stderr, cancelled
+        for command, says in ((("sinfo",), "partitions is the operator's"), (("check",), "no JetStream"),
+                              (("audit",), "no JetStream"), (("nodes",), "nodes is the operator's")):
+            refused = horizon(*command, env=acme)
+            assert refused.returncode == 1 and says in refused.stderr and "Traceback" not in refused.stderr, refused
+            assert tenants["acme"].split("@")[0] not in refused.stderr  # never the password
+    finally:
+        horizon("cancel", "sweep", env=acme)

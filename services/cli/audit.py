@@ -28,6 +28,7 @@ from events.base import Event
 from events.codec import DecodeError, decode, decode_json
 from events.resources import format_cpus, format_memory
 from events.subjects import STREAM, parse_subject
+from services.cli.client import no_jetstream_text
 from services.cli.progress import Bar
 from services.cli.options import nats_option
 from services.runtime.log import LogError
@@ -99,22 +100,25 @@ async def read_log(url: str, on_batch: Callable[[int, int], None] | None = None)
     import nats.errors
     import nats.js.errors
 
-    from services.runtime.jetstream import JetStreamLog, connect
+    from services.runtime.jetstream import JetStreamLog, connect, redact_url
 
     nc = await connect(url, name="horizon-audit", connect_timeout_s=3.0, max_attempts=2)
     log = JetStreamLog(nc)
+    where = redact_url(url)  # never a password in an error
     try:
         try:
             info = await log.js.stream_info(STREAM)
         except nats.js.errors.NotFoundError:
-            raise LogError(f"there is no Horizon log at {url} (no stream {STREAM}): nothing to audit") from None
+            raise LogError(f"there is no Horizon log at {where} (no stream {STREAM}): nothing to audit") from None
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
-            raise LogError(f"JetStream at {url} is not answering ({type(exc).__name__}): is -js enabled?") from None
+            raise LogError(f"JetStream at {where} is not answering ({type(exc).__name__}): is -js enabled?") from None
+        except nats.js.errors.ServiceUnavailableError as exc:
+            raise LogError(no_jetstream_text(exc, "reading the whole log")) from None
         last, first = int(info.state.last_seq), int(info.state.first_seq)
         if last == 0 or int(info.state.messages) == 0:
-            raise LogError(f"the log at {url} is empty: nothing to audit")
+            raise LogError(f"the log at {where} is empty: nothing to audit")
         if first > 1:
-            raise LogError(f"the log at {url} begins at seq {first}: records 1..{first - 1} were removed, so no "
+            raise LogError(f"the log at {where} begins at seq {first}: records 1..{first - 1} were removed, so no "
                            f"decision can be replayed from the start")
         out: list[Record] = []
         async for batch in log.read(1, until_seq=last):

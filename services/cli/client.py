@@ -22,7 +22,8 @@ from services.runtime.jetstream import connect
 from services.runtime.log import LogError
 from services.domain.protocol import MSG_ID
 
-__all__ = ["session", "publish_input", "query", "query_all", "default_tenant", "default_user", "await_answer"]
+__all__ = ["session", "publish_input", "query", "query_all", "default_tenant", "default_user", "await_answer",
+           "no_jetstream_text", "JETSTREAM_NOT_ENABLED"]
 
 # Rows asked for in one request when the caller wants them all: the projection answers with about a
 # message's worth and says where to go on (projections/paging.py), so this only bounds one read.
@@ -64,6 +65,20 @@ def default_user(url: str | None = None) -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:  # a uid with no name (a container's arbitrary one)
         return "anonymous"
+
+
+JETSTREAM_NOT_ENABLED = 10039  # the server's error code: "JetStream not enabled for account"
+
+
+def no_jetstream_text(exc: Any, what: str) -> str:
+    """What to say when the server gives this connection's user no JetStream: under accounts, a
+    tenant's (its account holds no stream and reads its jobs through the queries; docs/tenants.md)."""
+    if getattr(exc, "err_code", None) == JETSTREAM_NOT_ENABLED:
+        return (f"{what} needs the log's stream, and this user's account has no JetStream: under accounts that "
+                f"is a tenant's, which reads its jobs through the queries (horizon jobs, show, queue, squeue, "
+                f"sacct, logs); {what} is the operator's (run it with the operator's URL, or with --data-dir "
+                f"where `horizon up --auth` runs)")
+    return f"{what}: JetStream is not available here ({getattr(exc, 'description', None) or exc})"
 
 
 @asynccontextmanager
@@ -128,7 +143,13 @@ async def query(nc: Any, view: str, request: dict[str, Any], timeout_s: float = 
     try:
         msg = await nc.request(f"horizon.query.{view}", json.dumps(request).encode(), timeout=timeout_s)
     except nats.errors.NoRespondersError:
-        raise LogError(f"nothing serves horizon.query.{view}: is `horizon up` (or the projections service) running?") from None
+        from services.host.auth import TENANT_VIEWS  # the queries a tenant's account imports
+
+        hint = "" if view in TENANT_VIEWS else (
+            f"; under accounts a tenant's URL asks only {', '.join(TENANT_VIEWS)}: {view} is the operator's "
+            f"(docs/tenants.md)")
+        raise LogError(f"nothing serves horizon.query.{view}: is `horizon up` (or the projections service) "
+                       f"running?{hint}") from None
     except nats.errors.TimeoutError:
         raise LogError(f"horizon.query.{view} did not answer within {timeout_s:g} s") from None
     try:

@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import click
+from nats.errors import Error as NatsError  # (`nats` is a command of this module)
+from nats.js.errors import APIError as JetStreamAPIError
 
 from events.resources import ResourceError
+from services.cli.client import JETSTREAM_NOT_ENABLED, no_jetstream_text
 from services.runtime.log import LogError
 from services.runtime.natsserver import NatsServer, NatsServerError
 
@@ -25,11 +28,17 @@ class CLIError(click.ClickException):
     """A one-line error for the user."""
 
 
-# The errors a person can act on: one line, never a traceback (also for the Slurm-named commands).
-USER_ERRORS = (NatsServerError, LogError, ResourceError, ValueError, KeyError, OSError)
+# The errors a person can act on: one line, never a traceback (also for the Slurm-named commands). A
+# NATS error a command did not turn into its own words is one too: a tenant running an operator's
+# command met "JetStream not enabled for account" as a traceback (issue 31).
+USER_ERRORS = (NatsServerError, LogError, ResourceError, ValueError, KeyError, OSError, NatsError)
 
 
 def user_error_text(exc: BaseException) -> str:
+    if isinstance(exc, JetStreamAPIError) and exc.err_code == JETSTREAM_NOT_ENABLED:
+        return no_jetstream_text(exc, "this command")
+    if isinstance(exc, NatsError):
+        return str(exc) or f"nats: {type(exc).__name__}"
     return str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
 
 

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from events import catalogue as c
 from events.codec import decode_json
-from events.subjects import ADMIN_TENANT, admin_subject, input_subject, valid_job_key, valid_token
+from events.subjects import ADMIN_TENANT, admin_subject, input_subject, tenant_view, valid_job_key, valid_token
 from services.cli.client import default_user, publish_input, query_all, session
 from services.cli.options import admin_option, nats_option, run, tenant_option
 
@@ -276,7 +276,9 @@ async def cancel_requests(nc: Any, targets: list[str], *, tenant: str, admin: bo
         job = asked.get(body.get("causation_id", ""))
         if job is None or job in done:
             return
-        about = body.get("job_id") or ""
+        about = str(body.get("job_id") or "")
+        if not admin:  # a tenant's feed names its jobs by their keys in the log (<tenant>:<id>)
+            about = tenant_view(tenant, about)
         if about == job:
             answers.setdefault(job, []).append(body)
             finish(job)

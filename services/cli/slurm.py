@@ -40,9 +40,7 @@ from typing import Any
 import click
 
 from events import catalogue as c
-from events.codec import DecodeError, decode
 from events.resources import format_cpus, format_memory
-from events.subjects import STREAM, valid_token
 from services.cli.sacct_steps import with_steps
 from services.domain.hostlist import compress
 from services.domain.partitions import duration
@@ -237,6 +235,8 @@ SQUEUE_FIELDS: dict[str, tuple[str, Any, bool]] = {
         "N/A" if s is None or s.array_index is None else str(s.array_index)), True),
 }
 
+SPEC_CHUNK = 500  # job ids per query for their specs (a request stays small, SQLite's IN list short)
+
 _SPEC_RE = re.compile(r"%(\.?)(\d*)(.)")
 
 
@@ -305,30 +305,23 @@ def squeue_lines(rows: list[dict[str, Any]], fmt: str, *, header: bool = True, n
 
 
 async def accepted_specs(nc: Any, job_ids: list[str]) -> dict[str, c.JobSpec]:
-    """Each job's spec, from its ``JobAccepted`` in the log (the read model does not serve it)."""
-    import nats.errors
-    import nats.js.errors
+    """Each job's spec, from the jobs read model (``horizon.query.jobs`` with ``specs``), by the ids
+    given: what a tenant may ask too. It was read from each job's ``JobAccepted`` in the stream,
+    which a tenant's account cannot read (no JetStream): ``horizon squeue`` as a tenant ended in a
+    traceback as soon as it had an array's pending tasks to group (issue 31)."""
+    import msgspec
 
-    js = nc.jetstream(timeout=5)
     out: dict[str, c.JobSpec] = {}
-    limit = asyncio.Semaphore(32)
-
-    async def one(job_id: str) -> None:
-        if not valid_token(job_id):
-            return
-        async with limit:
-            try:
-                msg = await js.get_last_msg(STREAM, f"horizon.evt.submission.JobAccepted.{job_id}")
-            except (nats.js.errors.NotFoundError, nats.errors.TimeoutError):
-                return
-        try:
-            event = decode(msg.data)
-        except DecodeError:
-            return
-        if isinstance(event, c.JobAccepted):
-            out[job_id] = event.spec
-
-    await asyncio.gather(*(one(j) for j in job_ids))
+    wanted = list(dict.fromkeys(job_ids))
+    for i in range(0, len(wanted), SPEC_CHUNK):
+        chunk = wanted[i:i + SPEC_CHUNK]
+        body = await query_all(nc, "jobs", {"job_ids": chunk, "specs": True}, "jobs")
+        for row in body["jobs"]:
+            if isinstance(row.get("spec"), dict):
+                try:
+                    out[row["job_id"]] = msgspec.convert(row["spec"], c.JobSpec)
+                except msgspec.ValidationError:
+                    continue  # a spec this CLI cannot read: its fields show N/A
     return out
 
 

@@ -29,7 +29,7 @@ import click
 from events import catalogue as c
 from events.arrays import parse_array, task_id
 from events.resources import ResourceError
-from events.subjects import valid_token
+from events.subjects import tenant_view, valid_token
 from services.cli.client import default_user, query_all, session
 from services.cli.jobs import read_queue
 from services.cli.options import admin_option, nats_option, tenant_option
@@ -403,14 +403,14 @@ def scancel(nats_url: str, tenant: str, admin: bool, users: tuple[str, ...], me:
                            err=True)
             continue
         for answer in got:
+            about = answer["job_id"] if admin else tenant_view(tenant, answer["job_id"])  # the id you gave
             if answer["type"] == "RequestRejected":
                 failed = True
                 if not quiet:
-                    click.echo(f"scancel: error: Kill job error on job id {answer['job_id']}: {answer['reason']}",
-                               err=True)
+                    click.echo(f"scancel: error: Kill job error on job id {about}: {answer['reason']}", err=True)
             elif verbose:
                 what = "Terminating" if answer["type"] == "JobStopRequested" else "Cancelled"
-                click.echo(f"scancel: {what} job {answer['job_id']}", err=True)
+                click.echo(f"scancel: {what} job {about}", err=True)
     if verbose and filtered and not chosen:
         click.echo("scancel: no job matches", err=True)
     if failed:

@@ -185,6 +185,8 @@ def view_reply_schemas() -> dict[str, Schema]:
                           "min_nodes": {"type": ["integer", "null"], "minimum": 0, "description": "An elastic "
                                         "gang's least number of nodes (`nodes` its most); 0 for a rigid job."},
                           "steps": {**steps, "description": "With `steps`: the current attempt's job steps."},
+                          "spec": {"anyOf": [{"$ref": _SCHEMAS + "JobSpec"}, {"type": "null"}], "description":
+                                   "With `specs`: the job's spec (its ids, to a tenant, the ids it gave)."},
                           "qos": {"type": ["string", "null"], "enum": ["guaranteed", "burstable", "best-effort", None],
                                   "description": "Its QoS class, from its requests and limits (docs/jobs.md)."},
                           "cpu_limit_milli": {"type": ["integer", "null"], "description": "Per task, the CPUs (thousandths "
