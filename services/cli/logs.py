@@ -20,6 +20,7 @@ import nats.errors
 
 from services.cli.client import LogError, query, session
 from services.cli.options import nats_option
+from services.cli.terminal import printable
 
 __all__ = ["logs", "register"]
 
@@ -66,6 +67,9 @@ async def _copy(nc: Any, out: Any, job_id: str, number: int, node: str, which: s
     while True:
         answer = await _chunk(nc, node, {"job_id": job_id, "attempt": number, "stream": which, "offset": offset})
         data = base64.b64decode(answer["data"])
+        # The job's output is the job's data, written as it is, as `cat` would (a job that colours its
+        # output shows coloured): bytes to the binary stream, which is not escaped. Only what this
+        # command says itself goes through ``printable`` (services/cli/terminal.py).
         out.write(data)
         out.flush()
         offset = answer["offset"] + len(data)
@@ -121,13 +125,14 @@ async def _array(nc: Any, out: Any, array_id: str, attempt: int | None, which: s
         raise click.UsageError(f"-f follows one job: give a task of {array_id} ({tasks[0]['job_id']}, ...)")
     for n, task in enumerate(tasks):
         task_id = task["job_id"]
-        out.write(f"{chr(10) if n else ''}==> {task_id} <==\n".encode())
+        out.write(f"{chr(10) if n else ''}==> {printable(task_id)} <==\n".encode())
         out.flush()
         try:
             number, node, _ = _where(await query(nc, "job", {"job_id": task_id}), task_id, attempt)
             await _copy(nc, out, task_id, number, node, which, -tail_bytes if tail_bytes else 0)
         except (click.ClickException, LogError) as exc:
-            out.write(f"({exc.format_message() if isinstance(exc, click.ClickException) else exc})\n".encode())
+            said = exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+            out.write(f"({printable(said)})\n".encode())
             out.flush()
 
 

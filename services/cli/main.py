@@ -19,6 +19,7 @@ from nats.js.errors import APIError as JetStreamAPIError
 
 from events.resources import ResourceError
 from services.cli.client import JETSTREAM_NOT_ENABLED, no_jetstream_text
+from services.cli.terminal import printable_output
 from services.runtime.log import LogError
 from services.runtime.natsserver import NatsServer, NatsServerError
 
@@ -61,6 +62,11 @@ def quiet_broken_pipe() -> int:
 
 
 class HorizonCLI(click.Group):
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Every command's text reaches the terminal escaped (``services/cli/terminal.py``)."""
+        with printable_output():
+            return super().main(*args, **kwargs)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)

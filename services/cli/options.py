@@ -25,16 +25,18 @@ import functools
 import inspect
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import click
 from rich.console import Console
+from rich.segment import Segment
 
 from events.subjects import valid_token
 from services.cli.client import default_tenant
+from services.cli.terminal import printable
 
 __all__ = ["NATS_DEFAULT", "DEFAULT_DATA_DIR", "nats_option", "resolve_nats", "tenant_option", "tenant_of_url",
            "tenant_for", "admin_option", "console", "run"]
@@ -127,6 +129,18 @@ admin_option = click.option(
 
 
 class _Console(Console):
+    """Data, never markup, and never a control character of it (``services/cli/terminal.py``): a
+    cell's text is escaped before the table is laid out (its width is what will show), and whatever
+    else is drawn (a ``Text`` built by a command) as it is written; rich's own styles stay."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        return super().render_str(printable(text), **kwargs)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            segment if segment.control else Segment(printable(segment.text), segment.style, segment.control)
+            for segment in buffer)
+
     def on_broken_pipe(self) -> None:
         """The reader has gone (``horizon jobs | head``): end as every command does then, quietly
         (``services/cli/main.py``), not with rich's own exit code."""

@@ -26,7 +26,15 @@ _INSIDE_JOBS = frozenset({"srun", "scontrol"})  # services/cli/srun.py run_srun,
 
 
 def run_command(name: str, args: list[str]) -> int:
-    """Run ``horizon NAME ARGS`` as the program ``NAME``; its exit code."""
+    """Run ``horizon NAME ARGS`` as the program ``NAME``; its exit code. Its text reaches the terminal
+    escaped, as every command's does (``services/cli/terminal.py``)."""
+    from services.cli.terminal import printable_output
+
+    with printable_output():
+        return _run_command(name, args)
+
+
+def _run_command(name: str, args: list[str]) -> int:
     if name in _INSIDE_JOBS:
         # srun and scontrol run inside jobs, often in loops: their modules alone start in ~0.1 s, the
         # whole CLI in ~0.6 s. They print their own errors (srun: error: ...) and return the code.
