@@ -68,3 +68,45 @@ def test_the_refusal_names_the_limit_and_the_command_that_raises_it():
     assert words.startswith("max_inputs_per_s: tenant 'acme' sent more than 1,000 inputs at once and 100 a second")
     assert "this input was not stored" in words
     assert "horizon tenant set acme --max-inputs-per-s N --burst N" in words
+
+
+class _Wire:
+    """What the intake publishes, without a server (its writer is not started: inputs stay queued)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes]] = []
+
+    async def publish(self, subject: str, data: bytes, **_: object) -> None:
+        self.sent.append((subject, data))
+
+
+class _Msg:
+    def __init__(self, tenant: str, n: int) -> None:
+        self.subject, self.reply, self.headers = f"horizon.intake.{tenant}.cancel", f"_INBOX.{tenant}.{n}", None
+        self.data = encode(c.JobCancelRequested(job_id=f"j-{n}", tenant=tenant))
+
+
+def test_the_intake_answers_at_once_past_a_tenants_rate_or_backlog_and_queues_the_others():
+    import json
+
+    from services.submission.intake import IntakeServer
+
+    limits = {"acme": TenantLimits(max_inputs_per_s=0), "globex": TenantLimits(burst=2, max_inputs_per_s=0.001)}
+    wire = _Wire()
+    intake = IntakeServer(wire, limits=limits.__getitem__, max_queued=3)
+
+    async def send() -> None:
+        for n in range(5):
+            await intake._take(_Msg("acme", n))
+            await intake._take(_Msg("globex", n))
+
+    asyncio.run(send())
+    answers = {subject: json.loads(data)["error"] for subject, data in wire.sent}
+    assert sorted(answers) == ["_INBOX.acme.3", "_INBOX.acme.4", "_INBOX.globex.2", "_INBOX.globex.3",
+                               "_INBOX.globex.4"]
+    assert {a["code"] for a in answers.values()} == {429}
+    assert answers["_INBOX.acme.3"]["description"].startswith("the intake holds 3 inputs of tenant 'acme' not yet "
+                                                              "stored")
+    assert answers["_INBOX.globex.2"]["description"].startswith("max_inputs_per_s: tenant 'globex' sent more than 2")
+    assert (intake._queue.queued("acme"), intake._queue.queued("globex")) == (3, 2)
+    assert intake.throttled == {"acme": 2, "globex": 3}

@@ -137,7 +137,6 @@ class IntakeServer:
             if queued < self.max_queued:
                 return True
             answer = _error(TOO_MANY, backlog_refusal(tenant, queued))
-            answer = _error(TOO_MANY, why)
         else:
             # The same words for every input of a flood: made once per tenant and limits (a flood is
             # refused as fast as the intake can answer, and everyone else's inputs wait behind it).
