@@ -211,6 +211,7 @@ async function main() {
     await admin("cancel", { type: "JobCancelRequested", ...target({ reason: "the operator's" }) }, true);
     await admin("node", { type: "NodeCommandIssued", node: `no-such-node-${run}`, action: "cordon" }, true);
     await admin("account", { type: "AccountConfigured", account: "node-client", shares: 1 });
+    await admin("tenant", { type: "TenantConfigured", tenant: "node-client" }); // a tenant's limits: the defaults
     await admin("fairshare", { type: "FairShareConfigured", half_life_s: 604800 });
     await admin("policy", { type: "PolicyConfigured" });
     await admin("profile", { type: "ProfileConfigured", name: "node-client" });
