@@ -8,8 +8,8 @@ and answers with the stream's own PubAck (``{"stream", "seq", "duplicate"}``), o
 
 What it stores is the body as sent, with the headers ``intake_rules.screen`` keeps: the client's
 ``Nats-Msg-Id`` in the tenant's own namespace, the trace context, and the marks the core reads
-(``Horizon-Intake``, ``Horizon-Refused-Headers``). It judges nothing else: the verdict, in log
-order, is the core's (``JobAccepted``, ``JobRejected``, ``RequestRejected``, ``InputRejected``),
+(``Horizon-Intake``, ``Horizon-Refused-Headers``, ``Horizon-Limits``). It judges nothing of what it
+stores: the verdict, in log order, is the core's (``JobAccepted``, ``JobRejected``, ``RequestRejected``, ``InputRejected``),
 so that every input, well formed or not, is answered on the sender's feed and replayed by audit.
 
 Fair across tenants (``intake_fairness.py``): each tenant's inputs wait in a queue of their own,
@@ -132,11 +132,11 @@ class IntakeServer:
         """Whether the tenant's limits let this input in now; if not, its sender is told which."""
         now = asyncio.get_running_loop().time()
         limits = self.limits(tenant)
-        if self._buckets.take(tenant, limits, now, input_cost(verb, data, limits)):
-            queued = self._queue.queued(tenant)
-            if queued < self.max_queued:
-                return True
+        queued = self._queue.queued(tenant)
+        if queued >= self.max_queued:  # refused before its bucket: it takes no token
             answer = _error(TOO_MANY, backlog_refusal(tenant, queued))
+        elif self._buckets.take(tenant, limits, now, input_cost(verb, data, limits)):
+            return True
         else:
             # The same words for every input of a flood: made once per tenant and limits (a flood is
             # refused as fast as the intake can answer, and everyone else's inputs wait behind it).
