@@ -212,6 +212,8 @@ async function main() {
     await admin("node", { type: "NodeCommandIssued", node: `no-such-node-${run}`, action: "cordon" }, true);
     await admin("account", { type: "AccountConfigured", account: "node-client", shares: 1 });
     await admin("tenant", { type: "TenantConfigured", tenant: "node-client" }); // a tenant's limits: the defaults
+    // a tenant's user and the Unix identity its jobs run as (horizon user add): here nobody's
+    await admin("user", { type: "UserConfigured", tenant: "node-client", name: "node-client", uid: 65534, gid: 65534 });
     await admin("fairshare", { type: "FairShareConfigured", half_life_s: 604800 });
     await admin("policy", { type: "PolicyConfigured" });
     await admin("profile", { type: "ProfileConfigured", name: "node-client" });
