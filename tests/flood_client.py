@@ -5,7 +5,7 @@ and each input's answer (the PubAck, or the intake's error), in the order sent.
 A process of its own so that the test's own measurements (another tenant's submit -> scheduled)
 are not held up by this loop, as a flood from another machine would not hold them up.
 
-    python -m tests.flood_client URL TENANT [PREFIX] < inputs.jsonl   # lines: [verb, body as text, msg id]
+    python tests/flood_client.py URL TENANT [PREFIX] < inputs.jsonl   # lines: [verb, body as text, msg id]
 
 PREFIX is where the tenant publishes, ``horizon.in`` (under accounts, the import of the intake);
 ``horizon.intake`` reaches an intake on a server without accounts.

@@ -16,6 +16,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from tests.test_tenant_boundary import AuthUp, Tenant, scheduled_within
 pytestmark = pytest.mark.timeout(300)
 
 FLOOD = 60_000
+FLOOD_CLIENT = Path(__file__).with_name("flood_client.py")  # by path: whatever folder the suite runs in
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ async def flood(up: AuthUp, tenant: str, inputs: list[tuple[str, bytes, str]]) -
     """Send every (verb, body, msg id) at once from a process of the tenant's own
     (tests/flood_client.py); its answers, in the order sent, and how long it took."""
     lines = "".join(json.dumps([verb, body.decode(), msg_id]) + "\n" for verb, body, msg_id in inputs).encode()
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tests.flood_client", up.urls[tenant], tenant,
+    proc = await asyncio.create_subprocess_exec(sys.executable, str(FLOOD_CLIENT), up.urls[tenant], tenant,
                                                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
     out, _ = await asyncio.wait_for(proc.communicate(lines), 180)
     result: dict[str, Any] = json.loads(out)
