@@ -35,7 +35,7 @@ import pytest
 
 from events import catalogue as c
 from events.codec import encode
-from events.subjects import PUBLISHERS, input_subject, job_key, tenant_view
+from events.subjects import PUBLISHERS, admin_subject, input_subject, job_key, tenant_view
 from services.agent.nodes import local_nodes
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import LogError
@@ -298,6 +298,13 @@ async def test_the_stack_runs_under_its_users_and_tenants_see_only_their_jobs(au
             await client.nc.flush()
         # alice submits the way `horizon submit` does (services/cli/client.py publish_input).
         from services.cli.client import publish_input
+
+        # the operator maps each login to the Unix user its jobs run as (`horizon user map`, a hand-written
+        # configuration's way; `horizon user add` under up --auth): nobody, for simulated jobs
+        admin = await connect_as("admin")
+        for tenant, name in (("acme", "alice"), ("globex", "bob")):
+            await publish_input(admin.nc, admin_subject("user"),
+                                c.UserConfigured(tenant=tenant, name=name, uid=65534, gid=65534), msg_id=f"user-{name}")
 
         await publish_input(alice.nc, input_subject("acme", "submit"),
                             c.JobSubmitted(id="a-1", job_id="a-1", tenant="acme", resources=c.ResourceRequest(gpus=1),

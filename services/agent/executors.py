@@ -59,7 +59,7 @@ from events.subjects import tenant_view
 from services.domain.hostlist import compress
 from services.domain.steps import counts_text
 from services.agent import containers, resize, shim, signals
-from services.agent.identity import Identity, IdentityError, identity_for, owned_by
+from services.agent.identity import Identity, identity_for, owned_by
 from services.agent.cgroups import Hierarchy, Limits, cpu_shares, probe
 from services.agent.cores import CoreAllocator, Machine
 from services.agent.discovery import numa_layout, usable_cpus
@@ -552,10 +552,7 @@ class ProcessExecutor:
             problem = await asyncio.to_thread(containers.image_problem, spec.image)
             if problem is not None:
                 raise RuntimeError(problem)
-        try:
-            run_as = identity_for(spec.uid, spec.gid, spec.groups, spec.user)
-        except IdentityError as exc:
-            raise RuntimeError(str(exc)) from None
+        run_as = identity_for(spec.uid, spec.gid, spec.groups, spec.user)
         directory = self.attempt_dir(job_id, attempt)
         job_dir = self.job_dir(job_id, attempt)
         for where in (directory, job_dir):

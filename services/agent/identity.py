@@ -6,7 +6,9 @@ submitting uid (docs/tenants.md, "The data plane"):
 * under accounts, the submission core stamps the **authenticated** user's ``uid``, ``gid`` and
   ``groups`` on the job's spec, from the operator's ``UserConfigured`` (``horizon user add``);
 * without accounts, the spec names a user (the CLI's ``$USER``) and the node's passwd says
-  who that is, as Slurm resolves a uid on the node;
+  who that is, as Slurm resolves a uid on the node; a name the node does not know is a label
+  (every client is trusted without accounts, and users are fair share's and prediction's names):
+  the job runs as the agent's own user;
 * an agent that is not root cannot become anyone else: every job then runs as the agent's own
   user (the local case: a non-root ``horizon up`` runs everything as you).
 
@@ -33,16 +35,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Identity", "IdentityError", "identity_for", "as_user", "open_as", "owned_by", "NOBODY"]
+__all__ = ["Identity", "identity_for", "as_user", "open_as", "owned_by", "NOBODY"]
 
 NOBODY = "nobody"
 # What a job of another user than the agent's keeps of the agent's environment: where commands are
 # and how text is read. The rest (the agent's own variables, credentials among them) is not its.
 _KEPT_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM")
-
-
-class IdentityError(ValueError):
-    """The job's user cannot be resolved on this node (the message says why)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +95,8 @@ class Identity:
 
 
 def identity_for(uid: int | None, gid: int | None, groups: Sequence[int], user: str) -> Identity | None:
-    """Who a job runs as here; None: as the agent itself (an agent that is not root, or a job that
-    names nobody). Raises ``IdentityError`` for a user this node does not know."""
+    """Who a job runs as here; None: as the agent itself (an agent that is not root, or a job that names
+    no uid and no user this node knows: see the module doc)."""
     if os.geteuid() != 0:
         return None  # only root can become another user: everything runs as the agent's own
     if uid is not None:
@@ -115,8 +113,7 @@ def identity_for(uid: int | None, gid: int | None, groups: Sequence[int], user: 
     try:
         entry = pwd.getpwnam(user)
     except KeyError:
-        raise IdentityError(f"there is no Unix user {user!r} on this node (a job runs as the user who "
-                            f"submitted it)") from None
+        return None
     return Identity(entry.pw_uid, entry.pw_gid, _groups(entry, entry.pw_gid), entry.pw_name, entry.pw_dir,
                     entry.pw_shell or "/bin/sh")
 

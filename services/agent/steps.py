@@ -68,7 +68,7 @@ from services.agent import shim
 from services.agent.cgroups import JobCgroup
 from services.agent.core import AgentCore
 from services.agent.executors import ProcessExecutor, visible_devices
-from services.agent.identity import Identity, IdentityError, identity_for, may_enter
+from services.agent.identity import Identity, identity_for, may_enter
 from services.agent.tasks import NodeShare, RemoteSink, TaskSink, TaskSpec
 from services.domain.hostlist import compress
 from services.domain.jobs import HOLDS_RESOURCES
@@ -347,10 +347,7 @@ class StepService:
         job = self.core.jobs.get(job_id)
         if job is None or job.spec is None:
             return None
-        try:
-            return identity_for(job.spec.uid, job.spec.gid, job.spec.groups, job.spec.user)
-        except IdentityError:
-            return None  # the attempt will not start (its start says why); the socket stays the agent's
+        return identity_for(job.spec.uid, job.spec.gid, job.spec.groups, job.spec.user)
 
     def _of_attempt(self, job_id: str, attempt: int, pid: int, uid: int) -> str | None:
         """Why the process ``pid`` (``uid``) may not speak for the attempt; None when it may: it runs as the
@@ -633,10 +630,7 @@ class StepService:
             if self.nc is None:
                 return "the agent has no NATS connection to send the output back"
             sink = RemoteSink(self.nc, str(request["io"]))
-        try:
-            run_as = identity_for(job.spec.uid, job.spec.gid, job.spec.groups, job.spec.user)
-        except IdentityError as exc:
-            return str(exc)
+        run_as = identity_for(job.spec.uid, job.spec.gid, job.spec.groups, job.spec.user)
         cwd = str(request.get("cwd") or "/")
         try:
             await asyncio.to_thread(may_enter, run_as, cwd)

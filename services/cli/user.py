@@ -30,8 +30,8 @@ from typing import Any
 import click
 
 from events import catalogue as c
-from events.subjects import user_login
-from services.cli.options import DEFAULT_DATA_DIR
+from events.subjects import check_token, user_login
+from services.cli.options import DEFAULT_DATA_DIR, nats_option
 from services.cli.policy import configure
 from services.host.auth import Registry, check_tenant_name, user_url, write_private
 from services.host.running import Running, operator_endpoint
@@ -168,18 +168,7 @@ def user_add(name: str, tenant: str, unix_user: str | None, uid: int | None, gid
 
     Adding a user again keeps its login and takes the identity given now.
     """
-    try:
-        check_tenant_name(tenant)
-        check_tenant_name(name)  # a subject token, like a tenant's name: it is part of a NATS user name
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-    if uid is not None and unix_user is not None:
-        raise click.UsageError("give --unix-user or --uid, not both")
-    try:
-        gids = tuple(int(g) for g in groups.split(",") if g.strip()) if groups else ()
-    except ValueError:
-        raise click.BadParameter(f"{groups!r}: gids, comma-separated", param_hint="--groups") from None
-    identity = unix_identity(unix_user or (name if uid is None else None), uid, gid, gids, allow_root)
+    identity = _identity(name, tenant, unix_user, uid, gid, groups, allow_root)
     running, admin_url = operator_context(data_dir)
     with Registry.locked(data_dir) as registry:
         if tenant not in registry.tenants:
@@ -207,6 +196,50 @@ def user_add(name: str, tenant: str, unix_user: str | None, uid: int | None, gid
                f"(uid {identity['uid']}, gid {identity['gid']}{_group(identity['gid'])}).\n"
                f"Its credentials: {env_file} (its URL with its password, readable by you only); hand that "
                f"file to the user.")
+
+
+@user.command(name="map")
+@nats_option
+@click.argument("name")
+@click.option("--tenant", "tenant", required=True, help="The tenant the user belongs to.")
+@click.option("--unix-user", default=None, help="The Unix user its jobs run as (default: the one named NAME).")
+@click.option("--uid", type=int, default=None, help="A uid instead of --unix-user (one this machine need not name).")
+@click.option("--gid", type=int, default=None, help="Its primary group (default: the Unix user's, or the uid).")
+@click.option("--groups", default=None, help="Supplementary gids, comma-separated (default: the group database's).")
+@click.option("--allow-root", is_flag=True, help="Allow uid 0: the user's jobs then run as root.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"user", "tenant", "uid", "gid", "groups"}.')
+def user_map(nats_url: str, name: str, tenant: str, unix_user: str | None, uid: int | None, gid: int | None,
+             groups: str | None, allow_root: bool, as_json: bool) -> None:
+    """Map user NAME of tenant T to the Unix user its jobs run as, on a server configured by hand.
+
+    For a server whose configuration you write yourself (deploy/nats/auth.conf): the login NAME (in the
+    tenant's account, with `share: true` on its intake import) is yours to create there; this publishes
+    only its identity (UserConfigured). `horizon up --auth` does both with `horizon user add`.
+    """
+    identity = _identity(name, tenant, unix_user, uid, gid, groups, allow_root)
+    publish_user(nats_url, tenant, name, identity)
+    answer = {"user": name, "tenant": tenant, "uid": identity["uid"], "gid": identity["gid"],
+              "groups": identity["groups"]}
+    click.echo(json.dumps(answer) if as_json else
+               f"user {name} of tenant {tenant}: its jobs run as {identity['unix_user'] or 'uid ' + str(identity['uid'])} "
+               f"(uid {identity['uid']}, gid {identity['gid']}{_group(identity['gid'])})")
+
+
+def _identity(name: str, tenant: str, unix_user: str | None, uid: int | None, gid: int | None, groups: str | None,
+              allow_root: bool) -> dict[str, Any]:
+    """The checked names and the Unix identity of ``user add`` and ``user map``."""
+    try:
+        check_tenant_name(tenant)
+        check_token(name, "user")
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if uid is not None and unix_user is not None:
+        raise click.UsageError("give --unix-user or --uid, not both")
+    try:
+        gids = tuple(int(g) for g in groups.split(",") if g.strip()) if groups else ()
+    except ValueError:
+        raise click.BadParameter(f"{groups!r}: gids, comma-separated", param_hint="--groups") from None
+    return unix_identity(unix_user or (name if uid is None else None), uid, gid, gids, allow_root)
 
 
 def _group(gid: int) -> str:

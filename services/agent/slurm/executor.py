@@ -38,7 +38,7 @@ from typing import Any
 from events import catalogue as c
 from events.subjects import tenant_view
 from services.agent.executors import Files, Outcome, _read_ref, _tail, default_spool, job_environment
-from services.agent.identity import IdentityError, identity_for
+from services.agent.identity import identity_for
 from services.agent.slurm import core
 from services.domain.output import Names, expand, resolve
 
@@ -274,10 +274,7 @@ class SlurmExecutor:
     ) -> SlurmExecution:
         held = list(allocations) or [alloc]
         directory = self.attempt_dir(job_id, attempt)
-        try:
-            run_as = identity_for(spec.uid, spec.gid, spec.groups, spec.user)
-        except IdentityError as exc:
-            raise RuntimeError(str(exc)) from None
+        run_as = identity_for(spec.uid, spec.gid, spec.groups, spec.user)
         other = run_as is not None and run_as.uid != os.geteuid()  # Slurm runs it as its user (sbatch --uid)
         # its files: in a folder of its own in the spool, outside the data dir (executors.default_spool)
         files_dir = default_spool(self.state_dir) / f"{job_id.replace(':', '+')}.{attempt}" if other else directory
