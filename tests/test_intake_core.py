@@ -197,3 +197,16 @@ def test_a_user_acts_on_its_own_jobs_and_the_tenants_login_on_all():
     refused = [e for e in out if isinstance(e, c.RequestRejected)]
     assert len(refused) == 1 and "is user 'alice''s: a user may cancel only its own jobs" in refused[0].reason
     assert {e.job_id for e in out if isinstance(e, c.JobCancelled)} == {"acme:a-1", "acme:b-1"}
+
+
+def test_a_payload_nested_past_the_bound_is_refused_not_left_to_the_recursion_limit():
+    f = cluster()
+    deep: object = 1
+    for _ in range(200):
+        deep = [deep]
+    f.send("acme", "submit", submit("p-1", payload=deep))
+    f.send("acme", "submit", submit("p-2", payload={"a": [[{"b": 1}]]}))
+    out = {e.job_id: e for e in f.settle() if isinstance(e, (c.JobAccepted, c.JobRejected))}
+    assert isinstance(out["acme:p-1"], c.JobRejected) and out["acme:p-1"].field == "payload"
+    assert "nested 200 deep; at most 64" in out["acme:p-1"].reason
+    assert isinstance(out["acme:p-2"], c.JobAccepted)

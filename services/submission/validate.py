@@ -35,6 +35,25 @@ from services.submission.directives import DirectiveRejection, gpus_per_node, sl
 __all__ = ["Limits", "Rejection", "Admission", "normalise", "admit", "admission", "class_limit_reason"]
 
 
+MAX_PAYLOAD_DEPTH = 64  # arrays and objects within one another in a job's payload
+
+
+def _depth(value: object) -> int:
+    """How deep arrays and objects nest in ``value`` (0 for a scalar), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: list[object] = list(item.values())
+        elif isinstance(item, list | tuple):
+            children = list(item)
+        else:
+            continue
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
 class Rejection(Exception):
     def __init__(self, field: str, reason: str) -> None:
         self.field = field
@@ -126,6 +145,11 @@ def normalise(
         raise Rejection("name", f"is {len(sub.name)} characters long; at most {limits.max_name_length}")
     if (not sub.command or not sub.command[0]) and sub.sim_runtime_s is None and sub.payload is None:
         raise Rejection("command", "is empty: give the command to run")
+    depth = _depth(sub.payload)
+    if depth > MAX_PAYLOAD_DEPTH:
+        # What decoded here may not decode in a service whose stack is deeper when it reads the job: a
+        # fixed bound, not the interpreter's recursion limit, decides.
+        raise Rejection("payload", f"is nested {depth} deep; at most {MAX_PAYLOAD_DEPTH}")
     if sum(len(part) for part in sub.command) > limits.max_command_bytes:
         raise Rejection("command", f"is longer than {limits.max_command_bytes} bytes")
     if len(sub.env) > limits.max_env_entries:
