@@ -320,6 +320,25 @@ def test_a_decision_tampered_in_place_or_deleted_is_caught():
     assert ("unpublished", None, event.id) in kinds
 
 
+def test_a_decision_written_before_fields_were_added_is_reproduced_and_only_that():
+    """A log's JobAccepted from before JobSpec had uid, gid and groups lacks them; it decodes to what
+    replay decides (the new fields at their defaults), so it is reproduced. The same record with its
+    fields in another order, or with a field no version wrote, is still a mismatch."""
+    records = simulated_log(200)
+    i, real = next((i, r) for i, r in enumerate(records) if decode(r.data).event_type == "JobAccepted")
+    added = b',"uid":null,"gid":null,"groups":[]'
+    assert added in real.data
+    older = Record(real.seq, real.subject, real.data.replace(added, b"", 1), real.time)
+    report = audit([*records[:i], older, *records[i + 1:]], make_cores(SETTINGS), last=real.seq)
+    assert report.mismatches == [] and report.reproduced == report.decisions
+    body = json.loads(older.data)
+    reordered = Record(real.seq, real.subject, json.dumps(dict(reversed(list(body.items())))).encode(), real.time)
+    extra = Record(real.seq, real.subject, older.data.replace(b'"v":1,', b'"v":1,"extra":true,', 1), real.time)
+    for changed in (reordered, extra):
+        report = audit([*records[:i], changed, *records[i + 1:]], make_cores(SETTINGS), last=real.seq)
+        assert [(m["seq"], m["kind"]) for m in report.mismatches] == [(real.seq, "bytes")]
+
+
 # --------------------------------------------------------------------------- errors, and a live log
 
 

@@ -33,7 +33,8 @@ decisions recorded at ``b`` is asked ``decide`` on its state at ``b``, and:
   unchanged): otherwise it is a mismatch, "not decided by replay" when no
   replayed decision has its id (a forged one), "decided differently" when one
   has (a tampered payload), and "recorded bytes differ" when only the bytes
-  differ (extra fields, another key order);
+  differ (extra fields, another key order); a decision recorded before fields were added to its
+  type (it lacks them, and decodes to exactly the replayed one) is reproduced;
 * a replayed decision that is not recorded at ``b`` must be in the log
   elsewhere (a duplicate the stream dropped after a restart, decided again at
   a later basis under the same deterministic id); if it is nowhere, it is a
@@ -347,7 +348,7 @@ class _Audit:
                                          f"publishes a decision twice", service=core.name, seq=claim.seq,
                               record=claim.record, event=event, basis=basis)
                 continue
-            if mine is not None and mine[1] == data:
+            if mine is not None and (mine[1] == data or (mine[1] == encode(event) and _older_schema(data, mine[1]))):
                 self.report.reproduced += 1
                 tally.reproduced += 1
                 self.report.verdicts[claim.seq] = REPRODUCED
@@ -368,6 +369,27 @@ class _Audit:
                 continue
             self.mismatch(UNPUBLISHED, f"decided by replay at basis {basis} but missing from the log",
                           service=core.name, seq=None, record=None, event=event, basis=basis, replayed=data)
+
+
+def _older_schema(recorded: bytes, replayed: bytes) -> bool:
+    """The recorded decision is the replayed one as an older version of the code wrote it: every field it
+    has is the replayed one's, and what it lacks are fields added since (the decoder gave them their
+    defaults, and the replayed bytes are the recorded event's own re-encoding). Anything extra or
+    different is still a mismatch."""
+    try:
+        return _within(json.loads(recorded), json.loads(replayed))
+    except ValueError:
+        return False
+
+
+def _within(old: Any, new: Any) -> bool:
+    if isinstance(old, dict) and isinstance(new, dict):
+        # the same keys in the same order, but for those added since
+        return (list(old) == [key for key in new if key in old]
+                and all(_within(value, new[key]) for key, value in old.items()))
+    if isinstance(old, list) and isinstance(new, list):
+        return len(old) == len(new) and all(_within(a, b) for a, b in zip(old, new))
+    return bool(old == new and type(old) is type(new))
 
 
 def differing_fields(a: bytes, b: bytes) -> list[str]:
