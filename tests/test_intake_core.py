@@ -21,12 +21,15 @@ def submit(job_id: str, tenant: str = "acme", **kw) -> c.JobSubmitted:
 class Intake(Feed):
     """A feed whose tenant inputs arrive as the intake stores them."""
 
-    def raw(self, tenant: str, verb: str, data: bytes, headers: dict[str, str] | None = None) -> int:
+    def raw(self, tenant: str, verb: str, data: bytes, headers: dict[str, str] | None = None,
+            marks: dict[str, str] | None = None) -> int:
+        """``marks``: headers the intake adds after screening (tests/test_tenant_limits.py's)."""
         # the server's own header names the sender: the tenant's login (tests of other users pass theirs)
         if headers is None:
             headers = {"Nats-Msg-Id": f"c{self.seq + 1}",
                        "Nats-Request-Info": f'{{"acc":"tenant-{tenant}","user":"{tenant}"}}'}
         stored, _ = screen(tenant, headers)
+        stored.update(marks or {})
         self.seq += 1
         self.time += 1.0
         record = Record(self.seq, f"horizon.in.{tenant}.{verb}", data, self.time, stored)

@@ -10,11 +10,8 @@ from events import catalogue as c
 from events.codec import encode
 from events.subjects import LIMITS_HEADER
 from events.vocabulary import TenantLimits
-from services.domain.protocol import Record
 from services.runtime.replay import replay_decisions
-from services.runtime.service import fold_record
 from services.submission.core import SubmissionCore
-from services.submission.intake_rules import screen
 from services.submission.tenant_limits import TenantBook, limits_from
 from tests.helpers import node
 from tests.test_intake_core import Intake, submit
@@ -24,18 +21,8 @@ class Limited(Intake):
     """A feed whose tenant inputs arrive as today's intake stores them: marked ``Horizon-Limits``."""
 
     def raw(self, tenant: str, verb: str, data: bytes, headers: dict[str, str] | None = None,
-            limits: bool = True) -> int:
-        sent = headers or {"Nats-Msg-Id": f"c{self.seq + 1}",
-                           "Nats-Request-Info": f'{{"acc":"tenant-{tenant}","user":"{tenant}"}}'}
-        stored, _ = screen(tenant, sent)
-        if limits:
-            stored[LIMITS_HEADER] = "1"
-        self.seq += 1
-        self.time += 1.0
-        record = Record(self.seq, f"horizon.in.{tenant}.{verb}", data, self.time, stored)
-        self.records.append(record)
-        self.state, _, _ = fold_record(self.core, self.state, record)
-        return self.seq
+            marks: dict[str, str] | None = None, limits: bool = True) -> int:
+        return super().raw(tenant, verb, data, headers, {**(marks or {}), **({LIMITS_HEADER: "1"} if limits else {})})
 
     def unmarked(self, tenant: str, verb: str, event: c.Event) -> int:
         """As an intake from before the limits stored it (a log written then)."""

@@ -151,14 +151,23 @@ def user() -> None:
     """Users of a tenant of `horizon up --auth` (operators): each its own login and Unix user."""
 
 
+def _identity_options(command: Any) -> Any:
+    """The options that say which Unix identity a user's jobs run as (``user add``, ``user map``)."""
+    for option in reversed([
+        click.option("--unix-user", default=None, help="The Unix user its jobs run as (default: the one named NAME)."),
+        click.option("--uid", type=int, default=None, help="A uid instead of --unix-user (one this machine need not name)."),
+        click.option("--gid", type=int, default=None, help="Its primary group (default: the Unix user's, or the uid)."),
+        click.option("--groups", default=None, help="Supplementary gids, comma-separated (default: the group database's)."),
+        click.option("--allow-root", is_flag=True, help="Allow uid 0: the user's jobs then run as root."),
+    ]):
+        command = option(command)
+    return command
+
+
 @user.command(name="add")
 @click.argument("name")
 @click.option("--tenant", "tenant", required=True, help="The tenant the user belongs to (`horizon tenant add` first).")
-@click.option("--unix-user", default=None, help="The Unix user its jobs run as (default: the one named NAME).")
-@click.option("--uid", type=int, default=None, help="A uid instead of --unix-user (one this machine need not name).")
-@click.option("--gid", type=int, default=None, help="Its primary group (default: the Unix user's, or the uid).")
-@click.option("--groups", default=None, help="Supplementary gids, comma-separated (default: the group database's).")
-@click.option("--allow-root", is_flag=True, help="Allow uid 0: the user's jobs then run as root.")
+@_identity_options
 @click.option("--data-dir", type=click.Path(path_type=Path), default=DEFAULT_DATA_DIR, show_default=True,
               help="The data dir of the running `horizon up --auth`.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"user", "tenant", "uid", "nats_url"}.')
@@ -202,11 +211,7 @@ def user_add(name: str, tenant: str, unix_user: str | None, uid: int | None, gid
 @nats_option
 @click.argument("name")
 @click.option("--tenant", "tenant", required=True, help="The tenant the user belongs to.")
-@click.option("--unix-user", default=None, help="The Unix user its jobs run as (default: the one named NAME).")
-@click.option("--uid", type=int, default=None, help="A uid instead of --unix-user (one this machine need not name).")
-@click.option("--gid", type=int, default=None, help="Its primary group (default: the Unix user's, or the uid).")
-@click.option("--groups", default=None, help="Supplementary gids, comma-separated (default: the group database's).")
-@click.option("--allow-root", is_flag=True, help="Allow uid 0: the user's jobs then run as root.")
+@_identity_options
 @click.option("--json", "as_json", is_flag=True, help='Print {"user", "tenant", "uid", "gid", "groups"}.')
 def user_map(nats_url: str, name: str, tenant: str, unix_user: str | None, uid: int | None, gid: int | None,
              groups: str | None, allow_root: bool, as_json: bool) -> None:
