@@ -67,7 +67,8 @@ from services.domain.output import Names, expand, resolve
 from services.domain.qos import cpu_limit, memory_limit, qos_class
 
 __all__ = ["Outcome", "Files", "Execution", "Executor", "ProcessExecutor", "SimExecutor", "job_environment",
-           "visible_devices", "signal_number", "kill_attempts", "NVIDIA_MAJOR", "CLUSTER_NAME"]
+           "visible_devices", "signal_number", "kill_attempts", "default_spool", "spool_name", "private_dir",
+           "NVIDIA_MAJOR", "CLUSTER_NAME"]
 
 STDERR_TAIL_LINES = 20
 NVIDIA_MAJOR = 195  # /dev/nvidia<minor>: the GPUs' character devices
@@ -472,7 +473,7 @@ class ProcessExecutor:
         """The attempt's own folder, its user's (0700): default output, checkpoint and resize files. Its
         name holds no ':' (a tenant's job key has one, and Podman splits a volume at ':') and no '%'
         (an --output pattern may name it)."""
-        return self.spool_dir / f"{job_id.replace(':', '+')}.{attempt}"  # '+' is in no job id
+        return self.spool_dir / spool_name(job_id, attempt)
 
     def _devices(self, node: str) -> dict[str, c.GpuDevice]:
         spec = self.nodes.get(node)
@@ -558,9 +559,9 @@ class ProcessExecutor:
         for where in (directory, job_dir):
             if where.exists():
                 shutil.rmtree(where, ignore_errors=True)  # planned by an agent that died before starting it
-        _private_dir(directory)
-        _private_dir(self.spool_dir, mode=0o711)  # each job may reach its own folder, and list none
-        _private_dir(job_dir, run_as)
+        private_dir(directory)
+        private_dir(self.spool_dir, mode=0o711)  # each job may reach its own folder, and list none
+        private_dir(job_dir, run_as)
         plan = self._plan(job_id, attempt, spec, alloc, checkpoint_ref, directory, run_as, allocations)
         fd = os.open(directory / shim.PLAN, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as fh:
@@ -624,7 +625,13 @@ def default_spool(state_dir: Path) -> Path:
     return Path(state_dir).absolute().parent / "spool"
 
 
-def _private_dir(path: Path, owner: Identity | None = None, mode: int = 0o700) -> None:
+def spool_name(job_id: str, attempt: int) -> str:
+    """The name of an attempt's own folder in the spool: ``+`` for the ``:`` of a tenant's job key ('+' is
+    in no job id)."""
+    return f"{job_id.replace(':', '+')}.{attempt}"
+
+
+def private_dir(path: Path, owner: Identity | None = None, mode: int = 0o700) -> None:
     """``path`` made (parents too) with ``mode``, owned by ``owner`` when given (else by the agent)."""
     path.mkdir(parents=True, exist_ok=True)
     if owner is not None and os.geteuid() == 0:

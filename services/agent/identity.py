@@ -26,7 +26,6 @@ with a link to ``/etc/shadow``, and the agent, root, must not read that for it.
 from __future__ import annotations
 
 import contextlib
-import grp
 import os
 import pwd
 import socket
@@ -126,13 +125,6 @@ def _groups(entry: pwd.struct_passwd | None, gid: int) -> tuple[int, ...]:
         return tuple(dict.fromkeys([gid, *os.getgrouplist(entry.pw_name, gid)]))
     except OSError:
         return (gid,)
-
-
-def group_name(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
 
 
 def as_user(identity: Identity | None, work: Callable[[], Any]) -> Any:

@@ -31,6 +31,7 @@ import click
 
 from events import catalogue as c
 from events.subjects import check_token, user_login
+from services.agent.identity import NOBODY
 from services.cli.options import DEFAULT_DATA_DIR, nats_option
 from services.cli.policy import configure
 from services.host.auth import Registry, check_tenant_name, user_url, write_private
@@ -39,8 +40,6 @@ from services.host.tenants import DoorsClosed, open_doors
 from services.host.tls import TlsFiles, tenant_certificate
 
 __all__ = ["register", "unix_identity", "publish_user", "credentials_file", "open_login", "server_tls", "NOBODY"]
-
-NOBODY = "nobody"
 
 
 def unix_identity(unix_user: str | None, uid: int | None = None, gid: int | None = None,

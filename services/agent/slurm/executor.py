@@ -37,7 +37,8 @@ from typing import Any
 
 from events import catalogue as c
 from events.subjects import tenant_view
-from services.agent.executors import Files, Outcome, _read_ref, _tail, default_spool, job_environment
+from services.agent.executors import (Files, Outcome, _read_ref, _tail, default_spool, job_environment, private_dir,
+                                      spool_name)
 from services.agent.identity import identity_for
 from services.agent.slurm import core
 from services.domain.output import Names, expand, resolve
@@ -277,7 +278,7 @@ class SlurmExecutor:
         run_as = identity_for(spec.uid, spec.gid, spec.groups, spec.user)
         other = run_as is not None and run_as.uid != os.geteuid()  # Slurm runs it as its user (sbatch --uid)
         # its files: in a folder of its own in the spool, outside the data dir (executors.default_spool)
-        files_dir = default_spool(self.state_dir) / f"{job_id.replace(':', '+')}.{attempt}" if other else directory
+        files_dir = default_spool(self.state_dir) / spool_name(job_id, attempt) if other else directory
         uid = run_as.uid if run_as is not None else None
         await self.watch.refresh()
         slurm_id = self.watch.find(job_id, attempt)
@@ -292,11 +293,8 @@ class SlurmExecutor:
         directory.mkdir(parents=True, exist_ok=True)
         if other:
             assert run_as is not None
-            for where, mode, owner in ((files_dir.parent, 0o711, None), (files_dir, 0o700, run_as)):
-                where.mkdir(parents=True, exist_ok=True)
-                if owner is not None:
-                    os.chown(where, owner.uid, owner.gid)
-                os.chmod(where, mode)
+            private_dir(files_dir.parent, mode=0o711)
+            private_dir(files_dir, run_as)
         cwd = spec.cwd or str(files_dir)
         names = Names(tenant_view(spec.tenant, job_id), spec.name, spec.user, alloc.node,
                       tenant_view(spec.tenant, spec.array) if spec.array is not None else None, spec.array_index)
