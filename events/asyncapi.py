@@ -4,8 +4,8 @@ Pure: the document is a function of the catalogue (``events/catalogue.py``,
 the payloads' JSON Schema in ``events/payloads.py``), the subjects and who
 publishes what (``events/subjects.py``), and of what the caller adds about the
 subjects served outside the log (the query views, validation, job output,
-dead letters: ``Served`` and ``Sent`` of ``events/wire.py``, which
-``services/host/contract.py`` builds from the modules that serve them, since
+dead letters: ``Served`` and ``Sent`` of ``events/transport.py``, which
+``services/front/host/contract.py`` builds from the modules that serve them, since
 ``events`` imports nothing of ours). Nothing is written twice by hand: a new
 event type, verb or publisher appears in the document by itself.
 
@@ -15,7 +15,7 @@ replies and heartbeats. A client does the opposite of what an operation says.
 
 The verdict contract, which every client relies on, is stated where a client
 reads it: in the operations on ``horizon.in.<tenant>.<verb>`` and in
-``VERDICTS`` (tests/test_asyncapi.py holds ``VERDICTS`` against the
+``VERDICTS`` (tests/contract/test_asyncapi.py holds ``VERDICTS`` against the
 submission core).
 """
 
@@ -31,7 +31,7 @@ from events import catalogue as c
 from events import subjects
 from events.catalogue import EVENT_TYPES
 from events.payloads import payload_schemas
-from events.wire import (AGGREGATE, EVENT_HEADERS, NODE, PUB_ERROR, PUBACK, SECURITY_SCHEMES, TENANT, VERDICT_WAIT_S,
+from events.transport import (AGGREGATE, EVENT_HEADERS, NODE, PUB_ERROR, PUBACK, SECURITY_SCHEMES, TENANT, VERDICT_WAIT_S,
                          Param, Served, Sent, input_headers)
 
 __all__ = ["document", "VERDICTS", "TENANT_FEED_TYPES", "ASYNCAPI_VERSION"]

@@ -183,7 +183,7 @@ class JobSpec(_Part, kw_only=True):
     labels: dict[str, str] = {}
     sim_runtime_s: float | None = None
     sim_exit_code: int = 0
-    # where and how it runs (services/agent/): the submitter's working directory, Slurm-style output
+    # where and how it runs (services/nodes/agent/): the submitter's working directory, Slurm-style output
     # patterns (%j %A %a %x %u %N %%; relative to cwd; "" = the agent's own file for the attempt,
     # stderr "" with stdout set = both streams in stdout, as Slurm) and a container image
     cwd: str = ""
@@ -222,7 +222,7 @@ class JobSpec(_Part, kw_only=True):
     # QoS class follows from requests and limits (services/domain/qos.py).
     cpu_limit_milli: int = 0
     memory_limit_bytes: int = 0
-    # Who it runs as on its nodes (services/agent/identity.py): the authenticated user's Unix identity,
+    # Who it runs as on its nodes (services/nodes/backends/process/identity.py): the authenticated user's Unix identity,
     # stamped by the submission core from the operator's ``UserConfigured`` under accounts. None: the
     # node resolves ``user`` in its passwd (without accounts), or runs it as the agent's own user.
     uid: int | None = None

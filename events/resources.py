@@ -260,7 +260,7 @@ def format_cpus(milli: int) -> str:
 # --------------------------------------------------------------------------
 # The same rules as regular expressions, for the published JSON Schema
 # (events/asyncapi.py). They are written in the subset of syntax that Python
-# and JSON Schema (ECMA-262) read alike, and tests/test_asyncapi.py holds them
+# and JSON Schema (ECMA-262) read alike, and tests/contract/test_asyncapi.py holds them
 # against the parsers above, string by string.
 # --------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ subject                                     what
 ``horizon.logs.<node>[.<tenant>]``          request/reply: a job's output files, served by the node's agent
 ``horizon.step.<node>``                     request/reply between agents: run or signal a node's share of a
                                             job step (``srun``); ``horizon.step.io.<token>`` carries its
-                                            output back to the batch node's agent (services/agent/steps.py)
+                                            output back to the batch node's agent (services/nodes/agent/steps.py)
 ``horizon.dlq.<service>``                   dead letters, stream ``HORIZON_DLQ``
 ==========================================  =====================================================
 

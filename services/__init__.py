@@ -1,4 +1,4 @@
-"""Horizon's parts, in layers (docs/architecture.md, "The layers"; tests/test_walls.py enforces them).
+"""Horizon's parts, in layers (docs/architecture.md, "The layers"; tests/contract/test_walls.py enforces them).
 
 * ``domain/``: the shared, pure domain: the log's record and the core protocol,
   the job table, the cluster ledger, fair share, quotas, the priority policy,

@@ -9,7 +9,7 @@ import pytest
 
 from services.runtime.bytecode import compile_tree
 from services.runtime.jetstream import JetStreamLog
-from services.runtime.memory import MemoryLog
+from services.runtime.memory_log import MemoryLog
 from services.runtime.natsserver import NatsServer
 
 
@@ -56,9 +56,9 @@ async def event_log(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
 
 @pytest.fixture(autouse=True)
 def _no_job_left_running(tmp_path: Path) -> Iterator[None]:
-    """Jobs outlive their agent (services/agent/shim.py), so a test that stops its stack leaves the
+    """Jobs outlive their agent (services/nodes/backends/process/attempt_supervisor.py), so a test that stops its stack leaves the
     jobs it did not wait for running: kill them, as an operator clearing the node would."""
     yield
-    from services.agent.executors import kill_attempts
+    from services.nodes.backends.process.executors import kill_attempts
 
     kill_attempts(tmp_path)

@@ -78,7 +78,7 @@ class HorizonUp:
 
         self.root = root
         self.data_dir = root / ".horizon"
-        self.command = [sys.executable, "-m", "services.cli.main"]
+        self.command = [sys.executable, "-m", "services.front.cli.main"]
         self.err = open(root / "up.err", "a")
         self.proc = subprocess.Popen([*self.command, "up", "--port", "0", "--ui-port", "0", "--data-dir",
                                       str(self.data_dir), *args], stdout=subprocess.PIPE, stderr=self.err,
@@ -137,6 +137,6 @@ class HorizonUp:
             self.proc.kill()
             self.proc.wait()
         self.err.close()
-        from services.agent.executors import kill_attempts
+        from services.nodes.backends.process.executors import kill_attempts
 
         kill_attempts(self.data_dir)  # jobs outlive their agent: a failed test's must not outlive the test

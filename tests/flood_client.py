@@ -1,4 +1,4 @@
-"""A flooding tenant, as a process of its own (tests/test_tenant_flood.py): it sends every input at
+"""A flooding tenant, as a process of its own (tests/front/test_tenant_flood.py): it sends every input at
 once, each with a reply inbox and none awaited, and prints one JSON line: how long the sending took
 and each input's answer (the PubAck, or the intake's error), in the order sent.
 

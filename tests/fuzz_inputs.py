@@ -6,7 +6,7 @@ types, huge numbers, long strings (up to ~1 MB), odd unicode (NUL, lone surrogat
 or escaped, emoji), NaN and infinities, negative and zero resources, long dependency lists and
 unknown fields, with required fields sometimes missing; then serialised in one of several ways
 (ASCII escapes, raw UTF-8 with surrogates let through, truncated, a byte flipped). Random bytes
-go to every input subject too. Used by ``tests/test_fuzz_inputs.py`` at two levels: the pure
+go to every input subject too. Used by ``tests/property/test_fuzz_inputs.py`` at two levels: the pure
 cores directly, and a batch through the real services on a real nats-server.
 """
 

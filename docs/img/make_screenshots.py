@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).resolve().parent
-HORIZON = [sys.executable, "-m", "services.cli.main"]
+HORIZON = [sys.executable, "-m", "services.front.cli.main"]
 
 
 def free_port() -> int:

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 
 from events import catalogue as c
-from services.domain.echo import clipped
+from services.domain.quoting import clipped
 
 __all__ = ["config_rejected", "check_weights"]
 
@@ -15,7 +15,7 @@ __all__ = ["config_rejected", "check_weights"]
 def config_rejected(service: str, rejections: Mapping[int, tuple[str, str]], now: float,
                     basis_seq: int) -> list[c.Event]:
     """A ``ConfigRejected`` for every operator input (by its sequence) not applied, in log order.
-    The reason is clipped: it may quote a value of any length (``services/domain/echo.py``)."""
+    The reason is clipped: it may quote a value of any length (``services/domain/quoting.py``)."""
     return [
         c.ConfigRejected(
             id=f"{service}/ConfigRejected/{request_seq}", ts=now, correlation_id=f"seq-{request_seq}",

@@ -30,7 +30,7 @@ A node is advanced to "now" only when its rate changes (a job under it
 starts or ends: an event of the log), and read at any "now" by the same
 formula without being changed, so a replay advances at exactly the same
 instants and gets bit-identical floats. Worked through in
-``tests/test_fairshare.py``: 8 GPUs for one half-life H leave
+``tests/domain/test_fairshare.py``: 8 GPUs for one half-life H leave
 ``8*(1-1/2)*H/ln2 = 5.771*H`` GPU-seconds of usage, half of which is gone
 after another H.
 

@@ -3,7 +3,7 @@
 The table is Linux's numbering (the nodes Horizon runs on), written out rather than read from the
 ``signal`` module of whichever machine validates a submission, so that submission's verdict on a
 ``LimitSignal`` replays the same anywhere. The agent turns the name into the signal its kernel
-knows (``services/agent/signals.py``).
+knows (``services/nodes/backends/process/signals.py``).
 """
 
 from __future__ import annotations

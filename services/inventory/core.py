@@ -64,7 +64,7 @@ from events.vocabulary import GRACE_PERIOD_MAX_S, NODE_ACTIONS
 from events.subjects import parse_subject
 from services.domain.protocol import Record
 from services.domain.protocol import CoreState
-from services.domain.echo import bounded_id, clipped, id_token
+from services.domain.quoting import bounded_id, clipped, id_token
 from services.domain.cluster import Cluster, Node, fold_cluster
 from services.domain.jobs import HOLDS_RESOURCES, JobTable
 from services.domain.taints import check_taint, taint_text, untolerated
@@ -232,7 +232,7 @@ class InventoryCore:
         taints: dict[str, list[c.Taint]], datasets: dict[str, frozenset[str]],
         ratios: dict[str, tuple[float, float]],
     ) -> Event:
-        # What the operator wrote comes back bounded (services/domain/echo.py): the answer must fit
+        # What the operator wrote comes back bounded (services/domain/quoting.py): the answer must fit
         # in one message whatever the command carried.
         common = {"correlation_id": bounded_id(cmd.node), "causation_id": f"seq:{seq}", **base}
         node = state.cluster.nodes.get(cmd.node)

@@ -4,7 +4,7 @@ A job holding resources on a lost or removed node is ended (``JobFailed``, ``nod
 gang (``--nodes MIN-MAX``) is instead shrunk off the nodes that are gone, with ``JobResized``
 (``inventory/JobResized/<job>/<attempt>/<basis>``), when what it keeps is still a job: its first node
 (where its batch script runs) is not among them and at least its ``min_nodes`` remain. Its agent tells
-it the new size as for any resize (``services/agent/resize.py``); the tasks it had on the lost nodes
+it the new size as for any resize (``services/nodes/backends/process/resize.py``); the tasks it had on the lost nodes
 are gone with them. As Slurm's ``--no-kill`` leaves a job to carry on without a failed node, and a
 fault-tolerant framework (``torchrun --nnodes MIN:MAX``) re-forms its group at the new size.
 

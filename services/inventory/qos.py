@@ -22,7 +22,7 @@ from events import catalogue as c
 from events.base import Event
 from events.resources import format_cpus, format_memory
 from services.domain.cluster import Node
-from services.domain.echo import clipped
+from services.domain.quoting import clipped
 from services.domain.jobs import HOLDS_RESOURCES, JobTable
 from services.domain.qos import check_ratio, memory_victims, overcommitted
 

@@ -8,6 +8,6 @@ snapshots (``snapshots.py``), the replay that audits a log (``replay.py``), tele
 (``telemetry.py``) and the bundled nats-server (``natsserver.py``, ``natscluster.py``).
 
 It imports ``events/`` and the pure protocol of ``services/domain/`` only: never a service, the CLI,
-the host, the benchmarks or the simulator (``tests/test_walls.py``). What is special about a service
+the host, the benchmarks or the simulator (``tests/contract/test_walls.py``). What is special about a service
 is declared by the service (its core's attributes, its part), never branched on by name here.
 """

@@ -57,7 +57,7 @@ from nats.js import api
 
 from events.subjects import DLQ_STREAM, DLQ_SUBJECTS, STREAM, STREAM_SUBJECTS, WHOLE_LOG, dlq_subject
 from services.runtime.tls import TlsSettingsError, client_tls, quiet_ssl_eof
-from services.runtime import wire
+from services.runtime import receive as wire
 from services.runtime.pullreader import PullReader, parse_ack_subject
 from services.runtime.log import DLQ_ERROR, DLQ_SEQ, DLQ_SUBJECT, EXPECTED_LAST_SUBJECT_SEQ, EXPECTED_LAST_SUBJECT_SEQ_SUBJECT, FENCED_BATCH_MAX, BatchHandler, DeadLetter, Delivery, Fence, LogConflict, LogError, LogUnavailable, Outgoing, PublishAck, TaskFollower, clean_header, subject_matches
 from services.domain.protocol import MSG_ID, Record

@@ -1,7 +1,7 @@
 """The ``EventLog`` port: what every Horizon service needs from the log, and nothing more.
 
 Two implementations honour it and share one contract test suite
-(``tests/test_log_contract.py``): ``JetStreamLog`` (the real thing) and
+(``tests/contract/test_log_contract.py``): ``JetStreamLog`` (the real thing) and
 ``MemoryLog`` (for pure-core tests and the in-process simulator).
 
 The contract:
@@ -54,7 +54,7 @@ from typing import NamedTuple, Protocol
 
 from events.subjects import WHOLE_LOG
 from services.domain.protocol import Record
-from services.runtime.tasks import cancel_and_wait
+from services.runtime.cancel import cancel_and_wait
 
 __all__ = [
     "LogError",

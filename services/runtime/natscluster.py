@@ -1,4 +1,4 @@
-"""A 3-node JetStream cluster on loopback, from ``deploy/nats/cluster/n*.conf`` (tests and ``services/bench/cluster.py``).
+"""A 3-node JetStream cluster on loopback, from ``deploy/nats/cluster/n*.conf`` (tests and ``services/front/bench/cluster.py``).
 
 The shipped configurations name fixed loopback ports (clients 4222-4224, routes 6222-6224,
 monitoring 8222-8224). ``NatsCluster`` copies them into a work directory with every one of those

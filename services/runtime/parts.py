@@ -1,7 +1,7 @@
 """How a service tells the plumbing what is special about it: its ``ServicePart``.
 
 Each service registers one ``ServicePart`` in its own ``part.py``
-(``services/<name>/part.py``); the host (``services/host/registry.py``) lists
+(``services/<name>/part.py``); the host (``services/front/registry.py``) lists
 them, and whatever composes the services (``horizon up``, ``horizon service``,
 the audit) goes through the part, never through a branch on the service's
 name. A part says:

@@ -49,7 +49,7 @@ from typing import Any
 from nats.js import api
 
 from services.domain.protocol import Record
-from services.runtime.wire import subscribe_fast, unsubscribe_fast
+from services.runtime.receive import subscribe_fast, unsubscribe_fast
 
 __all__ = ["PullReader", "parse_ack_subject", "parse_delivery"]
 
@@ -169,7 +169,7 @@ class PullReader:
             self._requesting = False
 
     def _on_msg(self, subject: str, reply: str, headers: dict[str, str] | None, data: bytes) -> None:
-        """One delivery or status, synchronously from the connection's parser (services/runtime/wire.py):
+        """One delivery or status, synchronously from the connection's parser (services/runtime/receive.py):
         what must be awaited (more credit, a reset) runs as a task of its own."""
         self._last_activity = time.monotonic()
         if reply and reply.startswith("$JS.ACK."):

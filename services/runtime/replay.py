@@ -1,6 +1,6 @@
 """Replay a recorded log through the services' pure cores and check every decision it recorded.
 
-This is the engine of ``horizon audit`` (``services/cli/audit.py``, described in
+This is the engine of ``horizon audit`` (``services/front/cli/audit.py``, described in
 docs/audit.md); ``replay_decisions`` runs it for one core (the tests use it
 for every service).
 

@@ -70,14 +70,14 @@ from events.subjects import (ADMIN_TENANT, INTAKE_HEADER, LIMITS_HEADER, REFUSED
 from services.domain.protocol import Record
 from services.domain.protocol import CoreState
 from services.domain.fairshare import FairShare
-from services.domain.echo import bounded_id, clipped, id_token
+from services.domain.quoting import bounded_id, clipped, id_token
 from services.domain.features import node_features
 from services.domain.jobs import LIVE, JobState, JobTable
 from services.submission.capacity import Capacity
 from services.submission.intake_rules import malformed_input, scoped, scoped_spec
 from services.submission.tenant_limits import TenantBook
 from services.domain.partitions import Partitions
-from services.submission.validate import Limits, Rejection, admission, class_limit_reason
+from services.submission.normalise import Limits, Rejection, admission, class_limit_reason
 
 __all__ = ["SubmissionCore", "SubmissionState"]
 

@@ -1,5 +1,5 @@
 """The fields of a submission that carry Slurm's option forms and directives, validated and normalised
-into ``JobSpec``'s. Pure; ``services/submission/validate.py`` calls it for every submission.
+into ``JobSpec``'s. Pure; ``services/submission/normalise.py`` calls it for every submission.
 
 ==================  ==================================================================
 field               checked

@@ -24,7 +24,7 @@ from events import catalogue as c
 from events.base import Event
 from events.subjects import (CLIENT_MSG_ID_HEADER, INTAKE_HEADER, REFUSED_HEADER, USER_HEADER, Subject, job_key,
                              login_user, valid_token)
-from services.domain.echo import bounded_id, clipped
+from services.domain.quoting import bounded_id, clipped
 from services.domain.protocol import MSG_ID, Record
 
 __all__ = ["screen", "authenticated_user", "intake_msg_id", "scoped", "scoped_spec", "malformed_input", "error_path", "KEPT_HEADERS"]

@@ -11,7 +11,7 @@ from services.runtime.parts import PartSettings, ServicePart
 from services.runtime.service import ServiceRunner
 from services.submission.core import SubmissionCore
 from services.submission.intake import IntakeServer
-from services.submission.validation import ValidationServer
+from services.submission.validator_pool import ValidationServer
 
 __all__ = ["PART"]
 

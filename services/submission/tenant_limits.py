@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from events import catalogue as c
 from events.vocabulary import TenantLimits
 from services.domain.jobs import JobState, Transition
-from services.submission.validate import Rejection
+from services.submission.normalise import Rejection
 
 __all__ = ["DEFAULT_LIMITS", "LimitExceeded", "TenantBook", "limits_from", "LIMIT_NAMES"]
 

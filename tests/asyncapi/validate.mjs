@@ -2,7 +2,7 @@
 // the document is read from the file named on the command line (or standard input) and parsed
 // with its specification schema and its recommended rules. Every diagnostic is printed, one a
 // line, as `severity path: message`; the exit code is 1 if any is an error (or the document could
-// not be parsed), else 0. Used by tests/test_asyncapi.py on `horizon schema --asyncapi`.
+// not be parsed), else 0. Used by tests/contract/test_asyncapi.py on `horizon schema --asyncapi`.
 import { readFileSync } from "node:fs";
 import parserModule from "@asyncapi/parser";
 

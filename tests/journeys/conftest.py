@@ -59,7 +59,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clone]:
     person = Person(root.parent / "installer", root / ".venv" / "bin", cwd=root)
     person.run(install, timeout=900)
     yield Clone(root)
-    from services.agent.executors import kill_attempts
+    from services.nodes.backends.process.executors import kill_attempts
 
     kill_attempts(root)
 
@@ -114,7 +114,7 @@ def someone(clone: Clone, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield person
     finally:
         person.stop_all()
-        from services.agent.executors import kill_attempts
+        from services.nodes.backends.process.executors import kill_attempts
 
         kill_attempts(person.home)
 

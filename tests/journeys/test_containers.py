@@ -30,14 +30,14 @@ DOC_TAG = "localhost/hello:1"
 
 
 def _missing() -> str | None:
-    from services.agent import containers
-    from services.agent.cgroups import probe
+    from services.nodes.backends.process import containers
+    from services.nodes.backends.process.cgroups import probe
 
     if shutil.which("podman") is None:
         return "podman is not installed (apt-get install podman runc catatonit busybox-static)"
     if not BUSYBOX.exists():
         return f"{BUSYBOX} is missing (apt-get install busybox-static)"
-    if not probe().usable:  # a container joins its job's cgroups (as in tests/test_real_nodes.py)
+    if not probe().usable:  # a container joins its job's cgroups (as in tests/nodes/test_real_nodes.py)
         return f"no writable cgroups: {probe().describe()}"
     return containers.available()
 

@@ -1,5 +1,5 @@
 """docs/dashboard.md's try-it as a person follows it, the page opened in a real browser (Debian's
-chromium through selenium, the driver of tests/test_dashboard.py): ``horizon up`` with a
+chromium through selenium, the driver of tests/front/test_dashboard.py): ``horizon up`` with a
 development cluster in a folder of the person's, a job on two GPUs, the Dashboard URL ``up``
 printed, then ``horizon ui --data-dir .horizon`` beside it (whose default port ``up`` may hold)
 and the URL it printed. Each page shows the two nodes and the job on two busy GPUs of node-00 and
@@ -14,7 +14,7 @@ import pytest
 from tests.journeys.conftest import start_up, submitted_id, wait_state
 from tests.journeys.docblocks import block
 from tests.journeys.person import Person
-from tests.test_dashboard import browser, wait_for  # noqa: F401 - the browser fixture, one per module
+from tests.front.test_dashboard import browser, wait_for  # noqa: F401 - the browser fixture, one per module
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -77,7 +77,7 @@ def test_every_documented_horizon_flag_exists() -> None:
     only options it has: a flag renamed in the code or mistyped in a doc fails here at once."""
     import click
 
-    from services.cli.main import cli
+    from services.front.cli.main import cli
 
     wrong = []
     for b in all_blocks():

@@ -1,0 +1,64 @@
+"""Benchmark 4 of ``horizon bench`` (services/front/bench/harness.py): one job at a time on an idle stack, submit to ``JobScheduled``."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+import nats
+
+from events import catalogue as c
+from events.codec import encode
+from events.subjects import input_subject
+from services.front.sim.metrics import percentile
+from services.front.bench.processes import HORIZON, profile
+from services.front.bench.sizes import Sizes
+
+__all__ = ["bench_latency"]
+
+
+async def bench_latency(url_unused: str, sizes: Sizes) -> dict[str, Any]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory(prefix="horizon-bench-up-") as tmp:
+        up = subprocess.Popen([*HORIZON, "up", "--port", str(port), "--data-dir", tmp, "--nodes", "16",
+                               "--executor", "sim"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        profile(up, "up")
+        try:
+            line = up.stdout.readline().strip()  # type: ignore[union-attr]
+            if not line.startswith("nats://"):
+                raise RuntimeError("horizon up did not start")
+            nc = await nats.connect(line)
+            js = nc.jetstream()
+            arrived: dict[str, float] = {}
+            got = asyncio.Event()
+
+            async def on_scheduled(msg: Any) -> None:
+                arrived[msg.subject.rsplit(".", 1)[1]] = time.perf_counter()
+                got.set()
+
+            await nc.subscribe("horizon.evt.placement.JobScheduled.*", cb=on_scheduled)
+            samples = []
+            for i in range(sizes.latency_jobs):
+                job_id = f"lat-{i:05d}"
+                body = c.JobSubmitted(job_id=job_id, tenant="bench", resources=c.ResourceRequest(gpus=1),
+                                      sim_runtime_s=0.001)
+                got.clear()
+                sent = time.perf_counter()
+                await js.publish(input_subject("bench", "submit"), encode(body), headers={"Nats-Msg-Id": job_id})
+                while job_id not in arrived:
+                    await asyncio.wait_for(got.wait(), 10)
+                    got.clear()
+                samples.append((arrived[job_id] - sent) * 1000)
+            await nc.close()
+        finally:
+            up.send_signal(signal.SIGINT)
+            up.wait(timeout=30)
+    return {"p50_ms": round(percentile(samples, 50), 2), "p99_ms": round(percentile(samples, 99), 2),
+            "max_ms": round(max(samples), 2), "jobs": len(samples)}

@@ -1,0 +1,183 @@
+"""The ``horizon`` command line.
+
+Errors a person can act on are one line on stderr and exit code 1, never a
+traceback (``HorizonCLI.invoke`` turns the known error types into that).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from nats.errors import Error as NatsError  # (`nats` is a command of this module)
+from nats.js.errors import APIError as JetStreamAPIError
+
+from events.resources import ResourceError
+from services.front.client.client import JETSTREAM_NOT_ENABLED, no_jetstream_text
+from services.front.client.terminal import printable_output
+from services.runtime.log import LogError
+from services.runtime.natsserver import NatsServer, NatsServerError
+
+
+
+class CLIError(click.ClickException):
+    """A one-line error for the user."""
+
+
+# The errors a person can act on: one line, never a traceback (also for the Slurm-named commands). A
+# NATS error a command did not turn into its own words is one too: a tenant running an operator's
+# command met "JetStream not enabled for account" as a traceback (issue 31).
+USER_ERRORS = (NatsServerError, LogError, ResourceError, ValueError, KeyError, OSError, NatsError)
+
+
+def user_error_text(exc: BaseException) -> str:
+    if isinstance(exc, JetStreamAPIError) and exc.err_code == JETSTREAM_NOT_ENABLED:
+        return no_jetstream_text(exc, "this command")
+    if isinstance(exc, NatsError):
+        return str(exc) or f"nats: {type(exc).__name__}"
+    return str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
+
+
+# How a Unix tool ends when the reader of its output has gone (``horizon jobs | head``): killed by SIGPIPE.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+
+
+def quiet_broken_pipe() -> int:
+    """The reader of our standard output has gone: nothing more can be said to it, and nothing is wrong
+    with us. Point stdout at /dev/null (so the interpreter's last flush does not fail as well) and
+    return the exit code to end with, as a Unix tool killed by SIGPIPE, without a word."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
+class HorizonCLI(click.Group):
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Every command's text reaches the terminal escaped (``services/front/client/terminal.py``)."""
+        with printable_output():
+            return super().main(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # `horizon show J | head`: every command ends here, quietly
+            raise SystemExit(quiet_broken_pipe()) from None
+        except USER_ERRORS as exc:
+            raise CLIError(user_error_text(exc)) from None
+
+
+
+@click.group(cls=HorizonCLI, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="horizon-scheduler")
+def cli() -> None:
+    """Horizon: a GPU/HPC job scheduler on a NATS JetStream event log."""
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM stops the foreground commands the way Ctrl-C does: in order."""
+    raise KeyboardInterrupt
+
+
+@cli.command()
+@click.option("--data-dir", type=click.Path(path_type=Path, resolve_path=True), default=Path(".horizon"),
+              show_default=True, help="Directory for the JetStream store.")
+@click.option("--port", type=int, default=4222, show_default=True, help="Client port (0 picks a free one).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--config", type=click.Path(exists=True, path_type=Path), default=None,
+              help="A nats-server config file (e.g. deploy/nats/single.conf).")
+def nats(data_dir: Path, port: int, host: str, config: Path | None) -> None:
+    """Run the bundled nats-server with JetStream in the foreground until Ctrl-C."""
+    server = NatsServer(
+        store_dir=data_dir / "nats", port=port, host=host, config=config, log_file=data_dir / "nats-server.log"
+    )
+    signal.signal(signal.SIGTERM, _interrupt)
+    server.start()
+    try:
+        click.echo(server.url)
+        click.echo(f"JetStream store: {data_dir / 'nats'}  log: {server.log_file}  pid: {server.pid}", err=True)
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+@cli.command()
+@click.option("--event", "event_type", default=None, help="Print the schema of one event type, e.g. JobSubmitted.")
+@click.option("--list", "list_types", is_flag=True, help="List the event types.")
+@click.option("--asyncapi", is_flag=True, help="Print the whole contract as an AsyncAPI 3.0.0 document: every "
+              "subject, who publishes what, the verdicts, queries, and every message's schema.")
+def schema(event_type: str | None, list_types: bool, asyncapi: bool) -> None:
+    """Print the JSON Schema of the events, so other languages can publish them."""
+    from events.catalogue import EVENT_TYPES
+    from events.schema import catalogue_schema, event_schema
+
+    if list_types:
+        for name in sorted(EVENT_TYPES):
+            click.echo(name)
+        return
+    if asyncapi:
+        from services.front.host.contract import asyncapi_document
+
+        click.echo(json.dumps(asyncapi_document(), indent=2))
+        return
+    doc = event_schema(event_type) if event_type else catalogue_schema()
+    click.echo(json.dumps(doc, indent=2, sort_keys=True))
+
+
+def _register() -> None:
+    from services.front.cli import (
+        audit,
+        bench,
+        check,
+        jobs,
+        logs,
+        nodes,
+        partition,
+        policy,
+        projections,
+        quota,
+        requests,
+        run,
+        sbatch,
+        scontrol,
+        show,
+        simulate,
+        slurm,
+        slurm_commands,
+        slurm_shims,
+        srun,
+        submit,
+        tenant,
+        ui,
+        user,
+        whatif,
+    )
+
+    for module in (audit, bench, check, jobs, logs, nodes, partition, policy, projections, quota, requests, run,
+                   sbatch, scontrol, slurm_shims, show, simulate, slurm, slurm_commands, srun, submit, tenant, ui, user, whatif):
+        module.register(cli)
+
+
+_register()
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=True)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

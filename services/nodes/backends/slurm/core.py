@@ -1,0 +1,308 @@
+"""The Slurm backend's pure core: Slurm's records in, Horizon's nodes and outcomes out, and the
+``sbatch`` command line of a placement. Pure: no subprocess, no clock.
+
+* ``parse_records``: the lines of ``scontrol show node -o`` / ``scontrol show job -o -d`` as dicts
+  (``Key=value`` pairs; a value may hold spaces, as ``OS=Linux 6.1 #1 SMP`` or a drain ``Reason``).
+* ``node_spec``: a Slurm node as a Horizon ``NodeSpec`` (``backend`` "slurm"): ``CPUEfctv`` (else
+  ``CPUTot``) CPUs, ``RealMemory`` MiB, one ``GpuDevice`` per GPU of its ``Gres`` (``gpu:4`` or
+  ``gpu:a100:4(S:0-1)``; the type is "gpu" when Slurm names none), its ``AvailableFeatures`` as labels
+  (``slurm.feature/<f>``: "true", and ``slurm.partition``) and, after ``foreign``, the capacity Slurm's
+  own jobs take (``foreign_use``) taken off.
+* ``node_drained``: whether Slurm's ``State`` keeps new jobs off the node (``DRAIN``, ``DOWN``,
+  ``FAIL``, ``MAINT``, ``NOT_RESPONDING``, ...) and why (Slurm's ``Reason``).
+* ``foreign_use``: per node, what running jobs not submitted by Horizon hold (CPUs, memory, GPUs).
+* ``sbatch_argv``: the ``sbatch`` of one attempt, pinned to the nodes placement chose
+  (``--nodelist``, ``-N``), with the resources it allocated on each (``--ntasks-per-node``,
+  ``--cpus-per-task``, ``--mem``, ``--gres gpu:k``), the time limit, and Horizon's id in the job's
+  name and comment (``horizon:<installation>:<attempt>:<job>``, ``comment_of``), which is how a
+  restarted backend finds the attempt again; the installation's id keeps two Horizons on one Slurm
+  cluster apart (each counts the other's jobs as Slurm's own).
+* ``batch_script``: the script it submits: Horizon's variables for the job, its ``env``, its command.
+* ``outcome``: a finished Slurm job as the agent's ``Outcome`` (exit code, signal, out of memory, lost).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from events import catalogue as c
+from services.nodes.backends.process.executors import Outcome
+from services.nodes.spec import NodeSpec
+
+__all__ = ["BACKEND", "parse_records", "node_spec", "node_drained", "foreign_use", "Use", "sbatch_argv",
+           "batch_script", "comment_of", "attempt_of", "outcome", "ACTIVE", "ENDED", "parse_time", "expand_nodes",
+           "time_limit_minutes", "COMMENT_PREFIX", "MIB"]
+
+BACKEND = "slurm"
+COMMENT_PREFIX = "horizon:"  # then <installation>:<attempt>:<job id>
+MIB = 1 << 20
+
+# Slurm's job states (squeue(1), JOB STATE CODES): still holding or waiting, and ended.
+ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUED",
+                    "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SIGNALING", "STAGE_OUT", "STOPPED"})
+ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
+                   "OUT_OF_MEMORY", "PREEMPTED", "REVOKED", "SPECIAL_EXIT"})
+# Node state flags (sinfo(1), NODE STATE CODES) under which Slurm starts nothing new on a node.
+_UNUSABLE = ("DRAIN", "DOWN", "FAIL", "MAINT", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "REBOOT_ISSUED",
+             "INVALID_REG", "FUTURE", "UNKNOWN", "INVAL")
+
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=")
+
+
+def parse_records(text: str) -> list[dict[str, str]]:
+    """One dict per non-empty line of ``scontrol show ... -o``. A key that repeats (the per-node
+    lines of ``-d``: ``Nodes=... CPU_IDs=... Mem=... GRES=...``) keeps a list under ``<key>*``."""
+    records = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or "=" not in line:
+            continue
+        matches = list(_KEY.finditer(line))
+        record: dict[str, str] = {}
+        for i, m in enumerate(matches):
+            end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+            key, value = m.group(1), line[m.end():end].strip()
+            if key in record:
+                record[f"{key}*"] = record.get(f"{key}*", record[key]) + "\n" + value
+            record[key] = value
+        records.append(record)
+    return records
+
+
+def expand_nodes(text: str) -> list[str]:
+    """Slurm's host list (``s[1-3,5],gpu7``) as names, in order."""
+    names: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text or ""):
+        m = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part)
+        if m is None:
+            if part and part != "(null)":
+                names.append(part)
+            continue
+        head, ranges, tail = m.groups()
+        for r in ranges.split(","):
+            lo, _, hi = r.partition("-")
+            if not hi:
+                names.append(f"{head}{lo}{tail}")
+                continue
+            for i in range(int(lo), int(hi) + 1):
+                names.append(f"{head}{str(i).zfill(len(lo))}{tail}")
+    return names
+
+
+def _gpus(gres: str) -> list[tuple[str, int]]:
+    """``gpu:2,gpu:a100:4(S:0-1),shard:8`` -> [("gpu", 2), ("a100", 4)]: each GPU kind and its count."""
+    kinds = []
+    for item in re.split(r",(?![^()]*\))", gres or ""):
+        item = re.sub(r"\(.*\)$", "", item.strip())
+        parts = item.split(":")
+        if not parts or parts[0] != "gpu" or len(parts) < 2:
+            continue
+        count = parts[-1]
+        if not count.isdigit():
+            continue
+        kinds.append((parts[1] if len(parts) > 2 else "gpu", int(count)))
+    return kinds
+
+
+@dataclass(frozen=True)
+class Use:
+    """What jobs Horizon did not submit hold on one node, and which."""
+
+    cpus: int = 0
+    memory_mib: int = 0
+    gpus: int = 0
+    jobs: tuple[str, ...] = ()
+
+
+def node_spec(record: Mapping[str, str], partition: str = "", foreign: Use | None = None,
+              held_devices: Iterable[str] = ()) -> NodeSpec:
+    """The node Horizon registers for a line of ``scontrol show node -o``. With ``foreign``, the
+    capacity those jobs take is not offered: CPUs and memory less theirs, and as many GPUs as they
+    hold (the highest-numbered ones no Horizon job holds, ``held_devices``) marked busy."""
+    name = record["NodeName"]
+    cpus = _int(record.get("CPUEfctv")) or _int(record.get("CPUTot"))
+    memory_mib = _int(record.get("RealMemory"))
+    devices: list[c.GpuDevice] = []
+    for kind, count in _gpus(record.get("Gres", "")):
+        for _ in range(count):
+            devices.append(c.GpuDevice(id=f"gpu{len(devices)}", type=kind))
+    labels = {"slurm.partition": partition} if partition else {}
+    for feature in (record.get("AvailableFeatures") or "").split(","):
+        if feature and feature != "(null)":
+            labels[f"slurm.feature/{feature}"] = "true"
+    if foreign is not None and foreign.jobs:
+        cpus = max(0, cpus - foreign.cpus)
+        memory_mib = max(0, memory_mib - foreign.memory_mib)
+        held = set(held_devices)
+        why = f"in use by Slurm job {', '.join(foreign.jobs)} (submitted outside Horizon)"
+        busy = [d.id for d in reversed(devices) if d.id not in held][:foreign.gpus]
+        devices = [c.GpuDevice(id=d.id, type=d.type, health=why) if d.id in busy else d for d in devices]
+    return NodeSpec(name, cpus * 1000, memory_mib * MIB, tuple(devices), labels, backend=BACKEND,
+                    isolation="slurm (the node's slurmd confines jobs as its slurm.conf says)")
+
+
+def node_drained(record: Mapping[str, str]) -> str | None:
+    """Why Slurm starts nothing new on this node (its state and reason), or None if it does."""
+    state = record.get("State", "")
+    flags = set(state.rstrip("*~#!%$@^-").replace("*", "").split("+"))
+    if state.endswith("*"):
+        flags.add("NOT_RESPONDING")
+    bad = sorted(f for f in flags if f in _UNUSABLE or f.startswith("DRAIN"))
+    if not bad:
+        return None
+    reason = record.get("Reason", "")
+    return f"Slurm: {state}" + (f" ({reason})" if reason and reason != "(null)" else "")
+
+
+def _int(text: str | None) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 0
+
+
+def _memory_mib(text: str) -> int:
+    """``100``, ``100M``, ``4G``, ``1T`` as MiB."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", text.strip())
+    if m is None:
+        return 0
+    scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}[m.group(2)]
+    return int(float(m.group(1)) * scale)
+
+
+def _cpu_count(ids: str) -> int:
+    total = 0
+    for part in ids.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit():
+            total += int(hi) - int(lo) + 1 if hi.isdigit() else 1
+    return total
+
+
+def foreign_use(jobs: Iterable[Mapping[str, str]], install: str) -> dict[str, Use]:
+    """Per node, what the running jobs this Horizon installation did not submit hold (from ``scontrol show job -o -d``:
+    each node group's ``Nodes= CPU_IDs= Mem= GRES=``; GPUs from the job's ``TresPerNode`` gres/gpu
+    where the group names none)."""
+    out: dict[str, Use] = {}
+    for job in jobs:
+        state = job.get("JobState", "")
+        if state not in ("RUNNING", "COMPLETING", "SUSPENDED") or attempt_of(job, install) is not None:
+            continue
+        per_node_gpus = 0
+        m = re.search(r"gres[:/]gpu(?::[^:,]+)?:(\d+)", job.get("TresPerNode", ""))
+        if m is not None:
+            per_node_gpus = int(m.group(1))
+        groups = zip((job.get("Nodes*") or job.get("Nodes", "")).split("\n"),
+                     (job.get("CPU_IDs*") or job.get("CPU_IDs", "")).split("\n"),
+                     (job.get("Mem*") or job.get("Mem", "")).split("\n"),
+                     (job.get("GRES*") or job.get("GRES", "")).split("\n"))
+        for nodes, cpu_ids, mem, gres in groups:
+            gpus = sum(n for _, n in _gpus(gres)) or per_node_gpus
+            for node in expand_nodes(nodes):
+                was = out.get(node, Use())
+                out[node] = Use(was.cpus + _cpu_count(cpu_ids), was.memory_mib + _memory_mib(mem or "0"),
+                                was.gpus + gpus, (*was.jobs, job.get("JobId", "?")))
+    return out
+
+
+def comment_of(install: str, job_id: str, attempt: int) -> str:
+    """The ``--comment`` that names the attempt in Slurm: ``horizon:<installation>:<attempt>:<job id>``."""
+    return f"{COMMENT_PREFIX}{install}:{attempt}:{job_id}"
+
+
+def attempt_of(job: Mapping[str, str], install: str) -> tuple[str, int] | None:
+    """(job id, attempt) of a Slurm job this installation submitted (its comment), else None."""
+    comment = job.get("Comment", "")
+    mine = f"{COMMENT_PREFIX}{install}:"
+    if not install or not comment.startswith(mine):
+        return None
+    attempt, _, job_id = comment[len(mine):].partition(":")
+    return (job_id, int(attempt)) if attempt.isdigit() and job_id else None
+
+
+def time_limit_minutes(limit_s: float) -> int:
+    """Slurm's ``--time`` in whole minutes: the attempt's limit rounded up, plus one, so that the
+    backend's own limit (counted from the start, as the agent's) ends the job first and reports it
+    as a time limit; Slurm's is the backstop should the backend be down."""
+    return int(-(-limit_s // 60)) + 1
+
+
+def sbatch_argv(install: str, job_id: str, attempt: int, spec: c.JobSpec, allocations: Sequence[c.NodeAllocation],
+                devices: Mapping[str, Mapping[str, c.GpuDevice]], script: str, stdout: str, stderr: str,
+                cwd: str, limit_s: float, partition: str = "") -> list[str]:
+    """``sbatch`` for one attempt, pinned to the nodes of ``allocations`` (the first one's share:
+    a gang holds the same on each of its nodes). Memory is per node (``--mem``, MiB rounded up), CPUs
+    per task (whole CPUs rounded up: Slurm counts no fractions), GPUs per node (``--gres gpu[:type]:k``)."""
+    first = allocations[0]
+    tasks = max(1, first.tasks or spec.tasks_per_node)
+    cpus_per_task = max(1, -(-first.cpus_milli // (1000 * tasks)))
+    memory_mib = max(1, -(-(first.memory_bytes or spec.memory_bytes * tasks) // MIB))
+    argv = ["sbatch", "--parsable", f"--job-name=horizon-{job_id}", f"--comment={comment_of(install, job_id, attempt)}",
+            f"--nodes={len(allocations)}", f"--nodelist={','.join(a.node for a in allocations)}",
+            f"--ntasks-per-node={tasks}", f"--cpus-per-task={cpus_per_task}", f"--mem={memory_mib}",
+            f"--time={time_limit_minutes(limit_s)}", f"--chdir={cwd}",
+            f"--output={_escape(stdout)}", f"--error={_escape(stderr)}", "--no-requeue",
+            f"--open-mode={'append' if spec.open_mode == 'append' else 'truncate'}"]
+    if partition:
+        argv.append(f"--partition={partition}")
+    if first.device_ids:
+        known = devices.get(first.node, {})
+        kinds = {known[d].type for d in first.device_ids if d in known}
+        kind = kinds.pop() if len(kinds) == 1 else "gpu"
+        argv.append(f"--gres=gpu:{kind + ':' if kind != 'gpu' else ''}{len(first.device_ids)}")
+    argv.append(script)
+    return argv
+
+
+def _escape(path: str) -> str:
+    """A path for ``--output``: Slurm would expand its ``%`` and ``\\`` (Horizon's patterns are expanded already)."""
+    return path.replace("\\", "\\\\").replace("%", "%%")
+
+
+def batch_script(env: Mapping[str, str], command: Sequence[str]) -> str:
+    """The job's batch script: its variables (``export``), then its command (``exec``), as ``sh``."""
+    lines = ["#!/bin/sh", "# written by Horizon's Slurm backend (docs/backends.md)"]
+    for key in sorted(env):
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            lines.append(f"export {key}={shlex.quote(env[key])}")
+    # Slurm runs a multi-node job's script on the first node of its own (sorted) list, which need not
+    # be the first of Horizon's allocation: the node the script runs on is the one Slurm names.
+    lines.append('export HORIZON_NODE="${SLURMD_NODENAME:-$HORIZON_NODE}"')
+    lines.append("exec " + shlex.join(command))
+    return "\n".join(lines) + "\n"
+
+
+def parse_time(text: str | None) -> float | None:
+    """Slurm's ``2026-11-26T20:35:40`` (the controller's local time) as a Unix time; None if unknown."""
+    if not text or text in ("Unknown", "None", "N/A"):
+        return None
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def outcome(job: Mapping[str, str] | None, stderr_tail: str = "") -> Outcome:
+    """How a finished Slurm job ended, as the agent reports it; ``None`` (Slurm no longer knows the
+    job: it was purged after ``MinJobAge`` while no backend watched) is lost."""
+    if job is None:
+        return Outcome(exit_code=None, lost=True)
+    state = job.get("JobState", "")
+    code, _, sig = job.get("ExitCode", "0:0").partition(":")
+    exit_code, signal_no = _int(code), _int(sig)
+    if state == "OUT_OF_MEMORY":
+        return Outcome(exit_code=exit_code or None, stderr_tail=stderr_tail, out_of_memory=True)
+    if state in ("NODE_FAIL", "BOOT_FAIL"):
+        return Outcome(exit_code=None, stderr_tail=stderr_tail, lost=True)
+    if signal_no:
+        return Outcome(exit_code=-signal_no, stderr_tail=stderr_tail, signalled=True)
+    if state == "COMPLETED":
+        return Outcome(exit_code=0, stderr_tail=stderr_tail)
+    if state in ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE") and not exit_code:
+        return Outcome(exit_code=-15, stderr_tail=stderr_tail, signalled=True)  # Slurm's SIGTERM, then SIGKILL
+    return Outcome(exit_code=exit_code or 1, stderr_tail=stderr_tail)
+

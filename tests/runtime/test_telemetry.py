@@ -1,0 +1,120 @@
+"""OpenTelemetry: one trace id connects a job's spans across submission, scheduling, placement and the
+agent (W3C traceparent in NATS headers), cycles are spans linked to their jobs, and the parts count."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from services.nodes.spec import local_nodes
+from services.front.host.stack import Stack
+from services.runtime.telemetry import parse_traceparent, root_context, traceparent
+from tests.e2e import Tally, read_log, wait_until
+from tests.services.test_e2e_services import assert_replays, job_json
+
+pytestmark = pytest.mark.timeout(90)
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+async def test_one_trace_connects_a_job_across_the_services(nats_server, tmp_path):
+    exporter = InMemorySpanExporter()
+    tracing = TracerProvider()
+    tracing.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(1, gpus_per_node=4), executor="sim",
+                  tracer_provider=tracing, meter_provider=MeterProvider(metric_readers=[reader]))
+    await stack.start()
+    nc = await nats.connect(nats_server.url)
+    tally = Tally()
+    await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
+    js = nc.jetstream()
+    try:
+        await js.publish("horizon.in.acme.submit", job_json("traced", resources={"gpus": 1}, sim_runtime_s=0.2),
+                         headers={"Nats-Msg-Id": "traced", "traceparent": f"00-{TRACE}-00f067aa0ba902b7-01"})
+        await js.publish("horizon.in.acme.submit", job_json("untraced", resources={"gpus": 1}, sim_runtime_s=0.2),
+                         headers={"Nats-Msg-Id": "untraced"})
+        await wait_until(lambda: tally.has("JobSucceeded", "traced") and tally.has("JobSucceeded", "untraced"),
+                         30, "both jobs to end")
+    finally:
+        await nc.close()
+        await stack.stop()
+    spans = exporter.get_finished_spans()
+    ours = [s for s in spans if f"{s.context.trace_id:032x}" == TRACE]
+    names = {s.name for s in ours}
+    assert {"submission JobAccepted", "scheduling candidate", "placement JobScheduled", "agent JobStarted",
+            "agent JobSucceeded"} <= names, names
+    assert all(s.parent is not None for s in ours)  # each continues the one before it
+    # a job whose client sent no trace still has one, derived from its id, the same in every part
+    derived = root_context("untraced").trace_id
+    assert {"submission JobAccepted", "placement JobScheduled", "agent JobSucceeded"} <= {
+        s.name for s in spans if s.context.trace_id == derived}
+    # the cycle is a span of its own, linked to its candidates' traces
+    cycles = [s for s in spans if s.name == "scheduling SchedulingCycleCompleted"]
+    assert cycles and any(int(TRACE, 16) in {link.context.trace_id for link in c.links} for c in cycles)
+    # the headers in the log carry the trace on
+    records = await read_log(nats_server.url)
+    scheduled = next(r for r in records if r.subject == "horizon.evt.placement.JobScheduled.traced")
+    ctx = parse_traceparent(scheduled.headers["traceparent"])
+    assert ctx is not None and f"{ctx.trace_id:032x}" == TRACE and traceparent(ctx).startswith(f"00-{TRACE}-")
+    # counters by part and type
+    metrics = reader.get_metrics_data()
+    names = {m.name for rm in metrics.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    assert {"horizon.events.published", "horizon.events.applied", "horizon.scheduled", "horizon.consumer.lag",
+            "horizon.queue.depth", "horizon.gpus", "horizon.cycle.latency", "horizon.decide.duration"} <= names
+    # a cycle's span covers the round that computed it, not only its publication
+    assert all(c.end_time > c.start_time for c in cycles)
+    assert_replays(records)  # tracing never changes a decision
+
+
+def _points(reader: InMemoryMetricReader, name: str) -> list:
+    data = reader.get_metrics_data()
+    return [p for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics if m.name == name
+            for p in m.data.data_points]
+
+
+async def test_consumer_lag_counts_what_other_parts_published(nats_server):
+    """A part that only reads (projections, a standby) sees the stream's end by probing it, so its
+    lag is what is stored and not yet applied; it falls back to 0 once it has caught up."""
+    from services.runtime.jetstream import JetStreamLog
+    from services.runtime.log import Outgoing
+    from services.runtime.telemetry import TracedLog
+
+    writer = await JetStreamLog.open(nats_server.url, name="writer")
+    reader = InMemoryMetricReader()
+    traced = TracedLog(await JetStreamLog.open(nats_server.url, name="reader", create=False), "projections",
+                       TracerProvider(), MeterProvider(metric_readers=[reader]), lag_probe_s=0.05)
+    release, applied = asyncio.Event(), []
+    follower = None
+
+    async def slow(batch):
+        applied.extend(batch)
+        await release.wait()  # a part busy with its first batch
+
+    def lag() -> int:
+        return sum(p.value for p in _points(reader, "horizon.consumer.lag"))
+
+    # Each wait is for a condition, bounded generously (a loaded 2-core machine is slow, never wrong);
+    # whatever happens, the follower is stopped before the logs close, so a failed wait fails at once
+    # with its message instead of leaving a follower blocked in `slow` under a closing connection.
+    try:
+        await writer.publish_many([Outgoing("horizon.in.acme.submit", b"{}", "first")])
+        follower = await traced.follow(slow)
+        await wait_until(lambda: applied, 30, "the first batch")
+        await writer.publish_many([Outgoing("horizon.in.acme.submit", b"{}", f"j{i}") for i in range(100)])
+        await wait_until(lambda: lag() == 100, 30, "the lag to count the 100 records published by another part")
+        release.set()
+        await wait_until(lambda: len(applied) == 101 and lag() == 0, 30, "the lag to fall back to 0")
+    finally:
+        release.set()
+        if follower is not None:
+            await asyncio.wait_for(follower.stop(), 30)
+        await traced.close()
+        await writer.close()
