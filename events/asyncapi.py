@@ -195,74 +195,81 @@ def _verdict_text(verb: str) -> str:
     )
 
 
-def document(
-    version: str,
-    *,
-    served: Iterable[Served] = (),
-    sent: Iterable[Sent] = (),
-    input_header_names: Iterable[str] = ("traceparent", "tracestate"),
-    server_host: str = "127.0.0.1:4222",
-) -> Schema:
-    """The AsyncAPI 3.0.0 document, as JSON-ready builtins."""
-    channels: Schema = {}
-    operations: Schema = {}
-    messages: Schema = {}
+class _Parts:
+    """The document's channels, operations and messages, filled step by step in the order they are listed."""
+
+    def __init__(self) -> None:
+        self.channels: Schema = {}
+        self.operations: Schema = {}
+        self.messages: Schema = {}
+
+
+def _pub_ack_reply() -> Schema:
+    """An input operation's reply: the PubAck, or the error it got instead."""
+    return {"channel": _ref("#/channels/pubAck"),
+            "messages": [_ref("#/channels/pubAck/messages/PubAck"), _ref("#/channels/pubAck/messages/PubError")]}
+
+
+def _verdict_index() -> dict[str, list[str]]:
+    """Event type -> the verbs whose verdict it may be (``VERDICTS`` turned round)."""
     verdict_of: dict[str, list[str]] = {}
     for verb, kinds in VERDICTS.items():
         for kind in kinds:
             verdict_of.setdefault(kind, []).append(verb)
+    return verdict_of
 
-    # 1. client inputs: horizon.in.<tenant>.<verb>, one event type each
-    tenant_tag = "inputs"
+
+def _client_inputs(parts: _Parts) -> None:
+    """horizon.in.<tenant>.<verb>: one event type each, answered by a PubAck and then a verdict."""
     for verb, cls in subjects.VERBS.items():
         name = cls.__struct_config__.tag  # type: ignore[attr-defined]
         key = f"in.{verb}"
-        channels[key] = {
+        parts.channels[key] = {
             "address": f"{subjects.INPUT_PREFIX}.{{tenant}}.{verb}", "title": f"{verb} (a tenant's input)",
             "description": f"A tenant's `{verb}`: only {name} is taken here (stored in the HORIZON stream).",
             "parameters": {"tenant": TENANT.render()}, "messages": _channel_messages([name]),
         }
-        operations[key] = _op(
-            "receive", key, [name], f"Horizon takes a tenant's {name}", _verdict_text(verb), [tenant_tag],
-            reply={"channel": _ref("#/channels/pubAck"),
-                   "messages": [_ref("#/channels/pubAck/messages/PubAck"),
-                                _ref("#/channels/pubAck/messages/PubError")]})
-        operations[key]["x-verdicts"] = list(VERDICTS[verb])
-        operations[key]["x-verdict-wait-s"] = VERDICT_WAIT_S
+        parts.operations[key] = _op(
+            "receive", key, [name], f"Horizon takes a tenant's {name}", _verdict_text(verb), ["inputs"],
+            reply=_pub_ack_reply())
+        parts.operations[key]["x-verdicts"] = list(VERDICTS[verb])
+        parts.operations[key]["x-verdict-wait-s"] = VERDICT_WAIT_S
 
-    # 2. operator inputs: horizon.in._admin.<verb>
+
+def _operator_inputs(parts: _Parts) -> None:
+    """horizon.in._admin.<verb>, and the reply inbox where every input's PubAck arrives."""
     for verb, cls in subjects.ADMIN_VERBS.items():
         name = cls.__struct_config__.tag  # type: ignore[attr-defined]
         key = f"in._admin.{verb}"
-        channels[key] = {
+        parts.channels[key] = {
             "address": f"{subjects.INPUT_PREFIX}.{subjects.ADMIN_TENANT}.{verb}", "title": f"{verb} (an operator's)",
             "description": f"An operator's `{verb}`: only {name} is taken here.",
             "messages": _channel_messages([name]),
         }
-        operations[key] = _op(
+        parts.operations[key] = _op(
             "receive", key, [name], f"Horizon takes an operator's {name}",
             "Acknowledged with a PubAck like a tenant's input; the answer (applied, ConfigRejected or "
             "RequestRejected, a node command's Node* event) carries `causation_id` `seq:<n>`. Requests about a "
             "job here are about any tenant's.", ["operators"],
-            reply={"channel": _ref("#/channels/pubAck"),
-                   "messages": [_ref("#/channels/pubAck/messages/PubAck"),
-                                _ref("#/channels/pubAck/messages/PubError")]})
-    channels["pubAck"] = {
+            reply=_pub_ack_reply())
+    parts.channels["pubAck"] = {
         "address": None, "title": "the publisher's reply inbox",
         "description": "Where JetStream (or the intake) answers a publish sent as a request: the requester's "
                        "own inbox subject.",
         "messages": {"PubAck": _ref(_MESSAGES + "PubAck"), "PubError": _ref(_MESSAGES + "PubError")},
     }
-    messages["PubAck"] = {"name": "PubAck", "title": "PubAck", "summary": "The input is stored at seq.",
-                          "contentType": "application/json", "payload": _ref(_SCHEMAS + "PubAck")}
-    messages["PubError"] = {"name": "PubError", "title": "PubError", "summary": "The input was not stored.",
-                            "contentType": "application/json", "payload": _ref(_SCHEMAS + "PubError")}
+    parts.messages["PubAck"] = {"name": "PubAck", "title": "PubAck", "summary": "The input is stored at seq.",
+                                "contentType": "application/json", "payload": _ref(_SCHEMAS + "PubAck")}
+    parts.messages["PubError"] = {"name": "PubError", "title": "PubError", "summary": "The input was not stored.",
+                                  "contentType": "application/json", "payload": _ref(_SCHEMAS + "PubError")}
 
-    # 3. decisions and reports: horizon.evt.<service>.<Type>.<aggregate>, per publisher
+
+def _decisions(parts: _Parts, verdict_of: Mapping[str, list[str]]) -> None:
+    """horizon.evt.<service>.<Type>.<aggregate>: the decisions and reports, per publisher."""
     for name, services in subjects.PUBLISHERS.items():
         for service in services:
             key = f"evt.{service}.{name}"
-            channels[key] = {
+            parts.channels[key] = {
                 "address": f"{subjects.EVENT_PREFIX}.{service}.{name}.{{aggregate}}", "title": f"{name} by {service}",
                 "description": f"{name} as {service} publishes it, stored in the HORIZON stream.",
                 "parameters": {"aggregate": AGGREGATE.render()}, "messages": _channel_messages([name]),
@@ -271,10 +278,12 @@ def document(
             if name in verdict_of and service == "submission":
                 text = (f"A verdict on a tenant's {' / '.join(verdict_of[name])}: `causation_id` is `seq:<n>`, the "
                         "sequence of the input it answers (its PubAck's `seq`).")
-            operations[key] = _op("send", key, [name], f"{service} publishes {name}", text,
-                                  ["decisions" if service in subjects.DECISION_SERVICES else "reports"])
+            parts.operations[key] = _op("send", key, [name], f"{service} publishes {name}", text,
+                                        ["decisions" if service in subjects.DECISION_SERVICES else "reports"])
 
-    # 3b. a partition leader's (docs/scaling.md): horizon.evt.<service>-<partitions>.<Type>.<aggregate>
+
+def _partition_leaders(parts: _Parts) -> None:
+    """A partition leader's decisions (docs/scaling.md): horizon.evt.<service>-<partitions>.<Type>.<aggregate>."""
     partitions = Param("The partitions the leader decides for, sorted and joined by `-` (`gpu`, `a-b`).",
                        "^[A-Za-z0-9_-]{1,128}$", examples=("gpu", "a-b"))
     for name, services in subjects.PUBLISHERS.items():
@@ -282,7 +291,7 @@ def document(
             if service not in subjects.PARTITIONED_SERVICES:
                 continue
             key = f"evt.{service}-partitions.{name}"
-            channels[key] = {
+            parts.channels[key] = {
                 "address": f"{subjects.EVENT_PREFIX}.{service}-{{partitions}}.{name}.{{aggregate}}",
                 "title": f"{name} by a {service} partition leader",
                 "description": f"{name} as the {service} leader of some partitions publishes it "
@@ -290,12 +299,14 @@ def document(
                 "parameters": {"partitions": partitions.render(), "aggregate": AGGREGATE.render()},
                 "messages": _channel_messages([name]),
             }
-            operations[key] = _op("send", key, [name], f"a {service} partition leader publishes {name}", "",
-                                  ["decisions"])
+            parts.operations[key] = _op("send", key, [name], f"a {service} partition leader publishes {name}", "",
+                                        ["decisions"])
 
-    # 4. the tenant feed: what a tenant sees on horizon.evt.> under accounts
+
+def _tenant_feed(parts: _Parts) -> None:
+    """What a tenant sees on horizon.evt.> under accounts: its jobs' events and its verdicts."""
     feed_services = sorted({s for name in TENANT_FEED_TYPES for s in subjects.PUBLISHERS[name]})
-    channels["tenantFeed"] = {
+    parts.channels["tenantFeed"] = {
         "address": "horizon.tenant.{tenant}.evt.{service}.{eventType}.{aggregate}",
         "title": "a tenant's feed",
         "description": (
@@ -310,54 +321,88 @@ def document(
                        "aggregate": AGGREGATE.render()},
         "messages": _channel_messages(TENANT_FEED_TYPES),
     }
-    operations["tenantFeed"] = _op(
+    parts.operations["tenantFeed"] = _op(
         "send", "tenantFeed", TENANT_FEED_TYPES, "Horizon tells a tenant about its jobs",
         "Subscribe before you publish. A job's story: JobAccepted, then (per attempt) JobScheduled, JobStarted, "
         "and one of JobSucceeded, JobFailed (JobRequeued may follow), JobPreempted (requeued), JobCancelled; or "
         "JobUnschedulable, JobDependencyNeverSatisfied, JobRejected. Under accounts the job ids are "
         "`<tenant>:<id>`.", ["inputs"])
 
-    # 5. heartbeats: horizon.hb.<node>, core NATS
-    channels["hb"] = {"address": "horizon.hb.{node}", "title": "heartbeats",
-                      "description": "An agent's heartbeat for its node, core NATS, not stored: inventory records "
-                                     "only NodeLost when they stop and NodeReady when they come back.",
-                      "parameters": {"node": NODE.render()}, "messages": {"Heartbeat": _ref(_MESSAGES + "Heartbeat")}}
-    messages["Heartbeat"] = {"name": "Heartbeat", "title": "Heartbeat", "summary": "An empty message, every second.",
-                             "payload": {"type": "string", "maxLength": 0, "description": "Empty."}}
-    operations["hb"] = _op("send", "hb", ["Heartbeat"], "A node's agent says it is alive", tags=["reports"])
 
-    # 6. what the caller serves: queries, validation, logs (request/reply); dead letters
+def _heartbeats(parts: _Parts) -> None:
+    """horizon.hb.<node>: an agent's heartbeat, core NATS."""
+    parts.channels["hb"] = {"address": "horizon.hb.{node}", "title": "heartbeats",
+                            "description": "An agent's heartbeat for its node, core NATS, not stored: inventory "
+                                           "records only NodeLost when they stop and NodeReady when they come back.",
+                            "parameters": {"node": NODE.render()},
+                            "messages": {"Heartbeat": _ref(_MESSAGES + "Heartbeat")}}
+    parts.messages["Heartbeat"] = {"name": "Heartbeat", "title": "Heartbeat",
+                                   "summary": "An empty message, every second.",
+                                   "payload": {"type": "string", "maxLength": 0, "description": "Empty."}}
+    parts.operations["hb"] = _op("send", "hb", ["Heartbeat"], "A node's agent says it is alive", tags=["reports"])
+
+
+def _served(parts: _Parts, served: Iterable[Served]) -> None:
+    """What the caller serves by request/reply: the queries, validation, job output."""
     for s in served:
         req, rep = f"{s.key}.request", f"{s.key}.reply"
-        channels[s.key] = {"address": s.address, "title": s.summary, "description": s.description,
-                           "messages": {req: _ref(_MESSAGES + req)}}
+        parts.channels[s.key] = {"address": s.address, "title": s.summary, "description": s.description,
+                                 "messages": {req: _ref(_MESSAGES + req)}}
         if s.parameters:
-            channels[s.key]["parameters"] = {n: p.render() for n, p in s.parameters.items()}
-        channels[rep] = {"address": None, "title": f"reply to {s.address}",
-                         "description": "The requester's own inbox subject.",
-                         "messages": {rep: _ref(_MESSAGES + rep)}}
-        messages[req] = {"name": req, "title": f"{s.key} request", "contentType": "application/json",
-                         "payload": s.request}
-        messages[rep] = {"name": rep, "title": f"{s.key} reply", "contentType": "application/json",
-                         "payload": s.reply}
-        operations[s.key] = _op("receive", s.key, [req], s.summary, s.description, s.tags, queue=s.queue,
-                                reply={"channel": _ref(f"#/channels/{rep}"),
-                                       "messages": [_ref(f"#/channels/{rep}/messages/{rep}")]})
-    for t in sent:
-        channels[t.key] = {"address": t.address, "title": t.summary, "description": t.description,
-                           "messages": {t.key: _ref(_MESSAGES + t.key)}}
-        if t.parameters:
-            channels[t.key]["parameters"] = {n: p.render() for n, p in t.parameters.items()}
-        messages[t.key] = {"name": t.key, "title": t.summary, "contentType": t.content_type, "payload": t.payload}
-        if t.headers is not None:
-            messages[t.key]["headers"] = t.headers
-        operations[t.key] = _op("send", t.key, [t.key], t.summary, tags=t.tags)
+            parts.channels[s.key]["parameters"] = {n: p.render() for n, p in s.parameters.items()}
+        parts.channels[rep] = {"address": None, "title": f"reply to {s.address}",
+                               "description": "The requester's own inbox subject.",
+                               "messages": {rep: _ref(_MESSAGES + rep)}}
+        parts.messages[req] = {"name": req, "title": f"{s.key} request", "contentType": "application/json",
+                               "payload": s.request}
+        parts.messages[rep] = {"name": rep, "title": f"{s.key} reply", "contentType": "application/json",
+                               "payload": s.reply}
+        parts.operations[s.key] = _op("receive", s.key, [req], s.summary, s.description, s.tags, queue=s.queue,
+                                      reply={"channel": _ref(f"#/channels/{rep}"),
+                                             "messages": [_ref(f"#/channels/{rep}/messages/{rep}")]})
 
+
+def _sent(parts: _Parts, sent: Iterable[Sent]) -> None:
+    """What the caller sends outside the log: the dead letters."""
+    for t in sent:
+        parts.channels[t.key] = {"address": t.address, "title": t.summary, "description": t.description,
+                                 "messages": {t.key: _ref(_MESSAGES + t.key)}}
+        if t.parameters:
+            parts.channels[t.key]["parameters"] = {n: p.render() for n, p in t.parameters.items()}
+        parts.messages[t.key] = {"name": t.key, "title": t.summary, "contentType": t.content_type,
+                                 "payload": t.payload}
+        if t.headers is not None:
+            parts.messages[t.key]["headers"] = t.headers
+        parts.operations[t.key] = _op("send", t.key, [t.key], t.summary, tags=t.tags)
+
+
+def document(
+    version: str,
+    *,
+    served: Iterable[Served] = (),
+    sent: Iterable[Sent] = (),
+    input_header_names: Iterable[str] = ("traceparent", "tracestate"),
+    server_host: str = "127.0.0.1:4222",
+) -> Schema:
+    """The AsyncAPI 3.0.0 document, as JSON-ready builtins."""
+    parts = _Parts()
+    verdict_of = _verdict_index()
+    # 1. client inputs, 2. operator inputs (and the PubAck inbox), 3. decisions and reports, 3b. a partition
+    # leader's, 4. the tenant feed, 5. heartbeats, 6. what the caller serves and sends
+    _client_inputs(parts)
+    _operator_inputs(parts)
+    _decisions(parts, verdict_of)
+    _partition_leaders(parts)
+    _tenant_feed(parts)
+    _heartbeats(parts)
+    _served(parts, served)
+    _sent(parts, sent)
+    # 7. the payloads' schemas and the event messages
     schemas = payload_schemas(_SCHEMAS + "{name}")
     schemas.update({"InputHeaders": input_headers(input_header_names), "EventHeaders": EVENT_HEADERS,
                     "PubAck": PUBACK, "PubError": PUB_ERROR})
     for name in EVENT_TYPES:
-        messages[name] = _event_message(name, verdict_of)
+        parts.messages[name] = _event_message(name, verdict_of)
     return {
         "asyncapi": ASYNCAPI_VERSION,
         "info": {"title": "Horizon", "version": version, "description": _INFO,
@@ -365,9 +410,9 @@ def document(
                  "tags": [{"name": n, "description": d} for n, d in _TAGS.items()]},
         "defaultContentType": "application/json",
         "servers": _servers(server_host),
-        "channels": channels,
-        "operations": operations,
-        "components": {"schemas": schemas, "messages": messages, "securitySchemes": dict(SECURITY_SCHEMES)},
+        "channels": parts.channels,
+        "operations": parts.operations,
+        "components": {"schemas": schemas, "messages": parts.messages, "securitySchemes": dict(SECURITY_SCHEMES)},
     }
 
 
