@@ -1,9 +1,11 @@
-"""Fixtures: a real nats-server per test (bundled binary, free port, temporary store)."""
+"""Fixtures: a real nats-server per test (bundled binary, free port, temporary store), and a running
+Horizon on it (``running_horizon``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,6 +13,7 @@ from services.runtime.bytecode import compile_tree
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.memory_log import MemoryLog
 from services.runtime.natsserver import NatsServer
+from tests.e2e import RunningHorizon
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -36,6 +39,27 @@ async def js_log(nats_server: NatsServer) -> AsyncIterator[JetStreamLog]:
         yield log
     finally:
         await log.close()
+
+
+@pytest.fixture
+async def running_horizon(nats_server: NatsServer,
+                          tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[RunningHorizon]]]:
+    """Starts a running Horizon on ``nats_server``: ``await running_horizon(nodes=..., executor="sim", ...)``
+    takes ``Stack``'s fields (data in ``tmp_path`` unless ``data_dir`` says otherwise). A test stops it
+    with ``stop()`` before reading what the log holds at its end; whatever is still running when the
+    test ends, passed or failed, is stopped here."""
+    started: list[RunningHorizon] = []
+
+    async def start(*, data_dir: Path | None = None, **stack: Any) -> RunningHorizon:
+        running = await RunningHorizon.start(nats_server.url, data_dir or tmp_path, **stack)
+        started.append(running)
+        return running
+
+    try:
+        yield start
+    finally:
+        for running in reversed(started):
+            await running.stop()
 
 
 @pytest.fixture(params=["memory", "jetstream"])

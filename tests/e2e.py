@@ -1,17 +1,27 @@
-"""Helpers for end-to-end tests against a real nats-server, and a running ``horizon up`` (``HorizonUp``)."""
+"""Helpers for end-to-end tests against a real nats-server.
+
+``RunningHorizon``: a running Horizon in the test's process (the services, the projections and an
+agent of a ``Stack``) and a client connection tallying every event; the ``running_horizon`` fixture
+(tests/conftest.py) starts one. ``HorizonUp``: a ``horizon up`` as a person starts it. Beside them,
+what end-to-end tests share: a submission's JSON (``job_json``), a burst of inputs (``publish_all``),
+the ``horizon`` command against a server, and the check that every decision replays
+(``assert_replays``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from events import catalogue as c
 from events.codec import DecodeError, decode
-from services.runtime.jetstream import JetStreamLog
 from services.domain.protocol import Record
+from services.front.host.stack import Stack
+from services.runtime.jetstream import JetStreamLog
+from services.runtime.replay import replay_decisions
 
 
 async def read_log(url: str) -> list[Record]:
@@ -64,6 +74,103 @@ class Tally:
 
     def has(self, kind: str, job_id: str) -> bool:
         return (kind, job_id) in self.by_job
+
+
+class RunningHorizon:
+    """A running Horizon for an end-to-end test: ``stack`` (the decision services, the projections
+    and an agent over ``stack.nodes``, as ``horizon up`` runs them) on the server at ``url``, and a
+    client connection ``nc`` (``js``: its JetStream) whose ``tally`` counts every event published.
+    ``stop`` closes the connection, then stops the stack; stopping twice is stopping once."""
+
+    def __init__(self, stack: Stack, nc: Any, tally: Tally) -> None:
+        self.stack = stack
+        self.url = stack.url
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.tally = tally
+        self.stopped = False
+
+    @classmethod
+    async def start(cls, url: str, data_dir: Path, **stack: Any) -> RunningHorizon:
+        """A ``Stack(url, data_dir, **stack)`` started, then the tallying connection."""
+        import nats
+
+        parts = Stack(url, data_dir, **stack)
+        await parts.start()
+        try:
+            nc = await nats.connect(url)
+        except BaseException:
+            await parts.stop()
+            raise
+        tally = Tally()
+        await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
+        return cls(parts, nc, tally)
+
+    async def records(self) -> list[Record]:
+        """The whole log, as stored."""
+        return await read_log(self.url)
+
+    async def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        try:
+            await self.nc.close()
+        finally:
+            await self.stack.stop()
+
+
+def job_json(job_id: str, tenant: str = "acme", **fields: Any) -> bytes:
+    """A ``JobSubmitted`` input as a client sends it."""
+    body = {"type": "JobSubmitted", "job_id": job_id, "tenant": tenant}
+    body.update(fields)
+    return json.dumps(body).encode()
+
+
+async def publish_all(js: Any, items: list[tuple[str, bytes, str]], window: int = 200) -> None:
+    """Publish (subject, data, Nats-Msg-Id) items, ``window`` at a time."""
+    for i in range(0, len(items), window):
+        await asyncio.gather(*[js.publish(s, d, headers={"Nats-Msg-Id": m}) for s, d, m in items[i:i + window]])
+
+
+def assert_replays(records: list[Record]) -> None:
+    """Every decision service, re-run over the log, reproduces each decision it recorded."""
+    from services.inventory.core import InventoryCore
+    from services.placement.core import PlacementCore
+    from services.preemption.core import PreemptionCore
+    from services.scheduling.core import SchedulingCore
+    from services.submission.core import SubmissionCore
+
+    for core in (SubmissionCore(), SchedulingCore(), PlacementCore(), PreemptionCore(), InventoryCore()):
+        report = replay_decisions(core, records)
+        assert report.mismatches == [], (core.name, report.mismatches[:3])
+        assert report.reproduced == report.decisions
+
+
+async def horizon(url: str, *args: str) -> tuple[int, str, str]:
+    """``horizon ARGS --nats URL`` (``--nats`` before the job's command when there is one): exit code,
+    stdout, stderr."""
+    if "--" in args:
+        cut = args.index("--")
+        args = (*args[:cut], "--nats", url, *args[cut:])
+    else:
+        args = (*args, "--nats", url)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.front.cli.main", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+# A job that checkpoints on SIGUSR1 (the reference written to a temporary file and renamed into
+# place), says what it resumed from, and exits on SIGTERM.
+CHECKPOINTING = r'''
+trap 'echo "ckpt-of-attempt-$HORIZON_ATTEMPT" > "$HORIZON_CHECKPOINT_FILE.tmp"
+      mv "$HORIZON_CHECKPOINT_FILE.tmp" "$HORIZON_CHECKPOINT_FILE"' USR1
+trap 'exit 143' TERM
+echo "resumed from ${HORIZON_CHECKPOINT_REF:-nothing}" >&2
+while true; do sleep 0.05; done
+'''
 
 
 class HorizonUp:

@@ -3,47 +3,36 @@ and a restart backoff happen on time even when nothing else does."""
 
 from __future__ import annotations
 
-import nats
 import pytest
 
 from events.subjects import admin_subject
 from services.nodes.spec import local_nodes
-from services.front.host.stack import Stack
-from tests.e2e import Tally, read_log, wait_until
-from tests.services.test_e2e_services import assert_replays, job_json, publish_all
+from tests.e2e import assert_replays, job_json, publish_all, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
 
-async def test_timeout_and_backoff_happen_on_the_clock(nats_server, tmp_path):
-    stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(1, gpus_per_node=4), executor="sim",
-                  tick_interval_s=0.5)
-    await stack.start()
-    nc = await nats.connect(nats_server.url)
-    tally = Tally()
-    await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
-    js = nc.jetstream()
-    try:
-        await js.publish(admin_subject("policy"), b'{"type": "PolicyConfigured", "backoff_base_s": 1.0}',
-                         headers={"Nats-Msg-Id": "policy-1"})
-        await publish_all(js, [
-            ("horizon.in.acme.submit", job_json("hog", resources={"gpus": 4}, sim_runtime_s=60,
-                                                priority_class="high"), "hog"),
-            ("horizon.in.acme.submit", job_json("impatient", resources={"gpus": 2}, scheduling_timeout_s=1.5,
-                                                      command=["true"]), "impatient"),
-            ("horizon.in.acme.submit", job_json("flaky", resources={"gpus": 0}, sim_runtime_s=0.1, sim_exit_code=1,
-                                                restart_policy="on-failure", max_retries=1), "flaky"),
-        ])
-        await wait_until(lambda: tally.has("JobUnschedulable", "impatient"), 20, "the timeout")
-        await wait_until(lambda: tally.count("JobFailed") >= 2, 20, "flaky's second attempt to fail")
-    finally:
-        await nc.close()
-        await stack.stop()
+async def test_timeout_and_backoff_happen_on_the_clock(running_horizon):
+    h = await running_horizon(nodes=local_nodes(1, gpus_per_node=4), executor="sim", tick_interval_s=0.5)
+    tally, js = h.tally, h.js
+    await js.publish(admin_subject("policy"), b'{"type": "PolicyConfigured", "backoff_base_s": 1.0}',
+                     headers={"Nats-Msg-Id": "policy-1"})
+    await publish_all(js, [
+        ("horizon.in.acme.submit", job_json("hog", resources={"gpus": 4}, sim_runtime_s=60,
+                                            priority_class="high"), "hog"),
+        ("horizon.in.acme.submit", job_json("impatient", resources={"gpus": 2}, scheduling_timeout_s=1.5,
+                                                command=["true"]), "impatient"),
+        ("horizon.in.acme.submit", job_json("flaky", resources={"gpus": 0}, sim_runtime_s=0.1, sim_exit_code=1,
+                                            restart_policy="on-failure", max_retries=1), "flaky"),
+    ])
+    await wait_until(lambda: tally.has("JobUnschedulable", "impatient"), 20, "the timeout")
+    await wait_until(lambda: tally.count("JobFailed") >= 2, 20, "flaky's second attempt to fail")
+    await h.stop()
     gone = tally.last[("JobUnschedulable", "impatient")]
     assert gone["reason"].startswith("not started within 1.5 s: ") and "GPU" in gone["reason"]
     requeued = tally.last[("JobRequeued", "flaky")]
     assert requeued["not_before_ts"] - requeued["ts"] == pytest.approx(1.0)
-    records = await read_log(nats_server.url)
+    records = await h.records()
     ticks = [r for r in records if ".ClockTicked." in r.subject]
     assert ticks, "the clock ticked through the log"
     started = [r for r in records if r.subject == "horizon.evt.agent.JobStarted.flaky"]
