@@ -1,36 +1,24 @@
-"""The shared consume loop: fetch -> decode -> (dead-letter | handle) -> ack.
+"""Decoding a record as every reader of the log does (the reading loop itself: ``follow.py``).
 
 Every consumer of the log goes through ``decode_record``, so bad input gets
 the same treatment everywhere: a message that is not a Horizon event, or an
 event of a type the subject does not admit (a ``JobScheduled`` published on
 ``horizon.in.acme.submit``), is parked on ``horizon.dlq.<service>`` with the
-error text, acknowledged, and the consumer goes on. Never a crash loop,
-never a silent drop.
-
-``run_durable`` also guarantees that the handler never sees the same stream
-sequence twice within a process (a redelivery after a slow ack is skipped);
-across restarts the durable consumer resumes after its last ack, and the
-handler's own idempotence (by sequence) covers the crash-between-effect-and-
-ack window.
+error text by the service it was sent to (``follow.dead_letter_to``), skipped
+by every other reader, and reading goes on. Never a crash loop, never a
+silent drop.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 
 from events.base import Event
 from events.codec import DecodeError, decode
 from events.subjects import expected_type, parse_subject
-from services.runtime.log import EventLog
 from services.domain.protocol import Record
 
-__all__ = ["decode_record", "readable", "run_durable", "Handler"]
-
-log = logging.getLogger("horizon.consume")
-
-Handler = Callable[[Record, Event], Awaitable[None]]
+__all__ = ["decode_record", "readable"]
 
 
 def decode_record(record: Record) -> Event:
@@ -63,42 +51,3 @@ def readable(batch: Iterable[Record], after_seq: int) -> Iterator[tuple[Record, 
             yield record, decode_record(record)
         except DecodeError:
             yield record, None
-
-
-async def run_durable(
-    log_: EventLog,
-    *,
-    name: str,
-    service: str,
-    subjects: Sequence[str],
-    handle: Handler,
-    stop: asyncio.Event,
-    batch: int = 256,
-    applied_seq: int = 0,
-) -> int:
-    """Consume ``name`` until ``stop`` is set; returns the last applied sequence.
-
-    ``applied_seq``: the last sequence whose effect is already durable (e.g.
-    read from a projection's tracking table); anything at or below it is
-    acked without calling ``handle`` again.
-    """
-    consumer = await log_.durable(name, subjects=subjects)
-    try:
-        while not stop.is_set():
-            deliveries = await consumer.fetch(batch, timeout_s=0.5)
-            for delivery in deliveries:
-                record = delivery.record
-                if record.seq <= applied_seq:
-                    await delivery.ack()
-                    continue
-                try:
-                    event = decode_record(record)
-                except DecodeError as exc:
-                    await log_.dead_letter(service, record, str(exc))
-                else:
-                    await handle(record, event)
-                applied_seq = record.seq
-                await delivery.ack()
-    finally:
-        await consumer.stop()
-    return applied_seq

@@ -6,7 +6,7 @@ import asyncio
 
 from events import encode
 from events.catalogue import JobScheduled, JobSubmitted
-from services.runtime.consume import run_durable
+from services.runtime.follow import dead_letter_to, each, follow_durable
 
 
 async def test_bad_messages_are_dead_lettered_and_the_consumer_keeps_going(js_log):
@@ -28,8 +28,8 @@ async def test_bad_messages_are_dead_lettered_and_the_consumer_keeps_going(js_lo
             stop.set()
 
     last = await asyncio.wait_for(
-        run_durable(js_log, name="submission", service="submission", subjects=("horizon.in.>",),
-                    handle=handle, stop=stop),
+        follow_durable(js_log, each(handle, undecodable=dead_letter_to(js_log, "submission")),
+                       name="submission", subjects=("horizon.in.>",), stop=stop),
         timeout=20,
     )
     assert handled == ["j0", "j1", "j2"]
