@@ -2,7 +2,8 @@
 
 A service is a pure ``Core`` (``evolve`` folds one event into its state,
 ``decide`` returns the decisions the state calls for) and this runner, which
-does all the I/O:
+does all the I/O, reading the log through the one reading loop
+(``services/runtime/follow.py``):
 
 1. **Catch up.** Read the log from sequence 1 to its end at start-up and fold
    every record, deciding nothing: the log already holds what an earlier
@@ -63,6 +64,7 @@ from events.base import Event
 from events.codec import DecodeError, encode
 from events.subjects import event_subject
 from services.runtime.consume import decode_record
+from services.runtime.follow import LogFollow
 from services.domain.protocol import Core, CoreState, Record, fold_event, fold_undecodable, snapshot_interval
 from services.runtime.log import EventLog, Fence, LogConflict, Outgoing, PublishAck
 from services.runtime.snapshots import SnapshotUploader
@@ -187,7 +189,7 @@ class ServiceRunner(Generic[S]):
         # the log it is folded from this object instead of being decoded again (a round trip
         # through msgspec is exact, so the state is the same either way; replay decodes).
         self._own: dict[str, Event] = {}
-        self._follower: Any = None
+        self._follower: LogFollow | None = None
         self._lock = asyncio.Lock()
         # A traced log (services/runtime/telemetry.py) times each decision round; others do not.
         self._round = getattr(log_, "decision_round", contextlib.nullcontext)
@@ -469,8 +471,19 @@ class ServiceRunner(Generic[S]):
         self._dead_lettered = {d.seq for d in await self.log.dead_letters(self.name)}
         end = await self.log.last_seq()
         restored = await self._restore(end)
-        async for batch in self.log.read(restored + 1, subjects=self.core.subjects, until_seq=end):
-            await self._apply(batch)
+        self._follower = LogFollow(self.log, self._on_batch, from_seq=restored + 1, until_seq=end,
+                                   subjects=self.core.subjects, history=self._apply, on_caught_up=self._caught_up,
+                                   name=f"horizon-{self.name}")
+        await self._follower.start()
+        await self._follower.until_caught_up()
+        if self.lease is not None:
+            # Campaign only now: a standby is one that has caught up and follows.
+            self.lease.on_change = self._lease_changed
+            self._lease_task = asyncio.create_task(self.lease.keep(), name=f"horizon-{self.name}-lease")
+        self.ready.set()
+
+    async def _caught_up(self, end: int) -> None:
+        """The log is applied to ``end`` as read at start: decide once (without a lease to win first)."""
         self.state.seq = max(self.state.seq, end)
         self.stats.caught_up_seq = end
         log.info("%s caught up to seq %d", self.name, end)
@@ -478,15 +491,10 @@ class ServiceRunner(Generic[S]):
             async with self._lock:
                 await self._decide_or_rest()
                 self._maybe_snapshot()
-        self._follower = await self.log.follow(self._on_batch, from_seq=end + 1, subjects=self.core.subjects)
-        if self.lease is not None:
-            # Campaign only now: a standby is one that has caught up and follows.
-            self.lease.on_change = self._lease_changed
-            self._lease_task = asyncio.create_task(self.lease.keep(), name=f"horizon-{self.name}-lease")
-        self.ready.set()
 
     async def wait(self) -> None:
         """Until the follower ends (cancelled, or a failure, which is raised here), or the lease loop fails."""
+        assert self._follower is not None, "start() first"
         if self._lease_task is None:
             await self._follower.wait()
             return
