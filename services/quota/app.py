@@ -17,9 +17,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from events import catalogue as c
-from events.codec import decode_as, encode
+from events.base import Event
+from events.codec import encode
 from events.subjects import admin_subject
 from services.quota.slurm import Planned, TresError, Wanted, desired, parse_table, plan, read_limits
+from services.domain.protocol import Record
+from services.runtime.follow import each, read_through
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import LogConflict, LogError
 
@@ -110,15 +113,13 @@ async def current_accounts(log: JetStreamLog) -> tuple[dict[str, tuple[int, c.Ac
     subject = admin_subject("account")
     last = await log.last_seq(subject)
     out: dict[str, tuple[int, c.AccountConfigured]] = {}
-    if last:
-        async for batch in log.read(1, subjects=[subject], until_seq=last):
-            for record in batch:
-                try:
-                    event = decode_as(record.data, c.AccountConfigured)
-                except Exception:  # noqa: BLE001 - a malformed input is the scheduler's to dead-letter
-                    continue
-                assert isinstance(event, c.AccountConfigured)
-                out[event.account] = (record.seq, event)
+
+    def note(record: Record, event: Event) -> None:
+        if isinstance(event, c.AccountConfigured):  # the only type the subject admits
+            out[event.account] = (record.seq, event)
+
+    if last:  # a malformed input is skipped here: it is the scheduler's to dead-letter
+        await read_through(log, each(note), subjects=[subject], until_seq=last)
     return out, last
 
 
