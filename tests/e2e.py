@@ -14,14 +14,16 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from events import catalogue as c
 from events.codec import DecodeError, decode
 from services.domain.protocol import Record
-from services.front.host.stack import Stack
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.replay import replay_decisions
+
+if TYPE_CHECKING:
+    from services.front.host.stack import Stack
 
 
 async def read_log(url: str) -> list[Record]:
@@ -94,6 +96,8 @@ class RunningHorizon:
     async def start(cls, url: str, data_dir: Path, **stack: Any) -> RunningHorizon:
         """A ``Stack(url, data_dir, **stack)`` started, then the tallying connection."""
         import nats
+
+        from services.front.host.stack import Stack
 
         parts = Stack(url, data_dir, **stack)
         await parts.start()

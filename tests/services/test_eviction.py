@@ -12,109 +12,80 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sys
 
 import msgspec
-import nats
 import pytest
 
 from events import catalogue as c
 from events.codec import encode
 from events.subjects import event_subject
 from services.nodes.agent.app import NodeAgent
-from services.nodes.backends.process.executors import Outcome, ProcessExecutor, SimExecutor
+from services.nodes.backends.process.executors import ProcessExecutor, SimExecutor
+from services.nodes.backends.protocol import Outcome
 from services.nodes.spec import local_nodes
 from services.front.host.check import check_log
-from services.front.host.stack import Stack
-from tests.e2e import Tally, events_of, read_log, wait_until
-from tests.services.test_e2e_services import assert_replays, job_json, publish_all
+from tests.e2e import CHECKPOINTING, Tally, assert_replays, events_of, horizon, job_json, publish_all, wait_until
 from tests.helpers import job_file
 
 pytestmark = pytest.mark.timeout(120)
-
-# Checkpoints on SIGUSR1 (the reference written to a temporary file and renamed into place), says
-# what it resumed from, and exits on SIGTERM.
-CHECKPOINTING = r'''
-trap 'echo "ckpt-of-attempt-$HORIZON_ATTEMPT" > "$HORIZON_CHECKPOINT_FILE.tmp"
-      mv "$HORIZON_CHECKPOINT_FILE.tmp" "$HORIZON_CHECKPOINT_FILE"' USR1
-trap 'exit 143' TERM
-echo "resumed from ${HORIZON_CHECKPOINT_REF:-nothing}" >&2
-while true; do sleep 0.05; done
-'''
-
-
-async def horizon(url: str, *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.front.cli.main", *args, "--nats", url,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    return proc.returncode or 0, out.decode(), err.decode()
 
 
 def started_on(tally: Tally, job_id: str) -> str:
     return tally.last[("JobStarted", job_id)]["node"]
 
 
-async def test_no_execute_taint_evicts_checkpoints_and_requeues_elsewhere(nats_server, tmp_path):
-    url = nats_server.url
-    stack = Stack(url, tmp_path, nodes=local_nodes(2, gpus_per_node=4), executor="process")
-    await stack.start()
-    nc = await nats.connect(url)
-    tally = Tally()
-    await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
-    js = nc.jetstream()
-    try:
-        await publish_all(js, [
-            ("horizon.in.acme.submit", job_json("victim", resources={"gpus": 1}, command=["sleep", "60"]), "victim"),
-            ("horizon.in.acme.submit", job_json("ckpt", resources={"gpus": 1}, command=["bash", "-c", CHECKPOINTING],
-                                                checkpoint_signal="SIGUSR1"), "ckpt"),
-            ("horizon.in.acme.submit", job_json("tolerant", resources={"gpus": 1}, command=["sleep", "60"],
-                                                tolerations=[{"key": "gpu", "operator": "Exists",
-                                                              "effect": "NoExecute"}]), "tolerant"),
-        ])
-        await wait_until(lambda: all(tally.has("JobStarted", j) for j in ("victim", "ckpt", "tolerant")), 20,
-                         "three jobs to start")
-        # Bin packing put all three on node-00. A 2-GPU filler then takes node-01, which makes node-01
-        # the best fit for the evicted jobs whether or not placement filters on taints: this test is
-        # about eviction, not about the filter.
-        await publish_all(js, [("horizon.in.acme.submit",
-                                job_json("filler", resources={"gpus": 2}, command=["sleep", "60"]), "filler")])
-        await wait_until(lambda: tally.has("JobStarted", "filler"), 20, "the filler to start")
-        assert [started_on(tally, j) for j in ("victim", "ckpt", "tolerant", "filler")] == ["node-00"] * 3 + ["node-01"]
+async def test_no_execute_taint_evicts_checkpoints_and_requeues_elsewhere(running_horizon, tmp_path):
+    h = await running_horizon(nodes=local_nodes(2, gpus_per_node=4), executor="process")
+    url, tally, js = h.url, h.tally, h.js
+    await publish_all(js, [
+        ("horizon.in.acme.submit", job_json("victim", resources={"gpus": 1}, command=["sleep", "60"]), "victim"),
+        ("horizon.in.acme.submit", job_json("ckpt", resources={"gpus": 1}, command=["bash", "-c", CHECKPOINTING],
+                                            checkpoint_signal="SIGUSR1"), "ckpt"),
+        ("horizon.in.acme.submit", job_json("tolerant", resources={"gpus": 1}, command=["sleep", "60"],
+                                            tolerations=[{"key": "gpu", "operator": "Exists",
+                                                          "effect": "NoExecute"}]), "tolerant"),
+    ])
+    await wait_until(lambda: all(tally.has("JobStarted", j) for j in ("victim", "ckpt", "tolerant")), 20,
+                     "three jobs to start")
+    # Bin packing put all three on node-00. A 2-GPU filler then takes node-01, which makes node-01
+    # the best fit for the evicted jobs whether or not placement filters on taints: this test is
+    # about eviction, not about the filter.
+    await publish_all(js, [("horizon.in.acme.submit",
+                            job_json("filler", resources={"gpus": 2}, command=["sleep", "60"]), "filler")])
+    await wait_until(lambda: tally.has("JobStarted", "filler"), 20, "the filler to start")
+    assert [started_on(tally, j) for j in ("victim", "ckpt", "tolerant", "filler")] == ["node-00"] * 3 + ["node-01"]
 
-        code, out, err = await horizon(url, "node", "taint", "node-00", "gpu=broken:NoExecute", "--reason", "ECC errors")
-        assert code == 0 and out.strip() == "node-00: taints gpu=broken:NoExecute", err
+    code, out, err = await horizon(url, "node", "taint", "node-00", "gpu=broken:NoExecute", "--reason", "ECC errors")
+    assert code == 0 and out.strip() == "node-00: taints gpu=broken:NoExecute", err
 
-        def restarted(job_id: str) -> bool:
-            body = tally.last.get(("JobStarted", job_id))
-            return body is not None and body["attempt"] == 2
+    def restarted(job_id: str) -> bool:
+        body = tally.last.get(("JobStarted", job_id))
+        return body is not None and body["attempt"] == 2
 
-        await wait_until(lambda: restarted("victim") and restarted("ckpt"), 30, "both evicted jobs to start again")
-        assert started_on(tally, "victim") == started_on(tally, "ckpt") == "node-01"
-        deadline = asyncio.get_running_loop().time() + 10
-        while True:  # the nodes view follows the log a moment behind our subscription
-            code, out, err = await horizon(url, "nodes", "--json")
-            rows = {n["node"]: n for n in json.loads(out)}
-            if rows["node-00"]["jobs"] == ["tolerant"] or asyncio.get_running_loop().time() > deadline:
-                break
-            await asyncio.sleep(0.2)
-        assert rows["node-00"]["taints"] == [{"key": "gpu", "value": "broken", "effect": "NoExecute"}]
-        assert rows["node-00"]["jobs"] == ["tolerant"] and rows["node-01"]["taints"] == []
-        code, out, err = await horizon(url, "nodes")
-        assert "TAINTS" in out and "gpu=broken:NoExecute" in out, err
-        await wait_until(lambda: job_file(tmp_path / "jobs", "ckpt", 2, "stderr").exists()
-                         and "resumed" in job_file(tmp_path / "jobs", "ckpt", 2, "stderr").read_text(), 10, "attempt 2 to say")
-        code, out, err = await horizon(url, "node", "untaint", "node-00", "gpu")
-        assert code == 0 and out.strip() == "node-00: no taints", err
-        code, out, err = await horizon(url, "node", "untaint", "node-00", "gpu")
-        assert code == 1 and "node-00 has no taint gpu (its taints: none)" in err
-    finally:
-        await nc.close()
-        await stack.stop()
+    await wait_until(lambda: restarted("victim") and restarted("ckpt"), 30, "both evicted jobs to start again")
+    assert started_on(tally, "victim") == started_on(tally, "ckpt") == "node-01"
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:  # the nodes view follows the log a moment behind our subscription
+        code, out, err = await horizon(url, "nodes", "--json")
+        rows = {n["node"]: n for n in json.loads(out)}
+        if rows["node-00"]["jobs"] == ["tolerant"] or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    assert rows["node-00"]["taints"] == [{"key": "gpu", "value": "broken", "effect": "NoExecute"}]
+    assert rows["node-00"]["jobs"] == ["tolerant"] and rows["node-01"]["taints"] == []
+    code, out, err = await horizon(url, "nodes")
+    assert "TAINTS" in out and "gpu=broken:NoExecute" in out, err
+    await wait_until(lambda: job_file(tmp_path / "jobs", "ckpt", 2, "stderr").exists()
+                     and "resumed" in job_file(tmp_path / "jobs", "ckpt", 2, "stderr").read_text(), 10, "attempt 2 to say")
+    code, out, err = await horizon(url, "node", "untaint", "node-00", "gpu")
+    assert code == 0 and out.strip() == "node-00: no taints", err
+    code, out, err = await horizon(url, "node", "untaint", "node-00", "gpu")
+    assert code == 1 and "node-00 has no taint gpu (its taints: none)" in err
+    await h.stop()
 
     assert job_file(tmp_path / "jobs", "ckpt", 1, "stderr").read_text().splitlines()[0] == "resumed from nothing"
     assert job_file(tmp_path / "jobs", "ckpt", 2, "stderr").read_text().splitlines()[0] == "resumed from ckpt-of-attempt-1"
-    records = await read_log(url)
+    records = await h.records()
     events = events_of(records)
     requests = [e for e in events if isinstance(e, c.PreemptionRequested)]
     assert sorted((e.job_id, e.attempt, e.source) for e in requests) == [("ckpt", 1, "inventory"),
