@@ -19,7 +19,7 @@ from events import catalogue as c
 from events.codec import decode
 from services.nodes.spec import local_nodes
 from services.front.cli.main import cli
-from services.front.cli.sbatch import SbatchDefaults, parse_sbatch, script_warnings
+from services.front.slurm.sbatch import SbatchDefaults, parse_sbatch, script_warnings
 from services.front.slurm.sbatch_options import SbatchError, read_directives
 from services.front.slurm.slurm_values import Problem, slurm_memory, slurm_time  # Problem: the error of one value
 from services.front.host.stack import Stack

@@ -12,7 +12,7 @@
 prose): honoured, accepted with a warning (``warn``: what it does in Slurm and not here, for the
 options that change how fast or where a job runs, or who is told, not what it computes), refused
 with the reason (``unsupported``), another spelling (``alias``), or Horizon's own (``horizon``). Pure: text in, ``Directive`` objects and problems out; what the values mean is
-``services/front/cli/sbatch.py``'s business.
+``services/front/slurm/sbatch_resolve.py``'s and ``sbatch.py``'s business.
 """
 
 from __future__ import annotations

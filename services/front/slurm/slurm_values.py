@@ -1,7 +1,7 @@
 """Values in Slurm's syntax, read exactly as Slurm reads them: times, memory sizes, counts, ``--dependency``,
 ``--gres``/``--gpus`` (output filename patterns: ``services/domain/output.py``).
 
-Pure functions of their text, shared by ``horizon sbatch`` (``services/front/cli/sbatch.py``) and ``horizon submit``
+Pure functions of their text, shared by ``horizon sbatch`` (``services/front/slurm/sbatch.py``) and ``horizon submit``
 (its ``--dependency``). A value Horizon cannot honour raises ``Problem`` with an actionable message; the
 caller says where the value came from (a script's line, an option).
 """
