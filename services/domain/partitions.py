@@ -17,7 +17,7 @@ list``). It folds:
   exactly when placement applies them (``check_profile``, on the operator's subject).
 
 **Which partition a job gets** (``candidates`` and ``limit_problem``; submission applies them in
-``services/submission/normalise.py``). A job names a list (Slurm's ``-p a,b``) or none:
+``services/submission/partition_choice.py``). A job names a list (Slurm's ``-p a,b``) or none:
 
 1. no partition is defined at all: the job runs on any node (``JobSpec.partition`` ""), as before
    partitions existed; a name given gets a warning (or, under ``reject``, a rejection);
