@@ -334,7 +334,7 @@ def test_old_events_mean_what_they_meant():
 
 
 def test_the_audit_story_names_a_jobs_class_and_limits_when_it_is_not_guaranteed():
-    from services.front.cli.audit import story_line
+    from services.front.audit.story import story_line
 
     burst = c.JobAccepted(job_id="j", spec=_spec(cpus_milli=1000, memory_bytes=GiB, cpu_limit_milli=4000,
                                                   memory_limit_bytes=8 * GiB))

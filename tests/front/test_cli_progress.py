@@ -8,7 +8,7 @@ import pty
 import subprocess
 import sys
 
-from services.front.cli.simulate import run_simulation
+from services.front.sim.simulation import run_simulation
 from tests.front.test_simulate import LUBLIN, needs_trace
 
 

@@ -229,7 +229,7 @@ def test_gpu_map_worked_example():
 def test_chart_series_worked_example():
     """Decisions per 5 s bucket (an event with a basis_seq from a service; an agent's report is no
     decision), and the wait of each placed job from its acceptance (or last requeue), by tenant."""
-    from services.front.host.dashboard import BUCKET_S, Series
+    from services.front.host.dashboard_charts import BUCKET_S, Series
 
     series = Series()
     t = 1_000_000.0  # a bucket boundary

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.front.cli.simulate import run_simulation
+from services.front.sim.simulation import run_simulation
 from services.front.sim.traces import read_trace, window
 
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"

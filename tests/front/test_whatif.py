@@ -316,7 +316,7 @@ async def _publish(url: str, items: list[tuple[str, c.Event]]) -> None:
 
 
 async def _ended(url: str) -> int:
-    from services.front.cli.audit import read_log
+    from services.front.audit.log import read_log
 
     return sum(1 for r in await read_log(url) if ".JobSucceeded." in r.subject)
 
@@ -399,7 +399,7 @@ def test_a_recorded_live_run_is_reproduced_and_a_fairshare_change_moves_the_wait
 
 def test_node_classes_added_and_removed_and_any_configuration_event_move_the_waits_as_they_should():
     from services.front.bench.whatif_log import record_week, week_workload
-    from services.front.cli.whatif import whatif_report
+    from services.front.sim.whatif.report import whatif_report
 
     jobs, specs, config = week_workload(nodes=4, days=0.5, load=3.0, seed=7, start_s=T0)
     records = record_week(jobs, specs, config)
@@ -428,7 +428,7 @@ def test_node_classes_added_and_removed_and_any_configuration_event_move_the_wai
 
 def test_progress_is_reported_for_both_replays():
     from services.front.bench.whatif_log import record_week, week_workload
-    from services.front.cli.whatif import whatif_report
+    from services.front.sim.whatif.report import whatif_report
 
     jobs, specs, config = week_workload(nodes=2, days=0.1, seed=2, start_s=T0)
     records = record_week(jobs, specs, config)
@@ -453,9 +453,9 @@ def test_progress_is_reported_for_both_replays():
 def test_a_placement_decided_before_an_end_it_could_not_see_is_a_known_cause():
     """basis_seq is what the live cycle knew; an end stored after it and before the decision was
     logged while the cycle decided: the replay, in time order, may see that node free."""
-    from services.front.sim.whatif import _stale_basis
+    from services.front.sim.whatif.workload import stale_basis
 
     placed = {("a", 1): (10, 15), ("b", 1): (11, 15), ("c", 1): (10, 30), ("c", 2): (40, 45)}
     ends = [11, 20, 41]  # a missed 11; b saw it (basis 11) and 20 came after it; c's first attempt missed 11 and 20
-    assert _stale_basis(placed, ends, {"a": [1], "b": [1], "c": [1, 2]}) == {"a", "c"}
-    assert _stale_basis(placed, [], {"a": [1]}) == set()
+    assert stale_basis(placed, ends, {"a": [1], "b": [1], "c": [1, 2]}) == {"a", "c"}
+    assert stale_basis(placed, [], {"a": [1]}) == set()

@@ -33,7 +33,7 @@ import pytest
 from events.catalogue import ClockTicked, JobCancelRequested
 from events.codec import decode
 from services.nodes.spec import local_nodes
-from services.front.cli.whatif import whatif_report
+from services.front.sim.whatif.report import whatif_report
 from services.front.host.stack import Stack
 from services.front.sim.whatif import STALE_BASIS
 from tests.e2e import Tally, read_log, wait_until

@@ -239,7 +239,8 @@ async def run_workload(cluster: NatsCluster, data_dir: Path, cfg: ClusterRun) ->
 
 def _check(url: str) -> dict[str, Any]:
     """``horizon check`` on the whole log: invariants, endings, and every decision replayed."""
-    from services.front.cli.audit import AuditConfig, audit_cores, read_log
+    from services.front.audit.config import AuditConfig, audit_cores
+    from services.front.audit.log import read_log
     from services.front.host.check import check_log
     from services.runtime.replay import audit
 

@@ -39,7 +39,7 @@ from typing import Any
 
 from events import catalogue as c
 from events.base import Event
-from services.front.cli.simulate import cluster_for, run_simulation
+from services.front.sim.simulation import cluster_for, run_simulation
 from services.preemption.core import VICTIM_ORDERS, PreemptionCore, PreemptionState
 from services.front.sim.driver import SimRun, SimSettings, make_cores, simulate
 from services.front.sim.buses import InProcessBus

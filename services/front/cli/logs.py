@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import sys
 from typing import Any
 
 import click
-import nats.errors
 
 from services.front.client.client import LogError, query, session
+from services.front.client.output import output_chunk
 from services.front.cli.options import nats_option
 from services.front.client.terminal import printable
 
@@ -48,24 +47,11 @@ def _where(body: dict[str, Any], job_id: str, attempt: int | None) -> tuple[int,
     return number, node, found["outcome"]
 
 
-async def _chunk(nc: Any, node: str, request: dict[str, Any]) -> dict[str, Any]:
-    try:
-        msg = await nc.request(f"horizon.logs.{node}", json.dumps(request).encode(), timeout=10)
-    except nats.errors.NoRespondersError:
-        raise LogError(f"the agent of node {node} does not answer (horizon.logs.{node}): is it running?") from None
-    except nats.errors.TimeoutError:
-        raise LogError(f"the agent of node {node} did not answer within 10 s") from None
-    answer = json.loads(msg.data)
-    if "error" in answer:
-        raise LogError(answer["error"])
-    return answer  # type: ignore[no-any-return]
-
-
 async def _copy(nc: Any, out: Any, job_id: str, number: int, node: str, which: str, offset: int) -> int:
     """Write what the agent has of an attempt's stream from ``offset`` (negative: that many bytes
     before the end); the offset reached."""
     while True:
-        answer = await _chunk(nc, node, {"job_id": job_id, "attempt": number, "stream": which, "offset": offset})
+        answer = await output_chunk(nc, node, {"job_id": job_id, "attempt": number, "stream": which, "offset": offset})
         data = base64.b64decode(answer["data"])
         # The job's output is the job's data, written as it is, as `cat` would (a job that colours its
         # output shows coloured): bytes to the binary stream, which is not escaped. Only what this

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from typing import Any
 
 import click
@@ -14,9 +13,9 @@ from rich.text import Text
 
 from events import catalogue as c
 from events.resources import ResourceError, format_cpus, format_memory, parse_duration
-from events.subjects import admin_subject
-from services.front.client.client import await_answer, default_user, publish_input, query_all, session
-from services.front.client.drain import PLAN_SUBJECT, collect_plan, drain_note, plan_lines
+from services.front.client.client import default_user, query_all, session
+from services.front.client.drain import drain_note, plan_lines
+from services.front.client.node_commands import send_node_command
 from services.front.cli.options import console, nats_option
 from services.inventory.core import NODE_ACTIONS
 from services.domain.taints import TaintSyntaxError, parse_taint, taint_text
@@ -109,10 +108,6 @@ def _isolation(isolation: str) -> Text | str:
     return isolation or "-"
 
 
-_ANSWERS = {"NodeCordoned", "NodeUncordoned", "NodeDraining", "NodeRemoved", "NodeTaintsChanged", "NodeDatasetsChanged",
-            "NodeOvercommitChanged", "RequestRejected"}
-
-
 @click.command()
 @nats_option
 @click.argument("action", type=click.Choice(list(NODE_ACTIONS)))
@@ -185,25 +180,11 @@ def node(nats_url: str, action: str, node: str, taint: str | None, reason: str, 
                                 memory_overcommit=memory_overcommit if action == "set" else None,
                                 migrate=migrate, deadline_s=deadline_s, grace_s=grace_s)
 
-    plan: list[dict[str, Any]] = []
-
-    async def go() -> dict[str, Any] | None:
+    async def go() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         async with session(nats_url) as nc:
-            sub = await nc.subscribe(f"horizon.evt.inventory.*.{node}")
-            plans = await nc.subscribe(PLAN_SUBJECT) if action == "drain" else None  # the drain's plan, per job
-            seq = await publish_input(nc, admin_subject("node"), event, msg_id=f"node/{node}/{action}/{uuid.uuid4().hex}")
-            # The answer names its request (causation seq:<n>): another operator's command about
-            # the same node, answered meanwhile, is not ours.
-            deadline = asyncio.get_running_loop().time() + 10.0
-            while (left := deadline - asyncio.get_running_loop().time()) > 0:
-                answer = await await_answer(sub, _ANSWERS, timeout_s=left)
-                if answer is None or answer.get("causation_id") == f"seq:{seq}":
-                    if answer is not None and plans is not None and answer["type"] == "NodeDraining":
-                        plan.extend(await collect_plan(plans, answer, []))
-                    return answer
-            return None
+            return await send_node_command(nc, event)
 
-    answer = asyncio.run(go())
+    answer, plan = asyncio.run(go())
     if answer is None:
         raise click.ClickException(f"no answer about {node} within 10 s (the command is in the log)")
     if answer["type"] == "RequestRejected":

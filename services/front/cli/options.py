@@ -19,13 +19,12 @@ So ``horizon up --port 0`` in a folder, then ``horizon jobs`` in the same folder
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import functools
 import inspect
 import os
 import sys
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -35,7 +34,8 @@ from rich.console import Console
 from rich.segment import Segment
 
 from events.subjects import valid_token
-from services.front.client.client import default_tenant
+from services.front.client.accounts import HORIZON_USERS
+from services.front.client.client import default_tenant, run
 from services.front.client.terminal import printable
 
 __all__ = ["NATS_DEFAULT", "DEFAULT_DATA_DIR", "nats_option", "resolve_nats", "tenant_option", "tenant_of_url",
@@ -47,8 +47,6 @@ DEFAULT_DATA_DIR = Path(".horizon")
 def tenant_of_url(url: str | None) -> str | None:
     """The user of a NATS URL when it can be a tenant: ``horizon up --auth`` names each tenant's user
     like the tenant (services/front/host/auth.py), so its URL alone says which tenant it is."""
-    from services.front.host.auth import HORIZON_USERS
-
     if not url:
         return None
     try:
@@ -152,8 +150,3 @@ def console() -> Console:
     # markup off: job names, reasons and "node[gpu0,gpu1]" are data, not rich markup
     return _Console(markup=False, highlight=False) if sys.stdout.isatty() else _Console(width=400, markup=False,
                                                                                         highlight=False)
-
-
-def run(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run one command's coroutine to its end."""
-    return asyncio.run(coro)

@@ -1,147 +1,28 @@
 """``horizon whatif``: replay a span of the live log at virtual time as configured and as changed, and compare.
 
-The pure parts are in services/front/sim/whatif.py; this is reading the log, the flags and the output."""
+The what-if is services/front/sim/whatif/ (``whatif_report``: the comparison); this is reading the log,
+the flags and the output."""
 
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import json
-import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import click
 
-from events.catalogue import ClockTicked
-from events.codec import DecodeError, decode
 from events.vocabulary import BACKFILL_MODES
-from services.front.cli.audit import LogError, read_log
+from services.front.audit.log import read_log
 from services.front.cli.options import nats_option
 from services.front.client.progress import Bar
 from services.front.sim import whatif as w
-from services.front.sim.traces import read_config
+from services.front.sim.whatif.report import whatif_report
+from services.runtime.log import LogError
 
-__all__ = ["register", "whatif_report"]
+__all__ = ["register"]
 
 POLICIES = ["fcfs", "sjf", "f1", "multifactor"]
-
-
-class Span(NamedTuple):
-    start: float
-    end: float
-    first: float  # the log's first event
-    activity: float  # the log's last event other than a clock tick, and its seq
-    activity_seq: int
-
-
-def _span(records: list[Any], from_text: str | None, to_text: str | None) -> Span:
-    """The span asked for, never starting before the log does (nothing is known of the time before it:
-    a log shorter than the default seven days is measured over its own length). The last activity is
-    the last event other than a clock tick: an idle stack adds a tick every few seconds and nothing else."""
-    times: dict[int, float] = {}
-    last = activity = 0.0
-    activity_seq = 0
-    for r in records:
-        try:
-            event = decode(r.data)
-        except DecodeError:
-            continue
-        t = event.ts if event.ts > 0 else r.time
-        times[r.seq] = t
-        last = max(last, t)
-        if not isinstance(event, ClockTicked) and t >= activity:
-            activity, activity_seq = t, r.seq
-    end = w.parse_when(to_text, last, times.get) if to_text else last
-    start = w.parse_when(from_text, end, times.get) if from_text else end - 7 * w.DAY
-    first = min(times.values(), default=start)
-    if first < end:
-        start = max(start, first)
-    return Span(start, end, first, activity or end, activity_seq)
-
-
-def whatif_report(records: list[Any], *, from_text: str | None = None, to_text: str | None = None,
-                  sets: tuple[str, ...] = (), config_json: tuple[str, ...] = (), add_nodes: tuple[str, ...] = (),
-                  remove: tuple[str, ...] = (), policy: str = "multifactor", backfill: str = "easy",
-                  tolerance_s: float = 1.0, warmup: str = "7d", bar: Bar | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The whole comparison (what ``--json`` prints), from the log's records, and each measured job's
-    recorded, baseline and changed start (what ``--starts`` writes)."""
-    changes = w.parse_sets(sets)
-    extra = []
-    for text in config_json:
-        source = Path(text).read_text() if not text.lstrip().startswith(("{", "[")) and Path(text).exists() else text
-        try:
-            entries = json.loads(source)
-        except json.JSONDecodeError as exc:
-            raise w.WhatIfError(f"--config {text!r}: not JSON nor a JSON file ({exc})") from None
-        try:
-            extra.extend(read_config(entries if isinstance(entries, list) else [entries], "--config"))
-        except ValueError as exc:
-            raise w.WhatIfError(str(exc)) from None
-    for spec in add_nodes:
-        w.parse_add_nodes(spec)
-    start, end, first, activity, activity_seq = _span(records, from_text, to_text)
-    warm_from = first if warmup == "all" else start - w.parse_duration(warmup, "--warmup")
-    workload = w.workload_from_log(records, start, end, warm_from_s=warm_from, tolerance_s=tolerance_s)
-    if to_text is None and start < activity < end and not workload.open_at_end():
-        # The log's end is its last clock tick: with every job over, the cluster sat idle from its last
-        # activity on, and that idle tail (how long before whatif was run) would only dilute utilisation.
-        # Nothing but ticks follows, so the workload is the same; only its span ends there.
-        workload.end_s, workload.last_seq = activity, activity_seq
-    if not workload.measured:
-        raise w.WhatIfError(f"no job was submitted between {w._iso(start)} and {w._iso(end)}: nothing to replay "
-                            f"(give --from/--to)")
-    timed, removed = w.remove_nodes(workload, remove)
-    timed = timed + w.added_nodes(add_nodes, workload)
-    change = w.change_events(changes, workload.base_config, backfill) + extra
-    total = len(workload.jobs)
-
-    def tracker(label: str) -> Any:
-        task = bar.add(label, total=total) if bar is not None else None
-        return (lambda done, _all: task.update(done, _all)) if task is not None else None
-
-    started = time.perf_counter()
-    base_run = asyncio.run(w.run_whatif(workload, workload.timed, [], policy=policy, backfill=backfill,
-                                        progress=tracker("baseline")))
-    base_wall = time.perf_counter() - started
-    started = time.perf_counter()
-    changed_run = asyncio.run(w.run_whatif(workload, timed, change, policy=policy, backfill=backfill,
-                                           progress=tracker("changed")))
-    changed_wall = time.perf_counter() - started
-    configured = [e for _, e in workload.timed if e.ts <= end]
-    baseline = w.measure(workload, base_run, configured)
-    baseline["fidelity"] = w.fidelity(workload, base_run, tolerance_s)
-    baseline["span"] = workload.describe()
-    baseline["replay_wall_s"] = base_wall
-    changed = w.measure(workload, changed_run, configured + change, capacity=w.capacity_of(timed))
-    # every change, as asked for: the keys set, the configuration events given, the nodes added and removed
-    changed["changes"] = (changes.keys + [f"{e.event_type} {json.dumps(_fields(e))}" for e in extra]
-                          + [f"add nodes {spec}" for spec in add_nodes]
-                          + [f"remove nodes {pattern} ({', '.join(_matching(removed, pattern))})"
-                             for pattern in remove])
-    changed["nodes_added"] = sum(w.parse_add_nodes(s)[0] for s in add_nodes)
-    changed["nodes_removed"] = removed
-    changed["vs_baseline"] = w.moves(workload, base_run, changed_run)
-    changed["replay_wall_s"] = changed_wall
-    starts = {}
-    for job_id in sorted(workload.measured):
-        info, x, y = workload.recorded[job_id], base_run.results.get(job_id), changed_run.results.get(job_id)
-        starts[job_id] = {"tenant": info.tenant, "account": info.account, "submit_s": info.submit_s,
-                          "recorded_start_s": info.start_s, "recorded_nodes": info.nodes,
-                          "baseline_start_s": x.start_s if x else None, "baseline_nodes": x.allocation if x else [],
-                          "changed_start_s": y.start_s if y else None, "changed_nodes": y.allocation if y else []}
-    return {"baseline": baseline, "changed": changed}, starts
-
-
-def _matching(names: list[str], pattern: str) -> list[str]:
-    return [n for n in names if fnmatch.fnmatchcase(n, pattern)]
-
-
-def _fields(event: Any) -> dict[str, Any]:
-    import msgspec
-
-    return {k: v for k, v in msgspec.to_builtins(event).items()
-            if k not in ("id", "ts", "source", "correlation_id", "causation_id", "v", "type")}
 
 
 def _fmt(value: float) -> str:

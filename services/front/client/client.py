@@ -6,7 +6,7 @@ import asyncio
 import json
 import os
 import pwd
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -21,8 +21,9 @@ from events.subjects import login_user, valid_token
 from services.runtime.jetstream import connect
 from services.runtime.log import LogError
 from services.domain.protocol import MSG_ID
+from services.front.client.accounts import HORIZON_USERS, TENANT_VIEWS
 
-__all__ = ["session", "publish_input", "query", "query_all", "default_tenant", "default_user", "await_answer",
+__all__ = ["run", "session", "publish_input", "query", "query_all", "default_tenant", "default_user", "await_answer",
            "no_jetstream_text", "JETSTREAM_NOT_ENABLED"]
 
 # Rows asked for in one request when the caller wants them all: the projection answers with about a
@@ -38,8 +39,6 @@ def user_of_url(url: str | None) -> str | None:
     """The tenant's user a NATS URL logs in as under accounts (``<tenant>.<name>`` is ``name``, the
     tenant's own login the user named like the tenant: ``events.subjects.user_login``); None for a URL
     without a user or with one of Horizon's own (the operator's, a service's)."""
-    from services.front.host.auth import HORIZON_USERS
-
     try:
         login = unquote(urlsplit((url or "").split(",")[0].strip()).username or "")
     except ValueError:
@@ -79,6 +78,11 @@ def no_jetstream_text(exc: Any, what: str) -> str:
                 f"sacct, logs); {what} is the operator's (run it with the operator's URL, or with --data-dir "
                 f"where `horizon up --auth` runs)")
     return f"{what}: JetStream is not available here ({getattr(exc, 'description', None) or exc})"
+
+
+def run(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run one command's coroutine to its end."""
+    return asyncio.run(coro)
 
 
 @asynccontextmanager
@@ -143,8 +147,6 @@ async def query(nc: Any, view: str, request: dict[str, Any], timeout_s: float = 
     try:
         msg = await nc.request(f"horizon.query.{view}", json.dumps(request).encode(), timeout=timeout_s)
     except nats.errors.NoRespondersError:
-        from services.front.host.auth import TENANT_VIEWS  # the queries a tenant's account imports
-
         hint = "" if view in TENANT_VIEWS else (
             f"; under accounts a tenant's URL asks only {', '.join(TENANT_VIEWS)}: {view} is the operator's "
             f"(docs/tenants.md)")

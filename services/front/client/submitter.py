@@ -20,8 +20,7 @@ from events import catalogue as c
 from events.codec import decode_json
 from events.subjects import input_subject, valid_token
 from events.transport import VERDICT_WAIT_S
-from services.front.client.client import await_answer, publish_input, session
-from services.front.cli.options import run
+from services.front.client.client import await_answer, publish_input, run, session
 
 __all__ = ["new_job_id", "check_submission", "report_check", "print_warnings", "send_submission", "Inbox"]
 

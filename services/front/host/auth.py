@@ -44,6 +44,7 @@ from typing import Any
 from urllib.parse import quote
 
 from events.subjects import check_token, user_login
+from services.front.client.accounts import HORIZON_ACCOUNT, HORIZON_USERS, SERVICE_USERS, TENANT_VIEWS
 
 __all__ = [
     "HORIZON_ACCOUNT",
@@ -63,14 +64,7 @@ __all__ = [
     "write_private",
 ]
 
-HORIZON_ACCOUNT = "HORIZON"
-# The query views a tenant may ask, about its own jobs (projections/jobs.py QueryServer).
-TENANT_VIEWS = ("jobs", "job", "queue", "allocations")
 MAX_PAYLOAD = 1024 * 1024  # as deploy/nats/auth.conf; queries page under it (issue 17)
-
-SERVICES = ("submission", "scheduling", "placement", "preemption", "inventory")
-# Every user of the HORIZON account: the operator, the five services, the agent, the projections.
-HORIZON_USERS = ("admin", *SERVICES, "agent", "projections")
 
 
 @dataclass(frozen=True)
@@ -124,7 +118,7 @@ def service_permissions() -> dict[str, Permissions]:
     the log through the intake or not at all. Nobody, admin included, publishes a service's event.
     """
     service = {name: (f"horizon.evt.{name}.>", f"horizon.dlq.{name}", *_SETUP_AND_READ, *_READ_DLQ,
-                      *_fencing(name)) for name in SERVICES}
+                      *_fencing(name)) for name in SERVICE_USERS}
     return {
         "admin": Permissions(publish=(">",), deny_publish=("horizon.evt.>",), subscribe=(">",)),
         # the intake (queue group `intake` on horizon.intake.>) stores tenants' inputs on horizon.in.>

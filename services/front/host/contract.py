@@ -35,6 +35,7 @@ from projections import standing
 from projections.paging import Listing
 from services.nodes.agent import logs
 from services.domain.protocol import MSG_ID
+from services.front.client.accounts import TENANT_VIEWS  # what a tenant's account imports as horizon.query.<view>
 from services.domain.steps import STEP_STATES
 from services.runtime.log import DLQ_ERROR, DLQ_SEQ, DLQ_SUBJECT
 from services.submission import intake
@@ -368,8 +369,6 @@ _VIEWS: dict[str, str] = {
     "config": "Whether the operator input at a sequence was applied, or why not.",
     "gpus": "Every node's GPUs one by one: model, NUMA node, state, and the job and tenant on each (the dashboard).",
 }
-# The views a tenant's account imports as horizon.query.<view>, answered about its jobs only.
-TENANT_VIEWS = ("jobs", "job", "queue", "allocations")
 
 
 def served() -> list[Served]:

@@ -3,7 +3,7 @@
 A NATS client like the CLI: what it shows comes from the projections' query API
 (``horizon.query.queue``, ``gpus``, ``usage``, ``jobs``, ``job``, ``partitions``), the job's output
 from its node's agent (``horizon.logs.<node>``), the audit verdicts from the audit's own replay
-(``services/front/cli/audit.py``). It follows the log (a JetStream reader from near its end; a tenant's
+(``services/front/audit/``). It follows the log (a JetStream reader from near its end; a tenant's
 connection, which reads no stream, its feed ``horizon.evt.>``): each batch of events marks the
 views stale, they are asked again once (after a short pause that gathers a burst), and the new
 snapshot is pushed to every open page over server-sent events (``/api/stream``). Nothing polls.
@@ -27,25 +27,25 @@ Operator actions (cancel a job, cordon or uncordon a node) are the CLI's own req
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import logging
 import mimetypes
 import secrets
 import time
-import uuid
-from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from events import catalogue as c
 from events.codec import decode_json
-from events.subjects import ADMIN_TENANT, admin_subject, job_key, tenant_view, valid_token
-from services.front.host.http import HttpServer, Request, Response
+from events.subjects import tenant_view, valid_token
+from services.front.client.accounts import TENANT_VIEWS  # answered per tenant (services/front/host/contract.py)
+from services.front.client.output import output_tail
+from services.front.host.dashboard_charts import Series
+from services.front.host.dashboard_operator import OperatorPages
+from services.front.host.http import HttpServer, Request, Response, json_response as _json
 from services.runtime.log import READ_MODEL_LINGER_S
 
 __all__ = ["Dashboard", "STATIC", "COOKIE"]
@@ -54,9 +54,6 @@ log = logging.getLogger("horizon.dashboard")
 
 STATIC = Path(__file__).with_name("ui")  # index.html, app.js, style.css: shipped as package data
 COOKIE = "horizon_ui"
-TENANT_VIEWS = ("jobs", "job", "queue", "allocations")  # answered per tenant (services/front/host/contract.py)
-BUCKET_S = 5.0  # charts: one point per 5 s of log time
-BUCKETS = 240  # 20 minutes of them
 QUEUE_ROWS = 500  # the queue view's rows (the first in scheduling order)
 DEBOUNCE_S = 0.05  # a burst of events is one refresh
 EVERY_S = 0.25  # and refreshes are at least this far apart
@@ -68,7 +65,6 @@ FAILED_LOGIN_S = 1.0  # the answer to a wrong token or password waits this long
 MAX_SESSIONS_PER_USER = 100
 RESTART_S = 1.0  # a log follower that stopped is started again after this pause
 STOP_STEP_S = 3.0  # each step of stopping the dashboard, at most
-_JSON = "application/json; charset=utf-8"
 _LIVE = ("SCHEDULED", "RUNNING")
 
 
@@ -85,75 +81,6 @@ class Scope:
     tenant: str | None
     snapshot: dict[str, Any] | None = None
     streams: set[asyncio.Queue[bytes | None]] = field(default_factory=set)
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    k = max(0, min(len(ordered) - 1, round(q * (len(ordered) - 1))))
-    return ordered[k]
-
-
-class Series:
-    """The charts' data, by 5 s buckets of log time: decisions recorded (the same rule as the
-    decisions table, projections/jobs.py), queue length and GPU use at each refresh, and the waits
-    of the jobs placed (accepted, or requeued, to scheduled)."""
-
-    def __init__(self) -> None:
-        self.decisions: dict[int, int] = {}
-        self.samples: deque[dict[str, Any]] = deque(maxlen=BUCKETS * 4)
-        self.waits: deque[tuple[float, float, str | None]] = deque(maxlen=20_000)
-        self.accepted: dict[str, tuple[float, str | None]] = {}  # job -> (accepted or last ended, tenant)
-        self.last_ts = 0.0
-
-    def event(self, body: dict[str, Any], ts: float, subject: str) -> None:
-        self.last_ts = max(self.last_ts, ts)
-        kind = body.get("type")
-        source = str(body.get("source") or "")
-        if body.get("basis_seq") is not None and source and not source.startswith(("agent", "clock")):
-            bucket = int(ts // BUCKET_S)
-            self.decisions[bucket] = self.decisions.get(bucket, 0) + 1
-            for old in [b for b in self.decisions if b < bucket - BUCKETS]:
-                del self.decisions[old]
-        job = body.get("job_id")
-        if not isinstance(job, str):
-            return
-        if kind == "JobAccepted":
-            spec = body.get("spec") or {}
-            self.accepted[job] = (ts, spec.get("tenant") if isinstance(spec, dict) else None)
-        elif kind == "JobScheduled" and job in self.accepted:
-            since, tenant = self.accepted[job]
-            self.waits.append((ts, max(0.0, ts - since), tenant))
-        elif kind in ("JobRequeued", "JobPreempted") and job in self.accepted:
-            self.accepted[job] = (ts, self.accepted[job][1])
-        elif kind in ("JobSucceeded", "JobFailed", "JobCancelled", "JobTimedOut", "JobRejected"):
-            self.accepted.pop(job, None)
-
-    def sample(self, ts: float, queued: dict[str | None, int], busy: int, total: int) -> None:
-        self.samples.append({"t": ts, "queued": queued, "busy": busy, "total": total})
-
-    def view(self, tenant: str | None) -> dict[str, Any]:
-        end = int((self.last_ts or time.time()) // BUCKET_S)
-        start = end - BUCKETS + 1
-        decisions = [[b * BUCKET_S, self.decisions.get(b, 0) / BUCKET_S] for b in range(start, end + 1)]
-        by_bucket: dict[int, dict[str, Any]] = {}
-        for s in self.samples:
-            by_bucket[int(s["t"] // BUCKET_S)] = s
-        queue, util = [], []
-        for b, s in sorted(by_bucket.items()):
-            if b < start:
-                continue
-            queue.append([s["t"], s["queued"].get(tenant, 0) if tenant is not None else s["queued"].get(None, 0)])
-            util.append([s["t"], s["busy"] / s["total"] if s["total"] else 0.0])
-        waits: dict[int, list[float]] = {}
-        for ts, wait, who in self.waits:
-            if tenant is None or who == tenant:
-                waits.setdefault(int(ts // BUCKET_S), []).append(wait)
-        wait_rows = [[b * BUCKET_S, _pct(w, 0.5), _pct(w, 0.9), _pct(w, 0.99), len(w)]
-                     for b, w in sorted(waits.items()) if b >= start]
-        return {"bucket_s": BUCKET_S, "from": start * BUCKET_S, "to": (end + 1) * BUCKET_S,
-                "decisions": decisions, "queue": queue, "utilisation": util, "wait": wait_rows}
 
 
 class Dashboard:
@@ -181,13 +108,10 @@ class Dashboard:
         self._tasks: list[asyncio.Task[Any]] = []
         self._follower: Any = None
         self._sub: Any = None
-        self._audits: dict[tuple[str, int], dict[str, Any]] = {}
-        self._audit_lock = asyncio.Lock()
         self._stopping = False
         self._web: HttpServer | None = None
         self._has_accounts: bool | None = None  # whether the server checks passwords (tenant logins)
-        self._whatif_run: dict[str, Any] = {"state": "idle"}  # the page's `horizon whatif` (one at a time)
-        self._whatif_task: asyncio.Task[None] | None = None
+        self.operator = OperatorPages(self)  # the audit, what-if and action pages
 
     # ------------------------------------------------------------------ life
 
@@ -200,9 +124,9 @@ class Dashboard:
         web.mount("/api/snapshot", self._snapshot)
         web.mount("/api/stream", self._stream)
         web.mount("/api/job", self._job)
-        web.mount("/api/audit", self._audit)
-        web.mount("/api/action/", self._action, methods=("POST",))
-        web.mount("/api/whatif", self._whatif, methods=("GET", "HEAD", "POST"))
+        web.mount("/api/audit", self.operator.audit)
+        web.mount("/api/action/", self.operator.action, methods=("POST",))
+        web.mount("/api/whatif", self.operator.whatif, methods=("GET", "HEAD", "POST"))
         web.attach(self)
 
     async def start(self) -> None:
@@ -219,8 +143,8 @@ class Dashboard:
         # does meanwhile (seen twice under the full suite's load: up, its stack stopped, still running
         # after 60 s; not reproduced alone), so a step that outlasts it is logged and left behind.
         steps: list[tuple[str, Any]] = [(task.get_name(), cancel_and_wait(task)) for task in self._tasks]
-        if self._whatif_task is not None:  # a replay already in its thread finishes there, unread
-            steps.append(("whatif", cancel_and_wait(self._whatif_task)))
+        if self.operator.whatif_task is not None:  # a replay already in its thread finishes there, unread
+            steps.append(("whatif", cancel_and_wait(self.operator.whatif_task)))
         if self._follower is not None:
             steps.append(("log follower", self._follower.stop()))
         if self.nc is not None:
@@ -640,201 +564,8 @@ class Dashboard:
             return _json(body, 502)
         if body.get("job") is None:
             return _json({"error": f"no job {job_id!r}" + (" of yours" if session.tenant else "")}, 404)
-        body["output"] = await self._output(body, tenant)
+        body["output"] = await output_tail(self.nc, body, tenant if self.tenant is None else None)
         return _json(body)
-
-    async def _output(self, body: dict[str, Any], tenant: str | None) -> dict[str, Any]:
-        """The tail of the job's latest attempt's standard output, from its node's agent."""
-        import nats.errors
-
-        row = body["job"]
-        attempts = {a["attempt"]: a for a in body.get("attempts") or []}
-        found = attempts.get(row.get("attempt") or 0)
-        node = ((found or {}).get("node") or "").split(",")[0]
-        if not node:
-            return {"text": "", "note": "it has not run yet"}
-        subject = f"horizon.logs.{node}" + (f".{tenant}" if tenant is not None and self.tenant is None else "")
-        ask = {"job_id": row["job_id"], "attempt": row["attempt"], "stream": "stdout", "offset": -4096}
-        try:
-            msg = await self.nc.request(subject, json.dumps(ask).encode(), timeout=3)
-            answer = decode_json(msg.data)
-        except (nats.errors.NoRespondersError, nats.errors.TimeoutError, ValueError):
-            return {"text": "", "note": f"the agent of {node} does not answer"}
-        if "error" in answer:
-            return {"text": "", "note": str(answer["error"])}
-        return {"text": base64.b64decode(answer.get("data") or "").decode("utf-8", "replace"), "node": node,
-                "size": answer.get("size")}
-
-    async def _audit(self, request: Request) -> Response:
-        """The audit's verdict on each decision of the job's story (services/front/cli/audit.py: the whole
-        log replayed through the five cores, as ``horizon audit --job``), by sequence."""
-        session = self._session(request)
-        if session is None:
-            return _json({"error": "log in first"}, 401)
-        job_id = (request.query.get("id") or [""])[0]
-        if self.log is None:
-            return _json({"error": "the audit reads the whole log: it needs the operator's connection"}, 503)
-        tenant = session.tenant if self.tenant is None else None
-        body = await self.ask("job", {"job_id": job_id}, tenant)
-        if body.get("job") is None:
-            return _json({"error": f"no job {job_id!r}" + (" of yours" if session.tenant else "")}, 404)
-        mine = {e["seq"] for e in body.get("events") or []}
-        key = job_key(tenant, job_id) if tenant is not None and ":" not in job_id else job_id
-        last = int(body.get("last_seq") or 0)
-        async with self._audit_lock:  # one replay at a time: each reads and folds the whole log
-            cached = self._audits.get((key, last))
-            if cached is None:
-                cached = await self._replay(key) if tenant is None else await self._replay(key, fallback=job_id)
-                self._audits = {(key, last): cached}  # the newest only: a log grows
-        verdicts = {seq: v for seq, v in cached["verdicts"].items() if int(seq) in mine}
-        return _json({"job_id": job_id, "verdicts": verdicts, "decisions": sum(
-            1 for v in verdicts.values() if v == "reproduced" or v.startswith("NOT")),
-            "reproduced": sum(1 for v in verdicts.values() if v == "reproduced"),
-            "mismatches": sum(1 for v in verdicts.values() if v.startswith("NOT")),
-            "config": {"policy": self.policy, "backfill_mode": self.backfill}, "records": cached["records"]})
-
-    async def _replay(self, key: str, fallback: str | None = None) -> dict[str, Any]:
-        from services.front.cli.audit import AuditConfig, audit_cores, job_story, read_log, story_events
-        from services.runtime.replay import audit, concerns
-
-        records = await read_log(self.url)
-        config = AuditConfig(policy=self.policy, backfill=self.backfill)
-
-        def run() -> dict[str, Any]:
-            for job in (key, fallback):
-                if job is None:
-                    continue
-                mine = story_events(records, job)
-                if not mine:
-                    continue
-                report = audit(records, audit_cores(config, records), select=lambda e: concerns(e, job))
-                story = job_story(mine, job, report, False)
-                return {"verdicts": {str(line["seq"]): line["verdict"] for line in story}, "records": len(records)}
-            return {"verdicts": {}, "records": len(records)}
-
-        return await asyncio.get_running_loop().run_in_executor(None, run)
-
-    async def _whatif(self, request: Request) -> Response:
-        """The What-if page (docs/whatif.md): GET, the last run (its state, progress and comparison);
-        POST ``{"set": [...], "from", "to", "add_nodes": [...], "remove_nodes": [...]}`` starts one,
-        the same comparison as ``horizon whatif --json``, replayed in a worker thread. Operators
-        only: it reads the whole log."""
-        session = self._session(request)
-        if session is None:
-            return _json({"error": "log in first"}, 401)
-        if session.tenant is not None or self.log is None:
-            return _json({"error": "what-if replays the whole log: it is for operators"}, 403)
-        if request.method != "POST":
-            return _json(self._whatif_run)
-        if request.headers.get("x-horizon-csrf") != session.csrf:
-            return _json({"error": "missing or wrong X-Horizon-CSRF header"}, 403)
-        if self._whatif_task is not None and not self._whatif_task.done():
-            return _json({"error": "a what-if is already running; wait for it"}, 409)
-        from services.front.sim import whatif as w
-
-        try:
-            form = decode_json(request.body or b"{}")
-            sets = tuple(str(x).strip() for x in form.get("set") or () if str(x).strip())
-            add = tuple(str(x).strip() for x in form.get("add_nodes") or () if str(x).strip())
-            remove = tuple(str(x).strip() for x in form.get("remove_nodes") or () if str(x).strip())
-            span = {k: (str(form[k]).strip() or None) if form.get(k) else None for k in ("from", "to")}
-            w.parse_sets(sets)  # a bad key is answered now, not after reading the log
-            for spec in add:
-                w.parse_add_nodes(spec)
-        except (ValueError, TypeError, AttributeError) as exc:  # WhatIfError is a ValueError
-            return _json({"error": str(exc) if isinstance(exc, w.WhatIfError) else f"the body: {exc}"}, 400)
-        request_echo = {"set": list(sets), "add_nodes": list(add), "remove_nodes": list(remove), **span}
-        self._whatif_run = {"state": "running", "request": request_echo, "progress": {}, "started": time.time()}
-        self._whatif_task = asyncio.create_task(self._run_whatif(sets, add, remove, span), name="dashboard-whatif")
-        return _json(self._whatif_run, 202)
-
-    async def _run_whatif(self, sets: tuple[str, ...], add: tuple[str, ...], remove: tuple[str, ...],
-                          span: dict[str, str | None]) -> None:
-        from services.front.cli.audit import read_log
-        from services.front.cli.whatif import whatif_report
-
-        run = self._whatif_run
-        progress: dict[str, list[int]] = run["progress"]
-
-        class Tracker:  # what whatif_report's progress bar is given: one task per replay
-            def __init__(self, label: str = "reading") -> None:
-                self.label = label
-
-            def add(self, label: str, total: int | None = None) -> Tracker:
-                progress[label] = [0, total or 0]
-                return Tracker(label)
-
-            def update(self, done: int, total: int | None = None) -> None:
-                progress[self.label] = [done, total or 0]
-
-        try:
-            records = await read_log(self.url, Tracker().update)
-            out, _ = await asyncio.get_running_loop().run_in_executor(None, lambda: whatif_report(
-                records, from_text=span["from"], to_text=span["to"], sets=sets, add_nodes=add, remove=remove,
-                policy=self.policy, backfill=self.backfill, bar=Tracker()))
-        except Exception as exc:  # noqa: BLE001 - shown on the page, as the CLI prints it in one line
-            run.update(state="failed", error=str(exc), finished=time.time())
-            return
-        run.update(state="done", result=out, finished=time.time())
-
-    async def _action(self, request: Request) -> Response:
-        session = self._session(request)
-        if session is None:
-            return _json({"error": "log in first"}, 401)
-        if session.tenant is not None:
-            return _json({"error": "operator actions are for operators: a tenant's dashboard is read-only"}, 403)
-        if request.headers.get("x-horizon-csrf") != session.csrf:
-            return _json({"error": "missing or wrong X-Horizon-CSRF header"}, 403)
-        try:
-            form = decode_json(request.body or b"{}")
-        except ValueError:
-            return _json({"error": "the body must be JSON"}, 400)
-        what = request.path.rsplit("/", 1)[-1]
-        reason = str(form.get("reason") or "from the dashboard")
-        if what == "cancel":
-            job = str(form.get("job_id") or "")
-            if not job:
-                return _json({"error": "which job?"}, 400)
-            from services.front.cli.requests import cancel_requests
-
-            answers = await cancel_requests(self.nc, [job], tenant=ADMIN_TENANT, admin=True, reason=reason,
-                                            timeout_s=10.0)
-            got = answers.get(job) or []
-            if not got:
-                return _json({"error": "no answer from the submission service within 10 s"}, 504)
-            refused = [a for a in got if a.get("type") == "RequestRejected"]
-            return _json({"job_id": job, "answer": got[0].get("type"),
-                          "reason": refused[0].get("reason") if refused else None}, 409 if refused else 200)
-        if what in ("cordon", "uncordon"):
-            node = str(form.get("node") or "")
-            if not node or not valid_token(node):
-                return _json({"error": "which node?"}, 400)
-            return await self._node_command(node, what, reason)
-        return _json({"error": f"unknown action {what!r}: cancel, cordon or uncordon"}, 404)
-
-    async def _node_command(self, node: str, action: str, reason: str) -> Response:
-        """``horizon node cordon|uncordon NODE``: the same request, answered by inventory."""
-        from services.front.client.client import await_answer, default_user, publish_input
-
-        event = c.NodeCommandIssued(ts=time.time(), source="horizon-ui", correlation_id=node, node=node,
-                                    action=action, reason=reason, user=default_user())
-        sub = await self.nc.subscribe(f"horizon.evt.inventory.*.{node}")
-        try:
-            seq = await publish_input(self.nc, admin_subject("node"), event,
-                                      msg_id=f"node/{node}/{action}/{uuid.uuid4().hex}")
-            deadline = asyncio.get_running_loop().time() + 10.0
-            while (left := deadline - asyncio.get_running_loop().time()) > 0:
-                answer = await await_answer(sub, {"NodeCordoned", "NodeUncordoned", "RequestRejected"}, left)
-                if answer is None:
-                    break
-                if answer.get("causation_id") == f"seq:{seq}":
-                    ok = answer.get("type") != "RequestRejected"
-                    return _json({"node": node, "answer": answer.get("type"), "reason": answer.get("reason")},
-                                 200 if ok else 409)
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-        return _json({"error": "no answer from inventory within 10 s"}, 504)
 
 
 def _blank_others(gpus: dict[str, Any], tenant: str | None) -> dict[str, Any]:
@@ -851,7 +582,3 @@ def _blank_others(gpus: dict[str, Any], tenant: str | None) -> dict[str, Any]:
         nodes.append({**node, "gpus": devices, "held_for": own})
     out["nodes"] = nodes
     return out
-
-
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(status, json.dumps(body).encode(), _JSON, headers={"Cache-Control": "no-store"})

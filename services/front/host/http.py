@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["HttpServer", "Request", "Response", "Handler"]
+__all__ = ["HttpServer", "Request", "Response", "Handler", "json_response"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,12 @@ class Response:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    """``body`` as JSON, never cached (an API's answer)."""
+    return Response(status, json.dumps(body).encode(), "application/json; charset=utf-8",
+                    headers={"Cache-Control": "no-store"})
 
 
 class HttpServer:
