@@ -39,7 +39,8 @@ import nats
 from events import catalogue as c
 from events.codec import DecodeError, decode, encode
 from events.subjects import input_subject
-from services.front.bench.chaos import HORIZON, Part, duplicates, horizon_check
+from services.front.bench.chaos_parts import HORIZON, Part
+from services.front.bench.chaos_verdict import duplicates, horizon_check
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.lease import Lease
 from services.runtime.log import Outgoing
