@@ -92,6 +92,6 @@ def placement_cycle(f: Feed, n: int, candidates: list[str], dt: float = 1.0) -> 
 def job_file(state_dir: Path | str, job_id: str, attempt: int, name: str) -> Path:
     """A file of an attempt's own folder (its default output, its checkpoint) as the process executor on
     ``state_dir`` (a stack's ``<data dir>/jobs``) keeps it: in the jobs' spool, not the data dir."""
-    from services.nodes.backends.process.executors import default_spool, spool_name
+    from services.nodes.backends.process.job_files import default_spool, spool_name
 
     return default_spool(Path(state_dir)) / spool_name(job_id, attempt) / name

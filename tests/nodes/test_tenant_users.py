@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from services.nodes.backends.process.executors import ProcessExecutor, default_spool, kill_attempts
+from services.nodes.backends.process.executors import ProcessExecutor, kill_attempts
+from services.nodes.backends.process.job_files import default_spool
 from tests.nodes.test_containers import image  # noqa: F401 - the busybox image, built once per session
 from tests.front.test_up_auth import Up, clean_env, horizon, start_up, stop_up
 

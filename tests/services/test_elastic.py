@@ -8,7 +8,7 @@ import pytest
 
 from events import catalogue as c
 from services.nodes.agent.core import AgentCore
-from services.nodes.backends.process.executors import job_environment
+from services.nodes.job_environment import job_environment
 from services.domain.jobs import JobState
 from services.domain.protocol import Record
 from services.placement.core import PlacementCore

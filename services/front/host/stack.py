@@ -20,7 +20,8 @@ from projections.jobs import JobsProjection, QueryServer
 from projections.scheduling import SchedulerView
 from projections.standing import StandingStore
 from services.nodes.agent.app import NodeAgent
-from services.nodes.backends.process.executors import Executor, ProcessExecutor, SimExecutor
+from services.nodes.backends.process.executors import ProcessExecutor, SimExecutor
+from services.nodes.backends.protocol import Executor
 from services.nodes.spec import NodeSpec
 from services.domain.queue.fold import QueueFold
 from services.front.host.lock import DataDirLock

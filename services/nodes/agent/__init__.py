@@ -9,22 +9,22 @@ what the log asks of its nodes and reports what happened (``JobStarted``,
 * ``core.py``: its pure core, ``AgentCore``: the fold of the log (which jobs
   are this agent's, the stop and preemption requests, the checkpoints, the
   endings it has reported) and the actions it calls for (``Action``: start,
-  stop, preempt, ended; at start-up, the plan ``resume``). No asyncio, no I/O,
-  no clock;
-* ``nodes.py``: the node model, ``NodeSpec`` (its ``NodeRegistered`` event)
-  and ``local_nodes``, pure; the simulator, the benchmarks and the CLI use it
-  without starting an agent;
+  stop, preempt, resized, ended; at start-up, the plan ``resume``). No asyncio,
+  no I/O, no clock;
 * ``app.py``: the adapter, ``NodeAgent``: registration, heartbeats, following
-  the log, and carrying out the core's actions on processes;
-* ``executors.py``: how a job runs: a real process group, or a simulated job
-  that only takes time, and its checkpoints;
-* ``steps.py`` and ``tasks.py``: job steps, ``srun`` inside a job: the socket
-  a job's srun asks its agent on, a step's tasks on the nodes this agent hosts,
+  the log, and carrying out the core's actions through its ``Executor``
+  (``services/nodes/backends/protocol.py``; the node model is
+  ``services/nodes/spec.py``);
+* ``steps.py``, ``step_door.py`` and ``step_runs.py``: job steps, ``srun``
+  inside a job whose executor runs processes here: the socket a job's srun
+  asks its agent on (the door), a step's tasks on the nodes this agent hosts,
   the other nodes' shares asked of their agents over NATS, and the reports
-  ``JobStepStarted`` and ``JobStepEnded``.
+  ``JobStepStarted`` and ``JobStepEnded``;
+* ``logs.py``, ``memory_pressure.py``, ``gpu_health.py``: serving the jobs'
+  output to ``horizon logs``, the memory-pressure watch, the GPUs' health.
 
 What must not: the agent imports only ``events``, ``services.domain`` and
 ``services.runtime``, never another service, and the decision services never
 import the agent (they know a node only by its events). The host layer
-(``services/{cli,host,bench,sim}/``) composes it.
+(``services/front/``) composes it.
 """

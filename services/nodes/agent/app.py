@@ -21,7 +21,7 @@ its process group, SIGKILL after the grace period. A cancel
 preemption or eviction (``PreemptionRequested``, from preemption or from
 inventory for a NoExecute taint) first sends the job its
 ``checkpoint_signal``, if it declares one, and waits for a checkpoint
-reference (``services/nodes/backends/process/executors.py``) within the grace period, which
+reference (``services/nodes/backends/protocol.py``: ``Execution.checkpoint``) within the grace period, which
 covers checkpoint and exit together, as Kubernetes counts a preStop hook
 against the termination grace period; SIGTERM follows at once when the
 checkpoint is written, and SIGKILL at the end of the period, but never
@@ -77,20 +77,23 @@ from events import catalogue as c
 from events.base import Event
 from events.codec import encode
 from events.subjects import event_subject, heartbeat_subject
-from services.nodes.backends.process import signals
-from services.nodes.agent.core import Action, AgentCore
-from services.nodes.backends.process.executors import Execution, Executor, Outcome, ProcessExecutor
+from services.domain.envelope import Decider
+from services.domain.jobs import JobState
+from services.domain.protocol import Record
+from services.domain.qos import memory_limit
+from services.nodes.agent.core import Action, ActionKind, AgentCore
 from services.nodes.agent.gpu_health import GpuHealth
 from services.nodes.agent.logs import LogServer
 from services.nodes.agent.memory_pressure import MemoryWatch, default_reserve
 from services.nodes.agent.steps import StepService
+from services.nodes.backends.process import signals
 from services.nodes.backends.process.nvml import GpuBackend, NvmlBackend
+from services.nodes.backends.process.resize import world_of
+from services.nodes.backends.protocol import Execution, Executor, MemoryMeasured, Outcome, Resizable
+from services.nodes.job_environment import job_environment
 from services.nodes.spec import NodeSpec
 from services.runtime.consume import readable
 from services.runtime.log import EventLog
-from services.domain.protocol import Record
-from services.domain.jobs import JobState
-from services.domain.qos import memory_limit
 
 __all__ = ["NodeAgent", "MIN_STOP_GRACE_S"]
 
@@ -176,8 +179,9 @@ class NodeAgent:
             if self.executor.state_dir is not None:
                 self._logs = LogServer(self.nc, self.executor.state_dir, sorted(self.nodes))
                 await self._logs.start()
-        if isinstance(self.executor, ProcessExecutor):
-            self.steps = StepService(self.log, self.core, self.executor, lambda: self.nodes.keys(), self._devices,
+        host = self.executor.processes_here()  # its jobs are processes here: srun inside them is served here
+        if host is not None:
+            self.steps = StepService(self.log, self.core, host, lambda: self.nodes.keys(), self._devices,
                                      nc=self.nc, grace_period_s=self.grace_period_s)
             await self.steps.start()
         end = await self.log.last_seq()
@@ -185,7 +189,7 @@ class NodeAgent:
             self._fold(batch)
         await self._resume()
         self._follower = await self.log.follow(self._on_batch, from_seq=end + 1, subjects=("horizon.evt.>",))
-        if isinstance(self.executor, ProcessExecutor) and self.executor.hierarchy.usable:
+        if host is not None and host.hierarchy.usable:  # their memory is measured in their cgroups
             self._memory_task = asyncio.create_task(self._watch_memory(), name=f"{self.name}-memory")
         self.ready.set()
 
@@ -252,12 +256,12 @@ class NodeAgent:
             await asyncio.sleep(self.memory_interval_s)
             uses: dict[str, list[c.JobMemoryUse]] = {name: [] for name in self.watches}
             for job_id, run in sorted(self.running.items()):
-                measure = getattr(run.execution, "memory_used", None)
+                execution = run.execution
                 job = self.core.jobs.get(job_id)
                 alloc = self.core.mine(job.allocations) if job is not None else None
-                if measure is None or alloc is None or alloc.node not in uses:
+                if not isinstance(execution, MemoryMeasured) or alloc is None or alloc.node not in uses:
                     continue
-                used = await asyncio.to_thread(measure)
+                used = await asyncio.to_thread(execution.memory_used)
                 if used is not None:
                     uses[alloc.node].append(c.JobMemoryUse(job_id=job_id, attempt=run.attempt, used_bytes=used))
             for name, found in uses.items():
@@ -330,7 +334,7 @@ class NodeAgent:
         self.running[job_id] = run
         run.task = asyncio.create_task(self._run(job_id, job.attempt, job.spec, alloc, run), name=f"job-{job_id}")
 
-    async def _act(self, action: str, job_id: str) -> None:
+    async def _act(self, action: ActionKind, job_id: str) -> None:
         job = self.core.jobs.get(job_id)
         if job is None:
             return
@@ -353,10 +357,7 @@ class NodeAgent:
         elif action == "resized":
             run = self.running.get(job_id)
             execution = run.execution if run is not None else None
-            if execution is not None and job.spec is not None and hasattr(execution, "resized"):
-                from services.nodes.backends.process.executors import job_environment
-                from services.nodes.backends.process.resize import world_of
-
+            if isinstance(execution, Resizable) and job.spec is not None:
                 env = job_environment(job_id, job.attempt, job.spec, job.allocations[0], allocations=job.allocations)
                 execution.resized(world_of(env))
         elif action == "preempt":
@@ -528,15 +529,9 @@ class NodeAgent:
         self.core.reporting(cls, job_id, attempt)
         job = self.core.jobs.get(job_id)
         node = fields.get("node") or (job.allocations[0].node if job is not None and job.allocations else "")
-        event = cls(
-            id=f"agent/{cls.__struct_config__.tag}/{job_id}/{attempt}",
-            ts=time.time(),
-            correlation_id=job_id,
-            source=f"agent/{node}" if node else "agent",
-            job_id=job_id,
-            attempt=attempt,
-            **fields,
-        )
+        decide = Decider("agent", ts=time.time(), correlation_id=job_id, source=f"agent/{node}" if node else "agent",
+                         job_id=job_id, attempt=attempt)
+        event = decide(cls, job_id, attempt, **fields)
         # A report is a fact only this agent knows: retry until the log takes it (the
         # deterministic id makes every retry after a lost ack a harmless duplicate).
         delay = 0.2

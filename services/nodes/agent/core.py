@@ -48,23 +48,26 @@ No asyncio, no I/O, no clock: "now" is the stored time of each record.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from events import catalogue as c
 from events.base import Event
 from services.domain.jobs import HOLDS_RESOURCES, JobState, JobTable
 from services.domain.protocol import Record
 
-__all__ = ["Action", "AgentCore", "ENDINGS"]
+__all__ = ["Action", "ActionKind", "AgentCore", "ENDINGS"]
 
 ENDINGS = (c.JobSucceeded, c.JobFailed, c.JobCancelled, c.JobPreempted)  # the reports that end an attempt
 
+# ``start``, ``stop``, ``preempt``, ``resized``, ``ended`` from ``AgentCore.fold``; ``cancelled``, ``preempted``,
+# ``start``, ``lost`` from ``AgentCore.resume`` (the module doc says what each asks of the adapter)
+ActionKind = Literal["start", "stop", "preempt", "resized", "ended", "cancelled", "preempted", "lost"]
+
 
 class Action(NamedTuple):
-    """What the adapter must do about one job: ``kind`` is ``start``, ``stop``, ``preempt``, ``resized`` or ``ended`` from
-    ``AgentCore.fold``; ``cancelled``, ``preempted``, ``start`` or ``lost`` from ``AgentCore.resume``."""
+    """What the adapter must do about one job (``kind``: see ``ActionKind``)."""
 
-    kind: str
+    kind: ActionKind
     job_id: str
 
 

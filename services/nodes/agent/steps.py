@@ -43,33 +43,21 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hashlib
 import json
 import logging
 import os
-import socket
-import struct
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import msgspec
 
 from events import catalogue as c
 from events.base import Event
 from events.codec import encode
-from events.subjects import event_subject, tenant_view
-from services.nodes.backends.process import attempt_supervisor as shim
-from services.nodes.backends.process.cgroups import JobCgroup
-from services.nodes.agent.core import AgentCore
-from services.nodes.backends.process.executors import ProcessExecutor, visible_devices
-from services.nodes.backends.process.identity import Identity, identity_for, may_enter
-from services.nodes.backends.process.node_share import NodeShare, RemoteSink, TaskSink, TaskSpec
+from events.subjects import event_subject
+from services.domain.envelope import decision_id
 from services.domain.hostlist import compress
 from services.domain.jobs import HOLDS_RESOURCES
 from services.domain.steps import (
@@ -82,120 +70,29 @@ from services.domain.steps import (
     step_exit,
     task_environment,
 )
-from services.runtime.log import EventLog
+from services.nodes.agent.core import AgentCore
+from services.nodes.agent.step_door import StepDoors, answer, not_for_others, socket_dir
+from services.nodes.agent.step_runs import HeldShare, StepRun, exported_env
+from services.nodes.backends.process.cgroups import JobCgroup
+from services.nodes.backends.process.identity import identity_for, may_enter
+from services.nodes.backends.process.node_share import NodeShare, RemoteSink, TaskSink, TaskSpec
+from services.nodes.backends.protocol import ProcessHost
+from services.nodes.job_environment import visible_devices
 from services.runtime.command_shims import write_shims
+from services.runtime.log import EventLog
 
-__all__ = ["StepService", "step_subject", "SOCKET_ENV"]
+__all__ = ["StepService", "step_subject"]
 
 log = logging.getLogger("horizon.agent.steps")
 
-SOCKET_ENV = "HORIZON_STEP_SOCKET"
 LAUNCH_TIMEOUT_S = 10.0  # asking another node's agent to start its share
 CATCH_UP_S = 5.0  # how long a node's agent waits to see in the log the attempt a launch names
 LOST_AFTER_S = 10.0  # after a stop's grace period: a share that never reports its tasks' ends is given up
-MAX_LINE = 64 * 1024 * 1024  # srun's request (its environment included)
-# Set by srun for itself, or the batch node's own: never passed on to the tasks of a step.
-_NOT_PASSED = (SOCKET_ENV, "HORIZON_CHECKPOINT_FILE")
 
 
 def step_subject(node: str) -> str:
     return f"horizon.step.{node}"
 
-
-def _socket_dir(spool_dir: Path) -> Path:
-    """Where the attempts' sockets are: beside the jobs' own folders (never in the data dir, which no job
-    may enter) if the path is short enough for a socket (108 bytes on Linux, with a 24-character name),
-    else a directory of the agent's in /tmp."""
-    own = spool_dir / ".steps"
-    if len(str(own.resolve())) <= 80:
-        return own
-    digest = hashlib.sha1(str(spool_dir.resolve()).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"horizon-steps-{os.getuid()}-{digest}"
-
-
-def _not_for_others(*paths: Path) -> Path | None:
-    """The first of ``paths`` (or of their folders) that a user other than its owner cannot reach."""
-    for path in paths:
-        for part in [*reversed(path.parents), path]:
-            try:
-                mode = part.stat().st_mode
-            except OSError:
-                return part
-            if not mode & 0o001 or (part == path and not mode & 0o004):
-                return part
-    return None
-
-
-def _peer(writer: asyncio.StreamWriter) -> tuple[int, int]:
-    """(pid, uid) of the process at the other end of a Unix socket (SO_PEERCRED: the kernel's word)."""
-    sock = writer.get_extra_info("socket")
-    pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-    return pid, uid
-
-
-@dataclass
-class _Run:
-    """A step this agent coordinates (its job's batch node is here)."""
-
-    job_id: str
-    attempt: int
-    step: int
-    name: str
-    layout: StepLayout
-    writer: asyncio.StreamWriter
-    kill_on_bad_exit: bool = False
-    on_bad_exit: Callable[[int, int | None], Any] | None = None  # --kill-on-bad-exit: a task failed
-    started: float = field(default_factory=time.time)
-    codes: dict[int, int | None] = field(default_factory=dict)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    local: list[NodeShare] = field(default_factory=list)
-    remote: list[str] = field(default_factory=list)  # nodes whose agents run a share
-    io: Any = None  # the subscription remote shares report on
-    stopping: str = ""  # why it is being stopped
-    timed_out: bool = False
-    srun_gone: bool = False
-
-    @property
-    def key(self) -> tuple[str, int, int]:
-        return (self.job_id, self.attempt, self.step)
-
-    async def send(self, message: dict[str, Any]) -> None:
-        """A line to srun (dropped once srun is gone: the step then only finishes)."""
-        if self.srun_gone:
-            return
-        async with self.lock:
-            try:
-                self.writer.write(json.dumps(message).encode() + b"\n")
-                await self.writer.drain()
-            except (ConnectionError, RuntimeError):
-                self.srun_gone = True
-
-    async def output(self, rank: int, fd: int, data: bytes) -> None:
-        await self.send({"o": base64.b64encode(data).decode(), "r": rank, "f": fd})
-
-    async def exited(self, rank: int, code: int | None, error: str = "") -> None:
-        if rank in self.codes:
-            return
-        self.codes[rank] = code
-        await self.send({"x": rank, "c": code, "e": error})
-        if code != 0 and self.kill_on_bad_exit and self.on_bad_exit is not None and not self.stopping:
-            self.on_bad_exit(rank, code)
-        if len(self.codes) == self.layout.ntasks:
-            self.done.set()
-
-
-@dataclass
-class _Share:
-    """A node's share of a step, run by this agent (for itself or for another node's coordinator)."""
-
-    job_id: str
-    attempt: int
-    step: int
-    node: str
-    share: NodeShare
-    sink: TaskSink
-    owned: JobCgroup | None = None  # a cgroup made for the steps on a node that is not the batch node
 
 
 class StepService:
@@ -206,7 +103,7 @@ class StepService:
     ``nc``: the agent's NATS connection (None: only nodes hosted here can take part in a step).
     """
 
-    def __init__(self, log_: EventLog, core: AgentCore, executor: ProcessExecutor,
+    def __init__(self, log_: EventLog, core: AgentCore, executor: ProcessHost,
                  hosted: Callable[[], Collection[str]], devices: Callable[[str], Mapping[str, c.GpuDevice]], *,
                  nc: Any = None, grace_period_s: float = 10.0) -> None:
         self.log = log_
@@ -216,11 +113,11 @@ class StepService:
         self.devices = devices
         self.nc = nc
         self.grace_period_s = grace_period_s
-        self.socket_dir = _socket_dir(executor.spool_dir)
+        self.socket_dir = socket_dir(executor.spool_dir)
         self.shims_dir = executor.spool_dir / ".bin"  # run by jobs, as their users: not in the data dir
-        self.doors: dict[tuple[str, int], Any] = {}  # asyncio servers
-        self.runs: dict[tuple[str, int, int], _Run] = {}
-        self.shares: dict[tuple[str, int, int, str], _Share] = {}
+        self.doors = StepDoors(self.socket_dir, core, executor, self._run_step)  # srun's sockets, per attempt
+        self.runs: dict[tuple[str, int, int], StepRun] = {}
+        self.shares: dict[tuple[str, int, int, str], HeldShare] = {}
         self.cgroups: dict[tuple[str, int, str], tuple[JobCgroup, int]] = {}  # owned cgroups and their users
         self._issued: dict[tuple[str, int], int] = {}  # the next step number per attempt, once one was issued
         self._reports: asyncio.Queue[Event] = asyncio.Queue()
@@ -240,11 +137,11 @@ class StepService:
         # job they must be Horizon's whatever else the machine has (services/runtime/command_shims.py).
         await asyncio.to_thread(write_shims, self.shims_dir, ("srun", "scontrol"), guard=False)
         if os.geteuid() == 0:
-            hidden = _not_for_others(Path(sys.executable).resolve(), Path(__file__).resolve().parent)
+            hidden = not_for_others(Path(sys.executable).resolve(), Path(__file__).resolve().parent)
             if hidden is not None:
                 log.warning("jobs run as their users, who cannot run Horizon's srun and scontrol: %s is not "
                             "readable by others; install Horizon where its users can run it (docs/tenants.md)", hidden)
-        self.executor.step_socket = self.socket_path
+        self.executor.step_socket = self.doors.socket_path
         self.executor.shims_dir = self.shims_dir
         self.executor.step_groups = self.task_groups
         self._reporter = asyncio.create_task(self._report_loop(), name="step-reports")
@@ -268,7 +165,7 @@ class StepService:
                                        "grace_s": self.grace_period_s})
         for held in list(self.shares.values()):
             held.share.kill_now()
-        for job_id, attempt in list(self.doors):
+        for job_id, attempt in list(self.doors.servers):
             await self._close_door(job_id, attempt)
         for task in list(self._tasks):
             task.cancel()
@@ -295,30 +192,11 @@ class StepService:
         return {proc.pid for (j, a, _s, _n), held in list(self.shares.items()) if (j, a) == (job_id, attempt)
                 for proc in held.share.procs.values() if proc.returncode is None}
 
-    # ------------------------------------------------------------------ the door of an attempt
-
-    def socket_path(self, job_id: str, attempt: int) -> str:
-        digest = hashlib.sha1(f"{job_id}\0{attempt}".encode()).hexdigest()[:20]
-        return str(self.socket_dir / f"{digest}.sock")
+    # ------------------------------------------------------------------ an attempt's door (services/nodes/agent/step_door.py)
 
     async def open(self, job_id: str, attempt: int) -> None:
         """Open the attempt's socket (before the attempt starts, or again for an adopted one)."""
-        key = (job_id, attempt)
-        if key in self.doors:
-            return
-        path = self.socket_path(job_id, attempt)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await self._serve(job_id, attempt, reader, writer)
-
-        server = await asyncio.start_unix_server(serve, path=path, limit=MAX_LINE)
-        owner = self._owner(job_id, attempt)
-        if owner is not None and os.geteuid() == 0:
-            os.chown(path, owner.uid, owner.gid)  # the job's user alone may connect
-        os.chmod(path, 0o600)
-        self.doors[key] = server
+        await self.doors.open(job_id, attempt)
 
     async def close(self, job_id: str, attempt: int) -> None:
         """The attempt is over: stop its steps everywhere and close its socket."""
@@ -327,111 +205,8 @@ class StepService:
         await self._close_door(job_id, attempt)
 
     async def _close_door(self, job_id: str, attempt: int) -> None:
-        server = self.doors.pop((job_id, attempt), None)
-        if server is not None:
-            server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 1.0)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path(job_id, attempt))
+        await self.doors.close(job_id, attempt)
         self._issued.pop((job_id, attempt), None)
-
-    def _owner(self, job_id: str, attempt: int) -> Identity | None:
-        """Who the attempt runs as (None: as the agent): its plan's ``run_as`` once planned, else what its
-        spec resolves to here (the door opens before the attempt starts)."""
-        try:
-            plan = json.loads((self.executor.attempt_dir(job_id, attempt) / shim.PLAN).read_text())
-            return Identity.from_json(plan.get("run_as"))
-        except (OSError, ValueError):
-            pass
-        job = self.core.jobs.get(job_id)
-        if job is None or job.spec is None:
-            return None
-        return identity_for(job.spec.uid, job.spec.gid, job.spec.groups, job.spec.user)
-
-    def _of_attempt(self, job_id: str, attempt: int, pid: int, uid: int) -> str | None:
-        """Why the process ``pid`` (``uid``) may not speak for the attempt; None when it may: it runs as the
-        attempt's user and is in the attempt's cgroup (without cgroups: in the job's session). Another
-        job's process that found this socket (a path in an environment variable is no secret) is refused."""
-        owner = self._owner(job_id, attempt)
-        if uid not in {owner.uid if owner is not None else os.geteuid(), 0}:
-            return f"uid {uid} is not the job's user"
-        hierarchy = self.executor.hierarchy
-        if hierarchy.usable:
-            job = self.core.jobs.get(job_id)
-            node = job.allocations[0].node if job is not None and job.allocations else ""
-            if node and pid in hierarchy.cgroup(node, job_id, attempt).pids():
-                return None
-            return f"process {pid} is not in the job's cgroup"
-        known = shim.read_pid_file(self.executor.attempt_dir(job_id, attempt) / shim.JOB_PID)
-        with contextlib.suppress(OSError):
-            if known is not None and os.getsid(pid) == known[0]:
-                return None
-        return f"process {pid} is not in the job's session"
-
-    async def _serve(self, job_id: str, attempt: int, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter) -> None:
-        try:
-            pid, uid = _peer(writer)
-            line = await reader.readline()  # read first: the refusal is then an answer, not a broken pipe
-            refused = self._of_attempt(job_id, attempt, pid, uid)
-            if refused is not None:
-                log.warning("step socket of %s attempt %d: refused a connection (%s)", job_id, attempt, refused)
-                await _answer(writer, {"error": f"this socket is another job's: {refused}"})
-                return
-            try:
-                request = json.loads(line)
-                if not isinstance(request, dict):
-                    raise ValueError("not a JSON object")
-            except ValueError as exc:
-                await _answer(writer, {"error": f"bad request: {exc}"})
-                return
-            op = request.get("op")
-            if op == "run":
-                await self._run_step(job_id, attempt, request, reader, writer)
-            elif op == "job":
-                await _answer(writer, self.job_info(job_id, attempt, request.get("job_id")))
-            else:
-                await _answer(writer, {"error": f"unknown op {op!r}; ops: run, job"})
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        except Exception:  # noqa: BLE001 - one srun's trouble must not take the agent down
-            log.exception("step request of %s attempt %d failed", job_id, attempt)
-            with contextlib.suppress(Exception):
-                await _answer(writer, {"error": "the node's agent failed to run the step (see its log)"})
-        finally:
-            with contextlib.suppress(Exception):
-                writer.close()
-
-    # ------------------------------------------------------------------ scontrol show job, inside a job
-
-    def job_info(self, job_id: str, attempt: int, asked: Any = None) -> dict[str, Any]:
-        """The job as ``scontrol show job`` inside it shows it: the agent's view of the log. Another job
-        of the same tenant may be asked for by the id the tenant knows it by."""
-        own = self.core.jobs.get(job_id)
-        tenant = own.spec.tenant if own is not None and own.spec is not None else ""
-        key = job_id
-        if asked not in (None, ""):
-            asked = str(asked)
-            key = next((k for k in (f"{tenant}:{asked}", asked) if self.core.jobs.get(k) is not None), "")
-        job = self.core.jobs.get(key) if key else None
-        if job is None or job.spec is None or job.spec.tenant != tenant:
-            return {"error": f"Invalid job id specified: {asked}"}
-        spec = job.spec
-        row: dict[str, Any] = {
-            "job_id": tenant_view(spec.tenant, job.job_id), "state": job.state.value, "attempt": job.attempt,
-            "name": spec.name, "user": spec.user, "account": spec.account, "tenant": spec.tenant,
-            "nodes": spec.nodes, "tasks_per_node": spec.tasks_per_node, "cpus_milli": spec.cpus_milli,
-            "memory_bytes": spec.memory_bytes, "gpus": spec.total_gpus, "time_limit_s": spec.time_limit_s,
-            "allocation": [msgspec.to_builtins(a) for a in job.allocations], "submitted_ts": job.accepted_ts or None,
-            "started_ts": job.started_ts or None, "ended_ts": job.ended_ts or None, "reason": job.reason,
-            "exit_code": job.exit_code, "spec": msgspec.to_builtins(spec),
-        }
-        if key == job_id:
-            with contextlib.suppress(OSError, ValueError):
-                plan = json.loads((self.executor.attempt_dir(job_id, attempt) / shim.PLAN).read_text())
-                row["stdout"], row["stderr"] = plan["stdout"], plan["stderr"]
-        return {"job": row}
 
     # ------------------------------------------------------------------ coordinating a step (batch node)
 
@@ -444,27 +219,27 @@ class StepService:
                         writer: asyncio.StreamWriter) -> None:
         job = self.core.jobs.get(job_id)
         if job is None or job.spec is None or job.attempt != attempt or job.state not in HOLDS_RESOURCES:
-            await _answer(writer, {"error": "the job's attempt is over: no new step can start"})
+            await answer(writer, {"error": "the job's attempt is over: no new step can start"})
             return
         argv = [str(a) for a in request.get("argv") or []]
         if not argv:
-            await _answer(writer, {"error": "no command to run"})
+            await answer(writer, {"error": "no command to run"})
             return
         options = request.get("options") or {}
         try:
             layout = plan_step(StepRequest.from_json(options),
                                slots_of(job.allocations, job.spec.tasks_per_node, job.spec.cpus_milli))
         except StepError as exc:
-            await _answer(writer, {"error": str(exc)})
+            await answer(writer, {"error": str(exc)})
             return
         step = self._next_step(job_id, attempt)
-        run = _Run(job_id, attempt, step, os.path.basename(argv[0]) or argv[0], layout, writer,
+        run = StepRun(job_id, attempt, step, os.path.basename(argv[0]) or argv[0], layout, writer,
                    kill_on_bad_exit=bool(options.get("kill_on_bad_exit")))
         run.on_bad_exit = lambda rank, code: self._spawn(
             self._stop_run(run, f"task {rank} failed (exit code {code}) and --kill-on-bad-exit stops the step"),
             f"kill-on-bad-exit-{step}")
         self.runs[run.key] = run
-        env = _exported(request.get("env") or {}, options.get("export"))
+        env = exported_env(request.get("env") or {}, options.get("export"))
         env.update(step_environment(layout, step, compress([a.node for a in job.allocations])))
         cwd = str(request.get("cwd") or job.spec.cwd or "/")
         try:
@@ -502,11 +277,11 @@ class StepService:
                 with contextlib.suppress(Exception):
                     await run.io.unsubscribe()
 
-    def _time_out(self, run: _Run) -> None:
+    def _time_out(self, run: StepRun) -> None:
         run.timed_out = True
         self._spawn(self._stop_run(run, "its time limit (srun --time) ran out"), f"timeout-{run.step}")
 
-    async def _listen(self, run: _Run, reader: asyncio.StreamReader) -> None:
+    async def _listen(self, run: StepRun, reader: asyncio.StreamReader) -> None:
         """srun's messages while the step runs: signals to forward; returns when srun is gone."""
         while True:
             line = await reader.readline()
@@ -521,7 +296,7 @@ class StepService:
                 elif isinstance(message.get("signal"), int):
                     await self._signal_run(run, int(message["signal"]))
 
-    async def _launch_all(self, run: _Run, argv: list[str], env: dict[str, str], cwd: str) -> None:
+    async def _launch_all(self, run: StepRun, argv: list[str], env: dict[str, str], cwd: str) -> None:
         """Start every node's share: here for the nodes this agent hosts, through the others' agents."""
         hosted = set(self.hosted())
         remote = [i for i, node in enumerate(run.layout.nodes) if node not in hosted]
@@ -551,7 +326,7 @@ class StepService:
                 await self._stop_run(run, f"launch failed on {node}: {error}")
                 return
 
-    def _io_handler(self, run: _Run) -> Any:
+    def _io_handler(self, run: StepRun) -> Any:
         async def on_io(msg: Any) -> None:
             gone = run.key not in self.runs
             if not gone:
@@ -566,14 +341,14 @@ class StepService:
 
         return on_io
 
-    async def _signal_run(self, run: _Run, sig: int) -> None:
+    async def _signal_run(self, run: StepRun, sig: int) -> None:
         for share in run.local:
             share.signal(sig)
         for node in run.remote:
             await self._ask(node, {"op": "signal", "job_id": run.job_id, "attempt": run.attempt, "step": run.step,
                                    "signal": sig})
 
-    async def _stop_run(self, run: _Run, why: str) -> None:
+    async def _stop_run(self, run: StepRun, why: str) -> None:
         """Stop the step on every node (SIGTERM, SIGKILL after the grace period); give up on a node whose
         tasks never report their end."""
         if run.done.is_set():
@@ -637,9 +412,9 @@ class StepService:
         except OSError as exc:
             return f"cannot enter {cwd}{f' as {run_as.user}' if run_as is not None else ''}: {exc.strerror}"
         share = NodeShare([str(a) for a in request["argv"]], cwd, tasks, sink, cgroup, run_as)
-        held = _Share(job_id, attempt, step, node, share, sink, owned)
+        held = HeldShare(job_id, attempt, step, node, share, sink, owned)
         self.shares[(job_id, attempt, step, node)] = held
-        if isinstance(sink, _Run):
+        if isinstance(sink, StepRun):
             sink.local.append(share)
         await share.start()
         self._spawn(self._watch_share(held), f"share-{job_id}-{step}-{node}")
@@ -682,7 +457,7 @@ class StepService:
         self.cgroups[key] = (cgroup, 1)
         return cgroup, cgroup
 
-    async def _watch_share(self, held: _Share) -> None:
+    async def _watch_share(self, held: HeldShare) -> None:
         sink = held.sink
         lost = asyncio.create_task(sink.lost.wait()) if isinstance(sink, RemoteSink) else None
         done = asyncio.create_task(held.share.done.wait())
@@ -769,10 +544,10 @@ class StepService:
 
     # ------------------------------------------------------------------ reports
 
-    def _event(self, cls: type[Event], run: _Run, **fields: Any) -> Event:
+    def _event(self, cls: type[Event], run: StepRun, **fields: Any) -> Event:
         job = self.core.jobs.get(run.job_id)
         node = job.allocations[0].node if job is not None and job.allocations else ""
-        return cls(id=f"agent/{cls.__struct_config__.tag}/{run.job_id}/{run.attempt}/{run.step}", ts=time.time(),
+        return cls(id=decision_id("agent", cls, run.job_id, run.attempt, run.step), ts=time.time(),
                    correlation_id=run.job_id, source=f"agent/{node}" if node else "agent", job_id=run.job_id,
                    attempt=run.attempt, step=run.step, name=run.name, nodes=list(run.layout.nodes),
                    tasks=run.layout.ntasks, **fields)
@@ -791,28 +566,3 @@ class StepService:
                     log.warning("could not report %s (%s); retrying in %.1f s", event.id, exc, delay)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 30.0)
-
-
-def _exported(env: Mapping[str, Any], export: Any) -> dict[str, str]:
-    """The tasks' environment from srun's, as ``--export`` says: ``ALL`` (the default) all of it,
-    ``NONE`` only the ``SLURM_*`` variables, ``VAR,VAR=value,...`` those and the ``SLURM_*``."""
-    own = {str(k): str(v) for k, v in env.items() if k not in _NOT_PASSED}
-    if export in (None, "", "ALL"):
-        return own
-    out = {k: v for k, v in own.items() if k.startswith("SLURM_")}
-    for item in str(export).split(","):
-        name, eq, value = item.strip().partition("=")
-        if not name or name.upper() in ("ALL", "NONE", "NIL"):
-            if name.upper() == "ALL":
-                out.update(own)
-            continue
-        if eq:
-            out[name] = value
-        elif name in own:
-            out[name] = own[name]
-    return out
-
-
-async def _answer(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
-    writer.write(json.dumps(message).encode() + b"\n")
-    await writer.drain()

@@ -1,9 +1,6 @@
-"""How a node agent runs a job: a real process under its own supervisor, or a simulated one.
-
-An execution's ``wait`` returns an ``Outcome`` when the job ends by itself;
-``stop`` ends it early (SIGTERM, then SIGKILL after the grace period). The
-agent enforces the time limit by calling ``stop`` when it passes, and calls
-it for a cancel, a preemption or an eviction too.
+"""How a node agent runs jobs on its own machine: a real process under its own supervisor, or a simulated
+one. Both are ``Executor`` s (``services/nodes/backends/protocol.py``, which says what an executor, an
+execution and an outcome are).
 
 **Real processes** (``ProcessExecutor``). Each attempt runs under its own
 supervisor (``services/nodes/backends/process/attempt_supervisor.py``), in its own cgroup with its limits
@@ -39,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import os
 import pwd
@@ -48,372 +44,30 @@ import signal
 import subprocess
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from events import catalogue as c
 from events.subjects import tenant_view
-from services.domain.hostlist import compress
-from services.domain.steps import counts_text
-from services.nodes.backends.process import containers
-from services.nodes.backends.process import resize
+from services.domain.output import Names, expand, resolve
+from services.domain.qos import cpu_limit, memory_limit, qos_class
+from services.nodes.backends.protocol import Files, Outcome
 from services.nodes.backends.process import attempt_supervisor as shim
-from services.nodes.backends.process import signals
-from services.nodes.backends.process.identity import Identity, identity_for, owned_by
+from services.nodes.backends.process import containers
+from services.nodes.backends.process.attempt import SupervisedAttempt, supervisor_alive
 from services.nodes.backends.process.cgroups import Hierarchy, Limits, cpu_shares, probe
 from services.nodes.backends.process.cpu_pinning import CoreAllocator, Machine
 from services.nodes.backends.process.discovery import numa_layout, usable_cpus
-from services.domain.output import Names, expand, resolve
-from services.domain.qos import cpu_limit, memory_limit, qos_class
+from services.nodes.backends.process.identity import Identity, identity_for
+from services.nodes.backends.process.job_files import default_spool, private_dir, spool_name
+from services.nodes.job_environment import job_environment
 
-__all__ = ["Outcome", "Files", "Execution", "Executor", "ProcessExecutor", "SimExecutor", "job_environment",
-           "visible_devices", "signal_number", "kill_attempts", "default_spool", "spool_name", "private_dir",
-           "NVIDIA_MAJOR", "CLUSTER_NAME"]
+__all__ = ["ProcessExecutor", "SimExecutor", "kill_attempts", "NVIDIA_MAJOR"]
 
-STDERR_TAIL_LINES = 20
 NVIDIA_MAJOR = 195  # /dev/nvidia<minor>: the GPUs' character devices
 START_TIMEOUT_S = 30.0  # from starting the supervisor to the job's process running (or its start error)
 KILL_WAIT_S = 10.0  # the supervisor's SIGTERM-to-SIGKILL wait for what outlived the job's command
-CLUSTER_NAME = "horizon"  # SLURM_CLUSTER_NAME (and sbatch --parsable's ID;cluster)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    exit_code: int | None
-    stderr_tail: str = ""
-    signalled: bool = False
-    out_of_memory: bool = False  # the kernel killed a process of the attempt for going over its memory limit
-    error: str = ""  # it never ran: why (no such directory, command or output file)
-    runtime_s: float | None = None  # measured by the supervisor (across agent restarts); None: the agent measures
-    lost: bool = False  # its supervisor died without a status: how it ended is unknown
-
-
-@dataclass(frozen=True, slots=True)
-class Files:
-    """Where an attempt runs and writes, on its node."""
-
-    cwd: str = ""
-    stdout: str = ""
-    stderr: str = ""
-
-
-class Execution(Protocol):
-    pid: int | None
-    files: Files
-    started_wall: float | None  # when the process started (wall clock), if the executor knows
-
-    async def wait(self) -> Outcome: ...
-
-    async def stop(self, grace_period_s: float) -> Outcome: ...
-
-    async def checkpoint(self, signal_name: str, timeout_s: float) -> str | None:
-        """Send the job its checkpoint signal; the reference it wrote within ``timeout_s`` (or before
-        it exited), else ``None``."""
-        ...
-
-    def checkpoint_ref(self) -> str | None:
-        """The checkpoint reference the job has written, if any."""
-        ...
-
-
-class Executor(Protocol):
-    detached: bool  # its jobs outlive the agent (they are adopted by the next one, not lost)
-    state_dir: Path | None  # where attempts keep their files (served to `horizon logs`); None: no files
-
-    async def start(
-        self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None,
-        allocations: Sequence[c.NodeAllocation] = (),
-    ) -> Execution:
-        """Start the attempt on ``alloc`` (this node's share of ``allocations``, the job's whole
-        allocation, which its environment describes)."""
-        ...
-
-    def adopt(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> Execution | None:
-        """The attempt a previous agent started, if its supervisor runs or left its status."""
-        ...
-
-    def released(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> None:
-        """The attempt is over and reported: forget what it held (its cores)."""
-        ...
-
-    def isolation(self) -> str:
-        """How jobs are confined (the node's ``isolation``, shown by ``horizon nodes``)."""
-        ...
-
-
-def visible_devices(device_ids: Sequence[str], devices: Mapping[str, c.GpuDevice] | None = None) -> list[str]:
-    """What ``CUDA_VISIBLE_DEVICES`` names for these devices of a node: the UUID where the node knows
-    it (a real GPU: CUDA's own numbering need not be the driver's), else the index (a simulated node)."""
-    devices = devices or {}
-    visible = []
-    for device_id in device_ids:
-        known = devices.get(device_id)
-        if known is not None and known.uuid:
-            visible.append(known.uuid)
-        else:
-            visible.append(device_id.rsplit("gpu", 1)[-1] if "gpu" in device_id else device_id)
-    return visible
-
-
-def job_environment(
-    job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None,
-    devices: Mapping[str, c.GpuDevice] | None = None, allocations: Sequence[c.NodeAllocation] = (),
-) -> dict[str, str]:
-    """The variables a job sees: its own ``env``, plus where it runs (Slurm-like names alongside ours),
-    its array task, and the checkpoint an earlier attempt left (``HORIZON_CHECKPOINT_REF``), if any.
-
-    ``CUDA_VISIBLE_DEVICES`` names the allocated GPUs (``visible_devices``). ``allocations``: the
-    job's whole allocation (default: ``alloc`` alone), for Slurm's view of it: ``SLURM_JOB_NODELIST``
-    (compressed, ``node-[00-01]``), ``SLURM_JOB_NUM_NODES``, ``SLURM_NTASKS``,
-    ``SLURM_TASKS_PER_NODE`` (``4(x2)``), ``SLURM_JOB_CPUS_PER_NODE``, ``SLURM_GPUS_ON_NODE``, ...
-    The batch script is task 0 on node 0, as in Slurm."""
-    visible = visible_devices(alloc.device_ids, devices)
-    held = list(allocations) or [alloc]
-    nodelist = compress([a.node for a in held])
-    tasks = [max(1, a.tasks) for a in held]
-    cpus = [max(1, -(-a.cpus_milli // 1000)) for a in held]
-    # The job sees itself by the id its tenant gave it (``eval-7``, not the log's key ``acme:eval-7``).
-    job_id = tenant_view(spec.tenant, job_id)
-    array_id = tenant_view(spec.tenant, spec.array) if spec.array is not None else None
-    env = {
-        "HORIZON_JOB_ID": job_id,
-        "HORIZON_ATTEMPT": str(attempt),
-        "HORIZON_NODE": alloc.node,
-        "HORIZON_GPU_IDS": ",".join(alloc.device_ids),
-        "HORIZON_CPUS": f"{alloc.cpus_milli / 1000:g}",
-        "CUDA_VISIBLE_DEVICES": ",".join(visible),
-        "SLURM_JOB_ID": job_id,
-        "SLURM_JOB_NAME": spec.name,
-        "SLURMD_NODENAME": alloc.node,
-        "SLURM_JOBID": job_id,
-        "SLURM_JOB_NODELIST": nodelist,
-        "SLURM_NODELIST": nodelist,
-        "SLURM_JOB_NUM_NODES": str(len(held)),
-        "SLURM_NNODES": str(len(held)),
-        "HORIZON_WORLD_SIZE": str(len(held)),  # nodes now (an elastic job's change: services/nodes/backends/process/resize.py)
-        "SLURM_NTASKS": str(sum(tasks)),
-        "SLURM_NPROCS": str(sum(tasks)),
-        "SLURM_TASKS_PER_NODE": counts_text(tasks),
-        "SLURM_JOB_CPUS_PER_NODE": counts_text(cpus),
-        "SLURM_CPUS_ON_NODE": str(max(1, -(-alloc.cpus_milli // 1000))),
-        "SLURM_NODEID": "0",
-        "SLURM_PROCID": "0",
-        "SLURM_LOCALID": "0",
-        "SLURM_TOPOLOGY_ADDR": alloc.node,
-        "SLURM_CLUSTER_NAME": CLUSTER_NAME,
-    }
-    if alloc.device_ids:
-        env["SLURM_GPUS_ON_NODE"] = str(len(alloc.device_ids))
-    if alloc.memory_bytes:
-        env["SLURM_MEM_PER_NODE"] = str(alloc.memory_bytes >> 20)  # Slurm counts MiB
-    if spec.account:
-        env["SLURM_JOB_ACCOUNT"] = spec.account
-    if spec.user:
-        env["SLURM_JOB_USER"] = spec.user
-    if spec.partition:  # the partition it got (of those it named, or the default one)
-        env["SLURM_JOB_PARTITION"] = spec.partition
-    if spec.cwd:
-        env["SLURM_SUBMIT_DIR"] = spec.cwd
-    if array_id is not None and spec.array_index is not None:
-        env.update(HORIZON_ARRAY_ID=array_id, HORIZON_ARRAY_INDEX=str(spec.array_index),
-                   SLURM_ARRAY_JOB_ID=array_id, SLURM_ARRAY_TASK_ID=str(spec.array_index))
-    if checkpoint_ref is not None:
-        env["HORIZON_CHECKPOINT_REF"] = checkpoint_ref
-    if spec.elastic:  # --nodes MIN-MAX: its world size may change while it runs
-        env.update(HORIZON_MIN_NODES=str(spec.min_nodes), HORIZON_MAX_NODES=str(spec.nodes),
-                   SLURM_JOB_MIN_NODES=str(spec.min_nodes), SLURM_JOB_MAX_NODES=str(spec.nodes))
-    env.update(spec.env)
-    return env
-
-
-def signal_number(name: str) -> int | None:
-    """``SIGUSR1``, ``USR1`` or ``10`` -> the signal's number; ``None`` if there is no such signal."""
-    text = name.strip().upper()
-    if text.isdigit():
-        number = int(text)
-        return number if number in set(signal.valid_signals()) else None
-    try:
-        return int(signal.Signals[text if text.startswith("SIG") else f"SIG{text}"])
-    except KeyError:
-        return None
-
-
-def _version(path: Path) -> tuple[int, int, int] | None:
-    """Which write of the file this is: a rename gives a new inode, a rewrite a new mtime or size."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
-def _read_ref(path: Path, uid: int | None = None) -> str | None:
-    """The checkpoint reference the job wrote: only from a file of the job's user (``owned_by``)."""
-    fd = owned_by(str(path), uid)
-    if fd is None:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        text = fh.read(64 * 1024).decode(errors="replace").strip()
-    return text or None
-
-
-def _tail(path: str, uid: int | None = None) -> str:
-    """The last ``STDERR_TAIL_LINES`` lines of a file (at most its last 8 KiB): only of a file of the
-    job's user (a job may put a link to a file it may not read where its output was)."""
-    fd = owned_by(path, uid)
-    if fd is None:
-        return ""
-    with os.fdopen(fd, "rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        size = fh.tell()
-        fh.seek(max(0, size - 8192))
-        lines = fh.read().decode(errors="replace").splitlines()
-    return "\n".join(deque(lines, maxlen=STDERR_TAIL_LINES))
-
-
-def _alive(pid_file: Path) -> bool:
-    """Does the process a pid file names still run (the same process: its start time matches)?"""
-    known = shim.read_pid_file(pid_file)
-    return known is not None and bool(known[1]) and shim.start_time(known[0]) == known[1]
-
-
-class _Attempt:
-    """One attempt under its supervisor, watched through the files in its directory (``shim.py``)."""
-
-    POLL_S = 0.1
-
-    def __init__(self, directory: Path, plan: dict[str, Any], hierarchy: Hierarchy,
-                 child: subprocess.Popen[bytes] | None = None,
-                 step_groups: Callable[[], set[int]] | None = None) -> None:
-        self.directory = directory
-        self.plan = plan
-        self._step_groups = step_groups  # the process groups of its steps' tasks here (services/nodes/agent/steps.py)
-        self._child = child  # the supervisor, when this agent started it (reaped here, not left a zombie)
-        self._cgroup = hierarchy.cgroup(plan["node"], plan["job_id"], plan["attempt"]) if hierarchy.usable else None
-        self._checkpoint_path = Path(plan["env"]["HORIZON_CHECKPOINT_FILE"])
-        run_as = Identity.from_json(plan.get("run_as"))
-        self._uid = run_as.uid if run_as is not None else None  # whose files the agent reads for the job
-        self.files = Files(plan["cwd"], plan["stdout"], plan["stderr"])
-        self._stopping = False
-        job = shim.read_pid_file(directory / shim.JOB_PID)
-        self.pid: int | None = job[0] if job else None
-        self._pid_start = job[1] if job else ""
-        self.started_wall: float | None = job[2] if job else None
-
-    def memory_used(self) -> int | None:
-        """The attempt's working set now (its cgroup's; None when it has none): the memory-pressure watch."""
-        return self._cgroup.memory_used() if self._cgroup is not None else None
-
-    def status(self) -> dict[str, Any] | None:
-        try:
-            return json.loads((self.directory / shim.STATUS).read_text())  # type: ignore[no-any-return]
-        except (OSError, ValueError):
-            return None
-
-    def _supervisor_alive(self) -> bool:
-        if self._child is not None:
-            return self._child.poll() is None
-        return _alive(self.directory / shim.SHIM_PID)
-
-    def _outcome(self, status: dict[str, Any] | None) -> Outcome:
-        if status is None:
-            return Outcome(None, _tail(self.files.stderr, self._uid), signalled=self._stopping, lost=True)
-        sig = status.get("signal")
-        runtime = None
-        if self.started_wall is not None and status.get("ended"):
-            runtime = max(0.0, float(status["ended"]) - self.started_wall)
-        return Outcome(
-            -int(sig) if sig else status.get("exit_code"),
-            _tail(self.files.stderr, self._uid),
-            signalled=bool(sig) or self._stopping,
-            out_of_memory=int(status.get("oom_kills") or 0) > 0,
-            error=status.get("error") or "",
-            runtime_s=runtime,
-        )
-
-    async def wait(self) -> Outcome:
-        while True:
-            status = self.status()
-            if status is not None:
-                if self._child is not None:
-                    with contextlib.suppress(Exception):
-                        await asyncio.to_thread(self._child.wait, 5)
-                return self._outcome(status)
-            if not self._supervisor_alive():
-                return self._outcome(self.status())  # written just before it exited, or never
-            await asyncio.sleep(self.POLL_S)
-
-    def _signal_group(self, sig: int) -> None:
-        if self.pid is not None and shim.start_time(self.pid) == self._pid_start:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, sig)
-
-    async def stop(self, grace_period_s: float) -> Outcome:
-        self._stopping = True
-        if self.status() is None:
-            self._signal_group(signal.SIGTERM)
-            try:
-                return await asyncio.wait_for(self.wait(), grace_period_s)
-            except asyncio.TimeoutError:
-                self._signal_group(signal.SIGKILL)
-                if self._cgroup is not None:
-                    self._cgroup.signal_all(signal.SIGKILL)  # also what left the process group
-        return await self.wait()
-
-    def signal_job(self, number: int, batch_only: bool) -> int:
-        """Slurm's ``--signal`` (``services/nodes/backends/process/signals.py``): the main process alone, or every other
-        process of the job's group and cgroup. How many got it (0: the job has ended)."""
-        if self.pid is None or self.status() is not None or shim.start_time(self.pid) != self._pid_start:
-            return 0
-        pids = self._cgroup.pids() if self._cgroup is not None else []
-        if not batch_only and self._step_groups is not None:
-            # A step's tasks get it from their srun, which is in the job's group and passes the signals it
-            # gets on to every task of its step, on every node: once each, as Slurm signals steps.
-            groups = self._step_groups()
-            pids = [pid for pid in pids if _pgid(pid) not in groups]
-        return signals.deliver(self.pid, number, batch_only, pids)
-
-    def checkpoint_ref(self) -> str | None:
-        return _read_ref(self._checkpoint_path, self._uid)
-
-    def resized(self, world: Mapping[str, str]) -> bool:
-        """Tell the job its new size: ``$HORIZON_RESIZE_FILE`` anew, then SIGWINCH to its main process
-        (``services/nodes/backends/process/resize.py``). False when it has ended, is not elastic, or knows that size
-        already (an agent that restarted tells only what changed while it was away)."""
-        path = self.plan["env"].get("HORIZON_RESIZE_FILE")
-        if not path or self.pid is None or self.status() is not None or shim.start_time(self.pid) != self._pid_start:
-            return False
-        known, self._resizes = resize.told(self.plan["env"], Path(path))
-        if all(known.get(name) == value for name, value in world.items()):
-            return False
-        self._resizes += 1
-        resize.write_resize_file(Path(path), world, self._resizes)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(self.pid, resize.RESIZE_SIGNAL)
-        return True
-
-    async def checkpoint(self, signal_name: str, timeout_s: float) -> str | None:
-        number = signal_number(signal_name)
-        if number is None or self.pid is None or self.status() is not None:
-            return self.checkpoint_ref()
-        before = _version(self._checkpoint_path)  # a checkpoint written earlier is not the answer
-        if shim.start_time(self.pid) == self._pid_start:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, number)  # the job's main process only (see the module doc)
-        # Poll: the file is the job's answer, and a job may also answer by exiting.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while True:
-            ref = self.checkpoint_ref()
-            if ref is not None and _version(self._checkpoint_path) != before:
-                return ref
-            remaining = deadline - loop.time()
-            if self.status() is not None or remaining <= 0:
-                return ref
-            await asyncio.sleep(min(0.05, remaining))
 
 
 def _machine() -> Machine:
@@ -464,6 +118,10 @@ class ProcessExecutor:
         except KeyError:
             me = f"uid {os.geteuid()}"
         return f"{self.hierarchy.describe()}; every job runs as {me} (the agent is not root)"
+
+    def processes_here(self) -> ProcessExecutor:
+        """Its jobs are processes on this machine."""
+        return self
 
     def _groups_of(self, job_id: str, attempt: int) -> Callable[[], set[int]]:
         return lambda: self.step_groups(job_id, attempt) if self.step_groups is not None else set()
@@ -546,7 +204,7 @@ class ProcessExecutor:
     async def start(
         self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None,
         allocations: Sequence[c.NodeAllocation] = (),
-    ) -> _Attempt:
+    ) -> SupervisedAttempt:
         adopted = self.adopt(job_id, attempt, alloc)
         if adopted is not None:
             return adopted  # a previous agent started it: the same attempt, not a second run
@@ -592,18 +250,18 @@ class ProcessExecutor:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the job did not start within {START_TIMEOUT_S:g} s")
             await asyncio.sleep(0.01)
-        return _Attempt(directory, plan, self.hierarchy, child, self._groups_of(job_id, attempt))
+        return SupervisedAttempt(directory, plan, self.hierarchy, child, self._groups_of(job_id, attempt))
 
-    def adopt(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> _Attempt | None:
+    def adopt(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> SupervisedAttempt | None:
         directory = self.attempt_dir(job_id, attempt)
         try:
             plan = json.loads((directory / shim.PLAN).read_text())
         except (OSError, ValueError):
             return None
-        if not (directory / shim.STATUS).exists() and not _alive(directory / shim.SHIM_PID):
+        if not (directory / shim.STATUS).exists() and not supervisor_alive(directory / shim.SHIM_PID):
             return None  # planned, never started (or its supervisor was killed): nothing to watch
         self.cores.hold(alloc.node, job_id, attempt, plan.get("node_cpus", ()))
-        return _Attempt(directory, plan, self.hierarchy, step_groups=self._groups_of(job_id, attempt))
+        return SupervisedAttempt(directory, plan, self.hierarchy, step_groups=self._groups_of(job_id, attempt))
 
     def released(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> None:
         self.cores.release(alloc.node, job_id, attempt)
@@ -612,34 +270,9 @@ class ProcessExecutor:
         """(job, attempt) of every supervisor still alive under ``state_dir`` (tests stop them with this)."""
         found = []
         for pid_file in sorted(self.state_dir.glob(f"*/*/{shim.SHIM_PID}")):
-            if _alive(pid_file) and not (pid_file.parent / shim.STATUS).exists():
+            if supervisor_alive(pid_file) and not (pid_file.parent / shim.STATUS).exists():
                 found.append((pid_file.parent.parent.name, int(pid_file.parent.name)))
         return found
-
-
-def default_spool(state_dir: Path) -> Path:
-    """Where the jobs' own folders go when the agent is given none: for a root agent, which runs jobs as
-    their users, ``/var/spool/horizon/<digest of the state dir>`` (as Slurm's SlurmdSpoolDir; no job
-    learns the data dir's path from its files); for any other, beside the state dir (its jobs are its
-    own user's anyway)."""
-    if os.geteuid() == 0:
-        digest = hashlib.sha1(str(Path(state_dir).absolute()).encode()).hexdigest()[:12]
-        return Path("/var/spool/horizon") / digest
-    return Path(state_dir).absolute().parent / "spool"
-
-
-def spool_name(job_id: str, attempt: int) -> str:
-    """The name of an attempt's own folder in the spool: ``+`` for the ``:`` of a tenant's job key ('+' is
-    in no job id)."""
-    return f"{job_id.replace(':', '+')}.{attempt}"
-
-
-def private_dir(path: Path, owner: Identity | None = None, mode: int = 0o700) -> None:
-    """``path`` made (parents too) with ``mode``, owned by ``owner`` when given (else by the agent)."""
-    path.mkdir(parents=True, exist_ok=True)
-    if owner is not None and os.geteuid() == 0:
-        os.chown(path, owner.uid, owner.gid)
-    os.chmod(path, mode)
 
 
 def kill_attempts(state_dir: Path) -> int:
@@ -649,7 +282,7 @@ def kill_attempts(state_dir: Path) -> int:
     killed = 0
     for pid_file in sorted(Path(state_dir).glob(f"**/{shim.SHIM_PID}")):
         directory = pid_file.parent
-        if not _alive(pid_file) or (directory / shim.STATUS).exists():
+        if not supervisor_alive(pid_file) or (directory / shim.STATUS).exists():
             continue
         killed += 1
         job = shim.read_pid_file(directory / shim.JOB_PID)
@@ -662,13 +295,6 @@ def kill_attempts(state_dir: Path) -> int:
             if hierarchy.usable:
                 hierarchy.cgroup(plan["node"], plan["job_id"], plan["attempt"]).signal_all(signal.SIGKILL)
     return killed
-
-
-def _pgid(pid: int) -> int:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return -1
 
 
 def _has_credentials(url: str) -> bool:
@@ -725,6 +351,9 @@ class SimExecutor:
 
     def isolation(self) -> str:
         return "simulated: jobs run no process"
+
+    def processes_here(self) -> None:
+        return None  # its jobs run nowhere
 
     async def start(
         self, job_id: str, attempt: int, spec: c.JobSpec, alloc: c.NodeAllocation, checkpoint_ref: str | None = None,

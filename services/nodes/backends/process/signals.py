@@ -24,19 +24,14 @@ import os
 import signal as signal_module
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
 
 from events import catalogue as c
+from services.nodes.backends.protocol import Signallable
 
-__all__ = ["Signallable", "before_limit", "deliver", "group_members"]
+__all__ = ["before_limit", "deliver", "group_members"]
 
 log = logging.getLogger("horizon.agent")
 
-
-class Signallable(Protocol):
-    def signal_job(self, number: int, batch_only: bool) -> int:
-        """Send ``number`` as ``--signal`` says (see the module doc); how many processes got it."""
-        ...
 
 
 def group_members(pgid: int, proc: Path = Path("/proc")) -> list[int]:
@@ -84,10 +79,9 @@ async def before_limit(execution: object, signal: c.LimitSignal, limit_s: float,
     """Wait until ``signal.before_s`` seconds before ``limit_s`` (``elapsed_s`` of it are gone), then
     send it. Cancelled when the attempt ends first."""
     number = _number(signal.signal)
-    send = getattr(execution, "signal_job", None)
-    if number is None or send is None:
+    if number is None or not isinstance(execution, Signallable):
         return
     await asyncio.sleep(max(0.0, limit_s - signal.before_s - elapsed_s))
-    sent = send(number, signal.batch_only)
+    sent = execution.signal_job(number, signal.batch_only)
     log.info("sent SIG%s to %d process(es) of the job, %g s before its time limit (--signal)",
              signal.signal, sent, signal.before_s)

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from events import catalogue as c
-from services.nodes.backends.process.executors import Outcome
+from services.nodes.backends.protocol import Outcome
 from services.nodes.spec import NodeSpec
 
 __all__ = ["BACKEND", "parse_records", "node_spec", "node_drained", "foreign_use", "Use", "sbatch_argv",

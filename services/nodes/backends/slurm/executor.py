@@ -1,6 +1,6 @@
 """The Slurm backend's executor: each attempt a Slurm batch job, followed to its end.
 
-It is an ``Executor`` (``services/nodes/backends/process/executors.py``) like the agent's own, so the node agent's
+It is an ``Executor`` (``services/nodes/backends/protocol.py``) like the agent's own process executor, so the node agent's
 adapter (``services/nodes/agent/app.py``) carries out the log's placements, cancels and preemptions over
 Slurm exactly as over processes, and reports each start and end once with the same deterministic ids.
 
@@ -37,8 +37,10 @@ from typing import Any
 
 from events import catalogue as c
 from events.subjects import tenant_view
-from services.nodes.backends.process.executors import (Files, Outcome, _read_ref, _tail, default_spool, job_environment, private_dir,
-                                      spool_name)
+from services.nodes.backends.protocol import Files, Outcome
+from services.nodes.backends.process.job_files import (default_spool, private_dir, read_checkpoint_ref, spool_name,
+                                                       stderr_tail)
+from services.nodes.job_environment import job_environment
 from services.nodes.backends.process.identity import identity_for
 from services.nodes.backends.slurm import core
 from services.domain.output import Names, expand, resolve
@@ -193,7 +195,7 @@ class SlurmExecution:
         self.started_wall: float | None = core.parse_time(record.get("StartTime"))
 
     def _outcome(self, record: dict[str, str] | None) -> Outcome:
-        return core.outcome(record, _tail(self.files.stderr, self.uid) if self.files.stderr else "")
+        return core.outcome(record, stderr_tail(self.files.stderr, self.uid) if self.files.stderr else "")
 
     async def wait(self) -> Outcome:
         return self._outcome(await self.executor.watch.until(_ended, self.slurm_id))
@@ -231,7 +233,7 @@ class SlurmExecution:
         return self.checkpoint_ref()
 
     def checkpoint_ref(self) -> str | None:
-        return _read_ref(self.directory / "checkpoint", self.uid)
+        return read_checkpoint_ref(self.directory / "checkpoint", self.uid)
 
 
 class SlurmExecutor:
@@ -255,6 +257,9 @@ class SlurmExecutor:
     def isolation(self) -> str:
         return "slurm (the node's slurmd confines jobs as its slurm.conf says)"
 
+    def processes_here(self) -> None:
+        return None  # its jobs run on Slurm's nodes
+
     def attempt_dir(self, job_id: str, attempt: int) -> Path:
         return self.state_dir / job_id / str(attempt)
 
@@ -277,7 +282,7 @@ class SlurmExecutor:
         directory = self.attempt_dir(job_id, attempt)
         run_as = identity_for(spec.uid, spec.gid, spec.groups, spec.user)
         other = run_as is not None and run_as.uid != os.geteuid()  # Slurm runs it as its user (sbatch --uid)
-        # its files: in a folder of its own in the spool, outside the data dir (executors.default_spool)
+        # its files: in a folder of its own in the spool, outside the data dir (job_files.default_spool)
         files_dir = default_spool(self.state_dir) / spool_name(job_id, attempt) if other else directory
         uid = run_as.uid if run_as is not None else None
         await self.watch.refresh()
