@@ -24,6 +24,7 @@ import msgspec
 
 from events import catalogue as c
 from events.codec import encode
+from services.domain.envelope import decision_id
 
 __all__ = ["NodeSpec", "local_nodes"]
 
@@ -43,7 +44,9 @@ class NodeSpec:
     numa_cpus: dict[int, tuple[int, ...]] = field(default_factory=dict)
     backend: str = ""  # the execution backend that offers it ("": the node agent; docs/backends.md)
 
-    def registration(self, agent: str) -> c.NodeRegistered:
+    def registration(self, agent: str, *also: object) -> c.NodeRegistered:
+        """The node's ``NodeRegistered`` by ``agent``; ``also``: more of its id after the body's digest (the
+        Slurm backend adds the time it saw the change)."""
         body = c.NodeRegistered(
             node=self.name,
             cpus_milli=self.cpus_milli,
@@ -59,7 +62,7 @@ class NodeSpec:
             source=f"agent/{self.name}",
         )
         digest = hashlib.sha1(_digest_form(body)).hexdigest()[:12]
-        return msgspec.structs.replace(body, id=f"agent/NodeRegistered/{self.name}/{digest}")
+        return msgspec.structs.replace(body, id=decision_id("agent", c.NodeRegistered, self.name, digest, *also))
 
 
 def _digest_form(body: c.NodeRegistered) -> bytes:

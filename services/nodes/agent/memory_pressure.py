@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from events import catalogue as c
 from events.resources import parse_memory
+from services.domain.envelope import decision_id
 
 __all__ = ["MemoryWatch", "default_reserve", "RESERVE_ENV", "DEFAULT_RESERVE_BYTES"]
 
@@ -62,8 +63,10 @@ class MemoryWatch:
         if self._last is not None and self._last[0] == attempts and now - self._last[1] < self.republish_s:
             return None
         self._last = (attempts, now)
+        # One measure per node and ms. (A comment once swallowed ``correlation_id=self.node`` here; it is
+        # left unset so that the reports keep the bytes they have had.)
         return c.NodeMemoryPressure(
-            id=f"agent/NodeMemoryPressure/{self.node}/{round(now * 1000)}", ts=now,  # one measure per node and ms correlation_id=self.node,
+            id=decision_id("agent", c.NodeMemoryPressure, self.node, round(now * 1000)), ts=now,
             source=f"agent/{self.node}", node=self.node, memory_bytes=self.memory_bytes,
             reserve_bytes=self.reserve_bytes, used_bytes=used,
             jobs=sorted(uses, key=lambda u: (u.job_id, u.attempt)),

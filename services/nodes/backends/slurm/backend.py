@@ -41,6 +41,7 @@ from services.nodes.agent.app import NodeAgent
 from services.nodes.spec import NodeSpec
 from services.nodes.backends.slurm import core
 from services.nodes.backends.slurm.executor import Slurm, SlurmError, SlurmExecutor, SlurmWatch
+from services.domain.envelope import decision_id
 from services.domain.jobs import HOLDS_RESOURCES, JobState
 from services.runtime.consume import readable
 from services.runtime.log import EventLog
@@ -258,8 +259,7 @@ class SlurmBackend:
         ended) must not be taken for a duplicate of that earlier registration; a retry of this one is."""
         assert self.agent is not None
         now = time.time()
-        reg = spec.registration(self.agent.name)
-        reg = msgspec.structs.replace(reg, ts=now, id=f"{reg.id}/{int(now * 1000)}")
+        reg = msgspec.structs.replace(spec.registration(self.agent.name, int(now * 1000)), ts=now)
         log.info("%s registered: %s CPUs, %s MiB, %d of %d GPUs free of Slurm's own jobs", spec.name,
                  spec.cpus_milli // 1000, spec.memory_bytes // core.MIB,
                  sum(1 for g in spec.gpus if not g.health), len(spec.gpus))
@@ -274,7 +274,7 @@ class SlurmBackend:
 
     async def _command(self, node: str, action: str, reason: str) -> bool:
         digest = hashlib.sha1(reason.encode()).hexdigest()[:12]
-        msg_id = f"slurm/NodeCommandIssued/{node}/{action}/{digest}"
+        msg_id = decision_id("slurm", c.NodeCommandIssued, node, action, digest)
         event = c.NodeCommandIssued(id=msg_id, ts=time.time(), source="slurm", correlation_id=node, node=node,
                                     action=action, reason=reason if action == "drain" else f"Slurm resumed it ({reason})",
                                     user=SLURM_USER)
