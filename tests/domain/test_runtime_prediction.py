@@ -371,6 +371,7 @@ def test_lublin_window_5228_with_modelled_estimates_predictions_as_recorded():
                                         in_process=True, user_estimates=1, predict_runtimes=True))
     assert out["jobs"] == 1024 and out["runtime_estimate"] == "predicted" and out["user_estimates"] == "tsafrir05:1"
     assert out["mean_bounded_slowdown"] == 57.240317023672915
-    recorded = json.loads((Path(__file__).resolve().parents[2] / "docs" / "lublin1-prediction-results.json").read_text())
+    results = Path(__file__).resolve().parents[2] / "docs" / "results"
+    recorded = json.loads((results / "lublin1-prediction-results.json").read_text())
     assert recorded["results"]["multifactor/easy/predicted"]["bsld_per_window"][6] == out["mean_bounded_slowdown"]
     assert recorded["results"]["multifactor/easy/limit"]["bsld_per_window"][6] > 4 * out["mean_bounded_slowdown"]

@@ -2,7 +2,7 @@
 
 The simulator is deterministic (pure cores at virtual time), so a window's mean bounded slowdown
 is reproduced to the bit; a change that moves it is a change of scheduling decisions and must be
-looked at (and docs/lublin1-multifactor-results.json regenerated with ``python -m
+looked at (and docs/results/lublin1-multifactor-results.json regenerated with ``python -m
 services.front.bench.lublin``). The published bar is SJF + backfilling, 73.31 (RLScheduler's table).
 
 The default suite runs one window (about 5 s); all ten (about a minute) are a slow test.
@@ -21,7 +21,7 @@ from services.front.cli.simulate import run_simulation
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT.parent / "shared" / "traces"
 LUBLIN = TRACES / "lublin_256.swf"
-RECORDED = json.loads((ROOT / "docs" / "lublin1-multifactor-results.json").read_text())
+RECORDED = json.loads((ROOT / "docs" / "results" / "lublin1-multifactor-results.json").read_text())
 BEST_PUBLISHED_HEURISTIC = 73.31  # SJF + backfilling, mean over the ten windows
 needs_trace = pytest.mark.skipif(not LUBLIN.exists(), reason="../shared/traces is not beside this checkout")
 

@@ -108,7 +108,7 @@ def test_the_workload_generator_is_deterministic():
 
 
 # A small version of docs/workloads/preemption-mixed.json: 16 nodes, 12 hours (about 200 jobs). At this size
-# Horizon's order lost less than Kueue's for each of seeds 1-10 (docs/preemption-results.json, "sweeps"); at
+# Horizon's order lost less than Kueue's for each of seeds 1-10 (docs/results/preemption-results.json, "sweeps"); at
 # 32 nodes for 4 of seeds 1-5: the claim is statistical, this seed is one of many that hold it.
 SMALL = {"seed": 2, "nodes": 16, "hours": 12.0}
 
