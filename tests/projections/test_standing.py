@@ -18,7 +18,7 @@ from projections import fold_state
 from projections.jobs import JobsProjection
 from projections.scheduling import SchedulerView
 from projections.standing import StandingStore, node_rows, queue_rows, usage_rows
-from services.front.cli.projections import rebuild_standing
+from services.front.host.rebuild import rebuild_standing
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.service import fold_record
 from services.scheduling.core import SchedulingCore

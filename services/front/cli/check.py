@@ -20,17 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import click
 
 from events.vocabulary import BACKFILL_MODES
-from services.front.cli.audit import AuditConfig, audit_cores, read_log
+from services.front.audit.config import AuditConfig, audit_cores
+from services.front.audit.log import read_log
 from services.front.cli.options import nats_option
 from services.front.client.progress import Bar
-from services.front.host.check import check_log
+from services.front.host.check import check_log, check_summary
 from services.runtime.log import LogError
-from services.domain.jobs import LIVE, TERMINAL
+from services.runtime.replay import audit
 
 __all__ = ["register"]
 
@@ -54,20 +54,10 @@ def check(nats_url: str, no_audit: bool, policy: str, backfill_mode: str, virtua
         report = check_log(records)
         replaying = reading.add("replaying", total=len(records)) if not no_audit else None
         if replaying is not None:
-            from services.runtime.replay import audit
-
             config = AuditConfig(policy=policy, backfill=backfill_mode, virtual_time=virtual_time)
             result = audit(records, audit_cores(config, records), progress=replaying.update)
-    problems = list(report.problems)
-    states = [j.state for j in report.jobs.jobs.values()]
-    body: dict[str, Any] = {
-        "records": report.records, "jobs": len(states), "live": sum(1 for s in states if s in LIVE),
-        "ended": sum(1 for s in states if s in TERMINAL), "scheduled": report.scheduled,
-        "borrowed": report.borrowed, "problems": problems,
-    }
-    if not no_audit:
-        body["audit"] = {"decisions": result.decisions, "reproduced": result.reproduced,
-                         "mismatches": len(result.mismatches)}
+    body = check_summary(report, None if no_audit else result)
+    problems = body["problems"]
     failed = bool(problems) or bool(body.get("audit", {}).get("mismatches"))
     if as_json:
         click.echo(json.dumps(body))

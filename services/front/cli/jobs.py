@@ -17,19 +17,16 @@ from rich.table import Table
 from events.codec import decode_json
 from events.resources import format_cpus, format_memory
 from services.front.client.client import default_user, query_all, session
+from services.front.client.job_queries import read_queue
 from services.front.cli.options import console, nats_option, run
 from services.front.client.reasons import summary
 
-__all__ = ["queue", "jobs", "watch", "read_queue", "register"]
+__all__ = ["queue", "jobs", "watch", "register"]
 
 
 def _check_page(limit: int | None, offset: int) -> None:
     if (limit is not None and limit < 0) or offset < 0:
         raise click.UsageError("--limit and --offset must not be negative")
-
-
-def _job_id(row: dict[str, Any]) -> Any:
-    return row["job_id"]
 
 
 def _page_line(offset: int, shown: int, total: int) -> str:
@@ -69,28 +66,6 @@ def _age(ts: float | None) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
-async def read_queue(nc: Any, ask: list[str] | None, filters: dict[str, Any], *, limit: int | None = None,
-                     offset: int = 0) -> dict[str, Any]:
-    """The jobs in the Horizon states ``ask`` (None: every state), as squeue lists them: the waiting
-    ones from the scheduler's queue (scheduling order, priority, why), the others (running, ended)
-    from the jobs read model, after them. ``filters``: tenant, account, user (the read models')."""
-    waiting = [s for s in (ask or ["PENDING", "HELD"]) if s in ("PENDING", "HELD")]
-    others = None if ask is None else [s for s in ask if s not in ("PENDING", "HELD")]
-    body: dict[str, Any] = {"jobs": [], "total": 0, "last_seq": 0}
-    if waiting:
-        body = await query_all(nc, "queue", {**filters, "states": waiting, "offset": offset}, "jobs",
-                               limit=limit, unique=_job_id)
-    if others is None or others:
-        # One list, the waiting jobs first: a page that starts past them starts inside the rest.
-        rest_ask = {**filters, "states": others, "offset": max(0, offset - body["total"]), "order": "queue"}
-        rest = await query_all(nc, "jobs", rest_ask, "jobs", unique=_job_id,
-                               limit=None if limit is None else max(0, limit - len(body["jobs"])))
-        body["jobs"] += [row for row in rest["jobs"] if row["state"] not in ("PENDING", "HELD")]
-        body["total"] += sum(1 for row in rest["jobs"] if row["state"] not in ("PENDING", "HELD"))
-        body["last_seq"] = min(body["last_seq"], rest["last_seq"]) if waiting else rest["last_seq"]
-    return body
-
-
 @click.command()
 @nats_option
 @click.option("--tenant", default=None, help="Only this tenant.")
@@ -118,7 +93,7 @@ def queue(nats_url: str, tenant: str | None, account: str | None, user: str | No
           partition: str | None, states: tuple[str, ...], limit: int | None, offset: int, why: bool, fmt: str | None, noheader: bool,
           as_json: bool) -> None:
     """Pending and held jobs in scheduling order, with why each waits (like squeue)."""
-    from services.front.cli import slurm
+    from services.front.slurm import squeue_format as slurm
 
     _check_page(limit, offset)
     if fmt is not None and why:
@@ -213,7 +188,7 @@ def jobs(nats_url: str, states: tuple[str, ...], tenant: str | None, account: st
     starts or stops matching meanwhile may or may not be."""
     _check_page(limit, offset)
     if history:
-        from services.front.cli.slurm import SACCT_DEFAULT, run_sacct
+        from services.front.slurm.sacct_format import SACCT_DEFAULT, run_sacct
 
         run_sacct(nats_url, states=states, user=user, account=account, tenant=tenant, starttime=starttime,
                   endtime=None, limit=limit, offset=offset, fmt=SACCT_DEFAULT, as_json=as_json)

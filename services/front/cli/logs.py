@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from services.front.client.client import LogError, query, session
+from services.front.client.job_queries import array_tasks
 from services.front.client.output import output_chunk
 from services.front.cli.options import nats_option
 from services.front.client.terminal import printable
@@ -102,8 +103,6 @@ async def _array(nc: Any, out: Any, array_id: str, attempt: int | None, which: s
                  tail_bytes: int | None) -> None:
     """Each task's output in index order, as ``tail`` heads files: ``==> ID_N <==``; a task that has
     not run (or whose node does not answer) says so under its head instead."""
-    from services.front.cli.show import array_tasks
-
     tasks = await array_tasks(nc, array_id)
     if not tasks:
         raise click.ClickException(f"no job or array {array_id!r}")

@@ -29,7 +29,7 @@ from events.resources import format_memory
 from events.vocabulary import PARTITION_STATES, PRIORITY_TIER_MAX, UNKNOWN_PARTITION
 from services.front.client.client import default_user, query, query_all, session
 from services.front.cli.options import nats_option
-from services.front.cli.policy import configure
+from services.front.client.configure import configure
 from services.front.slurm.slurm_values import Problem, slurm_memory, slurm_time
 from services.domain.hostlist import HostlistError, NodePattern, compress, expand
 from services.domain.partitions import duration

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from typing import Any
 
 import click
@@ -28,11 +27,11 @@ from rich.table import Table
 
 from events import catalogue as c
 from events.resources import ResourceError, parse_cpus, parse_duration, parse_memory
-from events.subjects import admin_subject, valid_token
+from events.subjects import valid_token
 from events.vocabulary import RUNTIME_ESTIMATES
-from services.front.client.client import default_user, publish_input, query, query_all, session
+from services.front.client.client import default_user, query, query_all, session
+from services.front.client.configure import configure
 from services.front.cli.options import console, nats_option
-from services.runtime.log import LogError
 from services.placement.core import check_reservation
 from services.preemption.core import VICTIM_ORDERS, PreemptionConfig
 from services.domain.fit.framework import SCORE_PLUGINS
@@ -62,27 +61,6 @@ def _pairs(items: tuple[str, ...], hint: str, cast: Any = float) -> dict[str, An
         except ValueError:
             raise click.BadParameter(f"{value!r} in {item!r} is not a number", param_hint=hint) from None
     return out
-
-
-def configure(nats_url: str, verb: str, event: c.Event, wait_s: float = 10.0) -> dict[str, Any]:
-    """Publish an operator input and wait until the scheduler's view has seen it: applied or rejected."""
-
-    async def go() -> dict[str, Any]:
-        async with session(nats_url) as nc:
-            seq = await publish_input(nc, admin_subject(verb), event, msg_id=f"{verb}/{uuid.uuid4().hex}")
-            deadline = asyncio.get_running_loop().time() + wait_s
-            while True:
-                try:
-                    status = await query(nc, "config", {"seq": seq}, timeout_s=2.0)
-                except LogError:
-                    status = {"seen": False}
-                if status.get("seen"):
-                    return {"seq": seq, "applied": not status.get("rejected"), "reason": status.get("rejected")}
-                if asyncio.get_running_loop().time() > deadline:
-                    return {"seq": seq, "applied": None, "reason": "the scheduler has not seen it yet"}
-                await asyncio.sleep(0.1)
-
-    return asyncio.run(go())
 
 
 def _report(result: dict[str, Any], what: str, as_json: bool) -> None:

@@ -23,6 +23,7 @@ import click
 
 from events.resources import format_cpus, format_memory
 from services.front.client.client import query, query_all, session
+from services.front.client.job_queries import array_tasks
 from services.front.client.drain import drain_lines
 from services.front.cli.options import nats_option
 from services.front.client.reasons import summary
@@ -30,20 +31,9 @@ from services.domain.hostlist import compress
 from services.domain.runtime_prediction import expected_run
 from services.runtime.log import LogError
 
-__all__ = ["show", "array_tasks", "register"]
+__all__ = ["show", "register"]
 
 HOLDING = ("SCHEDULED", "RUNNING")
-
-
-async def array_tasks(nc: Any, array_id: str) -> list[dict[str, Any]]:
-    """The rows of an array's tasks, in index order (none: ``array_id`` names no array)."""
-    body = await query_all(nc, "jobs", {"array": array_id}, "jobs")
-    return sorted(body["jobs"], key=lambda row: _index(row["job_id"]))
-
-
-def _index(task_id: str) -> int:
-    tail = task_id.rpartition("_")[2]
-    return int(tail) if tail.isdigit() else -1
 
 
 @click.command()

@@ -31,9 +31,9 @@ import click
 
 from events import catalogue as c
 from services.front.cli.options import DEFAULT_DATA_DIR
-from services.front.cli.policy import configure
-from services.front.cli.user import (server_tls, credentials_file, default_login_identity, open_login, operator_context,
-                               publish_user, unix_identity)
+from services.front.client.configure import configure
+from services.front.host.logins import (credentials_file, default_login_identity, open_login, operator_context,
+                                        publish_user, server_tls, unix_identity)
 from services.front.host.auth import Registry, check_tenant_name, user_url
 
 __all__ = ["register"]

@@ -20,7 +20,7 @@ from events.subjects import valid_token
 from events.vocabulary import TenantLimits
 from services.front.client.client import default_user
 from services.front.cli.options import nats_option
-from services.front.cli.policy import configure
+from services.front.client.configure import configure
 
 __all__ = ["tenant_set", "describe_limits"]
 

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from services.front.cli.audit import BACKFILL_MODES, POLICIES
+from services.front.audit.config import BACKFILL_MODES, POLICIES
 from services.front.cli.options import nats_option, tenant_of_url
 
 __all__ = ["register", "dashboard_for", "keep_token", "TOKEN_FILE", "METRICS_TOKEN_FILE"]

@@ -58,6 +58,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from events import catalogue as c
 from events.codec import DecodeError
@@ -67,10 +68,10 @@ from services.domain.protocol import Record
 from services.domain.fairshare import ROOT, Account, FairShare
 from services.domain.quotas import Amount, amount_of
 from services.domain.cluster import Cluster, Node
-from services.domain.jobs import HOLDS_RESOURCES, Job, JobTable, Transition
+from services.domain.jobs import HOLDS_RESOURCES, LIVE, TERMINAL, Job, JobTable, Transition
 from services.domain.qos import overcommitted
 
-__all__ = ["LogCheck", "check_log", "ENDINGS"]
+__all__ = ["LogCheck", "check_log", "check_summary", "ENDINGS"]
 
 ENDINGS = (c.JobSucceeded, c.JobFailed, c.JobCancelled, c.JobPreempted, c.JobUnschedulable,
            c.JobDependencyNeverSatisfied)
@@ -93,6 +94,21 @@ class LogCheck:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+def check_summary(report: LogCheck, audited: Any = None) -> dict[str, Any]:
+    """What ``horizon check --json`` prints: the log's counts and problems, and the replay's tally
+    (``audited``: its ``AuditReport``; None: not replayed)."""
+    states = [j.state for j in report.jobs.jobs.values()]
+    body: dict[str, Any] = {
+        "records": report.records, "jobs": len(states), "live": sum(1 for s in states if s in LIVE),
+        "ended": sum(1 for s in states if s in TERMINAL), "scheduled": report.scheduled,
+        "borrowed": report.borrowed, "problems": list(report.problems),
+    }
+    if audited is not None:
+        body["audit"] = {"decisions": audited.decisions, "reproduced": audited.reproduced,
+                         "mismatches": len(audited.mismatches)}
+    return body
 
 
 def check_log(records: Iterable[Record]) -> LogCheck:
