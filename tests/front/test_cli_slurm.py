@@ -15,7 +15,9 @@ from click.testing import CliRunner
 from services.nodes.spec import local_nodes
 from services.front.client.client import default_user
 from services.front.cli.main import cli
-from services.front.cli.slurm import hostlist, sacct_duration, slurm_datetime, slurm_state, squeue_duration, squeue_lines
+from services.front.slurm.job_rows import hostlist, slurm_state, squeue_duration
+from services.front.slurm.sacct_format import sacct_duration, slurm_datetime
+from services.front.slurm.squeue_format import squeue_lines
 from services.front.host.stack import Stack
 from tests.e2e import read_log
 from tests.services.test_e2e_services import assert_replays, job_json

@@ -472,7 +472,8 @@ def test_scontrol_show_job_gives_an_elastic_gangs_range_waiting_and_its_nodes_ru
 
 
 def test_squeue_and_sacct_count_the_nodes_an_elastic_job_holds():
-    from services.front.cli.slurm import SACCT_FIELDS, SQUEUE_FIELDS
+    from services.front.slurm.sacct_format import SACCT_FIELDS
+    from services.front.slurm.squeue_format import SQUEUE_FIELDS
 
     row = {"job_id": "el", "state": "RUNNING", "nodes": 4, "allocation": [{"node": "n1"}, {"node": "n2"}]}
     assert SQUEUE_FIELDS["D"][1](row, 0.0, None) == "2" and SACCT_FIELDS["NNodes"](row, 0.0) == "2"

@@ -148,7 +148,7 @@ def _from_log(job_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None
 
     from services.front.client.client import query, session
     from services.front.cli.options import resolve_nats
-    from services.front.cli.slurm import accepted_specs
+    from services.front.slurm.squeue_format import accepted_specs
 
     url = resolve_nats(os.environ.get("HORIZON_NATS_URL"), None)  # else the `horizon up` on .horizon
 

@@ -5,7 +5,7 @@ They are what the shims named ``squeue`` and ``scancel`` run (``services/front/c
 their options are Slurm's even where Horizon's commands differ: ``-h`` is ``--noheader`` for squeue,
 as in Slurm (help is ``--help``); scancel prints nothing when it succeeds. The views are Horizon's
 read models: squeue's rows are ``read_queue``'s (the waiting jobs in the scheduler's order, then the
-others), its columns ``SQUEUE_FIELDS`` of ``services/front/cli/slurm.py``.
+others), its columns ``SQUEUE_FIELDS`` of ``services/front/slurm/squeue_format.py``.
 
 What squeue shows as Slurm does: by default the live jobs (pending, held, configuring, running),
 every user's; a pending array's waiting tasks on one line (``ID_[0-9]``) unless ``-r``; ``-l`` the
@@ -31,18 +31,12 @@ from events.arrays import parse_array, task_id
 from events.resources import ResourceError
 from events.subjects import tenant_view, valid_token
 from services.front.client.client import default_user, query_all, session
-from services.front.cli.jobs import read_queue
+from services.front.client.job_queries import read_queue
 from services.front.cli.options import admin_option, nats_option, tenant_option
-from services.front.cli.requests import cancel_requests
-from services.front.cli.slurm import (
-    SQUEUE_FIELDS,
-    accepted_specs,
-    job_matches,
-    needs_specs,
-    select_states,
-    squeue_lines,
-    state_matches,
-)
+from services.front.client.requests import cancel_requests
+from services.front.slurm.job_rows import select_states, state_matches
+from services.front.slurm.sacct_format import job_matches
+from services.front.slurm.squeue_format import SQUEUE_FIELDS, accepted_specs, needs_specs, squeue_lines
 
 __all__ = ["squeue", "scancel", "squeue_format", "long_format", "group_arrays", "register", "SQUEUE_DEFAULT",
            "SQUEUE_LONG"]

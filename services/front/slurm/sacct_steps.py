@@ -1,7 +1,7 @@
 """sacct's step lines: after a job's line, ``JOBID.batch`` (its batch script) and ``JOBID.0``, ``JOBID.1``, ...
 (its job steps: each ``srun`` inside it, from ``JobStepStarted``/``JobStepEnded`` in the jobs read model).
 
-Each line is a row like the job's own (``services/front/cli/slurm.py`` ``SACCT_FIELDS`` reads it):
+Each line is a row like the job's own (``services/front/slurm/sacct_format.py`` ``SACCT_FIELDS`` reads it):
 
 * ``.batch``: the batch script, one task on the job's first node; its state, exit code and times
   are the job's (the script's end is the job's end);
