@@ -80,7 +80,7 @@ from services.domain.fairshare import association
 from services.domain.policy import WEIGHT_NAMES, Multifactor, make_policy
 from services.domain.jobs import JobState
 from projections import fold_state
-from projections.jobs import _scope, as_tenant_sees, tenant_keys
+from projections.tenants import as_tenant_sees, scope, tenant_keys
 from projections.paging import Listing, Pager, page_fields
 from projections.standing import StandingStore
 
@@ -548,7 +548,7 @@ class SchedulerView:
                 self._subs.append(await self.nc.subscribe(f"horizon.query.{view}", queue="projections",
                                                           cb=self._stored(view, handler)))
             for view, handler in (("queue", self.store.query_queue), ("allocations", self.store.query_allocations)):
-                # a tenant's view of the queue and of where its jobs run (see QueryServer in jobs.py)
+                # a tenant's view of the queue and of where its jobs run (see QueryServer in job_server.py)
                 self._subs.append(await self.nc.subscribe(f"horizon.query.{view}.*", queue="projections",
                                                           cb=self._stored(view, handler)))
         else:
@@ -567,7 +567,7 @@ class SchedulerView:
         subject, about that tenant's jobs only; in pages of about one message (``_page_of``)."""
         async def answer(msg: Any) -> None:
             async def ask(request: dict[str, Any]) -> dict[str, Any]:
-                tenant = _scope(msg.subject)
+                tenant = scope(msg.subject)
                 if tenant is not None:
                     if request.get("tenant") not in (None, "", tenant):
                         raise ValueError(f"tenant {tenant!r} may see only its own jobs, not {request['tenant']!r}'s")

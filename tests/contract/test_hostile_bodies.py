@@ -18,7 +18,8 @@ import nats.errors
 import pytest
 
 from events.codec import DecodeError, decode_json
-from projections.jobs import JobsProjection, QueryServer
+from projections.job_server import QueryServer
+from projections.jobs import JobsProjection
 from projections.scheduling import SchedulerView
 from projections.standing import StandingStore
 from services.domain.queue.fold import QueueFold

@@ -18,7 +18,8 @@ from typing import Any
 import nats
 import pytest
 
-from projections.jobs import JobsProjection, QueryServer
+from projections.job_server import QueryServer
+from projections.jobs import JobsProjection
 from projections.scheduling import SchedulerView, priority_report
 from projections.standing import StandingStore
 from services.runtime.jetstream import JetStreamLog

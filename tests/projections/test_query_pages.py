@@ -23,7 +23,8 @@ import pytest
 from events import catalogue as c
 from events.codec import encode
 from events.subjects import event_subject
-from projections.jobs import JobsProjection, QueryServer
+from projections.job_server import QueryServer
+from projections.jobs import JobsProjection
 from projections.paging import HEADROOM_BYTES, Listing, Pager, page_fields
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import Outgoing

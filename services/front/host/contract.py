@@ -29,6 +29,7 @@ from events.asyncapi import document
 from events.vocabulary import UNKNOWN_PARTITION
 from events.transport import NODE, TENANT, Param, Served, Sent
 from events.payloads import TOKEN_PATTERN
+from projections import job_queries, job_rows
 from projections import jobs as jobs_view
 from projections import scheduling as scheduling_view
 from projections import standing
@@ -148,14 +149,14 @@ def _or_error(schema: Schema) -> Schema:
 
 
 # A job row and its attempts name the same things alike: the job by its id (for a tenant, the id it
-# gave), `node` the nodes comma-separated, `nodes` a count (projections/jobs.py _attempt_answer).
+# gave), `node` the nodes comma-separated, `nodes` a count (projections/job_rows.py attempt_answer).
 _JOB_ID: Schema = {"type": "string", "description": "The job's id: for a tenant's query the id it gave (`g-1`), "
                    "for an operator's the log's key (`acme:g-1` under accounts)."}
 
 
 def _attempt_row(jobs_sql: str, allocation: Schema) -> Schema:
     """One of ``horizon.query.job``'s ``attempts``: the table's row in its job row's words."""
-    columns = [c for c in jobs_view._ATTEMPT_COLUMNS if c not in ("updated_seq", "nodes")]
+    columns = [c for c in job_rows.ATTEMPT_COLUMNS if c not in ("updated_seq", "nodes")]
     row = _row(jobs_sql, "attempts", columns, json={"allocation": allocation}, booleans=("backfilled", "borrowed"),
                extra={"job_id": {**_JOB_ID, "description": _JOB_ID["description"] + " As its job row's."},
                       "node": {"type": ["string", "null"], "description": "The nodes this attempt ran on, "
@@ -168,16 +169,16 @@ def _attempt_row(jobs_sql: str, allocation: Schema) -> Schema:
 
 def view_reply_schemas() -> dict[str, Schema]:
     """Each query view's answer (without the ``{"error": ...}`` alternative)."""
-    jobs_sql, st_sql = jobs_view.SCHEMA, standing.SCHEMA
+    jobs_sql, st_sql = job_rows.SCHEMA, standing.SCHEMA
     allocation = {"type": "array", "items": {"$ref": _SCHEMAS + "NodeAllocation"},
                   "description": "Per node, what the current attempt holds."}
-    step_row = _row(jobs_sql, "steps", [c for c in jobs_view._STEP_COLUMNS if c not in ("job_id", "updated_seq")],
+    step_row = _row(jobs_sql, "steps", [c for c in job_rows.STEP_COLUMNS if c not in ("job_id", "updated_seq")],
                     json={"nodes": {"type": "array", "items": {"type": "string"}},
                           "tasks_per_node": {"type": "array", "items": {"type": "integer"}}})
     step_row["properties"]["state"]["enum"] = list(STEP_STATES)
     steps = {"type": "array", "items": step_row, "description": "Its job steps (srun inside the job): "
              "JobStepStarted and JobStepEnded, by attempt and step."}
-    job_row = _row(jobs_sql, "jobs", [c for c in jobs_view._COLUMNS if c not in ("spec", "class_rank")],
+    job_row = _row(jobs_sql, "jobs", [c for c in job_rows.COLUMNS if c not in ("spec", "class_rank")],
                    json={"allocation": allocation},
                    extra={"job_id": _JOB_ID,
                           "node": {"type": ["string", "null"], "description": "The nodes the current attempt holds "
@@ -248,7 +249,7 @@ def view_reply_schemas() -> dict[str, Schema]:
                     "none of its own)."},
             "events": {"type": "array", "items": event_row, "description": "Its history, in log order."},
             "attempts": {"type": "array", "items": attempt_row}, "steps": steps, "last_seq": {"type": "integer"},
-            **_paging(jobs_view.EVENTS), "next": _NEXT}},
+            **_paging(job_queries.EVENTS), "next": _NEXT}},
         "decisions": _listing("decisions", decision_row),
         "queue": _listing("jobs", queue_row, extra={"now": {"type": ["number", "null"]},
                                                     "policy": {"type": ["string", "null"]}}),

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from projections.jobs import JobsProjection, QueryServer
+from projections.job_server import QueryServer
+from projections.jobs import JobsProjection
 from projections.scheduling import SchedulerView
 from projections.standing import StandingStore
 from services.nodes.agent.app import NodeAgent
