@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import nats
 import pytest
 
 from events import catalogue as c
@@ -14,59 +13,50 @@ from services.placement.core import PlacementCore
 from services.preemption.core import PreemptionCore
 from services.runtime.memory_log import MemoryLog
 from services.runtime.replay import replay_decisions
-from services.front.host.stack import Stack
 from services.scheduling.core import SchedulingCore
 from services.submission.core import SubmissionCore
-from tests.e2e import Tally, read_log, wait_until
-from tests.services.test_e2e_services import job_json, publish_all
+from tests.e2e import job_json, publish_all, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
 CORES = [SubmissionCore, SchedulingCore, PlacementCore, PreemptionCore, InventoryCore]
 
 
-async def test_every_service_reproduces_its_recorded_decisions(nats_server, tmp_path):
-    stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(3, gpus_per_node=4), executor="sim")
-    await stack.start()
-    nc = await nats.connect(nats_server.url)
-    tally = Tally()
-    await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
-    js = nc.jetstream()
+async def test_every_service_reproduces_its_recorded_decisions(running_horizon):
+    h = await running_horizon(nodes=local_nodes(3, gpus_per_node=4), executor="sim")
+    tally, js = h.tally, h.js
     jobs = [(f"mix-{i:03d}", {"resources": {"gpus": i % 5}, "sim_runtime_s": 0.05 * (i % 4),
                               "priority_class": ["low", "normal", "high"][i % 3],
                               "restart_policy": "on-failure" if i % 7 == 0 else "never", "max_retries": 1,
                               "sim_exit_code": 1 if i % 7 == 0 else 0}) for i in range(120)]
     jobs.append(("mix-bad", {"resources": {"gpus": -1}}))
     jobs.append(("mix-held", {"resources": {"gpus": 4}, "sim_runtime_s": 0.05}))
-    try:
-        await publish_all(js, [("horizon.in.acme.submit", job_json(j, **f), j) for j, f in jobs])
-        await js.publish("horizon.in.acme.hold", json.dumps(
-            {"type": "JobHoldRequested", "job_id": "mix-held", "tenant": "acme"}).encode(), headers={"Nats-Msg-Id": "h1"})
-        await js.publish("horizon.in.acme.cancel", json.dumps(
-            {"type": "JobCancelRequested", "job_id": "mix-119", "tenant": "acme"}).encode(), headers={"Nats-Msg-Id": "c1"})
-        await js.publish("horizon.in._admin.node", json.dumps(
-            {"type": "NodeCommandIssued", "node": "node-02", "action": "cordon"}).encode(), headers={"Nats-Msg-Id": "n1"})
-        await wait_until(lambda: tally.has("NodeCordoned", "node-02"), 20, "the cordon")
-        await wait_until(lambda: tally.has("JobHeld", "mix-held") or tally.has("RequestRejected", "mix-held"), 20,
-                         "an answer to the hold")
-        await js.publish("horizon.in._admin.node", json.dumps(
-            {"type": "NodeCommandIssued", "node": "node-02", "action": "uncordon"}).encode(), headers={"Nats-Msg-Id": "n2"})
-        if tally.has("JobHeld", "mix-held"):
-            await js.publish("horizon.in.acme.release", json.dumps(
-                {"type": "JobReleaseRequested", "job_id": "mix-held", "tenant": "acme"}).encode(),
-                headers={"Nats-Msg-Id": "r1"})
-        ends = ("JobSucceeded", "JobFailed", "JobCancelled", "JobRejected")
-        def unfinished():
-            return [j for j, _ in jobs if not any(tally.has(k, j) for k in ends)]
+    await publish_all(js, [("horizon.in.acme.submit", job_json(j, **f), j) for j, f in jobs])
+    await js.publish("horizon.in.acme.hold", json.dumps(
+        {"type": "JobHoldRequested", "job_id": "mix-held", "tenant": "acme"}).encode(), headers={"Nats-Msg-Id": "h1"})
+    await js.publish("horizon.in.acme.cancel", json.dumps(
+        {"type": "JobCancelRequested", "job_id": "mix-119", "tenant": "acme"}).encode(), headers={"Nats-Msg-Id": "c1"})
+    await js.publish("horizon.in._admin.node", json.dumps(
+        {"type": "NodeCommandIssued", "node": "node-02", "action": "cordon"}).encode(), headers={"Nats-Msg-Id": "n1"})
+    await wait_until(lambda: tally.has("NodeCordoned", "node-02"), 20, "the cordon")
+    await wait_until(lambda: tally.has("JobHeld", "mix-held") or tally.has("RequestRejected", "mix-held"), 20,
+                     "an answer to the hold")
+    await js.publish("horizon.in._admin.node", json.dumps(
+        {"type": "NodeCommandIssued", "node": "node-02", "action": "uncordon"}).encode(), headers={"Nats-Msg-Id": "n2"})
+    if tally.has("JobHeld", "mix-held"):
+        await js.publish("horizon.in.acme.release", json.dumps(
+            {"type": "JobReleaseRequested", "job_id": "mix-held", "tenant": "acme"}).encode(),
+            headers={"Nats-Msg-Id": "r1"})
+    ends = ("JobSucceeded", "JobFailed", "JobCancelled", "JobRejected")
+    def unfinished():
+        return [j for j, _ in jobs if not any(tally.has(k, j) for k in ends)]
 
-        try:
-            await wait_until(lambda: not unfinished(), 60, "every job to end")
-        except AssertionError:
-            raise AssertionError(f"unfinished: {unfinished()}") from None
-    finally:
-        await nc.close()
-        await stack.stop()
-    records = await read_log(nats_server.url)
+    try:
+        await wait_until(lambda: not unfinished(), 60, "every job to end")
+    except AssertionError:
+        raise AssertionError(f"unfinished: {unfinished()}") from None
+    await h.stop()
+    records = await h.records()
     totals = {}
     for core_cls in CORES:
         report = replay_decisions(core_cls(), records)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import nats
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -14,38 +13,29 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from services.nodes.spec import local_nodes
-from services.front.host.stack import Stack
 from services.runtime.telemetry import parse_traceparent, root_context, traceparent
-from tests.e2e import Tally, read_log, wait_until
-from tests.services.test_e2e_services import assert_replays, job_json
+from tests.e2e import assert_replays, job_json, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
-async def test_one_trace_connects_a_job_across_the_services(nats_server, tmp_path):
+async def test_one_trace_connects_a_job_across_the_services(running_horizon):
     exporter = InMemorySpanExporter()
     tracing = TracerProvider()
     tracing.add_span_processor(SimpleSpanProcessor(exporter))
     reader = InMemoryMetricReader()
-    stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(1, gpus_per_node=4), executor="sim",
-                  tracer_provider=tracing, meter_provider=MeterProvider(metric_readers=[reader]))
-    await stack.start()
-    nc = await nats.connect(nats_server.url)
-    tally = Tally()
-    await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
-    js = nc.jetstream()
-    try:
-        await js.publish("horizon.in.acme.submit", job_json("traced", resources={"gpus": 1}, sim_runtime_s=0.2),
-                         headers={"Nats-Msg-Id": "traced", "traceparent": f"00-{TRACE}-00f067aa0ba902b7-01"})
-        await js.publish("horizon.in.acme.submit", job_json("untraced", resources={"gpus": 1}, sim_runtime_s=0.2),
-                         headers={"Nats-Msg-Id": "untraced"})
-        await wait_until(lambda: tally.has("JobSucceeded", "traced") and tally.has("JobSucceeded", "untraced"),
-                         30, "both jobs to end")
-    finally:
-        await nc.close()
-        await stack.stop()
+    h = await running_horizon(nodes=local_nodes(1, gpus_per_node=4), executor="sim", tracer_provider=tracing,
+                              meter_provider=MeterProvider(metric_readers=[reader]))
+    tally, js = h.tally, h.js
+    await js.publish("horizon.in.acme.submit", job_json("traced", resources={"gpus": 1}, sim_runtime_s=0.2),
+                     headers={"Nats-Msg-Id": "traced", "traceparent": f"00-{TRACE}-00f067aa0ba902b7-01"})
+    await js.publish("horizon.in.acme.submit", job_json("untraced", resources={"gpus": 1}, sim_runtime_s=0.2),
+                     headers={"Nats-Msg-Id": "untraced"})
+    await wait_until(lambda: tally.has("JobSucceeded", "traced") and tally.has("JobSucceeded", "untraced"),
+                     30, "both jobs to end")
+    await h.stop()
     spans = exporter.get_finished_spans()
     ours = [s for s in spans if f"{s.context.trace_id:032x}" == TRACE]
     names = {s.name for s in ours}
@@ -60,7 +50,7 @@ async def test_one_trace_connects_a_job_across_the_services(nats_server, tmp_pat
     cycles = [s for s in spans if s.name == "scheduling SchedulingCycleCompleted"]
     assert cycles and any(int(TRACE, 16) in {link.context.trace_id for link in c.links} for c in cycles)
     # the headers in the log carry the trace on
-    records = await read_log(nats_server.url)
+    records = await h.records()
     scheduled = next(r for r in records if r.subject == "horizon.evt.placement.JobScheduled.traced")
     ctx = parse_traceparent(scheduled.headers["traceparent"])
     assert ctx is not None and f"{ctx.trace_id:032x}" == TRACE and traceparent(ctx).startswith(f"00-{TRACE}-")

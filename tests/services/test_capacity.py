@@ -232,41 +232,35 @@ def test_shapes_are_judged_in_one_order_whatever_order_the_nodes_came_in():
 
 
 @pytest.mark.timeout(120)
-async def test_the_cli_is_refused_what_no_node_could_ever_run_and_told_why(nats_server, tmp_path):
+async def test_the_cli_is_refused_what_no_node_could_ever_run_and_told_why(running_horizon):
     """`horizon submit` against a live stack of 4 nodes x 8 GPUs: --gpus 99, --nodes 10, an empty command
     and `--check --gpus 99` all fail (exit 1, or 2 for the CLI's own usage error) naming the limit;
     what fits is accepted; and the log replays to the same decisions."""
     from services.nodes.spec import local_nodes
-    from services.front.host.stack import Stack
-    from tests.e2e import read_log
-    from tests.front.test_cli_policy import horizon
-    from tests.services.test_e2e_services import assert_replays
+    from tests.e2e import assert_replays, horizon
 
-    stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(4, gpus_per_node=8), executor="sim")
-    await stack.start()
-    url = nats_server.url
-    try:
-        code, out, err = await horizon(url, "submit", "--job-id", "g99", "--gpus", "99", "--", "train.py")
-        assert code == 1 and "Traceback" not in err, err
-        assert ("resources.gpus: 99 GPUs per node (99 per task x 1 task per node) is more than any node has: "
-                "the largest has 8 a100 GPUs") in err
-        code, out, err = await horizon(url, "submit", "--job-id", "n10", "--gpus", "1", "--nodes", "10", "--",
-                                       "train.py")
-        assert code == 1 and ("nodes: 10 nodes of 1 GPU, 1 CPU and 1Gi memory each; only 4 registered nodes could "
-                              "hold one") in err, err
-        code, out, err = await horizon(url, "submit", "--job-id", "c1k", "--cpus", "1000", "--", "train.py")
-        assert code == 1 and "resources.cpus: 1000 CPUs per node" in err and "the largest has" in err, err
-        code, out, err = await horizon(url, "submit", "--check", "--gpus", "99", "--", "train.py")
-        assert code == 1 and "would be rejected: resources.gpus: 99 GPUs per node" in err, err
-        assert "the largest has 8 a100 GPUs" in err and "would be accepted" not in out
-        code, out, err = await horizon(url, "submit", "--job-id", "empty", "--gpus", "1")
-        assert code == 2 and "give the command to run" in err, err  # the CLI refuses it before publishing
-        code, out, err = await horizon(url, "submit", "--job-id", "g8", "--gpus", "8", "--nodes", "4",
-                                       "--sim-runtime", "0.1", "--", "train.py")
-        assert code == 0, err
-    finally:
-        await stack.stop()
-    records = await read_log(url)
+    h = await running_horizon(nodes=local_nodes(4, gpus_per_node=8), executor="sim")
+    url = h.url
+    code, out, err = await horizon(url, "submit", "--job-id", "g99", "--gpus", "99", "--", "train.py")
+    assert code == 1 and "Traceback" not in err, err
+    assert ("resources.gpus: 99 GPUs per node (99 per task x 1 task per node) is more than any node has: "
+            "the largest has 8 a100 GPUs") in err
+    code, out, err = await horizon(url, "submit", "--job-id", "n10", "--gpus", "1", "--nodes", "10", "--",
+                                   "train.py")
+    assert code == 1 and ("nodes: 10 nodes of 1 GPU, 1 CPU and 1Gi memory each; only 4 registered nodes could "
+                          "hold one") in err, err
+    code, out, err = await horizon(url, "submit", "--job-id", "c1k", "--cpus", "1000", "--", "train.py")
+    assert code == 1 and "resources.cpus: 1000 CPUs per node" in err and "the largest has" in err, err
+    code, out, err = await horizon(url, "submit", "--check", "--gpus", "99", "--", "train.py")
+    assert code == 1 and "would be rejected: resources.gpus: 99 GPUs per node" in err, err
+    assert "the largest has 8 a100 GPUs" in err and "would be accepted" not in out
+    code, out, err = await horizon(url, "submit", "--job-id", "empty", "--gpus", "1")
+    assert code == 2 and "give the command to run" in err, err  # the CLI refuses it before publishing
+    code, out, err = await horizon(url, "submit", "--job-id", "g8", "--gpus", "8", "--nodes", "4",
+                                   "--sim-runtime", "0.1", "--", "train.py")
+    assert code == 0, err
+    await h.stop()
+    records = await h.records()
     verdicts = {}
     for record in records:
         if ".JobRejected." in record.subject or ".JobAccepted." in record.subject:
@@ -276,30 +270,19 @@ async def test_the_cli_is_refused_what_no_node_could_ever_run_and_told_why(nats_
 
 
 @pytest.mark.timeout(60)
-async def test_a_client_publishing_an_empty_command_is_rejected(nats_server, tmp_path):
+async def test_a_client_publishing_an_empty_command_is_rejected(running_horizon):
     """Another language's client is not the CLI: its empty command reaches submission, which refuses it."""
-    import nats
-
     from services.nodes.spec import local_nodes
-    from services.front.host.stack import Stack
-    from tests.e2e import Tally, wait_until
-    from tests.services.test_e2e_services import job_json
+    from tests.e2e import job_json, wait_until
 
-    stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(1, gpus_per_node=8), executor="sim")
-    await stack.start()
-    nc = await nats.connect(nats_server.url)
-    try:
-        tally = Tally()
-        await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
-        js = nc.jetstream()
-        await js.publish("horizon.in.acme.submit", job_json("blank", resources={"gpus": 1}),
-                         headers={"Nats-Msg-Id": "blank"})
-        await js.publish("horizon.in.acme.submit", job_json("sim", resources={"gpus": 1}, sim_runtime_s=0.1),
-                         headers={"Nats-Msg-Id": "sim"})
-        await wait_until(lambda: tally.has("JobRejected", "blank") and tally.has("JobSucceeded", "sim"), 20,
-                         "the verdicts")
-        blank = tally.last[("JobRejected", "blank")]
-        assert (blank["field"], blank["reason"]) == ("command", "command: is empty: give the command to run")
-    finally:
-        await nc.close()
-        await stack.stop()
+    h = await running_horizon(nodes=local_nodes(1, gpus_per_node=8), executor="sim")
+    tally, js = h.tally, h.js
+    await js.publish("horizon.in.acme.submit", job_json("blank", resources={"gpus": 1}),
+                     headers={"Nats-Msg-Id": "blank"})
+    await js.publish("horizon.in.acme.submit", job_json("sim", resources={"gpus": 1}, sim_runtime_s=0.1),
+                     headers={"Nats-Msg-Id": "sim"})
+    await wait_until(lambda: tally.has("JobRejected", "blank") and tally.has("JobSucceeded", "sim"), 20,
+                     "the verdicts")
+    blank = tally.last[("JobRejected", "blank")]
+    assert (blank["field"], blank["reason"]) == ("command", "command: is empty: give the command to run")
+    await h.stop()

@@ -546,7 +546,7 @@ while :; do sleep 0.1; done
 
 
 async def test_the_real_services_start_grow_and_shrink_an_elastic_gang_and_time_out_an_assembly(
-        nats_server, tmp_path):
+        running_horizon, tmp_path):
     """Three nodes of 4 GPUs. "busy" holds node-00; "el" (--nodes 2-3, 4 GPUs a node) starts on node-01 and
     node-02 and says so from its environment; busy is cancelled, el grows to 3 (JobResized by placement)
     and its trap reads the resize file on SIGWINCH; a critical one-node job then shrinks el back to 2
@@ -556,92 +556,68 @@ async def test_the_real_services_start_grow_and_shrink_an_elastic_gang_and_time_
     decision replays."""
     import asyncio
     import json
-    import sys
-
-    import nats
 
     from services.nodes.spec import local_nodes
     from services.front.host.check import check_log
-    from services.front.host.stack import Stack
-    from tests.e2e import Tally, events_of, read_log, wait_until
-    from tests.services.test_e2e_services import assert_replays
-    from tests.services.test_eviction import horizon as _horizon
+    from tests.e2e import assert_replays, events_of, horizon, wait_until
 
-    async def horizon(url: str, *args: str) -> tuple[int, str, str]:
-        """``horizon ARGS --nats URL``, with --nats before the job's command when there is one."""
-        if "--" not in args:
-            return await _horizon(url, *args)
-        cut = args.index("--")
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "services.front.cli.main", *args[:cut], "--nats", url, *args[cut:],
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-        return proc.returncode or 0, out.decode(), err.decode()
-
-    url = nats_server.url
-    stack = Stack(url, tmp_path, nodes=local_nodes(3, gpus_per_node=4), executor="process")
-    await stack.start()
-    nc = await nats.connect(url)
-    tally = Tally()
-    await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
+    h = await running_horizon(nodes=local_nodes(3, gpus_per_node=4), executor="process")
+    url, tally = h.url, h.tally
     out_file = job_file(tmp_path / "jobs", "el", 1, "stdout")
 
     def said(text: str) -> bool:
         return out_file.exists() and text in out_file.read_text()
 
-    try:
-        code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "busy", "--gpus", "4",
-                                       "--", "sleep", "600")
-        assert code == 0, err
-        await wait_until(lambda: tally.has("JobStarted", "busy"), 20, "busy to start")
-        assert tally.last[("JobStarted", "busy")]["node"] == "node-00"  # the first of equals, by name
-        code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "el", "--gpus", "4",
-                                       "--nodes", "2-3", "--", "sh", "-c", ELASTIC_JOB)
-        assert code == 0, err
-        await wait_until(lambda: said("start"), 20, "el to start")
-        assert out_file.read_text().splitlines()[0] == "start 2 2 2 3 node-[01-02]"
+    code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "busy", "--gpus", "4",
+                                   "--", "sleep", "600")
+    assert code == 0, err
+    await wait_until(lambda: tally.has("JobStarted", "busy"), 20, "busy to start")
+    assert tally.last[("JobStarted", "busy")]["node"] == "node-00"  # the first of equals, by name
+    code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "el", "--gpus", "4",
+                                   "--nodes", "2-3", "--", "sh", "-c", ELASTIC_JOB)
+    assert code == 0, err
+    await wait_until(lambda: said("start"), 20, "el to start")
+    assert out_file.read_text().splitlines()[0] == "start 2 2 2 3 node-[01-02]"
 
-        code, out, err = await horizon(url, "cancel", "--tenant", "acme", "busy")
+    code, out, err = await horizon(url, "cancel", "--tenant", "acme", "busy")
+    assert code == 0, err
+    await wait_until(lambda: said("resized 1"), 20, "el to grow")
+    assert out_file.read_text().splitlines()[1] == "resized 1 3 3 node-[00-02]"
+    assert tally.last[("JobResized", "el")]["source"] == "placement"
+
+    async def el_nodes() -> list[str]:
+        code, out, err = await horizon(url, "jobs", "--json")
         assert code == 0, err
-        await wait_until(lambda: said("resized 1"), 20, "el to grow")
-        assert out_file.read_text().splitlines()[1] == "resized 1 3 3 node-[00-02]"
-        assert tally.last[("JobResized", "el")]["source"] == "placement"
+        (row,) = [r for r in json.loads(out) if r["job_id"] == "el"]
+        return [a["node"] for a in row["allocation"]]
 
-        async def el_nodes() -> list[str]:
-            code, out, err = await horizon(url, "jobs", "--json")
-            assert code == 0, err
-            (row,) = [r for r in json.loads(out) if r["job_id"] == "el"]
-            return [a["node"] for a in row["allocation"]]
+    for _ in range(50):  # the jobs view follows the log a moment behind our subscription
+        if len(await el_nodes()) == 3:
+            break
+        await asyncio.sleep(0.2)
+    assert await el_nodes() == ["node-01", "node-02", "node-00"]
 
-        for _ in range(50):  # the jobs view follows the log a moment behind our subscription
-            if len(await el_nodes()) == 3:
-                break
-            await asyncio.sleep(0.2)
-        assert await el_nodes() == ["node-01", "node-02", "node-00"]
+    code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "vip", "--gpus", "4",
+                                   "--priority-class", "critical", "--", "sleep", "600")
+    assert code == 0, err
+    await wait_until(lambda: said("resized 2") and tally.has("JobStarted", "vip"), 30, "el to shrink for vip")
+    assert out_file.read_text().splitlines()[2] == "resized 2 2 2 node-[01-02]"
+    assert tally.last[("JobStarted", "vip")]["node"] == "node-00"  # the node el gained last
+    assert not tally.has("PreemptionRequested", "el")
 
-        code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "vip", "--gpus", "4",
-                                       "--priority-class", "critical", "--", "sleep", "600")
+    code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "gang", "--gpus", "4",
+                                   "--nodes", "3", "--assembly-timeout", "2s", "--", "true")
+    assert code == 0, err
+    await wait_until(lambda: tally.has("JobUnschedulable", "gang"), 30, "the gang's assembly to time out")
+    assert tally.last[("JobUnschedulable", "gang")]["reason"].startswith(
+        "assembly timeout: the gang did not assemble 3 nodes within 2 s: ")
+    for job_id in ("el", "vip"):
+        code, out, err = await horizon(url, "cancel", "--tenant", "acme", job_id)
         assert code == 0, err
-        await wait_until(lambda: said("resized 2") and tally.has("JobStarted", "vip"), 30, "el to shrink for vip")
-        assert out_file.read_text().splitlines()[2] == "resized 2 2 2 node-[01-02]"
-        assert tally.last[("JobStarted", "vip")]["node"] == "node-00"  # the node el gained last
-        assert not tally.has("PreemptionRequested", "el")
-
-        code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "gang", "--gpus", "4",
-                                       "--nodes", "3", "--assembly-timeout", "2s", "--", "true")
-        assert code == 0, err
-        await wait_until(lambda: tally.has("JobUnschedulable", "gang"), 30, "the gang's assembly to time out")
-        assert tally.last[("JobUnschedulable", "gang")]["reason"].startswith(
-            "assembly timeout: the gang did not assemble 3 nodes within 2 s: ")
-        for job_id in ("el", "vip"):
-            code, out, err = await horizon(url, "cancel", "--tenant", "acme", job_id)
-            assert code == 0, err
-        await wait_until(lambda: tally.has("JobCancelled", "el") and tally.has("JobCancelled", "vip"), 20,
-                         "el and vip to end")
-    finally:
-        await nc.close()
-        await stack.stop()
-    records = await read_log(url)
+    await wait_until(lambda: tally.has("JobCancelled", "el") and tally.has("JobCancelled", "vip"), 20,
+                     "el and vip to end")
+    await h.stop()
+    records = await h.records()
     report = check_log(records)
     assert report.ok, report.problems[:3]
     resized = [e for e in events_of(records) if isinstance(e, c.JobResized)]

@@ -190,7 +190,7 @@ def test_a_gang_takes_the_nodes_holding_its_data_node_by_node_and_replays():
 # ----------------------------------------------------------------------------------- over NATS
 
 
-async def test_the_real_services_put_a_job_by_its_data_and_by_price(nats_server, tmp_path):
+async def test_the_real_services_put_a_job_by_its_data_and_by_price(running_horizon):
     """Two nodes, node-00 at price 5, node-01 at price 1; an operator says node-00 holds imagenet
     (``horizon node add-datasets``) and sets a profile weighing cost (``horizon profile set``).
     "thrifty" (profile cheap, 1 GPU) goes to the cheaper node-01, where the default profile would take
@@ -199,46 +199,34 @@ async def test_the_real_services_put_a_job_by_its_data_and_by_price(nats_server,
     import asyncio
     import dataclasses
 
-    import nats
-
     from services.nodes.spec import local_nodes
-    from services.front.host.stack import Stack
-    from tests.e2e import Tally, read_log, wait_until
-    from tests.services.test_e2e_services import assert_replays
-    from tests.services.test_eviction import horizon
+    from tests.e2e import assert_replays, horizon, wait_until
 
-    url = nats_server.url
     nodes = [dataclasses.replace(n, labels={"horizon.io/price": price})
              for n, price in zip(local_nodes(2, gpus_per_node=4), ("5", "1"))]
-    stack = Stack(url, tmp_path, nodes=nodes, executor="sim")
-    await stack.start()
-    nc = await nats.connect(url)
-    tally = Tally()
-    await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
-    try:
-        code, out, err = await horizon(url, "node", "add-datasets", "node-00", "imagenet,laion")
-        assert code == 0 and out.strip() == "node-00: datasets imagenet, laion", err
-        code, out, err = await horizon(url, "node", "remove-datasets", "node-00", "laion")
-        assert code == 0 and out.strip() == "node-00: datasets imagenet", err
-        code, out, err = await horizon(url, "node", "remove-datasets", "node-01", "laion")
-        assert code == 1 and "node-01 holds no dataset laion (it holds: none)" in err
-        code, out, err = await horizon(url, "profile", "set", "cheap", "--weight", "cost=100")
-        assert code == 0, err
-        code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "thrifty", "--gpus", "1",
-                                       "--profile", "cheap", "--sim-runtime", "600")
-        assert code == 0, err
-        await wait_until(lambda: tally.has("JobStarted", "thrifty"), 20, "thrifty to start")
-        code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "reader", "--gpus", "1",
-                                       "--dataset", "imagenet", "--sim-runtime", "600")
-        assert code == 0, err
-        await wait_until(lambda: tally.has("JobStarted", "reader"), 20, "reader to start")
-        assert tally.last[("JobStarted", "thrifty")]["node"] == "node-01"
-        assert tally.last[("JobStarted", "reader")]["node"] == "node-00"
-        await asyncio.sleep(0)
-    finally:
-        await nc.close()
-        await stack.stop()
-    records = await read_log(url)
+    h = await running_horizon(nodes=nodes, executor="sim")
+    url, tally = h.url, h.tally
+    code, out, err = await horizon(url, "node", "add-datasets", "node-00", "imagenet,laion")
+    assert code == 0 and out.strip() == "node-00: datasets imagenet, laion", err
+    code, out, err = await horizon(url, "node", "remove-datasets", "node-00", "laion")
+    assert code == 0 and out.strip() == "node-00: datasets imagenet", err
+    code, out, err = await horizon(url, "node", "remove-datasets", "node-01", "laion")
+    assert code == 1 and "node-01 holds no dataset laion (it holds: none)" in err
+    code, out, err = await horizon(url, "profile", "set", "cheap", "--weight", "cost=100")
+    assert code == 0, err
+    code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "thrifty", "--gpus", "1",
+                                   "--profile", "cheap", "--sim-runtime", "600")
+    assert code == 0, err
+    await wait_until(lambda: tally.has("JobStarted", "thrifty"), 20, "thrifty to start")
+    code, out, err = await horizon(url, "submit", "--tenant", "acme", "--job-id", "reader", "--gpus", "1",
+                                   "--dataset", "imagenet", "--sim-runtime", "600")
+    assert code == 0, err
+    await wait_until(lambda: tally.has("JobStarted", "reader"), 20, "reader to start")
+    assert tally.last[("JobStarted", "thrifty")]["node"] == "node-01"
+    assert tally.last[("JobStarted", "reader")]["node"] == "node-00"
+    await asyncio.sleep(0)
+    await h.stop()
+    records = await h.records()
     assert_replays(records)
 
 
