@@ -14,15 +14,24 @@ Two shapes of a job exist on purpose:
 * ``JobSpec`` (inside ``JobAccepted``) is the validated, normalised form that
   every service after submission reads: integers in base units, known
   enumerations.
+
+A field's meaning in the published schema is written beside it
+(``Annotated[T, Meta(description=...)]``, which changes nothing on the wire);
+an event's is its docstring. ``events/payloads.py`` adds what a field's name
+says by convention and what the services check beyond the type.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
+from msgspec import Meta
 
-from events.base import Event
+from events import vocabulary as vocab
+from events.arrays import MAX_INDEX
+from events.base import Event, JobId, NodeId
+from events.resources import MAX_CPUS_MILLI, MAX_MEMORY_BYTES
 
 # --------------------------------------------------------------------------
 # Vocabulary
@@ -41,6 +50,19 @@ TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
 DEFAULT_ACCOUNT = "default"  # the account a submission names when it names none
+
+# The defaults the schema's words state: submission's limits, a tenant's intake limits.
+_LIMITS = vocab.Limits()
+_TENANT_LIMITS = vocab.TenantLimits()
+_MEMORY_FORMS = (
+    "Memory: an integer number of bytes, or a string: a number then a unit in any case, blanks allowed "
+    "around and between them: `b` bytes; `k m g t p` binary as in Slurm (`8g` = 8 GiB); `Ki Mi Gi Ti Pi` "
+    "binary (`16Gi`); `KB MB GB TB PB` decimal (`16GB` = 16e9 bytes). No other unit (`8 GiB` is refused: "
+    "`GiB` is not one). A fraction is rounded up to whole bytes, but a fraction of a byte without a unit "
+    f"(`1.5`) is refused. At most {MAX_MEMORY_BYTES} bytes (1 EiB)."
+)
+
+
 class _Part(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Base of the value objects nested inside events.
 
@@ -65,13 +87,21 @@ class ResourceRequest(_Part, kw_only=True):
     memory per GPU.
     """
 
-    cpus: float | str = 1
+    cpus: Annotated[float | str, Meta(description=(
+        "CPU cores per task: a number (`2`, `0.5`) or a string of cores (`\"2\"`) or millicores (`\"500m\"`, "
+        f"lower-case `m`), more than 0 and at most {MAX_CPUS_MILLI // 1000:,} cores; finer than a millicore is "
+        "rounded up."))] = 1
     # None: not given, so the job's partition's default memory per CPU or GPU applies (else 1 GiB).
     # The default stays "1Gi": a submission that leaves the field out means what it always meant.
-    memory: int | str | None = "1Gi"
-    gpus: int = 0
-    gpu_type: str | None = None
-    gpu_memory: int | str | None = None
+    memory: Annotated[int | str | None, Meta(description=(
+        _MEMORY_FORMS + " More than 0. `null`: not given; the partition's default memory per CPU "
+        "or GPU, else 1 GiB. Left out: 1 GiB."))] = "1Gi"
+    gpus: Annotated[int, Meta(description=(
+        f"Whole GPUs per task (a JSON integer); at most {_LIMITS.max_gpus_per_job} in the whole job."))] = 0
+    gpu_type: Annotated[str | None, Meta(description=(
+        "A GPU model the cluster has: `type` or `type-variant` (`a100`, `h100-80gb`), any case, at most 64 "
+        "characters; `null` (or empty): any model."))] = None
+    gpu_memory: Annotated[int | str | None, Meta(description=_MEMORY_FORMS)] = None
     # Limits above the requests (Kubernetes' limits): what the job's cgroup may use on its node, per
     # task, in the forms of ``cpus`` and ``memory``. None: the request is the limit (what a job always
     # got). Requests equal to limits make a job "guaranteed", limits above them "burstable", and no
@@ -81,23 +111,28 @@ class ResourceRequest(_Part, kw_only=True):
 
 
 class Dependency(_Part, kw_only=True):
-    kind: str = "after-ok"
-    job_id: str = ""
+    kind: Annotated[str, Meta(description=(
+        "after-ok: it succeeded; after-not-ok: it ended without success; after-any: it ended; after: it "
+        "started."))] = "after-ok"
+    job_id: Annotated[JobId, Meta(description=(
+        "The job (or array, or one task `<array>_<i>`) waited for; it may be submitted later. A client writes "
+        "its own id; under accounts events carry it as `<tenant>:<id>`."))] = ""
 
 
 class Toleration(_Part, kw_only=True):
     """Kubernetes-style: ``key`` empty with ``operator="Exists"`` tolerates everything."""
 
-    key: str = ""
+    key: Annotated[str, Meta(description="The taint's key; empty with `Exists` tolerates every taint.")] = ""
     operator: str = "Equal"  # Equal | Exists
     value: str = ""
-    effect: str = ""  # empty tolerates every effect
+    effect: Annotated[str, Meta(description="Empty tolerates every effect.")] = ""
 
 
 class Taint(_Part, kw_only=True):
-    key: str
-    value: str = ""
-    effect: str = "NoSchedule"
+    key: Annotated[str, Meta(description="Letters, digits, `_ . / -`, starting and ending with a letter or digit.")]
+    value: Annotated[str, Meta(description=(
+        "Letters, digits, `_ . -`, starting and ending with a letter or digit; may be empty."))] = ""
+    effect: Annotated[str, Meta(description="Empty only in an untaint (every effect).")] = "NoSchedule"
 
 
 class AffinityTerm(_Part, kw_only=True):
@@ -111,7 +146,9 @@ class NodeSelectorRequirement(_Part, kw_only=True):
     """Required node affinity: ``key`` ``operator`` (In, NotIn, Exists, DoesNotExist) ``values``."""
 
     key: str
-    operator: str = "In"
+    operator: Annotated[str, Meta(description=(
+        f"One of {', '.join(vocab.SELECTOR_OPS)} (Gt and Lt compare numbers, the first value); any other "
+        "matches no node."))] = "In"
     values: list[str] = []
 
 
@@ -129,9 +166,11 @@ class LimitSignal(_Part, kw_only=True):
     process (its batch shell, Slurm's ``B:``), else to every other process of the job, which is
     what Slurm signals without ``B:`` (its steps, not the batch shell)."""
 
-    signal: str
-    before_s: float = 60.0
-    batch_only: bool = False
+    signal: Annotated[str, Meta(description="A signal name (`USR1`, `SIGUSR1`) or number (`10`).")]
+    before_s: Annotated[float, Meta(description="How long before the time limit.")] = 60.0
+    batch_only: Annotated[bool, Meta(description=(
+        "To the job's main process (its batch shell) alone, Slurm's `B:`; else to every other process of the "
+        "job."))] = False
 
 
 class JobSpec(_Part, kw_only=True):
@@ -153,8 +192,9 @@ class JobSpec(_Part, kw_only=True):
     cpus_milli: int = 1000
     memory_bytes: int = 1 << 30
     gpus: int = 0
-    gpu_type: str | None = None
-    gpu_variant: str | None = None
+    gpu_type: Annotated[str | None, Meta(description=(
+        "The GPU model's type in lower case (`h100`); `null`: any."))] = None
+    gpu_variant: Annotated[str | None, Meta(description="The variant (`80gb`); `null`: any.")] = None
     gpu_memory_bytes: int = 0
     # gang shape: nodes x tasks_per_node tasks, each with the resources above
     nodes: int = 1
@@ -169,7 +209,7 @@ class JobSpec(_Part, kw_only=True):
     # or before partitions existed.
     partition: str = ""
     dependencies: tuple[Dependency, ...] = ()
-    array: str | None = None  # the array's job id (the submitted id) when this job is one task of an array
+    array: Annotated[JobId | None, Meta(description="The array's job id when this job is one of its tasks.")] = None
     array_index: int | None = None  # this task's index in the array
     array_max_running: int = 0  # the array's "%N": at most N of its tasks hold resources at once (0: no limit)
     node_selector: dict[str, str] = {}
@@ -260,7 +300,7 @@ class JobSpec(_Part, kw_only=True):
 class NodeAllocation(_Part, kw_only=True):
     """What one job holds on one node: the exact devices, CPUs and memory."""
 
-    node: str
+    node: NodeId
     device_ids: list[str] = []
     cpus_milli: int = 0
     memory_bytes: int = 0
@@ -282,10 +322,10 @@ class GpuDevice(_Part, kw_only=True):
 class Quota(_Part, kw_only=True):
     """Per-account limits; ``None`` means unlimited."""
 
-    gpus: int | None = None
+    gpus: Annotated[int | None, Meta(description="`null`: unlimited.")] = None
     cpus_milli: int | None = None
     memory_bytes: int | None = None
-    running_jobs: int | None = None
+    running_jobs: Annotated[int | None, Meta(description="`null`: unlimited.")] = None
     gpus_by_type: dict[str, int] = {}
     # Where a limit comes from when a quota provider set it (docs/backends.md, "Quota providers"):
     # dimension ("gpus", "cpus_milli", "memory_bytes", "running_jobs", "type:<gpu type>") -> e.g.
@@ -318,58 +358,98 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
     VERSION: ClassVar[int] = 2
     v: int = 2
 
-    job_id: str
+    job_id: JobId
     tenant: str
-    account: str = DEFAULT_ACCOUNT  # under accounts, the tenant's own account (docs/tenants.md)
+    # under accounts, the tenant's own account (docs/tenants.md)
+    account: Annotated[str, Meta(description=(
+        "The fair-share and quota account charged (a token); empty means `default`. Under accounts it must be "
+        "open to the tenant."))] = DEFAULT_ACCOUNT
     user: str = ""
-    name: str = ""
-    command: list[str] = []
-    env: dict[str, str] = {}
-    payload: Any = None
+    name: Annotated[str, Meta(description="A name for people; empty means the job id.")] = ""
+    command: Annotated[list[str], Meta(description=(
+        f"The argv to run, one element per argument (no shell); at most {_LIMITS.max_command_bytes:,} "
+        "characters in all. Required unless the job is simulated (`sim_runtime_s`) or carries a `payload`."))] = []
+    env: Annotated[dict[str, str], Meta(description="Environment variables of the job's process.")] = {}
+    payload: Annotated[Any, Meta(description=(
+        "Opaque JSON for an external executor; Horizon passes it through."))] = None
     resources: ResourceRequest = ResourceRequest()
-    nodes: int = 1
-    tasks_per_node: int = 1
-    time_limit_s: float | None = None
-    scheduling_timeout_s: float | None = None
-    priority_class: str = "normal"
-    nice: int = 0
+    nodes: Annotated[int, Meta(description="Nodes of the gang.")] = 1
+    tasks_per_node: Annotated[int, Meta(description=(
+        "Tasks on each node; the job needs nodes x tasks_per_node tasks, placed all at once."))] = 1
+    time_limit_s: Annotated[float | None, Meta(description=(
+        "Its run-time limit, also the estimate backfill uses; `null`: the cluster's default "
+        f"({_LIMITS.default_time_limit_s:g} s unless configured otherwise)."))] = None
+    scheduling_timeout_s: Annotated[float | None, Meta(description=(
+        "How long it may wait to start before it ends JobUnschedulable; `null` waits for ever."))] = None
+    priority_class: Annotated[str, Meta(description="Its priority class, highest first.")] = "normal"
+    nice: Annotated[int, Meta(description=(
+        "Lowers its priority within the class; only an operator (horizon.in._admin.update) may set it below 0."))] = 0
     qos: str = ""
     profile: str = "default"
-    # Slurm's -p a,b: the partitions it may run in, the first that can run it is taken; empty: the
-    # default partition. A name the cluster does not define: see PartitionPolicyConfigured.
-    partitions: list[str] = []
+    partitions: Annotated[list[str], Meta(description=(
+        "Slurm's `-p a,b`: the partitions it may run in; the first that can run it is taken. Empty: the default "
+        "partition. A name the cluster does not define runs in the default one with a warning, or is refused "
+        "(PartitionPolicyConfigured)."))] = []
     dependencies: list[Dependency] = []
-    array: str | None = None
+    array: Annotated[str | None, Meta(description=(
+        "Makes it a job array (Slurm's --array): indices and ranges, a range optionally with a step, then "
+        "optionally %N, at most N running at once: `0-99`, `0-99%10`, `1,3,5-7`, `0-15:4`. Indices 0 to "
+        f"{MAX_INDEX}, at most {_LIMITS.max_array_tasks:,} tasks; task i is the job `<job_id>_<i>`."))] = None
     node_selector: dict[str, str] = {}
     affinity: Affinity | None = None
     tolerations: list[Toleration] = []
-    restart_policy: str = "never"
-    max_retries: int = 0
+    restart_policy: Annotated[str, Meta(description="Whether a job that ended is run again.")] = "never"
+    max_retries: Annotated[int, Meta(description="How often its restart policy may requeue it.")] = 0
     preemptible: bool = True
-    min_runtime_s: float = 0.0
-    checkpoint_signal: str | None = None
+    min_runtime_s: Annotated[float, Meta(description="It is not preempted before it ran this long.")] = 0.0
+    checkpoint_signal: Annotated[str | None, Meta(description=(
+        "The signal asking the job to checkpoint before a preemption, e.g. `SIGUSR1`; `null`: it does not."))] = None
     labels: dict[str, str] = {}
-    sim_runtime_s: float | None = None
+    sim_runtime_s: Annotated[float | None, Meta(description="The simulated executor's run time.")] = None
     sim_exit_code: int = 0
-    cwd: str = ""  # absolute; the submitter's working directory (horizon submit records it)
-    stdout: str = ""  # Slurm's --output pattern
-    stderr: str = ""  # Slurm's --error pattern
-    open_mode: str = "truncate"  # Slurm's --open-mode: truncate or append
-    image: str = ""  # run in a container of this image (Podman on the node)
+    # absolute; the submitter's working directory (horizon submit records it)
+    cwd: Annotated[str, Meta(description="Its working directory: an absolute path (or empty: the agent's).")] = ""
+    # Slurm's --output pattern
+    stdout: Annotated[str, Meta(description=(
+        "Where its standard output goes: a path relative to cwd, with Slurm's %j %A %a %x %u %N %% patterns; "
+        "empty: the agent's own file."))] = ""
+    # Slurm's --error pattern
+    stderr: Annotated[str, Meta(description=(
+        "Where its standard error goes, as stdout; empty with stdout set: into stdout."))] = ""
+    # Slurm's --open-mode: truncate or append
+    open_mode: Annotated[str, Meta(description="What a new attempt does to existing output.")] = "truncate"
+    image: Annotated[str, Meta(description=(
+        "A container image to run the command in (Podman on the node); empty: none."))] = ""
     # Slurm's option forms and directives (horizon sbatch); what each does: JobSpec's fields of the
     # same names and docs/slurm.md.
-    gpus_per_node: int = 0  # GPUs per node shared by its tasks (resources.gpus must then be 0)
-    exclusive: bool = False
-    whole_node_memory: bool = False  # all of each node's memory (resources.memory is then ignored)
-    constraint: str = ""
-    nodelist: list[str] = []  # host lists (node[01-04])
-    exclude_nodes: list[str] = []
-    requeue: bool = True
-    time_min_s: float | None = None
-    limit_signal: LimitSignal | None = None
-    singleton: bool = False
-    hold: bool = False  # accepted held, until a release
-    begin_ts: float | None = None  # not before this time (seconds since the epoch)
+    gpus_per_node: Annotated[int, Meta(description=(
+        "GPUs each node holds for all its tasks to share, each task seeing them all (Slurm's `--gres=gpu:N` "
+        "with several tasks per node); 0: `resources.gpus` per task, which it excludes."))] = 0
+    exclusive: Annotated[bool, Meta(description=(
+        "Whole nodes (Slurm's `--exclusive`): it starts only on nodes nothing runs on and holds all their CPUs "
+        "and GPUs."))] = False
+    whole_node_memory: Annotated[bool, Meta(description=(
+        "All the memory of each node (Slurm's `--mem=0`); `resources.memory` is then not read."))] = False
+    constraint: Annotated[str, Meta(description=(
+        "Node features (Slurm's `--constraint`): names joined by `&` and `|`, one level of parentheses, one "
+        "`[a|b]` (one alternative for all nodes). A node's features: its GPU models, the names in its "
+        "`features` label, its labels set to `true`."))] = ""
+    nodelist: Annotated[list[str], Meta(description=(
+        "Slurm host lists (`node[01-04]`): it runs on exactly these nodes, as many as `nodes`."))] = []
+    exclude_nodes: Annotated[list[str], Meta(description="Slurm host lists of nodes it never runs on.")] = []
+    requeue: Annotated[bool, Meta(description=(
+        "Requeued when its node is lost or it is preempted (Slurm's `--requeue`); `false`: it ends then "
+        "(`--no-requeue`)."))] = True
+    time_min_s: Annotated[float | None, Meta(description=(
+        "Slurm's `--time-min`: backfill may start it with a shorter limit, down to this, when its own would "
+        "delay a reservation (at most `time_limit_s`)."))] = None
+    limit_signal: Annotated[LimitSignal | None, Meta(description=(
+        "Slurm's `--signal`: a signal sent `before_s` seconds before its time limit; `null`: none."))] = None
+    singleton: Annotated[bool, Meta(description=(
+        "Slurm's `--dependency=singleton`: it starts only when no other job of its tenant, user and name runs, "
+        "nor waits ahead of it."))] = False
+    hold: Annotated[bool, Meta(description="Accepted held (Slurm's `--hold`): it waits for a release.")] = False
+    begin_ts: Annotated[float | None, Meta(description="Slurm's `--begin`: it starts no earlier than this.")] = None
     dependency_timeout_s: float | None = None  # give up when dependencies are not met this long after acceptance
     deadline_ts: float | None = None  # Slurm's --deadline (seconds since the epoch): ends if it cannot end by then
     after_datasets: list[str] = []  # datasets it waits for (DatasetAvailable; --dependency afterdata:NAME)
@@ -377,15 +457,21 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
     # An elastic gang: ``nodes`` is the most, ``min_nodes`` the least (Slurm's --nodes MIN-MAX);
     # ``min_available``: the least number of its tasks (Volcano's minAvailable), rounded up to whole nodes
     # of ``tasks_per_node``. Neither given: a rigid job of ``nodes``.
-    min_nodes: int | None = None
-    min_available: int | None = None
-    assembly_timeout_s: float | None = None  # a gang that cannot assemble its least size by then ends
+    min_nodes: Annotated[int | None, Meta(description=(
+        "The least nodes of an elastic gang (Slurm's --nodes MIN-MAX): `nodes` is then its most; it starts at "
+        "the largest size that fits and grows or shrinks between them."))] = None
+    min_available: Annotated[int | None, Meta(description=(
+        "The least tasks of an elastic gang (Volcano's minAvailable), rounded up to whole nodes of "
+        "tasks_per_node."))] = None
+    assembly_timeout_s: Annotated[float | None, Meta(description=(
+        "A gang that has not assembled its least size this long after it became pending ends JobUnschedulable "
+        "(reason `assembly timeout: ...`); `null` waits."))] = None
 
 
 class JobCancelRequested(Event, tag="JobCancelRequested", kw_only=True):
     """``horizon.in.<tenant>.cancel``."""
 
-    job_id: str
+    job_id: JobId
     tenant: str
     reason: str = ""
     user: str = ""
@@ -394,7 +480,7 @@ class JobCancelRequested(Event, tag="JobCancelRequested", kw_only=True):
 class JobHoldRequested(Event, tag="JobHoldRequested", kw_only=True):
     """``horizon.in.<tenant>.hold``: keep a pending job from starting until released."""
 
-    job_id: str
+    job_id: JobId
     tenant: str
     reason: str = ""
     user: str = ""
@@ -403,7 +489,7 @@ class JobHoldRequested(Event, tag="JobHoldRequested", kw_only=True):
 class JobReleaseRequested(Event, tag="JobReleaseRequested", kw_only=True):
     """``horizon.in.<tenant>.release``."""
 
-    job_id: str
+    job_id: JobId
     tenant: str
     user: str = ""
 
@@ -411,10 +497,11 @@ class JobReleaseRequested(Event, tag="JobReleaseRequested", kw_only=True):
 class JobUpdateRequested(Event, tag="JobUpdateRequested", kw_only=True):
     """``horizon.in.<tenant>.update``: change the priority class or nice of a pending job."""
 
-    job_id: str
+    job_id: JobId
     tenant: str
-    priority_class: str | None = None
-    nice: int | None = None
+    priority_class: Annotated[str | None, Meta(description="The new class; `null`: unchanged.")] = None
+    nice: Annotated[int | None, Meta(description=(
+        "The new nice (below 0: operators only); `null`: unchanged."))] = None
     user: str = ""
 
 
@@ -428,11 +515,12 @@ class NodeCommandIssued(Event, tag="NodeCommandIssued", kw_only=True):
     ``add-datasets`` / ``remove-datasets`` carry the dataset names the node now holds or no longer holds.
     """
 
-    node: str
+    node: NodeId
     action: str  # cordon | uncordon | drain | remove | taint | untaint | add-datasets | remove-datasets
     reason: str = ""
     user: str = ""
-    taint: Taint | None = None
+    taint: Annotated[Taint | None, Meta(description=(
+        "For taint and untaint (untaint matches by key, and by value and effect where they are not empty)."))] = None
     datasets: list[str] = []  # for add-datasets / remove-datasets
     # for "set" (horizon node set NODE --cpu-overcommit R --mem-overcommit R): the node's overcommit
     # ratios, requests of burstable and best-effort jobs packed against capacity x ratio (None: unchanged)
@@ -441,11 +529,16 @@ class NodeCommandIssued(Event, tag="NodeCommandIssued", kw_only=True):
     # for "drain" (horizon node drain NODE --migrate --deadline D): move the node's checkpointable jobs
     # away (checkpoint, requeue, resume elsewhere), and stop what still runs there deadline_s after the
     # command (None: the other jobs run to their end, as a plain drain)
-    migrate: bool = False
-    deadline_s: float | None = None
+    migrate: Annotated[bool, Meta(description=(
+        "For drain: checkpoint the node's checkpointable jobs now and requeue them to resume elsewhere."))] = False
+    deadline_s: Annotated[float | None, Meta(description=(
+        "For drain: stop what still runs on the node this long after the command (requeued, or ended if it may "
+        "not be); `null`: the jobs run to their end."))] = None
     # for "drain": the grace each stopped job gets to checkpoint and exit (kubectl drain's --grace-period);
     # None: inventory's eviction grace, 30 s
-    grace_s: float | None = None
+    grace_s: Annotated[float | None, Meta(description=(
+        "For drain: the time each stopped job gets to checkpoint and exit; `null`: inventory's eviction grace, "
+        "30 s."))] = None
 
 
 class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
@@ -461,9 +554,10 @@ class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
     Configuring an account again replaces its whole configuration.
     """
 
-    account: str
-    parent: str | None = None
-    shares: float = 1.0
+    account: Annotated[str, Meta(description=(
+        "The account's name (no `/`); a job names it in `account`, so a subject token is best."))]
+    parent: Annotated[str | None, Meta(description="`null`: under the root.")] = None
+    shares: Annotated[float, Meta(description="Its fair-share weight among its siblings.")] = 1.0
     quota: Quota = Quota()
     borrowing: bool = False
     priority_boost: float = 0.0
@@ -471,7 +565,8 @@ class AccountConfigured(Event, tag="AccountConfigured", kw_only=True):
     max_priority_class: PriorityClass | None = None
     # The tenants whose jobs may charge this account (``horizon account set NAME --tenant T``);
     # empty: any tenant's. A tenant's submission naming an account not open to it is rejected.
-    tenants: list[str] = []
+    tenants: Annotated[list[str], Meta(description=(
+        "The tenants whose jobs may charge it; empty: any tenant's."))] = []
 
 
 class UserConfigured(Event, tag="UserConfigured", kw_only=True):
@@ -507,12 +602,21 @@ class TenantConfigured(Event, tag="TenantConfigured", kw_only=True):
     and a server without accounts are not limited.
     """
 
-    tenant: str
-    max_inputs_per_s: float | None = None
-    burst: int | None = None
-    max_pending_jobs: int | None = None
-    max_array_tasks: int | None = None
-    max_pending_array_tasks: int | None = None
+    tenant: Annotated[str, Meta(description="The tenant (`horizon tenant add NAME`).")]
+    max_inputs_per_s: Annotated[float | None, Meta(description=(
+        f"Inputs a second the intake stores for it, on average; `null`: {_TENANT_LIMITS.max_inputs_per_s:g}; 0: "
+        "no limit."))] = None
+    burst: Annotated[int | None, Meta(description=(
+        f"Inputs it may send at once before the rate applies; `null`: {_TENANT_LIMITS.burst}; 0: one second's "
+        "worth."))] = None
+    max_pending_jobs: Annotated[int | None, Meta(description=(
+        f"Its jobs waiting in the queue, each array task one; `null`: {_TENANT_LIMITS.max_pending_jobs}; 0: no "
+        "limit."))] = None
+    max_array_tasks: Annotated[int | None, Meta(description=(
+        f"Tasks of one array; `null`: {_TENANT_LIMITS.max_array_tasks}; 0: the cluster's own bound only."))] = None
+    max_pending_array_tasks: Annotated[int | None, Meta(description=(
+        "Its arrays' tasks waiting in the queue, all together; `null`: "
+        f"{_TENANT_LIMITS.max_pending_array_tasks}; 0: no limit."))] = None
     user: str = ""
 
 
@@ -525,9 +629,9 @@ class FairShareConfigured(Event, tag="FairShareConfigured", kw_only=True):
     The defaults stay as first published, so that old events decode as they were decided."""
 
     half_life_s: float = 7 * 86400.0
-    gpu_weight: float = 1.0
-    cpu_weight: float = 0.0
-    memory_weight: float = 0.0  # per GiB-second
+    gpu_weight: Annotated[float, Meta(description="Usage billed per GPU-second.")] = 1.0
+    cpu_weight: Annotated[float, Meta(description="Usage billed per core-second.")] = 0.0
+    memory_weight: Annotated[float, Meta(description="Usage billed per GiB-second.")] = 0.0
     dominant_share: bool = False
     user: str = ""
 
@@ -546,11 +650,14 @@ class ProfileConfigured(Event, tag="ProfileConfigured", kw_only=True):
     """
 
     name: str
-    weights: dict[str, float] = {}
+    weights: Annotated[dict[str, float], Meta(description=(
+        "Score plugin -> weight; unset ones keep their defaults."))] = {}
     backfill: str = "easy"
     reservation_depth: int = 16
     user: str = ""
-    runtime_estimate: str = "limit"
+    runtime_estimate: Annotated[str, Meta(description=(
+        "Backfilling's run times: the jobs' time limits, or predicted from each user's last two run times "
+        "(EASY++)."))] = "limit"
 
 
 class PartitionConfigured(Event, tag="PartitionConfigured", kw_only=True):
@@ -570,20 +677,28 @@ class PartitionConfigured(Event, tag="PartitionConfigured", kw_only=True):
     ``profile``: the placement profile of its jobs (unless a job names its own).
     """
 
-    name: str
-    nodes: list[str] = []
+    name: Annotated[str, Meta(description="The partition's name (a token), as jobs name it.")]
+    nodes: Annotated[list[str], Meta(description=(
+        "Slurm host lists (`node[01-04,07]`) and shell globs (`gpu-*`); `ALL` or `*`: every node. Empty with "
+        "`node_labels`: every node that has those labels."))] = []
     node_labels: dict[str, str] = {}
     default: bool = False
-    state: str = "up"
-    max_time_s: float | None = None
-    default_time_s: float | None = None
-    default_mem_per_cpu: int | None = None
-    default_mem_per_gpu: int | None = None
-    max_nodes: int | None = None
+    state: Annotated[str, Meta(description=(
+        "up; down: jobs are accepted and wait; drain: no new jobs, those accepted run."))] = "up"
+    max_time_s: Annotated[float | None, Meta(description="`null`: no limit.")] = None
+    default_time_s: Annotated[float | None, Meta(description=(
+        "`null`: `max_time_s`, else the cluster's default."))] = None
+    default_mem_per_cpu: Annotated[int | None, Meta(description=(
+        "Bytes per CPU of a task that gives no memory; `null`: none."))] = None
+    default_mem_per_gpu: Annotated[int | None, Meta(description=(
+        "Bytes per GPU of a task with GPUs that gives no memory; `null`: none."))] = None
+    max_nodes: Annotated[int | None, Meta(description="`null`: no limit.")] = None
     allowed_accounts: list[str] = []
     allowed_qos: list[str] = []
-    priority_tier: int = 0
-    profile: str = ""
+    priority_tier: Annotated[int, Meta(description=(
+        "A higher tier's pending jobs are considered first (Slurm's PriorityTier)."))] = 0
+    profile: Annotated[str, Meta(description=(
+        "The placement profile of its jobs (one configured already); empty: `default`."))] = ""
     removed: bool = False
     user: str = ""
 
@@ -605,7 +720,8 @@ class PartitionPolicyConfigured(Event, tag="PartitionPolicyConfigured", kw_only=
     carries a warning naming the partition it used) or ``reject`` (JobRejected naming it, as Slurm).
     Before any is configured: ``default``."""
 
-    unknown: str = "default"
+    unknown: Annotated[str, Meta(description=(
+        "What a submission naming a partition the cluster does not define gets."))] = "default"
     user: str = ""
 
 
@@ -618,7 +734,7 @@ class ReservationConfigured(Event, tag="ReservationConfigured", kw_only=True):
 
     name: str
     account: str
-    nodes: list[str] = []
+    nodes: list[NodeId] = []
     start_ts: float = 0.0
     end_ts: float = 0.0
     cancelled: bool = False
@@ -632,8 +748,9 @@ class PreemptionConfigured(Event, tag="PreemptionConfigured", kw_only=True):
     kept for comparison). ``max_preemptions``: a job preempted that often is never chosen again.
     """
 
-    rules: dict[str, list[str]] = {}
-    victims: str | None = None
+    rules: Annotated[dict[str, list[str]], Meta(description=(
+        "Priority class -> the lower classes it may preempt."))] = {}
+    victims: Annotated[str | None, Meta(description="`null`: unchanged.")] = None
     grace_period_s: float | None = None
     max_preemptions: int | None = None
     per_minute: int | None = None  # cluster-wide
@@ -650,11 +767,12 @@ class PolicyConfigured(Event, tag="PolicyConfigured", kw_only=True):
     Restarts wait ``backoff_base_s * 2**(retry-1)``, at most ``backoff_max_s``.
     """
 
-    policy: str | None = None
-    weights: dict[str, float] = {}
+    policy: Annotated[str | None, Meta(description="`null`: unchanged.")] = None
+    weights: Annotated[dict[str, float], Meta(description=(
+        "Multifactor factor -> weight; unset ones keep their value."))] = {}
     max_age_s: float | None = None
     estimate_ref_s: float | None = None
-    qos_boost: dict[str, float] = {}
+    qos_boost: Annotated[dict[str, float], Meta(description="QOS name -> factor in [0, 1].")] = {}
     backoff_base_s: float | None = None
     backoff_max_s: float | None = None
     user: str = ""
@@ -666,7 +784,7 @@ class PolicyConfigured(Event, tag="PolicyConfigured", kw_only=True):
 
 
 class JobAccepted(Event, tag="JobAccepted", kw_only=True):
-    job_id: str
+    job_id: JobId
     spec: JobSpec
     submitted_seq: int = 0
     submitted_ts: float = 0.0
@@ -676,19 +794,23 @@ class JobAccepted(Event, tag="JobAccepted", kw_only=True):
     warnings: list[str] = []
     # A task of an array: how many tasks the array has, so the submitter knows how many JobAccepted
     # (one per task, each with the same causation_id) its submission gets; 0: not an array's task.
-    array_tasks: int = 0
+    array_tasks: Annotated[int, Meta(description=(
+        "A task of an array: how many tasks the array has, which is how many JobAccepted its submission gets "
+        "(one per task, each with the submission's `causation_id`); 0: the job is not an array's task."))] = 0
 
 
 class JobRejected(Event, tag="JobRejected", kw_only=True):
-    job_id: str
+    job_id: JobId
     tenant: str
-    reason: str
-    field: str = ""
+    reason: Annotated[str, Meta(description="Why, in words a person can act on: the value and what is accepted.")]
+    field: Annotated[str, Meta(description="The field at fault (`resources.memory`), or empty.")] = ""
     submitted_seq: int = 0
     basis_seq: int = 0
     # The tenant limit the submission would pass (``max_pending_jobs``, ``max_array_tasks``,
     # ``max_pending_array_tasks``: TenantConfigured); empty: not a limit's refusal.
-    limit: str = ""
+    limit: Annotated[str, Meta(description=(
+        "The tenant limit it would pass (`max_pending_jobs`, `max_array_tasks`, `max_pending_array_tasks`; "
+        "`horizon tenant set`), or empty."))] = ""
 
 
 class InputRejected(Event, tag="InputRejected", kw_only=True):
@@ -700,36 +822,39 @@ class InputRejected(Event, tag="InputRejected", kw_only=True):
     one can be read. Published by submission, on the sender's feed like every verdict."""
 
     tenant: str
-    input_seq: int
+    input_seq: Annotated[int, Meta(description="The input's sequence, as its PubAck said.")]
     subject: str = ""
     verb: str = ""
-    msg_id: str = ""
-    job_id: str = ""
-    path: str = ""
+    msg_id: Annotated[str, Meta(description="The Nats-Msg-Id the client sent, as sent.")] = ""
+    job_id: JobId = ""
+    path: Annotated[str, Meta(description=(
+        "The JSON path of the field at fault, e.g. `$.resources.gpus`, a missing field's own (`$.job_id`), "
+        "`$.type` for an event type the subject does not take; `headers` for a refused header; empty when the "
+        "problem is not one field's (not JSON, not an object)."))] = ""
     reason: str
     basis_seq: int = 0
 
 
 class JobCancelled(Event, tag="JobCancelled", kw_only=True):
-    job_id: str
+    job_id: JobId
     reason: str = ""
     attempt: int = 0
     basis_seq: int = 0
 
 
 class JobHeld(Event, tag="JobHeld", kw_only=True):
-    job_id: str
+    job_id: JobId
     reason: str = ""
     basis_seq: int = 0
 
 
 class JobReleased(Event, tag="JobReleased", kw_only=True):
-    job_id: str
+    job_id: JobId
     basis_seq: int = 0
 
 
 class JobPriorityChanged(Event, tag="JobPriorityChanged", kw_only=True):
-    job_id: str
+    job_id: JobId
     priority_class: str
     nice: int = 0
     basis_seq: int = 0
@@ -743,7 +868,7 @@ class JobStopRequested(Event, tag="JobStopRequested", kw_only=True):
     released only then, so nothing else starts on its GPUs while it dies.
     """
 
-    job_id: str
+    job_id: JobId
     attempt: int
     reason: str = ""
     grace_period_s: float = 10.0
@@ -753,9 +878,9 @@ class JobStopRequested(Event, tag="JobStopRequested", kw_only=True):
 class RequestRejected(Event, tag="RequestRejected", kw_only=True):
     """A cancel, hold, release or update that cannot be carried out, and why."""
 
-    job_id: str
+    job_id: JobId
     tenant: str
-    verb: str
+    verb: Annotated[str, Meta(description="The verb of the request answered (`cancel`, `submit`, ...).")]
     reason: str
     request_seq: int = 0
     basis_seq: int = 0
@@ -771,15 +896,15 @@ class SchedulingCycleCompleted(Event, tag="SchedulingCycleCompleted", kw_only=Tr
 
     cycle: int
     basis_seq: int
-    candidates: list[str] = []
+    candidates: list[JobId] = []
     queued: int = 0
-    borrowing: list[str] = []  # the candidates admitted only by borrowing idle quota of sibling accounts
+    borrowing: list[JobId] = []  # the candidates admitted only by borrowing idle quota of sibling accounts
 
 
 class JobScheduled(Event, tag="JobScheduled", kw_only=True):
     """A placement decision: the exact allocation. ``horizon.evt.placement.JobScheduled.<job_id>``."""
 
-    job_id: str
+    job_id: JobId
     attempt: int = 1
     allocations: list[NodeAllocation] = []
     basis_seq: int = 0
@@ -801,12 +926,12 @@ class JobResized(Event, tag="JobResized", kw_only=True):
     tasks there get SIGTERM, SIGKILL after ``grace_period_s``. The agent of the first node tells the job
     (``$HORIZON_RESIZE_FILE``, then SIGWINCH: docs/jobs.md)."""
 
-    job_id: str
+    job_id: JobId
     attempt: int
     allocations: list[NodeAllocation] = []
     nodes: int = 0  # the world size now (len(allocations))
     previous_nodes: int = 0
-    for_job: str = ""  # shrunk to make room for this job
+    for_job: JobId = ""  # shrunk to make room for this job
     reason: str = ""
     grace_period_s: float = 0.0
     basis_seq: int = 0
@@ -825,12 +950,12 @@ class PlacementCycleCompleted(Event, tag="PlacementCycleCompleted", kw_only=True
 class PlacementBlocked(Event, tag="PlacementBlocked", kw_only=True):
     """Why a candidate could not be placed, per filter, and when it could start."""
 
-    job_id: str
+    job_id: JobId
     cycle: int = 0
     basis_seq: int = 0
     reasons: list[BlockReason] = []
     earliest_start_ts: float | None = None
-    reserved_nodes: list[str] = []
+    reserved_nodes: list[NodeId] = []
     # no node could hold it even empty (a selector no node matches, nodes removed since it was accepted):
     # waits for the set of nodes to change
     fits_nowhere: bool = False
@@ -839,7 +964,7 @@ class PlacementBlocked(Event, tag="PlacementBlocked", kw_only=True):
 class JobUnschedulable(Event, tag="JobUnschedulable", kw_only=True):
     """Terminal: the job could not start within its scheduling timeout."""
 
-    job_id: str
+    job_id: JobId
     reason: str
     basis_seq: int = 0
 
@@ -847,7 +972,7 @@ class JobUnschedulable(Event, tag="JobUnschedulable", kw_only=True):
 class JobDependencyNeverSatisfied(Event, tag="JobDependencyNeverSatisfied", kw_only=True):
     """Terminal: a dependency ended in a way that can never satisfy this job."""
 
-    job_id: str
+    job_id: JobId
     dependency: Dependency
     reason: str
     basis_seq: int = 0
@@ -863,7 +988,7 @@ class ConfigRejected(Event, tag="ConfigRejected", kw_only=True):
 
 
 class JobRequeued(Event, tag="JobRequeued", kw_only=True):
-    job_id: str
+    job_id: JobId
     attempt: int
     reason: str = ""
     not_before_ts: float = 0.0
@@ -877,18 +1002,18 @@ class JobRequeued(Event, tag="JobRequeued", kw_only=True):
 
 
 class PreemptionRequested(Event, tag="PreemptionRequested", kw_only=True):
-    job_id: str
+    job_id: JobId
     attempt: int
-    for_job: str
+    for_job: JobId
     grace_period_s: float = 30.0
     reason: str = ""
     basis_seq: int = 0
 
 
 class JobPreempted(Event, tag="JobPreempted", kw_only=True):
-    job_id: str
+    job_id: JobId
     attempt: int
-    for_job: str = ""
+    for_job: JobId = ""
     checkpoint_ref: str | None = None
     # the request's reason, for an attempt stopped by no preemptor (for_job ""): the job's reason then
     # ("" in logs written before it: "evicted")
@@ -896,7 +1021,7 @@ class JobPreempted(Event, tag="JobPreempted", kw_only=True):
 
 
 class JobCheckpointed(Event, tag="JobCheckpointed", kw_only=True):
-    job_id: str
+    job_id: JobId
     attempt: int
     checkpoint_ref: str
 
@@ -907,9 +1032,9 @@ class JobCheckpointed(Event, tag="JobCheckpointed", kw_only=True):
 
 
 class JobStarted(Event, tag="JobStarted", kw_only=True):
-    job_id: str
+    job_id: JobId
     attempt: int
-    node: str
+    node: NodeId
     pid: int | None = None
     stdout: str = ""  # the files the attempt writes on its node (horizon logs reads them through the agent)
     stderr: str = ""
@@ -917,17 +1042,17 @@ class JobStarted(Event, tag="JobStarted", kw_only=True):
 
 
 class JobSucceeded(Event, tag="JobSucceeded", kw_only=True):
-    job_id: str
+    job_id: JobId
     attempt: int
-    node: str = ""
+    node: NodeId = ""
     exit_code: int = 0
     runtime_s: float = 0.0
 
 
 class JobFailed(Event, tag="JobFailed", kw_only=True):
-    job_id: str
+    job_id: JobId
     attempt: int
-    node: str = ""
+    node: NodeId = ""
     exit_code: int | None = None
     reason: str = ""
     stderr_tail: str = ""
@@ -946,11 +1071,11 @@ class JobStepStarted(Event, tag="JobStepStarted", kw_only=True):
     agent, which reports it). Steps are numbered 0, 1, ... per attempt (sacct's ``JOBID.0``).
     ``name``: the command's name (its first word, without directories), not the command line."""
 
-    job_id: str
+    job_id: JobId
     attempt: int
     step: int
     name: str = ""
-    nodes: list[str] = []
+    nodes: list[NodeId] = []
     tasks: int = 0
     tasks_per_node: list[int] = []
     cpus_per_task: int = 0  # srun's -c (0: not given)
@@ -966,11 +1091,11 @@ class JobStepEnded(Event, tag="JobStepEnded", kw_only=True):
     ``--time`` ran out. ``reason`` says why it was stopped, or why it could not run. A failed step
     does not fail the job: the batch script decides (srun exits non-zero)."""
 
-    job_id: str
+    job_id: JobId
     attempt: int
     step: int
     name: str = ""
-    nodes: list[str] = []
+    nodes: list[NodeId] = []
     tasks: int = 0
     exit_code: int = 0
     signal: int = 0
@@ -985,7 +1110,7 @@ class JobStepEnded(Event, tag="JobStepEnded", kw_only=True):
 class JobMemoryUse(_Part, kw_only=True):
     """One attempt's memory in use on a node, as its agent measured it (its cgroup's usage)."""
 
-    job_id: str
+    job_id: JobId
     attempt: int
     used_bytes: int
 
@@ -998,7 +1123,7 @@ class NodeMemoryPressure(Event, tag="NodeMemoryPressure", kw_only=True):
     measured, less what the evicted used, is under the line (``services/domain/qos.py``). Not a
     decision: the agent's measure, which the log keeps as an input that replays."""
 
-    node: str
+    node: NodeId
     memory_bytes: int
     reserve_bytes: int = 0
     used_bytes: int = 0
@@ -1006,7 +1131,7 @@ class NodeMemoryPressure(Event, tag="NodeMemoryPressure", kw_only=True):
 
 
 class NodeRegistered(Event, tag="NodeRegistered", kw_only=True):
-    node: str
+    node: NodeId
     cpus_milli: int
     memory_bytes: int
     gpus: list[GpuDevice] = []
@@ -1026,18 +1151,18 @@ class NodeRegistered(Event, tag="NodeRegistered", kw_only=True):
 
 
 class NodeReady(Event, tag="NodeReady", kw_only=True):
-    node: str
+    node: NodeId
     basis_seq: int = 0
 
 
 class NodeCordoned(Event, tag="NodeCordoned", kw_only=True):
-    node: str
+    node: NodeId
     reason: str = ""
     basis_seq: int = 0
 
 
 class NodeUncordoned(Event, tag="NodeUncordoned", kw_only=True):
-    node: str
+    node: NodeId
     basis_seq: int = 0
 
 
@@ -1050,12 +1175,12 @@ class NodeDraining(Event, tag="NodeDraining", kw_only=True):
     stopped, and requeued unless its spec says ``requeue`` false. ``jobs``: the jobs on the node when the
     drain was decided, each told what will happen to it in a ``JobDrainPlanned``."""
 
-    node: str
+    node: NodeId
     reason: str = ""
     basis_seq: int = 0
     migrate: bool = False
     deadline_ts: float = 0.0
-    jobs: list[str] = []
+    jobs: list[JobId] = []
     grace_s: float | None = None  # each stop's grace period (None: inventory's eviction grace, 30 s)
 
 
@@ -1066,9 +1191,9 @@ class JobDrainPlanned(Event, tag="JobDrainPlanned", kw_only=True):
     is none), ``requeue-at-deadline`` or ``end-at-deadline`` (if it still runs at ``deadline_ts`` it is
     stopped, then requeued, or ends for it is not requeueable). ``reason`` says why, in words."""
 
-    job_id: str
+    job_id: JobId
     attempt: int
-    node: str
+    node: NodeId
     action: str
     deadline_ts: float = 0.0
     reason: str = ""
@@ -1076,7 +1201,7 @@ class JobDrainPlanned(Event, tag="JobDrainPlanned", kw_only=True):
 
 
 class NodeLost(Event, tag="NodeLost", kw_only=True):
-    node: str
+    node: NodeId
     reason: str = ""
     last_heartbeat_ts: float | None = None
     basis_seq: int = 0
@@ -1086,7 +1211,7 @@ class NodeTaintsChanged(Event, tag="NodeTaintsChanged", kw_only=True):
     """The node's taints now (an operator's taint/untaint). A ``NoExecute`` taint evicts the jobs
     on the node that do not tolerate it (``PreemptionRequested`` by inventory)."""
 
-    node: str
+    node: NodeId
     taints: list[Taint] = []
     reason: str = ""
     basis_seq: int = 0
@@ -1097,7 +1222,7 @@ class NodeDatasetsChanged(Event, tag="NodeDatasetsChanged", kw_only=True):
     ``horizon node add-datasets`` or ``remove-datasets``). Placement's ``locality`` score prefers, for a
     job that names datasets, the nodes holding them."""
 
-    node: str
+    node: NodeId
     datasets: list[str] = []
     reason: str = ""
     basis_seq: int = 0
@@ -1109,7 +1234,7 @@ class NodeOvercommitChanged(Event, tag="NodeOvercommitChanged", kw_only=True):
     guaranteed jobs against the capacity itself (docs/scheduling-policy.md, Overcommit). 1.0: none.
     They outlive a re-registration of the node."""
 
-    node: str
+    node: NodeId
     cpu_overcommit: float = 1.0
     memory_overcommit: float = 1.0
     reason: str = ""
@@ -1117,7 +1242,7 @@ class NodeOvercommitChanged(Event, tag="NodeOvercommitChanged", kw_only=True):
 
 
 class NodeRemoved(Event, tag="NodeRemoved", kw_only=True):
-    node: str
+    node: NodeId
     reason: str = ""
     basis_seq: int = 0
 

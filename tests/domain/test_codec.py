@@ -23,6 +23,8 @@ _text = st.text(max_size=12)
 def strategy_for(t: msgspec.inspect.Type) -> st.SearchStrategy[Any]:
     """A hypothesis strategy for any type msgspec can describe (the annotations are the schema)."""
     mi = msgspec.inspect
+    if isinstance(t, mi.Metadata):  # a field's description: the type is inside
+        return strategy_for(t.type)
     if isinstance(t, mi.IntType):
         return st.integers(min_value=-(2**53), max_value=2**53)
     if isinstance(t, mi.FloatType):
