@@ -130,7 +130,7 @@ def test_sbatch_dry_run_of_a_script_with_a_node_range_directive(tmp_path):
 def test_submit_reads_a_node_range():
     import click
 
-    from services.front.cli.submit import parse_node_range
+    from services.front.cli.submit_options import parse_node_range
 
     assert parse_node_range("2-4") == (2, 4) and parse_node_range("3") == (None, 3)
     assert parse_node_range("3-3") == (None, 3)  # one count: rigid
