@@ -93,6 +93,7 @@ from services.nodes.backends.protocol import Execution, Executor, MemoryMeasured
 from services.nodes.job_environment import job_environment
 from services.nodes.spec import NodeSpec
 from services.runtime.consume import readable
+from services.runtime.follow import LogFollow
 from services.runtime.log import EventLog
 
 __all__ = ["NodeAgent", "MIN_STOP_GRACE_S"]
@@ -142,7 +143,7 @@ class NodeAgent:
         self.running: dict[str, _Running] = {}
         self.heartbeats_paused = False  # tests simulate a silent node with this
         self.ready = asyncio.Event()
-        self._follower: Any = None
+        self._follow: LogFollow | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._logs: LogServer | None = None
         self.gpu_backend = gpu_backend  # the driver (NVML) of the machine's real GPUs; tests inject one
@@ -184,11 +185,11 @@ class NodeAgent:
             self.steps = StepService(self.log, self.core, host, lambda: self.nodes.keys(), self._devices,
                                      nc=self.nc, grace_period_s=self.grace_period_s)
             await self.steps.start()
-        end = await self.log.last_seq()
-        async for batch in self.log.read(1, subjects=("horizon.evt.>",), until_seq=end):
-            self._fold(batch)
-        await self._resume()
-        self._follower = await self.log.follow(self._on_batch, from_seq=end + 1, subjects=("horizon.evt.>",))
+        # The log to its end folded (acting on nothing yet), then what it holds here resumed, then followed.
+        self._follow = LogFollow(self.log, self._on_batch, subjects=("horizon.evt.>",), history=self._fold,
+                                 on_caught_up=lambda _end: self._resume(), name=f"{self.name}-log")
+        await self._follow.start()
+        await self._follow.until_caught_up()
         if host is not None and host.hierarchy.usable:  # their memory is measured in their cgroups
             self._memory_task = asyncio.create_task(self._watch_memory(), name=f"{self.name}-memory")
         self.ready.set()
@@ -208,8 +209,8 @@ class NodeAgent:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heartbeat
-        if self._follower is not None:
-            await self._follower.stop()
+        if self._follow is not None:
+            await self._follow.stop()
         if self._logs is not None:
             await self._logs.stop()
         if self.steps is not None:

@@ -35,6 +35,7 @@ from typing import Any
 import msgspec
 
 from events import catalogue as c
+from events.base import Event
 from events.codec import encode
 from events.subjects import admin_subject, event_subject
 from services.nodes.agent.app import NodeAgent
@@ -43,7 +44,8 @@ from services.nodes.backends.slurm import core
 from services.nodes.backends.slurm.executor import Slurm, SlurmError, SlurmExecutor, SlurmWatch
 from services.domain.envelope import decision_id
 from services.domain.jobs import HOLDS_RESOURCES, JobState
-from services.runtime.consume import readable
+from services.domain.protocol import Record
+from services.runtime.follow import each, read_through
 from services.runtime.log import EventLog
 
 __all__ = ["SlurmSettings", "SlurmBackend", "SlurmUnavailable", "SLURM_USER", "reachable", "installation"]
@@ -289,18 +291,17 @@ class SlurmBackend:
     async def _read_log(self) -> None:
         """Its state across restarts: the drains this backend issued that no uncordon has undone, and
         each node's latest registration."""
-        subjects = (admin_subject("node"), "horizon.evt.agent.NodeRegistered.>")
-        end = await self.log.last_seq()
-        async for batch in self.log.read(1, subjects=subjects, until_seq=end):
-            for _record, event in readable(batch, 0):
-                if isinstance(event, c.NodeRegistered):
-                    self.logged[event.node] = event
-                if not isinstance(event, c.NodeCommandIssued):
-                    continue
-                if event.action == "drain" and event.user == SLURM_USER:
-                    self.drained[event.node] = event.reason
-                elif event.action in ("uncordon", "remove"):
-                    self.drained.pop(event.node, None)
+        def apply(_record: Record, event: Event) -> None:
+            if isinstance(event, c.NodeRegistered):
+                self.logged[event.node] = event
+            if not isinstance(event, c.NodeCommandIssued):
+                return
+            if event.action == "drain" and event.user == SLURM_USER:
+                self.drained[event.node] = event.reason
+            elif event.action in ("uncordon", "remove"):
+                self.drained.pop(event.node, None)
+
+        await read_through(self.log, each(apply), subjects=(admin_subject("node"), "horizon.evt.agent.NodeRegistered.>"))
 
 
 def _offer(spec: NodeSpec) -> tuple[Any, ...]:
