@@ -20,9 +20,8 @@ from rich.table import Table
 
 from services.nodes.spec import local_nodes
 from services.front.client.terminal import PrintableText, printable, printable_output
-from services.front.host.stack import Stack
 from tests.front.test_cli_slurm import horizon, publish_in_order
-from tests.services.test_e2e_services import job_json
+from tests.e2e import job_json
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,42 +69,39 @@ def test_a_table_escapes_its_cells_and_keeps_its_columns():
     assert lines[1].startswith(" " + printable(HOSTILE)) and lines[1].index("PENDING") == lines[2].index("RUNNING")
 
 
-async def test_no_command_prints_a_control_character_of_data(nats_server, tmp_path):
-    stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(1, gpus_per_node=2), executor="sim")
-    await stack.start()
-    url = nats_server.url
-    try:
-        await publish_in_order(url, [
-            ("horizon.in.default.submit", job_json("j1", tenant="default", name=HOSTILE, resources={"gpus": 1},
-                                                   sim_runtime_s=600), "j1"),
-            ("horizon.in.default.submit", job_json("j2", tenant="default", name=HOSTILE, resources={"gpus": 2},
-                                                   sim_runtime_s=600), "j2"),
-            ("horizon.in.default.submit", job_json("j3", tenant="default", name=HOSTILE,
-                                                   user="eve\x1b]0;pwned\x07"), "j3"),  # rejected: no such user
-        ])
-        deadline = asyncio.get_running_loop().time() + 30
-        while True:
-            code, out, err = await horizon(url, "jobs", "--json")
-            rows = {r["job_id"]: r for r in json.loads(out or "[]")} if code == 0 else {}
-            if rows.get("j1", {}).get("state") == "RUNNING" and "j2" in rows and "j3" in rows:
-                break
-            assert asyncio.get_running_loop().time() < deadline, (out, err)
-            await asyncio.sleep(0.2)
-        assert rows["j1"]["name"] == HOSTILE  # stored as sent
-        code, _, err = await horizon(url, "hold", "j2", "--reason", "because \x1b[2J\u202e")
-        assert code == 0, err
-        for command in (("jobs",), ("jobs", "--json"), ("show", "j1"), ("show", "j2"), ("queue",), ("queue", "--why"),
-                        ("squeue", "-a", "-t", "all", "-o", "%i %j %u %R"), ("sacct", "-a", "-S", "now-1day"),
-                        ("scontrol", "show", "job", "j1"), ("jobs", "--user", HOSTILE), ("show", "j3")):
-            code, out, err = await horizon(url, *command)
-            assert not RAW.search(out) and not RAW.search(err), (command, out, err)
-            if command[0] in ("jobs", "show", "squeue", "sacct") and "--user" not in command:
-                # the name, visibly (click drops an ESC sequence itself when the output is no terminal)
-                assert "\\u202etxt.exe" in out, (command, out)
-        # squeue under its own name (the shims' dispatcher), in a process of its own
-        shim = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "services.front.cli.slurm_dispatch", "squeue",
-                                                        "--nats", url, "-t", "all", "-o", "%i %j"],
-                                       capture_output=True, text=True, timeout=60)
-        assert shim.returncode == 0 and "\\u202etxt.exe" in shim.stdout and not RAW.search(shim.stdout), shim
-    finally:
-        await stack.stop()
+async def test_no_command_prints_a_control_character_of_data(running_horizon):
+    h = await running_horizon(nodes=local_nodes(1, gpus_per_node=2), executor="sim")
+    url = h.url
+    await publish_in_order(url, [
+        ("horizon.in.default.submit", job_json("j1", tenant="default", name=HOSTILE, resources={"gpus": 1},
+                                               sim_runtime_s=600), "j1"),
+        ("horizon.in.default.submit", job_json("j2", tenant="default", name=HOSTILE, resources={"gpus": 2},
+                                               sim_runtime_s=600), "j2"),
+        ("horizon.in.default.submit", job_json("j3", tenant="default", name=HOSTILE,
+                                               user="eve\x1b]0;pwned\x07"), "j3"),  # rejected: no such user
+    ])
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        code, out, err = await horizon(url, "jobs", "--json")
+        rows = {r["job_id"]: r for r in json.loads(out or "[]")} if code == 0 else {}
+        if rows.get("j1", {}).get("state") == "RUNNING" and "j2" in rows and "j3" in rows:
+            break
+        assert asyncio.get_running_loop().time() < deadline, (out, err)
+        await asyncio.sleep(0.2)
+    assert rows["j1"]["name"] == HOSTILE  # stored as sent
+    code, _, err = await horizon(url, "hold", "j2", "--reason", "because \x1b[2J\u202e")
+    assert code == 0, err
+    for command in (("jobs",), ("jobs", "--json"), ("show", "j1"), ("show", "j2"), ("queue",), ("queue", "--why"),
+                    ("squeue", "-a", "-t", "all", "-o", "%i %j %u %R"), ("sacct", "-a", "-S", "now-1day"),
+                    ("scontrol", "show", "job", "j1"), ("jobs", "--user", HOSTILE), ("show", "j3")):
+        code, out, err = await horizon(url, *command)
+        assert not RAW.search(out) and not RAW.search(err), (command, out, err)
+        if command[0] in ("jobs", "show", "squeue", "sacct") and "--user" not in command:
+            # the name, visibly (click drops an ESC sequence itself when the output is no terminal)
+            assert "\\u202etxt.exe" in out, (command, out)
+    # squeue under its own name (the shims' dispatcher), in a process of its own
+    shim = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "services.front.cli.slurm_dispatch", "squeue",
+                                                    "--nats", url, "-t", "all", "-o", "%i %j"],
+                                   capture_output=True, text=True, timeout=60)
+    assert shim.returncode == 0 and "\\u202etxt.exe" in shim.stdout and not RAW.search(shim.stdout), shim
+    await h.stop()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-import nats
 import pytest
 
 from events import catalogue as c
@@ -278,38 +277,29 @@ def test_an_array_of_1000_with_percent_10_never_runs_more_than_10_at_once():
 
 
 @pytest.mark.timeout(120)
-async def test_an_array_and_a_dependency_pair_through_the_services(nats_server, tmp_path):
+async def test_an_array_and_a_dependency_pair_through_the_services(running_horizon, tmp_path):
     from services.front.host.check import check_log
-    from services.front.host.stack import Stack
-    from tests.e2e import Tally, events_of, read_log, wait_until
-    from tests.services.test_e2e_services import assert_replays
+    from tests.e2e import assert_replays, events_of, wait_until
 
-    stack = Stack(nats_server.url, tmp_path / "stack", executor="sim", nodes=local_nodes(2, gpus_per_node=4))
-    await stack.start()
-    try:
-        nc = await nats.connect(nats_server.url)
-        tally = Tally()
-        await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
-        js = nc.jetstream()
+    h = await running_horizon(data_dir=tmp_path / "stack", executor="sim", nodes=local_nodes(2, gpus_per_node=4))
+    tally, js = h.tally, h.js
 
-        def body(job_id, **fields):
-            return json.dumps({"type": "JobSubmitted", "job_id": job_id, "tenant": "acme",
-                               "resources": {"gpus": 1}, **fields}).encode()
+    def body(job_id, **fields):
+        return json.dumps({"type": "JobSubmitted", "job_id": job_id, "tenant": "acme",
+                           "resources": {"gpus": 1}, **fields}).encode()
 
-        # the dependant first: "first" is not submitted yet, so "second" waits for it
-        await js.publish("horizon.in.acme.submit", body("second", sim_runtime_s=0.05,
-                                                        dependencies=[{"kind": "after-ok", "job_id": "first"}]),
-                         headers={"Nats-Msg-Id": "second"})
-        await js.publish("horizon.in.acme.submit", body("sweep", array="0-5%2", sim_runtime_s=0.2),
-                         headers={"Nats-Msg-Id": "sweep"})
-        await wait_until(lambda: tally.has("JobAccepted", "sweep_5"), 10, "the array's tasks to be accepted")
-        await js.publish("horizon.in.acme.submit", body("first", sim_runtime_s=0.3), headers={"Nats-Msg-Id": "first"})
-        done = ["first", "second"] + [f"sweep_{i}" for i in range(6)]
-        await wait_until(lambda: all(tally.has("JobSucceeded", j) for j in done), 60, "every job to succeed")
-        await nc.close()
-    finally:
-        await stack.stop()
-    records = await read_log(nats_server.url)
+    # the dependant first: "first" is not submitted yet, so "second" waits for it
+    await js.publish("horizon.in.acme.submit", body("second", sim_runtime_s=0.05,
+                                                    dependencies=[{"kind": "after-ok", "job_id": "first"}]),
+                     headers={"Nats-Msg-Id": "second"})
+    await js.publish("horizon.in.acme.submit", body("sweep", array="0-5%2", sim_runtime_s=0.2),
+                     headers={"Nats-Msg-Id": "sweep"})
+    await wait_until(lambda: tally.has("JobAccepted", "sweep_5"), 10, "the array's tasks to be accepted")
+    await js.publish("horizon.in.acme.submit", body("first", sim_runtime_s=0.3), headers={"Nats-Msg-Id": "first"})
+    done = ["first", "second"] + [f"sweep_{i}" for i in range(6)]
+    await wait_until(lambda: all(tally.has("JobSucceeded", j) for j in done), 60, "every job to succeed")
+    await h.stop()
+    records = await h.records()
     events = [(r.seq, e) for r, e in zip(records, events_of(records), strict=True)]
     held = peak = 0
     for _, e in events:  # the log's order: at most 2 of the array hold resources at once
@@ -327,36 +317,32 @@ async def test_an_array_and_a_dependency_pair_through_the_services(nats_server, 
 
 
 @pytest.mark.timeout(120)
-async def test_the_cli_holds_reprioritises_and_cancels_an_array_as_owner_and_operator(nats_server, tmp_path):
+async def test_the_cli_holds_reprioritises_and_cancels_an_array_as_owner_and_operator(running_horizon, tmp_path):
     from click.testing import CliRunner
 
     from services.front.cli.main import cli
-    from services.front.host.stack import Stack
 
-    stack = Stack(nats_server.url, tmp_path / "stack", executor="sim", nodes=local_nodes(1, gpus_per_node=1))
-    await stack.start()
+    h = await running_horizon(data_dir=tmp_path / "stack", executor="sim", nodes=local_nodes(1, gpus_per_node=1))
 
     async def horizon(*args: str):
-        result = await asyncio.to_thread(CliRunner().invoke, cli, [args[0], "--nats", nats_server.url, *args[1:]])
+        result = await asyncio.to_thread(CliRunner().invoke, cli, [args[0], "--nats", h.url, *args[1:]])
         return result.exit_code, result.output
 
-    try:
-        # waiting for prep, never submitted: the tasks stay pending, whatever the timing (two GPUs per
-        # task on a one-GPU node would be refused: no node could ever hold them)
-        code, out = await horizon("submit", "--tenant", "acme", "--job-id", "sweep", "--array", "0-3%2", "--gpus", "1",
-                                  "--dependency", "afterok:prep", "--", "true")
-        assert (code, out.strip()) == (0, "sweep")
-        code, out = await horizon("submit", "--tenant", "acme", "--job-id", "after", "--dependency",
-                                  "afterok:sweep:prep", "--", "true")
-        assert code == 0, out
-        assert await horizon("hold", "--tenant", "acme", "sweep") == (0, "sweep: 4 tasks: 4 held\n")
-        code, out = await horizon("update", "--tenant", "acme", "sweep", "--priority-class", "high")
-        assert code == 1 and "update sweep: priority_class: raising sweep_0 from 'normal' to 'high' needs an operator" in out
-        assert await horizon("update", "--admin", "sweep", "--priority-class", "high") == (
-            0, "sweep: 4 tasks: 4 priority changed\n")
-        assert await horizon("cancel", "--admin", "sweep", "--reason", "wrong data") == (
-            0, "sweep: 4 tasks: 4 cancelled\n")
-        code, out = await horizon("release", "--tenant", "acme", "sweep")
-        assert code == 1 and "release sweep: array sweep has no live task: all 4 have ended" in out
-    finally:
-        await stack.stop()
+    # waiting for prep, never submitted: the tasks stay pending, whatever the timing (two GPUs per
+    # task on a one-GPU node would be refused: no node could ever hold them)
+    code, out = await horizon("submit", "--tenant", "acme", "--job-id", "sweep", "--array", "0-3%2", "--gpus", "1",
+                              "--dependency", "afterok:prep", "--", "true")
+    assert (code, out.strip()) == (0, "sweep")
+    code, out = await horizon("submit", "--tenant", "acme", "--job-id", "after", "--dependency",
+                              "afterok:sweep:prep", "--", "true")
+    assert code == 0, out
+    assert await horizon("hold", "--tenant", "acme", "sweep") == (0, "sweep: 4 tasks: 4 held\n")
+    code, out = await horizon("update", "--tenant", "acme", "sweep", "--priority-class", "high")
+    assert code == 1 and "update sweep: priority_class: raising sweep_0 from 'normal' to 'high' needs an operator" in out
+    assert await horizon("update", "--admin", "sweep", "--priority-class", "high") == (
+        0, "sweep: 4 tasks: 4 priority changed\n")
+    assert await horizon("cancel", "--admin", "sweep", "--reason", "wrong data") == (
+        0, "sweep: 4 tasks: 4 cancelled\n")
+    code, out = await horizon("release", "--tenant", "acme", "sweep")
+    assert code == 1 and "release sweep: array sweep has no live task: all 4 have ended" in out
+    await h.stop()
