@@ -20,7 +20,8 @@ import pytest
 
 from projections.job_server import QueryServer
 from projections.jobs import JobsProjection
-from projections.scheduling import SchedulerView, priority_report
+from projections.scheduling import SchedulerView
+from projections.scheduling_reports import priority_report
 from projections.standing import StandingStore
 from services.runtime.jetstream import JetStreamLog
 from services.scheduling.core import SchedulingCore

@@ -192,7 +192,7 @@ def test_gpus_by_state_worked_example():
     import msgspec
 
     from events import catalogue as c
-    from projections.scheduling import gpu_states, queue_length
+    from projections.scheduling_reports import gpu_states, queue_length
     from services.domain.preemption.planner import PreemptionPlanner
     from services.domain.queue.fold import QueueFold
     from tests.helpers import Feed, accepted, node

@@ -32,6 +32,7 @@ from events.payloads import TOKEN_PATTERN
 from projections import job_queries, job_rows
 from projections import jobs as jobs_view
 from projections import scheduling as scheduling_view
+from projections import scheduling_reports
 from projections import standing
 from projections.paging import Listing
 from services.nodes.agent import logs
@@ -227,13 +228,13 @@ def view_reply_schemas() -> dict[str, Schema]:
     configured = msgspec.json.schema_components([c.PartitionConfigured])[1]["PartitionConfigured"]["properties"]
     partition_row = {"type": "object", "required": ["name", "default", "members", "total_nodes"], "properties": {
         "name": {"type": "string"}, "default": {"type": "boolean", "description": "The default partition."},
-        **{name: configured[name] for name in scheduling_view.PARTITION_FIELDS},
+        **{name: configured[name] for name in scheduling_reports.PARTITION_FIELDS},
         "members": {**strings, "type": "array", "description": "Its registered nodes, by name."},
         "total_nodes": {"type": "integer", "minimum": 0}}}
     gpu_row = {"type": "object", "required": ["id", "state"], "properties": {
         "id": {"type": "string"}, "type": {"type": "string"}, "numa": {"type": "integer", "description": "Its NUMA node."},
         "interconnect": {"type": "string"},
-        "state": {"type": "string", "enum": list(scheduling_view.GPU_STATES)},
+        "state": {"type": "string", "enum": list(scheduling_reports.GPU_STATES)},
         "job_id": {"type": ["string", "null"], "description": "The job on it (busy), reserving it (reserved) or "
                    "it is held for (held)."},
         "tenant": {"type": ["string", "null"]}, "why": {"type": "string", "description": "Why it is unhealthy."}}}
