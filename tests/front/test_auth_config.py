@@ -17,7 +17,7 @@ import nats.errors
 import nats.js.errors
 import pytest
 
-from services.front.cli.options import tenant_of_url
+from services.front.client.client import tenant_of_url
 from services.front.host.auth import (
     HORIZON_USERS,
     Registry,

@@ -25,6 +25,7 @@ from events.subjects import admin_subject, event_subject, input_subject
 from services.domain.protocol import Record
 from services.front.sim.driver import Attempt, JobResult, SimRun
 from services.front.sim import whatif as w
+from services.front.sim.whatif import measures
 from services.front.sim.traces import TaskRun
 from tests.front.test_cli_up import free_port
 
@@ -287,7 +288,7 @@ def test_fairshare_targets_follow_the_account_tree():
     config = [c.AccountConfigured(account="lab", shares=3.0), c.AccountConfigured(account="ops", shares=1.0),
               c.AccountConfigured(account="x", parent="lab", shares=1.0),
               c.AccountConfigured(account="y", parent="lab", shares=2.0)]
-    targets = w._targets(config, {"x", "y", "ops"})
+    targets = measures._targets(config, {"x", "y", "ops"})
     assert targets == pytest.approx({"x": 0.75 / 3, "y": 0.75 * 2 / 3, "ops": 0.25})
 
 

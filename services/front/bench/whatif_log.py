@@ -5,7 +5,7 @@ cores (in process, at virtual time, event times a week back from now) and keeps 
 the submissions on their tenants' input subjects, the operator configuration, the nodes' registrations,
 the agents' starts and ends, and every decision. ``write_log`` publishes those records, in order, to a
 NATS server's Horizon stream; ``horizon whatif`` then reads it as it reads any live log (the measured
-path is the real one: services/front/cli/whatif.py).
+path is the real one: services/front/sim/whatif/report.py).
 
 The workload (seeded): ``tenants`` tenants, each its own account with shares 4, 3, 2, 1, ...; jobs of
 1, 2, 4 or 8 GPUs on one node, or 16 and 32 GPUs over whole 8-GPU nodes; run times log-normal

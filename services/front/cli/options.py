@@ -27,45 +27,19 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import click
 from rich.console import Console
 from rich.segment import Segment
 
-from events.subjects import valid_token
-from services.front.client.accounts import HORIZON_USERS
-from services.front.client.client import default_tenant, run
+from services.front.client.client import run, tenant_for
 from services.front.client.terminal import printable
 
-__all__ = ["NATS_DEFAULT", "DEFAULT_DATA_DIR", "nats_option", "resolve_nats", "tenant_option", "tenant_of_url",
-           "tenant_for", "admin_option", "console", "run"]
+__all__ = ["NATS_DEFAULT", "DEFAULT_DATA_DIR", "nats_option", "resolve_nats", "tenant_option", "tenant_for",
+           "admin_option", "console", "run"]
 
 NATS_DEFAULT = "nats://127.0.0.1:4222"
 DEFAULT_DATA_DIR = Path(".horizon")
-
-def tenant_of_url(url: str | None) -> str | None:
-    """The user of a NATS URL when it can be a tenant: ``horizon up --auth`` names each tenant's user
-    like the tenant (services/front/host/auth.py), so its URL alone says which tenant it is."""
-    if not url:
-        return None
-    try:
-        user = urlsplit(url.split(",")[0].strip()).username
-    except ValueError:
-        return None
-    if not user:
-        return None
-    tenant = unquote(user).split(".", 1)[0]  # a user's login is <tenant>.<name> (events.subjects.user_login)
-    if not valid_token(tenant) or tenant.startswith("_") or tenant in HORIZON_USERS:
-        return None
-    return tenant
-
-
-def tenant_for(url: str | None) -> str:
-    """$HORIZON_TENANT; else the tenant whose user is in ``url`` (or $HORIZON_NATS_URL); else ``default``."""
-    if os.environ.get("HORIZON_TENANT"):
-        return default_tenant()
-    return tenant_of_url(url or os.environ.get("HORIZON_NATS_URL")) or default_tenant()
 
 
 def _tenant_default() -> str:

@@ -3,59 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import secrets
 import signal
-from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
 
 import click
 
 from services.front.audit.config import BACKFILL_MODES, POLICIES
-from services.front.cli.options import nats_option, tenant_of_url
+from services.front.cli.options import nats_option
+from services.front.host.dashboard_setup import dashboard_for, has_password
 
-__all__ = ["register", "dashboard_for", "keep_token", "TOKEN_FILE", "METRICS_TOKEN_FILE"]
+__all__ = ["register"]
 
 UI_PORT = 8470
-TOKEN_FILE = "dashboard-token"  # under DIR/auth/: the operator's login token of `horizon up --auth`'s dashboard
-METRICS_TOKEN_FILE = "metrics-token"  # under DIR/auth/: the scrape credential of its /metrics (Bearer)
-
-
-def _has_password(url: str) -> bool:
-    try:
-        return bool(urlsplit(url.split(",")[0].strip()).password)
-    except ValueError:
-        return False
-
-
-def dashboard_for(url: str, *, login: bool, token: str | None = None, policy: str = "multifactor",
-                  backfill: str = "easy") -> Any:
-    """The dashboard over ``url``'s connection: a tenant's own URL shows that tenant alone."""
-    from services.front.host.dashboard import Dashboard
-
-    return Dashboard(url, login=login, tenant=tenant_of_url(url) if _has_password(url) else None, token=token,
-                     policy=policy, backfill=backfill)
-
-
-def keep_token(data_dir: Path, name: str = TOKEN_FILE) -> str:
-    """``horizon up --auth``'s operator token for its dashboard (``name``: another token of the same
-    kind, the scrape credential ``metrics-token``), made once and kept (0600) beside the other
-    credentials, never printed."""
-    auth = Path(data_dir) / "auth"
-    path = auth / name
-    try:
-        token = path.read_text().strip()
-        if token:
-            return token
-    except OSError:
-        pass
-    auth.mkdir(parents=True, exist_ok=True, mode=0o700)
-    token = secrets.token_urlsafe(24)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(token + "\n")
-    return token
 
 
 @click.command("ui")
@@ -85,7 +43,7 @@ def ui(nats_url: str, port: int | None, host: str, login: bool | None, token: st
     """
     from services.front.host.http import HttpServer
 
-    login = _has_password(nats_url) if login is None else login
+    login = has_password(nats_url) if login is None else login
     dashboard = dashboard_for(nats_url, login=login, token=token, policy=policy, backfill=backfill_mode)
 
     async def go() -> None:

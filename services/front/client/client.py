@@ -23,7 +23,7 @@ from services.runtime.log import LogError
 from services.domain.protocol import MSG_ID
 from services.front.client.accounts import HORIZON_USERS, TENANT_VIEWS
 
-__all__ = ["run", "session", "publish_input", "query", "query_all", "default_tenant", "default_user", "await_answer",
+__all__ = ["run", "tenant_of_url", "tenant_for", "session", "publish_input", "query", "query_all", "default_tenant", "default_user", "await_answer",
            "no_jetstream_text", "JETSTREAM_NOT_ENABLED"]
 
 # Rows asked for in one request when the caller wants them all: the projection answers with about a
@@ -47,6 +47,30 @@ def user_of_url(url: str | None) -> str | None:
     if not login or not valid_token(tenant) or tenant.startswith("_") or tenant in HORIZON_USERS:
         return None
     return login_user(tenant, login)
+
+
+def tenant_of_url(url: str | None) -> str | None:
+    """The user of a NATS URL when it can be a tenant: ``horizon up --auth`` names each tenant's user
+    like the tenant (services/front/host/auth.py), so its URL alone says which tenant it is."""
+    if not url:
+        return None
+    try:
+        user = urlsplit(url.split(",")[0].strip()).username
+    except ValueError:
+        return None
+    if not user:
+        return None
+    tenant = unquote(user).split(".", 1)[0]  # a user's login is <tenant>.<name> (events.subjects.user_login)
+    if not valid_token(tenant) or tenant.startswith("_") or tenant in HORIZON_USERS:
+        return None
+    return tenant
+
+
+def tenant_for(url: str | None) -> str:
+    """$HORIZON_TENANT; else the tenant whose user is in ``url`` (or $HORIZON_NATS_URL); else ``default``."""
+    if os.environ.get("HORIZON_TENANT"):
+        return default_tenant()
+    return tenant_of_url(url or os.environ.get("HORIZON_NATS_URL")) or default_tenant()
 
 
 def default_user(url: str | None = None) -> str:

@@ -68,7 +68,7 @@ class SimJob:
     max_retries: int = 0
     scheduling_timeout_s: float | None = None
     min_nodes: int | None = None  # an elastic gang's least nodes (``nodes`` its most): it grows and shrinks
-    # A recorded submission to replay as it was (``horizon whatif``, services/front/sim/whatif.py): the driver
+    # A recorded submission to replay as it was (``horizon whatif``, services/front/sim/whatif/): the driver
     # submits this event (its tenant, resources, partitions, ...) with ``submit_s`` and ``runtime_s``
     # instead of building one from the fields above, on ``subject`` (its recorded input subject).
     submitted: Any = None
