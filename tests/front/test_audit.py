@@ -43,8 +43,7 @@ from events.subjects import DECISION_SERVICES
 from services.front.sim.driver import SimSettings, make_cores, simulate
 from services.front.sim.buses import InProcessBus
 from services.front.sim.traces import SimJob
-from tests.e2e import read_log, wait_until
-from tests.services.test_e2e_services import job_json, publish_all
+from tests.e2e import job_json, publish_all, read_log, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 

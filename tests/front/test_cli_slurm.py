@@ -19,8 +19,7 @@ from services.front.slurm.job_rows import hostlist, slurm_state, squeue_duration
 from services.front.slurm.sacct_format import sacct_duration, slurm_datetime
 from services.front.slurm.squeue_format import squeue_lines
 from services.front.host.stack import Stack
-from tests.e2e import read_log
-from tests.services.test_e2e_services import assert_replays, job_json
+from tests.e2e import assert_replays, job_json, read_log
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -23,8 +23,7 @@ from services.front.slurm.sbatch import SbatchDefaults, parse_sbatch, script_war
 from services.front.slurm.sbatch_options import SbatchError, read_directives
 from services.front.slurm.slurm_values import Problem, slurm_memory, slurm_time  # Problem: the error of one value
 from services.front.host.stack import Stack
-from tests.e2e import read_log
-from tests.services.test_e2e_services import assert_replays
+from tests.e2e import assert_replays, read_log
 
 DATA = Path(__file__).parents[1] / "data" / "sbatch"
 GiB, MiB = 1 << 30, 1 << 20

@@ -14,8 +14,7 @@ import pytest
 
 from services.nodes.spec import local_nodes
 from services.front.host.stack import Stack
-from tests.e2e import Tally, read_log, wait_until
-from tests.services.test_e2e_services import assert_replays
+from tests.e2e import Tally, assert_replays, read_log, wait_until
 from tests.front.test_sbatch import _invoke
 
 pytestmark = pytest.mark.timeout(180)

@@ -36,8 +36,7 @@ from services.nodes.spec import local_nodes
 from services.front.sim.whatif.report import whatif_report
 from services.front.host.stack import Stack
 from services.front.sim.whatif import STALE_BASIS
-from tests.e2e import Tally, read_log, wait_until
-from tests.services.test_e2e_services import publish_all
+from tests.e2e import Tally, publish_all, read_log, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -2,46 +2,36 @@
 
 from __future__ import annotations
 
-import nats
 import pytest
 
 from services.nodes.spec import local_nodes
-from services.front.host.stack import Stack
-from tests.e2e import Tally, read_log, wait_until
-from tests.services.test_e2e_services import assert_replays, job_json, publish_all
+from tests.e2e import assert_replays, job_json, publish_all, wait_until
 from tests.helpers import job_file
 
 pytestmark = pytest.mark.timeout(120)
 
 
-async def test_process_jobs_report_exit_stderr_time_limit_and_cancel(nats_server, tmp_path):
-    stack = Stack(nats_server.url, tmp_path, nodes=local_nodes(1, gpus_per_node=4), executor="process")
-    await stack.start()
-    nc = await nats.connect(nats_server.url)
-    tally = Tally()
-    await nc.subscribe("horizon.evt.>", cb=tally.on_msg)
-    js = nc.jetstream()
-    try:
-        await publish_all(js, [
-            ("horizon.in.acme.submit", job_json(
-                "env", resources={"gpus": 2},
-                command=["bash", "-c", 'echo "devices=$CUDA_VISIBLE_DEVICES job=$HORIZON_JOB_ID x=$X" >&2; exit 3'],
-                env={"X": "42"}), "env"),
-            ("horizon.in.acme.submit", job_json("ok", command=["true"]), "ok"),
-            ("horizon.in.acme.submit", job_json("slow", command=["sleep", "30"], time_limit_s=1), "slow"),
-            ("horizon.in.acme.submit", job_json("victim", command=["sleep", "30"]), "victim"),
-            ("horizon.in.acme.submit", job_json("missing", command=["/no/such/binary"]), "missing"),
-        ])
-        await wait_until(lambda: tally.has("JobStarted", "victim"), 20, "victim to start")
-        await js.publish("horizon.in.acme.cancel",
-                         b'{"type": "JobCancelRequested", "job_id": "victim", "tenant": "acme"}',
-                         headers={"Nats-Msg-Id": "cancel-victim"})
-        await wait_until(lambda: all(tally.has(k, j) for k, j in [
-            ("JobFailed", "env"), ("JobSucceeded", "ok"), ("JobFailed", "slow"), ("JobCancelled", "victim"),
-            ("JobFailed", "missing")]), 30, "every job to end")
-    finally:
-        await nc.close()
-        await stack.stop()
+async def test_process_jobs_report_exit_stderr_time_limit_and_cancel(running_horizon, tmp_path):
+    h = await running_horizon(nodes=local_nodes(1, gpus_per_node=4), executor="process")
+    tally, js = h.tally, h.js
+    await publish_all(js, [
+        ("horizon.in.acme.submit", job_json(
+            "env", resources={"gpus": 2},
+            command=["bash", "-c", 'echo "devices=$CUDA_VISIBLE_DEVICES job=$HORIZON_JOB_ID x=$X" >&2; exit 3'],
+            env={"X": "42"}), "env"),
+        ("horizon.in.acme.submit", job_json("ok", command=["true"]), "ok"),
+        ("horizon.in.acme.submit", job_json("slow", command=["sleep", "30"], time_limit_s=1), "slow"),
+        ("horizon.in.acme.submit", job_json("victim", command=["sleep", "30"]), "victim"),
+        ("horizon.in.acme.submit", job_json("missing", command=["/no/such/binary"]), "missing"),
+    ])
+    await wait_until(lambda: tally.has("JobStarted", "victim"), 20, "victim to start")
+    await js.publish("horizon.in.acme.cancel",
+                     b'{"type": "JobCancelRequested", "job_id": "victim", "tenant": "acme"}',
+                     headers={"Nats-Msg-Id": "cancel-victim"})
+    await wait_until(lambda: all(tally.has(k, j) for k, j in [
+        ("JobFailed", "env"), ("JobSucceeded", "ok"), ("JobFailed", "slow"), ("JobCancelled", "victim"),
+        ("JobFailed", "missing")]), 30, "every job to end")
+    await h.stop()
     env = tally.last[("JobFailed", "env")]
     assert env["exit_code"] == 3
     assert "devices=0,1 job=env x=42" in env["stderr_tail"]
@@ -49,7 +39,7 @@ async def test_process_jobs_report_exit_stderr_time_limit_and_cancel(nats_server
     assert tally.has("JobStopRequested", "victim")
     assert "could not start" in tally.last[("JobFailed", "missing")]["reason"]
     assert "devices=0,1" in job_file(tmp_path / "jobs", "env", 1, "stderr").read_text()
-    assert_replays(await read_log(nats_server.url))
+    assert_replays(await h.records())
 
 
 async def test_an_attempt_outlives_its_executor_and_is_adopted_by_the_next(tmp_path):

@@ -26,8 +26,7 @@ from services.nodes.backends.process.executors import ProcessExecutor, kill_atte
 from services.nodes.spec import local_nodes
 from services.front.host.stack import Stack
 from services.runtime.jetstream import JetStreamLog
-from tests.e2e import Tally, events_of, read_log, wait_until
-from tests.services.test_e2e_services import job_json, publish_all
+from tests.e2e import Tally, events_of, job_json, publish_all, read_log, wait_until
 from tests.nodes.test_real_nodes import Up
 
 pytestmark = pytest.mark.timeout(240)

@@ -15,8 +15,7 @@ import pytest
 from services.nodes.spec import local_nodes
 from services.nodes.backends.process.signals import deliver, group_members
 from services.front.host.stack import Stack
-from tests.e2e import Tally, read_log, wait_until
-from tests.services.test_e2e_services import assert_replays, job_json, publish_all
+from tests.e2e import Tally, assert_replays, job_json, publish_all, read_log, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
