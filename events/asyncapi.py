@@ -1,6 +1,6 @@
 """Horizon's published contract as an AsyncAPI 3.0.0 document (``horizon schema --asyncapi``).
 
-Pure: the document is a function of the catalogue (``events/catalogue.py``,
+Pure: the document is a function of the catalogue (``events/catalogue/``,
 the payloads' JSON Schema in ``events/payloads.py``), the subjects and who
 publishes what (``events/subjects.py``), and of what the caller adds about the
 subjects served outside the log (the query views, validation, job output,

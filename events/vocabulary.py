@@ -7,7 +7,7 @@ and so does the published contract (``events/asyncapi.py``), which turns them
 into JSON Schema enums and bounds: one copy, read by both.
 
 The enumerations of a job (priority classes, restart policies, dependency
-kinds, taint effects) are in ``events/catalogue.py`` beside the ``Literal``
+kinds, taint effects) are in ``events/catalogue/values.py`` beside the ``Literal``
 types of ``JobSpec``; the ones here are checked by one service each:
 
 ====================  ==========================================================
