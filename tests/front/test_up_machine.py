@@ -22,7 +22,8 @@ import pytest
 
 from services.nodes.backends.process.discovery import node_name
 from services.nodes.spec import local_nodes
-from services.front.cli.run import Shape, process_specs, try_hint
+from services.front.host.launch import Shape, try_hint
+from services.front.host.launch_processes import process_specs
 from services.front.host.lock import DataDirBusy, DataDirLock
 from tests.front.test_cli_up import HORIZON, horizon
 

@@ -69,7 +69,8 @@ class Identity:
 
 identity_options = _group(
     Identity, "identity",
-    click.option("--job-id", default=None, help="Your id for the job (default: generated). Reusing one is a duplicate."),
+    click.option("--job-id", default=None,
+                 help="Your id for the job (default: generated). Reusing one is a duplicate."),
     click.option("--name", default="", help="A name for the job."),
     click.option("--account", default="default", show_default=True),
     click.option("--user", default=lambda: _me(), show_default="you: the user your URL logs in as, else $USER"),

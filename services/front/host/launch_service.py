@@ -1,0 +1,170 @@
+"""``horizon service NAME``: one part alone against any NATS (the distributed shape).
+
+``launch_service`` checks the options, then runs the part until it fails or Ctrl-C/SIGTERM stops it:
+1. telemetry and, if asked, its own /metrics; 2. the streams; 3. the part (a service, the
+projections, the agent or the Slurm backend), said ready on $NOTIFY_SOCKET once caught up; 4. its
+stop, and a non-zero exit if it failed (so systemd or Kubernetes restarts it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from events.subjects import valid_token
+from services.front.host.launch import Shape, configure_logging, machine, slurm_settings, stop_signals
+from services.front.host.launch_web import http_server, telemetry
+from services.front.host.lock import DataDirBusy
+from services.front.host.metrics import read_token
+from services.front.host.stack import Stack
+from services.front.host.supervisor import notify_ready
+from services.front.registry import SERVICES
+from services.runtime.jetstream import JetStreamLog, StreamSettings, redact_url
+
+__all__ = ["ServiceOptions", "launch_service"]
+
+
+@dataclass(frozen=True)
+class ServiceOptions:
+    """``horizon service``'s options, as given (docs in its ``--help``)."""
+
+    name: str
+    nats_url: str
+    data_dir: Path
+    replicas: int
+    nodes: int | None  # the shape options (Shape)
+    gpus_per_node: int | None
+    gpu_type: str | None
+    cpus_per_node: str | None
+    memory_per_node: str | None
+    node_prefix: str
+    node_name: str | None
+    executor: str
+    heartbeat_timeout: float
+    policy: str
+    backfill_mode: str
+    otel: str
+    metrics_port: int | None
+    metrics_std: bool
+    metrics_host: str
+    metrics_token_file: Path | None
+    lease_ttl: int
+    slurm_conf: Path | None
+    slurm_partition: str
+    slurm_bin: str
+    partitions: tuple[str, ...]
+
+
+def _check_names(o: ServiceOptions) -> None:
+    """--partition only for the partitioned services, and names that can go into subjects."""
+    if o.partitions:
+        from services.front.registry import PARTITIONED
+
+        if o.name not in PARTITIONED:
+            raise click.UsageError(f"--partition goes with {' or '.join(PARTITIONED)}: {o.name} has one leader "
+                                   f"for the whole cluster")
+        for p in o.partitions:
+            if not valid_token(p) or p.startswith("-"):
+                raise click.BadParameter(f"{p!r}: use letters, digits, '_' or '-' (no dots)", param_hint="--partition")
+
+
+def _check_nodes(o: ServiceOptions) -> None:
+    if not valid_token(f"{o.node_prefix}-00"):  # node names go into subjects (horizon.hb.<node>)
+        raise click.BadParameter(f"{o.node_prefix!r}: use letters, digits, '_' or '-' (no dots)",
+                                 param_hint="--node-prefix")
+    if o.node_name is not None and not valid_token(o.node_name):
+        raise click.BadParameter(f"{o.node_name!r}: use letters, digits, '_' or '-' (no dots)",
+                                 param_hint="--node-name")
+
+
+def launch_service(o: ServiceOptions, verbose: bool) -> None:
+    """Run ``o.name`` until it fails or is stopped (see the module's docstring)."""
+    configure_logging(verbose)
+    _check_names(o)
+    settings = StreamSettings(replicas=o.replicas)
+    shape = Shape(o.nodes, o.gpus_per_node, o.gpu_type, o.cpus_per_node, o.memory_per_node)
+    _check_nodes(o)
+    slurm = None
+    if o.name == "slurm":
+        slurm = slurm_settings("slurm", shape, o.executor, False, o.slurm_conf, o.slurm_partition, o.slurm_bin)
+    elif o.slurm_conf is not None or o.slurm_partition:
+        raise click.UsageError("--slurm-conf and --slurm-partition go with `horizon service slurm`")
+    metrics_port = o.metrics_port
+    if metrics_port is None and o.metrics_std:
+        from services.front.host.metrics import METRICS_PORTS
+
+        metrics_port = METRICS_PORTS["agent" if o.name == "slurm" else o.name]  # one or the other runs on a machine
+    try:
+        asyncio.run(_run_part(o, shape, settings, slurm, metrics_port))
+    except DataDirBusy as exc:  # the agent's lock on --data-dir (one agent per data dir)
+        raise click.ClickException(str(exc)) from None
+
+
+async def _start_part(o: ServiceOptions, shape: Shape, stack: Stack) -> str:
+    """3. The part started; its name in the stack (a service's: its lease's key)."""
+    name = o.name
+    if name == "agent":
+        if shape.dev:
+            stack.nodes, what = shape.dev_nodes(o.node_prefix), shape.describe_dev()
+        else:
+            spec, what = machine(o.node_name)
+            stack.nodes = [spec]
+        click.echo(f"agent: {what}, {o.executor} executor", err=True)
+        await stack.start_agent()
+    elif name == "slurm":
+        await stack.start_slurm()
+    elif name == "projections":
+        await stack.start_projection()
+    else:
+        key = (await stack.start_service(name, partitions=o.partitions)).name
+    if name in SERVICES:
+        role = f"; it decides while it holds the {key} lease (ttl {o.lease_ttl} s)"
+        if o.partitions:
+            role += f", for partition{'s' if len(o.partitions) > 1 else ''} {', '.join(o.partitions)}"
+    else:
+        role, key = "", name
+    click.echo(f"{key} running against {redact_url(o.nats_url)}{role}; Ctrl-C stops it", err=True)
+    notify_ready(f"{key} running")
+    return key
+
+
+async def _run_part(o: ServiceOptions, shape: Shape, settings: StreamSettings, slurm: Any,
+                    metrics_port: int | None) -> None:
+    name = o.name
+    # 1. telemetry, and the part's own /metrics if asked
+    tracing, meters, registry = telemetry(o.otel, f"horizon-{name}", prometheus=metrics_port is not None)
+    web = None
+    if metrics_port is not None:
+        tokens = [read_token(o.metrics_token_file)] if o.metrics_token_file is not None else []
+        web = await http_server(registry, o.metrics_host, metrics_port, tokens=tokens)
+        click.echo(f"{name}: metrics (Prometheus) on {web.url}/metrics", err=True)
+    stack = Stack(o.nats_url, o.data_dir, executor=o.executor, heartbeat_timeout_s=o.heartbeat_timeout,
+                  settings=settings, policy=o.policy, backfill=o.backfill_mode, tracer_provider=tracing,
+                  meter_provider=meters, lease_ttl_s=o.lease_ttl, slurm=slurm)
+    # 2. the streams
+    setup = await JetStreamLog.open(o.nats_url, name=f"horizon-{name}-setup", settings=settings)
+    await setup.close()
+    failed: list[str] = []
+    async with stop_signals() as stop:
+        try:
+            key = await _start_part(o, shape, stack)
+            part = stack.parts[key]
+            signalled = asyncio.create_task(stop.wait())
+            try:
+                await asyncio.wait({part.task, signalled}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                signalled.cancel()
+                failed = stack.failed()
+        finally:
+            # 4. its stop
+            try:
+                await stack.stop()
+            finally:
+                if web is not None:
+                    await web.stop()
+    if failed:  # exit non-zero so a supervisor (systemd, Kubernetes) restarts us
+        raise click.ClickException("; ".join(failed))
