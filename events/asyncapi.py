@@ -53,7 +53,7 @@ VERDICTS: dict[str, tuple[str, ...]] = {
     "update": ("JobPriorityChanged", "RequestRejected", "InputRejected"),
 }
 
-# The events a tenant's feed carries: those about a job (projections/jobs.py feed_tenant), and the
+# The events a tenant's feed carries: those about a job (projections/tenants.py feed_tenant), and the
 # verdicts on its inputs.
 TENANT_FEED_TYPES: tuple[str, ...] = tuple(
     name for name in subjects.PUBLISHERS

@@ -1,7 +1,9 @@
 """The plumbing every part runs on, which serves and never knows whom.
 
-The ``EventLog`` port (``log.py``) and its two adapters (``jetstream.py`` on NATS JetStream,
-``memory.py`` for tests and the simulator), the pull reader (``pullreader.py``) and the consume loop
+The ``EventLog`` port (``log.py``) and its two adapters (``jetstream.py`` on NATS JetStream, with
+``natsclient.py``, ``publish_pipeline.py`` and ``jetstream_snapshots.py``; ``memory_log.py`` for tests
+and the simulator), the pull reader (``pullreader.py``), the one reading loop every reader runs
+(``follow.py``: to the end, caught up, then the live tail) and the decoding it applies
 (``consume.py``), the ``ServiceRunner`` every decision service runs on (``service.py``) and the
 ``ServicePart`` a service registers itself with (``parts.py``), leader leases (``lease.py``),
 snapshots (``snapshots.py``), the replay that audits a log (``replay.py``), telemetry

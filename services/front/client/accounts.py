@@ -10,7 +10,7 @@ from __future__ import annotations
 __all__ = ["HORIZON_ACCOUNT", "SERVICE_USERS", "HORIZON_USERS", "TENANT_VIEWS"]
 
 HORIZON_ACCOUNT = "HORIZON"
-# The query views a tenant may ask, about its own jobs (projections/jobs.py QueryServer).
+# The query views a tenant may ask, about its own jobs (projections/job_server.py QueryServer).
 TENANT_VIEWS = ("jobs", "job", "queue", "allocations")
 SERVICE_USERS = ("submission", "scheduling", "placement", "preemption", "inventory")
 # Every user of the HORIZON account: the operator, the five services, the agent, the projections.
