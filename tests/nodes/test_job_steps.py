@@ -8,8 +8,10 @@ import pytest
 
 from events import catalogue as c
 from services.front.slurm.sacct_steps import step_lines, with_steps
-from services.front.cli.scontrol import run_scontrol, show_job_text
-from services.front.cli.srun import SrunError, _Outputs, _expand, parse_srun
+from services.front.cli.scontrol import run_scontrol
+from services.front.slurm.scontrol_show import show_job_text
+from services.front.slurm.srun import _Outputs, _expand
+from services.front.slurm.srun_options import SrunError, parse_srun
 from services.domain.hostlist import compress, expand
 from services.domain.steps import (
     Slots,

@@ -460,7 +460,7 @@ def test_the_world_size_is_in_the_environment_and_the_launching_agent_is_told_of
 
 
 def test_scontrol_show_job_gives_an_elastic_gangs_range_waiting_and_its_nodes_running():
-    from services.front.cli.scontrol import show_job_text
+    from services.front.slurm.scontrol_show import show_job_text
 
     row = {"job_id": "el", "state": "PENDING", "nodes": 4, "tasks_per_node": 2, "cpus_milli": 1000}
     fields = dict(item.split("=", 1) for item in show_job_text(row, {"min_nodes": 2}, now=0.0).split())

@@ -305,7 +305,7 @@ _LAUNCHERS = re.compile(r"(?:^|[\s;|&(`])(mpirun|mpiexec)(?=\s|$)")
 def script_warnings(text: str, nodes: int = 1) -> list[str]:
     """What a script runs that may not work as on Slurm (not errors: the script may bring its own).
 
-    ``srun`` and ``scontrol`` are Horizon's inside a job (services/front/cli/srun.py, scontrol.py). An MPI
+    ``srun`` and ``scontrol`` are Horizon's inside a job (services/front/slurm/srun.py, scontrol_show.py). An MPI
     launcher in a multi-node job is another matter: Horizon runs no PMI/PMIx server and writes no
     host file, so ``mpirun`` works only as far as it starts its daemons with srun by itself.
     """

@@ -8,7 +8,7 @@ variables). The job's processes hold no NATS credentials; they talk to their own
 1. **The door.** Before an attempt starts, the agent opens a Unix socket for it (``socket_path``;
    the job finds it in ``$HORIZON_STEP_SOCKET``) and puts a directory holding Horizon's ``srun``
    and ``scontrol`` first on the job's ``PATH`` (only inside jobs: ``services/runtime/command_shims.py``).
-   ``srun`` (``services/front/cli/srun.py``) connects and sends one JSON line: its options, command,
+   ``srun`` (``services/front/slurm/srun.py``) connects and sends one JSON line: its options, command,
    environment and working directory. The socket is the attempt's: whoever connects speaks for
    that job, as its own processes do.
 2. **The plan.** The agent lays the step out in the job's allocation (a step larger than the

@@ -1,0 +1,164 @@
+"""Jobs and steps as ``scontrol show`` prints them (Slurm's ``Key=Value`` output), and where it reads them:
+the node's agent over the attempt's socket inside a job, the read model outside.
+
+The command (its words, usage errors and exit codes) is ``services/front/cli/scontrol.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pwd
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from events.resources import format_memory
+from services.domain.hostlist import compress
+from services.domain.steps import counts_text
+from services.front.client.reasons import summary
+
+__all__ = ["SOCKET_ENV", "show_job_text", "show_step_text", "ask_agent", "job_from_log", "duration_text", "stamp_text",
+           "user_with_uid"]
+
+SOCKET_ENV = "HORIZON_STEP_SOCKET"
+_STATE = {"PENDING": "PENDING", "HELD": "PENDING", "SCHEDULED": "CONFIGURING", "RUNNING": "RUNNING",
+          "SUCCEEDED": "COMPLETED", "FAILED": "FAILED", "PREEMPTED": "PREEMPTED", "CANCELLED": "CANCELLED",
+          "REJECTED": "FAILED", "UNSCHEDULABLE": "FAILED", "DEPENDENCY_NEVER_SATISFIED": "CANCELLED",
+          "OUT_OF_MEMORY": "OUT_OF_MEMORY"}
+
+
+
+def duration_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "UNLIMITED"
+    s = max(0, int(seconds))
+    days, s = divmod(s, 86400)
+    text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
+def stamp_text(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts)) if ts else "Unknown"
+
+
+def user_with_uid(user: str) -> str:
+    try:
+        return f"{user}({pwd.getpwnam(user).pw_uid})"
+    except (KeyError, TypeError):
+        return user or "N/A"
+
+
+def show_job_text(row: Mapping[str, Any], spec: Mapping[str, Any] | None, now: float, oneliner: bool = False) -> str:
+    """A job as ``scontrol show job`` prints it, from a jobs read-model row (and its spec, if known)."""
+    spec = spec or {}
+    allocation = row.get("allocation") or []
+    nodes = [a["node"] for a in allocation]
+    # the nodes it holds (an elastic gang's change); waiting, its count, or an elastic gang's range MIN-MAX
+    nnodes = len(nodes) if nodes else (row.get("nodes") or spec.get("nodes") or 1)
+    num_nodes = f"{spec['min_nodes']}-{nnodes}" if spec.get("min_nodes") and not nodes else str(nnodes)
+    per_node = row.get("tasks_per_node") or spec.get("tasks_per_node") or 1
+    cpus_milli = row.get("cpus_milli") or spec.get("cpus_milli") or 1000
+    ntasks = nnodes * per_node
+    state = _STATE.get(row["state"], row["state"])
+    if row["state"] == "FAILED" and str(row.get("reason") or "").startswith("time limit"):
+        state = "TIMEOUT"
+    started, ended = row.get("started_ts"), row.get("ended_ts")
+    live = row["state"] in ("SCHEDULED", "RUNNING")
+    run_time = ((now if live or not ended else ended) - started) if started else 0
+    code = row.get("exit_code")
+    exit_code = "0:0" if code is None else (f"0:{-code}" if code < 0 else f"{code}:0")
+    gpus = row.get("gpus") or 0
+    memory = (row.get("memory_bytes") or spec.get("memory_bytes") or 0) * per_node
+    reason = "None" if live or row["state"] not in ("PENDING", "HELD") else (
+        "JobHeldUser" if row["state"] == "HELD" else (summary(row.get("reason")) or "None"))
+    cpus_per_node = [max(1, -(-(a.get("cpus_milli") or cpus_milli * per_node) // 1000)) for a in allocation]
+    cwd = spec.get("cwd") or ""
+    stdout = row.get("stdout") or ""
+    fields = [
+        [f"JobId={row['job_id']}", f"JobName={row.get('name') or spec.get('name') or ''}"],
+        [f"UserId={user_with_uid(row.get('user') or spec.get('user') or '')}", f"Account={row.get('account') or ''}",
+         f"QOS={spec.get('qos') or 'normal'}", f"Nice={spec.get('nice') or 0}"],
+        [f"JobState={state}", f"Reason={reason}", f"Dependency={_deps(spec) or '(null)'}"],
+        [f"Restarts={max(0, (row.get('attempt') or 1) - 1)}", "BatchFlag=1", f"ExitCode={exit_code}"],
+        [f"RunTime={duration_text(run_time)}", f"TimeLimit={duration_text(row.get('time_limit_s'))}"],
+        [f"SubmitTime={stamp_text(row.get('submitted_ts'))}"],
+        [f"StartTime={stamp_text(started)}", f"EndTime={stamp_text(ended) if ended and not live else 'Unknown'}"],
+        [f"Partition={spec.get('partition') or spec.get('profile') or 'default'}"],
+        [f"NodeList={compress(nodes) if nodes else '(null)'}"],
+        [f"BatchHost={nodes[0] if nodes else '(null)'}"],
+        [f"NumNodes={num_nodes}", f"NumCPUs={-(-cpus_milli * ntasks // 1000)}", f"NumTasks={ntasks}",
+         f"CPUs/Task={cpus_milli / 1000:g}"],
+        [f"TRES=cpu={-(-cpus_milli * ntasks // 1000)},mem={format_memory(memory * nnodes).replace(' ', '')},"
+         f"node={nnodes}" + (f",gres/gpu={gpus}" if gpus else "")],
+        [f"TasksPerNode={counts_text([max(1, a.get('tasks') or per_node) for a in allocation]) if allocation else per_node}",
+         f"CPUsPerNode={counts_text(cpus_per_node) if cpus_per_node else '(null)'}"],
+        [f"MinMemoryNode={format_memory(memory).replace(' ', '')}"],
+        [f"WorkDir={cwd or '(null)'}"],
+        [f"StdErr={row.get('stderr') or stdout or '(null)'}", "StdIn=/dev/null", f"StdOut={stdout or '(null)'}"],
+    ]
+    if spec.get("array") is not None and spec.get("array_index") is not None:
+        fields[0][1:1] = [f"ArrayJobId={spec['array']}", f"ArrayTaskId={spec['array_index']}"]
+    if oneliner:
+        return " ".join(item for line in fields for item in line)
+    return "\n".join(("   " if i else "") + " ".join(line) for i, line in enumerate(fields))
+
+
+def _deps(spec: Mapping[str, Any]) -> str:
+    kinds = {"after-ok": "afterok", "after-any": "afterany", "after-not-ok": "afternotok", "after": "after"}
+    return ",".join(f"{kinds.get(d.get('kind'), d.get('kind'))}:{d.get('job_id')}" for d in spec.get("dependencies") or ())
+
+
+def show_step_text(row: Mapping[str, Any], s: Mapping[str, Any], now: float) -> str:
+    """A step as ``scontrol show step`` prints it, from the read model's step row ``s`` of the job ``row``."""
+    end = s.get("ended_ts")
+    state = s.get("state") or "RUNNING"
+    nodes = s.get("nodes") or []
+    return (f"StepId={row['job_id']}.{s['step']} UserId={user_with_uid(row.get('user') or '')} "
+            f"StartTime={stamp_text(s.get('started_ts'))} TimeLimit=UNLIMITED\n"
+            f"   State={state} Partition={row.get('partition') or '(null)'} "
+            f"NodeList={compress(nodes) if nodes else '(null)'}\n"
+            f"   Nodes={len(nodes)} Tasks={s.get('tasks')} Name={s.get('name') or ''}\n"
+            f"   ExitCode={s.get('exit_code') or 0}:{s.get('signal') or 0} "
+            f"RunTime={duration_text((end or now) - (s.get('started_ts') or now))}")
+
+
+def ask_agent(path: str, job_id: str | None) -> dict[str, Any]:
+    """The node's agent's answer about a job, over the attempt's socket (``$HORIZON_STEP_SOCKET``)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(path)
+        sock.sendall(json.dumps({"op": "job", "job_id": job_id}).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return json.loads(data) if data else {"error": "the node's agent did not answer"}
+
+
+def job_from_log(url: str, job_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
+    """(row, spec, steps) of a job from the read model and its JobAccepted (outside a job), over ``url``."""
+    import msgspec
+
+    from services.front.client.client import query, session
+    from services.front.slurm.squeue_format import accepted_specs
+
+
+    async def go() -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
+        async with session(url) as nc:
+            body = await query(nc, "job", {"job_id": job_id})
+            row = body.get("job")
+            if row is None:
+                return None, None, []
+            for event in body.get("events") or []:
+                detail = event.get("detail") or {}
+                if event["type"] == "JobStarted" and detail.get("attempt") == row.get("attempt"):
+                    row["stdout"], row["stderr"] = detail.get("stdout"), detail.get("stderr")
+            specs = await accepted_specs(nc, [row["job_id"]])
+            spec = specs.get(row["job_id"])
+            return row, msgspec.to_builtins(spec) if spec is not None else None, body.get("steps") or []
+
+    return asyncio.run(go())
