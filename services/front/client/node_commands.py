@@ -37,8 +37,8 @@ async def send_node_command(nc: Any, event: c.NodeCommandIssued, answers: Collec
             if answer is None:
                 return None, []
             if answer.get("causation_id") == f"seq:{seq}":
-                plan = await collect_plan(plans, answer, []) if plans is not None and answer["type"] == "NodeDraining" else []
-                return answer, plan
+                draining = plans is not None and answer["type"] == "NodeDraining"
+                return answer, (await collect_plan(plans, answer, []) if draining else [])
         return None, []
     finally:
         for s in (sub, plans):

@@ -134,7 +134,8 @@ def workload_from_log(records: Sequence[Record], start_s: float, end_s: float,
 class _Seen:
     """What the log says of the jobs and the inputs, gathered in one pass (``read`` each record)."""
 
-    subs: dict[str, tuple[str, c.JobSubmitted, float, int]] = field(default_factory=dict)  # job -> (subject, event, time, seq)
+    # job id -> (subject, event, time, seq)
+    subs: dict[str, tuple[str, c.JobSubmitted, float, int]] = field(default_factory=dict)
     accepted: dict[str, c.JobSpec] = field(default_factory=dict)
     rejected: set[str] = field(default_factory=set)
     started: dict[tuple[str, int], float] = field(default_factory=dict)
