@@ -24,11 +24,11 @@ import pytest
 from events import catalogue as c
 from services.front.client.client import default_user
 from services.front.cli.main import cli
-from services.front.cli.slurm_commands import (
+from services.front.slurm.scancel_jobs import scancel_targets
+from services.front.slurm.squeue_view import (
     SQUEUE_DEFAULT,
     SQUEUE_LONG,
-    _job_args,
-    _ranges,
+    array_ranges,
     group_arrays,
     long_format,
     squeue_format,
@@ -117,10 +117,10 @@ def test_an_arrays_pending_tasks_share_a_line_unless_r():
 
 
 def test_scancel_job_id_forms():
-    assert _job_args(["12,13", "arr_[1-3,7]", "big_*", "j.0", "12"]) == [
+    assert scancel_targets(["12,13", "arr_[1-3,7]", "big_*", "j.0", "12"]) == [
         "12", "13", "arr_1", "arr_2", "arr_3", "arr_7", "big", "j"]
     with pytest.raises(click.BadParameter):
-        _job_args(["a b"])
+        scancel_targets(["a b"])
 
 
 # ------------------------------------------------------------------ writing, refusing, removing
@@ -366,7 +366,7 @@ def test_an_array_in_squeue_and_scancel(up):
     grouped = ids()
     assert running in grouped and len(grouped) == 2, grouped  # the pending ones share a line
     pending_line = next(i for i in grouped if i != running)
-    assert pending_line == f"{arr}_[{_ranges(sorted(int(t.rsplit('_', 1)[1]) for t in rest))}]"
+    assert pending_line == f"{arr}_[{array_ranges(sorted(int(t.rsplit('_', 1)[1]) for t in rest))}]"
     assert up.run("squeue", "-h", "-o", "%K", "-j", arr, "-t", "PD").stdout.strip() == pending_line.split("_", 1)[1][1:-1]
     # scancel ID_[a-b]: those tasks; ID: the rest of the array
     first_two = rest[:2]

@@ -5,7 +5,8 @@ They are what the shims named ``squeue`` and ``scancel`` run (``services/front/c
 their options are Slurm's even where Horizon's commands differ: ``-h`` is ``--noheader`` for squeue,
 as in Slurm (help is ``--help``); scancel prints nothing when it succeeds. The views are Horizon's
 read models: squeue's rows are ``read_queue``'s (the waiting jobs in the scheduler's order, then the
-others), its columns ``SQUEUE_FIELDS`` of ``services/front/slurm/squeue_format.py``.
+others), its columns ``SQUEUE_FIELDS`` of ``services/front/slurm/squeue_format.py``; its format, grouping
+and sort ``services/front/slurm/squeue_view.py``'s, what scancel names ``services/front/slurm/scancel_jobs.py``'s.
 
 What squeue shows as Slurm does: by default the live jobs (pending, held, configuring, running),
 every user's; a pending array's waiting tasks on one line (``ID_[0-9]``) unless ``-r``; ``-l`` the
@@ -18,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Iterable
@@ -26,148 +26,22 @@ from typing import Any
 
 import click
 
-from events import catalogue as c
-from events.arrays import parse_array, task_id
-from events.resources import ResourceError
-from events.subjects import tenant_view, valid_token
+from events.subjects import tenant_view
 from services.front.client.client import default_user, query_all, session
-from services.front.client.job_queries import read_queue
-from services.front.cli.options import admin_option, nats_option, tenant_option
 from services.front.client.requests import cancel_requests
+from services.front.cli.options import admin_option, nats_option, tenant_option
 from services.front.slurm.job_rows import select_states, state_matches
 from services.front.slurm.sacct_format import job_matches
+from services.front.slurm.scancel_jobs import SCANCEL_STATES, scancel_targets
 from services.front.slurm.squeue_format import SQUEUE_FIELDS, accepted_specs, needs_specs, squeue_lines
+from services.front.slurm.squeue_view import (LIVE, LONG_NAMES, SQUEUE_DEFAULT, group_arrays, sort_rows, spec_value,
+                                              squeue_format, squeue_rows)
 
-__all__ = ["squeue", "scancel", "squeue_format", "long_format", "group_arrays", "register", "SQUEUE_DEFAULT",
-           "SQUEUE_LONG"]
-
-SQUEUE_DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
-SQUEUE_LONG = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
-LIVE = ["PENDING", "HELD", "SCHEDULED", "RUNNING"]  # squeue's default: pending, running (and configuring)
-
-# squeue -O names -> the letters of -o (SQUEUE_FIELDS)
-LONG_NAMES = {
-    "jobid": "i", "jobarrayid": "i", "arrayjobid": "F", "arraytaskid": "K", "name": "j", "username": "u",
-    "account": "a", "state": "T", "statecompact": "t", "timeused": "M", "timelimit": "l", "timeleft": "L",
-    "numnodes": "D", "numcpus": "C", "mincpus": "c", "cpus-per-task": "c", "minmemory": "m",
-    "tres-per-node": "b", "reasonlist": "R", "reason": "r", "nodelist": "N", "submittime": "V",
-    "starttime": "S", "endtime": "e", "partition": "P", "qos": "q", "nice": "y",
-}
-_LONG_TOKEN = re.compile(r"^([A-Za-z-]+)(?::(\.?)(\d*)(.*))?$")
+__all__ = ["squeue", "scancel", "register"]
 
 
 def _listed(values: Iterable[str]) -> list[str]:
     return [item.strip() for value in values for item in value.split(",") if item.strip()]
-
-
-def long_format(spec: str) -> str:
-    """squeue's ``-O name[:[.][size][suffix]],...`` as an ``-o`` format: each field ``size`` wide (20
-    unless given, as squeue), ``.`` right-justifies, the suffix follows the field."""
-    parts = []
-    for token in spec.split(","):
-        token = token.strip()
-        if not token:
-            continue
-        m = _LONG_TOKEN.match(token)
-        letter = LONG_NAMES.get(m[1].lower()) if m else None
-        if m is None or letter is None:
-            name = m[1] if m else token
-            raise click.BadParameter(f"{name!r} is not a field Horizon knows; fields: {', '.join(LONG_NAMES)}",
-                                     param_hint="--Format")
-        right, size, suffix = m[2] or "", m[3] or "20", (m[4] or "").replace("%", "%%")
-        parts.append(f"%{right}{size}{letter}{suffix}")
-    if not parts:
-        raise click.BadParameter("names no field", param_hint="--Format")
-    return "".join(parts)
-
-
-def squeue_format(fmt: str | None, fmt_long: str | None, long_: bool, environ: dict[str, str]) -> str:
-    """The ``-o`` format squeue prints with: ``-o``, ``-O``, ``-l``, else $SQUEUE_FORMAT, $SQUEUE_FORMAT2,
-    else squeue's default."""
-    if fmt is not None and fmt_long is not None:
-        raise click.UsageError("-o (--format) and -O (--Format) exclude each other, as in squeue")
-    if long_ and fmt is not None:
-        raise click.UsageError("-o (--format) and -l (--long) exclude each other, as in squeue")
-    if fmt is not None:
-        return fmt
-    if fmt_long is not None:
-        return long_format(fmt_long)
-    if long_:
-        return SQUEUE_LONG
-    if environ.get("SQUEUE_FORMAT"):
-        return environ["SQUEUE_FORMAT"]
-    if environ.get("SQUEUE_FORMAT2"):
-        return long_format(environ["SQUEUE_FORMAT2"])
-    return SQUEUE_DEFAULT
-
-
-def _ranges(indices: list[int]) -> str:
-    """0,1,2,3,5 -> ``0-3,5`` (squeue's way of writing an array's pending tasks)."""
-    out: list[str] = []
-    start = prev = indices[0]
-    for n in [*indices[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if n is not None:
-            start = prev = n
-    return ",".join(out)
-
-
-def group_arrays(rows: list[dict[str, Any]], specs: dict[str, c.JobSpec]) -> list[dict[str, Any]]:
-    """squeue without ``-r``: the pending tasks of one array that wait for the same reason are one row,
-    ``ID_[0-3,5]``, where the first of them stands; every other row as it is."""
-    groups: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = {}
-    order: list[Any] = []
-    for row in rows:
-        spec = specs.get(row["job_id"])
-        if row["state"] == "PENDING" and spec is not None and spec.array and spec.array_index is not None:
-            key = (spec.array, row.get("reason") or "")
-            if key not in groups:
-                groups[key] = []
-                order.append(key)
-            groups[key].append((spec.array_index, row))
-        else:
-            order.append(row)
-    out = []
-    for item in order:
-        if isinstance(item, dict):
-            out.append(item)
-            continue
-        members = groups[item]
-        if len(members) == 1:
-            out.append(members[0][1])
-            continue
-        indices = sorted(i for i, _ in members)
-        first = members[0][1]
-        ranges = _ranges(indices)
-        out.append({**first, "job_id": f"{item[0]}_[{ranges}]", "array_tasks": ranges,
-                    "tasks": [r["job_id"] for _, r in members]})
-        specs[out[-1]["job_id"]] = specs[first["job_id"]]
-    return out
-
-
-def _natural(text: str) -> list[Any]:
-    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text)]
-
-
-def _sort(rows: list[dict[str, Any]], keys: str, now: float, specs: dict[str, c.JobSpec]) -> list[dict[str, Any]]:
-    """squeue's ``-S``: comma-separated fields of ``-o`` (``i``, ``-t``, ``+M``), a ``-`` sorting that field
-    descending; numbers inside values compare as numbers."""
-    for key in reversed([k.strip() for k in keys.split(",") if k.strip()]):
-        descending = key.startswith("-")
-        letter = key.lstrip("+-")
-        if letter not in SQUEUE_FIELDS:
-            raise click.BadParameter(f"{letter!r} is not a field Horizon sorts by; fields: {''.join(SQUEUE_FIELDS)}",
-                                     param_hint="--sort")
-        get = SQUEUE_FIELDS[letter][1]
-        rows = sorted(rows, key=lambda r: _natural(get(r, now, specs.get(r["job_id"]))), reverse=descending)
-    return rows
-
-
-def _spec_value(letter: str, row: dict[str, Any], specs: dict[str, c.JobSpec]) -> str:
-    return str(SQUEUE_FIELDS[letter][1](row, time.time(), specs.get(row["job_id"])))
 
 
 @click.command(name="squeue", context_settings={"help_option_names": ["--help"]})
@@ -219,7 +93,7 @@ def squeue(nats_url: str, accounts: tuple[str, ...], all_partitions: bool, hide:
     nodes = set(_listed(nodelist))
     sort_keys = sort_keys or env.get("SQUEUE_SORT") or None
     if sort_keys:
-        _sort([], sort_keys, 0.0, {})  # a bad field is an error before anything is asked
+        sort_rows([], sort_keys, 0.0, {})  # a bad field is an error before anything is asked
     one_per_task = one_per_task or bool(env.get("SQUEUE_ARRAY"))
     ask, match = select_states(state_list) if state_list else (LIVE, set())
     filters = {"tenant": None, "user": user_list[0] if len(user_list) == 1 else None,
@@ -236,26 +110,16 @@ def squeue(nats_url: str, accounts: tuple[str, ...], all_partitions: bool, hide:
                 and (not wanted["name"] or (row.get("name") or "").lower() in wanted["name"])
                 and (not nodes or bool(nodes & {a["node"] for a in row.get("allocation") or []})))
 
-    async def once() -> tuple[list[dict[str, Any]], dict[str, c.JobSpec]]:
-        async with session(nats_url) as nc:
-            body = await read_queue(nc, ask, filters)
-            rows = [row for row in body["jobs"] if keep(row)]
-            specs: dict[str, c.JobSpec] = {}
-            if as_json or qos_list or needs_specs(fmt) or (sort_keys and needs_specs(
-                    "".join(f"%{k.lstrip('+-')}" for k in sort_keys.split(",") if k.strip().lstrip("+-")))):
-                specs = await accepted_specs(nc, [row["job_id"] for row in rows])
-            elif not one_per_task:  # only the pending tasks of arrays are grouped
-                specs = await accepted_specs(nc, [row["job_id"] for row in rows if row["state"] == "PENDING"
-                                                  and re.search(r"_\d+$", row["job_id"])])
-            return rows, specs
+    all_specs = bool(as_json or qos_list or needs_specs(fmt) or (sort_keys and needs_specs(
+        "".join(f"%{k.lstrip('+-')}" for k in sort_keys.split(",") if k.strip().lstrip("+-")))))
 
     while True:
-        rows, specs = asyncio.run(once())
+        rows, specs = asyncio.run(squeue_rows(nats_url, ask, filters, keep, all_specs, not one_per_task))
         if qos_list:
-            rows = [r for r in rows if _spec_value("q", r, specs).lower() in {q.lower() for q in qos_list}]
+            rows = [r for r in rows if spec_value("q", r, specs).lower() in {q.lower() for q in qos_list}]
         now = time.time()
         if sort_keys:
-            rows = _sort(rows, sort_keys, now, specs)
+            rows = sort_rows(rows, sort_keys, now, specs)
         if as_json:
             for row in rows:
                 row["slurm"] = {header: str(get(row, now, specs.get(row["job_id"])))
@@ -282,36 +146,6 @@ def squeue(nats_url: str, accounts: tuple[str, ...], all_partitions: bool, hide:
 # scancel
 # --------------------------------------------------------------------------
 
-_SCANCEL_STATES = {"PENDING": ["PENDING", "HELD"], "PD": ["PENDING", "HELD"], "RUNNING": ["SCHEDULED", "RUNNING"],
-                   "R": ["SCHEDULED", "RUNNING"], "SUSPENDED": [], "S": []}  # Horizon suspends no job
-
-
-def _job_args(args: Iterable[str]) -> list[str]:
-    """scancel's JOBID arguments, each possibly a comma-separated list (commas inside ``[...]`` are the
-    array's), as job ids: ``ID``, ``ID_N``, ``ID_[1-3,7]`` (those tasks), ``ID_*`` (the array: all its
-    tasks), ``ID.STEP`` (the job)."""
-    out: list[str] = []
-    for arg in args:
-        for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", arg):
-            out.extend(_job_targets(item))
-    return list(dict.fromkeys(out))
-
-
-def _job_targets(text: str) -> list[str]:
-    base = text.split(".", 1)[0]
-    if base.endswith("_*"):
-        base = base[:-2]
-    m = re.fullmatch(r"(.+)_\[(.+)\]", base)
-    if m:
-        try:
-            spec = parse_array(m[2], "JOBID")
-        except ResourceError as exc:
-            raise click.BadParameter(f"{text!r}: {exc.problem}", param_hint="JOBID") from None
-        return [task_id(m[1], i) for i in spec.indices]
-    if not valid_token(base):
-        raise click.BadParameter(f"{text!r} is not a job id", param_hint="JOBID")
-    return [base]
-
 
 @click.command(name="scancel", context_settings={"help_option_names": ["--help"]})
 @nats_option
@@ -321,7 +155,7 @@ def _job_targets(text: str) -> list[str]:
 @click.option("--me", is_flag=True, help="Only your jobs.")
 @click.option("-n", "--name", "--jobname", "names", multiple=True, help="Only jobs with this name.")
 @click.option("-t", "--state", "state", default=None,
-              type=click.Choice(sorted(_SCANCEL_STATES), case_sensitive=False),
+              type=click.Choice(sorted(SCANCEL_STATES), case_sensitive=False),
               help="Only jobs in this state: PENDING (held ones too) or RUNNING (being started too).")
 @click.option("-A", "--account", "accounts", multiple=True, help="Only this account's jobs.")
 @click.option("-p", "--partition", "partitions", multiple=True, help="Only jobs in this partition.")
@@ -354,7 +188,7 @@ def scancel(nats_url: str, tenant: str, admin: bool, users: tuple[str, ...], me:
     account_list, name_list = _listed(accounts), _listed(names)
     partition_list, qos_list, nodes = _listed(partitions), _listed(qos), set(_listed(nodelist))
     filtered = bool(user_list or account_list or name_list or partition_list or qos_list or nodes or state)
-    targets = _job_args(job_args)
+    targets = scancel_targets(job_args)
     if filtered and not user_list and not admin:
         user_list = [default_user()]  # as Slurm lets a user cancel only their own jobs
     if not targets and not filtered:
@@ -364,7 +198,7 @@ def scancel(nats_url: str, tenant: str, admin: bool, users: tuple[str, ...], me:
         async with session(nats_url) as nc:
             chosen = list(targets)
             if filtered:
-                states = _SCANCEL_STATES[state.upper()] if state else LIVE
+                states = SCANCEL_STATES[state.upper()] if state else LIVE
                 if not states:
                     return [], {}
                 ask = {"states": states, "tenant": None if admin else tenant,
@@ -379,7 +213,7 @@ def scancel(nats_url: str, tenant: str, admin: bool, users: tuple[str, ...], me:
                         and (not nodes or bool(nodes & {a["node"] for a in r.get("allocation") or []}))]
                 if qos_list:
                     specs = await accepted_specs(nc, [r["job_id"] for r in rows])
-                    rows = [r for r in rows if _spec_value("q", r, specs) in qos_list]
+                    rows = [r for r in rows if spec_value("q", r, specs) in qos_list]
                 chosen = [r["job_id"] for r in rows]
             if not chosen:
                 return [], {}
