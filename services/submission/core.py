@@ -25,14 +25,15 @@ answers every input not yet answered, in log order:
   running: the agent stops it and reports ``JobCancelled``, with the same
   ``causation_id``), or
   ``RequestRejected``; hold / release / update -> ``JobHeld`` /
-  ``JobReleased`` / ``JobPriorityChanged`` or ``RequestRejected``. A request
+  ``JobReleased`` / ``JobPriorityChanged`` or ``RequestRejected``
+  (``services/submission/requests.py``). A request
   naming an array answers for each of its tasks that were live when the
   request was folded. Owners ask on ``horizon.in.<tenant>.<verb>`` about their
   own jobs and may only lower a priority; operators ask on
   ``horizon.in._admin.<verb>`` about anyone's, either way.
 
 Priority is the operators' to raise: a tenant's submission with a negative
-nice is rejected (``validate.normalise``), and an account may carry a
+nice is rejected (``normalise.normalise``), and an account may carry a
 ``max_priority_class`` (``AccountConfigured``, folded here from
 ``horizon.in._admin.account`` and applied only if the scheduler's own check,
 ``FairShare.check_account``, would apply it). The strictest limit on the
@@ -44,7 +45,9 @@ Dependencies may name a job not submitted yet (a workflow can arrive in any
 order, from several clients); the scheduler keeps the dependant waiting. What
 submission refuses: a dependency on a job that was rejected (it will never
 run), and one that would close a cycle among jobs still waiting for their
-dependencies, named in the reason ("cycle c -> a -> b -> c").
+dependencies, named in the reason ("cycle c -> a -> b -> c"); these checks
+against the log are ``services/submission/against_log.py``. What submission folds is
+``services/submission/state.py``.
 
 A request's answer carries ``causation_id = "seq:<n>"`` of the request; folding
 the answers is what marks the request handled (an array request once every
@@ -61,142 +64,27 @@ from typing import ClassVar
 import msgspec
 
 from events import catalogue as c
-from events.arrays import parse_array, task_id
-from events.resources import ResourceError
+from events.arrays import parse_array
 from events.base import Event
-from events.vocabulary import NICE_LIMIT
+from events.resources import ResourceError
 from events.subjects import (ADMIN_TENANT, INTAKE_HEADER, LIMITS_HEADER, REFUSED_HEADER, USER_HEADER, WHOLE_LOG,
                              job_key, parse_subject, tenant_view)
-from services.domain.protocol import Record
-from services.domain.protocol import CoreState
-from services.domain.fairshare import FairShare
-from services.domain.quoting import bounded_id, clipped, id_token
+from services.domain.envelope import Decider
 from services.domain.features import node_features
-from services.domain.jobs import LIVE, JobState, JobTable
-from services.submission.capacity import Capacity
+from services.domain.protocol import Record
+from services.domain.quoting import bounded_id, clipped, id_token
+from services.submission.against_log import Round, check_against_log, remaining_tasks, run_as
 from services.submission.intake_rules import malformed_input, scoped, scoped_spec
+from services.submission.normalise import Limits, Rejection, admission
+from services.submission.requests import VERBS, Shadow, answer_request, pending_request
+from services.submission.state import Pending, SubmissionState
 from services.submission.tenant_limits import TenantBook
-from services.domain.partitions import Partitions
-from services.submission.normalise import Limits, Rejection, admission, class_limit_reason
 
 __all__ = ["SubmissionCore", "SubmissionState"]
 
-_VERBS: dict[type[Event], str] = {
-    c.JobCancelRequested: "cancel",
-    c.JobHoldRequested: "hold",
-    c.JobReleaseRequested: "release",
-    c.JobUpdateRequested: "update",
-}
-_RANK = {name: rank for rank, name in enumerate(c.PRIORITY_CLASSES)}  # 0 = critical: a lower rank runs first
 # What partitions are made of and matched against (services/domain/partitions.py)
 _PARTITION_INPUTS = (c.PartitionConfigured, c.PartitionPolicyConfigured, c.ProfileConfigured, c.NodeRegistered,
                      c.NodeRemoved)
-
-
-@dataclass(slots=True)
-class _Pending:
-    seq: int
-    time: float
-    tenant: str  # from the subject; "_admin" for an operator
-    event: Event
-    admin: bool = False
-    # A request: the jobs it names (the job, or the live tasks of an array when it was folded)
-    # and those still unanswered. An array submission: how many tasks it makes.
-    targets: tuple[str, ...] = ()
-    unanswered: set[str] = field(default_factory=set)
-    tasks: int = 0
-    # Came through the intake: the tenant whose ids these are (``event`` names its jobs by their
-    # keys ``<tenant>:<id>``), and the event as the tenant wrote it.
-    scope: str = ""
-    raw: Event | None = None
-    # The user the server authenticated (the intake's Horizon-User; "-": it could not tell), None for
-    # an input that came without it (an operator's, a log from before users, no accounts).
-    user: str | None = None
-    # Stored by an intake that applies tenants' limits (Horizon-Limits): its tenant's limits apply, and
-    # an array of it may wait for the next round (tenant_limits.py). A log from before them has none.
-    limited: bool = False
-
-
-class SubmissionState(CoreState):
-    def __init__(self) -> None:
-        super().__init__()
-        self.jobs = JobTable()
-        self.gpu_models: set[tuple[str, str | None]] = set()  # every model ever registered (a vocabulary)
-        self.capacity = Capacity()  # what the registered nodes offer now
-        self.features: dict[str, frozenset[str]] = {}  # node -> its features (a --constraint is judged on them)
-        self.submissions: dict[str, _Pending] = {}  # job id -> unanswered submission
-        self.requests: dict[int, _Pending] = {}  # request seq -> unanswered request
-        self.verdicts: set[str] = set()  # job and array ids with their verdict in the log
-        self.referenced: set[str] = set()  # ids that accepted jobs depend on (only those can close a cycle)
-        # The account tree as the scheduler builds it (configured accounts, and those its jobs
-        # created), only to judge AccountConfigured as it does; and each account's class limit.
-        self.accounts = FairShare()
-        self.class_limits: dict[str, str] = {}  # account -> max_priority_class
-        self.account_tenants: dict[str, tuple[str, ...]] = {}  # account -> the tenants it is open to
-        self.users: dict[tuple[str, str], c.UserConfigured] = {}  # (tenant, user) -> its Unix identity
-        self.tenants = TenantBook()  # each tenant's limits and what it has waiting (tenant_limits.py)
-        self.malformed: dict[int, c.InputRejected] = {}  # input seq -> its verdict, not yet in the log
-        self.repeats: dict[int, _Pending] = {}  # seq -> a submission of a job id already submitted
-        self.partitions = Partitions()  # which partition a job gets (services/domain/partitions.py)
-        self._capacity_epoch = 0  # changes with what the registered nodes offer
-        self._partition_capacity: dict[str, tuple[tuple[int, int], Capacity]] = {}
-
-    def capacity_changed(self) -> None:
-        self._capacity_epoch += 1
-
-    def capacity_of(self, partition: str) -> Capacity:
-        """What the registered nodes of ``partition`` could ever hold (``Capacity.subset``), kept until
-        the nodes or the partitions change."""
-        key = (self._capacity_epoch, self.partitions.version)
-        found = self._partition_capacity.get(partition)
-        if found is None or found[0] != key:
-            if len(self._partition_capacity) > 256:
-                self._partition_capacity.clear()
-            found = (key, self.capacity.subset(self.partitions.members(partition)))
-            self._partition_capacity[partition] = found
-        return found[1]
-
-    def class_limit(self, account: str) -> tuple[str, str] | None:
-        """The strictest ``max_priority_class`` on the path from ``account`` up to the root, as
-        (the account that sets it, the class); the nearest account wins a tie. None: no limit."""
-        if not self.class_limits:
-            return None
-        found: tuple[str, str] | None = None
-        acc = self.accounts.accounts.get(account)
-        while acc is not None and acc.parent is not None:
-            highest = self.class_limits.get(acc.name)
-            if highest is not None and (found is None or _RANK[highest] > _RANK[found[1]]):
-                found = (acc.name, highest)
-            acc = self.accounts.accounts[acc.parent]
-        return found
-
-    def account_open_to(self, account: str) -> tuple[str, ...]:
-        """The tenants that may charge ``account``: the nearest list configured on the path from it
-        up to the root; empty: any tenant."""
-        acc = self.accounts.accounts.get(account)
-        if acc is None:
-            return self.account_tenants.get(account, ())
-        while acc is not None and acc.parent is not None:
-            tenants = self.account_tenants.get(acc.name)
-            if tenants:
-                return tenants
-            acc = self.accounts.accounts[acc.parent]
-        return ()
-
-    def check_account(self, spec: c.JobSpec) -> None:
-        """Raise the ``Rejection`` a tenant gets for charging an account that is not open to it."""
-        tenants = self.account_open_to(spec.account)
-        if tenants and spec.tenant not in tenants:
-            raise Rejection("account", f"account {spec.account!r} is not open to tenant {spec.tenant!r}; submit under "
-                            f"an account of yours, or ask an operator: horizon account set {spec.account} "
-                            f"--tenant {spec.tenant}")
-
-    def check_class(self, spec: c.JobSpec) -> None:
-        """Raise the ``Rejection`` a tenant gets for a class above its account's limit (the leader's
-        verdict and every instance's ``horizon submit --check`` answer alike)."""
-        why = class_limit_reason(spec.priority_class, self.class_limit(spec.account))
-        if why is not None:
-            raise Rejection("priority_class", why)
 
 
 @dataclass
@@ -239,15 +127,15 @@ class SubmissionCore:
             if isinstance(event, c.JobSubmitted):
                 # Keyed as its verdict will name it: a long (invalid) id is answered by a bounded one.
                 key = bounded_id(event.job_id)
-                pending = _Pending(record.seq, state.now, subject.owner, event, scope=scope, raw=raw if scope else None,
+                pending = Pending(record.seq, state.now, subject.owner, event, scope=scope, raw=raw if scope else None,
                                    user=headers.get(USER_HEADER) if scope else None,
                                    limited=bool(scope and headers.get(LIMITS_HEADER)))
                 if key not in state.verdicts and key not in state.submissions:
                     state.submissions[key] = pending
                 elif subject.kind == "input":
                     state.repeats[record.seq] = pending  # answered: the id is taken
-            elif type(event) in _VERBS:  # the admin subjects also carry node and configuration commands
-                state.requests[record.seq] = self._request(state, record.seq, subject.owner, event,
+            elif type(event) in VERBS:  # the admin subjects also carry node and configuration commands
+                state.requests[record.seq] = pending_request(state, record.seq, subject.owner, event,
                                                            admin=subject.kind == "admin", scope=scope)
                 if scope:
                     state.requests[record.seq].user = headers.get(USER_HEADER)
@@ -299,21 +187,6 @@ class SubmissionCore:
             state.malformed[record.seq] = malformed_input(record, subject, record.headers or {}, error)
         return state
 
-    @staticmethod
-    def _request(state: SubmissionState, seq: int, owner: str, event: Event, admin: bool,
-                 scope: str = "") -> _Pending:
-        job_id: str = event.job_id  # type: ignore[attr-defined]
-        pending = _Pending(seq, state.now, owner, event, admin=admin, targets=(bounded_id(job_id),), scope=scope)
-        tasks = state.jobs.arrays.get(job_id)
-        owner_spec = state.jobs.jobs[tasks[0]].spec if tasks else None
-        if tasks and owner_spec is not None and (admin or owner_spec.tenant == owner):
-            # The tasks live now: later changes are judged per task when answering, and a
-            # restart in the middle of the answers finishes exactly this list. (Someone else's
-            # array gets the one answer an unknown job gets: it does not learn the tasks.)
-            live = tuple(t for t in tasks if state.jobs.jobs[t].state in LIVE)
-            pending.targets = live or (job_id,)
-        pending.unanswered = set(pending.targets)
-        return pending
 
     @staticmethod
     def _configure_account(state: SubmissionState, event: c.AccountConfigured) -> None:
@@ -348,7 +221,7 @@ class SubmissionCore:
 
     def decide(self, state: SubmissionState) -> list[Event]:
         out: list[Event] = []
-        round_ = _Round()
+        round_ = Round()
         for pending in sorted(state.submissions.values(), key=lambda p: p.seq):
             job_id: str = pending.event.job_id  # type: ignore[attr-defined]
             if job_id in round_.decided:
@@ -361,16 +234,16 @@ class SubmissionCore:
             if new_array:
                 round_.tasks += sum(1 for e in verdicts if isinstance(e, c.JobAccepted))
             out.extend(verdicts)
-        shadow: dict[str, _Shadow] = {}
+        shadow: dict[str, Shadow] = {}
         for seq in sorted(state.requests):
-            out.extend(self._answer(state, state.requests[seq], shadow))
+            out.extend(answer_request(state, state.requests[seq], shadow, self.name))
         for seq in sorted(state.repeats):
             out.append(self._repeat(state, state.repeats[seq]))
         for seq in sorted(state.malformed):
             out.append(msgspec.structs.replace(state.malformed[seq], ts=state.now, basis_seq=state.seq))
         return out
 
-    def _repeat(self, state: SubmissionState, pending: _Pending) -> c.RequestRejected:
+    def _repeat(self, state: SubmissionState, pending: Pending) -> c.RequestRejected:
         """The answer to a second submission of a job id (another body, or the same one published
         again without its Nats-Msg-Id): it changes nothing, and says so."""
         key = bounded_id(pending.event.job_id)  # type: ignore[attr-defined]
@@ -385,8 +258,8 @@ class SubmissionCore:
         else:
             known = "its tasks were accepted"
         shown = tenant_view(pending.tenant, key)
-        return c.RequestRejected(
-            id=f"submission/RequestRejected/{id_token(key)}/{pending.seq}", job_id=key,
+        return Decider(self.name)(
+            c.RequestRejected, id_token(key), pending.seq, job_id=key,
             tenant=bounded_id(pending.tenant), verb="submit", request_seq=pending.seq,
             reason=clipped(f"job id {shown!r} is already submitted and {known}: a second submission changes "
                            "nothing; use another job id"),
@@ -395,15 +268,10 @@ class SubmissionCore:
 
     # -- admission
 
-    def _admit(self, state: SubmissionState, pending: _Pending, round_: _Round) -> list[Event]:
+    def _admit(self, state: SubmissionState, pending: Pending, round_: Round) -> list[Event]:
         sub: c.JobSubmitted = pending.event  # type: ignore[assignment]
-        common = {
-            "ts": state.now,
-            "causation_id": f"seq:{pending.seq}",
-            "submitted_seq": pending.seq,
-            "basis_seq": state.seq,
-            "source": self.name,
-        }
+        decide = Decider(self.name, ts=state.now, causation_id=f"seq:{pending.seq}", submitted_seq=pending.seq,
+                         basis_seq=state.seq, source=self.name)
         done = state.jobs.arrays.get(sub.job_id)
         warnings: list[str] = []
         try:
@@ -420,16 +288,16 @@ class SubmissionCore:
             if pending.scope:
                 jobs = [(job_key(pending.scope, job_id), scoped_spec(spec, pending.scope)) for job_id, spec in jobs]
             if pending.user is not None:
-                jobs = _run_as(state, pending.scope, pending.user, jobs)
+                jobs = run_as(state, pending.scope, pending.user, jobs)
             if done:
                 # A round cut short (a crash between the tasks' publications): finish it. The log
                 # checks passed when the first tasks were accepted, and the rest are the same job.
                 jobs = [(job_id, spec) for job_id, spec in jobs if job_id not in state.jobs.jobs]
             else:
-                self._check_against_log(state, sub, jobs, round_, operator=pending.tenant == ADMIN_TENANT)
+                check_against_log(state, sub, jobs, round_, operator=pending.tenant == ADMIN_TENANT)
         except Rejection as rej:
             if done:  # the limits changed since the first tasks were accepted: finish with their spec
-                jobs = self._remaining_tasks(state, sub)
+                jobs = remaining_tasks(state, sub)
             else:
                 round_.decided.add(sub.job_id)
                 round_.rejected.add(sub.job_id)
@@ -437,214 +305,20 @@ class SubmissionCore:
                 # Its tenant is the sender's (the subject's), whatever the body says: a body naming
                 # another tenant is answered to its sender, and the other tenant sees nothing.
                 tenant = sub.tenant if pending.tenant == ADMIN_TENANT else pending.tenant
-                return [c.JobRejected(id=f"submission/JobRejected/{id_token(sub.job_id)}",
-                                      job_id=bounded_id(sub.job_id), tenant=bounded_id(tenant),
-                                      reason=clipped(str(rej)), field=rej.field, correlation_id=bounded_id(sub.job_id),
-                                      limit=getattr(rej, "limit", ""), **common)]
+                return [decide(c.JobRejected, id_token(sub.job_id),
+                               job_id=bounded_id(sub.job_id), tenant=bounded_id(tenant),
+                               reason=clipped(str(rej)), field=rej.field, correlation_id=bounded_id(sub.job_id),
+                               limit=getattr(rej, "limit", ""))]
         round_.add(sub.job_id, jobs)
         if jobs:
             TenantBook.add(round_.load, jobs[0][1].tenant, len(jobs), len(jobs) if sub.array is not None else 0)
         # An array's tasks each say how many there are (a round finishing a cut one too: all of them).
         tasks = len(parse_array(sub.array).indices) if sub.array is not None else 0
         return [
-            c.JobAccepted(id=f"submission/JobAccepted/{job_id}", job_id=job_id, spec=spec, submitted_ts=pending.time,
-                          correlation_id=job_id, warnings=[clipped(w) for w in warnings], array_tasks=tasks,
-                          **common)
+            decide(c.JobAccepted, job_id, job_id=job_id, spec=spec, submitted_ts=pending.time, correlation_id=job_id,
+                   warnings=[clipped(w) for w in warnings], array_tasks=tasks)
             for job_id, spec in jobs
         ]
-
-    @staticmethod
-    def _remaining_tasks(state: SubmissionState, sub: c.JobSubmitted) -> list[tuple[str, c.JobSpec]]:
-        template = state.jobs.jobs[state.jobs.arrays[sub.job_id][0]].spec
-        assert template is not None
-        return [(task_id(sub.job_id, i), msgspec.structs.replace(template, array_index=i))
-                for i in parse_array(sub.array).indices if task_id(sub.job_id, i) not in state.jobs.jobs]
-
-    def _check_against_log(self, state: SubmissionState, sub: c.JobSubmitted, jobs: list[tuple[str, c.JobSpec]],
-                           round_: _Round, operator: bool = False) -> None:
-        """What one submission cannot tell alone: the account's class limit, rejected dependencies,
-        task ids taken, cycles."""
-        if not operator:  # every task of an array has the same account and class
-            state.check_account(jobs[0][1])
-            state.check_class(jobs[0][1])
-        for i, dep in enumerate(sub.dependencies):
-            other = state.jobs.get(dep.job_id)
-            if dep.job_id in round_.rejected or (other is not None and other.state is JobState.REJECTED):
-                raise Rejection(f"dependencies[{i}].job_id", f"{dep.job_id!r} was rejected, so it will never run")
-        if sub.array is not None:
-            for job_id, _ in jobs:
-                if job_id in state.verdicts or job_id in round_.decided or job_id in state.jobs.jobs:
-                    raise Rejection("array", f"task {job_id!r} would take the id of an existing job; "
-                                    "submit the array under another job id")
-        targets = {job_id for job_id, _ in jobs} | {sub.job_id}
-        deps = tuple(d.job_id for d in sub.dependencies)
-        cycle = _find_cycle(state, round_, sub.job_id, deps, targets)
-        if cycle is not None:
-            last = cycle[-1]
-            tail = "" if last == sub.job_id else f" (a task of {sub.job_id})"
-            raise Rejection("dependencies", f"cycle {' -> '.join(cycle)}{tail}: each job depends on the next, "
-                            "so none of them could ever start")
-
-    # -- requests
-
-    def _answer(self, state: SubmissionState, pending: _Pending, shadow: dict[str, _Shadow]) -> list[Event]:
-        req = pending.event
-        named: str = req.job_id  # type: ignore[attr-defined]
-        verb = _VERBS[type(req)]
-        out: list[Event] = []
-        for job_id in pending.targets:
-            if job_id not in pending.unanswered:
-                continue  # answered before a restart
-            base = {
-                "ts": state.now,
-                "causation_id": f"seq:{pending.seq}",
-                "correlation_id": job_id,
-                "source": self.name,
-                "basis_seq": state.seq,
-            }
-            suffix = f"{id_token(job_id)}/{pending.seq}"
-            why = self._judge(state, pending, verb, job_id, named, shadow)
-            if isinstance(why, str):
-                out.append(c.RequestRejected(id=f"submission/RequestRejected/{suffix}", job_id=job_id,
-                                             tenant=bounded_id(pending.tenant), verb=verb, reason=clipped(why),
-                                             request_seq=pending.seq,
-                                             **base))
-                continue
-            job, current = why
-            who = getattr(req, "user", "") or ("an operator" if pending.admin else pending.tenant)
-            reason = clipped(getattr(req, "reason", "") or f"{verb} requested by {who}")
-            match verb:
-                case "cancel":
-                    shadow[job_id] = _Shadow(JobState.CANCELLED, current.priority_class, current.nice)
-                    if current.state in (JobState.PENDING, JobState.HELD):
-                        out.append(c.JobCancelled(id=f"submission/JobCancelled/{suffix}", job_id=job_id,
-                                                  reason=reason, attempt=job.attempt, **base))
-                    else:
-                        out.append(c.JobStopRequested(id=f"submission/JobStopRequested/{suffix}", job_id=job_id,
-                                                      attempt=job.attempt, reason=reason, **base))
-                case "hold":
-                    shadow[job_id] = _Shadow(JobState.HELD, current.priority_class, current.nice)
-                    out.append(c.JobHeld(id=f"submission/JobHeld/{suffix}", job_id=job_id, reason=reason, **base))
-                case "release":
-                    shadow[job_id] = _Shadow(JobState.PENDING, current.priority_class, current.nice)
-                    out.append(c.JobReleased(id=f"submission/JobReleased/{suffix}", job_id=job_id, **base))
-                case "update":
-                    pc = req.priority_class or current.priority_class  # type: ignore[attr-defined]
-                    nice = current.nice if req.nice is None else req.nice  # type: ignore[attr-defined]
-                    shadow[job_id] = _Shadow(current.state, pc, nice)
-                    out.append(c.JobPriorityChanged(id=f"submission/JobPriorityChanged/{suffix}", job_id=job_id,
-                                                    priority_class=pc, nice=nice, **base))
-        return out
-
-    @staticmethod
-    def _judge(state: SubmissionState, pending: _Pending, verb: str, job_id: str, named: str,
-               shadow: dict[str, _Shadow]) -> str | tuple[object, _Shadow]:
-        """Why the request cannot be carried out for ``job_id``, or (the job, its state in this round)."""
-        req = pending.event
-        tasks = state.jobs.arrays.get(named)
-        job = state.jobs.get(tasks[0] if tasks and job_id == named else job_id)
-        if job is None or job.spec is None or not (pending.admin or job.spec.tenant == pending.tenant):
-            # The same answer whether the job does not exist or belongs to someone else.
-            return f"no job {tenant_view(pending.tenant, named)!r} in tenant {pending.tenant!r}"
-        if tasks and job_id == named:
-            return f"array {named} has no live task: all {len(tasks)} have ended"
-        body_tenant = getattr(req, "tenant", pending.tenant)
-        if pending.admin:
-            if body_tenant not in (ADMIN_TENANT, job.spec.tenant):
-                return (f"tenant {body_tenant!r} is neither {ADMIN_TENANT!r} nor the job's tenant "
-                        f"{job.spec.tenant!r}")
-        elif body_tenant != pending.tenant:
-            return f"tenant {body_tenant!r} does not match the subject's tenant {pending.tenant!r}"
-        if pending.user is not None and pending.user != pending.tenant and job.spec.user != pending.user:
-            # A tenant's user acts on its own jobs (as in Slurm); the tenant's own login on all of the tenant's.
-            if pending.user == "-":
-                return "the intake could not tell which user sent this (the server's import lacks `share: true`)"
-            return (f"job {tenant_view(pending.tenant, job_id)!r} is user {job.spec.user!r}'s: a user may {verb} only "
-                    f"its own jobs (the tenant's login {pending.tenant!r} may {verb} any of the tenant's)")
-        current = shadow.get(job_id) or _Shadow(job.state, job.spec.priority_class, job.spec.nice)
-        if current.state not in LIVE:
-            return f"job {job_id} has already ended ({current.state.value})"
-        if verb == "hold" and current.state is not JobState.PENDING:
-            return f"only a pending job can be held; {job_id} is {current.state.value}"
-        if verb == "release" and current.state is not JobState.HELD:
-            return f"only a held job can be released; {job_id} is {current.state.value}"
-        if verb == "update":
-            if current.state not in (JobState.PENDING, JobState.HELD):
-                return f"only a pending or held job can change priority; {job_id} is {current.state.value}"
-            pc = req.priority_class or current.priority_class  # type: ignore[attr-defined]
-            if pc not in c.PRIORITY_CLASSES:
-                return f"priority_class: {pc!r} is not one of {', '.join(c.PRIORITY_CLASSES)}"
-            nice = current.nice if req.nice is None else req.nice  # type: ignore[attr-defined]
-            if isinstance(nice, bool) or not isinstance(nice, int) or not -NICE_LIMIT <= nice <= NICE_LIMIT:
-                return f"nice: {nice!r} is outside -{NICE_LIMIT}..{NICE_LIMIT}"
-            if not pending.admin:
-                if _RANK[pc] < _RANK[current.priority_class]:
-                    return (f"priority_class: raising {job_id} from {current.priority_class!r} to {pc!r} needs an "
-                            "operator (horizon.in._admin.update); an owner may only lower a job's priority")
-                if nice < current.nice:
-                    return (f"nice: lowering {job_id}'s nice from {current.nice} to {nice} raises its priority and "
-                            "needs an operator (horizon.in._admin.update); an owner may only raise nice")
-                # A limit set after the job was accepted does not end it, but an owner's change must
-                # leave the job within it.
-                over = class_limit_reason(pc, state.class_limit(job.spec.account))
-                if over is not None:
-                    return f"priority_class: for {job_id}, {over}"
-        return job, current
-
-
-@dataclass(slots=True)
-class _Shadow:
-    """A job as this round's earlier answers left it (they are not folded yet)."""
-
-    state: JobState
-    priority_class: str
-    nice: int
-
-
-@dataclass
-class _Round:
-    """What one decision round has admitted so far, for the submissions after it in the same round."""
-
-    decided: set[str] = field(default_factory=set)  # job, task and array ids given a verdict
-    tasks: int = 0  # tasks of new arrays accepted in this round
-    load: dict[str, tuple[int, int]] = field(default_factory=dict)  # tenant -> (jobs, array tasks) accepted
-    rejected: set[str] = field(default_factory=set)
-    deps: dict[str, tuple[str, ...]] = field(default_factory=dict)  # accepted id -> what it depends on
-    referenced: set[str] = field(default_factory=set)
-
-    def add(self, submitted_id: str, jobs: list[tuple[str, c.JobSpec]]) -> None:
-        if not jobs:
-            return
-        deps = tuple(d.job_id for d in jobs[0][1].dependencies)
-        self.decided.add(submitted_id)
-        self.deps[submitted_id] = deps
-        for job_id, _ in jobs:
-            self.decided.add(job_id)
-            self.deps[job_id] = deps
-        self.referenced.update(deps)
-
-
-def _run_as(state: SubmissionState, tenant: str, user: str,
-            jobs: list[tuple[str, c.JobSpec]]) -> list[tuple[str, c.JobSpec]]:
-    """The jobs of an input the server authenticated as ``tenant``'s ``user``: their ``user`` is that
-    one (a body naming another is refused, never taken), and they run as its Unix identity
-    (``UserConfigured``); a user without one, or mapped to root without the operator's say, is refused."""
-    if user == "-":
-        raise Rejection("user", "the intake could not tell which user sent this (the server's import of "
-                                "the intake lacks `share: true`); ask the operator")
-    claimed = jobs[0][1].user if jobs else ""
-    if claimed and claimed != user:
-        raise Rejection("user", f"user {claimed!r} is not who sent this: you are {user!r} (under accounts a job runs "
-                                f"as the user the server authenticated; leave --user out)")
-    identity = state.users.get((tenant, user))
-    if identity is None:
-        raise Rejection("user", f"user {user!r} of tenant {tenant!r} has no Unix identity to run as; an operator "
-                                f"gives it one with `horizon user add {user} --tenant {tenant} --unix-user NAME`")
-    if identity.uid == 0 and not identity.allow_root:
-        raise Rejection("user", f"user {user!r} of tenant {tenant!r} is mapped to uid 0 (root), which the operator "
-                                f"did not allow (`horizon user add ... --allow-root`)")
-    run_as = {"user": user, "uid": identity.uid, "gid": identity.gid, "groups": tuple(identity.groups)}
-    return [(job_id, msgspec.structs.replace(spec, **run_as)) for job_id, spec in jobs]
 
 
 def _jobs_made(sub: c.JobSubmitted, limits: Limits) -> tuple[int, int] | None:
@@ -657,50 +331,3 @@ def _jobs_made(sub: c.JobSubmitted, limits: Limits) -> tuple[int, int] | None:
     except ResourceError:
         return None
     return tasks, tasks
-
-
-def _waiting_edges(state: SubmissionState, round_: _Round, job_id: str) -> tuple[str, ...]:
-    """The dependencies of ``job_id`` if it still waits for them, else none.
-
-    Only a job that has not started yet can wait for ever: one that started had its
-    dependencies met, one that ended no longer waits, and an id not submitted yet
-    depends on nothing so far. An array waits while any of its tasks does.
-    """
-    if job_id in round_.deps:
-        return round_.deps[job_id]
-    jobs = state.jobs
-    members = [job_id] if job_id in jobs.jobs else jobs.arrays.get(job_id, [])
-    for member in members:
-        job = jobs.jobs[member]
-        if job.spec is not None and job.attempt == 0 and job.state in (JobState.PENDING, JobState.HELD):
-            return tuple(d.job_id for d in job.spec.dependencies)
-    return ()
-
-
-def _find_cycle(state: SubmissionState, round_: _Round, job_id: str, deps: tuple[str, ...],
-                targets: set[str]) -> list[str] | None:
-    """A path ``job_id -> d -> ... -> t`` (t in ``targets``: the job or one of its tasks), or None.
-
-    Depth first in dependency order, so the cycle named is the same in every replay. Only
-    an id something already depends on (a forward reference) can close a cycle, so the
-    usual submission, naming jobs older than itself, costs one set lookup.
-    """
-    if not any(t in state.referenced or t in round_.referenced for t in targets):
-        return None
-    path = [job_id]
-    stack = [iter(deps)]
-    seen: set[str] = set()
-    while stack:
-        nxt = next(stack[-1], None)
-        if nxt is None:
-            stack.pop()
-            path.pop()
-            continue
-        if nxt in targets:
-            return [*path, nxt]
-        if nxt in seen:
-            continue
-        seen.add(nxt)
-        path.append(nxt)
-        stack.append(iter(_waiting_edges(state, round_, nxt)))
-    return None

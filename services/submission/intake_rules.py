@@ -24,6 +24,7 @@ from events import catalogue as c
 from events.base import Event
 from events.subjects import (CLIENT_MSG_ID_HEADER, INTAKE_HEADER, REFUSED_HEADER, USER_HEADER, Subject, job_key,
                              login_user, valid_token)
+from services.domain.envelope import Decider
 from services.domain.quoting import bounded_id, clipped
 from services.domain.protocol import MSG_ID, Record
 
@@ -146,9 +147,8 @@ def malformed_input(record: Record, subject: Subject, headers: Mapping[str, str]
         job_id = job_key(tenant, guess) if headers.get(INTAKE_HEADER) == tenant else guess
     if not path:
         path = error_path(error)
-    return c.InputRejected(
-        id=f"submission/InputRejected/{record.seq}", source="submission", ts=0.0,
-        causation_id=f"seq:{record.seq}", correlation_id=job_id or f"seq-{record.seq}",
+    return Decider("submission", source="submission", ts=0.0)(
+        c.InputRejected, record.seq, causation_id=f"seq:{record.seq}", correlation_id=job_id or f"seq-{record.seq}",
         tenant=bounded_id(tenant), input_seq=record.seq, subject=clipped(record.subject), verb=bounded_id(subject.name),
         msg_id=clipped(headers.get(CLIENT_MSG_ID_HEADER) or headers.get(MSG_ID) or ""), job_id=job_id,
         path=clipped(path), reason=clipped(error))

@@ -1,7 +1,7 @@
 """``Rejection``: why a submission is refused, naming the field, what was wrong and what is allowed. Pure.
 
 Raised by the steps of ``services.submission.normalise`` and the checks against the log in
-``services.submission.core``; ``JobRejected.reason`` shows it to the person who submitted.
+``services.submission.against_log``; ``JobRejected.reason`` shows it to the person who submitted.
 """
 
 from __future__ import annotations
