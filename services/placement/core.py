@@ -45,7 +45,7 @@ partition's nodes: the ``Partition`` filter.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from events import catalogue as c
@@ -53,11 +53,12 @@ from events.base import Event
 from events.subjects import WHOLE_LOG, parse_subject, valid_token
 from services.domain.cluster import Cluster, Request, fold_cluster, least, request_of
 from services.domain.config import config_rejected
+from services.domain.envelope import Decider, decision_id
 from services.domain.fit.context import Context, hold_room, release_room
 from services.domain.fit.cycle import AdvanceReservation, Overlay
 from services.domain.fit.profile import Profile, check_profile, profile_from
 from services.domain.fit.topology import Topology
-from services.domain.jobs import HOLDS_RESOURCES, JobState, JobTable, Transition
+from services.domain.jobs import HOLDS_RESOURCES, Job, JobState, JobTable, Transition
 from services.domain.partitions import Partitions
 from services.domain.protocol import CoreState, Record
 from services.domain.runtime_prediction import RuntimeHistory, expected_run, history_key
@@ -197,141 +198,220 @@ class PlacementCore:
         return topology
 
     def decide(self, state: PlacementState) -> list[Event]:
+        """The latest cycle's decisions, in four steps: (1) the cycle's view of the cluster, (2) each
+        pending candidate in the scheduler's order placed, reserved for or explained, (3) elastic
+        jobs grown into room no candidate wanted, (4) ``PlacementCycleCompleted``."""
         out: list[Event] = config_rejected(self.name, state.config_rejections, state.now, state.seq)
         if state.cycle <= state.done_cycle:
             return out
-        overlay = Overlay()
-        now = state.now
-        advance = tuple(sorted((r for r in state.advance.values() if r.end_ts > now), key=lambda r: r.name))
-        held = dict(state.held)
-        memberships = state.partitions.memberships() if state.partitions else {}
-        index = NodeIndex(state.cluster, overlay, Context(reservations=advance, held=held, memberships=memberships))
-        cycle = state.cycle
-        scheduled = blocked = 0
-        reservations: list[Reservation] = []
-        placed_now: list[tuple[float, str, list[c.NodeAllocation]]] = []
-        topology: Topology | None = None
-        # Within one decision free capacity only shrinks, so a request shape that did
-        # not fit stays unfit for the rest of the cycle: remember it, skip the scan (not for
-        # inter-job affinity, which placements can satisfy, nor under advance reservations,
-        # whose answer depends on the job's account and time).
-        unfit: dict[Request, Placed] = {}
-        stopped_by: str | None = None
-        lanes: LaneLedger | None = None  # idle nodes, when a profile's mode keeps a short-job lane
-        common = {"ts": now, "source": self.name, "causation_id": f"scheduling/SchedulingCycleCompleted/{cycle}"}
-        for job_id in state.candidates:
+        cycle = _Cycle.start(state, self.name, out)  # 1.
+        for job_id in state.candidates:  # 2.
             job = state.jobs.get(job_id)
             if job is None or job.state is not JobState.PENDING or job.spec is None:
                 continue
-            if stopped_by is not None:
+            if cycle.stopped_by is not None:
                 continue  # strict order: nothing passes the blocked head
-            spec = job.spec
-            req = request_of(spec)
-            profile = state.profiles.get(spec.profile)
-            earliest, reserved = None, []
-            if profile is None:
-                placed = Placed(None, [c.BlockReason(
-                    reason=f"profile {spec.profile!r} is not configured (profiles: {', '.join(sorted(state.profiles))})",
-                    nodes=0, filter="Profile")], fits_nowhere=True)
-            else:
-                if topology is None and (req.topological or state.anti_affinity_running):
-                    topology = self._topology(state, placed_now)
-                ctx = self._context(state, job_id, spec, profile, topology, advance)
-                cacheable = not req.topological and not advance and topology is None and not state.held
-                placed = (unfit.get(req) if cacheable else None) or place_job(state.cluster, req, overlay, index, ctx)
-                if placed.allocations is None and cacheable:
-                    unfit[req] = placed
-            reasons = placed.reasons
-            if placed.allocations is not None:
-                limit = spec.time_limit_s
-                predicted = (state.history.predict(history_key(spec.user, spec.account), limit)
-                             if profile is not None and profile.predicts else None)  # EASY++ (runtime_estimate)
-                if spec.time_min_s and reservations:  # Slurm's --time-min: a shorter limit may let it through
-                    shorter = shortened_limit(reservations, state.cluster, placed.allocations, now, limit,
-                                              spec.time_min_s)
-                    delayed = None if shorter is not None else next(
-                        r for r in reservations if not r.admits(state.cluster, placed.allocations, now + limit,
-                                                                commit=False))
-                    limit = shorter if shorter is not None else limit
-                else:
-                    expected = limit if predicted is None else predicted
-                    delayed = next((r for r in reservations
-                                    if not r.admits(state.cluster, placed.allocations, now + expected)), None)
-                run = limit if predicted is None else min(predicted, limit)  # what the reservations count on
-                end = now + run
-                lane = MODES[profile.backfill].lane if profile is not None else None
-                kept = None
-                if delayed is None and lane is not None and lane.applies(limit, now - job.accepted_ts):
-                    lanes = lanes or LaneLedger(state.cluster, (allocs for _, _, allocs in placed_now))
-                    kept = lanes.defers(lane, placed.allocations, ctx.partition.members if ctx.partition else None)
-                if delayed is None and kept is None:
-                    if lanes is not None:
-                        lanes.take(placed.allocations)
-                    for alloc in placed.allocations:
-                        overlay.take(alloc)
-                        index.moved(alloc.node)
-                        if topology is not None:
-                            topology.add(alloc.node, spec)
-                    placed_now.append((end, job_id, placed.allocations))
-                    attempt = job.attempt + 1
-                    out.append(c.JobScheduled(
-                        id=f"placement/JobScheduled/{job_id}/{attempt}", correlation_id=job_id, job_id=job_id,
-                        attempt=attempt, allocations=placed.allocations, basis_seq=state.seq, cycle=cycle,
-                        time_limit_s=limit, backfilled=bool(reservations),
-                        borrowed=job_id in state.borrowing,
-                        predicted_runtime_s=None if predicted is None else run, **common,
-                    ))
-                    scheduled += 1
-                    continue
-                reasons = [c.BlockReason(
-                    reason=f"starting now would delay the reservation of {delayed.job_id} "
-                           f"{at(delayed.start_ts)}" if end <= delayed.hole_end else
-                           f"it would run past {when(delayed.hole_end)}: backfilling ahead of {delayed.job_id} "
-                           f"(reserved {at(delayed.start_ts)}) takes only jobs short beside its wait",
-                    nodes=len(placed.allocations), filter="Backfill")] if delayed is not None else [c.BlockReason(
-                    reason=f"it would leave fewer than {kept} idle nodes for jobs of at most "
-                           f"{lane.long_s:.0f} s (the short-job lane); a job waits for it at most "
-                           f"{lane.patience_s:.0f} s",  # type: ignore[union-attr]
-                    nodes=len(placed.allocations), filter="Lane")]
-            elif not placed.fits_nowhere and profile is not None:
-                mode = MODES[profile.backfill]
-                if mode.stops:
-                    stopped_by = job_id
-                elif len(reservations) < mode.reservations(profile):
-                    run_of = None
-                    if profile.predicts:  # running jobs end by their predictions, corrected when outlived
-                        run_of = lambda j: expected_run(state.predicted.get(j.job_id, j.limit_s),  # noqa: E731
-                                                        j.limit_s, now - j.scheduled_ts)
-                    head_run = spec.time_limit_s if not profile.predicts else \
-                        state.history.predict(history_key(spec.user, spec.account), spec.time_limit_s)
-                    held = reserve(state.cluster, state.jobs, now, job_id, least(req), overlay, placed_now, ctx,
-                                   head_run, reservations if mode.stacked else [],
-                                   concrete=mode.stacked or bool(advance), run_of=run_of)
-                    if held is not None:
-                        held.shadow_only = mode.shadow_only
-                        if mode.hole_fraction is not None:
-                            held.hole_end = now + mode.hole_fraction * (held.start_ts - now)
-                        reservations.append(held)
-                        earliest = held.start_ts
-                        reserved = sorted(a.node for a in held.allocations) or sorted(held.fitting)[: least(req).nodes]
-            blocked += 1
-            explanation = tuple(reasons)
-            if explanation != job.last_block or earliest is not None or job.reserved_at is not None:
-                out.append(c.PlacementBlocked(
-                    id=f"placement/PlacementBlocked/{job_id}/{cycle}", correlation_id=job_id, job_id=job_id,
-                    cycle=cycle, basis_seq=state.seq, reasons=reasons, earliest_start_ts=earliest,
-                    reserved_nodes=reserved, fits_nowhere=placed.fits_nowhere, **common,
-                ))
-        if not blocked and state.elastic:  # room no candidate wanted: elastic jobs grow toward their most
-            if topology is None and state.anti_affinity_running:
-                topology = self._topology(state, placed_now)
-            room = Room(state.cluster, state.jobs, state.profiles, state.held, state.partitions, advance, now, state.seq)
-            out.extend(grow(room, state.elastic, overlay, index, topology, cycle, self.name))
-        out.append(c.PlacementCycleCompleted(
-            id=f"placement/PlacementCycleCompleted/{cycle}", correlation_id=str(cycle), cycle=cycle,
-            basis_seq=state.seq, scheduled=scheduled, blocked=blocked, ts=now, source=self.name,
+            self._consider(cycle, job)
+        if not cycle.blocked and state.elastic:  # 3. room no candidate wanted: elastic jobs grow toward their most
+            self._grow(cycle)
+        out.append(Decider(self.name, ts=state.now, source=self.name)(  # 4.
+            c.PlacementCycleCompleted, cycle.number, correlation_id=str(cycle.number), cycle=cycle.number,
+            basis_seq=state.seq, scheduled=cycle.scheduled, blocked=cycle.blocked,
         ))
         return out
+
+    def _consider(self, cycle: _Cycle, job: Job) -> None:
+        """One pending candidate: ``JobScheduled`` if it fits and delays no reservation, else the
+        reservation a blocked head gets (its mode permitting) and ``PlacementBlocked`` if the job's
+        explanation changed."""
+        state = cycle.state
+        spec = job.spec
+        assert spec is not None
+        req = request_of(spec)
+        profile = state.profiles.get(spec.profile)
+        placed, ctx = self._place(cycle, job.job_id, spec, req, profile)
+        earliest: float | None = None
+        reserved: list[str] = []
+        reasons = placed.reasons
+        if placed.allocations is not None:
+            held_back = self._start(cycle, job, spec, profile, ctx, placed.allocations)
+            if held_back is None:
+                return
+            reasons = held_back
+        elif not placed.fits_nowhere and profile is not None:
+            earliest, reserved = self._reserve(cycle, job.job_id, spec, req, profile, ctx)
+        cycle.blocked += 1
+        explanation = tuple(reasons)
+        if explanation != job.last_block or earliest is not None or job.reserved_at is not None:
+            cycle.out.append(cycle.decide(
+                c.PlacementBlocked, job.job_id, cycle.number, correlation_id=job.job_id, job_id=job.job_id,
+                cycle=cycle.number, basis_seq=state.seq, reasons=reasons, earliest_start_ts=earliest,
+                reserved_nodes=reserved, fits_nowhere=placed.fits_nowhere,
+            ))
+
+    def _place(self, cycle: _Cycle, job_id: str, spec: c.JobSpec, req: Request,
+               profile: Profile | None) -> tuple[Placed, Context | None]:
+        """Where the job would run now (``place_job``) under its profile, and the context it was judged in."""
+        state = cycle.state
+        if profile is None:
+            return Placed(None, [c.BlockReason(
+                reason=f"profile {spec.profile!r} is not configured (profiles: {', '.join(sorted(state.profiles))})",
+                nodes=0, filter="Profile")], fits_nowhere=True), None
+        if cycle.topology is None and (req.topological or state.anti_affinity_running):
+            cycle.topology = self._topology(state, cycle.placed_now)
+        ctx = self._context(state, job_id, spec, profile, cycle.topology, cycle.advance)
+        cacheable = not req.topological and not cycle.advance and cycle.topology is None and not state.held
+        placed = (cycle.unfit.get(req) if cacheable else None) or place_job(state.cluster, req, cycle.overlay,
+                                                                          cycle.index, ctx)
+        if placed.allocations is None and cacheable:
+            cycle.unfit[req] = placed
+        return placed, ctx
+
+    def _start(self, cycle: _Cycle, job: Job, spec: c.JobSpec, profile: Profile | None, ctx: Context | None,
+               allocations: list[c.NodeAllocation]) -> list[c.BlockReason] | None:
+        """Start a job that fits (``JobScheduled``, its nodes taken in this cycle's overlay), or the reason
+        it may not: it would delay a reservation (``Backfill``) or eat the short-job lane (``Lane``)."""
+        state, now = cycle.state, cycle.now
+        limit, predicted, delayed = _time_limit(cycle, spec, profile, allocations)
+        run = limit if predicted is None else min(predicted, limit)  # what the reservations count on
+        end = now + run
+        lane = MODES[profile.backfill].lane if profile is not None else None
+        kept = None
+        if delayed is None and lane is not None and lane.applies(limit, now - job.accepted_ts):
+            cycle.lanes = cycle.lanes or LaneLedger(state.cluster, (allocs for _, _, allocs in cycle.placed_now))
+            kept = cycle.lanes.defers(lane, allocations, ctx.partition.members if ctx and ctx.partition else None)
+        if delayed is not None:
+            return [c.BlockReason(
+                reason=f"starting now would delay the reservation of {delayed.job_id} "
+                       f"{at(delayed.start_ts)}" if end <= delayed.hole_end else
+                       f"it would run past {when(delayed.hole_end)}: backfilling ahead of {delayed.job_id} "
+                       f"(reserved {at(delayed.start_ts)}) takes only jobs short beside its wait",
+                nodes=len(allocations), filter="Backfill")]
+        if kept is not None:
+            return [c.BlockReason(
+                reason=f"it would leave fewer than {kept} idle nodes for jobs of at most "
+                       f"{lane.long_s:.0f} s (the short-job lane); a job waits for it at most "
+                       f"{lane.patience_s:.0f} s",  # type: ignore[union-attr]
+                nodes=len(allocations), filter="Lane")]
+        cycle.take(job.job_id, spec, allocations, end)
+        attempt = job.attempt + 1
+        cycle.out.append(cycle.decide(
+            c.JobScheduled, job.job_id, attempt, correlation_id=job.job_id, job_id=job.job_id,
+            attempt=attempt, allocations=allocations, basis_seq=state.seq, cycle=cycle.number,
+            time_limit_s=limit, backfilled=bool(cycle.reservations),
+            borrowed=job.job_id in state.borrowing,
+            predicted_runtime_s=None if predicted is None else run,
+        ))
+        cycle.scheduled += 1
+        return None
+
+    @staticmethod
+    def _reserve(cycle: _Cycle, job_id: str, spec: c.JobSpec, req: Request, profile: Profile,
+                 ctx: Context | None) -> tuple[float | None, list[str]]:
+        """What a job that fits later gets under its profile's backfill mode: it stops the cycle (strict
+        order), or a reservation (its earliest start and nodes) while the mode allows more."""
+        state, now = cycle.state, cycle.now
+        mode = MODES[profile.backfill]
+        if mode.stops:
+            cycle.stopped_by = job_id
+            return None, []
+        if len(cycle.reservations) >= mode.reservations(profile):
+            return None, []
+        run_of = None
+        if profile.predicts:  # running jobs end by their predictions, corrected when outlived
+            run_of = lambda j: expected_run(state.predicted.get(j.job_id, j.limit_s),  # noqa: E731
+                                            j.limit_s, now - j.scheduled_ts)
+        head_run = spec.time_limit_s if not profile.predicts else \
+            state.history.predict(history_key(spec.user, spec.account), spec.time_limit_s)
+        held = reserve(state.cluster, state.jobs, now, job_id, least(req), cycle.overlay, cycle.placed_now, ctx,
+                       head_run, cycle.reservations if mode.stacked else [],
+                       concrete=mode.stacked or bool(cycle.advance), run_of=run_of)
+        if held is None:
+            return None, []
+        held.shadow_only = mode.shadow_only
+        if mode.hole_fraction is not None:
+            held.hole_end = now + mode.hole_fraction * (held.start_ts - now)
+        cycle.reservations.append(held)
+        return held.start_ts, sorted(a.node for a in held.allocations) or sorted(held.fitting)[: least(req).nodes]
+
+    def _grow(self, cycle: _Cycle) -> None:
+        """Elastic jobs below their most grow into room no candidate wanted (``growth.grow``)."""
+        state = cycle.state
+        if cycle.topology is None and state.anti_affinity_running:
+            cycle.topology = self._topology(state, cycle.placed_now)
+        room = Room(state.cluster, state.jobs, state.profiles, state.held, state.partitions, cycle.advance, cycle.now,
+                    state.seq)
+        cycle.out.extend(grow(room, state.elastic, cycle.overlay, cycle.index, cycle.topology, cycle.number,
+                              self.name))
+
+
+@dataclass
+class _Cycle:
+    """One decision over a scheduling cycle: the view of the cluster it places on, and what it has
+    placed, reserved and decided so far (for the candidates after)."""
+
+    state: PlacementState
+    number: int
+    now: float
+    advance: tuple[AdvanceReservation, ...]  # advance reservations not over yet, by name
+    overlay: Overlay  # what this decision has placed, on top of the ledger
+    index: NodeIndex
+    decide: Decider  # placement's decisions of this cycle (JobScheduled, PlacementBlocked)
+    out: list[Event]
+    reservations: list[Reservation] = field(default_factory=list)
+    placed_now: list[tuple[float, str, list[c.NodeAllocation]]] = field(default_factory=list)  # (end, job, allocations)
+    topology: Topology | None = None  # where jobs run, built once a job's affinity needs it
+    # Within one decision free capacity only shrinks, so a request shape that did
+    # not fit stays unfit for the rest of the cycle: remember it, skip the scan (not for
+    # inter-job affinity, which placements can satisfy, nor under advance reservations,
+    # whose answer depends on the job's account and time).
+    unfit: dict[Request, Placed] = field(default_factory=dict)
+    stopped_by: str | None = None
+    lanes: LaneLedger | None = None  # idle nodes, when a profile's mode keeps a short-job lane
+    scheduled: int = 0
+    blocked: int = 0
+
+    @classmethod
+    def start(cls, state: PlacementState, by: str, out: list[Event]) -> _Cycle:
+        now = state.now
+        overlay = Overlay()
+        advance = tuple(sorted((r for r in state.advance.values() if r.end_ts > now), key=lambda r: r.name))
+        memberships = state.partitions.memberships() if state.partitions else {}
+        index = NodeIndex(state.cluster, overlay, Context(reservations=advance, held=dict(state.held),
+                                                          memberships=memberships))
+        decide = Decider(by, ts=now, source=by,
+                         causation_id=decision_id("scheduling", c.SchedulingCycleCompleted, state.cycle))
+        return cls(state, state.cycle, now, advance, overlay, index, decide, out)
+
+    def take(self, job_id: str, spec: c.JobSpec, allocations: list[c.NodeAllocation], end: float) -> None:
+        """A job placed in this cycle: its nodes are taken for the candidates after it."""
+        if self.lanes is not None:
+            self.lanes.take(allocations)
+        for alloc in allocations:
+            self.overlay.take(alloc)
+            self.index.moved(alloc.node)
+            if self.topology is not None:
+                self.topology.add(alloc.node, spec)
+        self.placed_now.append((end, job_id, allocations))
+
+
+def _time_limit(cycle: _Cycle, spec: c.JobSpec, profile: Profile | None,
+                allocations: list[c.NodeAllocation]) -> tuple[float, float | None, Reservation | None]:
+    """A job that fits now: its time limit (Slurm's ``--time-min`` may shorten it so that it delays
+    no reservation), its predicted run time (EASY++, the profile's ``runtime_estimate``) and the
+    first reservation it would still delay (None: none)."""
+    state, now, reservations = cycle.state, cycle.now, cycle.reservations
+    limit = spec.time_limit_s
+    predicted = (state.history.predict(history_key(spec.user, spec.account), limit)
+                 if profile is not None and profile.predicts else None)
+    if spec.time_min_s and reservations:  # Slurm's --time-min: a shorter limit may let it through
+        shorter = shortened_limit(reservations, state.cluster, allocations, now, limit, spec.time_min_s)
+        delayed = None if shorter is not None else next(
+            r for r in reservations if not r.admits(state.cluster, allocations, now + limit, commit=False))
+        return (shorter if shorter is not None else limit), predicted, delayed
+    expected = limit if predicted is None else predicted
+    delayed = next((r for r in reservations if not r.admits(state.cluster, allocations, now + expected)), None)
+    return limit, predicted, delayed
 
 
 _RAN = (JobState.SUCCEEDED, JobState.FAILED, JobState.OUT_OF_MEMORY)  # a run that ended by itself

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from events import catalogue as c
 from services.domain.cluster import Cluster, request_of
+from services.domain.envelope import Decider, decision_id
 from services.domain.fit.context import Context
 from services.domain.fit.cycle import AdvanceReservation, Overlay
 from services.domain.fit.profile import Profile
@@ -70,6 +71,8 @@ def grow(room: Room, elastic: set[str], overlay: Overlay, index: NodeIndex, topo
     now = room.now
     parts = room.partitions
     memberships = parts.memberships() if parts else {}
+    decide = Decider("placement", ts=now, source=source,
+                     causation_id=decision_id("scheduling", c.SchedulingCycleCompleted, cycle))
     for job_id in sorted(elastic):
         job = room.jobs.jobs[job_id]
         spec = job.spec
@@ -95,9 +98,8 @@ def grow(room: Room, elastic: set[str], overlay: Overlay, index: NodeIndex, topo
             if topology is not None:
                 topology.add(alloc.node, spec)
         allocations = [*job.allocations, *placed.allocations]
-        out.append(c.JobResized(
-            id=f"placement/JobResized/{job_id}/{job.attempt}/{cycle}", ts=now, source=source, correlation_id=job_id,
-            causation_id=f"scheduling/SchedulingCycleCompleted/{cycle}", job_id=job_id, attempt=job.attempt,
+        out.append(decide(
+            c.JobResized, job_id, job.attempt, cycle, correlation_id=job_id, job_id=job_id, attempt=job.attempt,
             allocations=allocations, nodes=len(allocations), previous_nodes=len(have), basis_seq=room.seq,
             cycle=cycle, reason=f"grew from {len(have)} to {len(allocations)} of its {spec.nodes} nodes: "
                                 f"{', '.join(a.node for a in placed.allocations)} free after cycle {cycle}"))
