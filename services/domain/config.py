@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping
 
 from events import catalogue as c
+from services.domain.envelope import Decider
 from services.domain.quoting import clipped
 
 __all__ = ["config_rejected", "check_weights"]
@@ -16,12 +17,10 @@ def config_rejected(service: str, rejections: Mapping[int, tuple[str, str]], now
                     basis_seq: int) -> list[c.Event]:
     """A ``ConfigRejected`` for every operator input (by its sequence) not applied, in log order.
     The reason is clipped: it may quote a value of any length (``services/domain/quoting.py``)."""
+    decide = Decider(service, ts=now, source=service, basis_seq=basis_seq)
     return [
-        c.ConfigRejected(
-            id=f"{service}/ConfigRejected/{request_seq}", ts=now, correlation_id=f"seq-{request_seq}",
-            causation_id=f"seq:{request_seq}", source=service, verb=clipped(verb, 64), reason=clipped(reason),
-            request_seq=request_seq, basis_seq=basis_seq,
-        )
+        decide(c.ConfigRejected, request_seq, correlation_id=f"seq-{request_seq}", causation_id=f"seq:{request_seq}",
+               verb=clipped(verb, 64), reason=clipped(reason), request_seq=request_seq)
         for request_seq, (verb, reason) in sorted(rejections.items())
     ]
 

@@ -36,6 +36,7 @@ from typing import Any
 from events import catalogue as c
 from events.codec import encode
 from events.subjects import event_subject
+from services.domain.envelope import Decider
 from services.inventory.core import InventoryCore, InventoryState
 from services.runtime.lease import Lease
 from services.runtime.log import EventLog
@@ -88,11 +89,9 @@ class HeartbeatWatch:
                 continue
             seen = self.last_seen.get(node.name, self._started)
             if node.ready and not node.lost and now - seen > self.timeout_s:
-                event = c.NodeLost(
-                    id=f"inventory/NodeLost/{node.name}/{node.ready_seq}",
-                    ts=time.time(),
+                event = Decider("inventory", ts=time.time(), source="inventory")(
+                    c.NodeLost, node.name, node.ready_seq,
                     correlation_id=node.name,
-                    source="inventory",
                     node=node.name,
                     reason=f"no heartbeat for {now - seen:.1f} s (timeout {self.timeout_s:g} s)",
                     last_heartbeat_ts=time.time() - (now - seen) if node.name in self.last_seen else None,
@@ -101,13 +100,8 @@ class HeartbeatWatch:
                 await self._record(event)
                 log.warning("node %s lost: %s", node.name, event.reason)
             elif node.lost and seen > self.lost_marked.get(node.name, self._started) and now - seen < self.timeout_s:
-                event = c.NodeReady(
-                    id=f"inventory/NodeReady/{node.name}/back/{node.lost_seq}",
-                    ts=time.time(),
-                    correlation_id=node.name,
-                    source="inventory",
-                    node=node.name,
-                )
+                event = Decider("inventory", ts=time.time(), source="inventory")(
+                    c.NodeReady, node.name, "back", node.lost_seq, correlation_id=node.name, node=node.name)
                 await self._record(event)
                 log.info("node %s is back", node.name)
 
@@ -134,8 +128,7 @@ class Ticker:
 
     async def tick(self, wall: float) -> None:
         bucket = int(wall // self.interval_s)
-        event = c.ClockTicked(id=f"clock/ClockTicked/{bucket}", ts=wall, correlation_id=str(bucket),
-                              source="clock", now_ts=wall)
+        event = Decider("clock", ts=wall, source="clock")(c.ClockTicked, bucket, correlation_id=str(bucket), now_ts=wall)
         await self.log.publish(event_subject("clock", event), encode(event), msg_id=event.id)
         self.ticks += 1
 

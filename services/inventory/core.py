@@ -62,6 +62,7 @@ from events.base import Event
 from events.subjects import WHOLE_LOG
 from events.vocabulary import GRACE_PERIOD_MAX_S, NODE_ACTIONS
 from events.subjects import parse_subject
+from services.domain.envelope import Decider
 from services.domain.protocol import Record
 from services.domain.protocol import CoreState
 from services.domain.quoting import bounded_id, clipped, id_token
@@ -123,17 +124,11 @@ class InventoryCore:
     def decide(self, state: InventoryState) -> list[Event]:
         out: list[Event] = []
         base = {"ts": state.now, "source": self.name, "basis_seq": state.seq}
+        decide = Decider(self.name, **base)
         shrunk: set[str] = set()  # elastic jobs shrunk off lost nodes (services/inventory/elastic.py)
         for node in state.cluster.sorted_nodes():
             if not node.removed and (not node.ready or node.lost) and node.registered_seq > node.lost_seq:
-                out.append(
-                    c.NodeReady(
-                        id=f"inventory/NodeReady/{node.name}/{node.registered_seq}",
-                        correlation_id=node.name,
-                        node=node.name,
-                        **base,
-                    )
-                )
+                out.append(decide(c.NodeReady, node.name, node.registered_seq, correlation_id=node.name, node=node.name))
             if node.lost or node.removed:
                 why = "lost" if node.lost else "removed"
                 for job_id in sorted(node.jobs):
@@ -145,20 +140,10 @@ class InventoryCore:
                         shrunk.add(job_id)
                         out.append(shrink)
                         continue
-                    out.append(
-                        c.JobFailed(
-                            id=f"inventory/JobFailed/{job_id}/{job.attempt}",
-                            ts=state.now,
-                            source=self.name,
-                            correlation_id=job_id,
-                            job_id=job_id,
-                            attempt=job.attempt,
-                            node=node.name,
-                            reason=f"node {node.name} {why}",
-                            basis_seq=state.seq,
-                            node_lost=True,
-                        )
-                    )
+                    out.append(decide(
+                        c.JobFailed, job_id, job.attempt, correlation_id=job_id, job_id=job_id, attempt=job.attempt,
+                        node=node.name, reason=f"node {node.name} {why}", node_lost=True,
+                    ))
         out.extend(self._evictions(state, {e.job_id for e in out if isinstance(e, c.JobFailed)} | shrunk))
         if state.pressure:
             asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested, c.JobResized))}
@@ -179,7 +164,7 @@ class InventoryCore:
                 out.extend(drain_plan(state.cluster.nodes[answer.node],
                                       Drain(answer.migrate, answer.deadline_ts, answer.grace_s),
                                       state.jobs, state.now, self.eviction_grace_s,
-                                      {**base, "causation_id": answer.causation_id}, seq))
+                                      Decider(self.name, **base, causation_id=answer.causation_id), seq))
         return out
 
     def _evictions(self, state: InventoryState, failing: set[str]) -> list[Event]:
@@ -189,6 +174,7 @@ class InventoryCore:
         to that request. A gang job on several such nodes is named by the first in node order.
         """
         out: list[Event] = []
+        decide = Decider(self.name, ts=state.now, source=self.name, basis_seq=state.seq)
         asked = set(failing)
         tainted = sorted((n for n in state.cluster.nodes.values() if n.taints), key=lambda n: n.name)
         for node in tainted:
@@ -211,20 +197,11 @@ class InventoryCore:
                 if shrink is not None:  # an elastic gang gives those nodes back instead (services/inventory/elastic.py)
                     out.append(shrink)
                     continue
-                out.append(
-                    c.PreemptionRequested(
-                        id=f"inventory/PreemptionRequested/{job_id}/{job.attempt}",
-                        ts=state.now,
-                        source=self.name,
-                        correlation_id=job_id,
-                        job_id=job_id,
-                        attempt=job.attempt,
-                        for_job="",
-                        grace_period_s=self.eviction_grace_s,
-                        reason=f"node {node.name} taint {taint_text(bad[0])} is not tolerated",
-                        basis_seq=state.seq,
-                    )
-                )
+                out.append(decide(
+                    c.PreemptionRequested, job_id, job.attempt, correlation_id=job_id, job_id=job_id,
+                    attempt=job.attempt, for_job="", grace_period_s=self.eviction_grace_s,
+                    reason=f"node {node.name} taint {taint_text(bad[0])} is not tolerated",
+                ))
         return out
 
     def _command(
@@ -234,15 +211,13 @@ class InventoryCore:
     ) -> Event:
         # What the operator wrote comes back bounded (services/domain/quoting.py): the answer must fit
         # in one message whatever the command carried.
-        common = {"correlation_id": bounded_id(cmd.node), "causation_id": f"seq:{seq}", **base}
+        decide = Decider(self.name, correlation_id=bounded_id(cmd.node), causation_id=f"seq:{seq}", **base)
         node = state.cluster.nodes.get(cmd.node)
         reason = clipped(cmd.reason or f"{cmd.action} by {cmd.user or 'an operator'}")
 
         def reject(why: str, verb: str = f"node {cmd.action}") -> Event:
-            return c.RequestRejected(
-                id=f"inventory/RequestRejected/{id_token(cmd.node)}/{seq}", job_id="", tenant="_admin",
-                verb=clipped(verb, 64), reason=clipped(why), request_seq=seq, **common,  # type: ignore[arg-type]
-            )
+            return decide(c.RequestRejected, id_token(cmd.node), seq, job_id="", tenant="_admin",
+                          verb=clipped(verb, 64), reason=clipped(why), request_seq=seq)
 
         if node is None or node.removed:
             return reject(f"no node {cmd.node!r}")
@@ -255,10 +230,8 @@ class InventoryCore:
                 return reject(why)
             taints[node.name] = new
             text = _pattern_text(cmd.taint)  # type: ignore[arg-type]
-            return c.NodeTaintsChanged(
-                id=f"inventory/NodeTaintsChanged/{cmd.node}/{seq}", node=cmd.node, taints=new,
-                reason=clipped(cmd.reason or f"{cmd.action} {text} by {cmd.user or 'an operator'}"), **common,  # type: ignore[arg-type]
-            )
+            return decide(c.NodeTaintsChanged, cmd.node, seq, node=cmd.node, taints=new,
+                          reason=clipped(cmd.reason or f"{cmd.action} {text} by {cmd.user or 'an operator'}"))
         if cmd.action in ("add-datasets", "remove-datasets"):
             why = check_datasets(cmd.datasets)
             if why:
@@ -275,21 +248,18 @@ class InventoryCore:
                 new = current - names
             datasets[node.name] = new
             verb = "add" if cmd.action == "add-datasets" else "remove"
-            return c.NodeDatasetsChanged(
-                id=f"inventory/NodeDatasetsChanged/{cmd.node}/{seq}", node=cmd.node, datasets=sorted(new),
-                reason=clipped(cmd.reason or f"{verb} {', '.join(sorted(names))} by {cmd.user or 'an operator'}"),
-                **common,  # type: ignore[arg-type]
-            )
+            return decide(c.NodeDatasetsChanged, cmd.node, seq, node=cmd.node, datasets=sorted(new),
+                          reason=clipped(cmd.reason or f"{verb} {', '.join(sorted(names))} by {cmd.user or 'an operator'}"))
         if cmd.action == "set":
-            answer = overcommit_answer(node, cmd, common, reject, seq, ratios.get(node.name))
+            answer = overcommit_answer(node, cmd, decide, reject, seq, ratios.get(node.name))
             if isinstance(answer, c.NodeOvercommitChanged):
                 ratios[node.name] = (answer.cpu_overcommit, answer.memory_overcommit)
             return answer
         match cmd.action:
             case "cordon":
-                return c.NodeCordoned(id=f"inventory/NodeCordoned/{cmd.node}/{seq}", node=cmd.node, reason=reason, **common)  # type: ignore[arg-type]
+                return decide(c.NodeCordoned, cmd.node, seq, node=cmd.node, reason=reason)
             case "uncordon":
-                return c.NodeUncordoned(id=f"inventory/NodeUncordoned/{cmd.node}/{seq}", node=cmd.node, **common)  # type: ignore[arg-type]
+                return decide(c.NodeUncordoned, cmd.node, seq, node=cmd.node)
             case "drain":
                 deadline = cmd.deadline_s
                 if deadline is not None and not 0 <= deadline < float("inf"):
@@ -298,11 +268,11 @@ class InventoryCore:
                     return reject(f"a drain's grace is between 0 and {GRACE_PERIOD_MAX_S:g} s, not {cmd.grace_s!r}")
                 jobs = sorted(j for j in node.jobs if (job := state.jobs.get(j)) is not None
                               and job.state in HOLDS_RESOURCES)
-                return c.NodeDraining(id=f"inventory/NodeDraining/{cmd.node}/{seq}", node=cmd.node, reason=reason,
-                                      migrate=cmd.migrate, deadline_ts=0.0 if deadline is None else state.now + deadline,
-                                      jobs=jobs, grace_s=cmd.grace_s, **common)  # type: ignore[arg-type]
+                return decide(c.NodeDraining, cmd.node, seq, node=cmd.node, reason=reason, migrate=cmd.migrate,
+                              deadline_ts=0.0 if deadline is None else state.now + deadline, jobs=jobs,
+                              grace_s=cmd.grace_s)
             case "remove":
-                return c.NodeRemoved(id=f"inventory/NodeRemoved/{cmd.node}/{seq}", node=cmd.node, reason=reason, **common)  # type: ignore[arg-type]
+                return decide(c.NodeRemoved, cmd.node, seq, node=cmd.node, reason=reason)
         return reject(f"action {cmd.action!r} is not one of {', '.join(NODE_ACTIONS)}", verb="node")
 
     @staticmethod

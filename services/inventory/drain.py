@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from events import catalogue as c
 from services.domain.cluster import Node
+from services.domain.envelope import Decider
 from services.domain.jobs import HOLDS_RESOURCES, Job, JobState, JobTable
 
 __all__ = ["Drain", "DRAIN_ACTIONS", "MIGRATE", "FINISH", "REQUEUE_AT_DEADLINE", "END_AT_DEADLINE", "plan_job",
@@ -116,11 +117,11 @@ def plan_job(job: Job, node: str, drain: Drain, now: float, grace_s: float) -> t
 
 
 def drain_plan(node: Node, drain: Drain, jobs: JobTable, now: float, grace_s: float,
-               base: Mapping[str, object], seq: int) -> list[c.JobDrainPlanned]:
+               decide: Decider, seq: int) -> list[c.JobDrainPlanned]:
     """One ``JobDrainPlanned`` per job holding resources on ``node``, in job order (the answer's plan).
 
-    ``base``: the answer's common fields (ts, source, basis_seq, causation_id); ``seq``: the command's
-    sequence, which makes each id unique per drain command and deterministic.
+    ``decide``: builds them with the answer's common fields (ts, source, basis_seq, causation_id);
+    ``seq``: the command's sequence, which makes each id unique per drain command and deterministic.
     """
     out: list[c.JobDrainPlanned] = []
     for job_id in sorted(node.jobs):
@@ -128,10 +129,9 @@ def drain_plan(node: Node, drain: Drain, jobs: JobTable, now: float, grace_s: fl
         if job is None or job.state not in HOLDS_RESOURCES:
             continue
         action, why = plan_job(job, node.name, drain, now, grace_s)
-        out.append(c.JobDrainPlanned(
-            id=f"inventory/JobDrainPlanned/{job_id}/{job.attempt}/{seq}", correlation_id=job_id, job_id=job_id,
-            attempt=job.attempt, node=node.name, action=action, deadline_ts=drain.deadline_ts, reason=why,
-            **base))  # type: ignore[arg-type]
+        out.append(decide(
+            c.JobDrainPlanned, job_id, job.attempt, seq, correlation_id=job_id, job_id=job_id, attempt=job.attempt,
+            node=node.name, action=action, deadline_ts=drain.deadline_ts, reason=why))
     return out
 
 
@@ -146,6 +146,7 @@ def drain_stops(nodes: Iterable[Node], jobs: JobTable, stopped: Mapping[str, int
     ``drain_migrate`` and ``drain_deadline_ts``, folded from ``NodeDraining`` (services/domain/cluster.py).
     """
     out: list[c.PreemptionRequested] = []
+    decide = Decider("inventory", ts=now, source="inventory", basis_seq=seq)
     asked = set(asked)
     for node in nodes:
         drain, name = Drain(node.drain_migrate, node.drain_deadline_ts, node.drain_grace_s), node.name
@@ -166,8 +167,7 @@ def drain_stops(nodes: Iterable[Node], jobs: JobTable, stopped: Mapping[str, int
             else:
                 continue
             asked.add(job_id)
-            out.append(c.PreemptionRequested(
-                id=f"inventory/PreemptionRequested/{job_id}/{job.attempt}", ts=now, source="inventory",
-                correlation_id=job_id, job_id=job_id, attempt=job.attempt, for_job="", grace_period_s=drain.grace(grace_s),
-                reason=reason, basis_seq=seq))
+            out.append(decide(
+                c.PreemptionRequested, job_id, job.attempt, correlation_id=job_id, job_id=job_id, attempt=job.attempt,
+                for_job="", grace_period_s=drain.grace(grace_s), reason=reason))
     return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from events import catalogue as c
 from services.domain.cluster import Cluster
+from services.domain.envelope import Decider
 from services.domain.jobs import HOLDS_RESOURCES, Job
 from services.domain.taints import taint_text, untolerated
 
@@ -34,10 +35,9 @@ def shrink_off_lost(cluster: Cluster, job: Job, now: float, seq: int, source: st
     if not gone or job.allocations[0].node in gone or len(kept) < spec.min_nodes:
         return None
     why = ", ".join(f"{n} {'lost' if cluster.nodes[n].lost else 'removed'}" for n in gone)
-    return c.JobResized(
-        id=f"inventory/JobResized/{job.job_id}/{job.attempt}/{seq}", ts=now, source=source,
-        correlation_id=job.job_id, job_id=job.job_id, attempt=job.attempt, allocations=kept, nodes=len(kept),
-        previous_nodes=len(job.allocations), basis_seq=seq,
+    return Decider("inventory", ts=now, source=source, basis_seq=seq)(
+        c.JobResized, job.job_id, job.attempt, seq, correlation_id=job.job_id, job_id=job.job_id,
+        attempt=job.attempt, allocations=kept, nodes=len(kept), previous_nodes=len(job.allocations),
         reason=f"node {why}: shrunk from {len(job.allocations)} to {len(kept)} nodes (at least {spec.min_nodes})")
 
 
@@ -65,9 +65,9 @@ def shrink_off_tainted(cluster: Cluster, job: Job, now: float, seq: int, source:
     if not bad or job.allocations[0].node in bad or len(kept) < spec.min_nodes:
         return None
     why = ", ".join(f"node {n} taint {taint_text(t)}" for n, t in bad.items())
-    return c.JobResized(
-        id=f"inventory/JobResized/{job.job_id}/{job.attempt}/{seq}", ts=now, source=source,
-        correlation_id=job.job_id, job_id=job.job_id, attempt=job.attempt, allocations=kept, nodes=len(kept),
-        previous_nodes=len(job.allocations), basis_seq=seq, grace_period_s=grace_period_s,
+    return Decider("inventory", ts=now, source=source, basis_seq=seq)(
+        c.JobResized, job.job_id, job.attempt, seq, correlation_id=job.job_id, job_id=job.job_id,
+        attempt=job.attempt, allocations=kept, nodes=len(kept), previous_nodes=len(job.allocations),
+        grace_period_s=grace_period_s,
         reason=f"{why} is not tolerated: shrunk from {len(job.allocations)} to {len(kept)} nodes "
                f"(at least {spec.min_nodes})")

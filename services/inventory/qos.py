@@ -22,6 +22,7 @@ from events import catalogue as c
 from events.base import Event
 from events.resources import format_cpus, format_memory
 from services.domain.cluster import Node
+from services.domain.envelope import Decider
 from services.domain.quoting import clipped
 from services.domain.jobs import HOLDS_RESOURCES, JobTable
 from services.domain.qos import check_ratio, memory_victims, overcommitted
@@ -29,9 +30,10 @@ from services.domain.qos import check_ratio, memory_victims, overcommitted
 __all__ = ["overcommit_answer", "memory_evictions"]
 
 
-def overcommit_answer(node: Node, cmd: c.NodeCommandIssued, common: Mapping[str, object],
+def overcommit_answer(node: Node, cmd: c.NodeCommandIssued, decide: Decider,
                       reject: Callable[[str], Event], seq: int, answered: tuple[float, float] | None = None) -> Event:
     """``NodeOvercommitChanged`` with both ratios after ``cmd`` (``set``), or why it is refused.
+    ``decide``: builds the answer with the command's common fields.
     ``answered``: the node's ratios as an earlier command of the same round set them (they compose)."""
     if cmd.cpu_overcommit is None and cmd.memory_overcommit is None:
         return reject("node set needs --cpu-overcommit or --mem-overcommit (or both)")
@@ -51,11 +53,9 @@ def overcommit_answer(node: Node, cmd: c.NodeCommandIssued, common: Mapping[str,
                       f"{format_memory(node.memory_bytes)}: a memory ratio of {memory:g} leaves room for "
                       f"{format_memory(overcommitted(node.memory_bytes, memory))}; cordon it and lower it once "
                       "they fit")
-    return c.NodeOvercommitChanged(
-        id=f"inventory/NodeOvercommitChanged/{cmd.node}/{seq}", node=cmd.node, cpu_overcommit=cpu,
-        memory_overcommit=memory,
+    return decide(
+        c.NodeOvercommitChanged, cmd.node, seq, node=cmd.node, cpu_overcommit=cpu, memory_overcommit=memory,
         reason=clipped(cmd.reason or f"overcommit cpu x{cpu:g} memory x{memory:g} by {cmd.user or 'an operator'}"),
-        **common,  # type: ignore[arg-type]
     )
 
 
@@ -64,6 +64,7 @@ def memory_evictions(nodes: Mapping[str, Node], jobs: JobTable, pressure: Mappin
     """``JobFailed`` (``evicted``) for each victim of each node's latest pressure, in node order;
     ``asked``: jobs this round already ends (failed with a lost node), left alone."""
     out: list[Event] = []
+    decide = Decider("inventory", ts=now, source="inventory", basis_seq=basis_seq)
     for name in sorted(pressure):
         node = nodes.get(name)
         if node is None or node.lost or node.removed:
@@ -83,9 +84,9 @@ def memory_evictions(nodes: Mapping[str, Node], jobs: JobTable, pressure: Mappin
             what = (f"best-effort, using {format_memory(used)}" if cls == "best-effort" else
                     f"burstable, using {format_memory(used)}, {format_memory(used - requested)} over its request of "
                     f"{format_memory(requested)}")
-            out.append(c.JobFailed(
-                id=f"inventory/JobFailed/{job_id}/{attempt}", ts=now, source="inventory", correlation_id=job_id,
-                job_id=job_id, attempt=attempt, node=name, basis_seq=basis_seq, evicted=True,
+            out.append(decide(
+                c.JobFailed, job_id, attempt, correlation_id=job_id, job_id=job_id, attempt=attempt, node=name,
+                evicted=True,
                 reason=(f"evicted: node {name} ran short of memory (its jobs used {format_memory(event.used_bytes)}, "
                         f"more than the {format_memory(line)} it gives them); {what}"),
             ))

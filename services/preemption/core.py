@@ -31,6 +31,7 @@ from typing import ClassVar
 from events import catalogue as c
 from events.base import Event
 from services.domain.config import config_rejected
+from services.domain.envelope import Decider
 from services.domain.preemption.fold import PREEMPTION
 from services.domain.jobs import Job
 from services.domain.preemption.planner import PreemptionPlanner
@@ -44,7 +45,6 @@ class PreemptionCore(PreemptionPlanner):
     name: ClassVar[str] = PREEMPTION
     max_preemptors_per_round: int = 16
 
-
     def decide(self, state: PreemptionState) -> list[Event]:
         out: list[Event] = config_rejected(
             self.name, {seq: ("preemption", why) for seq, why in state.config_rejections.items()}, state.now, state.seq)
@@ -55,6 +55,7 @@ class PreemptionCore(PreemptionPlanner):
             per_account[account] = per_account.get(account, 0) + 1
         total = len(window)
         taken: set[str] = set()
+        decide = Decider(self.name, ts=state.now, source=self.name, basis_seq=state.seq)
         for pre in self.preemptors(state)[: self.max_preemptors_per_round]:
             plan = self.plan(state, pre.job_id, taken)
             if not plan.victims and not plan.shrinks:
@@ -74,10 +75,9 @@ class PreemptionCore(PreemptionPlanner):
                 out.extend(shrink_events(state, pre, plan, cfg.grace_period_s, self.name))
                 continue
             for v in victims:
-                out.append(c.PreemptionRequested(
-                    id=f"preemption/PreemptionRequested/{v.job_id}/{v.attempt}", ts=state.now,
-                    correlation_id=v.job_id, source=self.name, job_id=v.job_id, attempt=v.attempt,
-                    for_job=pre.job_id, grace_period_s=cfg.grace_period_s, basis_seq=state.seq,
+                out.append(decide(
+                    c.PreemptionRequested, v.job_id, v.attempt, correlation_id=v.job_id, job_id=v.job_id,
+                    attempt=v.attempt, for_job=pre.job_id, grace_period_s=cfg.grace_period_s,
                     reason=f"for {pre.job_id} ({pre.spec.priority_class}): {plan.reasons[v.job_id]}",  # type: ignore[union-attr]
                 ))
         return out
@@ -87,15 +87,15 @@ def shrink_events(state: PreemptionState, pre: Job, plan: Plan, grace_period_s: 
     """``JobResized`` for each elastic job of ``plan.shrinks``: its allocation without the nodes it gives
     back to ``pre`` (the released nodes are free at once; its tasks there are stopped within the grace)."""
     out: list[Event] = []
+    decide = Decider(PREEMPTION, ts=state.now, source=source, basis_seq=state.seq)
     for victim_id, released in sorted(plan.shrinks.items()):
         job = state.jobs.jobs[victim_id]
         gone = set(released)
         kept = [a for a in job.allocations if a.node not in gone]
-        out.append(c.JobResized(
-            id=f"preemption/JobResized/{victim_id}/{job.attempt}/{state.seq}", ts=state.now, source=source,
-            correlation_id=victim_id, job_id=victim_id, attempt=job.attempt, allocations=kept, nodes=len(kept),
-            previous_nodes=len(job.allocations), for_job=pre.job_id, grace_period_s=grace_period_s,
-            basis_seq=state.seq,
+        out.append(decide(
+            c.JobResized, victim_id, job.attempt, state.seq, correlation_id=victim_id, job_id=victim_id,
+            attempt=job.attempt, allocations=kept, nodes=len(kept), previous_nodes=len(job.allocations),
+            for_job=pre.job_id, grace_period_s=grace_period_s,
             reason=f"shrunk from {len(job.allocations)} to {len(kept)} nodes for {pre.job_id} "
                    f"({pre.spec.priority_class if pre.spec else ''}), giving back {', '.join(released)}: "
                    f"{plan.reasons[victim_id]}",

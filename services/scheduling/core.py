@@ -82,6 +82,7 @@ from typing import ClassVar
 from events import catalogue as c
 from events.base import Event
 from services.domain.config import config_rejected
+from services.domain.envelope import Decider
 from services.domain.dependencies import NEVER, dependency_expired, dependency_status
 from services.domain.jobs import FAILURES
 from services.domain.queue.codec import SNAPSHOT_FORMAT
@@ -101,26 +102,18 @@ class SchedulingCore(QueueFold):
 
     def decide(self, state: SchedulingState) -> list[Event]:
         out: list[Event] = []
+        decide = Decider(self.name, ts=state.now, source=self.name, basis_seq=state.seq)
         # 1. requeue what the restart policy allows (in job order, deterministic)
         for job_id in sorted(state.to_requeue):
             job = state.to_requeue[job_id]
             delay = 0.0
             if job.state in FAILURES and job_id not in state.requeue_now:
                 delay = state.config.backoff_s(state.retries.get(job_id, 1))
-            out.append(
-                c.JobRequeued(
-                    id=f"scheduling/JobRequeued/{job_id}/{job.attempt}",
-                    ts=state.now,
-                    correlation_id=job_id,
-                    source=self.name,
-                    job_id=job_id,
-                    attempt=job.attempt,
-                    reason=f"attempt {job.attempt} {job.state.value.lower()}: {job.reason}".rstrip(": "),
-                    not_before_ts=state.now + delay,
-                    basis_seq=state.seq,
-                    checkpoint_ref=job.checkpoint_ref,
-                )
-            )
+            out.append(decide(
+                c.JobRequeued, job_id, job.attempt, correlation_id=job_id, job_id=job_id, attempt=job.attempt,
+                reason=f"attempt {job.attempt} {job.state.value.lower()}: {job.reason}".rstrip(": "),
+                not_before_ts=state.now + delay, checkpoint_ref=job.checkpoint_ref,
+            ))
         # 2. pending jobs a dependency can never satisfy end now, with the reason
         ended: set[str] = set()
         for job_id in sorted(state.gated):
@@ -128,10 +121,8 @@ class SchedulingCore(QueueFold):
             for dep in job.spec.dependencies if job.spec else ():
                 status, why = dependency_status(dep, state.jobs, state.to_requeue)
                 if status == NEVER:
-                    out.append(c.JobDependencyNeverSatisfied(
-                        id=f"scheduling/JobDependencyNeverSatisfied/{job_id}", ts=state.now, correlation_id=job_id,
-                        source=self.name, job_id=job_id, dependency=dep, reason=why, basis_seq=state.seq,
-                    ))
+                    out.append(decide(c.JobDependencyNeverSatisfied, job_id, correlation_id=job_id, job_id=job_id,
+                                      dependency=dep, reason=why))
                     ended.add(job_id)
                     break
         # 2b. dependency timeouts, and deadlines (Slurm's --deadline) a pending job can no longer meet
@@ -141,15 +132,12 @@ class SchedulingCore(QueueFold):
             assert spec is not None
             expired = dependency_expired(job, state.jobs, state.to_requeue, state.now, state.datasets)
             if expired is not None:
-                out.append(c.JobDependencyNeverSatisfied(
-                    id=f"scheduling/JobDependencyNeverSatisfied/{job_id}", ts=state.now, correlation_id=job_id,
-                    source=self.name, job_id=job_id, dependency=expired[0], reason=expired[1], basis_seq=state.seq,
-                ))
+                out.append(decide(c.JobDependencyNeverSatisfied, job_id, correlation_id=job_id, job_id=job_id,
+                                  dependency=expired[0], reason=expired[1]))
                 ended.add(job_id)
             elif spec.deadline_ts and state.now + spec.time_limit_s > spec.deadline_ts:
-                out.append(c.JobUnschedulable(
-                    id=f"scheduling/JobUnschedulable/{job_id}/{job.attempt}/deadline", ts=state.now,
-                    correlation_id=job_id, source=self.name, job_id=job_id, basis_seq=state.seq,
+                out.append(decide(
+                    c.JobUnschedulable, job_id, job.attempt, "deadline", correlation_id=job_id, job_id=job_id,
                     reason=f"deadline: it could not end by {_utc(spec.deadline_ts)} (now + its time limit "
                            f"{spec.time_limit_s:g} s is {state.now + spec.time_limit_s - spec.deadline_ts:g} s past "
                            f"it): {self.why_waiting(state, job)}",
@@ -169,10 +157,8 @@ class SchedulingCore(QueueFold):
                            f"{spec.least_nodes} nodes within {assembly:g} s: {self.why_waiting(state, job)}")
                 else:
                     why = f"not started within {spec.scheduling_timeout_s:g} s: {self.why_waiting(state, job)}"
-                out.append(c.JobUnschedulable(
-                    id=f"scheduling/JobUnschedulable/{job_id}/{job.attempt}", ts=state.now, correlation_id=job_id,
-                    source=self.name, job_id=job_id, basis_seq=state.seq, reason=why,
-                ))
+                out.append(decide(c.JobUnschedulable, job_id, job.attempt, correlation_id=job_id, job_id=job_id,
+                                  reason=why))
         # 4. configuration that could not be applied
         out.extend(config_rejected(self.name, state.config_rejections, state.now, state.seq))
         # 5. a cycle, if placement is done with the last one and something changed since
@@ -187,19 +173,10 @@ class SchedulingCore(QueueFold):
             cycle = state.cycle + 1
             if not candidates and not state.growable:
                 return out
-            out.append(
-                c.SchedulingCycleCompleted(
-                    id=f"scheduling/SchedulingCycleCompleted/{cycle}",
-                    ts=state.now,
-                    correlation_id=str(cycle),
-                    source=self.name,
-                    cycle=cycle,
-                    basis_seq=state.seq,
-                    candidates=[j.job_id for j in candidates],
-                    queued=len(state.pending),
-                    borrowing=borrowing,
-                )
-            )
+            out.append(decide(
+                c.SchedulingCycleCompleted, cycle, correlation_id=str(cycle), cycle=cycle,
+                candidates=[j.job_id for j in candidates], queued=len(state.pending), borrowing=borrowing,
+            ))
         return out
 
     # ------------------------------------------------------------------ snapshots
