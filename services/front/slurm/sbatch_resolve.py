@@ -8,25 +8,23 @@ reads its options through ``Given``, which files a bad value as a problem naming
 line and a value that does less here than in Slurm as a warning; a step never stops at the first
 problem, so every problem of a script is reported together. Pure: the submitter's clock comes in.
 
-What the values become in a ``JobSubmitted`` is ``services/front/slurm/sbatch.py``'s business.
+The values of single options are read by ``sbatch_values.py``; what they become in a ``JobSubmitted`` is
+``services/front/slurm/sbatch.py``'s business.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from events import catalogue as c
-from events.arrays import parse_array
 from events.resources import ResourceError
-from events.vocabulary import NICE_LIMIT
-from services.domain.features import ConstraintError, parse_constraint
-from services.domain.output import pattern_problem
 from services.front.slurm.sbatch_options import Directive
+from services.front.slurm.sbatch_values import (array_spec, choice, constraint_text, exclusive_mode, export_list,
+                                                nice_value, node_counts, non_empty, output_pattern, partition_list)
 from services.front.slurm.slurm_values import (
     Problem,
     gpu_spec,
@@ -85,111 +83,6 @@ class Given:
 
 
 # --------------------------------------------------------------------------
-# Values of single options
-# --------------------------------------------------------------------------
-
-
-def _nodes(text: str) -> tuple[int, int]:
-    """``N`` or ``MIN-MAX`` -> (MIN, MAX)."""
-    low, sep, high = text.partition("-")
-    n = whole_number(low, "a number of nodes")
-    most = whole_number(high, "a number of nodes") if sep else n
-    if most < n:
-        raise Problem(f"{text!r}: the most nodes is fewer than the least")
-    return n, most
-
-
-def _partitions(text: str) -> list[str]:
-    """``-p a,b``: the partitions the job may run in, the first that can run it taken (as Slurm)."""
-    names = [name.strip() for name in text.split(",")]
-    if not any(names):
-        raise Problem("is empty")
-    if not all(names):
-        raise Problem(f"{text!r}: an empty partition name in the list")
-    for name in names:
-        if not re.match(r"^[A-Za-z0-9_-]{1,128}$", name):
-            raise Problem(f"{name!r} is not a partition name (letters, digits, '_' or '-')")
-    return list(dict.fromkeys(names))
-
-
-def _nice(text: str) -> int:
-    if text == "":
-        return 100  # Slurm's --nice without a value
-    try:
-        value = int(text)
-    except ValueError:
-        raise Problem(f"{text!r} is not a whole number") from None
-    if not -NICE_LIMIT <= value <= NICE_LIMIT:
-        raise Problem(f"{value} is outside -{NICE_LIMIT}..{NICE_LIMIT}")
-    return value
-
-
-def _array(text: str) -> str:
-    parse_array(text, "--array")
-    return text.strip()
-
-
-def _export(text: str) -> list[tuple[str, str | None]]:
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items:
-        raise Problem("is empty")
-    if items[0].upper() in ("NONE", "NIL") and len(items) == 1:
-        return []
-    out: list[tuple[str, str | None]] = []
-    if items[0].upper() == "ALL":  # Slurm's default; the variables named with it: see sbatch.py's _environment
-        out.append(("ALL", None))
-        items = items[1:]
-    for item in items:
-        name, eq, value = item.partition("=")
-        if name.upper() in ("ALL", "NONE", "NIL"):
-            raise Problem(f"{name} comes first, alone or before the variables (--export=ALL,VAR=value)")
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-            raise Problem(f"{name!r} is not a variable name")
-        out.append((name, value if eq else None))
-    return out
-
-
-def _choice(*allowed: str) -> Any:
-    def parse(text: str) -> str:
-        if text.lower() not in allowed:
-            raise Problem(f"{text!r} is not one of {', '.join(allowed)}")
-        return text.lower()
-
-    return parse
-
-
-def _text(text: str) -> str:
-    if not text.strip():
-        raise Problem("is empty")
-    return text
-
-
-def _constraint(text: str) -> str:
-    try:
-        return parse_constraint(text).text
-    except ConstraintError as exc:
-        raise Problem(f"{text!r}: {exc}") from None
-
-
-def _exclusive(text: str) -> str:
-    """``--exclusive[=exclusive|allocation|user|mcs|topo|oversubscribe]``, normalised (no value: exclusive)."""
-    value = text.strip().lower() or "exclusive"
-    if value == "allocation":
-        value = "exclusive"
-    if value not in ("exclusive", "user", "mcs", "topo", "oversubscribe"):
-        raise Problem(f"{text!r} is not one of exclusive, allocation, user, mcs, topo, oversubscribe")
-    return value
-
-
-def _output_pattern(text: str) -> str:
-    """An ``--output``/``--error`` pattern the agent can expand (services/domain/output.py)."""
-    problem = pattern_problem(text)
-    if problem is not None:
-        raise Problem(problem)
-    return text
-
-
-# --------------------------------------------------------------------------
 # The steps, in the order resolve_options takes them
 # --------------------------------------------------------------------------
 
@@ -211,7 +104,7 @@ class Shape:
 
 def resolve_shape(g: Given) -> Shape:
     """1. ``--nodes``, ``--nodelist``, ``--exclude``, ``--ntasks``, ``--ntasks-per-node``."""
-    node_range = g.get("nodes", _nodes)
+    node_range = g.get("nodes", node_counts)
     nodes = None
     min_nodes: int | None = None  # -N MIN-MAX: an elastic gang of MAX nodes, MIN at least
     if node_range is not None:
@@ -384,9 +277,9 @@ class Queue:
 def resolve_queue(g: Given) -> Queue:
     """6. ``--array``, ``--dependency``, ``--nice``, ``--partition``, ``--qos``, ``--account``, ``--job-name``,
     ``--comment``."""
-    return Queue(array=g.get("array", _array), dependency=g.get("dependency", parse_dependency_list),
-                 nice=g.get("nice", _nice), partitions=g.get("partition", _partitions), qos=g.get("qos", _text),
-                 account=g.get("account", _text), name=g.get("job-name", _text),
+    return Queue(array=g.get("array", array_spec), dependency=g.get("dependency", parse_dependency_list),
+                 nice=g.get("nice", nice_value), partitions=g.get("partition", partition_list), qos=g.get("qos", non_empty),
+                 account=g.get("account", non_empty), name=g.get("job-name", non_empty),
                  comment=g.get("comment", lambda t: t))
 
 
@@ -405,14 +298,14 @@ class Files:
 def resolve_files(g: Given) -> Files:
     """7. ``--export``, ``--open-mode``, ``--output``, ``--error``, ``--chdir``, ``--container-image`` (and
     ``--kill-on-invalid-dep``, read in its place among them)."""
-    export = g.get("export", _export)
-    open_mode = g.get("open-mode", _choice("append", "truncate"))
-    if g.get("kill-on-invalid-dep", _choice("yes", "no")) == "no":
+    export = g.get("export", export_list)
+    open_mode = g.get("open-mode", choice("append", "truncate"))
+    if g.get("kill-on-invalid-dep", choice("yes", "no")) == "no":
         g.note("kill-on-invalid-dep", "no effect here: Horizon ends a job whose dependency can never be met "
                                       "(DEPENDENCY_NEVER_SATISFIED) rather than leaving it pending")
-    return Files(export=export, open_mode=open_mode, output=g.get("output", _output_pattern),
-                 error=g.get("error", _output_pattern), chdir=g.get("chdir", _text),
-                 image=g.get("container-image", _text))
+    return Files(export=export, open_mode=open_mode, output=g.get("output", output_pattern),
+                 error=g.get("error", output_pattern), chdir=g.get("chdir", non_empty),
+                 image=g.get("container-image", non_empty))
 
 
 @dataclass(frozen=True)
@@ -423,8 +316,8 @@ class Placement:
 
 def resolve_placement(g: Given) -> Placement:
     """8. ``--constraint``, ``--exclusive``."""
-    constraint = g.get("constraint", _constraint)
-    exclusive = g.get("exclusive", _exclusive)
+    constraint = g.get("constraint", constraint_text)
+    exclusive = g.get("exclusive", exclusive_mode)
     if exclusive in ("user", "mcs", "topo"):
         g.note("exclusive", f"={exclusive}: Horizon gives the job whole nodes, shared with no other job")
     return Placement(constraint=constraint, exclusive=exclusive)
@@ -445,7 +338,7 @@ class Ending:
 def resolve_requeue_and_signal(g: Given) -> tuple[tuple[c.LimitSignal, bool] | None, int | None]:
     """9. ``--requeue``, ``--signal``, ``--immediate``, ``--wait-all-nodes``: the signal before the time
     limit, and how long the job may wait to start."""
-    requeue = g.get("requeue", _choice("", "expedite"))
+    requeue = g.get("requeue", choice("", "expedite"))
     if requeue == "expedite":
         g.note("requeue", "=expedite: Horizon requeues the job with its own priority, not the highest")
     signal = g.get("signal", slurm_signal)
@@ -455,7 +348,7 @@ def resolve_requeue_and_signal(g: Given) -> tuple[tuple[c.LimitSignal, bool] | N
     if immediate is not None:
         g.note("immediate", f"Horizon submits the job, which ends UNSCHEDULABLE if it has not started within "
                             f"{immediate} s (Slurm would not submit it)")
-    g.get("wait-all-nodes", _choice("0", "1"))
+    g.get("wait-all-nodes", choice("0", "1"))
     return signal, immediate
 
 

@@ -1,0 +1,118 @@
+"""The values of single sbatch options, each read from its text (``Problem`` names what is wrong): node
+counts, partitions, nice, arrays, ``--export``, constraints, ``--exclusive``, output patterns. Values in
+Slurm's general syntax (times, memory, dependencies, GPUs) are ``slurm_values.py``'s.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from events.arrays import parse_array
+from events.vocabulary import NICE_LIMIT
+from services.domain.features import ConstraintError, parse_constraint
+from services.domain.output import pattern_problem
+from services.front.slurm.slurm_values import Problem, whole_number
+
+__all__ = ["node_counts", "partition_list", "nice_value", "array_spec", "export_list", "choice", "non_empty",
+           "constraint_text", "exclusive_mode", "output_pattern"]
+
+
+def node_counts(text: str) -> tuple[int, int]:
+    """``N`` or ``MIN-MAX`` -> (MIN, MAX)."""
+    low, sep, high = text.partition("-")
+    n = whole_number(low, "a number of nodes")
+    most = whole_number(high, "a number of nodes") if sep else n
+    if most < n:
+        raise Problem(f"{text!r}: the most nodes is fewer than the least")
+    return n, most
+
+
+def partition_list(text: str) -> list[str]:
+    """``-p a,b``: the partitions the job may run in, the first that can run it taken (as Slurm)."""
+    names = [name.strip() for name in text.split(",")]
+    if not any(names):
+        raise Problem("is empty")
+    if not all(names):
+        raise Problem(f"{text!r}: an empty partition name in the list")
+    for name in names:
+        if not re.match(r"^[A-Za-z0-9_-]{1,128}$", name):
+            raise Problem(f"{name!r} is not a partition name (letters, digits, '_' or '-')")
+    return list(dict.fromkeys(names))
+
+
+def nice_value(text: str) -> int:
+    if text == "":
+        return 100  # Slurm's --nice without a value
+    try:
+        value = int(text)
+    except ValueError:
+        raise Problem(f"{text!r} is not a whole number") from None
+    if not -NICE_LIMIT <= value <= NICE_LIMIT:
+        raise Problem(f"{value} is outside -{NICE_LIMIT}..{NICE_LIMIT}")
+    return value
+
+
+def array_spec(text: str) -> str:
+    parse_array(text, "--array")
+    return text.strip()
+
+
+def export_list(text: str) -> list[tuple[str, str | None]]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise Problem("is empty")
+    if items[0].upper() in ("NONE", "NIL") and len(items) == 1:
+        return []
+    out: list[tuple[str, str | None]] = []
+    if items[0].upper() == "ALL":  # Slurm's default; the variables named with it: see sbatch.py's _environment
+        out.append(("ALL", None))
+        items = items[1:]
+    for item in items:
+        name, eq, value = item.partition("=")
+        if name.upper() in ("ALL", "NONE", "NIL"):
+            raise Problem(f"{name} comes first, alone or before the variables (--export=ALL,VAR=value)")
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            raise Problem(f"{name!r} is not a variable name")
+        out.append((name, value if eq else None))
+    return out
+
+
+def choice(*allowed: str) -> Any:
+    def parse(text: str) -> str:
+        if text.lower() not in allowed:
+            raise Problem(f"{text!r} is not one of {', '.join(allowed)}")
+        return text.lower()
+
+    return parse
+
+
+def non_empty(text: str) -> str:
+    if not text.strip():
+        raise Problem("is empty")
+    return text
+
+
+def constraint_text(text: str) -> str:
+    try:
+        return parse_constraint(text).text
+    except ConstraintError as exc:
+        raise Problem(f"{text!r}: {exc}") from None
+
+
+def exclusive_mode(text: str) -> str:
+    """``--exclusive[=exclusive|allocation|user|mcs|topo|oversubscribe]``, normalised (no value: exclusive)."""
+    value = text.strip().lower() or "exclusive"
+    if value == "allocation":
+        value = "exclusive"
+    if value not in ("exclusive", "user", "mcs", "topo", "oversubscribe"):
+        raise Problem(f"{text!r} is not one of exclusive, allocation, user, mcs, topo, oversubscribe")
+    return value
+
+
+def output_pattern(text: str) -> str:
+    """An ``--output``/``--error`` pattern the agent can expand (services/domain/output.py)."""
+    problem = pattern_problem(text)
+    if problem is not None:
+        raise Problem(problem)
+    return text
