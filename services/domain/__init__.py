@@ -4,7 +4,7 @@ Here: the core protocol and the log's record (``protocol.py``), the job state
 machine and table (``jobs.py``), the cluster ledger (``cluster.py``), taints,
 fair share (``fairshare.py``), quotas (``quotas.py``), the priority policy
 (``policy.py``), dependencies, bounded echoes of operator input
-(``echo.py``), configuration answers (``config.py``), node fit and the
+(``quoting.py``), configuration answers (``config.py``), node fit and the
 placement plugins (``fit/``), the scheduler's fold (``queue/``: shared by
 scheduling, preemption and the projections) and preemption's fold and victim
 planner (``preemption/``: shared by the preemption service and the dry run).

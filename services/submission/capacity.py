@@ -155,7 +155,7 @@ class Capacity:
     """The registered nodes' shapes, folded from ``NodeRegistered`` and ``NodeRemoved``.
 
     Those are the only events that change what a node offers: cordon, drain, loss and taints
-    change when it can be used, not what it has (``events/catalogue.py``). A node that registers
+    change when it can be used, not what it has (``events/catalogue/``). A node that registers
     again (an agent restarted, or a node removed and re-added) offers what it registers now.
     """
 

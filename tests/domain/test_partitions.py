@@ -337,7 +337,7 @@ def test_a_stock_up_has_main_and_by_the_kinds_of_its_nodes_gpu_and_cpu():
 
 
 def test_sinfo_groups_a_partitions_nodes_by_state_default_first():
-    from services.front.cli.partition import DEFAULT_FORMAT, NODE_FORMAT, sinfo_lines, sinfo_rows
+    from services.front.slurm.sinfo_format import DEFAULT_FORMAT, NODE_FORMAT, sinfo_lines, sinfo_rows
 
     parts = [{"name": "gpu", "default": False, "state": "down", "max_time_s": 7200.0, "members": ["n2", "n3"]},
              {"name": "main", "default": True, "state": "up", "max_time_s": None, "members": ["n1", "n2", "n3"]}]

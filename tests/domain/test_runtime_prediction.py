@@ -365,7 +365,7 @@ def test_a_live_cluster_predicts_from_each_users_runs_and_the_audit_reproduces_i
 def test_lublin_window_5228_with_modelled_estimates_predictions_as_recorded():
     """docs/benchmarks.md's table, one cell to the bit: multifactor + EASY on window 5228 with the
     modelled user estimates of seed 1 scores 57.24 with predictions, against 237.09 on the limits."""
-    from services.front.cli.simulate import run_simulation
+    from services.front.sim.simulation import run_simulation
 
     out, _ = asyncio.run(run_simulation(str(LUBLIN), start=5228, length=1024, policy="multifactor", backfill="easy",
                                         in_process=True, user_estimates=1, predict_runtimes=True))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from services.front.cli.simulate import run_simulation
+from services.front.sim.simulation import run_simulation
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT.parent / "shared" / "traces"

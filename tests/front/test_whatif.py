@@ -435,7 +435,7 @@ def test_progress_is_reported_for_both_replays():
     records = record_week(jobs, specs, config)
     seen: dict[str, list[tuple[int, int]]] = {}
 
-    class Recorder:  # the part of services/cli/progress.Bar whatif uses
+    class Recorder:  # the part of services/front/client/progress.Bar whatif uses
         def add(self, label: str, total: int | None = None) -> Recorder:
             seen[label] = []
             self.label = label

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from events import catalogue as c
-from services.front.cli.simulate import run_simulation
+from services.front.sim.simulation import run_simulation
 from services.domain.cluster import Cluster, fold_cluster
 from services.domain.jobs import JobTable
 from services.placement.backfill import FLAG_MODE, MODES

@@ -13,7 +13,7 @@ import pytest
 
 from events import catalogue as c
 from services.placement.backfill import FLAG_MODE, MODES
-from services.front.cli.simulate import run_simulation
+from services.front.sim.simulation import run_simulation
 from services.placement.core import PlacementCore
 from tests.helpers import Feed, accepted, node
 

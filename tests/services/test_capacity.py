@@ -185,7 +185,7 @@ def test_an_empty_command_is_rejected_unless_the_job_is_simulated_or_has_a_paylo
 
 
 def test_check_answers_what_the_leader_decides():
-    """``horizon submit --check`` (validation.py) calls ``admit`` on the same fold: the same reason."""
+    """``horizon submit --check`` (validator_pool.py) calls ``admit`` on the same fold: the same reason."""
     from services.submission.normalise import Rejection, admit
 
     f = four_nodes()

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from services.front.bench.preemption import gpus_first, run_one
 from services.front.bench.preemption_workload import generate, write
-from services.front.cli.simulate import run_simulation, simulate_cmd
+from services.front.cli.simulate import simulate_cmd
+from services.front.sim.simulation import run_simulation
 
 HOUR = 3600.0
 

@@ -8,6 +8,7 @@ from events.codec import DecodeError, decode
 from events.subjects import STREAM
 from services.domain.protocol import Record
 from services.front.client.client import no_jetstream_text
+from services.runtime.follow import read_through
 from services.runtime.log import LogError
 
 __all__ = ["read_log", "looks_simulated", "time_hint"]
@@ -40,10 +41,13 @@ async def read_log(url: str, on_batch: Callable[[int, int], None] | None = None)
             raise LogError(f"the log at {where} begins at seq {first}: records 1..{first - 1} were removed, so no "
                            f"decision can be replayed from the start")
         out: list[Record] = []
-        async for batch in log.read(1, until_seq=last):
+
+        def keep(batch: list[Record]) -> None:
             out.extend(batch)
             if on_batch is not None:
                 on_batch(len(out), last)
+
+        await read_through(log, keep, until_seq=last)
         return out
     finally:
         await log.close()

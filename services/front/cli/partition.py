@@ -11,7 +11,7 @@ rule for a partition name it does not define (``PartitionPolicyConfigured``), wi
 partition and node state (``-N``: per node and partition; ``-s``: per partition), with its
 columns, ``-o`` format letters, ``-p``/``-t``/``-n`` filters and ``--json``. Node states are
 Slurm's: idle, mix, alloc, drain (cordoned or drained), drng (draining with jobs), down* (lost),
-unk (registered, not ready yet).
+unk (registered, not ready yet); the lines themselves: ``services/front/slurm/sinfo_format.py``.
 """
 
 from __future__ import annotations
@@ -25,17 +25,18 @@ from typing import Any
 import click
 
 from events import catalogue as c
-from events.resources import format_memory
 from events.vocabulary import PARTITION_STATES, PRIORITY_TIER_MAX, UNKNOWN_PARTITION
 from services.front.client.client import default_user, query, query_all, session
 from services.front.cli.options import nats_option
 from services.front.client.configure import configure
+from services.front.slurm.sinfo_format import (DEFAULT_FORMAT, LONG_FORMAT, NODE_FORMAT, NODE_LONG_FORMAT,
+                                               SUMMARY_FORMAT, FormatError, availability, limit_text, memory_text,
+                                               node_state, parse_format, partition_members, sinfo_lines, sinfo_rows)
 from services.front.slurm.slurm_values import Problem, slurm_memory, slurm_time
 from services.domain.hostlist import HostlistError, NodePattern, compress, expand
-from services.domain.partitions import duration
 from services.runtime.log import LogError
 
-__all__ = ["partition", "sinfo", "register", "node_state", "sinfo_rows", "SINFO_FIELDS"]
+__all__ = ["partition", "sinfo", "register"]
 
 _NONE = ("none", "unlimited", "infinite", "")
 
@@ -230,11 +231,11 @@ def list_partitions(nats_url: str, as_json: bool) -> None:
               "ACCOUNTS", "QOS", "PROFILE")
     rows = [header]
     for row in body["partitions"]:
-        mem = "/".join(x for x in (_mem(row["default_mem_per_cpu"], "cpu"), _mem(row["default_mem_per_gpu"], "gpu"))
+        mem = "/".join(x for x in (memory_text(row["default_mem_per_cpu"], "cpu"), memory_text(row["default_mem_per_gpu"], "gpu"))
                        if x) or "-"
         nodes = ",".join(row["nodes"]) + "".join(f" {k}={v}" for k, v in sorted(row["node_labels"].items()))
         rows.append((row["name"] + ("*" if row["default"] else ""), row["state"], nodes.strip() or "-",
-                     f"{row['total_nodes']}", _limit(row["max_time_s"]), _limit(row["default_time_s"], "-"), mem,
+                     f"{row['total_nodes']}", limit_text(row["max_time_s"]), limit_text(row["default_time_s"], "-"), mem,
                      str(row["max_nodes"] or "-"), str(row["priority_tier"]), ",".join(row["allowed_accounts"]) or "ALL",
                      ",".join(row["allowed_qos"]) or "ALL", row["profile"] or "default"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
@@ -252,182 +253,6 @@ def _report(result: dict[str, Any], what: str) -> None:
         click.echo(f"{what} published (log seq {result['seq']}); {result['reason']}")
     else:
         raise click.ClickException(f"{what} rejected: {result['reason']}")
-
-
-def _limit(seconds: float | None, none: str = "infinite") -> str:
-    return none if seconds is None else duration(seconds)
-
-
-def _mem(size: int | None, per: str) -> str:
-    return "" if size is None else f"{format_memory(size)}/{per}"
-
-
-# --------------------------------------------------------------------------
-# horizon sinfo
-# --------------------------------------------------------------------------
-
-_SHORT = {"idle": "idle", "mixed": "mix", "allocated": "alloc", "draining": "drng", "drained": "drain",
-          "cordoned": "drain", "lost": "down*", "registered": "unk", "removed": "down"}
-_LONG = {"idle": "idle", "mixed": "mixed", "allocated": "allocated", "draining": "draining", "drained": "drained",
-         "cordoned": "drained", "lost": "down*", "registered": "unknown", "removed": "down"}
-
-
-def node_state(row: dict[str, Any], long: bool = False) -> str:
-    """Slurm's name of a node's state (``horizon.query.nodes``'s ``state``)."""
-    table = _LONG if long else _SHORT
-    return table.get(row.get("state") or "", row.get("state") or "unk")
-
-
-def _avail(part: dict[str, Any] | None) -> str:
-    return "up" if part is None else {"up": "up", "down": "down", "drain": "drain"}.get(part["state"], part["state"])
-
-
-def _gres(nodes: list[dict[str, Any]]) -> str:
-    """Slurm's %G: the GPUs of the nodes, ``gpu:TYPE:COUNT`` (several kinds comma-separated)."""
-    kinds = set()
-    for node in nodes:
-        if node.get("gpus"):
-            types = node.get("gpu_types") or []
-            kinds.add(f"gpu:{types[0]}:{node['gpus']}" if len(types) == 1 else f"gpu:{node['gpus']}")
-    return ",".join(sorted(kinds)) or "(null)"
-
-
-def _cpus(nodes: list[dict[str, Any]]) -> str:
-    """Slurm's %C: CPUs allocated/idle/other/total."""
-    total = sum((n.get("cpus_milli") or 0) for n in nodes) // 1000
-    alloc = sum((n.get("cpus_used_milli") or 0) for n in nodes) // 1000
-    other = sum((n.get("cpus_milli") or 0) // 1000 for n in nodes if n.get("state") not in
-                ("idle", "mixed", "allocated"))
-    return f"{alloc}/{max(0, total - alloc - other)}/{other}/{total}"
-
-
-def _nodes_aiot(nodes: list[dict[str, Any]]) -> str:
-    """Slurm's %F: nodes allocated/idle/other/total."""
-    alloc = sum(1 for n in nodes if n.get("state") in ("mixed", "allocated"))
-    idle = sum(1 for n in nodes if n.get("state") == "idle")
-    return f"{alloc}/{idle}/{len(nodes) - alloc - idle}/{len(nodes)}"
-
-
-def _one(nodes: list[dict[str, Any]], field: str, fmt: Any) -> str:
-    values = sorted({fmt(n.get(field) or 0) for n in nodes})
-    return values[0] if len(values) == 1 else f"{values[0]}+"
-
-
-# letter -> (header, value(group)); a group: {"partition": row | None, "nodes": [node rows], "long": bool}
-SINFO_FIELDS: dict[str, tuple[str, Any]] = {
-    "P": ("PARTITION", lambda g: _part_name(g["partition"]) + ("*" if g["partition"] and g["partition"]["default"]
-                                                               else "")),
-    "R": ("PARTITION", lambda g: _part_name(g["partition"])),
-    "a": ("AVAIL", lambda g: _avail(g["partition"])),
-    "l": ("TIMELIMIT", lambda g: _limit(g["partition"]["max_time_s"]) if g["partition"] else "infinite"),
-    "L": ("DEFAULTTIME", lambda g: _limit(g["partition"]["default_time_s"], "n/a") if g["partition"] else "n/a"),
-    "D": ("NODES", lambda g: str(len(g["nodes"]))),
-    "F": ("NODES(A/I/O/T)", lambda g: _nodes_aiot(g["nodes"])),
-    "t": ("STATE", lambda g: _group_state(g, False)),
-    "T": ("STATE", lambda g: _group_state(g, True)),
-    "N": ("NODELIST", lambda g: compress(n["node"] for n in g["nodes"]) or ""),
-    "n": ("HOSTNAMES", lambda g: compress(n["node"] for n in g["nodes"]) or ""),
-    "c": ("CPUS", lambda g: _one(g["nodes"], "cpus_milli", lambda v: str(v // 1000)) if g["nodes"] else "0"),
-    "C": ("CPUS(A/I/O/T)", lambda g: _cpus(g["nodes"])),
-    "m": ("MEMORY", lambda g: _one(g["nodes"], "memory_bytes", lambda v: str(v >> 20)) if g["nodes"] else "0"),
-    "G": ("GRES", lambda g: _gres(g["nodes"])),
-    "g": ("GROUPS", lambda g: "all"),
-    "s": ("JOB_SIZE", lambda g: f"1-{g['partition']['max_nodes']}" if g["partition"] and g["partition"]["max_nodes"]
-          else "1-infinite"),
-    "p": ("PRIO_TIER", lambda g: str(g["partition"]["priority_tier"]) if g["partition"] else "0"),
-}
-DEFAULT_FORMAT = "%9P %5a %.10l %.6D %.6t %N"
-NODE_FORMAT = "%N %.6D %9P %6t"
-LONG_FORMAT = "%9P %5a %.10l %.10s %.6D %.10T %N"
-NODE_LONG_FORMAT = "%N %.6D %9P %11T %.4c %.8m %G"
-SUMMARY_FORMAT = "%9P %5a %.10l %.16F %N"
-
-
-def _part_name(part: dict[str, Any] | None) -> str:
-    return part["name"] if part is not None else "N/A"
-
-
-def _group_state(group: dict[str, Any], long: bool) -> str:
-    states = sorted({node_state(n, long) for n in group["nodes"]})
-    if not states:
-        return "n/a"
-    return states[0] if len(states) == 1 else ("mixed" if long else "mix")
-
-
-_SPEC = re.compile(r"%(\.?)(\d*)(.)")
-
-
-def _parse_format(fmt: str) -> list[str | tuple[bool, int | None, str]]:
-    parts: list[str | tuple[bool, int | None, str]] = []
-    last = 0
-    for m in _SPEC.finditer(fmt):
-        if m.start() > last:
-            parts.append(fmt[last:m.start()])
-        last = m.end()
-        if m[3] == "%":
-            parts.append("%")
-            continue
-        if m[3] not in SINFO_FIELDS:
-            raise click.BadParameter(f"%{m[3]} is not a field Horizon knows; fields: "
-                                     + " ".join(f"%{k}" for k in SINFO_FIELDS), param_hint="--format")
-        parts.append((m[1] == ".", int(m[2]) if m[2] else None, m[3]))
-    if last < len(fmt):
-        parts.append(fmt[last:])
-    return parts
-
-
-def _cell(value: str, right: bool, width: int | None) -> str:
-    if width is None:
-        return value
-    value = value[:width]
-    return value.rjust(width) if right else value.ljust(width)
-
-
-def sinfo_rows(partitions: list[dict[str, Any]], nodes: list[dict[str, Any]], *, node_oriented: bool = False,
-               summarize: bool = False, long: bool = False) -> list[dict[str, Any]]:
-    """The groups sinfo prints: per partition and node state (Slurm's default), per node and partition
-    (``node_oriented``), or per partition (``summarize``). No partition defined: the nodes under
-    ``N/A``."""
-    by_name = {n["node"]: n for n in nodes}
-    parts = _members(partitions, nodes)
-    out: list[dict[str, Any]] = []
-    if node_oriented:
-        for name in sorted(by_name):
-            for part, members in parts:
-                if any(m["node"] == name for m in members):
-                    out.append({"partition": part, "nodes": [by_name[name]], "long": long})
-        return out
-    for part, members in parts:
-        if summarize or not members:
-            out.append({"partition": part, "nodes": members, "long": long})
-            continue
-        groups: dict[str, list[dict[str, Any]]] = {}
-        for node in members:
-            groups.setdefault(node_state(node, long), []).append(node)
-        for state in sorted(groups, key=lambda s: min(n["node"] for n in groups[s])):
-            out.append({"partition": part, "nodes": groups[state], "long": long})
-    return out
-
-
-def _members(partitions: list[dict[str, Any]], nodes: list[dict[str, Any]]
-             ) -> list[tuple[dict[str, Any] | None, list[dict[str, Any]]]]:
-    """Each partition (the default one first, then by name) with its nodes' rows; none defined: every
-    node under no partition."""
-    by_name = {n["node"]: n for n in nodes}
-    ordered = sorted(partitions, key=lambda p: (not p["default"], p["name"]))
-    return [(p, [by_name[m] for m in p["members"] if m in by_name]) for p in ordered] or [(None, list(nodes))]
-
-
-def sinfo_lines(groups: list[dict[str, Any]], fmt: str, header: bool = True) -> list[str]:
-    parts = _parse_format(fmt)
-    out = []
-    if header:
-        out.append("".join(p if isinstance(p, str) else _cell(SINFO_FIELDS[p[2]][0], p[0], p[1])
-                           for p in parts).rstrip())
-    for group in groups:
-        out.append("".join(p if isinstance(p, str) else _cell(SINFO_FIELDS[p[2]][1](group), p[0], p[1])
-                           for p in parts).rstrip())
-    return out
 
 
 @click.command(context_settings={"help_option_names": ["--help"]})
@@ -458,7 +283,10 @@ def sinfo(nats_url: str, partitions: tuple[str, ...], node_oriented: bool, summa
             fmt = NODE_LONG_FORMAT if long else NODE_FORMAT
         else:
             fmt = LONG_FORMAT if long else DEFAULT_FORMAT
-    _parse_format(fmt)  # a bad field is an error before anything is asked
+    try:
+        parse_format(fmt)  # a bad field is an error before anything is asked
+    except FormatError as exc:
+        raise click.BadParameter(str(exc), param_hint="--format") from None
     only_nodes: set[str] | None = None
     if nodelist:
         try:
@@ -492,8 +320,8 @@ def sinfo(nats_url: str, partitions: tuple[str, ...], node_oriented: bool, summa
         groups = [g for g in groups if g["nodes"]]
     if as_json:  # one entry per partition, its configuration and each of its nodes' state
         listed: list[dict[str, Any]] = []
-        for part, members in _members(rows, nodes):
-            listed.append({**(part or {"name": None, "default": False}), "avail": _avail(part),
+        for part, members in partition_members(rows, nodes):
+            listed.append({**(part or {"name": None, "default": False}), "avail": availability(part),
                            "node_list": compress(n["node"] for n in members),
                            "node_states": [{"node": n["node"], "state": node_state(n), "state_long": node_state(n, True)}
                                            for n in members]})

@@ -16,7 +16,7 @@ from services.front.sim.simulation import NoClusterSize, run_simulation
 from services.placement.backfill import FLAG_MODE
 from services.preemption.core import VICTIM_ORDERS
 
-__all__ = ["register", "run_simulation", "simulate_cmd"]
+__all__ = ["register", "simulate_cmd"]
 
 
 @click.command()

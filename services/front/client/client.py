@@ -75,8 +75,8 @@ def tenant_for(url: str | None) -> str:
 
 def default_user(url: str | None = None) -> str:
     """Who you are, as Slurm's commands say it: under accounts the tenant's user your
-    ``$HORIZON_NATS_URL`` logs in as (what the server authenticates; services/submission/core.py
-    checks a submission's user against it; ``url``: the one a command was given); else ``$USER`` or ``$LOGNAME`` as a login shell sets them,
+    ``$HORIZON_NATS_URL`` logs in as (what the server authenticates; the submission service
+    checks a submission's user against it, services/submission/against_log.py; ``url``: the one a command was given); else ``$USER`` or ``$LOGNAME`` as a login shell sets them,
     else the name of your uid (a shell without them: cron, a container, CI), else ``anonymous``."""
     login = user_of_url(url or os.environ.get("HORIZON_NATS_URL"))
     if login:

@@ -22,10 +22,13 @@ import hashlib
 from collections.abc import Sequence
 
 from events import catalogue as c
-from events.codec import DecodeError, decode, encode
+from events.base import Event
+from events.codec import encode
 from events.subjects import admin_subject
 from services.nodes.spec import NodeSpec
 from services.domain.hostlist import compress
+from services.domain.protocol import Record
+from services.runtime.follow import each, read_through
 from services.runtime.jetstream import JetStreamLog
 
 __all__ = ["STOCK_USER", "stock_partitions", "publish_stock"]
@@ -58,14 +61,12 @@ async def publish_stock(url: str, nodes: Sequence[NodeSpec]) -> list[str]:
     log = await JetStreamLog.open(url, name="horizon-up-partitions", create=False)
     try:
         last: dict[str, c.PartitionConfigured] = {}
-        async for batch in log.read(1, subjects=(admin_subject("partition"),)):
-            for record in batch:
-                try:
-                    event = decode(record.data)
-                except DecodeError:
-                    continue
-                if isinstance(event, c.PartitionConfigured):
-                    last[event.name] = event
+
+        def note(_record: Record, event: Event) -> None:
+            if isinstance(event, c.PartitionConfigured):
+                last[event.name] = event
+
+        await read_through(log, each(note), subjects=(admin_subject("partition"),))
         published = []
         for part in stock_partitions(nodes):
             before = last.get(part.name)

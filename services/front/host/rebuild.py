@@ -12,6 +12,7 @@ from typing import Any
 from events.subjects import WHOLE_LOG
 from services.domain.protocol import Record
 from services.front.client.progress import Bar
+from services.runtime.follow import read_through
 
 __all__ = ["rebuild_jobs", "rebuild_standing"]
 
@@ -34,10 +35,12 @@ async def _rebuild(url: str, path: Path, what: str, subjects: Sequence[str], pro
         try:
             end = await log_.last_seq()
             with Bar(f"rebuilding {what}", total=end or 1) if progress else nullcontext() as bar:
-                async for batch in log_.read(1, subjects=subjects, until_seq=end):
+                async def step(batch: list[Record]) -> None:
                     await apply(batch)
                     if bar is not None:
                         bar.update(batch[-1].seq)
+
+                await read_through(log_, step, subjects=subjects, until_seq=end)
         finally:
             last = await finish()
     finally:

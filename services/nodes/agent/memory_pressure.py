@@ -63,11 +63,11 @@ class MemoryWatch:
         if self._last is not None and self._last[0] == attempts and now - self._last[1] < self.republish_s:
             return None
         self._last = (attempts, now)
-        # One measure per node and ms. (A comment once swallowed ``correlation_id=self.node`` here; it is
-        # left unset so that the reports keep the bytes they have had.)
+        # One measure per node and ms. The node is the report's aggregate (its subject's last token), as
+        # for every node event; reports before this said none and were published under ``_``.
         return c.NodeMemoryPressure(
             id=decision_id("agent", c.NodeMemoryPressure, self.node, round(now * 1000)), ts=now,
-            source=f"agent/{self.node}", node=self.node, memory_bytes=self.memory_bytes,
+            source=f"agent/{self.node}", correlation_id=self.node, node=self.node, memory_bytes=self.memory_bytes,
             reserve_bytes=self.reserve_bytes, used_bytes=used,
             jobs=sorted(uses, key=lambda u: (u.job_id, u.attempt)),
         )

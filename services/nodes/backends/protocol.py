@@ -3,7 +3,7 @@ its ``Executor`` runs one attempt of a job; an ``Execution`` is an attempt that 
 it ended (docs/backends.md).
 
 **Backend.** It talks to the rest of Horizon through the log alone. The contract, in events
-(``events/catalogue.py``), is the node agent's, unchanged:
+(``events/catalogue/``), is the node agent's, unchanged:
 
 * **nodes in**: ``NodeRegistered`` for each node it offers (``backend`` names it: "" the node agent,
   "slurm" ...), again whenever a node's capacity or devices change (the id digests the body, so an

@@ -65,7 +65,7 @@ def _pgid(pid: int) -> int:
 
 
 class SupervisedAttempt:
-    """One attempt under its supervisor, watched through the files in its directory (``shim.py``)."""
+    """One attempt under its supervisor, watched through the files in its directory (``attempt_supervisor.py``)."""
 
     POLL_S = 0.1
 
