@@ -21,7 +21,7 @@ import nats
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from services.runtime import receive as wire
+from services.runtime import receive
 from services.runtime.log import LogUnavailable
 from services.runtime.tls import TlsSettingsError, client_tls, quiet_ssl_eof
 
@@ -90,7 +90,7 @@ async def connect(
             f"cannot reach NATS at {redact_url(url)}: {exc or type(exc).__name__}{met}. Start it with `horizon nats` "
             f"or `horizon up`, or pass --nats URL"
         ) from None
-    return wire.install(nc)
+    return receive.install(nc)
 
 
 def _tls_refusal(errors: Sequence[Exception], tls: ssl.SSLContext | None) -> str | None:

@@ -27,7 +27,7 @@ import nats.errors
 from nats.aio.client import Client as NATS
 
 from services.domain.protocol import MSG_ID
-from services.runtime import receive as wire
+from services.runtime import receive
 from services.runtime.log import (
     EXPECTED_LAST_SUBJECT_SEQ, EXPECTED_LAST_SUBJECT_SEQ_SUBJECT, Fence, LogConflict, LogError, LogUnavailable,
     Outgoing, PublishAck,
@@ -71,7 +71,7 @@ class PublishPipeline:
         self._space.set()
 
     async def start(self) -> None:
-        self._sub = await wire.subscribe_fast(self._nc, self._prefix + ".*", self._on_ack)
+        self._sub = await receive.subscribe_fast(self._nc, self._prefix + ".*", self._on_ack)
 
     def _on_ack(self, subject: str, _reply: str, headers: dict[str, str] | None, data: bytes) -> None:
         token = int(subject.rsplit(".", 1)[1])
@@ -121,7 +121,7 @@ class PublishPipeline:
                     headers[EXPECTED_LAST_SUBJECT_SEQ] = str(item.expected_last_subject_seq)
                 if item.headers:
                     headers.update(item.headers)
-                await wire.publish(self._nc, item.subject, item.data, reply=f"{self._prefix}.{token}", headers=headers)
+                await receive.publish(self._nc, item.subject, item.data, reply=f"{self._prefix}.{token}", headers=headers)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(done.wait(), self._ack_timeout_s)
             # Whatever is still unanswered is forgotten and published again with the same msg id.
@@ -150,7 +150,7 @@ class PublishPipeline:
     async def stop(self) -> None:
         if self._sub is not None:
             with contextlib.suppress(Exception):
-                await wire.unsubscribe_fast(self._nc, self._sub)
+                await receive.unsubscribe_fast(self._nc, self._sub)
 
 
 def _unavailable(data: bytes | None) -> bool:
@@ -197,7 +197,7 @@ async def publish_atomic(nc: NATS, part: Sequence[Outgoing], fence: Fence, next_
                        BATCH_SEQUENCE: str(index)}
             if index == 1:
                 headers.update(fence_headers)  # checked against the stream as it was before the batch
-            await wire.publish(nc, item.subject, item.data, headers=headers)
+            await receive.publish(nc, item.subject, item.data, headers=headers)
         item = part[-1]
         headers = {**(item.headers or {}), MSG_ID: item.msg_id, BATCH_ID: batch_id,
                    BATCH_SEQUENCE: str(n), BATCH_COMMIT: "1"}

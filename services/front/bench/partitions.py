@@ -34,11 +34,12 @@ import nats
 from events import catalogue as c
 from events.codec import encode
 from events.subjects import admin_subject, event_subject
+from services.domain.envelope import decision_id
 from services.nodes.spec import local_nodes
 from services.front.bench.processes import HORIZON, profile, stop_processes
 from services.front.bench.sizes import Sizes
 from services.front.bench.throughput import complete_instantly
-from services.runtime import receive as wire
+from services.runtime import receive
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import Outgoing
 from services.runtime.natsserver import NatsServer
@@ -104,7 +105,7 @@ async def _run(url: str, sizes: Sizes, parts: int, tmp: Path) -> dict[str, Any]:
     for i in range(sizes.backlog):
         job_id = f"q-{i:07d}"
         partition_of[job_id] = names[i % parts]
-        accepted = c.JobAccepted(id=f"submission/JobAccepted/{job_id}", correlation_id=job_id, source="submission",
+        accepted = c.JobAccepted(id=decision_id("submission", c.JobAccepted, job_id), correlation_id=job_id, source="submission",
                                  job_id=job_id, spec=c.JobSpec(tenant="bench", gpus=1, time_limit_s=600.0,
                                                                partition=names[i % parts]),
                                  submitted_ts=time.time(), basis_seq=1)
@@ -154,9 +155,9 @@ async def _run(url: str, sizes: Sizes, parts: int, tmp: Path) -> dict[str, Any]:
         if name in cycles:
             cycles[name] += 1
 
-    wire.install(nc)
-    await wire.subscribe_fast(nc, "horizon.evt.*.JobScheduled.>", on_event)
-    await wire.subscribe_fast(nc, "horizon.evt.*.PlacementCycleCompleted.>", on_cycle)
+    receive.install(nc)
+    await receive.subscribe_fast(nc, "horizon.evt.*.JobScheduled.>", on_event)
+    await receive.subscribe_fast(nc, "horizon.evt.*.PlacementCycleCompleted.>", on_cycle)
     beats = asyncio.create_task(heartbeats())
     task = asyncio.create_task(complete_instantly(log, to_complete, wake))
     logs = tmp / "logs"

@@ -10,6 +10,7 @@ from typing import Any
 from events import catalogue as c
 from events.codec import encode
 from events.subjects import event_subject, input_subject
+from services.domain.envelope import decision_id
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import Outgoing
 from services.front.bench.sizes import Sizes
@@ -24,14 +25,14 @@ def _lifecycle(first_job: int, jobs: int) -> list[Outgoing]:
     for i in range(first_job, first_job + jobs):
         job_id = f"r-{i:07d}"
         sub = c.JobSubmitted(job_id=job_id, tenant="bench", resources=c.ResourceRequest(gpus=1))
-        acc = c.JobAccepted(id=f"submission/JobAccepted/{job_id}", correlation_id=job_id, source="submission",
+        acc = c.JobAccepted(id=decision_id("submission", c.JobAccepted, job_id), correlation_id=job_id, source="submission",
                             job_id=job_id, spec=c.JobSpec(tenant="bench", gpus=1), basis_seq=1)
-        sch = c.JobScheduled(id=f"placement/JobScheduled/{job_id}/1", correlation_id=job_id, source="placement",
+        sch = c.JobScheduled(id=decision_id("placement", c.JobScheduled, job_id, 1), correlation_id=job_id, source="placement",
                              job_id=job_id, attempt=1, basis_seq=1,
                              allocations=[c.NodeAllocation(node=node, device_ids=["gpu0"])])
-        sta = c.JobStarted(id=f"agent/JobStarted/{job_id}/1", correlation_id=job_id, source="agent", job_id=job_id,
+        sta = c.JobStarted(id=decision_id("agent", c.JobStarted, job_id, 1), correlation_id=job_id, source="agent", job_id=job_id,
                            attempt=1, node=node)
-        suc = c.JobSucceeded(id=f"agent/JobSucceeded/{job_id}/1", correlation_id=job_id, source="agent",
+        suc = c.JobSucceeded(id=decision_id("agent", c.JobSucceeded, job_id, 1), correlation_id=job_id, source="agent",
                              job_id=job_id, attempt=1, node=node)
         batch.append(Outgoing(input_subject("bench", "submit"), encode(sub), job_id))
         for ev, svc in ((acc, "submission"), (sch, "placement"), (sta, "agent"), (suc, "agent")):

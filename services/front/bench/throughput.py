@@ -12,8 +12,9 @@ import nats
 from events import catalogue as c
 from events.codec import encode
 from events.subjects import event_subject, input_subject
+from services.domain.envelope import decision_id
 from services.nodes.spec import local_nodes
-from services.runtime import receive as wire
+from services.runtime import receive
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import Outgoing
 from services.front.sim.metrics import percentile
@@ -54,8 +55,8 @@ async def bench_intake(url: str, sizes: Sizes) -> dict[str, Any]:
         accepted += 1
         last[0] = time.perf_counter()
 
-    wire.install(nc)
-    await wire.subscribe_fast(nc, "horizon.evt.submission.JobAccepted.>", on_accept)
+    receive.install(nc)
+    await receive.subscribe_fast(nc, "horizon.evt.submission.JobAccepted.>", on_accept)
     try:
         # the service first accepts the raw payloads already in the log (its catch-up); then the clock starts
         await wait_until(lambda: accepted >= sizes.intake_jobs, 300, "the raw payloads to be accepted too")
@@ -82,7 +83,7 @@ async def complete_instantly(log: JetStreamLog, to_complete: list[tuple[str, int
         batch, to_complete[:] = list(to_complete), []
         out = []
         for job_id, attempt, node in batch:
-            done = c.JobSucceeded(id=f"agent/JobSucceeded/{job_id}/{attempt}", correlation_id=job_id,
+            done = c.JobSucceeded(id=decision_id("agent", c.JobSucceeded, job_id, attempt), correlation_id=job_id,
                                   source=f"agent/{node}", job_id=job_id, attempt=attempt, node=node)
             out.append(Outgoing(event_subject("agent", done), encode(done), done.id))
         if out:
@@ -97,7 +98,7 @@ async def bench_scheduling(url: str, sizes: Sizes) -> dict[str, Any]:
         items.append(Outgoing(event_subject("agent", reg), encode(reg), reg.id))
     for i in range(sizes.backlog):
         job_id = f"q-{i:07d}"
-        accepted = c.JobAccepted(id=f"submission/JobAccepted/{job_id}", correlation_id=job_id, source="submission",
+        accepted = c.JobAccepted(id=decision_id("submission", c.JobAccepted, job_id), correlation_id=job_id, source="submission",
                                  job_id=job_id, spec=c.JobSpec(tenant="bench", gpus=1, time_limit_s=600.0),
                                  submitted_ts=time.time(), basis_seq=1)
         items.append(Outgoing(event_subject("submission", accepted), encode(accepted), accepted.id))
@@ -138,9 +139,9 @@ async def bench_scheduling(url: str, sizes: Sizes) -> dict[str, Any]:
 
     # The harness stands in for the agents on other machines: it reads only what it answers, on the
     # lean path, so that the two cores go to the services being measured.
-    wire.install(nc)
+    receive.install(nc)
     for subject in ("horizon.evt.placement.>", "horizon.evt.scheduling.SchedulingCycleCompleted.>"):
-        await wire.subscribe_fast(nc, subject, on_event)
+        await receive.subscribe_fast(nc, subject, on_event)
     beats = asyncio.create_task(heartbeats())
     task = asyncio.create_task(complete_instantly(log, to_complete, wake))
     started = time.perf_counter()

@@ -56,6 +56,7 @@ from events.arrays import parse_array, task_id
 from events.base import Event
 from events.resources import ResourceError
 from events.subjects import admin_subject, event_subject, input_subject
+from services.domain.envelope import decision_id
 from services.nodes.spec import NodeSpec
 from services.front.sim.buses import Bus
 from services.front.sim.traces import SimJob, admin_verb
@@ -237,11 +238,11 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
                     batch.append((event_subject("agent", gone), gone))
                 continue
             if run.exit_code == 0:
-                done: Event = c.JobSucceeded(id=f"agent/JobSucceeded/{job_id}/{attempt}", ts=now,
+                done: Event = c.JobSucceeded(id=decision_id("agent", c.JobSucceeded, job_id, attempt), ts=now,
                                              correlation_id=job_id, source="agent/sim", job_id=job_id,
                                              attempt=attempt, runtime_s=result.job.run_of(job_id, attempt).runtime_s)
             else:
-                done = c.JobFailed(id=f"agent/JobFailed/{job_id}/{attempt}", ts=now, correlation_id=job_id,
+                done = c.JobFailed(id=decision_id("agent", c.JobFailed, job_id, attempt), ts=now, correlation_id=job_id,
                                    source="agent/sim", job_id=job_id, attempt=attempt, exit_code=run.exit_code,
                                    reason=f"exit code {run.exit_code}",
                                    runtime_s=result.job.run_of(job_id, attempt).runtime_s)
@@ -257,7 +258,7 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
             i += 1
         await bus.publish(batch)
         decided = await bus.settle()
-        tick = c.ClockTicked(id=f"clock/ClockTicked/{steps}", ts=now, correlation_id="sim", source="clock", now_ts=now)
+        tick = c.ClockTicked(id=decision_id("clock", c.ClockTicked, steps), ts=now, correlation_id="sim", source="clock", now_ts=now)
         await bus.publish([(event_subject("clock", tick), tick)])
         decided += await bus.settle()
         while decided:  # preemptions stop their victims now; what they free is decided in the same instant
@@ -284,7 +285,7 @@ async def simulate(jobs: list[SimJob], nodes: list[NodeSpec], settings: SimSetti
             if shrunk or any(isinstance(e, (c.JobPreempted, c.JobCancelled)) for _, e in reports):
                 decided = await bus.settle()
                 steps += 1
-                tick = c.ClockTicked(id=f"clock/ClockTicked/{steps}", ts=now, correlation_id="sim", source="clock",
+                tick = c.ClockTicked(id=decision_id("clock", c.ClockTicked, steps), ts=now, correlation_id="sim", source="clock",
                                      now_ts=now)
                 await bus.publish([(event_subject("clock", tick), tick)])
                 decided += await bus.settle()
@@ -316,7 +317,7 @@ def _start(results: dict[str, JobResult], decision: c.JobScheduled, now: float,
         result.allocation = nodes
         result.backfilled = decision.backfilled
     heapq.heappush(ends, (end, decision.job_id, decision.attempt))
-    return c.JobStarted(id=f"agent/JobStarted/{decision.job_id}/{decision.attempt}", ts=now,
+    return c.JobStarted(id=decision_id("agent", c.JobStarted, decision.job_id, decision.attempt), ts=now,
                         correlation_id=decision.job_id, source="agent/sim", job_id=decision.job_id,
                         attempt=decision.attempt, node=nodes[0])
 
@@ -331,7 +332,7 @@ def _preempt(results: dict[str, JobResult], decision: c.PreemptionRequested, now
         return None
     result.attempts[-1] = dataclasses.replace(run, end_s=now, outcome="PREEMPTED", exit_code=0)
     result.state = "PENDING"
-    return c.JobPreempted(id=f"agent/JobPreempted/{decision.job_id}/{decision.attempt}", ts=now,
+    return c.JobPreempted(id=decision_id("agent", c.JobPreempted, decision.job_id, decision.attempt), ts=now,
                           correlation_id=decision.job_id, source="agent/sim", job_id=decision.job_id,
                           attempt=decision.attempt, for_job=decision.for_job)
 
@@ -360,7 +361,7 @@ def _stop(results: dict[str, JobResult], decision: c.JobStopRequested, now: floa
 
 
 def _cancelled(decision: c.JobStopRequested, attempt: int, now: float) -> c.JobCancelled:
-    return c.JobCancelled(id=f"agent/JobCancelled/{decision.job_id}/{attempt}", ts=now,
+    return c.JobCancelled(id=decision_id("agent", c.JobCancelled, decision.job_id, attempt), ts=now,
                           causation_id=decision.causation_id, correlation_id=decision.job_id, source="agent/sim",
                           job_id=decision.job_id, attempt=attempt, reason=decision.reason)
 

@@ -16,6 +16,7 @@ import msgspec
 from events import catalogue as c
 from events.base import Event
 from events.subjects import event_subject
+from services.domain.envelope import decision_id
 from services.front.sim.whatif.times import WhatIfError, parse_duration
 from services.front.sim.whatif.workload import Workload
 
@@ -299,7 +300,7 @@ def added_nodes(specs: Sequence[str], workload: Workload) -> list[tuple[str, Eve
             name = f"whatif-{n:03d}"
             n += 1
             reg = c.NodeRegistered(
-                id=f"whatif/NodeRegistered/{name}", ts=workload.start_s, source=f"agent/{name}",
+                id=decision_id("whatif", c.NodeRegistered, name), ts=workload.start_s, source=f"agent/{name}",
                 correlation_id=name, node=name, cpus_milli=like.cpus_milli if like is not None else 64_000,
                 memory_bytes=like.memory_bytes if like is not None else parse_memory("1Ti"),
                 gpus=[c.GpuDevice(id=str(i), type=kind, memory_bytes=like.gpus[0].memory_bytes

@@ -15,7 +15,7 @@ import nats
 import pytest
 from nats.protocol.parser import Parser
 
-from services.runtime import receive as wire
+from services.runtime import receive
 
 
 class _Conn:
@@ -61,7 +61,7 @@ STREAM = (
 @pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64, len(STREAM)])
 async def test_the_lean_parser_reads_every_op_however_the_bytes_are_split(chunk: int) -> None:
     conn = _Conn()
-    wire.install(conn)
+    receive.install(conn)
     fast: list[tuple[str, str, dict[str, str] | None, bytes]] = []
     conn._ps.fast[3] = lambda s, r, h, d: fast.append((s, r, h, d))
     for i in range(0, len(STREAM), chunk):
@@ -78,7 +78,7 @@ async def test_the_lean_parser_reads_every_op_however_the_bytes_are_split(chunk:
 
 async def test_a_failing_fast_handler_costs_its_message_only(caplog: pytest.LogCaptureFixture) -> None:
     conn = _Conn()
-    wire.install(conn)
+    receive.install(conn)
 
     def broken(*_: object) -> None:
         raise RuntimeError("bug")
@@ -89,26 +89,26 @@ async def test_a_failing_fast_handler_costs_its_message_only(caplog: pytest.LogC
 
 
 def test_headers_both_ways() -> None:
-    block = wire.header_block({"Nats-Msg-Id": "a/b/c", "X": "line\r\nbreak"})
+    block = receive.header_block({"Nats-Msg-Id": "a/b/c", "X": "line\r\nbreak"})
     assert block == b"NATS/1.0\r\nNats-Msg-Id: a/b/c\r\nX: line  break\r\n\r\n"
-    assert wire.parse_headers(block) == {"Nats-Msg-Id": "a/b/c", "X": "line  break"}
-    assert wire.parse_headers(b"NATS/1.0 503\r\n\r\n") == {"Status": "503"}
+    assert receive.parse_headers(block) == {"Nats-Msg-Id": "a/b/c", "X": "line  break"}
+    assert receive.parse_headers(b"NATS/1.0 503\r\n\r\n") == {"Status": "503"}
 
 
 async def test_fast_and_ordinary_subscriptions_share_a_real_connection(nats_server: Any) -> None:
-    nc = wire.install(await nats.connect(nats_server.url))
+    nc = receive.install(await nats.connect(nats_server.url))
     try:
         got: list[tuple[str, str, dict[str, str] | None, bytes]] = []
         ordinary: list[bytes] = []
-        sub = await wire.subscribe_fast(nc, "fast.>", lambda s, r, h, d: got.append((s, r, h, d)))
+        sub = await receive.subscribe_fast(nc, "fast.>", lambda s, r, h, d: got.append((s, r, h, d)))
 
         async def cb(msg: Any) -> None:
             ordinary.append(msg.data)
 
         await nc.subscribe("slow.>", cb=cb)
         payload = bytes(range(256)) * 300  # larger than one read of the socket
-        await wire.publish(nc, "fast.a", payload, reply="r.1", headers={"Nats-Msg-Id": "x"})
-        await wire.publish(nc, "fast.b", b"")
+        await receive.publish(nc, "fast.a", payload, reply="r.1", headers={"Nats-Msg-Id": "x"})
+        await receive.publish(nc, "fast.b", b"")
         await nc.publish("slow.a", b"s")
         reply = await nc.request("$JS.API.INFO", b"", timeout=5)  # nats-py's own request path still works
         assert b"memory" in reply.data
@@ -118,12 +118,12 @@ async def test_fast_and_ordinary_subscriptions_share_a_real_connection(nats_serv
             await asyncio.sleep(0.01)
         assert got == [("fast.a", "r.1", {"Nats-Msg-Id": "x"}, payload), ("fast.b", "", None, b"")]
         assert ordinary == [b"s"]
-        await wire.unsubscribe_fast(nc, sub)
-        await wire.publish(nc, "fast.c", b"after")
+        await receive.unsubscribe_fast(nc, sub)
+        await receive.publish(nc, "fast.c", b"after")
         await nc.flush()
         await asyncio.sleep(0.05)
         assert len(got) == 2
         with pytest.raises(nats.errors.BadSubjectError):
-            await wire.publish(nc, "has space", b"")
+            await receive.publish(nc, "has space", b"")
     finally:
         await nc.close()
