@@ -314,3 +314,31 @@ def test_type_checking_imports_count_for_circles(tmp_path: Path) -> None:
                                       "    from services.runtime.a import A\n")
     assert broken_walls(_tree(tmp_path, files)) == [
         "circle: services.runtime.a -> services.runtime.b -> services.runtime.a"]
+
+
+def test_a_file_moved_into_the_wrong_folder_fails(tmp_path: Path) -> None:
+    """Layer = folder: the same file breaks a wall once it sits in a folder whose layer may not import
+    what it imports, and a room's files importing each other across sibling folders make a circle."""
+    files = dict(CLEAN)
+    files["services/nodes/agent/app.py"] = "import asyncio\nfrom services.runtime.log import Record\n"
+    files["services/front/client/client.py"] = "from services.runtime.log import Record\n"
+    files["services/front/audit/story.py"] = "from services.front.client.client import query\n"
+    assert broken_walls(_tree(tmp_path / "clean", files)) == []
+    # the dashboard's code moved into the agent: the agent would import a service
+    moved = {**files, "services/nodes/agent/dashboard.py": "from services.preemption.core import P\n"}
+    assert any(b.startswith("services.nodes.agent.dashboard:1 -> services.preemption.core (the nodes") for b in
+               broken_walls(_tree(tmp_path / "agent", moved)))
+    # a library in the front that leans on the CLI
+    leaning = {**files, "services/front/host/stack.py": "from services.front.cli.main import cli\n"}
+    assert any(b.startswith("services.front.host.stack:1 -> services.front.cli.main (nothing imports the CLI") for b in
+               broken_walls(_tree(tmp_path / "lean", leaning)))
+    # the client importing the audit while the audit imports the client: a circle of folders, no circle of files
+    looped = {**files, "services/front/client/paging.py": "from services.front.audit.story import S\n"}
+    bad = broken_walls(_tree(tmp_path / "loop", looped))
+    assert [b for b in bad if b.startswith("circle:")] == []
+    assert any(b.startswith("circle of folders: services.front.audit -> services.front.client -> services.front.audit")
+               for b in bad), bad
+    # a pure core that reads the clock, in the nodes as in the services
+    impure = {**files, "services/nodes/agent/core.py": "import time\nnow = time.monotonic()\n"}
+    assert any(b.startswith("services.nodes.agent.core:2 calls time.monotonic()") for b in
+               broken_walls(_tree(tmp_path / "impure", impure)))
