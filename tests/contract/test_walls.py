@@ -173,11 +173,9 @@ def broken_walls(root: Path = ROOT, domain: tuple[str, ...] = DOMAIN) -> list[st
     return bad
 
 
-def circles(files: Mapping[str, Path], edges: Mapping[str, set[tuple[str, int, bool]]]) -> list[str]:
-    """Import circles between files (imports for type checking only left out)."""
-    graph = {m: sorted({t for t, _, _typing in ts if t in files and t != m})
-             for m, ts in edges.items()}
-    found: list[str] = []
+def _loops(graph: Mapping[str, list[str]]) -> list[list[str]]:
+    """The circles a depth-first walk of ``graph`` finds, each as its nodes with the first repeated last."""
+    found: list[list[str]] = []
     seen: set[str] = set()
 
     def visit(u: str, path: list[str], on_path: set[str]) -> None:
@@ -186,16 +184,23 @@ def circles(files: Mapping[str, Path], edges: Mapping[str, set[tuple[str, int, b
         on_path.add(u)
         for v in graph.get(u, ()):
             if v in on_path:
-                found.append(" -> ".join([*path[path.index(v):], v]))
+                found.append([*path[path.index(v):], v])
             elif v not in seen:
                 visit(v, path, on_path)
         path.pop()
         on_path.discard(u)
 
-    for mod in sorted(graph):
-        if mod not in seen:
-            visit(mod, [], set())
+    for node in sorted(graph):
+        if node not in seen:
+            visit(node, [], set())
     return found
+
+
+def circles(files: Mapping[str, Path], edges: Mapping[str, set[tuple[str, int, bool]]]) -> list[str]:
+    """Import circles between files (imports for type checking only left out)."""
+    graph = {m: sorted({t for t, _, _typing in ts if t in files and t != m})
+             for m, ts in edges.items()}
+    return [" -> ".join(loop) for loop in _loops(graph)]
 
 
 def folder_circles(files: Mapping[str, Path], edges: Mapping[str, set[tuple[str, int, bool]]]) -> list[str]:
@@ -217,26 +222,8 @@ def folder_circles(files: Mapping[str, Path], edges: Mapping[str, set[tuple[str,
     graph: dict[str, list[str]] = {}
     for (a, b) in sorted(via):
         graph.setdefault(a, []).append(b)
-    found: list[str] = []
-    seen: set[str] = set()
-
-    def visit(u: str, path: list[str], on_path: set[str]) -> None:
-        seen.add(u)
-        path.append(u)
-        on_path.add(u)
-        for v in graph.get(u, ()):
-            if v in on_path:
-                loop = [*path[path.index(v):], v]
-                found.append(" -> ".join(loop) + " (" + "; ".join(via[(x, y)] for x, y in zip(loop, loop[1:])) + ")")
-            elif v not in seen:
-                visit(v, path, on_path)
-        path.pop()
-        on_path.discard(u)
-
-    for name in sorted(graph):
-        if name not in seen:
-            visit(name, [], set())
-    return found
+    return [" -> ".join(loop) + " (" + "; ".join(via[(x, y)] for x, y in zip(loop, loop[1:])) + ")"
+            for loop in _loops(graph)]
 
 
 def test_no_import_breaks_a_wall() -> None:
