@@ -18,11 +18,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import click
 import pytest
 
 from events import catalogue as c
 from services.front.client.client import default_user
+from services.front.client.problems import BadValue, UsageProblem
 from services.front.cli.main import cli
 from services.front.slurm.scancel_jobs import scancel_targets
 from services.front.slurm.squeue_view import (
@@ -87,16 +87,16 @@ def shell(*args: str, path: str, env: dict[str, str] | None = None,
 def test_squeue_formats_as_squeue_chooses_them():
     assert long_format("jobid,name:30,state:.10,reasonlist:12|") == "%20i%30j%.10T%12R|"
     assert long_format("JobArrayID,UserName") == "%20i%20u"
-    with pytest.raises(click.BadParameter, match="'gres' is not a field"):
+    with pytest.raises(BadValue, match="'gres' is not a field"):
         long_format("jobid,gres")
     assert squeue_format(None, None, False, {}) == SQUEUE_DEFAULT == "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
     assert squeue_format(None, None, True, {"SQUEUE_FORMAT": "%i"}) == SQUEUE_LONG
     assert squeue_format(None, None, False, {"SQUEUE_FORMAT": "%i %t"}) == "%i %t"
     assert squeue_format(None, None, False, {"SQUEUE_FORMAT2": "jobid:8"}) == "%8i"
     assert squeue_format("%j", None, False, {"SQUEUE_FORMAT": "%i"}) == "%j"
-    with pytest.raises(click.UsageError, match="exclude each other"):
+    with pytest.raises(UsageProblem, match="exclude each other"):
         squeue_format("%i", "jobid", False, {})
-    with pytest.raises(click.UsageError, match="exclude each other"):
+    with pytest.raises(UsageProblem, match="exclude each other"):
         squeue_format("%i", None, True, {})
 
 
@@ -119,7 +119,7 @@ def test_an_arrays_pending_tasks_share_a_line_unless_r():
 def test_scancel_job_id_forms():
     assert scancel_targets(["12,13", "arr_[1-3,7]", "big_*", "j.0", "12"]) == [
         "12", "13", "arr_1", "arr_2", "arr_3", "arr_7", "big", "j"]
-    with pytest.raises(click.BadParameter):
+    with pytest.raises(BadValue):
         scancel_targets(["a b"])
 
 

@@ -188,10 +188,12 @@ def jobs(nats_url: str, states: tuple[str, ...], tenant: str | None, account: st
     starts or stops matching meanwhile may or may not be."""
     _check_page(limit, offset)
     if history:
-        from services.front.slurm.sacct_format import SACCT_DEFAULT, run_sacct
+        from services.front.slurm.sacct_format import SACCT_DEFAULT, sacct_lines
 
-        run_sacct(nats_url, states=states, user=user, account=account, tenant=tenant, starttime=starttime,
-                  endtime=None, limit=limit, offset=offset, fmt=SACCT_DEFAULT, as_json=as_json)
+        for line in sacct_lines(nats_url, states=states, user=user, account=account, tenant=tenant,
+                                starttime=starttime, endtime=None, limit=limit, offset=offset, fmt=SACCT_DEFAULT,
+                                as_json=as_json):
+            click.echo(line)
         return
 
     async def go() -> dict[str, Any]:

@@ -1,16 +1,20 @@
 """The ``horizon`` command line.
 
 Errors a person can act on are one line on stderr and exit code 1, never a
-traceback (``HorizonCLI.invoke`` turns the known error types into that).
+traceback (``HorizonCLI.invoke`` turns the known error types into that). The front libraries' own
+problems (``services/front/client/problems.py``) become click's exceptions of the same words inside
+each command (``click_error``, ``speak_click``), so they read and exit as if the command had raised them.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import sys
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -19,6 +23,7 @@ from nats.js.errors import APIError as JetStreamAPIError
 
 from events.resources import ResourceError
 from services.front.client.client import JETSTREAM_NOT_ENABLED, no_jetstream_text
+from services.front.client.problems import BadValue, Failure, Problem, UsageProblem
 from services.front.client.terminal import printable_output
 from services.runtime.log import LogError
 from services.runtime.natsserver import NatsServer, NatsServerError
@@ -59,6 +64,43 @@ def quiet_broken_pipe() -> int:
     finally:
         os.close(devnull)
     return EXIT_BROKEN_PIPE
+
+
+def click_error(problem: Problem) -> click.ClickException:
+    """A front library's problem as the click exception of the same words and exit code."""
+    if isinstance(problem, BadValue):
+        return click.BadParameter(problem.message, param_hint=problem.option)
+    if isinstance(problem, UsageProblem):
+        return click.UsageError(problem.message)
+    error = click.ClickException(problem.message)
+    if isinstance(problem, Failure):
+        error.exit_code = problem.exit_code
+    return error
+
+
+def _speaking_click(callback: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(callback)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return callback(*args, **kwargs)
+        except Problem as problem:
+            raise click_error(problem) from None
+
+    return run
+
+
+def speak_click(command: click.Command, seen: set[int] | None = None) -> None:
+    """Every callback of ``command`` and of its subcommands raising a front problem as its click exception.
+    Raised inside the callback, the command's context is still click's: a usage error gets its usage line,
+    as one the command raised itself would (so the conversion is not left to ``HorizonCLI.invoke``)."""
+    seen = set() if seen is None else seen
+    if id(command) in seen:
+        return
+    seen.add(id(command))
+    if command.callback is not None:
+        command.callback = _speaking_click(command.callback)
+    for sub in getattr(command, "commands", {}).values():
+        speak_click(sub, seen)
 
 
 class HorizonCLI(click.Group):
@@ -167,6 +209,7 @@ def _register() -> None:
     for module in (audit, bench, check, jobs, logs, nodes, partition, policy, projections, quota, requests, run,
                    sbatch, scontrol, slurm_shims, show, simulate, slurm, slurm_commands, srun, submit, tenant, ui, user, whatif):
         module.register(cli)
+    speak_click(cli)
 
 
 _register()

@@ -23,7 +23,8 @@ import msgspec
 from events import catalogue as c
 from events.arrays import parse_array
 from services.front.client.client import default_user
-from services.front.client.submitter import check_submission, new_job_id, print_warnings, report_check, send_submission
+from services.front.client.submitter import (check_lines, check_submission, new_job_id, refuse_rejected,
+                                             send_submission, warning_lines)
 from services.front.cli.options import resolve_nats, tenant_for
 from services.front.slurm.sbatch import SbatchDefaults, parse_sbatch, script_warnings, split_command_line
 from services.front.slurm.sbatch_options import SbatchError
@@ -131,12 +132,18 @@ def sbatch(args: tuple[str, ...]) -> None:
                    err=True)
     nats_url = resolve_nats(ours.get("nats") or os.environ.get("HORIZON_NATS_URL"), ours.get("data-dir"))
     if ours.get("check"):
-        report_check(check_submission(nats_url, event), event.job_id, bool(ours.get("json")),
-                     prog="horizon sbatch")
+        verdict = check_submission(nats_url, event)
+        out, err = check_lines(verdict, event.job_id, bool(ours.get("json")), prog="horizon sbatch")
+        for line in out:
+            click.echo(line)
+        for line in err:
+            click.echo(line, err=True)
+        refuse_rejected(verdict, event.job_id)
         return
     result = send_submission(nats_url, event, no_wait=bool(ours.get("no-wait")))
     if not ours.get("quiet"):
-        print_warnings(result, "horizon sbatch")  # e.g. the partition it runs in instead of one not defined
+        for line in warning_lines(result, "horizon sbatch"):  # e.g. the partition it runs in instead of one not defined
+            click.echo(line, err=True)
     if result["state"] == "REJECTED":
         if ours.get("json"):
             click.echo(json.dumps(result))

@@ -16,7 +16,7 @@ import click
 from services.front.client.client import default_user
 from services.front.cli.options import nats_option
 from services.front.slurm.job_rows import nodes_of
-from services.front.slurm.sacct_format import SACCT_DEFAULT, SACCT_FIELDS, run_sacct
+from services.front.slurm.sacct_format import SACCT_DEFAULT, SACCT_FIELDS, sacct_lines
 
 __all__ = ["sacct", "register"]
 
@@ -102,13 +102,15 @@ def sacct(nats_url: str, jobs: tuple[str, ...], states: tuple[str, ...], users: 
                 and (not partition_list or row.get("partition") in partition_list)
                 and (not nodes or bool(nodes & set(nodes_of(row)))))
 
-    run_sacct(nats_url, states=states, user=user_list[0] if len(user_list) == 1 else None,
-              account=account_list[0] if len(account_list) == 1 else None, tenant=tenant,
-              starttime=_sacct_window(starttime, states, job_ids), endtime=endtime, limit=limit, fmt=fmt,
-              as_json=as_json, parsable=parsable or parsable1, trailing=parsable1 and not parsable,
-              delimiter=delimiter, noheader=noheader, offset=offset, job_ids=job_ids,
-              select=select if (len(user_list) > 1 or account_list or name_list or nodes or partition_list) else None,
-              allocations=allocations)
+    for line in sacct_lines(
+            nats_url, states=states, user=user_list[0] if len(user_list) == 1 else None,
+            account=account_list[0] if len(account_list) == 1 else None, tenant=tenant,
+            starttime=_sacct_window(starttime, states, job_ids), endtime=endtime, limit=limit, fmt=fmt,
+            as_json=as_json, parsable=parsable or parsable1, trailing=parsable1 and not parsable,
+            delimiter=delimiter, noheader=noheader, offset=offset, job_ids=job_ids,
+            select=select if (len(user_list) > 1 or account_list or name_list or nodes or partition_list) else None,
+            allocations=allocations):
+        click.echo(line)
 
 
 def register(group: click.Group) -> None:

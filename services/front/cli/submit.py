@@ -39,7 +39,8 @@ from services.front.cli.submit_options import (
     runtime_options,
     slurm_order_options,
 )
-from services.front.client.submitter import check_submission, new_job_id, print_warnings, report_check, send_submission
+from services.front.client.submitter import (check_lines, check_submission, new_job_id, refuse_rejected,
+                                             send_submission, warning_lines)
 from services.front.slurm.slurm_values import (Problem, parse_checkpoint_signal, parse_dependency_list, slurm_begin,
                                                split_datasets)
 
@@ -70,10 +71,17 @@ def submit(nats_url: str, tenant: str, identity: Identity, resources: Resources,
                           command)
     job_id = event.job_id
     if check:
-        report_check(check_submission(nats_url, event), job_id, as_json)
+        verdict = check_submission(nats_url, event)
+        out, err = check_lines(verdict, job_id, as_json)
+        for line in out:
+            click.echo(line)
+        for line in err:
+            click.echo(line, err=True)
+        refuse_rejected(verdict, job_id)
         return
     result = send_submission(nats_url, event, no_wait=no_wait)
-    print_warnings(result, "horizon submit")
+    for line in warning_lines(result, "horizon submit"):
+        click.echo(line, err=True)
     if as_json:
         click.echo(json.dumps(result))
     elif result["state"] != "REJECTED" and (no_wait or result["state"] != "SUBMITTED"):

@@ -14,15 +14,15 @@ import time
 import uuid
 from typing import Any
 
-import click
-
 from events import catalogue as c
 from events.codec import decode_json
 from events.subjects import input_subject, valid_token
 from events.transport import VERDICT_WAIT_S
 from services.front.client.client import await_answer, publish_input, run, session
+from services.front.client.problems import Failure
 
-__all__ = ["new_job_id", "check_submission", "report_check", "print_warnings", "send_submission", "Inbox"]
+__all__ = ["new_job_id", "check_submission", "check_lines", "refuse_rejected", "warning_lines", "send_submission",
+           "Inbox"]
 
 
 def new_job_id(user: str) -> str:
@@ -44,10 +44,9 @@ def check_submission(nats_url: str, event: c.JobSubmitted, timeout_s: float = 5.
             try:
                 msg = await nc.request(validate_subject(event.tenant), encode(event), timeout=timeout_s)
             except nats.errors.NoRespondersError:
-                raise click.ClickException("no submission instance answers horizon.validate: is Horizon running?") \
-                    from None
+                raise Failure("no submission instance answers horizon.validate: is Horizon running?") from None
             except nats.errors.TimeoutError:
-                raise click.ClickException(f"no submission instance answered within {timeout_s:g} s") from None
+                raise Failure(f"no submission instance answered within {timeout_s:g} s") from None
             return decode_json(msg.data)  # type: ignore[no-any-return]
 
     if not valid_token(event.tenant) or event.tenant.startswith("_"):
@@ -55,24 +54,29 @@ def check_submission(nats_url: str, event: c.JobSubmitted, timeout_s: float = 5.
     return run(go())
 
 
-def print_warnings(answer: dict[str, Any], prog: str) -> None:
-    """The warnings of a verdict (``JobAccepted.warnings``, or a check's), one line each on stderr."""
-    for warning in answer.get("warnings") or ():
-        click.echo(f"{prog}: warning: {warning}", err=True)
+def warning_lines(answer: dict[str, Any], prog: str) -> list[str]:
+    """The warnings of a verdict (``JobAccepted.warnings``, or a check's), one line each (for stderr)."""
+    return [f"{prog}: warning: {warning}" for warning in answer.get("warnings") or ()]
 
 
-def report_check(verdict: dict[str, Any], job_id: str, as_json: bool, prog: str = "horizon submit") -> None:
-    """Print a ``check_submission`` verdict; a job that would be rejected is an error (exit 1)."""
+def check_lines(verdict: dict[str, Any], job_id: str, as_json: bool, prog: str = "horizon submit") \
+        -> tuple[list[str], list[str]]:
+    """What a ``check_submission`` verdict prints: its lines for stdout, and for stderr (its warnings; none
+    with ``as_json``). A job that would be rejected is said by ``refuse_rejected`` after them."""
     if as_json:
-        click.echo(json.dumps({"job_id": job_id, **verdict}))
-    elif verdict["ok"]:
+        return [json.dumps({"job_id": job_id, **verdict})], []
+    said = []
+    if verdict["ok"]:
         where = f" in partition {verdict['partition']}" if verdict.get("partition") else ""
-        click.echo(f"job {job_id} would be accepted{where}: {verdict['jobs']} job(s) "
-                   f"(checked by {verdict.get('by')} at log seq {verdict.get('basis_seq')}; nothing submitted)")
-    if not as_json:
-        print_warnings(verdict, prog)
+        said.append(f"job {job_id} would be accepted{where}: {verdict['jobs']} job(s) "
+                    f"(checked by {verdict.get('by')} at log seq {verdict.get('basis_seq')}; nothing submitted)")
+    return said, warning_lines(verdict, prog)
+
+
+def refuse_rejected(verdict: dict[str, Any], job_id: str) -> None:
+    """A check's verdict that the job would be rejected, as a ``Failure`` (exit 1)."""
     if not verdict["ok"]:
-        raise click.ClickException(f"job {job_id} would be rejected: {verdict['reason']}")
+        raise Failure(f"job {job_id} would be rejected: {verdict['reason']}")
 
 
 VERDICTS = {"JobAccepted", "JobRejected", "InputRejected", "RequestRejected"}

@@ -33,10 +33,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-import click
-
 from services.domain.hostlist import compress
 from services.domain.partitions import duration
+from services.front.client.problems import BadValue
 
 __all__ = ["slurm_state", "short_state", "select_states", "state_matches", "RAN_STATES", "hostlist",
            "squeue_duration", "stamp", "nodes_of", "used_s"]
@@ -97,8 +96,7 @@ def select_states(values: Iterable[str]) -> tuple[list[str] | None, set[str]]:
                 match.add(name)
             else:
                 known = sorted(set(_HORIZON_OF) | set(_LONG) | set(_SHORT.values()))
-                raise click.BadParameter(f"{item.strip()!r} is not a job state; states: {', '.join(known)}, all",
-                                         param_hint="--state")
+                raise BadValue(f"{item.strip()!r} is not a job state; states: {', '.join(known)}, all", "--state")
     return sorted(ask), match
 
 

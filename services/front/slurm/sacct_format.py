@@ -1,6 +1,6 @@
-"""sacct over jobs read-model rows: its time window, its fields and columns, and its answer printed.
+"""sacct over jobs read-model rows: its time window, its fields and columns, and its answer's lines.
 
-``run_sacct`` is what ``horizon sacct`` and ``horizon jobs --history`` print; each job's steps are
+``sacct_lines`` are what ``horizon sacct`` and ``horizon jobs --history`` print; each job's steps are
 lines of their own (``services/front/slurm/sacct_steps.py``).
 """
 
@@ -14,17 +14,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import click
-
 from events.resources import format_cpus, format_memory
 from services.front.client.client import query_all, session
+from services.front.client.problems import BadValue
 from services.front.client.reasons import summary
 from services.front.slurm.job_rows import (RAN_STATES, hostlist, nodes_of, select_states, slurm_state, squeue_duration,
                                            stamp, state_matches, used_s)
 from services.front.slurm.sacct_steps import with_steps
 
 __all__ = ["SACCT_FIELDS", "SACCT_DEFAULT", "slurm_datetime", "sacct_duration", "sacct_rows", "job_matches",
-           "run_sacct"]
+           "sacct_lines"]
 
 
 def sacct_duration(seconds: float) -> str:
@@ -58,7 +57,7 @@ def slurm_datetime(text: str, now: float | None = None) -> float:
         if m[1] is None:
             return now
         if m[3] not in _UNITS:
-            raise click.BadParameter(f"{text!r}: unknown unit {m[3]!r}; accepted: {_DATE_FORMS}")
+            raise BadValue(f"{text!r}: unknown unit {m[3]!r}; accepted: {_DATE_FORMS}")
         delta = int(m[2]) * _UNITS[m[3]]
         return now + delta if m[1] == "+" else now - delta
     for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d", "%m/%d/%y", "%m/%d/%Y"):
@@ -76,7 +75,7 @@ def slurm_datetime(text: str, now: float | None = None) -> float:
         except ValueError:
             continue
         return today.replace(hour=clock.hour, minute=clock.minute, second=clock.second).timestamp()
-    raise click.BadParameter(f"{text!r} is not a time; accepted: {_DATE_FORMS}")
+    raise BadValue(f"{text!r} is not a time; accepted: {_DATE_FORMS}")
 
 
 def _exit(row: dict[str, Any]) -> str:
@@ -139,13 +138,12 @@ def _sacct_columns(fmt: str) -> list[tuple[str, int | None]]:
         name, _, width = item.strip().partition("%")
         key = _SACCT_NAMES.get(name.lower())
         if key is None:
-            raise click.BadParameter(f"{name!r} is not a field Horizon knows; fields: {', '.join(SACCT_FIELDS)}",
-                                     param_hint="--format")
+            raise BadValue(f"{name!r} is not a field Horizon knows; fields: {', '.join(SACCT_FIELDS)}", "--format")
         if width and not re.fullmatch(r"-?\d+", width):
-            raise click.BadParameter(f"{item!r}: the width after % must be a number", param_hint="--format")
+            raise BadValue(f"{item!r}: the width after % must be a number", "--format")
         cols.append((key, int(width) if width else None))
     if not cols:
-        raise click.BadParameter("names no field", param_hint="--format")
+        raise BadValue("names no field", "--format")
     return cols
 
 
@@ -175,15 +173,16 @@ def sacct_rows(rows: list[dict[str, Any]], *, match: set[str], start: float | No
     return out
 
 
-def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, account: str | None,
-              tenant: str | None, starttime: str | None, endtime: str | None, limit: int | None, fmt: str,
-              as_json: bool, parsable: bool = False, noheader: bool = False, offset: int = 0,
-              job_ids: Sequence[str] = (), select: Callable[[dict[str, Any]], bool] | None = None,
-              delimiter: str = "|", trailing: bool = True, allocations: bool = False) -> None:
-    """Print sacct's answer. ``parsable``: cells joined by ``delimiter``, with one more at the end of each
-    line when ``trailing`` (sacct ``-p``) and none without (``-P``). ``job_ids``: only these jobs (an array's
-    id: its tasks; ``ID.step`` names the job ``ID``), in every state unless ``states`` says. ``select``:
-    a further filter on the read model's rows. ``allocations`` (sacct ``-X``): the jobs alone, no steps."""
+def sacct_lines(nats_url: str, *, states: tuple[str, ...], user: str | None, account: str | None,
+                tenant: str | None, starttime: str | None, endtime: str | None, limit: int | None, fmt: str,
+                as_json: bool, parsable: bool = False, noheader: bool = False, offset: int = 0,
+                job_ids: Sequence[str] = (), select: Callable[[dict[str, Any]], bool] | None = None,
+                delimiter: str = "|", trailing: bool = True, allocations: bool = False) -> list[str]:
+    """sacct's answer, its lines (one JSON line with ``as_json``). ``parsable``: cells joined by
+    ``delimiter``, with one more at the end of each line when ``trailing`` (sacct ``-p``) and none without
+    (``-P``). ``job_ids``: only these jobs (an array's id: its tasks; ``ID.step`` names the job ``ID``), in
+    every state unless ``states`` says. ``select``: a further filter on the read model's rows.
+    ``allocations`` (sacct ``-X``): the jobs alone, no steps."""
     now = time.time()
     start = slurm_datetime(starttime, now) if starttime else None
     end = slurm_datetime(endtime, now) if endtime else None
@@ -221,17 +220,13 @@ def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, accou
     if as_json:
         for row in rows:
             row["slurm"] = {name: SACCT_FIELDS[name](row, now) for name in SACCT_FIELDS}
-        click.echo(json.dumps(rows))
-        return
+        return [json.dumps(rows)]
     lines = rows if allocations else with_steps(rows, job_ids)
     table = [[SACCT_FIELDS[name](row, now) for name, _ in columns] for row in lines]
     if parsable:
         tail = delimiter if trailing else ""
-        if not noheader:
-            click.echo(delimiter.join(name for name, _ in columns) + tail)
-        for cells in table:
-            click.echo(delimiter.join(cells) + tail)
-        return
+        head = [] if noheader else [delimiter.join(name for name, _ in columns) + tail]
+        return head + [delimiter.join(cells) + tail for cells in table]
     widths = []
     for i, (name, width) in enumerate(columns):
         widths.append(width if width is not None else max([len(name), *(len(cells[i]) for cells in table)]))
@@ -242,8 +237,6 @@ def run_sacct(nats_url: str, *, states: tuple[str, ...], user: str | None, accou
             return value[:size - 1] + "+"  # sacct's truncation mark
         return value.ljust(size) if width < 0 else value.rjust(size)
 
-    if not noheader:
-        click.echo(" ".join(fit(name, w) for (name, _), w in zip(columns, widths)).rstrip())
-        click.echo(" ".join("-" * abs(w) for w in widths))
-    for cells in table:
-        click.echo(" ".join(fit(v, w) for v, w in zip(cells, widths)).rstrip())
+    head = [] if noheader else [" ".join(fit(name, w) for (name, _), w in zip(columns, widths)).rstrip(),
+                                " ".join("-" * abs(w) for w in widths)]
+    return head + [" ".join(fit(v, w) for v, w in zip(cells, widths)).rstrip() for cells in table]

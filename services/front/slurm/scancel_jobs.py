@@ -9,11 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-import click
-
 from events.arrays import parse_array, task_id
 from events.resources import ResourceError
 from events.subjects import valid_token
+from services.front.client.problems import BadValue
 
 __all__ = ["SCANCEL_STATES", "scancel_targets"]
 
@@ -41,8 +40,8 @@ def _job_targets(text: str) -> list[str]:
         try:
             spec = parse_array(m[2], "JOBID")
         except ResourceError as exc:
-            raise click.BadParameter(f"{text!r}: {exc.problem}", param_hint="JOBID") from None
+            raise BadValue(f"{text!r}: {exc.problem}", "JOBID") from None
         return [task_id(m[1], i) for i in spec.indices]
     if not valid_token(base):
-        raise click.BadParameter(f"{text!r} is not a job id", param_hint="JOBID")
+        raise BadValue(f"{text!r} is not a job id", "JOBID")
     return [base]

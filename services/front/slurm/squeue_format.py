@@ -12,11 +12,10 @@ import re
 import time
 from typing import Any
 
-import click
-
 from events import catalogue as c
 from events.resources import format_cpus, format_memory
 from services.front.client.client import query_all
+from services.front.client.problems import BadValue
 from services.front.client.reasons import summary
 from services.front.slurm.job_rows import (hostlist, nodes_of, select_states, short_state, slurm_state, squeue_duration,
                                            stamp, state_matches, used_s)
@@ -119,8 +118,8 @@ def _parse_format(fmt: str) -> list[str | tuple[bool, int | None, str]]:
             parts.append("%")
             continue
         if letter not in SQUEUE_FIELDS:
-            raise click.BadParameter(f"%{letter} is not a field Horizon knows; fields: "
-                                     + " ".join(f"%{k}" for k in SQUEUE_FIELDS), param_hint="--format")
+            raise BadValue(f"%{letter} is not a field Horizon knows; fields: "
+                           + " ".join(f"%{k}" for k in SQUEUE_FIELDS), "--format")
         parts.append((right, int(width) if width else None, letter))
     if last < len(fmt):
         parts.append(fmt[last:])

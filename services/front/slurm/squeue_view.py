@@ -11,11 +11,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import click
-
 from events import catalogue as c
 from services.front.client.client import session
 from services.front.client.job_queries import read_queue
+from services.front.client.problems import BadValue, UsageProblem
 from services.front.slurm.squeue_format import SQUEUE_FIELDS, accepted_specs
 
 __all__ = ["SQUEUE_DEFAULT", "SQUEUE_LONG", "LIVE", "LONG_NAMES", "long_format", "squeue_format", "array_ranges",
@@ -48,12 +47,11 @@ def long_format(spec: str) -> str:
         letter = LONG_NAMES.get(m[1].lower()) if m else None
         if m is None or letter is None:
             name = m[1] if m else token
-            raise click.BadParameter(f"{name!r} is not a field Horizon knows; fields: {', '.join(LONG_NAMES)}",
-                                     param_hint="--Format")
+            raise BadValue(f"{name!r} is not a field Horizon knows; fields: {', '.join(LONG_NAMES)}", "--Format")
         right, size, suffix = m[2] or "", m[3] or "20", (m[4] or "").replace("%", "%%")
         parts.append(f"%{right}{size}{letter}{suffix}")
     if not parts:
-        raise click.BadParameter("names no field", param_hint="--Format")
+        raise BadValue("names no field", "--Format")
     return "".join(parts)
 
 
@@ -61,9 +59,9 @@ def squeue_format(fmt: str | None, fmt_long: str | None, long_: bool, environ: d
     """The ``-o`` format squeue prints with: ``-o``, ``-O``, ``-l``, else $SQUEUE_FORMAT, $SQUEUE_FORMAT2,
     else squeue's default."""
     if fmt is not None and fmt_long is not None:
-        raise click.UsageError("-o (--format) and -O (--Format) exclude each other, as in squeue")
+        raise UsageProblem("-o (--format) and -O (--Format) exclude each other, as in squeue")
     if long_ and fmt is not None:
-        raise click.UsageError("-o (--format) and -l (--long) exclude each other, as in squeue")
+        raise UsageProblem("-o (--format) and -l (--long) exclude each other, as in squeue")
     if fmt is not None:
         return fmt
     if fmt_long is not None:
@@ -135,8 +133,7 @@ def sort_rows(rows: list[dict[str, Any]], keys: str, now: float, specs: dict[str
         descending = key.startswith("-")
         letter = key.lstrip("+-")
         if letter not in SQUEUE_FIELDS:
-            raise click.BadParameter(f"{letter!r} is not a field Horizon sorts by; fields: {''.join(SQUEUE_FIELDS)}",
-                                     param_hint="--sort")
+            raise BadValue(f"{letter!r} is not a field Horizon sorts by; fields: {''.join(SQUEUE_FIELDS)}", "--sort")
         get = SQUEUE_FIELDS[letter][1]
         rows = sorted(rows, key=lambda r: _natural(get(r, now, specs.get(r["job_id"]))), reverse=descending)
     return rows
