@@ -18,7 +18,9 @@ cli          ``services/front/cli/``                              anything; noth
 ===========  ===================================================  ==========================================
 
 so services never import each other, projections never import a service, the plumbing imports no
-service, node or front end, and the CLI is a front end that nothing imports. No circle of imports
+service, node or front end, and the CLI is a front end that nothing imports. The CLI is also the only
+code that imports click: a front library raises ``services/front/client/problems.py``'s errors and
+returns what to print, and the CLI speaks click. No circle of imports
 between files, and none between folders (``services/front/host/`` importing ``services/front/audit/``
 while the audit imports the host is a circle of folders even when no two files import each other).
 The pure code (the domain package and every ``core.py`` of a service or of the nodes) imports no I/O
@@ -59,6 +61,7 @@ WHY = {
 }
 IMPURE = frozenset({"asyncio", "nats", "aiosqlite", "sqlite3", "socket", "subprocess", "random", "uuid", "os",
                     "threading"})
+CLI_ONLY = frozenset({"click"})  # imported by services/front/cli/ alone
 CLOCK_CALLS = frozenset({("time", "time"), ("time", "monotonic"), ("time", "perf_counter"), ("datetime", "now"),
                          ("datetime", "utcnow"), ("uuid", "uuid4")})
 
@@ -116,7 +119,7 @@ def _imports(root: Path) -> tuple[dict[str, Path], dict[str, set[tuple[str, int,
                     base = ".".join([*up, base] if base else up)
                 targets = [f"{base}.{a.name}" for a in node.names]
             for target in targets:
-                if target.split(".")[0] in (*TOPS, *IMPURE):
+                if target.split(".")[0] in (*TOPS, *IMPURE, *CLI_ONLY):
                     out.add((_resolve(target, files), node.lineno, node.lineno in typing_only))
     return files, edges, trees
 
@@ -151,6 +154,11 @@ def broken_walls(root: Path = ROOT, domain: tuple[str, ...] = DOMAIN) -> list[st
             continue
         for target, line, _ in sorted(edges[mod]):
             top = target.split(".")[0]
+            if top in CLI_ONLY:
+                if here[0] != "cli":
+                    bad.append(f"{mod}:{line} -> {target} (only services/front/cli/ imports click: a library "
+                               "raises services/front/client/problems.py's errors and returns what to print)")
+                continue
             if top in IMPURE:
                 if _pure(mod, files[mod], domain):
                     bad.append(f"{mod}:{line} -> {target} (pure code does no I/O and draws no random numbers)")
@@ -249,7 +257,8 @@ CLEAN = {
     "services/scheduling/app.py": "import asyncio\nfrom services.scheduling.core import Y\nfrom services.runtime import log\n",
     "services/preemption/core.py": "from services.domain.jobs import Job\n",
     "projections/view.py": "from services.domain.jobs import Job\nfrom services.runtime.log import Record\n",
-    "services/front/cli/main.py": "from services.scheduling.core import Y\nfrom projections.view import V\n",
+    "services/front/cli/main.py": ("import click\nfrom services.scheduling.core import Y\n"
+                                   "from projections.view import V\n"),
     "services/front/host/stack.py": "from services.preemption.core import P\n",
 }
 
@@ -325,6 +334,10 @@ def test_a_file_moved_into_the_wrong_folder_fails(tmp_path: Path) -> None:
     assert [b for b in bad if b.startswith("circle:")] == []
     assert any(b.startswith("circle of folders: services.front.audit -> services.front.client -> services.front.audit")
                for b in bad), bad
+    # a library of the front that speaks click itself instead of leaving it to the CLI
+    clicking = {**files, "services/front/client/client.py": "from click import echo\n"}
+    assert any(b.startswith("services.front.client.client:1 -> click (only services/front/cli/ imports click") for b in
+               broken_walls(_tree(tmp_path / "click", clicking)))
     # a pure core that reads the clock, in the nodes as in the services
     impure = {**files, "services/nodes/agent/core.py": "import time\nnow = time.monotonic()\n"}
     assert any(b.startswith("services.nodes.agent.core:2 calls time.monotonic()") for b in

@@ -10,7 +10,7 @@ stays valid JSON with the same meaning).
 
 Once, not per command: ``printable_output()`` (entered by ``HorizonCLI.main`` and the Slurm-named
 programs, ``slurm_shims.run_command``) puts ``PrintableText`` in front of ``sys.stdout`` and
-``sys.stderr``, so whatever a command prints through them (``click.echo``, ``print``) is escaped;
+``sys.stderr``, so whatever a command prints through them (``click.echo``, ``print``, ``say``) is escaped;
 rich draws its tables on the streams behind them (``rich_proxied_file``) and escapes the cells
 itself (``services/front/cli/options.py``'s console, through ``printable``), keeping its own styles.
 
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["printable", "PrintableText", "printable_output"]
+__all__ = ["printable", "PrintableText", "printable_output", "say"]
 
 # C0 controls but tab and newline, DEL and C1, lone surrogates (which a UTF-8 stream cannot even
 # encode), the line and paragraph separators, and the bidi formatting characters (ALM, LRM, RLM,
@@ -70,6 +70,17 @@ class PrintableText:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)
+
+
+def say(text: str = "", *, err: bool = False) -> None:
+    """One line to ``sys.stdout`` (``sys.stderr`` with ``err``), flushed: how the front rooms without click
+    (``services/front/host/``) tell the operator what runs and where; escaped as every command's text is,
+    by the streams ``printable_output`` puts in front."""
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:
+        return
+    stream.write(text + "\n")
+    stream.flush()
 
 
 @contextmanager

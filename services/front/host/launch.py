@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
-
 from events.resources import parse_cpus, parse_duration, parse_memory
+from services.front.client.problems import BadValue, Failure, UsageProblem
+from services.front.client.terminal import say
 from services.front.host.launch_processes import up_processes
 from services.front.host.launch_web import (dashboard_line, http_server, metrics_line, metrics_tokens, ready_lines,
                                             telemetry, up_dashboard)
@@ -127,9 +127,9 @@ def _hold(data_dir: Path) -> DataDirLock:
     try:
         return DataDirLock(data_dir, command="horizon up").acquire()
     except DataDirBusy as exc:
-        raise click.ClickException(str(exc)) from None
+        raise Failure(str(exc)) from None
     except OSError as exc:  # not a directory, not writable
-        raise click.ClickException(f"cannot use {data_dir} as the data directory: {exc}") from None
+        raise Failure(f"cannot use {data_dir} as the data directory: {exc}") from None
 
 
 def _quota_settings(provider: str, every: str, conf: Path | None, processes: bool) -> Any:
@@ -137,21 +137,21 @@ def _quota_settings(provider: str, every: str, conf: Path | None, processes: boo
     if provider == "local":
         return None
     if processes:
-        raise click.UsageError("--quota-provider slurm runs in horizon up's own process: without --processes, or "
-                               "run `horizon quota sync --every DURATION` beside it")
+        raise UsageProblem("--quota-provider slurm runs in horizon up's own process: without --processes, or "
+                           "run `horizon quota sync --every DURATION` beside it")
     try:
         every_s = parse_duration(every, "--quota-every")
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--quota-every") from None
+        raise BadValue(str(exc), "--quota-every") from None
     if every_s <= 0:
-        raise click.BadParameter("must be more than 0", param_hint="--quota-every")
+        raise BadValue("must be more than 0", "--quota-every")
     from services.quota.app import QuotaSourceError, SlurmQuotaSource
 
     source = SlurmQuotaSource(slurm_conf=str(conf.resolve()) if conf is not None else None)
     try:
         source.cluster_name()  # a conf that names no cluster is said now, not at the first sync
     except QuotaSourceError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise Failure(str(exc)) from None
     return source, every_s
 
 
@@ -161,15 +161,15 @@ def slurm_settings(backend: str, shape: Shape, executor: str, processes: bool, c
     ``conf_used``: --slurm-conf serves the quota provider (so it is no stray option without the backend)."""
     if backend != "slurm":
         if (conf is not None and not conf_used) or partition:
-            raise click.UsageError("--slurm-conf and --slurm-partition go with --backend slurm (--slurm-conf also "
-                                   "with --quota-provider slurm)")
+            raise UsageProblem("--slurm-conf and --slurm-partition go with --backend slurm (--slurm-conf also "
+                               "with --quota-provider slurm)")
         return None
     if shape.dev:
-        raise click.UsageError("--backend slurm takes its nodes from Slurm: no --nodes or other shape options")
+        raise UsageProblem("--backend slurm takes its nodes from Slurm: no --nodes or other shape options")
     if executor != "process" or processes:
-        raise click.UsageError("--backend slurm runs jobs through Slurm: no --executor sim or --processes")
+        raise UsageProblem("--backend slurm runs jobs through Slurm: no --executor sim or --processes")
     if not os.path.isfile(os.path.join(bin_dir, "sbatch")):
-        raise click.UsageError(f"no sbatch in {bin_dir}: install Slurm's client commands or give --slurm-bin")
+        raise UsageProblem(f"no sbatch in {bin_dir}: install Slurm's client commands or give --slurm-bin")
     from services.nodes.backends.slurm.backend import SlurmSettings, SlurmUnavailable, reachable
 
     settings = SlurmSettings(conf=str(conf.resolve()) if conf is not None else None, partition=partition,
@@ -177,7 +177,7 @@ def slurm_settings(backend: str, shape: Shape, executor: str, processes: bool, c
     try:  # before anything starts: a Slurm that does not answer is said at once
         reachable(settings)
     except SlurmUnavailable as exc:
-        raise click.ClickException(str(exc)) from None
+        raise Failure(str(exc)) from None
     return settings
 
 
@@ -230,7 +230,7 @@ def launch_up(o: UpOptions) -> None:
         configure_logging(o.verbose, data_dir / "horizon.log")
         warning = mode_warning(data_dir, o.auth)
         if warning:
-            click.echo(f"warning: {warning}", err=True)
+            say(f"warning: {warning}", err=True)
         # 3. credentials and certificates (kept from an earlier run, made if missing), the server's config
         secured = prepare(data_dir, o.auth, o.use_tls)
         if secured.tls is not None:  # every part of this process, and every child, presents this machine's
@@ -249,15 +249,15 @@ def launch_up(o: UpOptions) -> None:
             asyncio.run(up_in_process(server, data_dir, node_specs, o.executor, o.heartbeat_timeout, what, o.policy,
                                       o.backfill_mode, o.otel, secured, o.ui_port, slurm, quota))
         except DataDirBusy as exc:  # the agent's own lock: an agent started apart on this data dir
-            raise click.ClickException(str(exc)) from None
+            raise Failure(str(exc)) from None
         except RuntimeError as exc:  # the Slurm backend could not start (services/nodes/backends/slurm/backend.py)
             if slurm is None or type(exc.__cause__).__name__ != "SlurmUnavailable":
                 raise
-            raise click.ClickException(str(exc.__cause__)) from None
+            raise Failure(str(exc.__cause__)) from None
         finally:
             Running.remove(data_dir)
             server.stop()
-            click.echo("stopped", err=True)
+            say("stopped", err=True)
     finally:
         lock.release()
 
@@ -286,8 +286,8 @@ async def up_in_process(server: NatsServer, data_dir: Path, node_specs: list[Nod
             await publish_stock(stack.url_of("admin"), node_specs)
             assert server.pid is not None
             secured.running(server.host, server.port, server.pid).write(data_dir)
-            click.echo(url, nl=True)
-            click.echo(
+            say(url)
+            say(
                 f"Horizon is up: {what}, {executor} executor; "
                 f"data in {data_dir}/, logs in {data_dir}/horizon.log\n"
                 f"{dashboard_line(web.url, secured, data_dir)}"

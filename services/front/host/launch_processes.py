@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import click
-
+from services.front.client.problems import Failure
+from services.front.client.terminal import say
 from services.front.host.dashboard_setup import METRICS_TOKEN_FILE
 from services.front.host.launch_web import (UI_PORT, dashboard_line, metrics_line, metrics_tokens, ready_lines,
                                             up_dashboard)
@@ -73,8 +73,8 @@ def _serve_web(server: NatsServer, data_dir: Path, common: list[str], agent: lis
         stop_web = serve_in_thread(web)
     except OSError as exc:
         if ui_port is not None:
-            raise click.ClickException(f"cannot serve HTTP on 127.0.0.1:{web.port}: {exc.strerror or exc}") from None
-        click.echo(f"warning: port {web.port} is taken; serving HTTP on a free port", err=True)
+            raise Failure(f"cannot serve HTTP on 127.0.0.1:{web.port}: {exc.strerror or exc}") from None
+        say(f"warning: port {web.port} is taken; serving HTTP on a free port", err=True)
         web.port = 0
         stop_web = serve_in_thread(web)
     return web, stop_web, tokens
@@ -113,12 +113,12 @@ def up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: l
         waiting = supervisor.wait_ready(120.0, should_stop=lambda: bool(signals))
         if not signals:
             if waiting:
-                click.echo(f"not ready after 120 s: {', '.join(waiting)} (see {data_dir}/logs/)", err=True)
+                say(f"not ready after 120 s: {', '.join(waiting)} (see {data_dir}/logs/)", err=True)
             assert server.pid is not None
             secured.running(server.host, server.port, server.pid).write(data_dir)
-            click.echo(url, nl=True)
+            say(url)
             pids = ", ".join(f"{name} {pid}" for name, pid in supervisor.pids().items())
-            click.echo(
+            say(
                 f"Horizon is up as processes: {shape}; PIDs: {pids}\n"
                 f"logs in {data_dir}/logs/, PIDs in {data_dir}/processes.json.\n"
                 f"{dashboard_line(web.url, secured, data_dir)}"
@@ -137,4 +137,4 @@ def up_processes(server: NatsServer, data_dir: Path, common: list[str], agent: l
         server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        click.echo("stopped", err=True)
+        say("stopped", err=True)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
-
 from events.subjects import valid_token
+from services.front.client.problems import BadValue, Failure, UsageProblem
+from services.front.client.terminal import say
 from services.front.host.launch import Shape, configure_logging, machine, slurm_settings, stop_signals
 from services.front.host.launch_web import http_server, telemetry
 from services.front.host.lock import DataDirBusy
@@ -65,20 +65,18 @@ def _check_names(o: ServiceOptions) -> None:
         from services.front.registry import PARTITIONED
 
         if o.name not in PARTITIONED:
-            raise click.UsageError(f"--partition goes with {' or '.join(PARTITIONED)}: {o.name} has one leader "
-                                   f"for the whole cluster")
+            raise UsageProblem(f"--partition goes with {' or '.join(PARTITIONED)}: {o.name} has one leader "
+                               f"for the whole cluster")
         for p in o.partitions:
             if not valid_token(p) or p.startswith("-"):
-                raise click.BadParameter(f"{p!r}: use letters, digits, '_' or '-' (no dots)", param_hint="--partition")
+                raise BadValue(f"{p!r}: use letters, digits, '_' or '-' (no dots)", "--partition")
 
 
 def _check_nodes(o: ServiceOptions) -> None:
     if not valid_token(f"{o.node_prefix}-00"):  # node names go into subjects (horizon.hb.<node>)
-        raise click.BadParameter(f"{o.node_prefix!r}: use letters, digits, '_' or '-' (no dots)",
-                                 param_hint="--node-prefix")
+        raise BadValue(f"{o.node_prefix!r}: use letters, digits, '_' or '-' (no dots)", "--node-prefix")
     if o.node_name is not None and not valid_token(o.node_name):
-        raise click.BadParameter(f"{o.node_name!r}: use letters, digits, '_' or '-' (no dots)",
-                                 param_hint="--node-name")
+        raise BadValue(f"{o.node_name!r}: use letters, digits, '_' or '-' (no dots)", "--node-name")
 
 
 def launch_service(o: ServiceOptions, verbose: bool) -> None:
@@ -92,7 +90,7 @@ def launch_service(o: ServiceOptions, verbose: bool) -> None:
     if o.name == "slurm":
         slurm = slurm_settings("slurm", shape, o.executor, False, o.slurm_conf, o.slurm_partition, o.slurm_bin)
     elif o.slurm_conf is not None or o.slurm_partition:
-        raise click.UsageError("--slurm-conf and --slurm-partition go with `horizon service slurm`")
+        raise UsageProblem("--slurm-conf and --slurm-partition go with `horizon service slurm`")
     metrics_port = o.metrics_port
     if metrics_port is None and o.metrics_std:
         from services.front.host.metrics import METRICS_PORTS
@@ -101,7 +99,7 @@ def launch_service(o: ServiceOptions, verbose: bool) -> None:
     try:
         asyncio.run(_run_part(o, shape, settings, slurm, metrics_port))
     except DataDirBusy as exc:  # the agent's lock on --data-dir (one agent per data dir)
-        raise click.ClickException(str(exc)) from None
+        raise Failure(str(exc)) from None
 
 
 async def _start_part(o: ServiceOptions, shape: Shape, stack: Stack) -> str:
@@ -113,7 +111,7 @@ async def _start_part(o: ServiceOptions, shape: Shape, stack: Stack) -> str:
         else:
             spec, what = machine(o.node_name)
             stack.nodes = [spec]
-        click.echo(f"agent: {what}, {o.executor} executor", err=True)
+        say(f"agent: {what}, {o.executor} executor", err=True)
         await stack.start_agent()
     elif name == "slurm":
         await stack.start_slurm()
@@ -127,7 +125,7 @@ async def _start_part(o: ServiceOptions, shape: Shape, stack: Stack) -> str:
             role += f", for partition{'s' if len(o.partitions) > 1 else ''} {', '.join(o.partitions)}"
     else:
         role, key = "", name
-    click.echo(f"{key} running against {redact_url(o.nats_url)}{role}; Ctrl-C stops it", err=True)
+    say(f"{key} running against {redact_url(o.nats_url)}{role}; Ctrl-C stops it", err=True)
     notify_ready(f"{key} running")
     return key
 
@@ -141,7 +139,7 @@ async def _run_part(o: ServiceOptions, shape: Shape, settings: StreamSettings, s
     if metrics_port is not None:
         tokens = [read_token(o.metrics_token_file)] if o.metrics_token_file is not None else []
         web = await http_server(registry, o.metrics_host, metrics_port, tokens=tokens)
-        click.echo(f"{name}: metrics (Prometheus) on {web.url}/metrics", err=True)
+        say(f"{name}: metrics (Prometheus) on {web.url}/metrics", err=True)
     stack = Stack(o.nats_url, o.data_dir, executor=o.executor, heartbeat_timeout_s=o.heartbeat_timeout,
                   settings=settings, policy=o.policy, backfill=o.backfill_mode, tracer_provider=tracing,
                   meter_provider=meters, lease_ttl_s=o.lease_ttl, slurm=slurm)
@@ -167,4 +165,4 @@ async def _run_part(o: ServiceOptions, shape: Shape, settings: StreamSettings, s
                 if web is not None:
                     await web.stop()
     if failed:  # exit non-zero so a supervisor (systemd, Kubernetes) restarts us
-        raise click.ClickException("; ".join(failed))
+        raise Failure("; ".join(failed))

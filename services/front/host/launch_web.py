@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import click
-
+from services.front.client.problems import Failure
+from services.front.client.terminal import say
 from services.front.host.dashboard_setup import METRICS_TOKEN_FILE, TOKEN_FILE, dashboard_for, keep_token
 from services.front.host.secure import Secured
 from services.runtime.natsserver import NatsServer
@@ -95,8 +95,8 @@ async def http_server(registry: Any, host: str, port: int | None, fallback: bool
         await web.start()
     except OSError as exc:
         if not fallback:
-            raise click.ClickException(f"cannot serve HTTP on {host}:{web.port}: {exc.strerror or exc}") from None
-        click.echo(f"warning: port {web.port} is taken; serving HTTP on a free port", err=True)
+            raise Failure(f"cannot serve HTTP on {host}:{web.port}: {exc.strerror or exc}") from None
+        say(f"warning: port {web.port} is taken; serving HTTP on a free port", err=True)
         web.port = 0
         await web.start()
     return web
@@ -116,7 +116,7 @@ def telemetry(exporter: str, service_name: str, prometheus: bool = False) -> tup
     try:
         tracing = configure(exporter, service_name)
     except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise Failure(str(exc)) from None
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
 
