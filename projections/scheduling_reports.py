@@ -157,10 +157,10 @@ def queue_length(state: SchedulingState) -> dict[tuple[str, str], int]:
 
 def gpu_states(state: SchedulingState, pstate: PreemptionState) -> dict[str, int]:
     """Every GPU of the cluster's nodes (removed ones aside) in one state, the first that applies:
-    ``unhealthy`` (a health problem), ``busy`` (a job holds it), ``down`` (its node is lost or not
-    ready yet), ``cordoned`` (its node is cordoned, draining or drained), ``held`` (its node is held
-    for a preemptor while victims stop), ``reserved`` (a pending job's backfill reservation names its
-    node: up to the job's GPUs per node), else ``free``."""
+    ``unhealthy`` (a health problem), ``busy`` (a job, or work its backend did not place, holds it),
+    ``down`` (its node is lost or not ready yet), ``cordoned`` (its node is cordoned, draining or
+    drained), ``held`` (its node is held for a preemptor while victims stop), ``reserved`` (a pending
+    job's backfill reservation names its node: up to the job's GPUs per node), else ``free``."""
     reserved: dict[str, int] = {}
     for job in state.pending.values():
         if job.spec is not None and job.reserved_nodes:
@@ -170,8 +170,9 @@ def gpu_states(state: SchedulingState, pstate: PreemptionState) -> dict[str, int
     for node in pstate.cluster.nodes.values():
         if node.removed:
             continue
-        unhealthy = sum(1 for i, d in node.gpus.items() if d.health and i not in node.used_devices)
-        busy = len(node.used_devices)
+        busy_ids = set(node.used_devices) | node.foreign_devices  # a job holds it, or its backend's own work
+        unhealthy = sum(1 for i, d in node.gpus.items() if d.health and i not in busy_ids)
+        busy = len(busy_ids)
         rest = len(node.gpus) - unhealthy - busy
         out["unhealthy"] += unhealthy
         out["busy"] += busy
@@ -222,10 +223,14 @@ def gpu_map(state: SchedulingState, pstate: PreemptionState, request: dict[str, 
         for device_id, device in sorted(node.gpus.items(), key=lambda kv: device_sort_key(kv[0])):
             holder = node.used_devices.get(device_id)
             job_id, why = holder, ""
-            if device.health and holder is None:
+            foreign = holder is None and device_id in node.foreign_devices
+            if device.health and holder is None and not foreign:
                 gpu_state, why = "unhealthy", device.health
             elif holder is not None:
                 gpu_state = "busy"
+            elif foreign:
+                assert node.foreign is not None
+                gpu_state, why = "busy", f"{node.backend} job {', '.join(node.foreign.jobs)} (not Horizon's)"
             elif node.lost or not node.ready:
                 gpu_state = "down"
             elif node.cordoned or node.draining:
@@ -240,8 +245,9 @@ def gpu_map(state: SchedulingState, pstate: PreemptionState, request: dict[str, 
                             "interconnect": device.interconnect, "state": gpu_state, "job_id": job_id,
                             "tenant": tenant_of(job_id), "why": why})
         rows.append({"node": node.name, "state": node.status, "simulated": node.simulated,
-                     "cpus_milli": node.cpus_milli, "cpus_used_milli": node.used_cpus_milli,
-                     "memory_bytes": node.memory_bytes, "memory_used_bytes": node.used_memory_bytes,
+                     "cpus_milli": node.cpus_milli, "cpus_used_milli": node.used_cpus_milli + node.foreign_cpus_milli,
+                     "memory_bytes": node.memory_bytes,
+                     "memory_used_bytes": node.used_memory_bytes + node.foreign_memory_bytes,
                      "held_for": held, "gpus": devices})
     following, ask = page_fields(offset, len(rows), len(nodes))
     return {"nodes": rows, "total": len(nodes), "offset": offset, "next_offset": following, "next": ask,

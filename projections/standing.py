@@ -488,8 +488,10 @@ def node_rows(pstate: PreemptionState) -> tuple[list[tuple[Any, ...]], list[tupl
     nodes, allocations = [], []
     for node in pstate.cluster.sorted_nodes():
         models = sorted({f"{d.type}-{d.variant}" if d.variant else d.type for d in node.gpus.values()})
-        nodes.append((node.name, node.status, node.cpus_milli, node.used_cpus_milli, node.memory_bytes,
-                      node.used_memory_bytes, len(node.gpus), len(node.used_devices), json.dumps(models),
+        # what its backend's own work holds (Node.foreign) is used too, as its backend shows it
+        nodes.append((node.name, node.status, node.cpus_milli, node.used_cpus_milli + node.foreign_cpus_milli,
+                      node.memory_bytes, node.used_memory_bytes + node.foreign_memory_bytes, len(node.gpus),
+                      len(set(node.used_devices) | node.foreign_devices), json.dumps(models),
                       json.dumps(dict(sorted(node.labels.items()))),
                       json.dumps([{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints]),
                       int(node.simulated), node.isolation, json.dumps(node.unhealthy), node.cpu_overcommit,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from events.base import Event, JobId, NodeId
-from events.catalogue.values import GpuDevice, Taint, _Part
+from events.catalogue.values import ForeignUse, GpuDevice, Taint, _Part
 
 
 class JobStarted(Event, tag="JobStarted", kw_only=True):
@@ -118,3 +118,5 @@ class NodeRegistered(Event, tag="NodeRegistered", kw_only=True):
     # the execution backend that offers the node and runs its jobs (docs/backends.md): "" the node
     # agent (every node registered before backends existed), "slurm" a Slurm partition's node
     backend: str = ""
+    # what work the backend did not place holds there now (a registration says it again when it changes)
+    foreign: ForeignUse | None = None

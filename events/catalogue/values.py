@@ -293,6 +293,17 @@ class GpuDevice(_Part, kw_only=True):
     health: str = ""  # "" healthy; else why not (an XID error, lost from the bus): placement skips it
 
 
+class ForeignUse(_Part, kw_only=True):
+    """What work its backend did not place holds on a node (a job submitted straight to Slurm): *used*
+    capacity, never smaller totals. Placement counts it as taken; whether a job could ever fit is judged
+    on the node's totals, which it leaves alone (docs/backends.md)."""
+
+    cpus_milli: int = 0
+    memory_bytes: int = 0
+    devices: list[str] = []  # the GPUs it holds, by the node's device ids
+    jobs: list[str] = []  # that work as its backend names it (Slurm's job ids)
+
+
 class Quota(_Part, kw_only=True):
     """Per-account limits; ``None`` means unlimited."""
 

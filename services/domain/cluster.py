@@ -10,6 +10,11 @@ A device whose ``health`` is set (its agent saw an XID error, or lost it
 from the bus) stays in ``Node.gpus`` (a job may still hold it) but is
 neither free nor capacity: the fit filters and scores count the healthy
 ones only (``Node.unhealthy_gpus``).
+
+What work its backend did not place holds on a node (``NodeRegistered.foreign``: a job submitted
+straight to Slurm) is *used* capacity, outside the ledger: not free (``free_cpus_milli``,
+``free_memory_bytes``, ``free_devices`` and the fit filters take it off), but still the node's
+capacity, so a job that needs the whole node waits for it rather than being judged never to fit.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ class Node:
     isolation: str = ""  # how its agent confines jobs, as it registered
     backend: str = ""  # the execution backend that registered it ("": the node agent)
     unhealthy_gpus: int = field(init=False, default=0)  # devices with a health problem (derived from gpus)
+    foreign: c.ForeignUse | None = None  # what work its backend did not place holds (used, outside the ledger)
 
     def __post_init__(self) -> None:
         self.unhealthy_gpus = sum(1 for d in self.gpus.values() if d.health)
@@ -92,21 +98,34 @@ class Node:
             return "cordoned"
         if not self.ready:
             return "registered"
-        if not self.jobs:
+        if not self.jobs and self.foreign is None:
             return "idle"
         return "allocated" if self.free_cpus_milli == 0 or not self.free_devices() and self.gpus else "mixed"
 
     @property
+    def foreign_cpus_milli(self) -> int:
+        return self.foreign.cpus_milli if self.foreign is not None else 0
+
+    @property
+    def foreign_memory_bytes(self) -> int:
+        return self.foreign.memory_bytes if self.foreign is not None else 0
+
+    @property
+    def foreign_devices(self) -> frozenset[str]:
+        return frozenset(self.foreign.devices) if self.foreign is not None else frozenset()
+
+    @property
     def free_cpus_milli(self) -> int:
-        return self.cpus_milli - self.used_cpus_milli
+        return self.cpus_milli - self.used_cpus_milli - self.foreign_cpus_milli
 
     @property
     def free_memory_bytes(self) -> int:
-        return self.memory_bytes - self.used_memory_bytes
+        return self.memory_bytes - self.used_memory_bytes - self.foreign_memory_bytes
 
     def free_devices(self) -> list[c.GpuDevice]:
+        foreign = self.foreign_devices
         return [d for i, d in sorted(self.gpus.items(), key=lambda kv: device_sort_key(kv[0]))
-                if i not in self.used_devices and not d.health]
+                if i not in self.used_devices and not d.health and i not in foreign]
 
 
 Requirement = tuple[str, str, tuple[str, ...]]  # node label key, operator, values
@@ -212,6 +231,10 @@ def device_matches(device: c.GpuDevice, req: Request) -> bool:
     return device.memory_bytes >= req.gpu_memory_bytes
 
 
+def _holds(use: c.ForeignUse) -> bool:
+    return bool(use.cpus_milli or use.memory_bytes or use.devices or use.jobs)
+
+
 _NODE_STATE_EVENTS = (c.NodeReady, c.NodeLost, c.NodeCordoned, c.NodeUncordoned, c.NodeDraining, c.NodeRemoved,
                       c.NodeTaintsChanged, c.NodeDatasetsChanged, c.NodeOvercommitChanged)
 
@@ -276,6 +299,7 @@ class Cluster:
             simulated=event.simulated,
             isolation=event.isolation,
             backend=event.backend,
+            foreign=event.foreign if event.foreign is not None and _holds(event.foreign) else None,
         )
         if old is not None and not old.removed:
             # Re-registration (an agent restarted): keep the node's state and ledger.

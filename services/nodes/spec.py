@@ -43,6 +43,7 @@ class NodeSpec:
     # Not registered: the agent's own knowledge, not the scheduler's.
     numa_cpus: dict[int, tuple[int, ...]] = field(default_factory=dict)
     backend: str = ""  # the execution backend that offers it ("": the node agent; docs/backends.md)
+    foreign: c.ForeignUse | None = None  # what work its backend did not place holds there (used, not less)
 
     def registration(self, agent: str, *also: object) -> c.NodeRegistered:
         """The node's ``NodeRegistered`` by ``agent``; ``also``: more of its id after the body's digest (the
@@ -58,6 +59,7 @@ class NodeSpec:
             isolation=self.isolation,
             simulated=self.simulated,
             backend=self.backend,
+            foreign=self.foreign,
             correlation_id=self.name,
             source=f"agent/{self.name}",
         )
@@ -67,11 +69,15 @@ class NodeSpec:
 
 def _digest_form(body: c.NodeRegistered) -> bytes:
     """The bytes a registration's id digests: its encoding, without ``backend`` when it is the node
-    agent's (""), so that an agent's registration keeps the id it had before the field existed."""
-    if body.backend:
+    agent's ("") and without ``foreign`` when there is none, so that a registration keeps the id it had
+    before those fields existed."""
+    if body.backend and body.foreign is not None:
         return encode(body)
     fields = msgspec.to_builtins(body)
-    fields.pop("backend", None)
+    if body.foreign is None:
+        fields.pop("foreign", None)
+    if not body.backend:
+        fields.pop("backend", None)
     return msgspec.json.encode(fields)
 
 

@@ -79,12 +79,14 @@ class NodeIndex:
         freed = o.freed.get(name, ())
         used = node.used_devices
         free = frozenset(d for d in node.gpus if (d not in used or d in freed) and d not in taken)
+        if node.foreign is not None:
+            free -= node.foreign_devices
         return (
             self._hardware[name],
             node.schedulable,
             node.status if not node.schedulable else "",
-            node.cpus_milli - node.used_cpus_milli - o.cpus_milli.get(name, 0),
-            node.memory_bytes - node.used_memory_bytes - o.memory_bytes.get(name, 0),
+            node.free_cpus_milli - o.cpus_milli.get(name, 0),
+            node.free_memory_bytes - o.memory_bytes.get(name, 0),
             free,
         )
 

@@ -89,13 +89,15 @@ def test_what_slurm_runs_on_its_own_is_busy_capacity() -> None:
     # another Horizon installation's job over the same Slurm is Slurm's own to this one
     assert core.foreign_use(core.parse_records(OTHER_HORIZON), "ab12")["s1"].jobs == ("9",)
     [record] = core.parse_records(NODE_LINE)
-    # 4 CPUs - 2, 4000 MiB - 100; of gpu0 and gpu1 the highest one no Horizon job holds is marked busy
+    # the node's totals stay (4 CPUs, 4000 MiB, 2 GPUs, all healthy); Slurm's job 7 *uses* 2 CPUs,
+    # 100 MiB and one GPU: of gpu0 and gpu1 the highest one no Horizon job holds
     spec = core.node_spec(record, "", use["s1"], held_devices=())
-    assert (spec.cpus_milli, spec.memory_bytes) == (2000, 3900 << 20)
-    assert [g.health != "" for g in spec.gpus] == [False, True]
-    assert "Slurm job 7" in spec.gpus[1].health
+    assert (spec.cpus_milli, spec.memory_bytes, len(spec.gpus)) == (4000, 4000 << 20, 2)
+    assert not any(g.health for g in spec.gpus)
+    assert spec.foreign == c.ForeignUse(cpus_milli=2000, memory_bytes=100 << 20, devices=["gpu1"], jobs=["7"])
+    assert spec.registration("slurm").foreign == spec.foreign
     held = core.node_spec(record, "", use["s1"], held_devices=("gpu1",))  # gpu1 is a Horizon job's
-    assert [g.health != "" for g in held.gpus] == [True, False]
+    assert held.foreign is not None and held.foreign.devices == ["gpu0"]
 
 
 def test_a_placement_as_its_sbatch_line() -> None:
@@ -316,7 +318,7 @@ def test_slurm_jobs_of_attempts_horizon_does_not_hold_are_cancelled(tmp_path: Pa
         up.until(lambda: "JobState=CANCELLED" in cluster.run("scontrol", "show", "job", "-o", ghost), timeout_s=10)
         assert "JobState=RUNNING" in cluster.run("scontrol", "show", "job", "-o", other)
         cluster.run("scancel", other)
-        up.until(lambda: all(n["cpus_milli"] == 4000 for n in json.loads(up.cli("nodes", "--json").stdout)))
+        up.until(lambda: all(n["cpus_used_milli"] == 0 for n in json.loads(up.cli("nodes", "--json").stdout)))
 
         # Slurm reserves every node for someone else: Horizon's placement waits in Slurm, PENDING, and
         # Horizon says SCHEDULED (not running); a cancel reaches the pending Slurm job
@@ -365,14 +367,14 @@ def test_what_slurm_decides_on_its_own_shows_in_horizon(tmp_path: Path, cluster:
         # Slurm's own job takes 3 of s3's 4 CPUs and 2 GiB of its 4
         foreign = cluster.run("sbatch", "--parsable", "--nodelist=s3", "--cpus-per-task=3", "--mem=2048",
                               "--output=/dev/null", "--wrap", "sleep 300").strip()
-        row = up.until(lambda: (r := _node_rows(up)["s3"])["cpus_milli"] == 1000 and r)
-        assert row["memory_bytes"] == 2048 << 20
+        row = up.until(lambda: (r := _node_rows(up)["s3"])["cpus_used_milli"] == 3000 and r)
+        assert (row["cpus_milli"], row["memory_bytes"], row["memory_used_bytes"]) == (4000, 4096 << 20, 2048 << 20)
         job = up.submit("--node-selector", "slurm.feature/solo=true", "--cpus", "2", "--", "true")
         time.sleep(3)
         assert up.jobs()[job]["state"] == "PENDING"  # 2 CPUs do not fit in the 1 Slurm leaves
         cluster.run("scancel", foreign)
         up.until(lambda: up.jobs()[job]["state"] == "SUCCEEDED")
-        assert _node_rows(up)["s3"]["cpus_milli"] == 4000
+        assert _node_rows(up)["s3"]["cpus_used_milli"] == 0
         _check_against_slurm(up, up.jobs())
         done = up.cli("check")
         assert done.returncode == 0, done.stdout + done.stderr

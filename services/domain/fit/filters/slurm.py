@@ -85,9 +85,10 @@ class Exclusive:
 
     def check(self, cyc: Cycle) -> tuple[object, ...] | None:
         # Every allocation holds CPUs (submission refuses a job of none), so a node whose CPUs are
-        # all free, by the ledger and the decision's overlay, has nothing on it.
+        # all free, by the ledger, the decision's overlay and its backend's own work, has nothing on it.
         node = cyc.node
-        if cyc.req.exclusive and node.used_cpus_milli + cyc.overlay.cpus_milli.get(node.name, 0) > 0:
+        held = node.used_cpus_milli + node.foreign_cpus_milli + cyc.overlay.cpus_milli.get(node.name, 0)
+        if cyc.req.exclusive and held > 0:
             return ()
         return None
 

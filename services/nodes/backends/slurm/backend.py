@@ -6,9 +6,9 @@ partition: its nodes are the partition's (``scontrol show node -o``, mapped by `
 the nodes placement chose and follows it to its end (``executor.SlurmExecutor``). Every
 ``sync_interval_s`` it reads the nodes again and
 
-* re-registers a node whose capacity changed: what jobs submitted outside Horizon hold there
-  (``core.foreign_use``) is taken off its CPUs and memory and marks that many of its GPUs busy
-  (``GpuDevice.health``, which placement skips), and is given back when they end;
+* re-registers a node whose offer changed: what jobs submitted outside Horizon hold there
+  (``core.foreign_use``) is its ``foreign`` use (``NodeRegistered.foreign``), which placement counts
+  as used (its totals stay: a job that needs the whole node waits), and is gone when they end;
 * drains in Horizon a node Slurm keeps new jobs off (``DRAIN``, ``DOWN``, ...): a
   ``NodeCommandIssued`` drain from user ``slurm`` with Slurm's state and reason, answered by inventory
   like an operator's; when Slurm takes the node back, an uncordon. Only drains it issued itself are
@@ -262,9 +262,11 @@ class SlurmBackend:
         assert self.agent is not None
         now = time.time()
         reg = msgspec.structs.replace(spec.registration(self.agent.name, int(now * 1000)), ts=now)
-        log.info("%s registered: %s CPUs, %s MiB, %d of %d GPUs free of Slurm's own jobs", spec.name,
-                 spec.cpus_milli // 1000, spec.memory_bytes // core.MIB,
-                 sum(1 for g in spec.gpus if not g.health), len(spec.gpus))
+        use = spec.foreign or c.ForeignUse()
+        log.info("%s registered: %s CPUs, %s MiB, %d GPUs; Slurm's own jobs %s hold %s CPUs, %s MiB, GPUs %s",
+                 spec.name, spec.cpus_milli // 1000, spec.memory_bytes // core.MIB, len(spec.gpus),
+                 ",".join(use.jobs) or "(none)", use.cpus_milli // 1000, use.memory_bytes // core.MIB,
+                 ",".join(use.devices) or "-")
         for _ in range(3):
             try:
                 await self.log.publish(event_subject("agent", reg), encode(reg), msg_id=reg.id)
@@ -306,8 +308,9 @@ class SlurmBackend:
 
 def _offer(spec: NodeSpec) -> tuple[Any, ...]:
     """What a registration offers placement: a change of it is registered again."""
-    return spec.cpus_milli, spec.memory_bytes, tuple(spec.gpus), dict(spec.labels)
+    return spec.cpus_milli, spec.memory_bytes, tuple(spec.gpus), dict(spec.labels), spec.foreign
 
 
 def _as_spec(reg: c.NodeRegistered) -> NodeSpec:
-    return NodeSpec(reg.node, reg.cpus_milli, reg.memory_bytes, tuple(reg.gpus), dict(reg.labels))
+    return NodeSpec(reg.node, reg.cpus_milli, reg.memory_bytes, tuple(reg.gpus), dict(reg.labels),
+                    foreign=reg.foreign)

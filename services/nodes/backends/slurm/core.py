@@ -6,8 +6,8 @@
 * ``node_spec``: a Slurm node as a Horizon ``NodeSpec`` (``backend`` "slurm"): ``CPUEfctv`` (else
   ``CPUTot``) CPUs, ``RealMemory`` MiB, one ``GpuDevice`` per GPU of its ``Gres`` (``gpu:4`` or
   ``gpu:a100:4(S:0-1)``; the type is "gpu" when Slurm names none), its ``AvailableFeatures`` as labels
-  (``slurm.feature/<f>``: "true", and ``slurm.partition``) and, after ``foreign``, the capacity Slurm's
-  own jobs take (``foreign_use``) taken off.
+  (``slurm.feature/<f>``: "true", and ``slurm.partition``) and what Slurm's own jobs hold there
+  (``foreign_use``) as the node's ``foreign`` use: used capacity, its totals unchanged.
 * ``node_drained``: whether Slurm's ``State`` keeps new jobs off the node (``DRAIN``, ``DOWN``,
   ``FAIL``, ``MAINT``, ``NOT_RESPONDING``, ...) and why (Slurm's ``Reason``).
 * ``foreign_use``: per node, what running jobs not submitted by Horizon hold (CPUs, memory, GPUs).
@@ -120,9 +120,10 @@ class Use:
 
 def node_spec(record: Mapping[str, str], partition: str = "", foreign: Use | None = None,
               held_devices: Iterable[str] = ()) -> NodeSpec:
-    """The node Horizon registers for a line of ``scontrol show node -o``. With ``foreign``, the
-    capacity those jobs take is not offered: CPUs and memory less theirs, and as many GPUs as they
-    hold (the highest-numbered ones no Horizon job holds, ``held_devices``) marked busy."""
+    """The node Horizon registers for a line of ``scontrol show node -o``: its totals, always. With
+    ``foreign``, what those jobs hold is the node's ``foreign`` use (``c.ForeignUse``), which placement
+    counts as used: their CPUs and memory, and as many GPUs as they hold (the highest-numbered ones no
+    Horizon job holds, ``held_devices``)."""
     name = record["NodeName"]
     cpus = _int(record.get("CPUEfctv")) or _int(record.get("CPUTot"))
     memory_mib = _int(record.get("RealMemory"))
@@ -134,15 +135,14 @@ def node_spec(record: Mapping[str, str], partition: str = "", foreign: Use | Non
     for feature in (record.get("AvailableFeatures") or "").split(","):
         if feature and feature != "(null)":
             labels[f"slurm.feature/{feature}"] = "true"
+    use = None
     if foreign is not None and foreign.jobs:
-        cpus = max(0, cpus - foreign.cpus)
-        memory_mib = max(0, memory_mib - foreign.memory_mib)
         held = set(held_devices)
-        why = f"in use by Slurm job {', '.join(foreign.jobs)} (submitted outside Horizon)"
         busy = [d.id for d in reversed(devices) if d.id not in held][:foreign.gpus]
-        devices = [c.GpuDevice(id=d.id, type=d.type, health=why) if d.id in busy else d for d in devices]
+        use = c.ForeignUse(cpus_milli=min(cpus, foreign.cpus) * 1000, memory_bytes=min(memory_mib, foreign.memory_mib) * MIB,
+                           devices=sorted(busy, key=lambda d: int(d[3:])), jobs=list(foreign.jobs))
     return NodeSpec(name, cpus * 1000, memory_mib * MIB, tuple(devices), labels, backend=BACKEND,
-                    isolation="slurm (the node's slurmd confines jobs as its slurm.conf says)")
+                    isolation="slurm (the node's slurmd confines jobs as its slurm.conf says)", foreign=use)
 
 
 def node_drained(record: Mapping[str, str]) -> str | None:
