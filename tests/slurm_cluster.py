@@ -44,10 +44,12 @@ class SlurmNode:
 
 
 class SlurmCluster:
-    def __init__(self, folder: Path, nodes: list[SlurmNode], partition: str = "batch") -> None:
+    def __init__(self, folder: Path, nodes: list[SlurmNode], partition: str = "batch",
+                 others: tuple[str, ...] = ()) -> None:
         self.folder = folder
         self.nodes = nodes
         self.partition = partition
+        self.others = others  # more partitions over the same nodes (not the default one)
         self.host = socket.gethostname().split(".")[0]
         self.conf = folder / "slurm.conf"
         self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM")}, "SLURM_CONF": str(self.conf)}
@@ -82,6 +84,8 @@ class SlurmCluster:
                 gres.append(f"NodeName={n.name} Name=gpu File={f}/dev/{n.name}-gpu[0-{n.gpus - 1}]")
         lines.append(f"PartitionName={self.partition} Nodes={','.join(n.name for n in self.nodes)} Default=YES "
                      "MaxTime=INFINITE State=UP")
+        for other in self.others:
+            lines.append(f"PartitionName={other} Nodes={','.join(n.name for n in self.nodes)} MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")
         (f / "gres.conf").write_text("\n".join(gres) + "\n")
 

@@ -14,6 +14,9 @@ class JobStarted(Event, tag="JobStarted", kw_only=True):
     stdout: str = ""  # the files the attempt writes on its node (horizon logs reads them through the agent)
     stderr: str = ""
     cwd: str = ""
+    # node -> the GPUs the attempt really holds there, when its backend chose them and they differ
+    # from the placement's (Slurm's IDX): the ledger follows them; empty: the placement's
+    devices: dict[NodeId, list[str]] = {}
 
 
 class JobSucceeded(Event, tag="JobSucceeded", kw_only=True):

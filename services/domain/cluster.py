@@ -398,17 +398,16 @@ def fold_cluster(cluster: Cluster, jobs: JobTable, event: c.Event, seq: int, now
     """
     if cluster.apply(event, seq):
         return None
-    if isinstance(event, c.JobResized):  # an elastic job's nodes changed: the ledger follows, no transition
-        job = jobs.jobs.get(event.job_id)
-        before = job.allocations if job is not None else ()
-        jobs.apply(event, seq, now)
-        if job is not None and job.allocations is not before:
-            for alloc in before:
-                cluster._give_back(job.job_id, alloc)
-            for alloc in job.allocations:
-                cluster._take(job.job_id, alloc)
-        return None
+    # an elastic job's nodes changed (JobResized, no transition), or its backend chose other GPUs than
+    # placement (JobStarted.devices): the ledger follows the job's new allocations
+    job = jobs.jobs.get(event.job_id) if isinstance(event, (c.JobResized, c.JobStarted)) else None
+    before = job.allocations if job is not None else ()
     tr = jobs.apply(event, seq, now)
+    if job is not None and job.allocations is not before and job.state in HOLDS_RESOURCES:
+        for alloc in before:
+            cluster._give_back(job.job_id, alloc)
+        for alloc in job.allocations:
+            cluster._take(job.job_id, alloc)
     if tr is not None:
         cluster.on_transition(tr)
     return tr

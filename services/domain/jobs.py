@@ -40,7 +40,7 @@ import msgspec
 
 from events import catalogue as c
 
-__all__ = ["JobState", "Job", "JobTable", "Transition", "LIVE", "TERMINAL", "FAILURES", "HOLDS_RESOURCES", "STATES"]
+__all__ = ["JobState", "Job", "JobTable", "Transition", "devices_held", "LIVE", "TERMINAL", "FAILURES", "HOLDS_RESOURCES", "STATES"]
 
 
 class JobState(str, Enum):
@@ -115,6 +115,19 @@ class Transition:
     job: Job
     before: JobState | None
     after: JobState
+
+
+def devices_held(allocations: tuple[c.NodeAllocation, ...],
+                 devices: dict[str, list[str]]) -> tuple[c.NodeAllocation, ...]:
+    """The allocations with the GPUs a backend says the attempt really holds (``JobStarted.devices``):
+    on each node it names, as many as placement gave there (a different count changes nothing)."""
+    out = []
+    for alloc in allocations:
+        real = devices.get(alloc.node)
+        if real is not None and len(real) == len(alloc.device_ids) and list(real) != list(alloc.device_ids):
+            alloc = msgspec.structs.replace(alloc, device_ids=list(real))
+        out.append(alloc)
+    return tuple(out) if out != list(allocations) else allocations
 
 
 class JobTable:
@@ -218,6 +231,8 @@ class JobTable:
                 if job is None or job.state is not JobState.SCHEDULED or attempt != job.attempt:
                     return None
                 job.started_ts = time
+                if event.devices:  # its backend chose other GPUs than placement: the ledger follows them
+                    job.allocations = devices_held(job.allocations, event.devices)
                 return self._set(job, JobState.RUNNING)
             case c.JobSucceeded(job_id=job_id, attempt=attempt, exit_code=code):
                 return self._end(job_id, attempt, JobState.SUCCEEDED, time, "", code)

@@ -98,6 +98,13 @@ def test_what_slurm_runs_on_its_own_is_busy_capacity() -> None:
     assert spec.registration("slurm").foreign == spec.foreign
     held = core.node_spec(record, "", use["s1"], held_devices=("gpu1",))  # gpu1 is a Horizon job's
     assert held.foreign is not None and held.foreign.devices == ["gpu0"]
+    # where Slurm names the GPUs it gave (IDX), those are the busy ones, and a job's own are its
+    indexed = core.parse_records(FOREIGN_JOB.replace("GRES= ", "GRES=gpu:1(IDX:0) "))
+    assert core.foreign_use(indexed, "ab12")["s1"].devices == ("gpu0",)
+    assert core.node_spec(record, "", core.foreign_use(indexed, "ab12")["s1"]).foreign.devices == ["gpu0"]
+    assert core.devices_of(core.parse_records("JobId=3 Nodes=s[1-2] CPU_IDs=0 Mem=1 GRES=gpu:2(IDX:1,3) "
+                                              "Nodes=s3 CPU_IDs=0 Mem=1 GRES=gpu:a100:2(IDX:0-1)")[0]) == {
+        "s1": ["gpu1", "gpu3"], "s2": ["gpu1", "gpu3"], "s3": ["gpu0", "gpu1"]}
 
 
 def test_a_placement_as_its_sbatch_line() -> None:
@@ -118,7 +125,9 @@ def test_a_placement_as_its_sbatch_line() -> None:
     assert core.attempt_of({"Comment": "(null)"}, "ab12") is None
     script = core.batch_script({"HORIZON_JOB_ID": "j1", "A": "it's"}, ["sh", "-c", "echo $A"])
     assert script.splitlines()[2:] == ["export A='it'\"'\"'s'", "export HORIZON_JOB_ID=j1",
-                                       'export HORIZON_NODE="${SLURMD_NODENAME:-$HORIZON_NODE}"', "exec sh -c 'echo $A'"]
+                                       'export HORIZON_NODE="${SLURMD_NODENAME:-$HORIZON_NODE}"',
+                                       '[ -n "${SLURM_JOB_GPUS:-}" ] && export HORIZON_GPU_IDS="gpu$(echo '
+                                       '"$SLURM_JOB_GPUS" | sed \'s/,/,gpu/g\')"', "exec sh -c 'echo $A'"]
     assert core.expand_nodes("s[1-3,07],gpu9") == ["s1", "s2", "s3", "s07", "gpu9"]
 
 

@@ -3,10 +3,14 @@
 
 * work submitted straight to Slurm is *used* capacity on its node, never smaller totals: a Horizon
   job that needs the whole node waits for it, and is not refused as one that could never fit;
+* GPUs by Slurm's own indices: the GPUs Slurm's own jobs hold are marked busy by the ``IDX`` Slurm
+  gave them, and a Horizon job's GPUs are the ones Slurm really gave it (``JobStarted.devices``), in
+  the ledger, the job's record and ``horizon check``;
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from events import catalogue as c
+from services.nodes.backends.slurm import core
 from tests.nodes.test_slurm_backend import FINAL, SlurmUp, _check_against_slurm, _node_rows, needs_slurm
 from tests.slurm_cluster import SlurmCluster, SlurmNode
 
@@ -64,3 +69,49 @@ def test_slurm_s_own_work_is_used_capacity_not_smaller_nodes(tmp_path: Path, clu
         assert done.returncode == 0, done.stdout + done.stderr
     finally:
         up.stop()
+
+
+def _registered(up: SlurmUp, node: str) -> c.NodeRegistered:
+    return [e for e in up.log_events() if isinstance(e, c.NodeRegistered) and e.node == node][-1]
+
+
+@needs_slurm
+@pytest.mark.timeout(120)
+def test_gpus_are_the_ones_slurm_gave(tmp_path: Path) -> None:
+    nodes = [SlurmNode("s1", gpus=4)]
+    with SlurmCluster(tmp_path / "slurm", nodes, others=("side",)) as cluster:
+        up = SlurmUp(tmp_path / "data", cluster)
+        up.start()
+        try:
+            # Slurm's own jobs: a takes IDX 0-1, b IDX 2; a ends: Slurm's b holds gpu2, and only gpu2
+            a = _sbatch(cluster, "--gres=gpu:2", "--mem=10")
+            up.until(lambda: "IDX:0-1" in cluster.run("scontrol", "show", "job", "-o", "-d", a))
+            b = _sbatch(cluster, "--gres=gpu:1", "--mem=10")
+            up.until(lambda: "IDX:2" in cluster.run("scontrol", "show", "job", "-o", "-d", b))
+            cluster.run("scancel", a)
+            use = up.until(lambda: (f := _registered(up, "s1").foreign) is not None and f.jobs == [b] and f)
+            assert use.devices == ["gpu2"]  # not gpu3, the highest-numbered
+            # Horizon places a job on gpu0 while Slurm keeps it waiting (its partition is down); meanwhile
+            # a job of Slurm's own (another partition) takes IDX 0: Slurm gives Horizon's job another GPU
+            cluster.run("scontrol", "update", f"PartitionName={cluster.partition}", "State=DOWN")
+            job = up.submit("--gpus", "1", "--", "sleep", "2")
+            up.until(lambda: up.slurm_jobs().get((job, 1), {}).get("JobState") == "PENDING")
+            [placed] = [e for e in up.log_events() if isinstance(e, c.JobScheduled) and e.job_id == job]
+            assert placed.allocations[0].device_ids == ["gpu0"]
+            side = _sbatch(cluster, "--partition=side", "--gres=gpu:1", "--mem=10")
+            up.until(lambda: "IDX:0" in cluster.run("scontrol", "show", "job", "-o", "-d", side))
+            cluster.run("scontrol", "update", f"PartitionName={cluster.partition}", "State=UP")
+            up.until(lambda: up.jobs()[job]["state"] in ("RUNNING", *FINAL))
+            record = cluster.run("scontrol", "show", "job", "-o", "-d", up.slurm_jobs()[(job, 1)]["JobId"])
+            real = core.devices_of(core.parse_records(record)[0])["s1"]
+            assert real != ["gpu0"] and len(real) == 1, record
+            [started] = [e for e in up.log_events() if isinstance(e, c.JobStarted) and e.job_id == job]
+            assert started.devices == {"s1": real}  # what the job really got, recorded
+            shown = json.loads(up.cli("show", job, "--json").stdout)
+            assert [x["device_ids"] for x in shown["job"]["job"]["allocation"]] == [real], shown
+            up.until(lambda: up.jobs()[job]["state"] == "SUCCEEDED")
+            cluster.run("scancel", b, side)
+            done = up.cli("check")
+            assert done.returncode == 0, done.stdout + done.stderr
+        finally:
+            up.stop()

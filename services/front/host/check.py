@@ -147,7 +147,14 @@ def check_log(records: Iterable[Record]) -> LogCheck:
             if job is None or job.spec is None:
                 out.problems.append(f"seq {seq}: {event.job_id} scheduled but never accepted")
             race = _check_nodes(out, nodes, seq, event)
+        moved = out.jobs.jobs.get(event.job_id) if isinstance(event, c.JobStarted) and event.devices else None
+        before = moved.allocations if moved is not None else ()
         tr = out.jobs.apply(event, seq, record.time)
+        if moved is not None and moved.allocations is not before:  # its backend chose other GPUs: the ledger follows
+            for alloc in before:
+                out.cluster._give_back(moved.job_id, alloc)
+            for alloc in moved.allocations:
+                out.cluster._take(moved.job_id, alloc)
         if isinstance(event, ENDINGS):
             endings.see(out, record, event, tr)
         if tr is None:

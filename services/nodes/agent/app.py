@@ -434,8 +434,10 @@ class NodeAgent:
             job = self.core.jobs.get(job_id)
             if job is not None and job.state is JobState.SCHEDULED and job.attempt == attempt:
                 files = execution.files
+                # the GPUs its backend really gave it, where they are not the placement's (the Slurm backend's)
+                devices = getattr(execution, "devices", None) or {}
                 await self._report(c.JobStarted, job_id, attempt, node=alloc.node, pid=execution.pid,
-                                   stdout=files.stdout, stderr=files.stderr, cwd=files.cwd)
+                                   stdout=files.stdout, stderr=files.stderr, cwd=files.cwd, devices=devices)
             if run.stop_reason in ("cancel", "preempt"):
                 self._begin_stop(job_id, run)  # asked to stop while it was starting (or while no agent watched)
             started = time.monotonic()

@@ -77,7 +77,9 @@ class Files:
 
 
 class Execution(Protocol):
-    """One attempt that runs (or ran): what ``Executor.start`` and ``Executor.adopt`` return."""
+    """One attempt that runs (or ran): what ``Executor.start`` and ``Executor.adopt`` return. One whose
+    backend chooses the GPUs itself may also have ``devices`` (node -> the device ids it really got),
+    which the agent reports with ``JobStarted`` when they are not the placement's."""
 
     pid: int | None
     files: Files

@@ -10,7 +10,9 @@
   (``foreign_use``) as the node's ``foreign`` use: used capacity, its totals unchanged.
 * ``node_drained``: whether Slurm's ``State`` keeps new jobs off the node (``DRAIN``, ``DOWN``,
   ``FAIL``, ``MAINT``, ``NOT_RESPONDING``, ...) and why (Slurm's ``Reason``).
-* ``foreign_use``: per node, what running jobs not submitted by Horizon hold (CPUs, memory, GPUs).
+* ``foreign_use``: per node, what running jobs not submitted by Horizon hold (CPUs, memory, GPUs by
+  Slurm's own indices, ``IDX``); ``devices_of``: the GPUs a job really got on each node, as Horizon's
+  device ids (Slurm's ``IDX:i`` is Horizon's ``gpu<i>``).
 * ``sbatch_argv``: the ``sbatch`` of one attempt, pinned to the nodes placement chose
   (``--nodelist``, ``-N``), with the resources it allocated on each (``--ntasks-per-node``,
   ``--cpus-per-task``, ``--mem``, ``--gres gpu:k``), the time limit, and Horizon's id in the job's
@@ -33,7 +35,7 @@ from events import catalogue as c
 from services.nodes.backends.protocol import Outcome
 from services.nodes.spec import NodeSpec
 
-__all__ = ["BACKEND", "parse_records", "node_spec", "node_drained", "foreign_use", "Use", "sbatch_argv",
+__all__ = ["BACKEND", "parse_records", "node_spec", "node_drained", "foreign_use", "devices_of", "Use", "sbatch_argv",
            "batch_script", "comment_of", "attempt_of", "outcome", "ACTIVE", "ENDED", "parse_time", "expand_nodes",
            "time_limit_minutes", "COMMENT_PREFIX", "MIB"]
 
@@ -108,22 +110,57 @@ def _gpus(gres: str) -> list[tuple[str, int]]:
     return kinds
 
 
+def _gpu_indices(gres: str) -> list[int] | None:
+    """Slurm's indices of the GPUs in a job's per-node ``GRES`` (``gpu:3(IDX:0-2)``,
+    ``gpu:a100:1(IDX:5),gpu:v100:1(IDX:6)``); None when it names none (no ``IDX``)."""
+    found: list[int] | None = None
+    for m in re.finditer(r"gpu[^,(]*\(IDX:([^)]*)\)", gres or ""):
+        found = found or []
+        for part in m.group(1).split(","):
+            lo, _, hi = part.partition("-")
+            if lo.isdigit():
+                found.extend(range(int(lo), int(hi) + 1) if hi.isdigit() else [int(lo)])
+    return found
+
+
+def _groups(job: Mapping[str, str]) -> Iterable[tuple[str, str, str, str]]:
+    """A job's per-node groups of ``scontrol show job -d``: (nodes, CPU_IDs, Mem, GRES)."""
+    return zip((job.get("Nodes*") or job.get("Nodes", "")).split("\n"),
+               (job.get("CPU_IDs*") or job.get("CPU_IDs", "")).split("\n"),
+               (job.get("Mem*") or job.get("Mem", "")).split("\n"),
+               (job.get("GRES*") or job.get("GRES", "")).split("\n"))
+
+
+def devices_of(job: Mapping[str, str]) -> dict[str, list[str]]:
+    """Node -> the GPUs the job really holds there (Slurm chose them: ``IDX:i`` is ``gpu<i>``), for
+    the nodes whose ``GRES`` names them."""
+    out: dict[str, list[str]] = {}
+    for nodes, _, _, gres in _groups(job):
+        indices = _gpu_indices(gres)
+        if indices:
+            for node in expand_nodes(nodes):
+                out[node] = [f"gpu{i}" for i in sorted(indices)]
+    return out
+
+
 @dataclass(frozen=True)
 class Use:
-    """What jobs Horizon did not submit hold on one node, and which."""
+    """What jobs Horizon did not submit hold on one node, and which: ``devices`` are the GPUs Slurm
+    names (``IDX``); ``gpus`` counts them, and also those of a job whose ``GRES`` names no indices."""
 
     cpus: int = 0
     memory_mib: int = 0
     gpus: int = 0
     jobs: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
 
 
 def node_spec(record: Mapping[str, str], partition: str = "", foreign: Use | None = None,
               held_devices: Iterable[str] = ()) -> NodeSpec:
     """The node Horizon registers for a line of ``scontrol show node -o``: its totals, always. With
     ``foreign``, what those jobs hold is the node's ``foreign`` use (``c.ForeignUse``), which placement
-    counts as used: their CPUs and memory, and as many GPUs as they hold (the highest-numbered ones no
-    Horizon job holds, ``held_devices``)."""
+    counts as used: their CPUs and memory, and the GPUs Slurm gave them (``Use.devices``); GPUs of
+    theirs Slurm names no index of are the highest-numbered ones no Horizon job holds (``held_devices``)."""
     name = record["NodeName"]
     cpus = _int(record.get("CPUEfctv")) or _int(record.get("CPUTot"))
     memory_mib = _int(record.get("RealMemory"))
@@ -137,8 +174,10 @@ def node_spec(record: Mapping[str, str], partition: str = "", foreign: Use | Non
             labels[f"slurm.feature/{feature}"] = "true"
     use = None
     if foreign is not None and foreign.jobs:
-        held = set(held_devices)
-        busy = [d.id for d in reversed(devices) if d.id not in held][:foreign.gpus]
+        ids = {d.id for d in devices}
+        busy = [d for d in foreign.devices if d in ids]
+        held = set(held_devices) | set(busy)
+        busy += [d.id for d in reversed(devices) if d.id not in held][:max(0, foreign.gpus - len(busy))]
         use = c.ForeignUse(cpus_milli=min(cpus, foreign.cpus) * 1000, memory_bytes=min(memory_mib, foreign.memory_mib) * MIB,
                            devices=sorted(busy, key=lambda d: int(d[3:])), jobs=list(foreign.jobs))
     return NodeSpec(name, cpus * 1000, memory_mib * MIB, tuple(devices), labels, backend=BACKEND,
@@ -196,16 +235,14 @@ def foreign_use(jobs: Iterable[Mapping[str, str]], install: str) -> dict[str, Us
         m = re.search(r"gres[:/]gpu(?::[^:,]+)?:(\d+)", job.get("TresPerNode", ""))
         if m is not None:
             per_node_gpus = int(m.group(1))
-        groups = zip((job.get("Nodes*") or job.get("Nodes", "")).split("\n"),
-                     (job.get("CPU_IDs*") or job.get("CPU_IDs", "")).split("\n"),
-                     (job.get("Mem*") or job.get("Mem", "")).split("\n"),
-                     (job.get("GRES*") or job.get("GRES", "")).split("\n"))
-        for nodes, cpu_ids, mem, gres in groups:
-            gpus = sum(n for _, n in _gpus(gres)) or per_node_gpus
+        for nodes, cpu_ids, mem, gres in _groups(job):
+            indices = _gpu_indices(gres) or []
+            gpus = len(indices) or sum(n for _, n in _gpus(gres)) or per_node_gpus
             for node in expand_nodes(nodes):
                 was = out.get(node, Use())
                 out[node] = Use(was.cpus + _cpu_count(cpu_ids), was.memory_mib + _memory_mib(mem or "0"),
-                                was.gpus + gpus, (*was.jobs, job.get("JobId", "?")))
+                                was.gpus + gpus, (*was.jobs, job.get("JobId", "?")),
+                                (*was.devices, *(f"gpu{i}" for i in indices)))
     return out
 
 
@@ -272,6 +309,8 @@ def batch_script(env: Mapping[str, str], command: Sequence[str]) -> str:
     # Slurm runs a multi-node job's script on the first node of its own (sorted) list, which need not
     # be the first of Horizon's allocation: the node the script runs on is the one Slurm names.
     lines.append('export HORIZON_NODE="${SLURMD_NODENAME:-$HORIZON_NODE}"')
+    # Slurm, not Horizon, chose the GPUs (the backend reports which: devices_of): name those it names
+    lines.append('[ -n "${SLURM_JOB_GPUS:-}" ] && export HORIZON_GPU_IDS="gpu$(echo "$SLURM_JOB_GPUS" | sed \'s/,/,gpu/g\')"')
     lines.append("exec " + shlex.join(command))
     return "\n".join(lines) + "\n"
 

@@ -10,6 +10,7 @@ Slurm exactly as over processes, and reports each start and end once with the sa
   Slurm runs the job (``JobStarted`` then follows), or has ended it. A job with this attempt's comment
   already in Slurm is followed, never submitted again (a backend that restarted between ``sbatch`` and
   its report).
+* ``devices``: the GPUs Slurm gave the job on each node (``JobStarted.devices``: the ledger follows).
 * ``wait``: until Slurm's record of the job is ended (``scontrol show job -o -d``, polled by one
   ``SlurmWatch`` for every job at once; accounting may be off), as an ``Outcome`` (``core.outcome``).
 * ``stop``: ``scancel`` (Slurm's own SIGTERM to every process of the job, SIGKILL after its
@@ -193,6 +194,12 @@ class SlurmExecution:
         self.files = files
         record = executor.watch.jobs.get(slurm_id) or {}
         self.started_wall: float | None = core.parse_time(record.get("StartTime"))
+
+    @property
+    def devices(self) -> dict[str, list[str]]:
+        """Node -> the GPUs Slurm really gave the job there (its ``IDX``), which the agent reports with
+        ``JobStarted``: Slurm chooses them, whatever device ids placement wrote."""
+        return core.devices_of(self.executor.watch.jobs.get(self.slurm_id) or {})
 
     def _outcome(self, record: dict[str, str] | None) -> Outcome:
         return core.outcome(record, stderr_tail(self.files.stderr, self.uid) if self.files.stderr else "")
