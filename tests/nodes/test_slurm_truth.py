@@ -115,3 +115,31 @@ def test_gpus_are_the_ones_slurm_gave(tmp_path: Path) -> None:
             assert done.returncode == 0, done.stdout + done.stderr
         finally:
             up.stop()
+
+
+@needs_slurm
+@pytest.mark.timeout(120)
+def test_array_tasks_see_horizon_s_task_index(tmp_path: Path, cluster: SlurmCluster) -> None:
+    """A Horizon array is no Slurm array: each task's SLURM_ARRAY_TASK_ID is its Horizon index, with
+    `horizon submit --array` and with `horizon sbatch --array` alike (not empty, not Slurm's job id)."""
+    up = SlurmUp(tmp_path / "data", cluster)
+    up.start()
+    out = tmp_path / "out"
+    out.mkdir()
+    try:
+        up.submit("--array", "0-2", "--", "sh", "-c",
+                  f'echo "$SLURM_ARRAY_TASK_ID $SLURM_ARRAY_JOB_ID" > {out}/submit.$HORIZON_ARRAY_INDEX')
+        script = tmp_path / "task.sh"
+        script.write_text(f'#!/bin/sh\n#SBATCH --array=0-2\necho "$SLURM_ARRAY_TASK_ID $SLURM_ARRAY_JOB_ID" '
+                          f'> {out}/sbatch.$HORIZON_ARRAY_INDEX\n')
+        done = up.cli("sbatch", str(script))
+        assert done.returncode == 0, done.stdout + done.stderr
+        up.until(lambda: len(up.jobs()) == 6 and all(j["state"] in FINAL for j in up.jobs().values()))
+        assert {j["state"] for j in up.jobs().values()} == {"SUCCEEDED"}
+        for kind in ("submit", "sbatch"):
+            seen = {i: (out / f"{kind}.{i}").read_text().split() for i in range(3)}
+            assert [seen[i][0] for i in range(3)] == ["0", "1", "2"], (kind, seen)
+            assert len({seen[i][1] for i in range(3)}) == 1, (kind, seen)  # one array id for its tasks
+        _check_against_slurm(up, up.jobs())
+    finally:
+        up.stop()

@@ -292,8 +292,10 @@ def _wrapper(array: bool, nodes: int, program: list[str]) -> str:
     """The POSIX shell the agent runs: the Slurm variables only known on the node, then the script (the
     agent puts it in its working directory and its output files)."""
     lines = []
-    if array:  # a task's id is <array id>_<index>
-        lines.append('export SLURM_ARRAY_JOB_ID="${SLURM_JOB_ID%_*}" SLURM_ARRAY_TASK_ID="${SLURM_JOB_ID##*_}"')
+    if array:  # a task's id is <array id>_<index>, unless its backend named the task already (Slurm's: there
+        # SLURM_JOB_ID is Slurm's own number)
+        lines.append('export SLURM_ARRAY_JOB_ID="${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID%_*}}" '
+                     'SLURM_ARRAY_TASK_ID="${SLURM_ARRAY_TASK_ID:-${SLURM_JOB_ID##*_}}"')
     # SLURMD_NODENAME, SLURM_JOB_NODELIST (all the job's nodes) and the rest are the agent's (job_environment).
     lines.append("exec " + " ".join(shlex.quote(p) for p in program))
     return "\n".join(lines) + "\n"

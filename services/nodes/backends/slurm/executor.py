@@ -315,7 +315,9 @@ class SlurmExecutor:
                   else stdout if spec.stdout else str(files_dir / "stderr"))
         env = {k: v for k, v in job_environment(job_id, attempt, spec, alloc, checkpoint_ref, self._devices(alloc.node),
                                                  held).items()
-               if k.startswith("HORIZON_") or k in spec.env}  # Slurm sets SLURM_* and CUDA_VISIBLE_DEVICES itself
+               # Slurm sets SLURM_* and CUDA_VISIBLE_DEVICES itself, but a Horizon array is no Slurm array:
+               # its task's SLURM_ARRAY_* are Horizon's (the task index, not Slurm's job id)
+               if k.startswith(("HORIZON_", "SLURM_ARRAY_")) or k in spec.env}
         env["HORIZON_CHECKPOINT_FILE"] = str((files_dir / "checkpoint").resolve())
         script = directory / "batch.sh"
         script.write_text(core.batch_script(env, spec.command))
