@@ -3,7 +3,8 @@
 ``SlurmCluster(folder, nodes=[...])`` writes a ``slurm.conf`` (this host as the controller, each node
 a ``slurmd`` of its own on this host with ``-N name`` and a port of its own, ``select/cons_tres``,
 ``proctrack/linuxproc``, ``task/none``, ``auth/none`` + ``cred/none``, accounting off, every state and
-spool file in the folder) and a ``gres.conf`` (GPUs as plain files: Slurm 22.05 counts them and
+spool file in the folder; with ``completion``, a job completion record, ``jobcomp/filetxt``, and
+``min_job_age``: how long the controller keeps an ended job) and a ``gres.conf`` (GPUs as plain files: Slurm 22.05 counts them and
 complains they are no devices, which is harmless here), starts ``slurmctld -D -i`` and the
 ``slurmd -D``, waits until every node is IDLE, and stops them all by PID (SIGTERM, then SIGKILL).
 Slurm's commands run with ``env`` (``SLURM_CONF``).
@@ -45,11 +46,13 @@ class SlurmNode:
 
 class SlurmCluster:
     def __init__(self, folder: Path, nodes: list[SlurmNode], partition: str = "batch",
-                 others: tuple[str, ...] = ()) -> None:
+                 others: tuple[str, ...] = (), completion: bool = False, min_job_age: int = 600) -> None:
         self.folder = folder
         self.nodes = nodes
         self.partition = partition
         self.others = others  # more partitions over the same nodes (not the default one)
+        self.completion = completion
+        self.min_job_age = min_job_age
         self.host = socket.gethostname().split(".")[0]
         self.conf = folder / "slurm.conf"
         self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM")}, "SLURM_CONF": str(self.conf)}
@@ -70,8 +73,10 @@ class SlurmCluster:
             f"SlurmctldPidFile={f}/slurmctld.pid", f"SlurmdPidFile={f}/slurmd-%n.pid",
             f"SlurmctldLogFile={f}/slurmctld.log", f"SlurmdLogFile={f}/slurmd-%n.log",
             f"SlurmUser={user}", f"SlurmdUser={user}", "AccountingStorageType=accounting_storage/none",
-            "JobAcctGatherType=jobacct_gather/none", "JobCompType=jobcomp/none", "ReturnToService=2",
-            "KillWait=2", "MinJobAge=600", "InactiveLimit=0", "SchedulerParameters=sched_interval=1",
+            "JobAcctGatherType=jobacct_gather/none",
+            *(["JobCompType=jobcomp/filetxt", f"JobCompLoc={f}/jobcomp.txt"] if self.completion
+              else ["JobCompType=jobcomp/none"]),
+            "ReturnToService=2", "KillWait=2", f"MinJobAge={self.min_job_age}", "InactiveLimit=0", "SchedulerParameters=sched_interval=1",
         ]
         gres = ["AutoDetect=off"]
         for n in self.nodes:

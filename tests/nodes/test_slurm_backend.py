@@ -138,7 +138,12 @@ def test_how_slurm_jobs_end() -> None:
     assert core.outcome({"JobState": "CANCELLED", "ExitCode": "0:15"}) == core.Outcome(exit_code=-15, signalled=True)
     assert core.outcome({"JobState": "OUT_OF_MEMORY", "ExitCode": "0:125"}).out_of_memory
     assert core.outcome({"JobState": "NODE_FAIL", "ExitCode": "0:0"}).lost
-    assert core.outcome(None).lost  # purged from Slurm while no backend watched
+    assert core.outcome(None).lost  # purged from Slurm while no backend watched, and in no record
+    # sacct's lines of a purged job (accounting, or the job completion record): as outcome() reads them
+    lines = "12|RUNNING|0:0\n13|CANCELLED by 0|0:15\n14|FAILED|3:0\n"
+    assert core.sacct_record(lines, "12") is None and core.sacct_record(lines, "99") is None
+    assert core.outcome(core.sacct_record(lines, "13")) == core.Outcome(exit_code=-15, signalled=True)
+    assert core.outcome(core.sacct_record(lines, "14")) == core.Outcome(exit_code=3)
     assert core.time_limit_minutes(60) == 2 and core.time_limit_minutes(61) == 3
 
 

@@ -143,3 +143,33 @@ def test_array_tasks_see_horizon_s_task_index(tmp_path: Path, cluster: SlurmClus
         _check_against_slurm(up, up.jobs())
     finally:
         up.stop()
+
+
+@needs_slurm
+@pytest.mark.timeout(180)
+def test_jobs_slurm_purged_while_horizon_was_down_end_as_slurm_recorded(tmp_path: Path) -> None:
+    """Jobs that end while Horizon is down and that the controller purges (MinJobAge) before it is back
+    end as Slurm's job completion record says (sacct -c), not as lost."""
+    with SlurmCluster(tmp_path / "slurm", [SlurmNode("s1", gpus=0)], completion=True, min_job_age=2) as cluster:
+        up = SlurmUp(tmp_path / "data", cluster)
+        up.start()
+        try:
+            ok = up.submit("--", "sleep", "3")
+            bad = up.submit("--", "sh", "-c", "sleep 3; exit 3")
+            up.until(lambda: all(up.jobs()[j]["state"] == "RUNNING" for j in (ok, bad)))
+            ids = {key[0]: record["JobId"] for key, record in up.slurm_jobs().items()}
+            assert up.stop() == 0
+            deadline = time.monotonic() + 60  # they end, and the controller forgets them
+            while any("JobState" in cluster.run("scontrol", "show", "job", "-o", ids[j], check=False)
+                      for j in (ok, bad)):
+                assert time.monotonic() < deadline, "Slurm did not purge the jobs"
+                time.sleep(0.5)
+            up.start()
+            up.until(lambda: all(up.jobs()[j]["state"] in FINAL for j in (ok, bad)))
+            jobs = up.jobs()
+            assert jobs[ok]["state"] == "SUCCEEDED", jobs[ok]
+            assert jobs[bad]["state"] == "FAILED" and "exit code 3" in jobs[bad]["reason"], jobs[bad]
+            done = up.cli("check")
+            assert done.returncode == 0, done.stdout + done.stderr
+        finally:
+            up.stop()

@@ -21,6 +21,8 @@
   cluster apart (each counts the other's jobs as Slurm's own).
 * ``batch_script``: the script it submits: Horizon's variables for the job, its ``env``, its command.
 * ``outcome``: a finished Slurm job as the agent's ``Outcome`` (exit code, signal, out of memory, lost).
+* ``SACCT_FIELDS``, ``sacct_record``: a job Slurm's controller has purged (``MinJobAge``) as its
+  accounting or completion record (``sacct [-c] -P -n -o JobID,State,ExitCode``) has it.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from services.nodes.spec import NodeSpec
 
 __all__ = ["BACKEND", "parse_records", "node_spec", "node_drained", "foreign_use", "devices_of", "Use", "sbatch_argv",
            "batch_script", "comment_of", "attempt_of", "outcome", "ACTIVE", "ENDED", "parse_time", "expand_nodes",
-           "time_limit_minutes", "COMMENT_PREFIX", "MIB"]
+           "time_limit_minutes", "COMMENT_PREFIX", "MIB", "SACCT_FIELDS", "sacct_record"]
 
 BACKEND = "slurm"
 COMMENT_PREFIX = "horizon:"  # then <installation>:<attempt>:<job id>
@@ -325,9 +327,26 @@ def parse_time(text: str | None) -> float | None:
         return None
 
 
+SACCT_FIELDS = "JobID,State,ExitCode"  # sacct's -o: what outcome() reads
+
+
+def sacct_record(text: str, slurm_id: str) -> dict[str, str] | None:
+    """The ended job ``slurm_id`` in ``sacct -P -n -o JobID,State,ExitCode`` (``1|COMPLETED|0:0``;
+    a state may read ``CANCELLED by 0``) as ``outcome`` reads a record; None if it is not there or
+    has not ended."""
+    for line in text.splitlines():
+        job, _, rest = line.strip().partition("|")
+        state, _, code = rest.partition("|")
+        state = state.split(" ")[0]
+        if job == slurm_id and state in ENDED:
+            return {"JobId": job, "JobState": state, "ExitCode": code or "0:0"}
+    return None
+
+
 def outcome(job: Mapping[str, str] | None, stderr_tail: str = "") -> Outcome:
     """How a finished Slurm job ended, as the agent reports it; ``None`` (Slurm no longer knows the
-    job: it was purged after ``MinJobAge`` while no backend watched) is lost."""
+    job: it was purged after ``MinJobAge`` while no backend watched, and no accounting or completion
+    record has it either) is lost."""
     if job is None:
         return Outcome(exit_code=None, lost=True)
     state = job.get("JobState", "")

@@ -13,11 +13,15 @@ Slurm exactly as over processes, and reports each start and end once with the sa
 * ``devices``: the GPUs Slurm gave the job on each node (``JobStarted.devices``: the ledger follows).
 * ``wait``: until Slurm's record of the job is ended (``scontrol show job -o -d``, polled by one
   ``SlurmWatch`` for every job at once; accounting may be off), as an ``Outcome`` (``core.outcome``).
+  A job the controller no longer knows (it ended while no backend watched, and was purged after
+  ``MinJobAge``) is looked up in Slurm's accounting (``sacct``), then its job completion record
+  (``sacct -c``, ``JobCompType``), before it is reported lost.
 * ``stop``: ``scancel`` (Slurm's own SIGTERM to every process of the job, SIGKILL after its
   ``KillWait``), so that Slurm's record says CANCELLED, as Horizon's does.
 * ``checkpoint``: ``scancel --signal=<sig> --batch`` (the batch script alone, as the agent signals the
   main process), then the reference the job writes to ``$HORIZON_CHECKPOINT_FILE``.
-* ``adopt``: the attempt's Slurm job, found by its comment, for a backend that restarted.
+* ``adopt``: the attempt's Slurm job, found by its comment (or, once purged, by the Slurm job id
+  ``plan.json`` keeps), for a backend that restarted.
 
 The job's files are on the filesystem the backend and the nodes share (``--output`` paths are
 the backend's); the checkpoint reference is read there too.
@@ -205,7 +209,14 @@ class SlurmExecution:
         return core.outcome(record, stderr_tail(self.files.stderr, self.uid) if self.files.stderr else "")
 
     async def wait(self) -> Outcome:
-        return self._outcome(await self.executor.watch.until(_ended, self.slurm_id))
+        return await self._final(await self.executor.watch.until(_ended, self.slurm_id))
+
+    async def _final(self, record: dict[str, str] | None) -> Outcome:
+        """The outcome of an ended record; of none (purged by the controller), the accounting's or the
+        completion record's, else lost."""
+        if record is None:
+            record = await self.executor.completed(self.slurm_id)
+        return self._outcome(record)
 
     async def _scancel(self, *args: str) -> None:
         try:
@@ -227,7 +238,7 @@ class SlurmExecution:
             if not _ended(watch.jobs.get(self.slurm_id)):
                 await self._scancel("--signal=KILL", "--full")
                 await watch.until(_ended, self.slurm_id, KILL_WAIT_S)
-        return self._outcome(watch.jobs.get(self.slurm_id))
+        return await self._final(watch.jobs.get(self.slurm_id))
 
     async def checkpoint(self, signal_name: str, timeout_s: float) -> str | None:
         await self._scancel(f"--signal={signal_name.removeprefix('SIG')}", "--batch")
@@ -263,6 +274,24 @@ class SlurmExecutor:
 
     def isolation(self) -> str:
         return "slurm (the node's slurmd confines jobs as its slurm.conf says)"
+
+    async def completed(self, slurm_id: str) -> dict[str, str] | None:
+        """How Slurm's records say a job the controller has purged ended: its accounting (``sacct``,
+        with slurmdbd), else its job completion record (``sacct -c``, with ``JobCompType``); None if
+        neither has it (both off, or it is older than they keep)."""
+        for how in ("-X", "-c"):  # the allocation's line alone (no steps); the completion record
+            try:
+                text = await self.slurm.run("sacct", how, "-n", "-P", "-j", slurm_id, "-o", core.SACCT_FIELDS)
+            except SlurmError:
+                continue  # that record is off ("Slurm accounting storage is disabled")
+            record = core.sacct_record(text, slurm_id)
+            if record is not None:
+                log.info("Slurm job %s, purged by the controller, ended %s in %s", slurm_id, record["JobState"],
+                         "its job completion record" if how == "-c" else "Slurm's accounting")
+                return record
+        log.warning("Slurm job %s: the controller has purged it and no accounting or completion record has it",
+                    slurm_id)
+        return None
 
     def processes_here(self) -> None:
         return None  # its jobs run on Slurm's nodes
@@ -332,6 +361,8 @@ class SlurmExecutor:
             argv[1:1] = [f"--uid={run_as.uid}", f"--gid={run_as.gid}"]  # root may submit for another user
         out = await self.slurm.run(*argv)
         slurm_id = out.strip().split(";")[0]
+        plan = json.loads((directory / "plan.json").read_text())
+        (directory / "plan.json").write_text(json.dumps({**plan, "slurm_id": slurm_id}))  # adopt's, once purged
         log.info("%s attempt %d: Slurm job %s on %s", job_id, attempt, slurm_id, ",".join(a.node for a in held))
         await self.watch.refresh()
         return await self._until_running(job_id, attempt, SlurmExecution(self, slurm_id, files_dir,
@@ -357,14 +388,16 @@ class SlurmExecutor:
         except (SlurmError, subprocess.TimeoutExpired) as exc:
             log.warning("cannot read Slurm's jobs to adopt %s: %s", job_id, exc)
             return None
-        slurm_id = self.watch.find(job_id, attempt)
-        if slurm_id is None:
-            return None
         directory = self.attempt_dir(job_id, attempt)
         try:
             plan = json.loads((directory / "plan.json").read_text())
         except (OSError, ValueError):
             plan = {}
+        # the controller purges an ended job after MinJobAge: then the id sbatch gave, whose end
+        # Slurm's accounting or completion record may still hold (SlurmExecution.wait)
+        slurm_id = self.watch.find(job_id, attempt) or plan.get("slurm_id")
+        if slurm_id is None:
+            return None
         return SlurmExecution(self, slurm_id, Path(plan.get("files_dir") or directory), self._files(directory),
                               plan.get("uid"))
 
