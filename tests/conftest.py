@@ -86,3 +86,26 @@ def _no_job_left_running(tmp_path: Path) -> Iterator[None]:
     from services.nodes.backends.process.executors import kill_attempts
 
     kill_attempts(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def kubernetes_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real Kubernetes cluster for the whole run (``tests/kubernetes_cluster.py``): fails in CI and
+    is skipped elsewhere, with the reason, where it cannot start; stopped, leaving nothing behind, at
+    the end of the run."""
+    import os
+
+    from tests.kubernetes_cluster import start_cluster, stop_cluster, unavailable
+
+    why = unavailable()
+    if why is not None:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(why)
+    folder = tmp_path_factory.mktemp("k8s")
+    try:
+        cluster = start_cluster(folder)
+    except (RuntimeError, OSError) as exc:
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(str(exc))
+    try:
+        yield cluster
+    finally:
+        stop_cluster(folder)

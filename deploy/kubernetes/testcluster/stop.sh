@@ -39,8 +39,9 @@ for proc in /proc/[0-9]*; do
     kill -9 "${proc#/proc/}" 2>/dev/null
   fi
 done
-stop_pid kube-controller-manager
-stop_pid kube-apiserver
+stop_pid kube-controller-manager &
+stop_pid kube-apiserver &
+wait
 stop_pid etcd
 
 if [ -f "$DIR/bridge" ]; then
