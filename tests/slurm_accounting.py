@@ -1,7 +1,8 @@
 """A real Slurm accounting database for tests: MariaDB, ``slurmdbd`` and a ``slurmctld`` (which
 registers the cluster and its ``gres/gpu`` TRES with slurmdbd), all in one temporary folder, on
 free loopback ports, started and stopped by PID. ``sacctmgr`` with ``SLURM_CONF`` set to
-``conf`` then manages accounts and QOS as on a real site.
+``conf`` then manages accounts and QOS as on a real site. With ``slurmd``, this host is also the
+cluster's one node (2 CPUs, 2 GiB), so that jobs run and Slurm records their account and QOS.
 
 Debian packages: ``slurm-wlm`` (slurmctld, sacctmgr), ``slurmdbd`` and ``mariadb-server``
 (``.ci/run`` installs them). Measured here: the whole thing is up in about 6 s.
@@ -20,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-NEEDED = ("mariadbd", "mariadb-install-db", "mariadb", "slurmdbd", "slurmctld", "sacctmgr")
+NEEDED = ("mariadbd", "mariadb-install-db", "mariadb", "slurmdbd", "slurmctld", "sacctmgr", "slurmd")
 
 
 def missing() -> list[str]:
@@ -75,7 +76,7 @@ def _stop(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
 
 
 @contextlib.contextmanager
-def accounting(folder: Path, cluster: str = "hz") -> Iterator[Accounting]:
+def accounting(folder: Path, cluster: str = "hz", slurmd: bool = False) -> Iterator[Accounting]:
     folder.mkdir(parents=True, exist_ok=True)
     db, db_port, dbd_port = folder / "db", free_port(), free_port()
     ctld_port, slurmd_port = free_port(), free_port()
@@ -117,7 +118,11 @@ def accounting(folder: Path, cluster: str = "hz") -> Iterator[Accounting]:
             f"SlurmdSpoolDir={folder / 'spool'}", f"SlurmctldPidFile={folder / 'slurmctld.pid'}",
             f"SlurmctldLogFile={folder / 'slurmctld.log'}", "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none", "SelectType=select/cons_tres",
-            f"NodeName={host} CPUs=2 State=UNKNOWN", "PartitionName=main Nodes=ALL Default=YES", ""]))
+            *([f"SlurmdPidFile={folder / 'slurmd.pid'}", f"SlurmdLogFile={folder / 'slurmd.log'}",
+               "SlurmdParameters=config_overrides", "SelectTypeParameters=CR_Core_Memory", "ReturnToService=2",
+               "SchedulerParameters=sched_interval=1", f"NodeName={host} CPUs=2 RealMemory=2048 State=UNKNOWN"]
+              if slurmd else [f"NodeName={host} CPUs=2 State=UNKNOWN"]),
+            "PartitionName=main Nodes=ALL Default=YES", ""]))
         env = acc.env()
         with open(folder / "slurmdbd.out", "wb") as log:
             acc.procs.append(subprocess.Popen([_tool("slurmdbd"), "-D"], env=env, stdout=log,
@@ -139,6 +144,16 @@ def accounting(folder: Path, cluster: str = "hz") -> Iterator[Accounting]:
             return "gres|gpu" in out
 
         _wait("slurmctld's registration with slurmdbd", gpu_tres, folder / "slurmctld.log")
+        if slurmd:
+            with open(folder / "slurmd.out", "wb") as log:
+                acc.procs.append(subprocess.Popen([_tool("slurmd"), "-D", "-f", str(conf)], env=env, stdout=log,
+                                                  stderr=subprocess.STDOUT, start_new_session=True))
+
+            def idle() -> bool:
+                out = subprocess.run(["/usr/bin/sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True)
+                return out.stdout.strip() == "idle"
+
+            _wait("slurmd", idle, folder / "slurmd.log")
         yield acc
     finally:
         for proc in reversed(acc.procs):

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from events import catalogue as c
@@ -120,6 +121,11 @@ def test_a_placement_as_its_sbatch_line() -> None:
                     "--nodes=2", "--nodelist=s2,s1", "--ntasks-per-node=2", "--cpus-per-task=2", "--mem=3072",
                     "--time=3", "--chdir=/w", "--output=/d/out%%j", "--error=/d/err", "--no-requeue",
                     "--open-mode=truncate", "--partition=main", "--gres=gpu:a100:2", "/d/batch.sh"]
+    # the account Horizon charges, and its QOS where Slurm has one of that name
+    ml = msgspec.structs.replace(spec, account="ml", qos="high")
+    assert core.sbatch_argv("ab12", "acme:j1", 3, ml, allocs, devices, "/d/b.sh", "o", "e", "/w", 90,
+                            qos={"high", "normal"})[-4:-1] == ["--account=ml", "--qos=high", "--gres=gpu:a100:2"]
+    assert "--qos=high" not in core.sbatch_argv("ab12", "acme:j1", 3, ml, allocs, devices, "/d/b.sh", "o", "e", "/w", 90)
     assert core.attempt_of({"Comment": "horizon:ab12:3:acme:j1"}, "ab12") == ("acme:j1", 3)
     assert core.attempt_of({"Comment": "horizon:ffff:3:acme:j1"}, "ab12") is None  # another installation's
     assert core.attempt_of({"Comment": "(null)"}, "ab12") is None

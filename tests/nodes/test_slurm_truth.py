@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 from events import catalogue as c
 from services.nodes.backends.slurm import core
 from tests.nodes.test_slurm_backend import FINAL, SlurmUp, _check_against_slurm, _node_rows, needs_slurm
+from tests import slurm_accounting
 from tests.slurm_cluster import SlurmCluster, SlurmNode
 
 
@@ -171,5 +173,52 @@ def test_jobs_slurm_purged_while_horizon_was_down_end_as_slurm_recorded(tmp_path
             assert jobs[bad]["state"] == "FAILED" and "exit code 3" in jobs[bad]["reason"], jobs[bad]
             done = up.cli("check")
             assert done.returncode == 0, done.stdout + done.stderr
+        finally:
+            up.stop()
+
+
+class _AccountingCluster:
+    """The accounting database's Slurm (``tests/slurm_accounting.py`` with its slurmd) as SlurmUp drives it."""
+
+    def __init__(self, acc: slurm_accounting.Accounting) -> None:
+        self.conf, self.partition, self.env = acc.conf, "main", acc.env()
+
+    def run(self, *argv: str, check: bool = True) -> str:
+        done = subprocess.run([f"/usr/bin/{argv[0]}", *argv[1:]], capture_output=True, text=True, env=self.env,
+                              timeout=30)
+        assert done.returncode == 0 or not check, done.stderr
+        return done.stdout
+
+
+@needs_slurm
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(bool(slurm_accounting.missing()), reason="needs slurmdbd and MariaDB")
+def test_jobs_run_in_slurm_under_their_account_and_qos(tmp_path: Path) -> None:
+    """Slurm runs a job under the account Horizon charges it to, and its QOS where Slurm has that QOS
+    (one Slurm does not know is left to Slurm's default, rather than sbatch refusing the job)."""
+    with slurm_accounting.accounting(tmp_path / "slurmdb", slurmd=True) as acc:
+        acc.sacctmgr("add", "account", "ml")
+        acc.sacctmgr("add", "qos", "high")
+        acc.sacctmgr("add", "user", "root", "account=ml")  # the job's user is in the account, as on a site
+        acc.sacctmgr("modify", "user", "root", "set", "qos+=high")
+        cluster = _AccountingCluster(acc)
+        up = SlurmUp(tmp_path / "data", cluster)  # type: ignore[arg-type]
+        up.start()
+        try:
+            jobs = {}
+            for qos in ("high", "nosuch"):
+                script = tmp_path / f"{qos}.sh"
+                script.write_text(f"#!/bin/sh\n#SBATCH --account=ml --qos={qos} --mem=100M\ntrue\n")
+                done = up.cli("sbatch", "--parsable", str(script))
+                assert done.returncode == 0, done.stdout + done.stderr
+                jobs[qos] = done.stdout.strip().split(";")[0]
+            plain = up.submit("--mem", "100M", "--", "true")
+            up.until(lambda: len(up.jobs()) == 3 and all(j["state"] in FINAL for j in up.jobs().values()))
+            assert {j["state"] for j in up.jobs().values()} == {"SUCCEEDED"}, up.jobs()
+            by_job = {key[0]: record for key, record in up.slurm_jobs().items()}
+            high, nosuch = by_job[jobs["high"]], by_job[jobs["nosuch"]]
+            assert (high["Account"], high["QOS"]) == ("ml", "high"), high
+            assert (nosuch["Account"], nosuch["QOS"]) == ("ml", "normal"), nosuch
+            assert by_job[plain]["Account"] != "ml"  # Horizon's default account: Slurm's default for the user
         finally:
             up.stop()

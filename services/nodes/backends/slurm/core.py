@@ -15,7 +15,9 @@
   device ids (Slurm's ``IDX:i`` is Horizon's ``gpu<i>``).
 * ``sbatch_argv``: the ``sbatch`` of one attempt, pinned to the nodes placement chose
   (``--nodelist``, ``-N``), with the resources it allocated on each (``--ntasks-per-node``,
-  ``--cpus-per-task``, ``--mem``, ``--gres gpu:k``), the time limit, and Horizon's id in the job's
+  ``--cpus-per-task``, ``--mem``, ``--gres gpu:k``), the time limit, the account Horizon charges
+  (``--account``, ``slurm_account``) and its QOS where Slurm has one of that name (``--qos``), and
+  Horizon's id in the job's
   name and comment (``horizon:<installation>:<attempt>:<job>``, ``comment_of``), which is how a
   restarted backend finds the attempt again; the installation's id keeps two Horizons on one Slurm
   cluster apart (each counts the other's jobs as Slurm's own).
@@ -39,7 +41,7 @@ from services.nodes.spec import NodeSpec
 
 __all__ = ["BACKEND", "parse_records", "node_spec", "node_drained", "foreign_use", "devices_of", "Use", "sbatch_argv",
            "batch_script", "comment_of", "attempt_of", "outcome", "ACTIVE", "ENDED", "parse_time", "expand_nodes",
-           "time_limit_minutes", "COMMENT_PREFIX", "MIB", "SACCT_FIELDS", "sacct_record"]
+           "time_limit_minutes", "COMMENT_PREFIX", "MIB", "slurm_account", "SACCT_FIELDS", "sacct_record"]
 
 BACKEND = "slurm"
 COMMENT_PREFIX = "horizon:"  # then <installation>:<attempt>:<job id>
@@ -270,12 +272,21 @@ def time_limit_minutes(limit_s: float) -> int:
     return int(-(-limit_s // 60)) + 1
 
 
+def slurm_account(spec: c.JobSpec) -> str:
+    """The Slurm account of a job: the Horizon account it is charged to (the Slurm quota provider's
+    accounts are Slurm's, by name), but for the account a job gets when it names none
+    (``default``), for which Slurm's own default for the user stands; "" then."""
+    return "" if spec.account in ("", c.DEFAULT_ACCOUNT) else spec.account
+
+
 def sbatch_argv(install: str, job_id: str, attempt: int, spec: c.JobSpec, allocations: Sequence[c.NodeAllocation],
                 devices: Mapping[str, Mapping[str, c.GpuDevice]], script: str, stdout: str, stderr: str,
-                cwd: str, limit_s: float, partition: str = "") -> list[str]:
+                cwd: str, limit_s: float, partition: str = "", qos: Iterable[str] = ()) -> list[str]:
     """``sbatch`` for one attempt, pinned to the nodes of ``allocations`` (the first one's share:
     a gang holds the same on each of its nodes). Memory is per node (``--mem``, MiB rounded up), CPUs
-    per task (whole CPUs rounded up: Slurm counts no fractions), GPUs per node (``--gres gpu[:type]:k``)."""
+    per task (whole CPUs rounded up: Slurm counts no fractions), GPUs per node (``--gres gpu[:type]:k``).
+    ``--account``: ``slurm_account``; ``--qos``: the job's QOS if ``qos`` (Slurm's QOS names) holds it:
+    a QOS Slurm does not know would make sbatch refuse the job, and Horizon's QOS need not be Slurm's."""
     first = allocations[0]
     tasks = max(1, first.tasks or spec.tasks_per_node)
     cpus_per_task = max(1, -(-first.cpus_milli // (1000 * tasks)))
@@ -288,6 +299,10 @@ def sbatch_argv(install: str, job_id: str, attempt: int, spec: c.JobSpec, alloca
             f"--open-mode={'append' if spec.open_mode == 'append' else 'truncate'}"]
     if partition:
         argv.append(f"--partition={partition}")
+    if slurm_account(spec):
+        argv.append(f"--account={slurm_account(spec)}")
+    if spec.qos and spec.qos in set(qos):
+        argv.append(f"--qos={spec.qos}")
     if first.device_ids:
         known = devices.get(first.node, {})
         kinds = {known[d].type for d in first.device_ids if d in known}

@@ -4,7 +4,8 @@ It is an ``Executor`` (``services/nodes/backends/protocol.py``) like the agent's
 adapter (``services/nodes/agent/app.py``) carries out the log's placements, cancels and preemptions over
 Slurm exactly as over processes, and reports each start and end once with the same deterministic ids.
 
-* ``start``: ``sbatch`` (``core.sbatch_argv``) of a script (``core.batch_script``) written in the
+* ``start``: ``sbatch`` (``core.sbatch_argv``: with the job's account, and its QOS where Slurm has
+  that QOS, ``slurm_qos``) of a script (``core.batch_script``) written in the
   attempt's directory (``<data dir>/jobs/<job>/<attempt>/``, where the output goes too unless
   ``--output`` says otherwise, and its ``plan.json``, which ``horizon logs`` reads); it returns when
   Slurm runs the job (``JobStarted`` then follows), or has ended it. A job with this attempt's comment
@@ -55,6 +56,7 @@ __all__ = ["Slurm", "SlurmWatch", "SlurmExecution", "SlurmExecutor", "SlurmError
 log = logging.getLogger("horizon.slurm")
 
 KILL_WAIT_S = 30.0  # after the final scancel, how long to wait for Slurm to end the job before giving up
+QOS_TTL_S = 60.0  # how long Slurm's list of QOS names is taken as it was read
 
 
 class SlurmError(RuntimeError):
@@ -271,9 +273,23 @@ class SlurmExecutor:
         self.watch = watch or SlurmWatch(slurm, "")
         self.wanted: Callable[[str, int], bool] = lambda job_id, attempt: True
         self.limits: Callable[[str], float | None] = lambda job_id: None  # the attempt's limit (Job.limit_s)
+        self._qos: tuple[float, frozenset[str]] | None = None  # (when read, Slurm's QOS names)
 
     def isolation(self) -> str:
         return "slurm (the node's slurmd confines jobs as its slurm.conf says)"
+
+    async def slurm_qos(self) -> frozenset[str]:
+        """Slurm's QOS names (``sacctmgr show qos``), read again after ``QOS_TTL_S``; none when Slurm
+        keeps no accounting (``sacctmgr`` needs slurmdbd)."""
+        now = time.monotonic()
+        if self._qos is None or now - self._qos[0] > QOS_TTL_S:
+            try:
+                text = await self.slurm.run("sacctmgr", "-P", "-n", "show", "qos", "format=Name")
+                names = frozenset(line.strip() for line in text.splitlines() if line.strip())
+            except SlurmError:
+                names = frozenset()
+            self._qos = (now, names)
+        return self._qos[1]
 
     async def completed(self, slurm_id: str) -> dict[str, str] | None:
         """How Slurm's records say a job the controller has purged ended: its accounting (``sacct``,
@@ -355,7 +371,8 @@ class SlurmExecutor:
                                                          "stderr": stderr, "files_dir": str(files_dir), "uid": uid}))
         limit = self.limits(job_id) or spec.time_limit_s
         argv = core.sbatch_argv(self.watch.install, job_id, attempt, spec, held, {a.node: self._devices(a.node) for a in held},
-                                str(script), stdout, stderr, cwd, limit, self.partition)
+                                str(script), stdout, stderr, cwd, limit, self.partition,
+                                await self.slurm_qos() if spec.qos else ())
         if other:
             assert run_as is not None
             argv[1:1] = [f"--uid={run_as.uid}", f"--gid={run_as.gid}"]  # root may submit for another user
