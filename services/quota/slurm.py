@@ -20,17 +20,17 @@ on its own, which is looser, and the plan says so.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
-import msgspec
-
 from events import catalogue as c
+from services.quota import accounts
+from services.quota.accounts import Limits, Planned, Provider, Wanted
 
 __all__ = ["SlurmAccount", "SlurmQos", "SlurmLimits", "parse_table", "read_limits", "desired", "plan",
-           "Planned", "TresError", "PROVIDER"]
+           "Planned", "Wanted", "TresError", "PROVIDER", "SLURM"]
 
 PROVIDER = "slurm-quota"  # the ``source`` of the events this provider publishes
+SLURM = Provider(PROVIDER, "Slurm")
 ROOT = "root"
 _MEMORY_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
 
@@ -167,48 +167,21 @@ def read_limits(cluster: str, assoc_rows: list[dict[str, str]], qos_rows: list[d
     return SlurmLimits(cluster, tuple(ordered), qos)
 
 
-@dataclass(slots=True)
-class _Limits:
-    values: dict[str, int] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    def take(self, dim: str, value: int | None, source: str) -> None:
-        if value is None:
-            return
-        if dim not in self.values or value < self.values[dim]:
-            self.values[dim], self.sources[dim] = value, source
-
-    def add_tres(self, tres: dict[str, str], grp_jobs: int | None, source: str) -> None:
-        for name, value in sorted(tres.items()):
-            if name == "cpu":
-                n = _count(value, f"{source} cpu")
-                self.take("cpus_milli", None if n is None else n * 1000, f"{source} GrpTRES")
-            elif name == "mem":
-                self.take("memory_bytes", _memory(value), f"{source} GrpTRES")
-            elif name == "gres/gpu":
-                self.take("gpus", _count(value, f"{source} gres/gpu"), f"{source} GrpTRES")
-            elif name.startswith("gres/gpu:"):
-                self.take(f"type:{name[9:]}", _count(value, f"{source} {name}"), f"{source} GrpTRES")
-            elif value not in ("", "-1"):
-                self.notes.append(f"{source} GrpTRES {name}={value}: Horizon does not schedule {name}; not mapped")
-        self.take("running_jobs", grp_jobs, f"{source} GrpJobs")
-
-    def quota(self) -> c.Quota:
-        v = self.values
-        by_type = {dim[5:]: n for dim, n in sorted(v.items()) if dim.startswith("type:")}
-        return c.Quota(gpus=v.get("gpus"), cpus_milli=v.get("cpus_milli"), memory_bytes=v.get("memory_bytes"),
-                       running_jobs=v.get("running_jobs"), gpus_by_type=by_type, sources=dict(sorted(self.sources.items())))
-
-
-@dataclass(frozen=True, slots=True)
-class Wanted:
-    """One account as Slurm has it: where it sits, its shares and its quota."""
-
-    account: str
-    parent: str | None
-    shares: float
-    quota: c.Quota
+def _add_tres(lim: Limits, tres: dict[str, str], grp_jobs: int | None, source: str) -> None:
+    """A ``GrpTRES`` and a ``GrpJobs`` (of an association or a QOS) into ``lim``."""
+    for name, value in sorted(tres.items()):
+        if name == "cpu":
+            n = _count(value, f"{source} cpu")
+            lim.take("cpus_milli", None if n is None else n * 1000, f"{source} GrpTRES")
+        elif name == "mem":
+            lim.take("memory_bytes", _memory(value), f"{source} GrpTRES")
+        elif name == "gres/gpu":
+            lim.take("gpus", _count(value, f"{source} gres/gpu"), f"{source} GrpTRES")
+        elif name.startswith("gres/gpu:"):
+            lim.take(f"type:{name[9:]}", _count(value, f"{source} {name}"), f"{source} GrpTRES")
+        elif value not in ("", "-1"):
+            lim.notes.append(f"{source} GrpTRES {name}={value}: Horizon does not schedule {name}; not mapped")
+    lim.take("running_jobs", grp_jobs, f"{source} GrpJobs")
 
 
 def desired(limits: SlurmLimits) -> tuple[list[Wanted], list[str]]:
@@ -217,15 +190,15 @@ def desired(limits: SlurmLimits) -> tuple[list[Wanted], list[str]]:
     qos_users: dict[str, list[str]] = {}
     out = []
     for acc in limits.accounts:
-        lim = _Limits()
-        lim.add_tres(acc.grp_tres, acc.grp_jobs, f"Slurm association {limits.cluster}/{acc.name}")
+        lim = Limits()
+        _add_tres(lim, acc.grp_tres, acc.grp_jobs, f"Slurm association {limits.cluster}/{acc.name}")
         job_qos = acc.job_qos
         if job_qos:
             qos = limits.qos.get(job_qos)
             if qos is None:
                 notes.append(f"account {acc.name}: its QOS {job_qos!r} is not in sacctmgr's QOS list; not mapped")
             elif qos.grp_tres or qos.grp_jobs is not None:
-                lim.add_tres(qos.grp_tres, qos.grp_jobs, f"Slurm QOS {job_qos}")
+                _add_tres(lim, qos.grp_tres, qos.grp_jobs, f"Slurm QOS {job_qos}")
                 qos_users.setdefault(job_qos, []).append(acc.name)
         elif len(acc.qos) > 1:
             notes.append(f"account {acc.name}: several QOS ({','.join(acc.qos)}) and no default QOS; no QOS limit "
@@ -251,67 +224,8 @@ def _below_any(account: str, others: set[str], parents: dict[str, str | None]) -
     return False
 
 
-@dataclass(frozen=True, slots=True)
-class Planned:
-    """An account configuration to publish, the ``Nats-Msg-Id`` that makes a retry a duplicate, and why."""
-
-    event: c.AccountConfigured
-    msg_id: str
-    change: str
-
-
-def _digest(w: Wanted) -> str:
-    """A stable digest of an account as wanted (the quota's canonical JSON: its dicts are built sorted)."""
-    text = f"{w.account}|{w.parent}|{w.shares!r}|".encode() + msgspec.json.encode(w.quota)
-    return hashlib.sha256(text).hexdigest()[:16]
-
-
-def _configured(w: Wanted, keep: c.AccountConfigured | None, now: float, user: str) -> c.AccountConfigured:
-    """``w`` as an account configuration, with what Slurm has no notion of kept from ``keep``."""
-    keep = keep or c.AccountConfigured(ts=now, account=w.account)
-    return c.AccountConfigured(
-        ts=now, source=PROVIDER, correlation_id=w.account, account=w.account, parent=w.parent, shares=w.shares,
-        quota=w.quota, borrowing=keep.borrowing, priority_boost=keep.priority_boost, user=user,
-        max_priority_class=keep.max_priority_class, tenants=list(keep.tenants))
-
-
 def plan(wanted: list[Wanted], current: dict[str, tuple[int, c.AccountConfigured]], now: float,
          user: str = "") -> list[Planned]:
-    """The configurations that make Horizon's accounts match ``wanted``.
-
-    ``current``: account -> (log seq, its last ``AccountConfigured``). What Slurm has no notion of
-    (tenants, borrowing, priority boost, class limit) is kept as Horizon has it. An account this
-    provider configured before that Slurm no longer has keeps its place and loses its Slurm limits.
-    Ids name the account, the content and the configuration they follow, so the same sync done
-    twice publishes once, and a later change back to an old value is still published.
-    """
-    out: list[Planned] = []
-    names = set()
-    for w in wanted:
-        names.add(w.account)
-        seq, now_cfg = current.get(w.account, (0, None))
-        if now_cfg is not None and (now_cfg.parent, now_cfg.shares, now_cfg.quota) == (w.parent, w.shares, w.quota):
-            continue
-        change = "new" if now_cfg is None else _what_changed(now_cfg, w)
-        out.append(Planned(_configured(w, now_cfg, now, user),
-                           f"account/{PROVIDER}/{w.account}/{_digest(w)}/after-{seq}", change))
-    for name in sorted(set(current) - names):
-        seq, now_cfg = current[name]
-        if now_cfg.source != PROVIDER or not now_cfg.quota.sources:
-            continue
-        gone = Wanted(name, now_cfg.parent, now_cfg.shares, c.Quota())
-        out.append(Planned(_configured(gone, now_cfg, now, user),
-                           f"account/{PROVIDER}/{name}/{_digest(gone)}/after-{seq}",
-                           "no longer in Slurm: its Slurm limits are removed"))
-    return out
-
-
-def _what_changed(now_cfg: c.AccountConfigured, w: Wanted) -> str:
-    parts = []
-    if now_cfg.parent != w.parent:
-        parts.append(f"parent {now_cfg.parent or ROOT} -> {w.parent or ROOT}")
-    if now_cfg.shares != w.shares:
-        parts.append(f"shares {now_cfg.shares:g} -> {w.shares:g}")
-    if now_cfg.quota != w.quota:
-        parts.append("quota")
-    return ", ".join(parts)
+    """The configurations that make Horizon's accounts match Slurm's (services/quota/accounts.py, ``plan``):
+    Slurm has a tree, so its parents and shares are taken too."""
+    return accounts.plan(SLURM, wanted, current, now, user)

@@ -1,0 +1,109 @@
+"""Kubernetes ResourceQuota as a quota provider (docs/backends.md, "Quota providers"): each namespace's
+quotas become its Horizon account's.
+
+The pure mapping is tested on ResourceQuota objects as the API server returns them; then against the
+real test cluster (tests/kubernetes_cluster.py) and a real ``horizon up --quota-provider kubernetes``:
+a namespace's quota reaches the log as its account's, and a job over it waits with the quota named.
+"""
+
+from __future__ import annotations
+
+
+import pytest
+
+from events import catalogue as c
+from services.domain.fairshare import FairShare
+from services.domain.quotas import BLOCKED, Amount, Quotas
+from services.quota.kubernetes import PROVIDER, QuantityError, desired, plan
+from tests.helpers import spec as job_spec
+
+
+def rq(namespace: str, name: str, hard: dict[str, str], **spec: object) -> dict:
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"hard": hard, **spec}, "status": {"hard": hard, "used": {"pods": "7"}}}
+
+
+QUOTAS = [
+    rq("vision", "gpus", {"requests.nvidia.com/gpu": "4", "pods": "10"}),
+    rq("ml", "compute", {"requests.cpu": "8", "requests.memory": "64Gi", "limits.cpu": "16", "pods": "5",
+                         "services": "3", "requests.storage": "1Ti"}),
+    rq("ml", "big-pods", {"pods": "2"}, scopes=["BestEffort"]),
+    rq("ml", "another", {"cpu": "6500m", "memory": "128G"}),
+    rq("infra", "objects", {"configmaps": "10"}),
+]
+
+
+def test_each_namespace_with_a_quota_that_maps_becomes_an_account_of_its_name():
+    wanted, notes = desired(QUOTAS)
+    assert [(w.account, w.parent, w.shares) for w in wanted] == [("ml", None, 1.0), ("vision", None, 1.0)]
+    ml, vision = (w.quota for w in wanted)
+    # the smallest of every key and every quota of the namespace holds, with the quota and key it came from
+    assert ml.cpus_milli == 6500 and ml.sources["cpus_milli"] == "Kubernetes ResourceQuota ml/another cpu"
+    assert ml.memory_bytes == 64 << 30 and ml.sources["memory_bytes"] == "Kubernetes ResourceQuota ml/compute requests.memory"
+    assert ml.running_jobs == 5 and ml.sources["running_jobs"] == "Kubernetes ResourceQuota ml/compute pods"
+    assert ml.gpus is None
+    assert vision == c.Quota(gpus=4, running_jobs=10, sources={
+        "gpus": "Kubernetes ResourceQuota vision/gpus requests.nvidia.com/gpu",
+        "running_jobs": "Kubernetes ResourceQuota vision/gpus pods"})
+    # what does not map is said; a scoped quota is left out whole; a namespace with nothing that maps is no account
+    assert notes == [
+        "namespace infra: ResourceQuota infra/objects configmaps=10: Horizon does not schedule configmaps; not mapped",
+        "namespace ml: ResourceQuota ml/big-pods holds for some pods only (scopes); not mapped",
+        "namespace ml: ResourceQuota ml/compute requests.storage=1Ti: Horizon does not schedule requests.storage; "
+        "not mapped",
+        "namespace ml: ResourceQuota ml/compute services=3: Horizon does not schedule services; not mapped"]
+
+
+def test_quantities_are_kubernetes_own():
+    wanted, _ = desired([rq("a", "q", {"requests.cpu": "1.5", "requests.memory": "1G", "pods": "1e1"}),
+                         rq("b", "q", {"requests.cpu": "250m", "requests.memory": "512Mi"})])
+    a, b = (w.quota for w in wanted)
+    assert (a.cpus_milli, a.memory_bytes, a.running_jobs) == (1500, 10**9, 10)  # G is 10^9 in Kubernetes
+    assert (b.cpus_milli, b.memory_bytes) == (250, 512 << 20)
+    with pytest.raises(QuantityError, match="ResourceQuota a/q requests.cpu"):
+        desired([rq("a", "q", {"requests.cpu": "lots"})])
+
+
+def test_a_tie_names_the_requests_key():
+    wanted, _ = desired([rq("a", "q", {"limits.cpu": "2", "requests.cpu": "2"})])
+    assert wanted[0].quota.sources == {"cpus_milli": "Kubernetes ResourceQuota a/q requests.cpu"}
+
+
+def test_plan_keeps_horizon_s_tree_and_publishes_only_what_differs():
+    wanted, _ = desired(QUOTAS)
+    first = plan(wanted, {}, now=100.0)
+    assert [(p.event.account, p.change, p.event.source) for p in first] == [("ml", "new", PROVIDER),
+                                                                           ("vision", "new", PROVIDER)]
+    assert first[0].msg_id.startswith("account/kubernetes-quota/ml/") and first[0].msg_id.endswith("/after-0")
+    current = {p.event.account: (i + 1, p.event) for i, p in enumerate(first)}
+    assert plan(wanted, current, now=200.0) == []
+    # the operator puts vision under ml with 3 shares: Kubernetes has no tree, so the sync keeps it
+    vision = current["vision"][1]
+    current["vision"] = (10, c.AccountConfigured(ts=150.0, account="vision", parent="ml", shares=3.0,
+                                                 quota=vision.quota, tenants=["acme"], source="horizon-cli"))
+    assert plan(wanted, current, now=200.0) == []
+    # the namespace's quota changes: its quota is published, its place and tenants kept
+    changed, _ = desired([q if q["metadata"]["namespace"] != "vision" else
+                          rq("vision", "gpus", {"requests.nvidia.com/gpu": "6", "pods": "10"}) for q in QUOTAS])
+    again = plan(changed, current, now=300.0)
+    assert [(p.event.account, p.change, p.event.parent, p.event.shares, p.event.quota.gpus, p.event.tenants)
+            for p in again] == [("vision", "quota", "ml", 3.0, 6, ["acme"])]
+    assert again[0].msg_id.endswith("/after-10") and plan(changed, current, now=301.0)[0].msg_id == again[0].msg_id
+    # the quota deleted: the account stays where it is, without Kubernetes' limits
+    gone = plan([w for w in wanted if w.account != "ml"], current, now=400.0)
+    assert [(p.event.account, p.event.quota, p.change) for p in gone] == [
+        ("ml", c.Quota(), "no longer in Kubernetes: its Kubernetes limits are removed")]
+
+
+def test_the_reason_names_the_resource_quota():
+    fs = FairShare()
+    wanted, _ = desired(QUOTAS)
+    for w in wanted:
+        fs.configure_account(c.AccountConfigured(ts=0.0, account=w.account, parent=w.parent, shares=w.shares,
+                                                 quota=w.quota), 0.0)
+    quotas = Quotas()
+    leaf = fs.leaf_for(job_spec("t", 0, account="ml", user="alice"), 0.0).name
+    quotas.charge(fs, leaf, Amount(cpus_milli=6000, running_jobs=1), +1)
+    verdict, why = quotas.admit(fs, leaf, Amount(cpus_milli=1000, running_jobs=1), {})
+    assert verdict == BLOCKED
+    assert why == "account ml quota (Kubernetes ResourceQuota ml/another cpu): 6 CPUs in use + 1 CPUs > limit 6.5 CPUs"
