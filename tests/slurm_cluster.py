@@ -110,10 +110,25 @@ class SlurmCluster:
             time.sleep(0.2)
         raise RuntimeError(f"the Slurm cluster did not come up: {out!r}\n{self.logs()}")
 
-    def _spawn(self, argv: list[str], out: str) -> None:
-        with open(self.folder / out, "wb") as fh:
-            self.procs.append(subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=self.env,
-                                               stdin=subprocess.DEVNULL, start_new_session=True))
+    def _spawn(self, argv: list[str], out: str) -> subprocess.Popen[bytes]:
+        with open(self.folder / out, "ab") as fh:
+            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=self.env,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def restart_controller(self) -> None:
+        """Stop slurmctld (SIGTERM, by its PID) and start it again on its saved state, as an operator's
+        ``systemctl restart slurmctld``; returns once it answers."""
+        ctld = self.procs[0]
+        ctld.send_signal(signal.SIGTERM)
+        ctld.wait(timeout=30)
+        self.procs.remove(ctld)
+        self._spawn(["/usr/sbin/slurmctld", "-D", "-f", str(self.conf)], "slurmctld.out")
+        self.procs.insert(0, self.procs.pop())  # the controller first: stop() ends it last
+        deadline = time.monotonic() + 30
+        while self.run("sinfo", "-h", check=False) == "" and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     def run(self, *argv: str, check: bool = True) -> str:
         done = subprocess.run([f"{BIN}/{argv[0]}", *argv[1:]], capture_output=True, text=True, env=self.env,

@@ -81,6 +81,9 @@ def test_a_slurm_node_as_horizon_registers_it() -> None:
     assert core.node_drained({"State": "IDLE"}) is None and core.node_drained({"State": "ALLOCATED"}) is None
     assert core.node_drained({"State": "DOWN*", "Reason": "Not responding"}) == "Slurm: DOWN* (Not responding)"
     assert core.node_drained({"State": "IDLE*"}) is not None  # not responding
+    # slurmctld restarted: the node's state is not known yet, which is no drain (nor a return)
+    assert core.node_unknown({"State": "UNKNOWN"}) and core.node_drained({"State": "UNKNOWN"}) is None
+    assert not core.node_unknown({"State": "UNKNOWN+DRAIN"}) and core.node_drained({"State": "UNKNOWN+DRAIN"})
 
 
 def test_what_slurm_runs_on_its_own_is_busy_capacity() -> None:

@@ -222,3 +222,31 @@ def test_jobs_run_in_slurm_under_their_account_and_qos(tmp_path: Path) -> None:
             assert by_job[plain]["Account"] != "ml"  # Horizon's default account: Slurm's default for the user
         finally:
             up.stop()
+
+
+@needs_slurm
+@pytest.mark.timeout(120)
+def test_a_slurmctld_restart_drains_nothing(tmp_path: Path, cluster: SlurmCluster) -> None:
+    """After slurmctld restarts, Slurm shows its nodes UNKNOWN for a few seconds (until each slurmd
+    registers again): no news of them, not a drain; Horizon's nodes stay as they were."""
+    up = SlurmUp(tmp_path / "data", cluster)
+    up.start()
+    try:
+        cluster.restart_controller()
+        states: set[str] = set()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            now = {r["State"] for r in core.parse_records(cluster.run("scontrol", "show", "node", "-o", check=False))}
+            states |= now
+            if now == {"IDLE"}:
+                break
+            time.sleep(0.2)
+        assert "UNKNOWN" in states and states <= {"UNKNOWN", "IDLE"}, states  # what the backend saw meanwhile
+        time.sleep(2.5)  # a sync of the backend's after
+        drains = [e for e in up.log_events() if isinstance(e, c.NodeCommandIssued)]
+        assert drains == [], drains
+        assert {r["state"] for r in _node_rows(up).values()} == {"idle"}
+        job = up.submit("--", "true")
+        up.until(lambda: up.jobs()[job]["state"] == "SUCCEEDED")
+    finally:
+        up.stop()

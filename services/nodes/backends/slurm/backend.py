@@ -9,6 +9,7 @@ the nodes placement chose and follows it to its end (``executor.SlurmExecutor``)
 * re-registers a node whose offer changed: what jobs submitted outside Horizon hold there
   (``core.foreign_use``) is its ``foreign`` use (``NodeRegistered.foreign``), which placement counts
   as used (its totals stay: a job that needs the whole node waits), and is gone when they end;
+* leaves a node whose state Slurm does not know yet (``UNKNOWN``: slurmctld restarted) as it was;
 * drains in Horizon a node Slurm keeps new jobs off (``DRAIN``, ``DOWN``, ...): a
   ``NodeCommandIssued`` drain from user ``slurm`` with Slurm's state and reason, answered by inventory
   like an operator's; when Slurm takes the node back, an uncordon. Only drains it issued itself are
@@ -218,6 +219,8 @@ class SlurmBackend:
             known = agent.nodes.get(spec.name)
             if known is None:
                 continue  # a node added to the partition is offered after a restart of the backend
+            if core.node_unknown(nodes[spec.name]):
+                continue  # slurmctld restarted and knows nothing of it yet: no news, not a drain
             spec = dataclasses.replace(spec, isolation=known.isolation)
             if _offer(spec) != _offer(known):
                 agent.nodes[spec.name] = spec

@@ -9,7 +9,9 @@
   (``slurm.feature/<f>``: "true", and ``slurm.partition``) and what Slurm's own jobs hold there
   (``foreign_use``) as the node's ``foreign`` use: used capacity, its totals unchanged.
 * ``node_drained``: whether Slurm's ``State`` keeps new jobs off the node (``DRAIN``, ``DOWN``,
-  ``FAIL``, ``MAINT``, ``NOT_RESPONDING``, ...) and why (Slurm's ``Reason``).
+  ``FAIL``, ``MAINT``, ``NOT_RESPONDING``, ...) and why (Slurm's ``Reason``); ``node_unknown``: whether
+  Slurm does not know the node's state yet (``UNKNOWN``, the first seconds after slurmctld
+  restarts), which is no news: neither a drain nor a return.
 * ``foreign_use``: per node, what running jobs not submitted by Horizon hold (CPUs, memory, GPUs by
   Slurm's own indices, ``IDX``); ``devices_of``: the GPUs a job really got on each node, as Horizon's
   device ids (Slurm's ``IDX:i`` is Horizon's ``gpu<i>``).
@@ -39,7 +41,7 @@ from events import catalogue as c
 from services.nodes.backends.protocol import Outcome
 from services.nodes.spec import NodeSpec
 
-__all__ = ["BACKEND", "parse_records", "node_spec", "node_drained", "foreign_use", "devices_of", "Use", "sbatch_argv",
+__all__ = ["BACKEND", "parse_records", "node_spec", "node_drained", "node_unknown", "foreign_use", "devices_of", "Use", "sbatch_argv",
            "batch_script", "comment_of", "attempt_of", "outcome", "ACTIVE", "ENDED", "parse_time", "expand_nodes",
            "time_limit_minutes", "COMMENT_PREFIX", "MIB", "slurm_account", "SACCT_FIELDS", "sacct_record"]
 
@@ -54,7 +56,7 @@ ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "
                    "OUT_OF_MEMORY", "PREEMPTED", "REVOKED", "SPECIAL_EXIT"})
 # Node state flags (sinfo(1), NODE STATE CODES) under which Slurm starts nothing new on a node.
 _UNUSABLE = ("DRAIN", "DOWN", "FAIL", "MAINT", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "REBOOT_ISSUED",
-             "INVALID_REG", "FUTURE", "UNKNOWN", "INVAL")
+             "INVALID_REG", "FUTURE", "INVAL")
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=")
 
@@ -188,13 +190,27 @@ def node_spec(record: Mapping[str, str], partition: str = "", foreign: Use | Non
                     isolation="slurm (the node's slurmd confines jobs as its slurm.conf says)", foreign=use)
 
 
-def node_drained(record: Mapping[str, str]) -> str | None:
-    """Why Slurm starts nothing new on this node (its state and reason), or None if it does."""
-    state = record.get("State", "")
+def _flags(state: str) -> set[str]:
     flags = set(state.rstrip("*~#!%$@^-").replace("*", "").split("+"))
     if state.endswith("*"):
         flags.add("NOT_RESPONDING")
-    bad = sorted(f for f in flags if f in _UNUSABLE or f.startswith("DRAIN"))
+    return flags
+
+
+def node_unknown(record: Mapping[str, str]) -> bool:
+    """Whether Slurm does not know the node's state (``UNKNOWN``, maybe not responding yet: slurmctld
+    restarted and its slurmd has not registered again), and no drain or down of its own says more."""
+    flags = _flags(record.get("State", ""))
+    return "UNKNOWN" in flags and not any(f in _UNUSABLE or f.startswith("DRAIN") for f in flags - {"NOT_RESPONDING"})
+
+
+def node_drained(record: Mapping[str, str]) -> str | None:
+    """Why Slurm starts nothing new on this node (its state and reason), or None if it does (or does
+    not know yet: ``node_unknown``)."""
+    state = record.get("State", "")
+    if node_unknown(record):
+        return None
+    bad = sorted(f for f in _flags(state) if f in _UNUSABLE or f.startswith("DRAIN"))
     if not bad:
         return None
     reason = record.get("Reason", "")
