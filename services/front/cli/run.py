@@ -70,9 +70,17 @@ def shape_options(command: Any) -> Any:
 @click.option("--tls", "use_tls", is_flag=True,
               help="Mutual TLS between every part and the server: a CA and certificates made in DATA_DIR/tls/; "
                    "other clients need HORIZON_TLS_CA, HORIZON_TLS_CERT and HORIZON_TLS_KEY.")
-@click.option("--backend", type=click.Choice(["agent", "slurm"]), default="agent", show_default=True,
-              help="What runs the jobs: agent (Horizon's node agent, on this machine or a development cluster) or "
-                   "slurm (an existing Slurm cluster's partition: Horizon decides, Slurm runs; docs/backends.md).")
+@click.option("--backend", type=click.Choice(["agent", "slurm", "kubernetes"]), default="agent", show_default=True,
+              help="What runs the jobs: agent (Horizon's node agent, on this machine or a development cluster), "
+                   "slurm (an existing Slurm cluster's partition: Horizon decides, Slurm runs) or kubernetes (a "
+                   "Kubernetes cluster's nodes: Horizon binds each job's pods; docs/backends.md).")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="--backend kubernetes: the cluster's kubeconfig (its current context) [default: this pod's "
+                   "service account].")
+@click.option("--namespace", default="", help="--backend kubernetes: where Horizon's pods go [default: the "
+              "context's namespace].")
+@click.option("--default-image", default=None, help="--backend kubernetes: the image of a job that names no "
+              "--image [default: busybox:1.35].")
 @click.option("--slurm-conf", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="--backend slurm: the cluster's slurm.conf [default: $SLURM_CONF, else Slurm's own].")
 @click.option("--slurm-partition", default="", help="--backend slurm: the partition whose nodes Horizon schedules "
@@ -89,7 +97,8 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
        cpus_per_node: str | None, memory_per_node: str | None, executor: str, heartbeat_timeout: float, policy: str,
        backfill_mode: str, otel: str, ui_port: int | None, processes: bool, auth: bool, use_tls: bool,
        backend: str, slurm_conf: Path | None, slurm_partition: str, slurm_bin: str, quota_provider: str,
-       quota_every: str, verbose: bool) -> None:
+       quota_every: str, kubeconfig: Path | None, namespace: str, default_image: str | None,
+       verbose: bool) -> None:
     """Start everything on this machine: nats-server, the five services, projections, and a node.
 
     Without shape options the node is this machine as it is: its CPUs, memory and GPUs (found
@@ -112,18 +121,21 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
     With --backend slurm the nodes are a Slurm partition's (--slurm-conf, --slurm-partition) and
     each job placed on them runs as a Slurm batch job pinned to the nodes Horizon chose. With
     --quota-provider slurm the accounts, their shares and limits are Slurm's (sacctmgr), synced into
-    the log at start and every --quota-every.
+    the log at start and every --quota-every. With --backend kubernetes the nodes are a Kubernetes
+    cluster's (--kubeconfig) and each job placed on them runs as a pod (--image, else --default-image)
+    in --namespace that Horizon binds to the node it chose.
     """
     shape = Shape(nodes, gpus_per_node, gpu_type, cpus_per_node, memory_per_node)
     launch_up(UpOptions(data_dir=data_dir, port=port, shape=shape, executor=executor,
                         heartbeat_timeout=heartbeat_timeout, policy=policy, backfill_mode=backfill_mode, otel=otel,
                         ui_port=ui_port, processes=processes, auth=auth, use_tls=use_tls, backend=backend,
                         slurm_conf=slurm_conf, slurm_partition=slurm_partition, slurm_bin=slurm_bin,
-                        quota_provider=quota_provider, quota_every=quota_every, verbose=verbose))
+                        quota_provider=quota_provider, quota_every=quota_every, verbose=verbose,
+                        kubeconfig=kubeconfig, namespace=namespace, default_image=default_image))
 
 
 @click.command()
-@click.argument("name", type=click.Choice([*SERVICES, "projections", "agent", "slurm"]))
+@click.argument("name", type=click.Choice([*SERVICES, "projections", "agent", "slurm", "kubernetes"]))
 @click.option("--nats", "nats_url", envvar="HORIZON_NATS_URL", default="nats://127.0.0.1:4222", show_default=True)
 @click.option("--data-dir", type=click.Path(path_type=Path, resolve_path=True), default=Path(".horizon"),
               show_default=True)
@@ -160,6 +172,13 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
 @click.option("--slurm-partition", default="", help="slurm: the partition whose nodes Horizon schedules onto "
               "[default: every node].")
 @click.option("--slurm-bin", default="/usr/bin", show_default=True, help="slurm: where Slurm's commands are.")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="kubernetes: the cluster's kubeconfig (its current context) [default: this pod's "
+                   "service account].")
+@click.option("--namespace", default="", help="kubernetes: where Horizon's pods go [default: the "
+              "context's namespace].")
+@click.option("--default-image", default=None, help="kubernetes: the image of a job that names no "
+              "--image [default: busybox:1.35].")
 @click.option("--partition", "partitions", multiple=True, metavar="NAME",
               help="scheduling, placement: lead only these partitions' jobs (repeat for several), under "
                    "their own subjects, lease and snapshots (docs/scaling.md) [default: the whole cluster].")
@@ -169,8 +188,8 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
             node_name: str | None, executor: str, heartbeat_timeout: float, policy: str, backfill_mode: str,
             otel: str, metrics_port: int | None, metrics_std: bool, metrics_host: str,
             metrics_token_file: Path | None, lease_ttl: int,
-            slurm_conf: Path | None, slurm_partition: str, slurm_bin: str, partitions: tuple[str, ...],
-            verbose: bool) -> None:
+            slurm_conf: Path | None, slurm_partition: str, slurm_bin: str, kubeconfig: Path | None, namespace: str,
+            default_image: str | None, partitions: tuple[str, ...], verbose: bool) -> None:
     """Run one part alone against any NATS (the distributed shape).
 
     --nats takes one URL or several separated by commas (the servers of a NATS cluster). Once the
@@ -183,7 +202,8 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
     The agent hosts this machine as one node (its CPUs, memory and GPUs, as discovered) unless a
     shape option makes it host a development cluster of simulated nodes instead. `slurm` is the
     Slurm backend instead of an agent: a Slurm partition's nodes (--slurm-conf, --slurm-partition;
-    docs/backends.md).
+    docs/backends.md). `kubernetes` is the Kubernetes backend: a cluster's nodes (--kubeconfig,
+    --namespace), each job a pod Horizon binds.
 
     Scheduling and placement scale out by partition: `--partition gpu` runs the leader of partition
     gpu's jobs and nodes only, beside the leaders of the others (each pair on its own subjects;
@@ -195,7 +215,8 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
         node_name=node_name, executor=executor, heartbeat_timeout=heartbeat_timeout, policy=policy,
         backfill_mode=backfill_mode, otel=otel, metrics_port=metrics_port, metrics_std=metrics_std,
         metrics_host=metrics_host, metrics_token_file=metrics_token_file, lease_ttl=lease_ttl, slurm_conf=slurm_conf,
-        slurm_partition=slurm_partition, slurm_bin=slurm_bin, partitions=partitions), verbose)
+        slurm_partition=slurm_partition, slurm_bin=slurm_bin, partitions=partitions, kubeconfig=kubeconfig,
+        namespace=namespace, default_image=default_image), verbose)
 
 
 def register(group: click.Group) -> None:

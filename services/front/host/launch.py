@@ -2,7 +2,7 @@
 
 ``launch_up`` walks it in numbered steps: 1. the data dir is ours (its lock) before anything in it is
 touched; 2. what runs the jobs: this machine as discovered, a development cluster of simulated nodes
-(``Shape``), or a Slurm partition; 3. credentials, certificates and the server's config; then either
+(``Shape``), a Slurm partition or a Kubernetes cluster; 3. credentials, certificates and the server's config; then either
 every part in this process (``up_in_process``) or each its own supervised process
 (``services/front/host/launch_processes.py``). ``horizon service`` is ``launch_service.py``; the
 HTTP side, telemetry and the lines printed are ``launch_web.py``'s.
@@ -23,6 +23,8 @@ from typing import Any
 from events.resources import parse_cpus, parse_duration, parse_memory
 from services.front.client.problems import BadValue, Failure, UsageProblem
 from services.front.client.terminal import say
+from services.front.host.launch_kubernetes import describe as describe_kubernetes
+from services.front.host.launch_kubernetes import kubernetes_settings
 from services.front.host.launch_processes import up_processes
 from services.front.host.launch_web import (dashboard_line, http_server, metrics_line, metrics_tokens, ready_lines,
                                             telemetry, up_dashboard)
@@ -204,10 +206,16 @@ class UpOptions:
     quota_provider: str
     quota_every: str
     verbose: bool
+    kubeconfig: Path | None = None  # --backend kubernetes (services/front/host/launch_kubernetes.py)
+    namespace: str = ""
+    default_image: str | None = None
 
 
-def _what_runs(o: UpOptions, slurm: Any) -> tuple[list[NodeSpec], str]:
-    """The nodes ``up`` hosts (none for a Slurm partition: Slurm gives them) and what to say of them."""
+def _what_runs(o: UpOptions, slurm: Any, kubernetes: Any = None) -> tuple[list[NodeSpec], str]:
+    """The nodes ``up`` hosts (none for a Slurm partition or a Kubernetes cluster: they give them) and
+    what to say of them."""
+    if kubernetes is not None:
+        return [], describe_kubernetes(kubernetes)
     if slurm is not None:
         conf_text = o.slurm_conf or os.environ.get("SLURM_CONF") or "the default slurm.conf"
         return [], f"Slurm partition {o.slurm_partition or '(every node)'} of {conf_text}"
@@ -222,11 +230,13 @@ def launch_up(o: UpOptions) -> None:
     quota = _quota_settings(o.quota_provider, o.quota_every, o.slurm_conf, o.processes)
     slurm = slurm_settings(o.backend, o.shape, o.executor, o.processes, o.slurm_conf, o.slurm_partition, o.slurm_bin,
                            conf_used=quota is not None)
+    kubernetes = kubernetes_settings(o.backend, o.shape.dev, o.executor, o.processes, o.kubeconfig, o.namespace,
+                                     o.default_image)
     data_dir = o.data_dir
     lock = _hold(data_dir)  # 1. the data dir is ours before anything in it is touched
     try:
         # 2. what runs: the machine (discovered), the development cluster, or a Slurm partition
-        node_specs, what = _what_runs(o, slurm)
+        node_specs, what = _what_runs(o, slurm, kubernetes)
         configure_logging(o.verbose, data_dir / "horizon.log")
         warning = mode_warning(data_dir, o.auth)
         if warning:
@@ -247,11 +257,11 @@ def launch_up(o: UpOptions) -> None:
         server.start()
         try:
             asyncio.run(up_in_process(server, data_dir, node_specs, o.executor, o.heartbeat_timeout, what, o.policy,
-                                      o.backfill_mode, o.otel, secured, o.ui_port, slurm, quota))
+                                      o.backfill_mode, o.otel, secured, o.ui_port, slurm, quota, kubernetes))
         except DataDirBusy as exc:  # the agent's own lock: an agent started apart on this data dir
             raise Failure(str(exc)) from None
-        except RuntimeError as exc:  # the Slurm backend could not start (services/nodes/backends/slurm/backend.py)
-            if slurm is None or type(exc.__cause__).__name__ != "SlurmUnavailable":
+        except RuntimeError as exc:  # the Slurm or Kubernetes backend could not start (services/nodes/backends/)
+            if type(exc.__cause__).__name__ not in ("SlurmUnavailable", "KubernetesUnavailable"):
                 raise
             raise Failure(str(exc.__cause__)) from None
         finally:
@@ -265,7 +275,7 @@ def launch_up(o: UpOptions) -> None:
 async def up_in_process(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], executor: str,
                         heartbeat_timeout: float, what: str, policy: str, backfill: str, otel: str = "none",
                         secured: Secured | None = None, ui_port: int | None = None, slurm: Any = None,
-                        quota: Any = None) -> None:
+                        quota: Any = None, kubernetes: Any = None) -> None:
     """Every part in this process, with the HTTP server, until Ctrl-C or SIGTERM."""
     secured = secured or Secured(None, None, None)
     tracing, meters, registry = telemetry(otel, "horizon", prometheus=True)
@@ -275,13 +285,16 @@ async def up_in_process(server: NatsServer, data_dir: Path, node_specs: list[Nod
                             tokens=metrics_tokens(secured, data_dir))
     stack = Stack(url, data_dir, nodes=node_specs, executor=executor, heartbeat_timeout_s=heartbeat_timeout,
                   policy=policy, backfill=backfill, tracer_provider=tracing, meter_provider=meters,
-                  urls=secured.part_urls(server.host, server.port), slurm=slurm, quota=quota)
+                  urls=secured.part_urls(server.host, server.port), slurm=slurm, quota=quota, kubernetes=kubernetes)
     async with stop_signals() as stop:
         try:
             await stack.start()
             if slurm is not None:  # the partition's nodes, as Slurm gave them
                 node_specs = list(stack.parts["slurm"].obj.agent.nodes.values())
                 executor = "slurm"
+            elif kubernetes is not None:  # the cluster's nodes, as its API server gave them
+                node_specs = list(stack.parts["kubernetes"].obj.agent.nodes.values())
+                executor = "kubernetes"
             # its partitions, as the operator (services/front/host/partitions.py: never over an operator's)
             await publish_stock(stack.url_of("admin"), node_specs)
             assert server.pid is not None

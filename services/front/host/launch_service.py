@@ -2,7 +2,7 @@
 
 ``launch_service`` checks the options, then runs the part until it fails or Ctrl-C/SIGTERM stops it:
 1. telemetry and, if asked, its own /metrics; 2. the streams; 3. the part (a service, the
-projections, the agent or the Slurm backend), said ready on $NOTIFY_SOCKET once caught up; 4. its
+projections, the agent, the Slurm or the Kubernetes backend), said ready on $NOTIFY_SOCKET once caught up; 4. its
 stop, and a non-zero exit if it failed (so systemd or Kubernetes restarts it).
 """
 
@@ -17,6 +17,7 @@ from events.subjects import valid_token
 from services.front.client.problems import BadValue, Failure, UsageProblem
 from services.front.client.terminal import say
 from services.front.host.launch import Shape, configure_logging, machine, slurm_settings, stop_signals
+from services.front.host.launch_kubernetes import kubernetes_settings
 from services.front.host.launch_web import http_server, telemetry
 from services.front.host.lock import DataDirBusy
 from services.front.host.metrics import read_token
@@ -57,6 +58,9 @@ class ServiceOptions:
     slurm_partition: str
     slurm_bin: str
     partitions: tuple[str, ...]
+    kubeconfig: Path | None = None  # kubernetes (services/front/host/launch_kubernetes.py)
+    namespace: str = ""
+    default_image: str | None = None
 
 
 def _check_names(o: ServiceOptions) -> None:
@@ -91,13 +95,15 @@ def launch_service(o: ServiceOptions, verbose: bool) -> None:
         slurm = slurm_settings("slurm", shape, o.executor, False, o.slurm_conf, o.slurm_partition, o.slurm_bin)
     elif o.slurm_conf is not None or o.slurm_partition:
         raise UsageProblem("--slurm-conf and --slurm-partition go with `horizon service slurm`")
+    kubernetes = kubernetes_settings("kubernetes" if o.name == "kubernetes" else "", False, o.executor, False,
+                                     o.kubeconfig, o.namespace, o.default_image)
     metrics_port = o.metrics_port
     if metrics_port is None and o.metrics_std:
         from services.front.host.metrics import METRICS_PORTS
 
-        metrics_port = METRICS_PORTS["agent" if o.name == "slurm" else o.name]  # one or the other runs on a machine
+        metrics_port = METRICS_PORTS["agent" if o.name in ("slurm", "kubernetes") else o.name]  # one or the other runs on a machine
     try:
-        asyncio.run(_run_part(o, shape, settings, slurm, metrics_port))
+        asyncio.run(_run_part(o, shape, settings, slurm, metrics_port, kubernetes))
     except DataDirBusy as exc:  # the agent's lock on --data-dir (one agent per data dir)
         raise Failure(str(exc)) from None
 
@@ -115,6 +121,8 @@ async def _start_part(o: ServiceOptions, shape: Shape, stack: Stack) -> str:
         await stack.start_agent()
     elif name == "slurm":
         await stack.start_slurm()
+    elif name == "kubernetes":
+        await stack.start_kubernetes()
     elif name == "projections":
         await stack.start_projection()
     else:
@@ -131,7 +139,7 @@ async def _start_part(o: ServiceOptions, shape: Shape, stack: Stack) -> str:
 
 
 async def _run_part(o: ServiceOptions, shape: Shape, settings: StreamSettings, slurm: Any,
-                    metrics_port: int | None) -> None:
+                    metrics_port: int | None, kubernetes: Any = None) -> None:
     name = o.name
     # 1. telemetry, and the part's own /metrics if asked
     tracing, meters, registry = telemetry(o.otel, f"horizon-{name}", prometheus=metrics_port is not None)
@@ -142,7 +150,7 @@ async def _run_part(o: ServiceOptions, shape: Shape, settings: StreamSettings, s
         say(f"{name}: metrics (Prometheus) on {web.url}/metrics", err=True)
     stack = Stack(o.nats_url, o.data_dir, executor=o.executor, heartbeat_timeout_s=o.heartbeat_timeout,
                   settings=settings, policy=o.policy, backfill=o.backfill_mode, tracer_provider=tracing,
-                  meter_provider=meters, lease_ttl_s=o.lease_ttl, slurm=slurm)
+                  meter_provider=meters, lease_ttl_s=o.lease_ttl, slurm=slurm, kubernetes=kubernetes)
     # 2. the streams
     setup = await JetStreamLog.open(o.nats_url, name=f"horizon-{name}-setup", settings=settings)
     await setup.close()

@@ -70,6 +70,9 @@ class Stack:
     # The Slurm backend's settings (services/nodes/backends/slurm/backend.py, SlurmSettings): run it, over that
     # cluster's nodes, instead of a node agent over ``nodes`` (horizon up --backend slurm).
     slurm: Any = None
+    # The Kubernetes backend's settings (services/nodes/backends/kubernetes/backend.py, KubernetesSettings):
+    # run it, over that cluster's nodes, instead of a node agent (horizon up --backend kubernetes).
+    kubernetes: Any = None
     # A quota provider kept in sync (horizon up --quota-provider slurm): (SlurmQuotaSource, seconds
     # between syncs); it publishes account configurations, as the operator (docs/backends.md).
     quota: Any = None
@@ -92,6 +95,8 @@ class Stack:
         await self.start_projection()
         if self.slurm is not None:
             await self.start_slurm()
+        elif self.kubernetes is not None:
+            await self.start_kubernetes()
         elif self.nodes:
             await self.start_agent()
         if self.quota is not None:
@@ -205,6 +210,32 @@ class Stack:
 
         return await self._launch("slurm", log_, backend, run(), backend.ready)
 
+    async def start_kubernetes(self) -> Part:
+        """The Kubernetes backend (docs/backends.md): the node agent over a Kubernetes cluster's nodes."""
+        from services.nodes.backends.kubernetes.backend import KubernetesBackend
+
+        log_ = await self._connect("agent")
+        # One backend per data dir: two would both create (and report) the same attempts' pods.
+        lock = DataDirLock(self.data_dir, "agent").acquire()
+        admin = await self._connect("admin") if "admin" in self.urls else None
+        backend = KubernetesBackend(log_, self.kubernetes, self.data_dir / "jobs", nc=log_.nc,
+                                    heartbeat_interval_s=self.heartbeat_interval_s, admin_log=admin)
+
+        async def run() -> None:
+            try:
+                await backend.start()
+                try:
+                    await asyncio.Event().wait()
+                finally:
+                    await backend.stop()
+            finally:
+                lock.release()
+                if admin is not None:
+                    with contextlib.suppress(Exception):
+                        await admin.close()
+
+        return await self._launch("kubernetes", log_, backend, run(), backend.ready)
+
     async def start_quota(self) -> Part:
         """The quota provider (services/quota/): Slurm's accounts and limits, synced on a schedule."""
         from services.quota.app import keep_in_sync
@@ -229,7 +260,7 @@ class Stack:
         if service in SERVICES:
             return await self.start_service(service, key=name)
         others = {"projections": self.start_projection, "agent": self.start_agent, "slurm": self.start_slurm,
-                  "quota": self.start_quota}
+                  "kubernetes": self.start_kubernetes, "quota": self.start_quota}
         if name not in others:
             raise ValueError(f"unknown part {name!r}; parts: {', '.join([*SERVICES, *others])}")
         return await others[name]()
