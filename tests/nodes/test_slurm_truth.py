@@ -6,6 +6,13 @@
 * GPUs by Slurm's own indices: the GPUs Slurm's own jobs hold are marked busy by the ``IDX`` Slurm
   gave them, and a Horizon job's GPUs are the ones Slurm really gave it (``JobStarted.devices``), in
   the ledger, the job's record and ``horizon check``;
+* an array task's ``SLURM_ARRAY_TASK_ID`` is its Horizon index (``horizon submit --array``,
+  ``horizon sbatch --array``), not empty and not Slurm's job id;
+* a job that ended and was purged by the controller (``MinJobAge``) while Horizon was down ends as
+  Slurm's job completion record says, not as lost;
+* Slurm runs a job under its account, and its QOS where Slurm has one of that name (against a real
+  slurmdbd);
+* a slurmctld restart, which shows every node UNKNOWN for seconds, drains nothing.
 """
 
 from __future__ import annotations
