@@ -1,8 +1,9 @@
-"""The Slurm quota provider's I/O: ``sacctmgr`` in, account configurations published into the log.
+"""The quota providers' I/O: a source read, account configurations published into the log.
 
-One sync reads Slurm's accounts and QOS (``sacctmgr show assoc/qos -P``, which asks ``slurmdbd``),
-reads the last configuration of every account from the log, and publishes the configurations that
-differ, as an operator would with ``horizon account set``. Each publish is fenced on the account
+A source is Slurm (``sacctmgr show assoc/qos -P``, which asks ``slurmdbd``) or a Kubernetes API
+server (its ResourceQuotas). One sync reads the source, reads the last configuration of every
+account from the log, and publishes the configurations that differ, as an operator would with
+``horizon account set``. Each publish is fenced on the account
 subject's last sequence: a configuration that someone else published in between makes the sync
 read again rather than overwrite it. The scheduler applies them like any other operator input, so
 ``horizon audit`` replays the decisions they led to.
@@ -15,18 +16,23 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from events import catalogue as c
 from events.base import Event
 from events.codec import encode
 from events.subjects import admin_subject
-from services.quota.slurm import Planned, TresError, Wanted, desired, parse_table, plan, read_limits
 from services.domain.protocol import Record
+from services.quota import kubernetes
+from services.quota.accounts import Planned, Provider, Wanted, plan
+from services.quota.slurm import SLURM, TresError, desired, parse_table, read_limits
 from services.runtime.follow import each, read_through
 from services.runtime.jetstream import JetStreamLog
+from services.runtime.kubeapi import KubeAPI, KubeError, load_kubeconfig
 from services.runtime.log import LogConflict, LogError
 
-__all__ = ["SlurmQuotaSource", "SyncResult", "QuotaSourceError", "sync", "current_accounts", "keep_in_sync"]
+__all__ = ["QuotaSource", "SlurmQuotaSource", "KubernetesQuotaSource", "SyncResult", "QuotaSourceError", "sync",
+           "current_accounts", "keep_in_sync"]
 
 logger = logging.getLogger("horizon.quota")
 
@@ -35,7 +41,18 @@ QOS_FORMAT = "Name,GrpTRES,GrpJobs"
 
 
 class QuotaSourceError(RuntimeError):
-    """The source could not be read (sacctmgr missing, slurmdbd down, output it cannot parse)."""
+    """The source could not be read (sacctmgr missing, slurmdbd down, an API server that does not
+    answer, output it cannot parse)."""
+
+
+class QuotaSource(Protocol):
+    """Where a provider's limits are kept: ``read`` gives the accounts as wanted, the notes on what
+    did not map, and the name of the cluster read (``QuotaSourceError`` if it cannot)."""
+
+    @property
+    def provider(self) -> Provider: ...
+
+    async def read(self) -> tuple[list[Wanted], list[str], str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +64,7 @@ class SlurmQuotaSource:
     cluster: str | None = None
     sacctmgr: str = "sacctmgr"
     timeout_s: float = 30.0
+    provider: Provider = SLURM
 
     def env(self) -> Mapping[str, str]:
         env = dict(os.environ)
@@ -100,6 +118,35 @@ class SlurmQuotaSource:
         return wanted, notes, cluster
 
 
+@dataclass(frozen=True, slots=True)
+class KubernetesQuotaSource:
+    """The ResourceQuotas of every namespace of the API server a kubeconfig names (its current
+    context, or ``context``)."""
+
+    kubeconfig: str
+    context: str | None = None
+    timeout_s: float = 30.0
+    provider: Provider = kubernetes.KUBERNETES
+
+    def api(self) -> KubeAPI:
+        try:
+            return KubeAPI(load_kubeconfig(self.kubeconfig, self.context), timeout_s=self.timeout_s)
+        except (ValueError, OSError) as exc:  # no such file, context or server; certificates it cannot load
+            raise QuotaSourceError(str(exc)) from None
+
+    async def read(self) -> tuple[list[Wanted], list[str], str]:
+        api = self.api()
+        try:
+            found = await api.list("/api/v1/resourcequotas")
+        except KubeError as exc:
+            raise QuotaSourceError(f"the ResourceQuotas of {api.config.server}: {exc}") from None
+        try:
+            wanted, notes = kubernetes.desired(found.get("items") or [])
+        except kubernetes.QuantityError as exc:
+            raise QuotaSourceError(f"the API server gave what this provider cannot read: {exc}") from None
+        return wanted, notes, api.config.server
+
+
 @dataclass(slots=True)
 class SyncResult:
     cluster: str
@@ -123,16 +170,16 @@ async def current_accounts(log: JetStreamLog) -> tuple[dict[str, tuple[int, c.Ac
     return out, last
 
 
-async def sync(log: JetStreamLog, source: SlurmQuotaSource, now: float, user: str = "",
+async def sync(log: JetStreamLog, source: QuotaSource, now: float, user: str = "",
                attempts: int = 5) -> SyncResult:
-    """Read Slurm, publish what differs; fenced, so a concurrent ``horizon account set`` is never
+    """Read the source, publish what differs; fenced, so a concurrent ``horizon account set`` is never
     overwritten with a stale view (the sync reads again and re-plans)."""
     wanted, notes, cluster = await source.read()
     result = SyncResult(cluster, len(wanted), notes=notes)
     subject = admin_subject("account")
     for _ in range(attempts):
         current, last = await current_accounts(log)
-        todo = plan(wanted, current, now, user)
+        todo = plan(source.provider, wanted, current, now, user)
         try:
             for planned in todo:
                 ack = await log.publish(subject, encode(planned.event), msg_id=planned.msg_id,
@@ -145,25 +192,25 @@ async def sync(log: JetStreamLog, source: SlurmQuotaSource, now: float, user: st
     raise QuotaSourceError(f"the account configurations kept changing under {attempts} syncs; try again")
 
 
-
-async def keep_in_sync(log: JetStreamLog, source: SlurmQuotaSource, every_s: float, ready: asyncio.Event,
+async def keep_in_sync(log: JetStreamLog, source: QuotaSource, every_s: float, ready: asyncio.Event,
                        clock: Callable[[], float], user: str = "") -> None:
-    """Sync now and every ``every_s`` until cancelled (``horizon up --quota-provider slurm``). A sync
-    that fails (slurmdbd down, the log unreachable) is logged and tried again at the next one; each
-    note on what does not map is logged once."""
+    """Sync now and every ``every_s`` until cancelled (``horizon up --quota-provider slurm|kubernetes``).
+    A sync that fails (slurmdbd or the API server down, the log unreachable) is logged and tried again
+    at the next one; each note on what does not map is logged once."""
     noted: set[str] = set()
+    system = source.provider.system
     while True:
         try:
             result = await sync(log, source, clock(), user)
         except (QuotaSourceError, LogError) as exc:
-            logger.warning("quota sync from Slurm failed: %s; next in %g s", exc, every_s)
+            logger.warning("quota sync from %s failed: %s; next in %g s", system, exc, every_s)
         else:
             for seq, planned in result.published:
-                logger.info("account %s from Slurm cluster %s (%s), log seq %d", planned.event.account,
+                logger.info("account %s from %s cluster %s (%s), log seq %d", planned.event.account, system,
                             result.cluster, planned.change, seq)
             for note in result.notes:
                 if note not in noted:
                     noted.add(note)
-                    logger.warning("quota sync from Slurm: %s", note)
+                    logger.warning("quota sync from %s: %s", system, note)
         ready.set()
         await asyncio.sleep(every_s)

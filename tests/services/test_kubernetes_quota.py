@@ -8,13 +8,18 @@ a namespace's quota reaches the log as its account's, and a job over it waits wi
 
 from __future__ import annotations
 
+import asyncio
+import json
 
 import pytest
 
 from events import catalogue as c
 from services.domain.fairshare import FairShare
 from services.domain.quotas import BLOCKED, Amount, Quotas
+from services.nodes.spec import local_nodes
+from services.quota.app import KubernetesQuotaSource
 from services.quota.kubernetes import PROVIDER, QuantityError, desired, plan
+from tests.e2e import assert_replays, events_of, horizon
 from tests.helpers import spec as job_spec
 
 
@@ -107,3 +112,85 @@ def test_the_reason_names_the_resource_quota():
     verdict, why = quotas.admit(fs, leaf, Amount(cpus_milli=1000, running_jobs=1), {})
     assert verdict == BLOCKED
     assert why == "account ml quota (Kubernetes ResourceQuota ml/another cpu): 6 CPUs in use + 1 CPUs > limit 6.5 CPUs"
+
+
+# -- against the real Kubernetes test cluster and a running Horizon -----------------------------
+
+async def _until(what: str, check, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        value = await check()
+        if value:
+            return value
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.3)
+
+
+def _quota(cpu: str) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "ResourceQuota",
+                       "metadata": {"name": "compute", "namespace": "team-q"},
+                       "spec": {"hard": {"requests.cpu": cpu, "pods": "10", "services": "2"}}})
+
+
+@pytest.mark.timeout(1500)  # the first start of the cluster on a machine builds Kubernetes
+async def test_a_namespace_quota_holds_a_job_back_naming_the_resource_quota(kubernetes_cluster, running_horizon):
+    k = kubernetes_cluster
+    k.kubectl_run("create", "namespace", "team-q")
+    k.kubectl_run("apply", "-f", "-", input=_quota("1"))
+    source = KubernetesQuotaSource(str(k.kubeconfig))
+    h = await running_horizon(nodes=local_nodes(1, gpus_per_node=0, cpus=8), executor="process", quota=(source, 1.0))
+
+    async def configured() -> list[c.AccountConfigured]:
+        return [e for e in events_of(await h.records())
+                if isinstance(e, c.AccountConfigured) and e.account == "team-q"]
+
+    first = (await _until("team-q's account from its ResourceQuota", configured))[0]
+    assert (first.source, first.parent, first.shares) == (PROVIDER, None, 1.0)
+    assert first.quota == c.Quota(cpus_milli=1000, running_jobs=10, sources={
+        "cpus_milli": "Kubernetes ResourceQuota team-q/compute requests.cpu",
+        "running_jobs": "Kubernetes ResourceQuota team-q/compute pods"})
+
+    async def submit() -> str:
+        code, out, err = await horizon(h.url, "submit", "--account", "team-q", "--cpus", "1", "--json", "--",
+                                       "sleep", "60")
+        assert code == 0, err
+        return str(json.loads(out)["job_id"])
+
+    async def job(job_id: str) -> dict:
+        code, out, err = await horizon(h.url, "show", job_id, "--json")
+        assert code == 0, err
+        body = json.loads(out)
+        return {**(body["job"]["job"] or {}), "why": body["priority"].get("why")}
+
+    running, held = await submit(), await submit()
+    await _until("the first job running", lambda: _state_is(job, running, "RUNNING"))
+    why = await _until("the second job's reason", lambda: _why(job, held))
+    assert (await job(held))["state"] == "PENDING"
+    assert why == "account team-q quota (Kubernetes ResourceQuota team-q/compute requests.cpu): 1 CPUs in use + " \
+                  "1 CPUs > limit 1 CPUs"
+    assert len(await configured()) == 1  # synced every second, published once
+
+    # the namespace's quota is raised in Kubernetes: the next sync carries it over and the job starts
+    k.kubectl_run("apply", "-f", "-", input=_quota("2"))
+    await _until("the held job to start", lambda: _state_is(job, held, "RUNNING"))
+    later = await configured()
+    assert [e.quota.cpus_milli for e in later] == [1000, 2000]
+    for job_id in (running, held):
+        code, _, err = await horizon(h.url, "cancel", job_id)
+        assert code == 0, err
+    await _until("both cancelled", lambda: _all_ended(job, (running, held)))
+    await h.stop()
+    assert_replays(await h.records())
+
+
+async def _state_is(job, job_id: str, state: str) -> bool:  # type: ignore[no-untyped-def]
+    return bool((await job(job_id))["state"] == state)
+
+
+async def _why(job, job_id: str) -> str | None:  # type: ignore[no-untyped-def]
+    return (await job(job_id)).get("why")  # type: ignore[no-any-return]
+
+
+async def _all_ended(job, ids) -> bool:  # type: ignore[no-untyped-def]
+    states = [(await job(j))["state"] for j in ids]
+    return all(state in ("CANCELLED", "SUCCEEDED", "FAILED") for state in states)
