@@ -2,8 +2,10 @@
 quotas become its Horizon account's.
 
 The pure mapping is tested on ResourceQuota objects as the API server returns them; then against the
-real test cluster (tests/kubernetes_cluster.py) and a real ``horizon up --quota-provider kubernetes``:
-a namespace's quota reaches the log as its account's, and a job over it waits with the quota named.
+real test cluster (tests/kubernetes_cluster.py) and a running Horizon (the in-process stack, jobs on
+the process executor: the quota is about admission, not where jobs run): a namespace's quota reaches
+the log as its account's, and a job over it waits with the quota named; and ``horizon up
+--quota-provider kubernetes`` and ``horizon quota sync --provider kubernetes`` as a person runs them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from services.domain.quotas import BLOCKED, Amount, Quotas
 from services.nodes.spec import local_nodes
 from services.quota.app import KubernetesQuotaSource
 from services.quota.kubernetes import PROVIDER, QuantityError, desired, plan
-from tests.e2e import assert_replays, events_of, horizon
+from tests.e2e import HorizonUp, assert_replays, events_of, horizon
 from tests.helpers import spec as job_spec
 
 
@@ -194,3 +196,52 @@ async def _why(job, job_id: str) -> str | None:  # type: ignore[no-untyped-def]
 async def _all_ended(job, ids) -> bool:  # type: ignore[no-untyped-def]
     states = [(await job(j))["state"] for j in ids]
     return all(state in ("CANCELLED", "SUCCEEDED", "FAILED") for state in states)
+
+
+@pytest.mark.timeout(1500)
+def test_up_and_quota_sync_take_the_namespaces_quotas(kubernetes_cluster, tmp_path):
+    """``horizon up --quota-provider kubernetes --kubeconfig K``: the namespaces' quotas at start and a
+    change at the next sync; ``horizon quota sync --provider kubernetes`` then finds nothing to do."""
+    k = kubernetes_cluster
+    k.kubectl_run("create", "namespace", "team-up")
+    hard = {"requests.memory": "1Gi", "requests.nvidia.com/gpu": "2"}
+    body = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpus", "namespace": "team-up"},
+            "spec": {"hard": hard}}
+    k.kubectl_run("apply", "-f", "-", input=json.dumps(body))
+    up = HorizonUp(tmp_path, "--nodes", "1", "--quota-provider", "kubernetes", "--kubeconfig", str(k.kubeconfig),
+                   "--quota-every", "1s")
+
+    def team_up() -> dict | None:
+        rows = [r for r in up.json("usage")["rows"] if r["account"] == "team-up" and not r["user"]]
+        return rows[0]["quota"] if rows and rows[0]["quota"] else None
+
+    try:
+        assert up.until("team-up from its ResourceQuota", team_up) == {
+            "gpus": 2, "memory_bytes": 1 << 30,
+            "sources": {"gpus": "Kubernetes ResourceQuota team-up/gpus requests.nvidia.com/gpu",
+                        "memory_bytes": "Kubernetes ResourceQuota team-up/gpus requests.memory"}}
+        body["spec"]["hard"] = {**hard, "requests.nvidia.com/gpu": "3"}
+        k.kubectl_run("apply", "-f", "-", input=json.dumps(body))
+        up.until("the new GPU limit", lambda: (team_up() or {}).get("gpus") == 3)
+        done = up.run("quota", "sync", "--provider", "kubernetes", "--kubeconfig", str(k.kubeconfig), "--json")
+        synced = json.loads(done.stdout)
+        assert (synced["provider"], synced["published"]) == ("kubernetes", [])
+        assert synced["cluster"].startswith("https://127.0.0.1:")
+    finally:
+        up.stop()
+    assert up.proc.returncode == 0
+
+
+def test_up_kubernetes_quota_provider_options_say_what_is_wrong(tmp_path):
+    from click.testing import CliRunner
+
+    from services.front.cli.main import cli
+
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("apiVersion: v1\nkind: Config\n")
+    for args, said, code in (
+            (["--quota-provider", "kubernetes"], "give --kubeconfig", 2),
+            (["--quota-provider", "kubernetes", "--kubeconfig", str(bad), "--processes"], "without --processes", 2),
+            (["--quota-provider", "kubernetes", "--kubeconfig", str(bad)], "names no current-context", 1)):
+        done = CliRunner().invoke(cli, ["up", "--data-dir", str(tmp_path / "d"), *args])
+        assert done.exit_code == code and said in done.output, done.output

@@ -75,8 +75,8 @@ def shape_options(command: Any) -> Any:
                    "slurm (an existing Slurm cluster's partition: Horizon decides, Slurm runs) or kubernetes (a "
                    "Kubernetes cluster's nodes: Horizon binds each job's pods; docs/backends.md).")
 @click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="--backend kubernetes: the cluster's kubeconfig (its current context) [default: this pod's "
-                   "service account].")
+              help="--backend kubernetes (and --quota-provider kubernetes): the cluster's kubeconfig (its current "
+                   "context) [default: this pod's service account].")
 @click.option("--namespace", default="", help="--backend kubernetes: where Horizon's pods go [default: the "
               "context's namespace].")
 @click.option("--default-image", default=None, help="--backend kubernetes: the image of a job that names no "
@@ -87,11 +87,14 @@ def shape_options(command: Any) -> Any:
               "onto [default: every node].")
 @click.option("--slurm-bin", default="/usr/bin", show_default=True,
               help="--backend slurm: where Slurm's sbatch, scontrol and scancel are.")
-@click.option("--quota-provider", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
-              help="Where accounts' limits come from: local (horizon account set) or slurm (Slurm's associations "
-                   "and QOS through sacctmgr, with --slurm-conf; synced every --quota-every; docs/backends.md).")
+@click.option("--quota-provider", type=click.Choice(["local", "slurm", "kubernetes"]), default="local",
+              show_default=True,
+              help="Where accounts' limits come from: local (horizon account set), slurm (Slurm's associations "
+                   "and QOS through sacctmgr, with --slurm-conf) or kubernetes (each namespace's ResourceQuotas, "
+                   "with --kubeconfig); synced every --quota-every; docs/backends.md.")
 @click.option("--quota-every", default="5m", show_default=True,
-              help="--quota-provider slurm: how often to sync (also at start; `horizon quota sync` syncs now).")
+              help="--quota-provider slurm|kubernetes: how often to sync (also at start; `horizon quota sync` "
+                   "syncs now).")
 @click.option("--verbose", is_flag=True)
 def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, gpu_type: str | None,
        cpus_per_node: str | None, memory_per_node: str | None, executor: str, heartbeat_timeout: float, policy: str,
@@ -121,9 +124,10 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
     With --backend slurm the nodes are a Slurm partition's (--slurm-conf, --slurm-partition) and
     each job placed on them runs as a Slurm batch job pinned to the nodes Horizon chose. With
     --quota-provider slurm the accounts, their shares and limits are Slurm's (sacctmgr), synced into
-    the log at start and every --quota-every. With --backend kubernetes the nodes are a Kubernetes
-    cluster's (--kubeconfig) and each job placed on them runs as a pod (--image, else --default-image)
-    in --namespace that Horizon binds to the node it chose.
+    the log at start and every --quota-every; with --quota-provider kubernetes each namespace's
+    ResourceQuotas are the limits of the account of its name (--kubeconfig). With --backend
+    kubernetes the nodes are a Kubernetes cluster's (--kubeconfig) and each job placed on them runs
+    as a pod (--image, else --default-image) in --namespace that Horizon binds to the node it chose.
     """
     shape = Shape(nodes, gpus_per_node, gpu_type, cpus_per_node, memory_per_node)
     launch_up(UpOptions(data_dir=data_dir, port=port, shape=shape, executor=executor,

@@ -134,12 +134,12 @@ def _hold(data_dir: Path) -> DataDirLock:
         raise Failure(f"cannot use {data_dir} as the data directory: {exc}") from None
 
 
-def _quota_settings(provider: str, every: str, conf: Path | None, processes: bool) -> Any:
-    """``--quota-provider slurm``'s (source, seconds between syncs); None for the local provider."""
+def _quota_settings(provider: str, every: str, conf: Path | None, processes: bool, kubeconfig: Path | None) -> Any:
+    """``--quota-provider slurm|kubernetes``'s (source, seconds between syncs); None for the local provider."""
     if provider == "local":
         return None
     if processes:
-        raise UsageProblem("--quota-provider slurm runs in horizon up's own process: without --processes, or "
+        raise UsageProblem(f"--quota-provider {provider} runs in horizon up's own process: without --processes, or "
                            "run `horizon quota sync --every DURATION` beside it")
     try:
         every_s = parse_duration(every, "--quota-every")
@@ -147,11 +147,18 @@ def _quota_settings(provider: str, every: str, conf: Path | None, processes: boo
         raise BadValue(str(exc), "--quota-every") from None
     if every_s <= 0:
         raise BadValue("must be more than 0", "--quota-every")
-    from services.quota.app import QuotaSourceError, SlurmQuotaSource
+    from services.quota.app import KubernetesQuotaSource, QuotaSourceError, SlurmQuotaSource
 
-    source = SlurmQuotaSource(slurm_conf=str(conf.resolve()) if conf is not None else None)
+    if provider == "kubernetes":
+        if kubeconfig is None:
+            raise UsageProblem("--quota-provider kubernetes reads the cluster's ResourceQuotas: give --kubeconfig")
+        source: Any = KubernetesQuotaSource(str(kubeconfig.resolve()))
+        check = source.api  # a kubeconfig it cannot use is said now, not at the first sync
+    else:
+        source = SlurmQuotaSource(slurm_conf=str(conf.resolve()) if conf is not None else None)
+        check = source.cluster_name  # a conf that names no cluster is said now, not at the first sync
     try:
-        source.cluster_name()  # a conf that names no cluster is said now, not at the first sync
+        check()
     except QuotaSourceError as exc:
         raise Failure(str(exc)) from None
     return source, every_s
@@ -227,10 +234,12 @@ def _what_runs(o: UpOptions, slurm: Any, kubernetes: Any = None) -> tuple[list[N
 
 def launch_up(o: UpOptions) -> None:
     """``horizon up``, until Ctrl-C or SIGTERM (see the module's docstring for its steps)."""
-    quota = _quota_settings(o.quota_provider, o.quota_every, o.slurm_conf, o.processes)
+    quota = _quota_settings(o.quota_provider, o.quota_every, o.slurm_conf, o.processes, o.kubeconfig)
     slurm = slurm_settings(o.backend, o.shape, o.executor, o.processes, o.slurm_conf, o.slurm_partition, o.slurm_bin,
-                           conf_used=quota is not None)
-    kubernetes = kubernetes_settings(o.backend, o.shape.dev, o.executor, o.processes, o.kubeconfig, o.namespace,
+                           conf_used=o.quota_provider == "slurm")
+    # --kubeconfig serves --quota-provider kubernetes too: then it is no stray option without the backend
+    kubeconfig = None if o.quota_provider == "kubernetes" and o.backend != "kubernetes" else o.kubeconfig
+    kubernetes = kubernetes_settings(o.backend, o.shape.dev, o.executor, o.processes, kubeconfig, o.namespace,
                                      o.default_image)
     data_dir = o.data_dir
     lock = _hold(data_dir)  # 1. the data dir is ours before anything in it is touched
