@@ -267,7 +267,7 @@ def test_up_keeps_the_accounts_in_sync_with_slurm(slurm_db, tmp_path):
 def test_up_quota_provider_options_say_what_is_wrong(tmp_path):
     from click.testing import CliRunner
 
-    from services.front.cli.run import up as up_command
+    from services.front.cli.main import cli  # through the group: the command's problems become click's
 
     conf = tmp_path / "slurm.conf"
     conf.write_text("SlurmctldHost=nowhere\n")
@@ -276,5 +276,5 @@ def test_up_quota_provider_options_say_what_is_wrong(tmp_path):
             (["--quota-provider", "slurm", "--quota-every", "0", "--slurm-conf", str(conf)], "must be more than 0", 2),
             (["--quota-provider", "slurm", "--slurm-conf", str(conf)], "names no ClusterName", 1),
             (["--slurm-conf", str(conf)], "go with --backend slurm (--slurm-conf also with --quota-provider", 2)):
-        done = CliRunner().invoke(up_command, ["--data-dir", str(tmp_path / "d"), *args])
+        done = CliRunner().invoke(cli, ["up", "--data-dir", str(tmp_path / "d"), *args])
         assert done.exit_code == code and said in done.output, done.output
