@@ -73,8 +73,8 @@ class Stack:
     # The Kubernetes backend's settings (services/nodes/backends/kubernetes/backend.py, KubernetesSettings):
     # run it, over that cluster's nodes, instead of a node agent (horizon up --backend kubernetes).
     kubernetes: Any = None
-    # A quota provider kept in sync (horizon up --quota-provider slurm): (SlurmQuotaSource, seconds
-    # between syncs); it publishes account configurations, as the operator (docs/backends.md).
+    # A quota provider kept in sync (horizon up --quota-provider slurm|kubernetes): (its QuotaSource,
+    # seconds between syncs); it publishes account configurations, as the operator (docs/backends.md).
     quota: Any = None
     tracer_provider: Any = None  # OpenTelemetry: each part's log is traced (services/runtime/telemetry.py)
     meter_provider: Any = None
@@ -237,7 +237,8 @@ class Stack:
         return await self._launch("kubernetes", log_, backend, run(), backend.ready)
 
     async def start_quota(self) -> Part:
-        """The quota provider (services/quota/): Slurm's accounts and limits, synced on a schedule."""
+        """The quota provider (services/quota/): Slurm's accounts or Kubernetes' ResourceQuotas, synced on a
+        schedule."""
         from services.quota.app import keep_in_sync
 
         log_ = await self._connect("admin")  # account configurations are operator inputs
