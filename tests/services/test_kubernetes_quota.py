@@ -164,8 +164,9 @@ async def test_a_namespace_quota_holds_a_job_back_naming_the_resource_quota(kube
         body = json.loads(out)
         return {**(body["job"]["job"] or {}), "why": body["priority"].get("why")}
 
-    running, held = await submit(), await submit()
+    running = await submit()
     await _until("the first job running", lambda: _state_is(job, running, "RUNNING"))
+    held = await submit()  # after the first runs: in one cycle together, either could be the one to wait
     why = await _until("the second job's reason", lambda: _why(job, held))
     assert (await job(held))["state"] == "PENDING"
     assert why == "account team-q quota (Kubernetes ResourceQuota team-q/compute requests.cpu): 1 CPUs in use + " \
