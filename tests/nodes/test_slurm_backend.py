@@ -479,13 +479,13 @@ def test_up_over_slurm_says_what_is_wrong(tmp_path: Path) -> None:
     bad.write_text("ClusterName=x\nSlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\n")  # no 9 s of retries
     from click.testing import CliRunner
 
-    from services.front.cli.run import up
+    from services.front.cli.main import cli  # through the group: the command's problems become click's
 
     for args, said in ((["--backend", "slurm", "--nodes", "2"], "no --nodes"),
                        (["--backend", "slurm", "--executor", "sim"], "no --executor sim"),
                        (["--backend", "slurm", "--slurm-conf", str(tmp_path / "none.conf")], "does not exist"),
                        (["--slurm-partition", "p"], "go with --backend slurm")):
-        done = CliRunner().invoke(up, ["--data-dir", str(tmp_path / "d"), *args])
+        done = CliRunner().invoke(cli, ["up", "--data-dir", str(tmp_path / "d"), *args])
         assert done.exit_code == 2 and said in done.output, done.output
     if slurm_installed():
         done = subprocess.run([*HORIZON, "up", "--backend", "slurm", "--slurm-conf", str(bad), "--port", "0",

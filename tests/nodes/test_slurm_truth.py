@@ -141,7 +141,7 @@ def test_array_tasks_see_horizon_s_task_index(tmp_path: Path, cluster: SlurmClus
         script = tmp_path / "task.sh"
         script.write_text(f'#!/bin/sh\n#SBATCH --array=0-2\necho "$SLURM_ARRAY_TASK_ID $SLURM_ARRAY_JOB_ID" '
                           f'> {out}/sbatch.$HORIZON_ARRAY_INDEX\n')
-        done = up.cli("sbatch", str(script))
+        done = up.cli("sbatch", str(script), cwd=tmp_path)  # its slurm-%j.out there
         assert done.returncode == 0, done.stdout + done.stderr
         up.until(lambda: len(up.jobs()) == 6 and all(j["state"] in FINAL for j in up.jobs().values()))
         assert {j["state"] for j in up.jobs().values()} == {"SUCCEEDED"}
@@ -216,7 +216,7 @@ def test_jobs_run_in_slurm_under_their_account_and_qos(tmp_path: Path) -> None:
             for qos in ("high", "nosuch"):
                 script = tmp_path / f"{qos}.sh"
                 script.write_text(f"#!/bin/sh\n#SBATCH --account=ml --qos={qos} --mem=100M\ntrue\n")
-                done = up.cli("sbatch", "--parsable", str(script))
+                done = up.cli("sbatch", "--parsable", str(script), cwd=tmp_path)
                 assert done.returncode == 0, done.stdout + done.stderr
                 jobs[qos] = done.stdout.strip().split(";")[0]
             plain = up.submit("--mem", "100M", "--", "true")
