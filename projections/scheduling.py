@@ -183,7 +183,9 @@ class SchedulerView:
                 if node.removed:
                     continue
                 healthy = len(node.gpus) - node.unhealthy_gpus  # an unhealthy GPU is no capacity
-                free_here = len(node.free_devices()) if node.unhealthy_gpus else healthy - len(node.used_devices)
+                # (work its backend did not place holds GPUs too: Node.foreign)
+                free_here = (len(node.free_devices()) if node.unhealthy_gpus or node.foreign is not None
+                             else healthy - len(node.used_devices))
                 total += healthy
                 used += healthy - free_here
                 if node.used_devices:
