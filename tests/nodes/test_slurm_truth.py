@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 
 from events import catalogue as c
+from services.domain.cluster import Cluster, fold_cluster
+from services.domain.jobs import JobTable
 from services.nodes.backends.slurm import core
 from tests.nodes.test_slurm_backend import FINAL, SlurmUp, _check_against_slurm, _node_rows, needs_slurm
 from tests import slurm_accounting
@@ -37,6 +39,32 @@ def cluster(tmp_path: Path) -> Iterator[SlurmCluster]:
     nodes = [SlurmNode("s1"), SlurmNode("s2"), SlurmNode("s3", gpus=0, features=("solo",))]
     with SlurmCluster(tmp_path / "slurm", nodes) as running:
         yield running
+
+
+def test_the_ledger_counts_slurm_s_own_work_and_follows_the_gpus_slurm_gave() -> None:
+    """The pure fold: a node of 4 CPUs and gpu0-gpu3 whose Slurm job 7 holds 1 CPU and gpu0 keeps its
+    totals and has 3 CPUs free; Horizon's job, placed on gpu1, reports Slurm gave it gpu2: the ledger
+    holds gpu2 for it, so gpu1 and gpu3 are free (4 - Slurm's gpu0 - Horizon's gpu2), 2 CPUs are."""
+    cluster, jobs = Cluster(), JobTable()
+    gpus = [c.GpuDevice(id=f"gpu{i}", type="a100") for i in range(4)]
+    events = [
+        c.NodeRegistered(node="s1", cpus_milli=4000, memory_bytes=4 << 30, gpus=gpus, backend="slurm",
+                         foreign=c.ForeignUse(cpus_milli=1000, devices=["gpu0"], jobs=["7"])),
+        c.NodeReady(node="s1"),
+        c.JobAccepted(job_id="j", spec=c.JobSpec(tenant="t", command=("true",), cpus_milli=1000, gpus=1)),
+        c.JobScheduled(job_id="j", attempt=1, allocations=[
+            c.NodeAllocation(node="s1", device_ids=["gpu1"], cpus_milli=1000, memory_bytes=1 << 30)]),
+    ]
+    for seq, event in enumerate(events, 1):
+        fold_cluster(cluster, jobs, event, seq, 0.0)
+    node = cluster.nodes["s1"]
+    assert (node.cpus_milli, len(node.gpus), node.unhealthy_gpus) == (4000, 4, 0)  # Slurm's totals
+    assert node.free_cpus_milli == 2000 and [d.id for d in node.free_devices()] == ["gpu2", "gpu3"]
+    started = c.JobStarted(job_id="j", attempt=1, node="s1", devices={"s1": ["gpu2"]})
+    assert fold_cluster(cluster, jobs, started, 5, 0.0) is not None  # SCHEDULED -> RUNNING
+    assert node.used_devices == {"gpu2": "j"} and [d.id for d in node.free_devices()] == ["gpu1", "gpu3"]
+    assert jobs.jobs["j"].allocations[0].device_ids == ["gpu2"] and cluster.check(jobs) == []
+    assert node.status == "mixed"
 
 
 def _sbatch(cluster: SlurmCluster, *args: str) -> str:
