@@ -420,7 +420,9 @@ def test_a_mixed_workload_over_slurm(tmp_path: Path, cluster: SlurmCluster) -> N
     mark = f'echo $SLURMD_NODENAME > {out}/"$HORIZON_JOB_ID.$HORIZON_ATTEMPT"'
     try:
         # the victim first, so that s3 (its node: the only one with the feature) is its own; it writes a
-        # checkpoint on SIGUSR1 (Slurm signals its batch script), and its next attempt resumes from it
+        # checkpoint on SIGUSR1 (Slurm signals its batch script), and its next attempt resumes from it.
+        # Its class is normal, as the other jobs': a low one is preempted by whichever of them finds
+        # s1 and s2 full, before the high-class boss comes
         victim = "victim"
         checkpoint = ('echo ckpt-1 > "$HORIZON_CHECKPOINT_FILE.tmp"; '
                       'mv "$HORIZON_CHECKPOINT_FILE.tmp" "$HORIZON_CHECKPOINT_FILE"')
@@ -428,7 +430,7 @@ def test_a_mixed_workload_over_slurm(tmp_path: Path, cluster: SlurmCluster) -> N
                   f'else echo "$HORIZON_CHECKPOINT_REF" > {out}/resumed; fi')
         up.publish("horizon.in.default.submit", {
             "type": "JobSubmitted", "job_id": victim, "tenant": "default", "command": ["sh", "-c", script],
-            "priority_class": "low", "node_selector": {"slurm.feature/solo": "true"}, "resources": {"cpus": 4},
+            "priority_class": "normal", "node_selector": {"slurm.feature/solo": "true"}, "resources": {"cpus": 4},
             "checkpoint_signal": "SIGUSR1"})
         up.until(lambda: victim in (jobs := up.jobs()) and jobs[victim]["state"] == "RUNNING")
         singles = [up.submit("--gpus", "1", "--", "sh", "-c", f"{mark}; sleep 1") for _ in range(3)]
