@@ -238,7 +238,8 @@ def checkpoint_message(pod: Mapping[str, Any] | None) -> str | None:
 
 def outcome(pod: Mapping[str, Any] | None, pod_logs_tail: str = "") -> Outcome:
     """How the pod ended, as the agent reports it. Gone before it ended (deleted by someone else, its
-    node lost) is lost; a container that never started is an ``error``; ``OOMKilled`` is out of memory;
+    node lost) is lost; a container that never started, or a pod its kubelet refused (``OutOfcpu``:
+    it still counted a pod the API server had already forgotten) or evicted, is an ``error``; ``OOMKilled`` is out of memory;
     an exit code of 128 + n with no other is signal n (the container runtime's convention)."""
     if pod is None:
         return Outcome(exit_code=None, lost=True)
@@ -252,6 +253,8 @@ def outcome(pod: Mapping[str, Any] | None, pod_logs_tail: str = "") -> Outcome:
             return Outcome(exit_code=0, stderr_tail=pod_logs_tail)
         reason = (pod.get("status") or {}).get("reason") or ""
         message = (pod.get("status") or {}).get("message") or ""
+        if phase == "Failed" and reason:  # the kubelet refused it (OutOfcpu, NodeAffinity, ...) or evicted it
+            return Outcome(exit_code=None, error=f"Kubernetes: {reason}: {message}".rstrip(": "))
         return Outcome(exit_code=None, lost=True, stderr_tail=f"{reason}: {message}".strip(": "))
     code = int(state.get("exitCode") or 0)
     if state.get("reason") == "OOMKilled":
