@@ -127,8 +127,17 @@ def _older_unversioned(event_type: str, data: bytes | str) -> bool:
         return False
     if (b'"v"' in data) if isinstance(data, (bytes, bytearray)) else ('"v"' in str(data)):
         return False
-    payload = _header_decoder.decode(data)
+    payload = _whole(data, event_type)
     return isinstance(payload, dict) and detect(payload) < EVENT_TYPES[event_type].VERSION
+
+
+def _whole(data: bytes | str, event_type: str) -> Any:
+    """The body as plain JSON values; what msgspec cannot represent (a number out of range such as
+    ``1e9308``) is bad input like any other, a ``DecodeError``."""
+    try:
+        return _header_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"{event_type}: {exc}") from None
 
 
 def _slow_decode(data: bytes | str, first_error: str | None) -> Event:
@@ -143,7 +152,7 @@ def _slow_decode(data: bytes | str, first_error: str | None) -> Event:
     if cls is None:
         raise DecodeError(f"unknown event type {event_type!r}")
     if header.v is None and event_type in UNVERSIONED:
-        payload = _header_decoder.decode(data)
+        payload = _whole(data, event_type)
         version = UNVERSIONED[event_type](payload) if isinstance(payload, dict) else cls.VERSION
     else:
         version = cls.VERSION if header.v is None else header.v
@@ -156,7 +165,7 @@ def _slow_decode(data: bytes | str, first_error: str | None) -> Event:
     if version == cls.VERSION:
         # The fast path failed on a current-version event: its own error is the answer.
         raise DecodeError(f"{event_type}: {first_error}")
-    payload = _header_decoder.decode(data)
+    payload = _whole(data, event_type)
     for step in range(version, cls.VERSION):
         fn = UPCASTERS.get((event_type, step))
         if fn is None:

@@ -140,3 +140,14 @@ def test_a_flat_submission_without_v_is_read_as_v1_and_keeps_its_resources():
     assert event.v == 2 and event.resources.gpus == 2 and event.resources.memory == "4g"
     assert event.time_limit_s == 180
     assert decode(b'{"type": "JobSubmitted", "job_id": "a", "tenant": "t"}').resources.gpus == 0
+
+
+def test_a_number_out_of_range_in_an_older_body_is_a_decode_error() -> None:
+    """Found by the AsyncAPI fuzz test: a body without ``v`` is decoded whole to find its version, and a
+    number msgspec cannot hold (``1e9308``) must be bad input with its reason, not a crash."""
+    from events.codec import DecodeError, decode
+
+    for body in (b'{"type": "JobSubmitted", "job_id": "", "tenant": null, "__proto__": [[], [], [[1e9308]]]}',
+                 b'{"type": "JobSubmitted", "job_id": "a", "tenant": "t", "v": 1, "x": 1e9308}'):
+        with pytest.raises(DecodeError, match="JobSubmitted: Number out of range"):
+            decode(body)
