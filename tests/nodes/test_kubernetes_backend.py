@@ -207,7 +207,7 @@ def test_a_pod_bound_by_hand_takes_capacity_horizon_then_does_not_use(tmp_path: 
     k = kubernetes_cluster
     k.kubectl_run("create", "namespace", "hz-other", check=False)
     cpus = core.quantity(k.get("node", "localhost")["status"]["allocatable"]["cpu"], 1000)
-    name = f"by-hand-{tmp_path.name[-12:].lower().strip('_-')}"
+    name = f"by-hand-{int(time.time() * 1000) % 10**8}"  # a name of its own: a deleted pod's name is no one's
     foreign = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "hz-other"},
                "spec": {"nodeName": "localhost", "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
                         "containers": [{"name": "a", "image": "busybox:1.35", "imagePullPolicy": "IfNotPresent",
