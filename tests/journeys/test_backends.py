@@ -92,7 +92,8 @@ def test_a_slurm_qos_limit_holds_a_job_back(accounting: slurm_accounting.Account
     start_up(person, block("backends-quota-up").commands[0].text, cwd=person.folder("cluster"))
     person.cwd = person.folder("project")
     # the doc's words for a job held back by the limit (fenced as text under "Where each limit comes from")
-    [reason] = [b.body for b in read_blocks(ROOT / "docs" / "backends.md") if b.lang == "text" and "quota (" in b.body]
+    [reason] = [b.body for b in read_blocks(ROOT / "docs" / "backends.md")
+                if b.lang == "text" and "quota (Slurm " in b.body]
     jobs: list[str] = []
     for command in block("backends-quota-sync").commands:
         text = person.typed(command).split("#")[0].strip()
