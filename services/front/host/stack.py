@@ -187,39 +187,26 @@ class Stack:
         """The Slurm backend (docs/backends.md): the node agent over a Slurm partition's nodes."""
         from services.nodes.backends.slurm.backend import SlurmBackend
 
-        log_ = await self._connect("agent")
-        # One backend per data dir: two would both submit (and report) the same attempts.
-        lock = DataDirLock(self.data_dir, "agent").acquire()
-        # Its drains are operator commands: on a server with accounts they go on the operator's connection.
-        admin = await self._connect("admin") if "admin" in self.urls else None
-        backend = SlurmBackend(log_, self.slurm, self.data_dir / "jobs", nc=log_.nc,
-                               heartbeat_interval_s=self.heartbeat_interval_s, admin_log=admin)
-
-        async def run() -> None:
-            try:
-                await backend.start()
-                try:
-                    await asyncio.Event().wait()
-                finally:
-                    await backend.stop()
-            finally:
-                lock.release()
-                if admin is not None:
-                    with contextlib.suppress(Exception):
-                        await admin.close()
-
-        return await self._launch("slurm", log_, backend, run(), backend.ready)
+        return await self._start_backend("slurm", lambda log_, admin: SlurmBackend(
+            log_, self.slurm, self.data_dir / "jobs", nc=log_.nc, heartbeat_interval_s=self.heartbeat_interval_s,
+            admin_log=admin))
 
     async def start_kubernetes(self) -> Part:
         """The Kubernetes backend (docs/backends.md): the node agent over a Kubernetes cluster's nodes."""
         from services.nodes.backends.kubernetes.backend import KubernetesBackend
 
+        return await self._start_backend("kubernetes", lambda log_, admin: KubernetesBackend(
+            log_, self.kubernetes, self.data_dir / "jobs", nc=log_.nc, heartbeat_interval_s=self.heartbeat_interval_s,
+            admin_log=admin))
+
+    async def _start_backend(self, name: str, make: Callable[[Any, Any], Any]) -> Part:
+        """A backend that offers its own system's nodes: one per data dir (two would both run, and report,
+        the same attempts); its drains are operator commands, so on a server with accounts they go on the
+        operator's connection."""
         log_ = await self._connect("agent")
-        # One backend per data dir: two would both create (and report) the same attempts' pods.
         lock = DataDirLock(self.data_dir, "agent").acquire()
         admin = await self._connect("admin") if "admin" in self.urls else None
-        backend = KubernetesBackend(log_, self.kubernetes, self.data_dir / "jobs", nc=log_.nc,
-                                    heartbeat_interval_s=self.heartbeat_interval_s, admin_log=admin)
+        backend = make(log_, admin)
 
         async def run() -> None:
             try:
@@ -234,7 +221,7 @@ class Stack:
                     with contextlib.suppress(Exception):
                         await admin.close()
 
-        return await self._launch("kubernetes", log_, backend, run(), backend.ready)
+        return await self._launch(name, log_, backend, run(), backend.ready)
 
     async def start_quota(self) -> Part:
         """The quota provider (services/quota/): Slurm's accounts or Kubernetes' ResourceQuotas, synced on a
