@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from events import vocabulary as vocab
+import events.vocabulary as vocab
 from events.base import JobId, NodeId
 from events.resources import MAX_CPUS_MILLI, MAX_MEMORY_BYTES
 
