@@ -25,30 +25,23 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
-import hashlib
 import logging
 import os
-import secrets
 import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 
 from events import catalogue as c
-from events.base import Event
-from events.codec import encode
-from events.subjects import admin_subject, event_subject
-from services.domain.envelope import decision_id
 from services.domain.jobs import HOLDS_RESOURCES, JobState
-from services.domain.protocol import Record
 from services.nodes.agent.app import NodeAgent
 from services.nodes.backends.kubernetes import core
 from services.nodes.backends.kubernetes.executor import KubernetesExecutor
+from services.nodes.backends import node_book
+from services.nodes.backends.node_book import NodeBook, held_devices, offer
 from services.nodes.spec import NodeSpec
-from services.runtime.follow import each, read_through
 from services.runtime.kubeapi import (KubeAPI, KubeConflict, KubeError, KubeNotFound, Mirror, in_cluster,
                                       load_kubeconfig, nodes_path, pod_path, pods_path)
 from services.runtime.log import EventLog
@@ -78,18 +71,10 @@ class KubernetesSettings:
 
 
 def installation(state_dir: Path) -> str:
-    """This installation's id (``<state dir>/kubernetes-installation``, made once: 8 hex digits), in its
-    pods' ``horizon.io/installation`` label: two Horizons over one cluster see each other's pods as
-    foreign, busy capacity."""
-    path = Path(state_dir) / "kubernetes-installation"
-    with contextlib.suppress(OSError):
-        known = path.read_text().strip()
-        if known:
-            return known
-    path.parent.mkdir(parents=True, exist_ok=True)
-    made = secrets.token_hex(4)
-    path.write_text(made + "\n")
-    return made
+    """This installation's id (``<state dir>/kubernetes-installation``), in its pods'
+    ``horizon.io/installation`` label: two Horizons over one cluster see each other's pods as foreign,
+    busy capacity."""
+    return node_book.installation(state_dir, "kubernetes")
 
 
 def _api(settings: KubernetesSettings) -> KubeAPI:
@@ -143,8 +128,8 @@ class KubernetesBackend:
         self.pods = Mirror(self.api, pods_path(None), on_change=lambda kind, obj: self._dirty.set())
         self.executor: KubernetesExecutor | None = None
         self.agent: NodeAgent | None = None
-        self.drained: dict[str, str] = {}  # node -> the reason of the drain this backend issued
-        self.logged: dict[str, c.NodeRegistered] = {}  # node -> its latest registration in the log
+        self.book = NodeBook(log_, self.admin_log, by="kubernetes", user=KUBERNETES_USER,
+                             resumed="Kubernetes took it back ({})")
         self.ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._lease_renewed = 0.0
@@ -152,18 +137,9 @@ class KubernetesBackend:
 
     # ------------------------------------------------------------------ the cluster's nodes
 
-    def _held_devices(self, node: str) -> set[str]:
-        held: set[str] = set()
-        for job in (self.agent.core.jobs.jobs.values() if self.agent is not None else ()):
-            if job.state in HOLDS_RESOURCES:
-                for alloc in job.allocations:
-                    if alloc.node == node:
-                        held.update(alloc.device_ids)
-        return held
-
     def specs(self) -> list[NodeSpec]:
         foreign = core.foreign_use(self.pods.items.values(), self.install)
-        return [core.node_spec(node, foreign.get(name), self._held_devices(name))
+        return [core.node_spec(node, foreign.get(name), held_devices(self.agent, name))
                 for name, node in sorted(self.nodes.items.items())]
 
     # ------------------------------------------------------------------ lifecycle
@@ -198,11 +174,10 @@ class KubernetesBackend:
 
         executor.wanted = wanted
         # 3. its own drains and the nodes' registrations, from the log; then the agent catches up, adopts
-        await self._read_log()
+        await self.book.read()
         await agent.start()
         for spec in specs:  # a registration equal to an old one is dropped as its duplicate: say it again
-            logged = self.logged.get(spec.name)
-            if logged is not None and _offer(spec) != _offer(_as_spec(logged)):
+            if self.book.differs_from_logged(spec):
                 await self._register(agent.nodes[spec.name])
         # 4. keep Horizon's nodes as the cluster's
         await self._sync()
@@ -246,20 +221,11 @@ class KubernetesBackend:
             known = agent.nodes.get(spec.name)
             if known is None:
                 continue  # a node that joined the cluster is offered after a restart of the backend
-            if _offer(spec) != _offer(known):
+            if offer(spec) != offer(known):
                 agent.nodes[spec.name] = spec
                 await self._register(spec)
-            reason = core.node_drained(self.nodes.items[spec.name])
-            if reason is not None and spec.name not in self.drained:
-                if await self._command(spec.name, "drain", reason):
-                    self.drained[spec.name] = reason
-            elif reason is None and spec.name in self.drained:
-                if await self._command(spec.name, "uncordon", self.drained[spec.name]):
-                    del self.drained[spec.name]
-        for name in sorted(set(agent.nodes) - set(self.nodes.items) - set(self.drained)):  # gone from the cluster
-            reason = "Kubernetes: the node is no longer in the cluster"
-            if await self._command(name, "drain", reason):
-                self.drained[name] = reason
+            await self.book.follow(spec.name, core.node_drained(self.nodes.items[spec.name]))
+        await self.book.gone(set(agent.nodes) - set(self.nodes.items), "Kubernetes: the node is no longer in the cluster")
 
     async def _reap(self) -> None:
         """Delete the pods Horizon created whose attempt no longer holds resources in the log."""
@@ -303,58 +269,9 @@ class KubernetesBackend:
             log.warning("cannot renew the Lease %s: %s", name, exc)
 
     async def _register(self, spec: NodeSpec) -> None:
-        """Register the node's changed offer, its id the body's digest and the time the change was seen
-        (a node back to an earlier shape is no duplicate of that earlier registration; a retry is)."""
         assert self.agent is not None
-        now = time.time()
-        reg = msgspec.structs.replace(spec.registration(self.agent.name, int(now * 1000)), ts=now)
         use = spec.foreign or c.ForeignUse()
         log.info("%s registered: %g CPUs, %d MiB, %d GPUs; pods Horizon did not place (%s) hold %g CPUs, %d MiB",
                  spec.name, spec.cpus_milli / 1000, spec.memory_bytes >> 20, len(spec.gpus),
                  ",".join(use.jobs) or "none", use.cpus_milli / 1000, use.memory_bytes >> 20)
-        for _ in range(3):
-            try:
-                await self.log.publish(event_subject("agent", reg), encode(reg), msg_id=reg.id)
-                self.logged[spec.name] = reg
-                return
-            except Exception as exc:  # noqa: BLE001 - the log is unavailable: a moment, then again
-                log.warning("could not register %s: %s", spec.name, exc)
-                await asyncio.sleep(0.5)
-
-    async def _command(self, node: str, action: str, reason: str) -> bool:
-        digest = hashlib.sha1(reason.encode()).hexdigest()[:12]
-        msg_id = decision_id("kubernetes", c.NodeCommandIssued, node, action, digest)
-        event = c.NodeCommandIssued(id=msg_id, ts=time.time(), source="kubernetes", correlation_id=node, node=node,
-                                    action=action, user=KUBERNETES_USER,
-                                    reason=reason if action == "drain" else f"Kubernetes took it back ({reason})")
-        try:
-            await self.admin_log.publish(admin_subject("node"), encode(event), msg_id=msg_id)
-        except Exception as exc:  # noqa: BLE001 - the next sync tries again
-            log.warning("could not %s %s: %s", action, node, exc)
-            return False
-        log.info("%s: %s (%s)", node, action, reason)
-        return True
-
-    async def _read_log(self) -> None:
-        """Its state across restarts: its drains no uncordon has undone, each node's latest registration."""
-        def apply(_record: Record, event: Event) -> None:
-            if isinstance(event, c.NodeRegistered):
-                self.logged[event.node] = event
-            if not isinstance(event, c.NodeCommandIssued):
-                return
-            if event.action == "drain" and event.user == KUBERNETES_USER:
-                self.drained[event.node] = event.reason
-            elif event.action in ("uncordon", "remove"):
-                self.drained.pop(event.node, None)
-
-        await read_through(self.log, each(apply), subjects=(admin_subject("node"), "horizon.evt.agent.NodeRegistered.>"))
-
-
-def _offer(spec: NodeSpec) -> tuple[Any, ...]:
-    """What a registration offers placement: a change of it is registered again."""
-    return spec.cpus_milli, spec.memory_bytes, tuple(spec.gpus), dict(spec.labels), tuple(spec.taints), spec.foreign
-
-
-def _as_spec(reg: c.NodeRegistered) -> NodeSpec:
-    return NodeSpec(reg.node, reg.cpus_milli, reg.memory_bytes, tuple(reg.gpus), dict(reg.labels),
-                    tuple(reg.taints), foreign=reg.foreign)
+        await self.book.register(spec, self.agent.name)

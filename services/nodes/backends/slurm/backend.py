@@ -24,29 +24,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import logging
-import secrets
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 
 from events import catalogue as c
-from events.base import Event
-from events.codec import encode
-from events.subjects import admin_subject, event_subject
 from services.nodes.agent.app import NodeAgent
+from services.nodes.backends import node_book
+from services.nodes.backends.node_book import NodeBook, held_devices, offer
 from services.nodes.spec import NodeSpec
 from services.nodes.backends.slurm import core
 from services.nodes.backends.slurm.executor import Slurm, SlurmError, SlurmExecutor, SlurmWatch
-from services.domain.envelope import decision_id
 from services.domain.jobs import HOLDS_RESOURCES, JobState
-from services.domain.protocol import Record
-from services.runtime.follow import each, read_through
 from services.runtime.log import EventLog
 
 __all__ = ["SlurmSettings", "SlurmBackend", "SlurmUnavailable", "SLURM_USER", "reachable", "installation"]
@@ -72,20 +64,10 @@ class SlurmSettings:
 
 
 def installation(state_dir: Path) -> str:
-    """This installation's id (``<state dir>/slurm-installation``, made once: 8 hex digits), which its
-    Slurm jobs' comments carry: two Horizons over one Slurm cluster never take each other's jobs for
-    their own (each sees the other's as Slurm's own, busy capacity)."""
-    path = Path(state_dir) / "slurm-installation"
-    try:
-        known = path.read_text().strip()
-    except OSError:
-        known = ""
-    if known:
-        return known
-    path.parent.mkdir(parents=True, exist_ok=True)
-    made = secrets.token_hex(4)
-    path.write_text(made + "\n")
-    return made
+    """This installation's id (``<state dir>/slurm-installation``), which its Slurm jobs' comments
+    carry: two Horizons over one Slurm cluster never take each other's jobs for their own (each sees
+    the other's as Slurm's own, busy capacity)."""
+    return node_book.installation(state_dir, "slurm")
 
 
 def reachable(settings: SlurmSettings) -> int:
@@ -121,8 +103,7 @@ class SlurmBackend:
         self.install = settings.install or installation(self.state_dir)
         self.watch = SlurmWatch(self.slurm, self.install, settings.poll_interval_s)
         self.agent: NodeAgent | None = None
-        self.drained: dict[str, str] = {}  # node -> the reason of the drain this backend issued
-        self.logged: dict[str, c.NodeRegistered] = {}  # node -> its latest registration in the log
+        self.book = NodeBook(log_, self.admin_log, by="slurm", user=SLURM_USER, resumed="Slurm resumed it ({})")
         self.ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -135,20 +116,9 @@ class SlurmBackend:
         return {r["NodeName"]: r for r in records if "NodeName" in r
                 and (not part or part in (r.get("Partitions") or "").split(","))}
 
-    def _held_devices(self, node: str) -> set[str]:
-        held: set[str] = set()
-        if self.agent is None:
-            return held
-        for job in self.agent.core.jobs.jobs.values():
-            if job.state in HOLDS_RESOURCES:
-                for alloc in job.allocations:
-                    if alloc.node == node:
-                        held.update(alloc.device_ids)
-        return held
-
     def specs(self, nodes: dict[str, dict[str, str]]) -> list[NodeSpec]:
         foreign = core.foreign_use(self.watch.jobs.values(), self.install)
-        return [core.node_spec(record, self.settings.partition, foreign.get(name), self._held_devices(name))
+        return [core.node_spec(record, self.settings.partition, foreign.get(name), held_devices(self.agent, name))
                 for name, record in sorted(nodes.items())]
 
     # ------------------------------------------------------------------ lifecycle
@@ -178,12 +148,11 @@ class SlurmBackend:
             return job.limit_s if job is not None and job.spec is not None else None
 
         executor.wanted, executor.limits = wanted, limit
-        await self._read_log()
+        await self.book.read()
         self.watch.start()
         await agent.start()
-        for spec in specs:  # a registration equal to an old one is dropped as its duplicate: say it again
-            logged = self.logged.get(spec.name)
-            if logged is not None and _offer(spec) != _offer(_as_spec(logged)):
+        for spec in specs:
+            if self.book.differs_from_logged(spec):
                 await self._register(agent.nodes[spec.name])
         await self._sync(nodes)
         self._task = asyncio.create_task(self._loop(), name="slurm-nodes")
@@ -222,21 +191,12 @@ class SlurmBackend:
             if core.node_unknown(nodes[spec.name]):
                 continue  # slurmctld restarted and knows nothing of it yet: no news, not a drain
             spec = dataclasses.replace(spec, isolation=known.isolation)
-            if _offer(spec) != _offer(known):
+            if offer(spec) != offer(known):
                 agent.nodes[spec.name] = spec
                 await self._register(spec)
-            reason = core.node_drained(nodes[spec.name])
-            if reason is not None and spec.name not in self.drained:
-                if await self._command(spec.name, "drain", reason):
-                    self.drained[spec.name] = reason
-            elif reason is None and spec.name in self.drained:
-                if await self._command(spec.name, "uncordon", self.drained[spec.name]):
-                    del self.drained[spec.name]
+            await self.book.follow(spec.name, core.node_drained(nodes[spec.name]))
         part = self.settings.partition or "any partition"
-        for name in sorted(set(agent.nodes) - set(nodes) - set(self.drained)):  # gone from Slurm's partition
-            reason = f"Slurm: the node is no longer in {part}"
-            if await self._command(name, "drain", reason):
-                self.drained[name] = reason
+        await self.book.gone(set(agent.nodes) - set(nodes), f"Slurm: the node is no longer in {part}")
 
     async def _reap(self) -> None:
         """Cancel the Slurm jobs Horizon submitted whose attempt no longer holds resources in Horizon's
@@ -259,61 +219,10 @@ class SlurmBackend:
                 log.warning("%s", exc)
 
     async def _register(self, spec: NodeSpec) -> None:
-        """Register the node's changed capacity. Its id is the registration's (a digest of the body)
-        and the time the change was seen: a node back to a shape it had before (Slurm's own job
-        ended) must not be taken for a duplicate of that earlier registration; a retry of this one is."""
         assert self.agent is not None
-        now = time.time()
-        reg = msgspec.structs.replace(spec.registration(self.agent.name, int(now * 1000)), ts=now)
         use = spec.foreign or c.ForeignUse()
         log.info("%s registered: %s CPUs, %s MiB, %d GPUs; Slurm's own jobs %s hold %s CPUs, %s MiB, GPUs %s",
                  spec.name, spec.cpus_milli // 1000, spec.memory_bytes // core.MIB, len(spec.gpus),
                  ",".join(use.jobs) or "(none)", use.cpus_milli // 1000, use.memory_bytes // core.MIB,
                  ",".join(use.devices) or "-")
-        for _ in range(3):
-            try:
-                await self.log.publish(event_subject("agent", reg), encode(reg), msg_id=reg.id)
-                self.logged[spec.name] = reg
-                return
-            except Exception as exc:  # noqa: BLE001 - the log is unavailable: a moment, then again
-                log.warning("could not register %s: %s", spec.name, exc)
-                await asyncio.sleep(0.5)
-
-    async def _command(self, node: str, action: str, reason: str) -> bool:
-        digest = hashlib.sha1(reason.encode()).hexdigest()[:12]
-        msg_id = decision_id("slurm", c.NodeCommandIssued, node, action, digest)
-        event = c.NodeCommandIssued(id=msg_id, ts=time.time(), source="slurm", correlation_id=node, node=node,
-                                    action=action, reason=reason if action == "drain" else f"Slurm resumed it ({reason})",
-                                    user=SLURM_USER)
-        try:
-            await self.admin_log.publish(admin_subject("node"), encode(event), msg_id=msg_id)
-        except Exception as exc:  # noqa: BLE001 - the next sync tries again
-            log.warning("could not %s %s: %s", action, node, exc)
-            return False
-        log.info("%s: %s (%s)", node, action, reason)
-        return True
-
-    async def _read_log(self) -> None:
-        """Its state across restarts: the drains this backend issued that no uncordon has undone, and
-        each node's latest registration."""
-        def apply(_record: Record, event: Event) -> None:
-            if isinstance(event, c.NodeRegistered):
-                self.logged[event.node] = event
-            if not isinstance(event, c.NodeCommandIssued):
-                return
-            if event.action == "drain" and event.user == SLURM_USER:
-                self.drained[event.node] = event.reason
-            elif event.action in ("uncordon", "remove"):
-                self.drained.pop(event.node, None)
-
-        await read_through(self.log, each(apply), subjects=(admin_subject("node"), "horizon.evt.agent.NodeRegistered.>"))
-
-
-def _offer(spec: NodeSpec) -> tuple[Any, ...]:
-    """What a registration offers placement: a change of it is registered again."""
-    return spec.cpus_milli, spec.memory_bytes, tuple(spec.gpus), dict(spec.labels), spec.foreign
-
-
-def _as_spec(reg: c.NodeRegistered) -> NodeSpec:
-    return NodeSpec(reg.node, reg.cpus_milli, reg.memory_bytes, tuple(reg.gpus), dict(reg.labels),
-                    foreign=reg.foreign)
+        await self.book.register(spec, self.agent.name)
