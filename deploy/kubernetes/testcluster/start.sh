@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
-# start.sh DIR: a one-node Kubernetes 1.20 cluster of real parts in DIR, on loopback, for tests.
+# start.sh DIR: a Kubernetes 1.20 cluster of real parts in DIR, on loopback, for tests: one node
+# `localhost`, or NODES=N nodes (`localhost`, `node-2`, ... `node-N`; node-up.sh DIR NAME adds one to
+# a running cluster, node-down.sh DIR NAME takes it away).
 #
-# etcd (Debian's etcd-server), kube-apiserver, kube-controller-manager and a kubelet (built from
-# Debian's kubernetes source by build.sh, cached outside the checkout) over containerd (Debian's,
-# with runc and the CNI bridge plugin). Prints, last:
+# etcd (Debian's etcd-server), kube-apiserver, kube-controller-manager and a kubelet per node (built
+# from Debian's kubernetes source by build.sh, cached outside the checkout), each over a containerd
+# of its own (Debian's, with runc and the CNI bridge plugin). Prints, last:
 #
 #   KUBECONFIG=<DIR>/pki/admin.kubeconfig
 #   KUBECTL=<path of kubectl>
 #
 # The images `busybox` (docker.io/library/busybox:latest and :1.35) and `pause`
-# (docker.io/library/pause:horizon) are in containerd's k8s.io namespace: there is no registry, so a
-# pod names one of them with imagePullPolicy IfNotPresent or Never.
+# (docker.io/library/pause:horizon) are in each containerd's k8s.io namespace: there is no registry,
+# so a pod names one of them with imagePullPolicy IfNotPresent or Never.
 #
-# Kept off the host: every file is under DIR; containerd and the kubelet run in a private mount
-# namespace in which /run, /var/lib and /var/log are DIR's; the kubelet makes no iptables chains.
-# stop.sh DIR stops every process by its PID (DIR/pids), removes the CNI bridge and the kubepods
-# cgroups, and leaves nothing behind.
+# Kept off the host: every file is under DIR; each node's containerd and kubelet run in a private
+# mount namespace in which /run, /var/lib and /var/log are the node's folders; the kubelets make no
+# iptables chains; the API server finds the nodes' names in DIR/hosts, its /etc/hosts in a mount
+# namespace of its own (node-lib.sh). stop.sh DIR stops every process by its PID, removes the CNI
+# bridges and the nodes' cgroups, and leaves nothing behind.
 set -euo pipefail
 
 [ $# -eq 1 ] || { echo "usage: $0 DIR" >&2; exit 2; }
 HERE="$(cd "$(dirname "$0")" && pwd)"
 DIR="$(realpath -m "$1")"
-say() { echo "start.sh: $*" >&2; }
+source "$HERE/node-lib.sh"
+NODES="${NODES:-1}"
+[[ "$NODES" =~ ^[1-9][0-9]*$ ]] || { say "NODES must be a number of nodes, not ${NODES}"; exit 2; }
 [ "$(id -u)" = 0 ] || { say "needs root (containerd, the kubelet and cgroups)"; exit 1; }
 
 need=()
@@ -35,16 +40,17 @@ fi
 BIN="$("$HERE/build.sh")"
 CACHE="$(dirname "$BIN")"
 
-mkdir -p "$DIR"/{pki,pids,logs,etcd,containerd,cni/net.d,cni/ipam,kubelet,host/run,host/var-lib,host/var-log,images}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-ETCD_PORT=$(free_port); ETCD_PEER=$(free_port); API_PORT=$(free_port); KUBELET_PORT=$(free_port)
+mkdir -p "$DIR"/{pki,pids,logs,etcd,nodes}
+ETCD_PORT=$(free_port); ETCD_PEER=$(free_port); API_PORT=$(free_port)
 TAG="$(echo -n "$DIR" | sha1sum | cut -c1-8)"
-BRIDGE="hz${TAG}"                                # at most 15 characters
-SUBNET="10.$(( 0x${TAG:0:2} % 200 + 50 )).$(( 0x${TAG:2:2} )).0/24"
-echo "$BRIDGE" > "$DIR/bridge"
-SOCK="$DIR/containerd/containerd.sock"
+# what node-up.sh needs to add a node later
+printf 'BIN=%q\nCACHE=%q\nAPI_PORT=%q\nTAG=%q\n' "$BIN" "$CACHE" "$API_PORT" "$TAG" > "$DIR/cluster.env"
+NAMES=(localhost)
+for i in $(seq 2 "$NODES"); do NAMES+=("node-$i"); done
+# The nodes' names as the API server resolves them (it reaches a kubelet by its name: Hostname first)
+{ cat /etc/hosts; echo "127.0.0.1 ${NAMES[*]}"; } > "$DIR/hosts"
 
-# --- certificates: one CA; the apiserver, the admin, the node and the apiserver's kubelet client ---
+# --- certificates: one CA; the apiserver, the admin, the kubelets (serving) and the apiserver's kubelet client (each node's own: node-lib.sh) ---
 PKI="$DIR/pki"
 if [ ! -f "$PKI/ca.crt" ]; then
   openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=horizon-test-ca" \
@@ -59,7 +65,6 @@ if [ ! -f "$PKI/ca.crt" ]; then
   }
   cert apiserver "/CN=kube-apiserver" "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default"
   cert admin "/O=system:masters/CN=admin"
-  cert node "/O=system:nodes/CN=system:node:localhost"
   cert kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
   cert kubelet-serving "/CN=localhost" "IP:127.0.0.1,DNS:localhost"
   openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
@@ -82,18 +87,9 @@ current-context: horizon-test
 KC
 }
 kubeconfig "$PKI/admin.kubeconfig" admin admin
-kubeconfig "$PKI/node.kubeconfig" system:node:localhost node
 KUBECTL=("$BIN/kubectl" --kubeconfig "$PKI/admin.kubeconfig")
 
 started() { echo "$2" > "$DIR/pids/$1"; }
-wait_for() {  # what seconds command...
-  local what="$1" seconds="$2"; shift 2
-  local until=$(( $(date +%s) + seconds ))
-  until "$@" >/dev/null 2>&1; do
-    if [ "$(date +%s)" -ge "$until" ]; then say "$what not ready within ${seconds} s (logs: $DIR/logs)"; exit 1; fi
-    sleep 0.3
-  done
-}
 
 # --- the control plane ---
 etcd --name horizon-test --data-dir "$DIR/etcd" \
@@ -103,7 +99,9 @@ etcd --name horizon-test --data-dir "$DIR/etcd" \
 started etcd $!
 wait_for etcd 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 
-"$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+# in a mount namespace of its own, where /etc/hosts is DIR/hosts (the nodes' names)
+unshare --mount --propagation private sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$DIR/hosts" \
+  "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" --insecure-port 0 \
   --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" --client-ca-file "$PKI/ca.crt" \
   --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
@@ -122,110 +120,9 @@ wait_for kube-apiserver 90 "${KUBECTL[@]}" get --raw /readyz
   >"$DIR/logs/kube-controller-manager.log" 2>&1 &
 started kube-controller-manager $!
 
-# --- the node: containerd and the kubelet in a private mount namespace ---
-cat > "$DIR/containerd/config.toml" <<TOML
-version = 2
-root = "$DIR/containerd/root"
-state = "$DIR/containerd/state"
-[grpc]
-  address = "$SOCK"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "docker.io/library/pause:horizon"
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "native"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "$DIR/cni/net.d"
-TOML
-cat > "$DIR/cni/net.d/10-horizon.conflist" <<CNI
-{"cniVersion": "0.4.0", "name": "horizon-test", "plugins": [
-  {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$SUBNET"}]], "dataDir": "$DIR/cni/ipam"}}]}
-CNI
-cat > "$DIR/kubelet/config.yaml" <<YAML
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-address: 127.0.0.1
-port: $KUBELET_PORT
-readOnlyPort: 0
-healthzPort: 0
-cgroupDriver: cgroupfs
-failSwapOn: false
-makeIPTablesUtilChains: false
-tlsCertFile: $PKI/kubelet-serving.crt
-tlsPrivateKeyFile: $PKI/kubelet-serving.key
-authentication:
-  anonymous: {enabled: false}
-  webhook: {enabled: false}
-  x509: {clientCAFile: $PKI/ca.crt}
-authorization: {mode: AlwaysAllow}
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard: {memory.available: "50Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
-YAML
-cat > "$DIR/node.sh" <<NODE
-#!/usr/bin/env bash
-# Runs in its own mount namespace (unshare -m): /run, /var/lib and /var/log are DIR's from here on.
-set -euo pipefail
-mount --make-rprivate /
-mount --bind "$DIR/host/run" /run
-mount --bind "$DIR/host/var-lib" /var/lib
-mount --bind "$DIR/host/var-log" /var/log
-containerd --config "$DIR/containerd/config.toml" >"$DIR/logs/containerd.log" 2>&1 &
-echo \$! > "$DIR/pids/containerd"
-for _ in \$(seq 1 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
-while [ ! -f "$DIR/images/imported" ]; do sleep 0.2; done
-exec "$BIN/kubelet" --config "$DIR/kubelet/config.yaml" --kubeconfig "$PKI/node.kubeconfig" \
-  --container-runtime remote --container-runtime-endpoint "unix://$SOCK" \
-  --hostname-override localhost --root-dir "$DIR/kubelet/root" --cert-dir "$DIR/kubelet/pki" \
-  --pod-infra-container-image docker.io/library/pause:horizon >"$DIR/logs/kubelet.log" 2>&1
-NODE
-chmod +x "$DIR/node.sh"
-unshare --mount --propagation private "$DIR/node.sh" </dev/null &
-started kubelet $!
-wait_for containerd 30 test -S "$SOCK"
-
-# --- the images, built once per cache (no registry is reachable): a static pause and busybox ---
-IMAGES="$CACHE/images"
-if [ ! -f "$IMAGES/busybox.tar" ] || [ ! -f "$IMAGES/pause.tar" ]; then
-  mkdir -p "$IMAGES/build"
-  gcc -static -O2 -DVERSION=horizon -o "$IMAGES/build/pause" "$CACHE/tree/build/pause/linux/pause.c"
-  BUILDAH=(buildah --storage-driver vfs --root "$IMAGES/build/root" --runroot "$IMAGES/build/run")
-  pack() {  # name tag rootfs-dir entrypoint-json
-    local c; c=$("${BUILDAH[@]}" from scratch)
-    "${BUILDAH[@]}" copy "$c" "$3" / >/dev/null
-    "${BUILDAH[@]}" config --entrypoint "$4" --cmd '[]' --env PATH=/bin "$c"
-    "${BUILDAH[@]}" commit -q "$c" "docker.io/library/$1:$2" >/dev/null
-    "${BUILDAH[@]}" rm "$c" >/dev/null
-  }
-  rm -rf "$IMAGES/build/pause-root" "$IMAGES/build/busybox-root"
-  mkdir -p "$IMAGES/build/pause-root/bin" "$IMAGES/build/busybox-root/bin" "$IMAGES/build/busybox-root/tmp"
-  cp "$IMAGES/build/pause" "$IMAGES/build/pause-root/bin/pause"
-  cp /bin/busybox "$IMAGES/build/busybox-root/bin/busybox"
-  for applet in $(/bin/busybox --list); do
-    [ "$applet" = busybox ] || ln -s busybox "$IMAGES/build/busybox-root/bin/$applet"
-  done
-  pack pause horizon "$IMAGES/build/pause-root" '["/bin/pause"]'
-  pack busybox latest "$IMAGES/build/busybox-root" '[]'
-  "${BUILDAH[@]}" tag docker.io/library/busybox:latest docker.io/library/busybox:1.35
-  "${BUILDAH[@]}" push -q docker.io/library/pause:horizon "docker-archive:$IMAGES/pause.tar.part:docker.io/library/pause:horizon"
-  mv "$IMAGES/pause.tar.part" "$IMAGES/pause.tar"
-  "${BUILDAH[@]}" push -q docker.io/library/busybox:latest "docker-archive:$IMAGES/busybox.tar.part:docker.io/library/busybox:latest"
-  mv "$IMAGES/busybox.tar.part" "$IMAGES/busybox.tar"
-fi
-ctr -a "$SOCK" -n k8s.io images import "$IMAGES/pause.tar" >/dev/null
-ctr -a "$SOCK" -n k8s.io images import "$IMAGES/busybox.tar" >/dev/null
-ctr -a "$SOCK" -n k8s.io images tag docker.io/library/busybox:latest docker.io/library/busybox:1.35 >/dev/null 2>&1 || true
-touch "$DIR/images/imported"
-
-ready() { [ "$("${KUBECTL[@]}" get node localhost -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
-wait_for "the node" 120 ready
+# --- the nodes: each a kubelet over a containerd of its own, in a private mount namespace ---
+for i in "${!NAMES[@]}"; do node_up "${NAMES[$i]}" "$i"; done
+for name in "${NAMES[@]}"; do wait_for "the node $name" 120 node_ready "$name"; done
 wait_for "the default service account" 60 "${KUBECTL[@]}" get serviceaccount default -n default
 echo "KUBECONFIG=$PKI/admin.kubeconfig"
 echo "KUBECTL=$BIN/kubectl"
