@@ -15,6 +15,11 @@ What work its backend did not place holds on a node (``NodeRegistered.foreign``:
 straight to Slurm) is *used* capacity, outside the ledger: not free (``free_cpus_milli``,
 ``free_memory_bytes``, ``free_devices`` and the fit filters take it off), but still the node's
 capacity, so a job that needs the whole node waits for it rather than being judged never to fit.
+
+Every node carries the label ``horizon.io/backend`` (``BACKEND_LABEL``) naming the backend that offers it
+(``agent``, ``slurm``, ``kubernetes``: ``NodeRegistered.backend``), set by the fold over whatever the
+registration said: a job's ``--node-selector horizon.io/backend=slurm`` (or an affinity, or a
+partition's ``node_labels``) pins it to one backend (docs/backends.md, "One queue over several backends").
 """
 
 from __future__ import annotations
@@ -28,7 +33,10 @@ from events import catalogue as c
 from services.domain.jobs import HOLDS_RESOURCES, JobTable, Transition
 from services.domain.qos import overcommitted, qos_class
 
-__all__ = ["Node", "Cluster", "device_sort_key", "Request", "request_of", "least", "fold_cluster"]
+__all__ = ["BACKEND_LABEL", "Node", "Cluster", "device_sort_key", "Request", "request_of", "least", "fold_cluster"]
+
+
+BACKEND_LABEL = "horizon.io/backend"  # every node's: the backend that offers it (agent, slurm, kubernetes)
 
 
 @lru_cache(maxsize=65536)
@@ -293,7 +301,7 @@ class Cluster:
             cpus_milli=event.cpus_milli,
             memory_bytes=event.memory_bytes,
             gpus={d.id: d for d in event.gpus},
-            labels=dict(event.labels),
+            labels={**event.labels, BACKEND_LABEL: event.backend or "agent"},
             taints=list(event.taints),
             registered_seq=seq,
             simulated=event.simulated,

@@ -69,7 +69,7 @@ from services.domain.fit.profile import BACKFILL_MODES, Profile
 from services.domain.jobs import Job, JobTable
 from services.placement.index import NodeIndex
 from services.placement.lane import Lane
-from services.placement.place import best_nodes
+from services.placement.place import best_nodes, holds_gang
 
 __all__ = ["BackfillMode", "FLAG_MODE", "MODES", "Reservation", "reserve", "shortened_limit"]
 
@@ -144,7 +144,7 @@ class Reservation:
         for alloc in allocs:
             if alloc.node in still and not fit(cluster.nodes[alloc.node], trial).ok:
                 still.discard(alloc.node)
-        if len(still) < self.need:
+        if not holds_gang(cluster, still, self.need):
             return False
         if commit:
             self.at_start, self.fitting = trial, still
@@ -215,7 +215,7 @@ def reserve(
                 node = cluster.nodes.get(alloc.node)
                 if node is not None and not node.removed and fit_then(node, hyp).ok:
                     fitting.add(alloc.node)
-            if len(fitting) >= req.nodes:
+            if holds_gang(cluster, fitting, req.nodes):  # a gang's nodes of one backend (place.py)
                 at = dataclasses.replace(ctx, start_ts=end, end_ts=end + time_limit_s)
                 return Reservation(job_id, req, end, hyp, fitting, req.nodes, end_ts=end + time_limit_s,
                                    allocations=_where(cluster, req, hyp, at, fitting) if concrete else [],
@@ -238,7 +238,7 @@ def reserve(
                     trial.take(alloc)
         fit_at = Fitter(req, at)
         fitting = {n.name for n in nodes if fit_at(n, trial).ok}
-        if len(fitting) >= req.nodes:
+        if holds_gang(cluster, fitting, req.nodes):
             return Reservation(job_id, req, t, trial.copy() if trial is hyp else trial, fitting, req.nodes,
                                end_ts=t + time_limit_s, allocations=_where(cluster, req, trial, at, fitting),
                                ctx=at)
@@ -252,5 +252,7 @@ def _where(cluster: Cluster, req: Request, overlay: Overlay, ctx: Context,
     fits = [(fit, members) for fit, members in fits if fit.ok]
     if len(fits) < req.nodes:
         return []
-    chosen = best_nodes(cluster, fits, req.nodes)
+    chosen = best_nodes(cluster, fits, req.nodes)  # a gang's within one backend
+    if len(chosen) < req.nodes:
+        return []
     return [fit.allocation_on(name) for name, fit in chosen]

@@ -67,7 +67,7 @@ from services.placement.backfill import MODES, Reservation, reserve, shortened_l
 from services.placement.index import NodeIndex
 from services.placement.lane import LaneLedger
 from services.placement.growth import Room, grow, track_elastic
-from services.placement.place import Placed, place_job
+from services.placement.place import Placed, gang_names, place_job
 
 __all__ = ["PlacementCore", "PlacementState", "check_reservation"]
 
@@ -332,7 +332,8 @@ class PlacementCore:
         if mode.hole_fraction is not None:
             held.hole_end = now + mode.hole_fraction * (held.start_ts - now)
         cycle.reservations.append(held)
-        return held.start_ts, sorted(a.node for a in held.allocations) or sorted(held.fitting)[: least(req).nodes]
+        return held.start_ts, sorted(a.node for a in held.allocations) or gang_names(state.cluster, held.fitting,
+                                                                                     least(req).nodes)
 
     def _grow(self, cycle: _Cycle) -> None:
         """Elastic jobs below their most grow into room no candidate wanted (``growth.grow``)."""

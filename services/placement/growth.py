@@ -8,7 +8,8 @@ use: the same filters as a new placement). Then every elastic job below its most
 takes the best of the nodes that fit it now, apart from those it holds, up to its most, and
 placement emits ``JobResized`` with the whole new allocation (the old nodes first, in their order,
 so the first node, where the job was launched, stays first). The job keeps its end: the new nodes
-are judged for the time it has left.
+are judged for the time it has left. It grows only onto nodes of its own backend (a gang never
+spans two, ``place.py``): the nodes of the others are excluded as its own are.
 
 The scheduler decides a cycle also when nothing is pending but an elastic job is below its most
 and room was freed (``services/domain/queue/fold.py``), so growth does not wait for a submission.
@@ -83,7 +84,7 @@ def grow(room: Room, elastic: set[str], overlay: Overlay, index: NodeIndex, topo
         have = [a.node for a in job.allocations]
         base = request_of(spec)
         req = dataclasses.replace(base, nodes=spec.nodes - len(have), min_nodes=1,
-                                  exclude=base.exclude | frozenset(have))
+                                  exclude=base.exclude | frozenset(have) | _elsewhere(room.cluster, have[0]))
         if req.topological and topology is None:
             continue  # its affinity is judged where jobs run: it grows in a cycle that looked (rare; it may wait)
         end = (job.scheduled_ts or now) + job.limit_s
@@ -104,3 +105,10 @@ def grow(room: Room, elastic: set[str], overlay: Overlay, index: NodeIndex, topo
             cycle=cycle, reason=f"grew from {len(have)} to {len(allocations)} of its {spec.nodes} nodes: "
                                 f"{', '.join(a.node for a in placed.allocations)} free after cycle {cycle}"))
     return out
+
+
+def _elsewhere(cluster: Cluster, first: str) -> frozenset[str]:
+    """The nodes of backends other than that of the job's first node (none on a cluster of one backend)."""
+    node = cluster.nodes.get(first)
+    backend = node.backend if node is not None else ""
+    return frozenset(name for name, n in cluster.nodes.items() if n.backend != backend)

@@ -1,6 +1,7 @@
 """The node index: placement asks one node per *kind of node*, not every node per job.
 
-Two nodes with the same hardware (CPUs, memory, GPU devices with their ids,
+Two nodes of the same backend (``Node.backend``: a gang never spans two, ``place.py``) with the same
+hardware (CPUs, memory, GPU devices with their ids,
 models, memory, NUMA and interconnect layout and health, overcommit ratios), the same labels and taints,
 the same advance reservations, the same partitions and the same free resources right now (free
 CPUs, free memory, the same set of free device ids) and the same state
@@ -43,7 +44,7 @@ def _hardware(node: Node, held: frozenset[str]) -> tuple[object, ...]:
         labels = tuple(sorted(node.labels.items()))
         taints = tuple(sorted((t.key, t.value, t.effect) for t in node.taints))
         node.kind = kind = (node.cpus_milli, node.memory_bytes, devices, labels, taints, tuple(sorted(node.datasets)),
-                            node.cpu_overcommit, node.memory_overcommit)
+                            node.cpu_overcommit, node.memory_overcommit, node.backend)
     return (kind, held) if held else kind
 
 

@@ -6,15 +6,25 @@ nodes that pass (``services/domain/fit/``). If enough nodes fit (all of a multi-
 many as fit of an elastic one but at least its ``min_nodes``, or none), it takes the best-scoring
 ones: a gang inside one interconnect domain (a node label of ``TOPOLOGY_LABELS``: NVLink domain,
 then rack) when one has room.
+
+**A gang never spans two backends.** Horizon may take its nodes from several backends at once (its
+own agents, a Slurm partition, a Kubernetes cluster: ``Node.backend``); each runs its own share of
+a job, and none can run a job with another's nodes (a Slurm job on an agent's node, one pod's
+world across two clusters). So a multi-node job takes all its nodes from one backend: the backend
+that holds the most of them (all of a gang; of an elastic gang, the largest size that fits there),
+then the best summed score of the nodes it would take, then the backend's name. With every node of
+one backend, this is the choice it always was. A gang that fits on no backend alone waits, and says
+so (``Gang``: how many fit on each); one that no backend could ever hold is ``fits_nowhere``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from events import catalogue as c
-from services.domain.cluster import Cluster, Request
+from services.domain.cluster import Cluster, Node, Request
 from services.domain.fit.context import Context
 from services.domain.fit.cycle import Overlay
 from services.domain.features import formula_text
@@ -24,7 +34,8 @@ from services.domain.fit.node import Fit
 from services.domain.fit.profile import TOPOLOGY_LABELS
 from services.placement.index import NodeIndex
 
-__all__ = ["Placed", "place_job", "gang_nodes", "best_nodes"]
+__all__ = ["Placed", "place_job", "gang_nodes", "best_nodes", "backend_name", "by_backend", "holds_gang",
+           "gang_names"]
 
 
 @dataclass
@@ -48,7 +59,7 @@ def place_job(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex
         return _place_matching(cluster, req, overlay, index, ctx)
     fitting: list[tuple[Fit, list[str]]] = []
     failures: dict[tuple[str, tuple[object, ...]], int] = {}
-    usable = 0
+    usable: dict[str, int] = {}  # backend -> its nodes that could hold the job if they were empty (and ready)
     for fit, members in index.evaluate(req, ctx):
         if fit.devices is not None:
             fitting.append((fit, members))
@@ -56,26 +67,42 @@ def place_job(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex
             key = (fit.filter, fit.detail)
             failures[key] = failures.get(key, 0) + len(members)
         if fit.filter not in NEVER_FILTERS:
-            usable += len(members)  # these nodes could hold the job if they were empty (and ready)
-    fit_count = sum(len(m) for _, m in fitting)
-    if fit_count >= req.nodes:
-        return Placed([fit.allocation_on(name) for name, fit in best_nodes(cluster, fitting, req.nodes)])
+            for backend, names in _split(cluster, members):
+                usable[backend] = usable.get(backend, 0) + len(names)
     need = req.min_nodes or req.nodes  # an elastic gang starts at the largest size that fits, its least at worst
-    if fit_count >= need:
-        return Placed([fit.allocation_on(name) for name, fit in best_nodes(cluster, fitting, fit_count)])
+    chosen = _take(cluster, fitting, req.nodes, need)
+    if chosen is not None:
+        return Placed([fit.allocation_on(name) for name, fit in chosen])
+    fit_count = sum(len(m) for _, m in fitting)
     grouped: dict[tuple[str, str], int] = {}
     for (flt, detail), count in failures.items():
         key = (flt, explain(flt, detail, req))
         grouped[key] = grouped.get(key, 0) + count
     reasons = [c.BlockReason(reason=reason, nodes=count, filter=flt) for (flt, reason), count in sorted(grouped.items())]
-    if req.nodes > 1 and fit_count:
+    apart = req.nodes > 1 and len(usable) > 1 and max(usable.values()) < need <= sum(usable.values())
+    if req.nodes > 1 and (fit_count >= need or apart):
+        reasons.append(_apart(cluster, fitting, usable, need, fit_count >= need))
+    elif req.nodes > 1 and fit_count:
         reasons.append(c.BlockReason(
             reason=f"only {fit_count} of the {need} nodes the gang needs at least fit" if req.min_nodes else
                    f"only {fit_count} of the {req.nodes} nodes the gang needs fit", nodes=fit_count, filter="Gang"))
     if not reasons:
         reasons.append(c.BlockReason(reason="no nodes registered", nodes=0, filter="NodeReady"))
-    return Placed(None, reasons, fits_nowhere=usable < need)
+    return Placed(None, reasons, fits_nowhere=max(usable.values(), default=0) < need)
 
+
+def _apart(cluster: Cluster, fitting: list[tuple[Fit, list[str]]], usable: dict[str, int], need: int,
+           now: bool) -> c.BlockReason:
+    """Why a gang waits whose nodes are there, but not on one backend: enough fit now (``now``), or
+    enough could hold it once empty, each count per backend."""
+    if now:
+        counts = {b: sum(len(m) for _, m in group) for b, group in by_backend(cluster, fitting).items()}
+        what = "fit now"
+    else:
+        counts, what = usable, "could ever hold it"
+    each = ", ".join(f"{counts.get(b, 0)} on {b}" for b in sorted(usable.keys() | counts.keys()))
+    return c.BlockReason(reason=f"the gang needs {need} nodes of one backend and a gang never spans two: of the nodes "
+                                f"that {what}, {each}", nodes=sum(counts.values()), filter="Gang")
 
 
 def _place_matching(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex, ctx: Context) -> Placed:
@@ -115,5 +142,81 @@ def gang_nodes(cluster: Cluster, fitting: list[tuple[Fit, list[str]]], count: in
 
 
 def best_nodes(cluster: Cluster, fitting: list[tuple[Fit, list[str]]], count: int) -> list[tuple[str, Fit]]:
-    """The ``count`` nodes a job takes among ``fitting``: a gang's (``gang_nodes``) or the single best."""
-    return gang_nodes(cluster, fitting, count) if count > 1 else NodeIndex.best(fitting, 1)
+    """The ``count`` nodes a job takes among ``fitting``: a gang's (``gang_nodes``, within one backend; none
+    if no backend has ``count``) or the single best."""
+    return (_take(cluster, fitting, count, count) or []) if count > 1 else NodeIndex.best(fitting, 1)
+
+
+def backend_name(node: Node) -> str:
+    """The backend that offers a node, by name ("agent": Horizon's own node agent)."""
+    return node.backend or "agent"
+
+
+def _split(cluster: Cluster, members: list[str]) -> list[tuple[str, list[str]]]:
+    """``members`` by backend (one part when they are of one, as the index's groups are), in order."""
+    first = backend_name(cluster.nodes[members[0]]) if members else ""
+    if all(backend_name(cluster.nodes[n]) == first for n in members):
+        return [(first, members)] if members else []
+    parts: dict[str, list[str]] = {}
+    for name in members:
+        parts.setdefault(backend_name(cluster.nodes[name]), []).append(name)
+    return sorted(parts.items())
+
+
+def by_backend(cluster: Cluster, fitting: list[tuple[Fit, list[str]]]) -> dict[str, list[tuple[Fit, list[str]]]]:
+    """The fitting groups of each backend (each group's nodes in their order)."""
+    out: dict[str, list[tuple[Fit, list[str]]]] = {}
+    for fit, members in fitting:
+        for backend, names in _split(cluster, members):
+            out.setdefault(backend, []).append((fit, names))
+    return out
+
+
+def holds_gang(cluster: Cluster, names: set[str] | list[str], count: int) -> bool:
+    """Whether ``count`` of ``names`` are of one backend (any ``count`` of one node or less)."""
+    if count <= 1 or len(names) < count:
+        return len(names) >= count
+    counts: dict[str, int] = {}
+    for name in names:  # stops at the gang's size: one backend's cluster looks at ``count`` nodes
+        backend = cluster.nodes[name].backend
+        counts[backend] = counts.get(backend, 0) + 1
+        if counts[backend] >= count:
+            return True
+    return False
+
+
+def gang_names(cluster: Cluster, names: set[str] | list[str], count: int) -> list[str]:
+    """The first ``count`` of ``names`` by name that are of one backend (the first backend to have that
+    many, in name order); of a cluster of one backend, the first ``count`` names. Fewer if none has."""
+    ordered = sorted(names)
+    if count <= 1:
+        return ordered[:count]
+    buckets: dict[str, list[str]] = {}
+    for name in ordered:
+        bucket = buckets.setdefault(cluster.nodes[name].backend, [])
+        bucket.append(name)
+        if len(bucket) == count:
+            return bucket
+    return ordered[:count]
+
+
+def _take(cluster: Cluster, fitting: list[tuple[Fit, list[str]]], most: int,
+          least: int) -> list[tuple[str, Fit]] | None:
+    """The nodes a job of ``most`` nodes (at least ``least``) takes among ``fitting``, or None.
+
+    One node: the best anywhere. A gang: within one backend, ``most`` of them if some backend has that
+    many, else the most some backend has, at least ``least`` (an elastic gang). Among the backends
+    that offer the largest size: the best (smallest) sum of the taken nodes' scores, then the
+    backend's name. Inside the backend, ``gang_nodes`` (interconnect domains first).
+    """
+    if most <= 1:
+        return NodeIndex.best(fitting, 1) if fitting and least <= 1 else None
+    options: list[tuple[tuple[int, float, str], list[tuple[str, Fit]]]] = []
+    for backend, group in by_backend(cluster, fitting).items():
+        size = min(sum(len(m) for _, m in group), most)
+        if size < max(least, 1):
+            continue
+        nodes = gang_nodes(cluster, group, size) if size > 1 else NodeIndex.best(group, 1)
+        score = math.fsum(float(fit.score[0]) for _, fit in nodes)  # type: ignore[arg-type]
+        options.append(((-size, score, backend), nodes))
+    return min(options, key=lambda o: o[0])[1] if options else None
