@@ -39,6 +39,7 @@ from services.domain.jobs import HOLDS_RESOURCES, JobState
 from services.nodes.agent.app import NodeAgent
 from services.nodes.backends.kubernetes import core
 from services.nodes.backends.kubernetes.executor import KubernetesExecutor
+from services.nodes.backends.kubernetes.intake import PodIntake
 from services.nodes.backends import node_book
 from services.nodes.backends.node_book import NodeBook, held_devices, offer
 from services.nodes.spec import NodeSpec
@@ -52,6 +53,9 @@ __all__ = ["KubernetesSettings", "KubernetesBackend", "KubernetesUnavailable", "
 log = logging.getLogger("horizon.kubernetes")
 
 KUBERNETES_USER = "kubernetes"  # the user of the drain and uncordon commands the backend issues
+# at least how often the nodes are compared and the users' waiting pods get Horizon's why (intake.py),
+# with no change of a pod to wake it
+WHY_EVERY_S = 3.0
 DEFAULT_IMAGE = "busybox:1.35"  # a job that names no --image runs in it (the test cluster has it)
 
 
@@ -128,6 +132,7 @@ class KubernetesBackend:
         self.pods = Mirror(self.api, pods_path(None), on_change=lambda kind, obj: self._dirty.set())
         self.executor: KubernetesExecutor | None = None
         self.agent: NodeAgent | None = None
+        self.intake: PodIntake | None = None  # the users' pods with schedulerName horizon (intake.py)
         self.book = NodeBook(log_, self.admin_log, by="kubernetes", user=KUBERNETES_USER,
                              resumed="Kubernetes took it back ({})")
         self.ready = asyncio.Event()
@@ -173,6 +178,7 @@ class KubernetesBackend:
                     and job_id not in agent.core.stop_requests and job_id not in agent.core.preemptions)
 
         executor.wanted = wanted
+        self.intake = PodIntake(self.api, self.log, self.pods, self.install, lambda: agent.core.jobs, self.nc)
         # 3. its own drains and the nodes' registrations, from the log; then the agent catches up, adopts
         await self.book.read()
         await agent.start()
@@ -202,7 +208,7 @@ class KubernetesBackend:
     async def _loop(self) -> None:
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._dirty.wait(), max(1.0, self.settings.lease_s / 3))
+                await asyncio.wait_for(self._dirty.wait(), WHY_EVERY_S)
             self._dirty.clear()
             try:
                 await self._sync()
@@ -216,6 +222,8 @@ class KubernetesBackend:
         agent = self.agent
         assert agent is not None
         await self._reap()
+        if self.intake is not None:
+            await self.intake.sync()
         await self._renew_lease()
         for spec in self.specs():
             known = agent.nodes.get(spec.name)

@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from events import catalogue as c
-from services.nodes.backends.kubernetes import core
+from services.nodes.backends.kubernetes import admission, core
+from services.nodes.backends.kubernetes.output import PodOutput
 from services.nodes.backends.protocol import Files, Outcome
 from services.nodes.job_environment import job_environment
 from services.runtime.kubeapi import KubeAPI, KubeConflict, KubeError, KubeNotFound, Mirror, pod_path, pods_path
@@ -65,15 +66,16 @@ class KubernetesExecution:
 
     pid: int | None = None
 
-    def __init__(self, executor: KubernetesExecutor, names: Sequence[str]) -> None:
+    def __init__(self, executor: KubernetesExecutor, keys: Sequence[str]) -> None:
         self.executor = executor
-        self.names = tuple(names)
+        self.keys = tuple(keys)  # "namespace/name" of each pod
+        self.names = tuple(k.partition("/")[2] for k in self.keys)
         self.files = Files()
         self.started_wall: float | None = None
         self._checkpoint: str | None = None
 
     def pods(self) -> list[Mapping[str, Any] | None]:
-        return [self.executor.pod(name) for name in self.names]
+        return [self.executor.mirror.items.get(key) for key in self.keys]
 
     def _all_ended(self) -> bool:
         return all(core.ended(p) or core.never_ran(p) is not None for p in self.pods())
@@ -96,12 +98,13 @@ class KubernetesExecution:
         return self._outcome()
 
     async def _delete(self, grace_period_s: float) -> None:
-        for name, pod in zip(self.names, self.pods()):
+        for key, pod in zip(self.keys, self.pods()):
             if pod is None or (core.ended(pod) and core.never_ran(pod) is None):
                 continue
             uid = ((pod.get("metadata") or {}).get("uid"))
+            namespace, _, name = key.partition("/")
             try:
-                await self.executor.api.delete(pod_path(self.executor.namespace, name), int(grace_period_s), uid)
+                await self.executor.api.delete(pod_path(namespace, name), int(grace_period_s), uid)
             except KubeNotFound:
                 pass
             except KubeError as exc:
@@ -151,9 +154,14 @@ class KubernetesExecutor:
         self.nodes = dict(nodes or {})  # node -> NodeSpec (its GPUs, for the job's environment)
         self.wanted: Callable[[str, int], bool] = lambda job_id, attempt: True
         self.bindings = 0  # how many Bindings this executor has posted (the tests count them)
+        self.output = PodOutput(api, mirror, install)  # `horizon logs`: the pods' container logs (output.py)
 
     def isolation(self) -> str:
         return core.ISOLATION
+
+    async def read_output(self, node: str, request: dict[str, Any], tenant: str | None) -> dict[str, Any]:
+        """``horizon logs``: the attempt's pod's container log (``ServesOutput``, ``output.py``)."""
+        return await self.output.read(node, request, tenant)
 
     def processes_here(self) -> None:
         return None  # its jobs run in the cluster's pods
@@ -172,6 +180,10 @@ class KubernetesExecutor:
                # the device plugin sets CUDA_VISIBLE_DEVICES; the container's own paths are not the node's
                if k.startswith(("HORIZON_", "SLURM_")) or k in spec.env}
         env["HORIZON_CHECKPOINT_FILE"] = core.CHECKPOINT_FILE
+        # Each pod of a gang runs the command (there is no srun to start the others): it is node ``index``
+        # of the job, and its first task's rank is the tasks of the nodes before it.
+        env["SLURM_NODEID"] = str(index)
+        env["SLURM_PROCID"] = str(sum(max(1, a.tasks) for a in held[:index]))
         return core.pod_manifest(self.install, job_id, attempt, spec, alloc, env, self.image, self.namespace,
                                  self.grace_period_s, index)
 
@@ -191,11 +203,12 @@ class KubernetesExecutor:
             if bound != node:
                 raise RuntimeError(f"pod {meta.get('name')} is bound to {bound}, not {node}")
             return
+        namespace = str(meta.get("namespace") or self.namespace)
         try:
-            await self.api.bind(self.namespace, meta["name"], node, meta.get("uid"))
+            await self.api.bind(namespace, meta["name"], node, meta.get("uid"))
             self.bindings += 1
         except KubeConflict as exc:
-            current = await self.api.get(pod_path(self.namespace, meta["name"]))
+            current = await self.api.get(pod_path(namespace, meta["name"]))
             if (current.get("spec") or {}).get("nodeName") != node:
                 raise RuntimeError(f"pod {meta['name']} cannot be bound to {node}: {exc}") from exc
 
@@ -204,10 +217,13 @@ class KubernetesExecutor:
         allocations: Sequence[c.NodeAllocation] = (),
     ) -> KubernetesExecution:
         held = list(allocations) or [alloc]
+        users = admission.pods_of_payload(spec.payload)
+        if users is not None:  # a Kubernetes user's own pods: bound where Horizon placed the job
+            return await self._until_running(job_id, attempt, await self._bind_users(job_id, attempt, users, held))
         if not spec.command and not (spec.image or self.image):
             raise ValueError("the job has no command to run")
         manifests = [self._manifest(job_id, attempt, spec, a, i, checkpoint_ref, held) for i, a in enumerate(held)]
-        execution = KubernetesExecution(self, [m["metadata"]["name"] for m in manifests])
+        execution = KubernetesExecution(self, [f"{self.namespace}/{m['metadata']['name']}" for m in manifests])
         try:  # all or none: every pod created, then every one bound
             pods = [await self._create(m) for m in manifests]
             for pod, share in zip(pods, held):
@@ -218,6 +234,35 @@ class KubernetesExecutor:
         log.info("%s attempt %d: pods %s bound to %s", job_id, attempt, ",".join(execution.names),
                  ",".join(a.node for a in held))
         return await self._until_running(job_id, attempt, execution)
+
+    async def _bind_users(self, job_id: str, attempt: int, users: tuple[str, list[tuple[str, str]]],
+                          held: Sequence[c.NodeAllocation]) -> KubernetesExecution:
+        """Bind a user's pods (``admission.py``), one to each node of the allocation, all or none. Each is
+        first marked as this installation's (its label, the job and attempt: ``attempt_of`` finds it after
+        a restart, and it is no longer counted as another's use of its node), then bound. A pod that is
+        gone, or is another incarnation of its name (its UID), fails the start: the job ends, and the pod's
+        controller creates the next one, which is a new job."""
+        namespace, pods = users
+        if len(pods) != len(held):
+            raise RuntimeError(f"the job has {len(pods)} pods and {len(held)} nodes")
+        execution = KubernetesExecution(self, [f"{namespace}/{name}" for name, _ in pods])
+        marks = {"metadata": {"labels": {core.LABEL_INSTALL: self.install},
+                              "annotations": {core.ANNOTATION_JOB: job_id, core.ANNOTATION_ATTEMPT: str(attempt)}}}
+        try:
+            for (name, uid), share in zip(pods, held):
+                pod = await self.api.get(pod_path(namespace, name))
+                if str((pod.get("metadata") or {}).get("uid")) != uid:
+                    raise RuntimeError(f"pod {namespace}/{name} was deleted (another pod has its name now)")
+                if not (pod.get("spec") or {}).get("nodeName"):
+                    pod = await self.api.patch(pod_path(namespace, name), marks)
+                await self._bind(pod, share.node)
+        except KubeNotFound as exc:
+            raise RuntimeError(f"a pod of the job was deleted before Horizon bound it: {exc}") from exc
+        except (KubeError, RuntimeError) as exc:
+            raise RuntimeError(f"the pods could not be bound: {exc}") from exc
+        log.info("%s attempt %d: the user's pods %s bound to %s", job_id, attempt, ",".join(execution.keys),
+                 ",".join(a.node for a in held))
+        return execution
 
     async def _until_running(self, job_id: str, attempt: int, execution: KubernetesExecution) -> KubernetesExecution:
         """Return once every pod runs (or one has ended or cannot start); one no longer wanted is deleted."""
@@ -234,13 +279,12 @@ class KubernetesExecutor:
         return execution
 
     def adopt(self, job_id: str, attempt: int, alloc: c.NodeAllocation) -> KubernetesExecution | None:
-        found = sorted(str((p.get("metadata") or {}).get("name"))
-                       for p in core.pods_of(self.mirror.items.values(), self.install, job_id, attempt)
-                       if (p.get("metadata") or {}).get("namespace") == self.namespace)
+        found = sorted(f"{(p.get('metadata') or {}).get('namespace')}/{(p.get('metadata') or {}).get('name')}"
+                       for p in core.pods_of(self.mirror.items.values(), self.install, job_id, attempt))
         if not found:
             return None
-        if any(not (self.pod(name) or {}).get("spec", {}).get("nodeName") and not core.ended(self.pod(name))
-               for name in found):
+        if any(not (self.mirror.items.get(key) or {}).get("spec", {}).get("nodeName")
+               and not core.ended(self.mirror.items.get(key)) for key in found):
             return None  # created, not yet bound when the last backend stopped: started again (bound once)
         execution = KubernetesExecution(self, found)
         execution._started()
