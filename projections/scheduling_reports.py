@@ -245,6 +245,7 @@ def gpu_map(state: SchedulingState, pstate: PreemptionState, request: dict[str, 
                             "interconnect": device.interconnect, "state": gpu_state, "job_id": job_id,
                             "tenant": tenant_of(job_id), "why": why})
         rows.append({"node": node.name, "state": node.status, "simulated": node.simulated,
+                     "backend": node.backend or "agent",
                      "cpus_milli": node.cpus_milli, "cpus_used_milli": node.used_cpus_milli + node.foreign_cpus_milli,
                      "memory_bytes": node.memory_bytes,
                      "memory_used_bytes": node.used_memory_bytes + node.foreign_memory_bytes,

@@ -26,6 +26,9 @@ def _shows_the_cluster_and_the_job(driver: Any, url: str, job: str) -> None:
     wait_for(driver, f"return document.querySelectorAll('#nodes [data-node=\"node-00\"] .gpu.busy[data-job=\"{job}\"]')"
                      ".length === 2")
     assert driver.execute_script("return document.querySelectorAll('#nodes .gpu').length") == 8
+    # each node says the backend that offers it (docs/backends.md, "One queue over several backends")
+    assert driver.execute_script("return [...document.querySelectorAll('#nodes .node .badge.backend')]"
+                                 ".map(b => b.textContent)") == ["agent", "agent"]
     wait_for(driver, f"return document.querySelector('#queue-table tr[data-job=\"{job}\"][data-state=\"RUNNING\"]')")
 
 

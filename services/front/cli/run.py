@@ -70,10 +70,12 @@ def shape_options(command: Any) -> Any:
 @click.option("--tls", "use_tls", is_flag=True,
               help="Mutual TLS between every part and the server: a CA and certificates made in DATA_DIR/tls/; "
                    "other clients need HORIZON_TLS_CA, HORIZON_TLS_CERT and HORIZON_TLS_KEY.")
-@click.option("--backend", type=click.Choice(["agent", "slurm", "kubernetes"]), default="agent", show_default=True,
+@click.option("--backend", default="agent", show_default=True, metavar="NAME[,NAME...]",
               help="What runs the jobs: agent (Horizon's node agent, on this machine or a development cluster), "
                    "slurm (an existing Slurm cluster's partition: Horizon decides, Slurm runs) or kubernetes (a "
-                   "Kubernetes cluster's nodes: Horizon binds each job's pods; docs/backends.md).")
+                   "Kubernetes cluster's nodes: Horizon binds each job's pods), or several at once, one queue "
+                   "over all their nodes: agent,slurm,kubernetes (a gang stays within one; "
+                   "--node-selector horizon.io/backend=NAME pins a job; docs/backends.md).")
 @click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="--backend kubernetes (and --quota-provider kubernetes): the cluster's kubeconfig (its current "
                    "context) [default: this pod's service account].")
@@ -128,6 +130,9 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
     ResourceQuotas are the limits of the account of its name (--kubeconfig). With --backend
     kubernetes the nodes are a Kubernetes cluster's (--kubeconfig) and each job placed on them runs
     as a pod (--image, else --default-image) in --namespace that Horizon binds to the node it chose.
+    With --backend agent,slurm,kubernetes (any two or all three) one queue runs over all of their nodes:
+    one fair share, quota tree, preemption order and audit; a multi-node job takes all its nodes from
+    one backend, and `horizon nodes` says each node's.
     """
     shape = Shape(nodes, gpus_per_node, gpu_type, cpus_per_node, memory_per_node)
     launch_up(UpOptions(data_dir=data_dir, port=port, shape=shape, executor=executor,

@@ -240,6 +240,7 @@ def view_reply_schemas() -> dict[str, Schema]:
         "tenant": {"type": ["string", "null"]}, "why": {"type": "string", "description": "Why it is unhealthy."}}}
     gpu_node_row = {"type": "object", "required": ["node", "state", "gpus"], "properties": {
         "node": {"type": "string"}, "state": {"type": "string"}, "simulated": {"type": "boolean"},
+        "backend": {"type": "string", "description": "The backend that offers it: agent, slurm or kubernetes."},
         "cpus_milli": {"type": "integer"}, "cpus_used_milli": {"type": "integer"},
         "memory_bytes": {"type": "integer"}, "memory_used_bytes": {"type": "integer"},
         "held_for": strings, "gpus": {"type": "array", "items": gpu_row}}}

@@ -2,7 +2,8 @@
 
 ``launch_up`` walks it in numbered steps: 1. the data dir is ours (its lock) before anything in it is
 touched; 2. what runs the jobs: this machine as discovered, a development cluster of simulated nodes
-(``Shape``), a Slurm partition or a Kubernetes cluster; 3. credentials, certificates and the server's config; then either
+(``Shape``), a Slurm partition or a Kubernetes cluster, or several of them at once (``--backend
+agent,slurm,kubernetes``: ``launch_backends.py``); 3. credentials, certificates and the server's config; then either
 every part in this process (``up_in_process``) or each its own supervised process
 (``services/front/host/launch_processes.py``). ``horizon service`` is ``launch_service.py``; the
 HTTP side, telemetry and the lines printed are ``launch_web.py``'s.
@@ -23,6 +24,7 @@ from typing import Any
 from events.resources import parse_cpus, parse_duration, parse_memory
 from services.front.client.problems import BadValue, Failure, UsageProblem
 from services.front.client.terminal import say
+from services.front.host.launch_backends import BACKENDS, parse_backends, shared_names
 from services.front.host.launch_kubernetes import describe as describe_kubernetes
 from services.front.host.launch_kubernetes import kubernetes_settings
 from services.front.host.launch_processes import up_processes
@@ -166,14 +168,19 @@ def _quota_settings(provider: str, every: str, conf: Path | None, processes: boo
 
 def slurm_settings(backend: str, shape: Shape, executor: str, processes: bool, conf: Path | None, partition: str,
                    bin_dir: str, conf_used: bool = False) -> Any:
-    """``--backend slurm``'s settings (None for the agent), or a usage error for options that cannot go with it.
-    ``conf_used``: --slurm-conf serves the quota provider (so it is no stray option without the backend)."""
-    if backend != "slurm":
+    """``--backend slurm``'s settings (None without slurm among ``backend``'s names), or a usage error for options
+    that cannot go with it. ``conf_used``: --slurm-conf serves the quota provider (so it is no stray option
+    without the backend). Shape options go with the agent's nodes only (``--backend agent,slurm --nodes 2``)."""
+    names = parse_backends(backend)
+    if "slurm" not in names:
         if (conf is not None and not conf_used) or partition:
             raise UsageProblem("--slurm-conf and --slurm-partition go with --backend slurm (--slurm-conf also "
                                "with --quota-provider slurm)")
         return None
-    if shape.dev:
+    if shape.dev and "agent" not in names:
+        if len(names) > 1:
+            raise UsageProblem(f"--nodes and the other shape options shape the agent's nodes: --backend "
+                               f"{','.join(names)} has no agent (add it: agent,{','.join(names)})")
         raise UsageProblem("--backend slurm takes its nodes from Slurm: no --nodes or other shape options")
     if executor != "process" or processes:
         raise UsageProblem("--backend slurm runs jobs through Slurm: no --executor sim or --processes")
@@ -218,34 +225,42 @@ class UpOptions:
     default_image: str | None = None
 
 
-def _what_runs(o: UpOptions, slurm: Any, kubernetes: Any = None) -> tuple[list[NodeSpec], str]:
-    """The nodes ``up`` hosts (none for a Slurm partition or a Kubernetes cluster: they give them) and
-    what to say of them."""
-    if kubernetes is not None:
-        return [], describe_kubernetes(kubernetes)
+def _what_runs(o: UpOptions, names: tuple[str, ...], slurm: Any, kubernetes: Any = None) -> tuple[list[NodeSpec], str]:
+    """The nodes ``up``'s own agent hosts (none without the agent: a Slurm partition or a Kubernetes
+    cluster gives its own) and what to say of what runs the jobs, backend by backend."""
+    specs: list[NodeSpec] = []
+    words: list[str] = []
+    if "agent" in names:
+        if o.shape.dev:
+            specs, what = o.shape.dev_nodes(), o.shape.describe_dev()
+        else:
+            spec, what = machine()
+            specs = [spec]
+        words.append(what)
     if slurm is not None:
         conf_text = o.slurm_conf or os.environ.get("SLURM_CONF") or "the default slurm.conf"
-        return [], f"Slurm partition {o.slurm_partition or '(every node)'} of {conf_text}"
-    if o.shape.dev:
-        return o.shape.dev_nodes(), o.shape.describe_dev()
-    spec, what = machine()
-    return [spec], what
+        words.append(f"Slurm partition {o.slurm_partition or '(every node)'} of {conf_text}")
+    if kubernetes is not None:
+        words.append(describe_kubernetes(kubernetes))
+    return specs, "; ".join(words)
 
 
 def launch_up(o: UpOptions) -> None:
     """``horizon up``, until Ctrl-C or SIGTERM (see the module's docstring for its steps)."""
+    names = parse_backends(o.backend)
     quota = _quota_settings(o.quota_provider, o.quota_every, o.slurm_conf, o.processes, o.kubeconfig)
     slurm = slurm_settings(o.backend, o.shape, o.executor, o.processes, o.slurm_conf, o.slurm_partition, o.slurm_bin,
                            conf_used=o.quota_provider == "slurm")
     # --kubeconfig serves --quota-provider kubernetes too: then it is no stray option without the backend
-    kubeconfig = None if o.quota_provider == "kubernetes" and o.backend != "kubernetes" else o.kubeconfig
-    kubernetes = kubernetes_settings(o.backend, o.shape.dev, o.executor, o.processes, kubeconfig, o.namespace,
-                                     o.default_image)
+    kubeconfig = None if o.quota_provider == "kubernetes" and "kubernetes" not in names else o.kubeconfig
+    kubernetes = kubernetes_settings(o.backend, o.shape.dev and "agent" not in names, o.executor, o.processes,
+                                     kubeconfig, o.namespace, o.default_image)
     data_dir = o.data_dir
     lock = _hold(data_dir)  # 1. the data dir is ours before anything in it is touched
     try:
-        # 2. what runs: the machine (discovered), the development cluster, or a Slurm partition
-        node_specs, what = _what_runs(o, slurm, kubernetes)
+        # 2. what runs: the machine (discovered) or the development cluster, a Slurm partition, a Kubernetes
+        # cluster: one of them or several
+        node_specs, what = _what_runs(o, names, slurm, kubernetes)
         configure_logging(o.verbose, data_dir / "horizon.log")
         warning = mode_warning(data_dir, o.auth)
         if warning:
@@ -281,6 +296,26 @@ def launch_up(o: UpOptions) -> None:
         lock.release()
 
 
+async def _start_agent(stack: Stack, agent_nodes: list[NodeSpec], executor: str) -> tuple[list[NodeSpec], list[str]]:
+    """After the other backends: every node ``up`` offers (the Slurm partition's as Slurm gave them, the
+    Kubernetes cluster's as its API server did, then the agent's, which starts here) and each backend's
+    executor; ``Failure``, before the agent registers anything, if two backends offer a node of one name."""
+    offered: dict[str, list[NodeSpec]] = {}
+    for backend in ("slurm", "kubernetes"):
+        if backend in stack.parts:
+            offered[backend] = list(stack.parts[backend].obj.agent.nodes.values())
+    if agent_nodes:
+        offered["agent"] = agent_nodes
+    clash = shared_names({backend: [n.name for n in specs] for backend, specs in offered.items()})
+    if clash is not None:
+        raise Failure(clash)
+    if agent_nodes:
+        stack.nodes = agent_nodes
+        await stack.start_agent()
+    order = [b for b in BACKENDS if b in offered]  # as `up` says them: the agent's first
+    return [n for b in order for n in offered[b]], [executor if b == "agent" else b for b in order]
+
+
 async def up_in_process(server: NatsServer, data_dir: Path, node_specs: list[NodeSpec], executor: str,
                         heartbeat_timeout: float, what: str, policy: str, backfill: str, otel: str = "none",
                         secured: Secured | None = None, ui_port: int | None = None, slurm: Any = None,
@@ -292,25 +327,22 @@ async def up_in_process(server: NatsServer, data_dir: Path, node_specs: list[Nod
     board = up_dashboard(secured, server, data_dir, policy, backfill)
     web = await http_server(registry, "127.0.0.1", ui_port, fallback=ui_port is None, dashboard=board,
                             tokens=metrics_tokens(secured, data_dir))
-    stack = Stack(url, data_dir, nodes=node_specs, executor=executor, heartbeat_timeout_s=heartbeat_timeout,
+    # the agent starts last, once the others' nodes are known (a node is one backend's: _start_agent)
+    stack = Stack(url, data_dir, executor=executor, heartbeat_timeout_s=heartbeat_timeout,
                   policy=policy, backfill=backfill, tracer_provider=tracing, meter_provider=meters,
                   urls=secured.part_urls(server.host, server.port), slurm=slurm, quota=quota, kubernetes=kubernetes)
     async with stop_signals() as stop:
         try:
             await stack.start()
-            if slurm is not None:  # the partition's nodes, as Slurm gave them
-                node_specs = list(stack.parts["slurm"].obj.agent.nodes.values())
-                executor = "slurm"
-            elif kubernetes is not None:  # the cluster's nodes, as its API server gave them
-                node_specs = list(stack.parts["kubernetes"].obj.agent.nodes.values())
-                executor = "kubernetes"
+            node_specs, executors = await _start_agent(stack, node_specs, executor)
             # its partitions, as the operator (services/front/host/partitions.py: never over an operator's)
             await publish_stock(stack.url_of("admin"), node_specs)
+            executor = " + ".join(executors) + (" executor" if len(executors) == 1 else " executors")
             assert server.pid is not None
             secured.running(server.host, server.port, server.pid).write(data_dir)
             say(url)
             say(
-                f"Horizon is up: {what}, {executor} executor; "
+                f"Horizon is up: {what}, {executor}; "
                 f"data in {data_dir}/, logs in {data_dir}/horizon.log\n"
                 f"{dashboard_line(web.url, secured, data_dir)}"
                 f"{metrics_line(web.url, secured, data_dir)}"

@@ -7,15 +7,17 @@ from pathlib import Path
 from typing import Any
 
 from services.front.client.problems import Failure, UsageProblem
+from services.front.host.launch_backends import parse_backends
 
 __all__ = ["kubernetes_settings", "describe"]
 
 
 def kubernetes_settings(backend: str, dev: bool, executor: str, processes: bool, kubeconfig: Path | None,
                         namespace: str, image: str | None) -> Any:
-    """``--backend kubernetes``'s settings (None for another backend), or a usage error for options that
-    cannot go with it; a cluster that does not answer, or has no nodes or no such namespace, is said now."""
-    if backend != "kubernetes":
+    """``--backend kubernetes``'s settings (None without kubernetes among ``backend``'s names, a comma list;
+    "": none), or a usage error for options that cannot go with it (``dev``: shape options given, and no
+    agent to take them); a cluster that does not answer, or has no nodes or no such namespace, is said now."""
+    if "kubernetes" not in (parse_backends(backend) if backend else ()):
         if kubeconfig is not None or namespace or image:
             raise UsageProblem("--kubeconfig, --namespace and --default-image go with --backend kubernetes")
         return None

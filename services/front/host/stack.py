@@ -68,10 +68,10 @@ class Stack:
     # name, "agent", "projections"; "admin" sets up the streams). A part not named here uses ``url``.
     urls: dict[str, str] = field(default_factory=dict)
     # The Slurm backend's settings (services/nodes/backends/slurm/backend.py, SlurmSettings): run it, over that
-    # cluster's nodes, instead of a node agent over ``nodes`` (horizon up --backend slurm).
+    # cluster's nodes (horizon up --backend slurm), beside a node agent over ``nodes`` if there are any.
     slurm: Any = None
     # The Kubernetes backend's settings (services/nodes/backends/kubernetes/backend.py, KubernetesSettings):
-    # run it, over that cluster's nodes, instead of a node agent (horizon up --backend kubernetes).
+    # run it, over that cluster's nodes (horizon up --backend kubernetes), beside the others given.
     kubernetes: Any = None
     # A quota provider kept in sync (horizon up --quota-provider slurm|kubernetes): (its QuotaSource,
     # seconds between syncs); it publishes account configurations, as the operator (docs/backends.md).
@@ -93,11 +93,12 @@ class Stack:
         for name in SERVICES:
             await self.start_service(name)
         await self.start_projection()
+        # each backend given (horizon up --backend agent,slurm,kubernetes: all three, on one queue)
         if self.slurm is not None:
             await self.start_slurm()
-        elif self.kubernetes is not None:
+        if self.kubernetes is not None:
             await self.start_kubernetes()
-        elif self.nodes:
+        if self.nodes:
             await self.start_agent()
         if self.quota is not None:
             await self.start_quota()
@@ -200,11 +201,12 @@ class Stack:
             admin_log=admin))
 
     async def _start_backend(self, name: str, make: Callable[[Any, Any], Any]) -> Part:
-        """A backend that offers its own system's nodes: one per data dir (two would both run, and report,
-        the same attempts); its drains are operator commands, so on a server with accounts they go on the
-        operator's connection."""
+        """A backend that offers its own system's nodes: one of each per data dir (two would both run, and
+        report, the same attempts: ``<data dir>/<name>.lock``; beside the agent's and the other backend's, as
+        one ``up`` over several backends runs them); its drains are operator commands, so on a server with
+        accounts they go on the operator's connection."""
         log_ = await self._connect("agent")
-        lock = DataDirLock(self.data_dir, "agent").acquire()
+        lock = DataDirLock(self.data_dir, name).acquire()
         admin = await self._connect("admin") if "admin" in self.urls else None
         backend = make(log_, admin)
 

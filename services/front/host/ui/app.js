@@ -196,6 +196,7 @@ function renderCluster(snap) {
     const card = el("div", { class: "node", "data-node": n.node },
       el("header", {}, el("span", { class: "name", text: n.node }), n.state ? el("span", { class: `badge ${n.state}`, text: n.state }) : null,
         n.simulated ? el("span", { class: "badge", text: "simulated" }) : null,
+        n.backend ? el("span", { class: "badge backend", "data-backend": n.backend, title: "the backend that offers it", text: n.backend }) : null,
         n.held_for && n.held_for.length ? el("span", { class: "badge", text: `held for ${n.held_for.join(", ")}` }) : null,
         el("span", { class: "res", text: res }), ...actions));
     const numas = Object.keys(byNuma).sort((a, b) => a - b);
