@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import pytest
 
+from services.domain.cluster import BACKEND_LABEL
 from services.nodes.backends.kubernetes import admission, core
 from tests.kubernetes_cluster import KubernetesCluster
 from tests.nodes.test_kubernetes_backend import KubeUp
@@ -53,7 +54,7 @@ def test_a_users_pod_is_a_job_with_its_requests_queue_and_a_deterministic_id() -
     assert (event.tenant, event.account, event.priority_class, event.checkpoint_signal) == ("team-a", "ml", "high", "SIGTERM")
     assert (event.resources.cpus, event.resources.memory, event.resources.gpus, event.nodes) == ("250m", 32 << 20, 0, 1)
     assert event.time_limit_s == 600 and event.requeue is False
-    assert event.node_selector == {"disk": "ssd", core.LABEL_BACKEND: "kubernetes"}
+    assert event.node_selector == {"disk": "ssd", BACKEND_LABEL: "kubernetes"}
     assert [(t.key, t.operator) for t in event.tolerations] == [("gpu", "Exists")]
     assert admission.pods_of_payload(event.payload) == ("team-a", [("train-1", "uid-train-1")])
     # without the queue label, the namespace is the account
@@ -213,6 +214,21 @@ def test_a_kubectl_job_with_schedulername_horizon_runs_where_horizon_places_it(
         row = up.wait_state(job, ("CANCELLED",), timeout=60)
         assert row["reason"] == "its pod team-a/whole was deleted in Kubernetes"
         assert up.cli("cancel", holder).returncode == 0
+        up.wait_state(holder, ("CANCELLED",), timeout=60)
+
+        # 5. preemption: a high-class pod takes the room of a running normal one, whose pod is deleted
+        # (SIGTERM first); it is not requeued (a pod is bound once): its job ends PREEMPTED
+        apply(k, pod_body("victim", "team-a", f"{cpus - 250}m", ["sh", "-c", 'trap "exit 143" TERM; sleep 300 & wait']))
+        victim = until("the victim's job", lambda: [j for j in job_rows(up, "team-a") if j.startswith("k8s-team-a-victim-")])[0]
+        up.wait_state(victim, ("RUNNING",), timeout=90)
+        apply(k, pod_body("boss", "team-a", "500m", ["echo", "boss"], labels={admission.PRIORITY_LABEL: "high"}))
+        boss = until("the boss's job", lambda: [j for j in job_rows(up, "team-a") if j.startswith("k8s-team-a-boss-")])[0]
+        up.wait_state(boss, ("SUCCEEDED",), timeout=120)
+        row = up.wait_state(victim, ("PREEMPTED",), timeout=30)
+        assert row["reason"] == f"preempted for {boss}"
+        assert k.kubectl_run("logs", "-n", "team-a", "boss").strip() == "boss"
+        gone = k.get("pods", "-n", "team-a", "--field-selector", "metadata.name=victim")["items"]
+        assert not gone or gone[0]["status"]["phase"] == "Failed"
         up.check_and_audit()
     finally:
         up.stop()

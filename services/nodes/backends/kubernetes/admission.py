@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from events import catalogue as c
+from services.domain.cluster import BACKEND_LABEL
 from services.nodes.backends.kubernetes import core
 
 __all__ = ["QUEUE_LABEL", "GROUP_LABEL", "GROUP_COUNT", "PRIORITY_LABEL", "CHECKPOINT_ANNOTATION", "PAYLOAD_KEY",
@@ -47,8 +48,8 @@ CHECKPOINT_ANNOTATION = "horizon.io/checkpoint-signal"
 PAYLOAD_KEY = "kubernetes"  # the payload's key naming the pods: {"kubernetes": {"namespace", "pods"}}
 SOURCE = "horizon-kubernetes"  # the JobSubmitted's source
 # The submitted job runs on this backend's nodes only (its pods are bound to them), whatever other
-# backends offer nodes to the same Horizon: every node it registers has this label.
-BACKEND_SELECTOR = {core.LABEL_BACKEND: core.BACKEND}
+# backends offer nodes to the same Horizon (every node has the label, services/domain/cluster.py).
+BACKEND_SELECTOR = {BACKEND_LABEL: core.BACKEND}
 
 
 @dataclass(frozen=True)

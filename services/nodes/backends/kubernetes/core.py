@@ -33,14 +33,13 @@ from services.nodes.backends.protocol import Outcome
 from services.nodes.spec import NodeSpec
 from services.runtime.kubeapi import quantity
 
-__all__ = ["BACKEND", "SCHEDULER", "GPU", "LABEL_BACKEND", "LABEL_INSTALL", "LABEL_MANAGED", "ANNOTATION_JOB", "ANNOTATION_ATTEMPT",
+__all__ = ["BACKEND", "SCHEDULER", "GPU", "LABEL_INSTALL", "LABEL_MANAGED", "ANNOTATION_JOB", "ANNOTATION_ATTEMPT",
            "CHECKPOINT_FILE", "ISOLATION", "node_spec", "node_drained", "foreign_use", "pod_requests", "pod_name",
            "pod_manifest", "attempt_of", "ended", "running", "outcome", "never_ran", "Use"]
 
 BACKEND = "kubernetes"
 SCHEDULER = "horizon"  # spec.schedulerName of the pods Horizon places: the default scheduler leaves them
 GPU = "nvidia.com/gpu"  # the NVIDIA device plugin's extended resource
-LABEL_BACKEND = "horizon.io/backend"  # on every node Horizon registers for a Kubernetes node: "kubernetes"
 LABEL_MANAGED = "horizon.io/managed-by"  # "horizon": a pod Horizon created
 LABEL_INSTALL = "horizon.io/installation"  # which Horizon (two on one cluster keep apart)
 ANNOTATION_JOB = "horizon.io/job"  # the job id, exact (a label value cannot hold every job id)
@@ -77,7 +76,6 @@ def node_spec(node: Mapping[str, Any], foreign: Use | None = None, held_devices:
     Horizon job holds (``held_devices``)."""
     meta, allocatable = _meta(node), (node.get("status") or {}).get("allocatable") or {}
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    labels[LABEL_BACKEND] = BACKEND  # a job pins itself to this backend's nodes with it (docs/backends.md)
     cpus_milli = quantity(allocatable.get("cpu"), 1000)
     memory = quantity(allocatable.get("memory"))
     kind = labels.get("nvidia.com/gpu.product") or "gpu"
