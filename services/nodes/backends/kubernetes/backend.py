@@ -15,6 +15,8 @@ and one of the pods of every namespace, and on each change, at most every ``sync
   cluster takes it back; only its own drains are undone (read back from the log at start-up);
 * deletes a pod Horizon created whose attempt no longer holds resources in the log (it ended while no
   backend watched): left running, it would hold capacity Horizon counts free;
+* submits the pods Kubernetes users gave Horizon (``schedulerName: horizon``) as jobs and writes
+  Horizon's why onto those that wait (``intake.PodIntake``; ``admission.py``);
 * renews its ``Lease`` (``coordination.k8s.io/v1``, ``horizon-<installation>`` in the namespace): who
   runs this backend and since when, for ``kubectl get lease``.
 """
