@@ -161,6 +161,10 @@ class JobSpec(_Part, kw_only=True):
     name: str = ""
     command: tuple[str, ...] = ()
     env: dict[str, str] = {}
+    # The environment it starts from, as sbatch's --export took it from the submitting shell (None: the
+    # node agent's); its own variables and ``env`` go over it (services/nodes/job_environment.py).
+    # Specs holding equal ones share one map (services/domain/jobs.py compact).
+    submit_env: dict[str, str] | None = None
     payload: Any = None
     # per task
     cpus_milli: int = 1000
@@ -250,6 +254,17 @@ class JobSpec(_Part, kw_only=True):
     # a multi-node gang still pending this long after acceptance (or requeue) without assembling its
     # least size ends UNSCHEDULABLE, reason "assembly timeout: ..." (None: it waits)
     assembly_timeout_s: float | None = None
+    # The job's number, Slurm's numeric job id (``sbatch``'s ``Submitted batch job 4213``): given by the
+    # submission core when it accepts the job, counting up from 1 per numbering scope (the whole cluster,
+    # or under accounts each tenant's intake on its own; services/domain/job_numbers.py). An array's
+    # tasks get consecutive numbers and ``array_number``, the array's, is its first task's (``4213_7``).
+    # 0: a job accepted before numbers existed (it is known by its id alone).
+    number: Annotated[int, Meta(description=(
+        "The job's number, Slurm's numeric job id (`4213`), given at acceptance: consecutive per numbering scope "
+        "(the cluster; under accounts each tenant's own); 0 for a job accepted before numbers existed."))] = 0
+    array_number: Annotated[int, Meta(description=(
+        "A task of an array: the array's number, its first task's (the task is `<array_number>_<index>`); "
+        "0 otherwise."))] = 0
 
     @property
     def elastic(self) -> bool:

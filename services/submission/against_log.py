@@ -31,6 +31,7 @@ class Round:
     rejected: set[str] = field(default_factory=set)
     deps: dict[str, tuple[str, ...]] = field(default_factory=dict)  # accepted id -> what it depends on
     referenced: set[str] = field(default_factory=set)
+    numbers: dict[str, int] = field(default_factory=dict)  # scope -> the highest job number given this round
 
     def add(self, submitted_id: str, jobs: list[tuple[str, c.JobSpec]]) -> None:
         if not jobs:

@@ -169,6 +169,7 @@ class SubmissionCore:
         state.tenants.count(state.jobs.apply(event, record.seq, state.now))
         if isinstance(event, c.JobAccepted):
             state.accounts.leaf_for(event.spec, state.now)  # as the scheduler does: its account now exists
+            state.numbering.seen(event)
             state.verdicts.add(event.job_id)
             state.submissions.pop(event.job_id, None)
             state.referenced.update(d.job_id for d in event.spec.dependencies)
@@ -309,6 +310,11 @@ class SubmissionCore:
                                job_id=bounded_id(sub.job_id), tenant=bounded_id(tenant),
                                reason=clipped(str(rej)), field=rej.field, correlation_id=bounded_id(sub.job_id),
                                limit=getattr(rej, "limit", ""))]
+        # Numbers after those of the scope and of this round (numbering.py); a round cut short goes on
+        # after its first tasks, under their array's number.
+        first = state.jobs.jobs.get(done[0]) if done else None
+        jobs = state.numbering.give(jobs, round_.numbers,
+                                    first.spec.array_number if first is not None and first.spec is not None else 0)
         round_.add(sub.job_id, jobs)
         if jobs:
             TenantBook.add(round_.load, jobs[0][1].tenant, len(jobs), len(jobs) if sub.array is not None else 0)

@@ -18,6 +18,7 @@ from services.domain.partitions import Partitions
 from services.domain.protocol import CoreState
 from services.submission.capacity import Capacity
 from services.submission.normalise import Rejection, class_limit_reason
+from services.submission.numbering import Numbering
 from services.submission.tenant_limits import TenantBook
 
 __all__ = ["Pending", "SubmissionState", "RANK"]
@@ -72,6 +73,7 @@ class SubmissionState(CoreState):
         self.malformed: dict[int, c.InputRejected] = {}  # input seq -> its verdict, not yet in the log
         self.repeats: dict[int, Pending] = {}  # seq -> a submission of a job id already submitted
         self.partitions = Partitions()  # which partition a job gets (services/domain/partitions.py)
+        self.numbering = Numbering()  # the highest job number given in each scope (numbering.py)
         self._capacity_epoch = 0  # changes with what the registered nodes offer
         self._partition_capacity: dict[str, tuple[tuple[int, int], Capacity]] = {}
 
