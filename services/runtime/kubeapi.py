@@ -280,8 +280,9 @@ class KubeAPI:
         return _ERRORS.get(code, KubeError)(code, str(status.get("reason", "")), str(status.get("message", "")))
 
     async def request(self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None,
-                      content_type: str = "application/json", raw: bool = False) -> Any:
-        """One request; its JSON answer (the text with ``raw``), or the ``KubeError`` of a refusal."""
+                      content_type: str = "application/json", raw: bool = False, binary: bool = False) -> Any:
+        """One request; its JSON answer (the text with ``raw``, the bytes with ``binary``), or the
+        ``KubeError`` of a refusal."""
         async def exchange() -> tuple[int, bytes]:
             reader, writer, code, headers = await self._open(method, path, query, body, content_type)
             try:
@@ -298,6 +299,8 @@ class KubeAPI:
             raise KubeUnavailable(f"{method} {path}: {exc}") from exc
         if code >= 300:
             raise self._refusal(code, data)
+        if binary:
+            return data
         if raw:
             return data.decode(errors="replace")
         return json.loads(data) if data else {}
@@ -340,9 +343,12 @@ class KubeAPI:
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         return await self.request("POST", pod_path(namespace, pod) + "/binding", body)
 
-    async def logs(self, namespace: str, pod: str, container: str | None = None, tail_lines: int | None = None) -> str:
-        return await self.request("GET", pod_path(namespace, pod) + "/log", raw=True,
-                                  query={"container": container, "tailLines": tail_lines})
+    async def logs(self, namespace: str, pod: str, container: str | None = None, tail_lines: int | None = None,
+                   limit_bytes: int | None = None) -> bytes:
+        """The container's log as the kubelet keeps it (its output and error together), as bytes."""
+        return await self.request("GET", pod_path(namespace, pod) + "/log", binary=True,
+                                  query={"container": container, "tailLines": tail_lines,
+                                         "limitBytes": limit_bytes})
 
     async def watch(self, path: str, resource_version: str = "", label_selector: str | None = None,
                     field_selector: str | None = None, timeout_s: int = 300) -> AsyncIterator[tuple[str, dict[str, Any]]]:

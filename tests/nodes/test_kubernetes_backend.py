@@ -4,8 +4,10 @@ The pure core is tested on objects as the API server of Kubernetes 1.20 returns 
 of other schedulers, a placement's Pod, ended pods). The rest runs ``horizon up --backend kubernetes``
 against the real test cluster (``tests/kubernetes_cluster.py``: one node ``localhost``, no
 kube-scheduler): jobs that succeed, fail and are cancelled, each pod bound once to the node Horizon
-chose and its container's output in its log; a pod bound by hand taking capacity Horizon then does not
-use; a backend restart in the middle of a run.
+chose (the backend's log and the API server's audit log say so) and its container's output in its log,
+which ``horizon logs`` shows; a pod bound by hand taking capacity Horizon then does not use; a backend
+restart in the middle of a run. tests/journeys/test_kubernetes_up.py runs the whole acceptance journey
+(gangs over two nodes, preemption with a checkpoint) as a person does.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 import pytest
 
 from events import catalogue as c
-from services.nodes.backends.kubernetes import core
+from services.nodes.backends.kubernetes import core, output
 from tests.kubernetes_cluster import KubernetesCluster
 from tests.nodes.test_real_nodes import Up
 
@@ -122,6 +124,28 @@ def test_outcomes_from_phase_and_exit_codes() -> None:
     assert core.checkpoint_message(ended("Failed", exitCode=143, message="s3://ckpt/7\n")) == "s3://ckpt/7"
 
 
+def test_the_output_of_an_attempt_is_its_pod_on_that_node() -> None:
+    spec = c.JobSpec(tenant="acme", command=("true",))
+
+    def pod(attempt: int, node: str, index: int = 0, bound: bool = True) -> dict[str, Any]:
+        made = core.pod_manifest("ab12", "acme:j", attempt, spec, c.NodeAllocation(node=node), {}, "busybox", "ml",
+                                 0, index)
+        if bound:
+            made["spec"]["nodeName"] = node
+        return made
+
+    pods = [pod(1, "n1"), pod(2, "n1"), pod(2, "n2", 1), pod(3, "n1", bound=False),
+            core.pod_manifest("ffff", "acme:j", 4, spec, c.NodeAllocation(node="n1"), {}, "busybox", "ml", 0)]
+    pods[-1]["spec"]["nodeName"] = "n1"  # another installation's pod of a job of the same id
+    name = lambda p: p["metadata"]["name"] if p else None  # noqa: E731
+    assert name(output.pod_of(pods, "ab12", "n1", "acme:j", 0)) == name(pods[1])  # the latest bound on n1
+    assert name(output.pod_of(pods, "ab12", "n1", "acme:j", 1)) == name(pods[0])
+    assert name(output.pod_of(pods, "ab12", "n2", "acme:j", 0)) == name(pods[2])  # a gang's other node: its own pod
+    assert output.pod_of(pods, "ab12", "n2", "acme:j", 1) is None
+    assert output.pod_of(pods, "ab12", "n1", "other", 0) is None
+    assert pods[0]["metadata"]["annotations"][core.ANNOTATION_TENANT] == "acme"  # whose output it is
+
+
 # ---------------------------------------------------------------------- against the real cluster
 
 
@@ -187,15 +211,29 @@ def test_jobs_run_as_pods_bound_once_where_horizon_placed_them(tmp_path: Path,
             assert rows[job]["node"] == pod["spec"]["nodeName"] == "localhost"
             assert bindings[pod["metadata"]["name"]] == 1
             assert pod["spec"]["schedulerName"] == "horizon"
+        audited = kubernetes_cluster.bindings("hz-jobs")  # the API server's own record: one Binding each
+        assert {pod["metadata"]["name"]: audited.get(pod["metadata"]["name"]) for [pod] in pods.values()} == \
+            {pod["metadata"]["name"]: [("localhost", 201)] for [pod] in pods.values()}
         for i, job in enumerate(plain):  # real containers ran them
             [pod] = pods[(job, 1)]
             name = pod["metadata"]["name"]
             assert kubernetes_cluster.kubectl_run("logs", "-n", "hz-jobs", name).strip() == \
                 f"job {i} on localhost in {name}"
+            assert up.cli("logs", job).stdout == f"job {i} on localhost in {name}\n"  # horizon logs: the pod's log
             assert pod["status"]["phase"] == "Succeeded"
         [failed_pod] = pods[(failing, 1)]
         assert failed_pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
+        assert up.cli("logs", failing).stdout == "bad\n"  # its standard error: Kubernetes keeps one log
+        said = up.cli("logs", "--err", failing)
+        assert said.returncode == 1 and "standard output and error as one log" in said.stderr, said
         [cancelled_pod] = pods[(cancelled, 1)]
+        deadline = time.monotonic() + 60  # its pod was deleted (the cancel): gone once the kubelet ended it
+        while kubernetes_cluster.kubectl_run("get", "pod", "-n", "hz-jobs", cancelled_pod["metadata"]["name"],
+                                             "--ignore-not-found"):
+            assert time.monotonic() < deadline, "the cancelled job's pod is still there"
+            time.sleep(0.5)
+        said = up.cli("logs", cancelled)  # and its log with it
+        assert said.returncode == 1 and f"no output of job {cancelled}" in said.stderr, said
         assert cancelled_pod.get("metadata", {}).get("deletionTimestamp") or cancelled_pod["status"]["phase"] == "Failed"
         up.check_and_audit()
     finally:
@@ -270,6 +308,9 @@ def test_a_backend_restart_mid_run_binds_nothing_twice_and_loses_nothing(tmp_pat
         pods = {key: found for key, found in up.pods().items() if key[0] in jobs}
         assert set(pods) == {(j, 1) for j in jobs} and all(len(p) == 1 for p in pods.values())
         assert set(up.bindings().values()) == {1}  # over both runs: each pod bound once
+        audited = kubernetes_cluster.bindings("hz-restart")  # and so says the API server's audit log
+        assert audited == {pod["metadata"]["name"]: [("localhost", 201)] for [pod] in pods.values()}, audited
+        assert set(kubernetes_cluster.created("hz-restart").values()) == {1}
         assert "adopted from a previous agent" in (up.data_dir / "horizon.log").read_text()
         up.check_and_audit()
     finally:

@@ -190,9 +190,9 @@ NODE
   touch "$base/images/imported"
 }
 
-node_ready() {  # NAME
+node_ready() {  # NAME: Ready, and the node controller has taken its not-ready taint away (pods may go there)
   [ "$("$BIN/kubectl" --kubeconfig "$DIR/pki/admin.kubeconfig" get node "$1" \
-        -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+        -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}' 2>/dev/null)" = "True " ]
 }
 
 stop_pid() {  # pid-file: SIGTERM, then SIGKILL after 10 s

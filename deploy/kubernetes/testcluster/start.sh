@@ -99,6 +99,20 @@ etcd --name horizon-test --data-dir "$DIR/etcd" \
 started etcd $!
 wait_for etcd 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 
+# The API server's audit log (DIR/logs/audit.log) records every Binding (with its target node) and every
+# pod created or deleted, whoever asked: the tests count them ("every pod bound exactly once").
+cat > "$DIR/audit-policy.yaml" <<YAML
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Request
+  resources: [{group: "", resources: ["pods/binding"]}]
+- level: Metadata
+  verbs: ["create", "delete"]
+  resources: [{group: "", resources: ["pods"]}]
+- level: None
+YAML
 # in a mount namespace of its own, where /etc/hosts is DIR/hosts (the nodes' names)
 unshare --mount --propagation private sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$DIR/hosts" \
   "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
@@ -109,6 +123,7 @@ unshare --mount --propagation private sh -c 'mount --bind "$0" /etc/hosts && exe
   --service-cluster-ip-range 10.0.0.0/24 --authorization-mode Node,RBAC --allow-privileged \
   --kubelet-client-certificate "$PKI/kubelet-client.crt" --kubelet-client-key "$PKI/kubelet-client.key" \
   --kubelet-preferred-address-types Hostname,InternalIP \
+  --audit-policy-file "$DIR/audit-policy.yaml" --audit-log-path "$DIR/logs/audit.log" \
   >"$DIR/logs/kube-apiserver.log" 2>&1 &
 started kube-apiserver $!
 wait_for kube-apiserver 90 "${KUBECTL[@]}" get --raw /readyz

@@ -89,7 +89,7 @@ from services.nodes.agent.steps import StepService
 from services.nodes.backends.process import signals
 from services.nodes.backends.process.nvml import GpuBackend, NvmlBackend
 from services.nodes.backends.process.resize import world_of
-from services.nodes.backends.protocol import Execution, Executor, MemoryMeasured, Outcome, Resizable
+from services.nodes.backends.protocol import Execution, Executor, MemoryMeasured, Outcome, Resizable, ServesOutput
 from services.nodes.job_environment import job_environment
 from services.nodes.spec import NodeSpec
 from services.runtime.consume import readable
@@ -177,8 +177,10 @@ class NodeAgent:
             self._health_task = asyncio.create_task(self._watch_gpus(), name=f"{self.name}-gpu-health")
         if self.nc is not None:
             self._heartbeat = asyncio.create_task(self._beat(), name=f"{self.name}-heartbeat")
-            if self.executor.state_dir is not None:
-                self._logs = LogServer(self.nc, self.executor.state_dir, sorted(self.nodes))
+            serves = self.executor if isinstance(self.executor, ServesOutput) else None
+            if self.executor.state_dir is not None or serves is not None:
+                self._logs = LogServer(self.nc, self.executor.state_dir, sorted(self.nodes),
+                                       serves.read_output if serves is not None else None)
                 await self._logs.start()
         host = self.executor.processes_here()  # its jobs are processes here: srun inside them is served here
         if host is not None:

@@ -17,7 +17,9 @@ bytes, not always text), or ``{"error": ...}``. ``size`` is the file's size
 when read: ``horizon logs -f`` asks again from ``offset + len(data)``.
 
 The agent finds an attempt by its directory (``services/nodes/backends/process/attempt_supervisor.py``'s
-``plan.json`` names the files, wherever ``--output`` put them).
+``plan.json`` names the files, wherever ``--output`` put them). An executor whose jobs' output is not
+in files here (``ServesOutput``: the Kubernetes backend's pods, whose output is their container's log)
+answers the same requests itself.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import base64
 import json
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +100,18 @@ def read_chunk(state_dir: Path, node: str, request: dict[str, Any], tenant: str 
             "data": base64.b64encode(data).decode()}
 
 
-class LogServer:
-    """Answers ``horizon.logs.<node>[.<tenant>]`` for the agent's nodes from ``state_dir``."""
+Reader = Callable[[str, dict[str, Any], "str | None"], Awaitable[dict[str, Any]]]
 
-    def __init__(self, nc: Any, state_dir: Path, nodes: list[str]) -> None:
+
+class LogServer:
+    """Answers ``horizon.logs.<node>[.<tenant>]`` for the agent's nodes from ``state_dir``, or with
+    ``read(node, request, tenant)`` (an executor that serves its jobs' output itself)."""
+
+    def __init__(self, nc: Any, state_dir: Path | None, nodes: list[str], read: Reader | None = None) -> None:
         self.nc = nc
-        self.state_dir = Path(state_dir)
+        self.state_dir = Path(state_dir) if state_dir is not None else None
         self.nodes = nodes
+        self.read = read
         self._subs: list[Any] = []
 
     async def start(self) -> None:
@@ -118,7 +126,11 @@ class LogServer:
                 request = decode_json(msg.data)  # a tenant's, as sent: too deep is a ValueError too
                 if not isinstance(request, dict):
                     raise ValueError("not a JSON object")
-                answer = read_chunk(self.state_dir, node, request, tenant)
+                if self.read is not None:
+                    answer = await self.read(node, request, tenant)
+                else:
+                    assert self.state_dir is not None
+                    answer = read_chunk(self.state_dir, node, request, tenant)
             except (ValueError, TypeError, KeyError) as exc:
                 answer = {"error": f"bad request: {exc}"}
             try:

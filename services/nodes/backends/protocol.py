@@ -45,13 +45,13 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from events import catalogue as c
 from services.nodes.backends.process.cgroups import Hierarchy, Limits
 
 __all__ = ["Backend", "Executor", "ProcessHost", "Execution", "MemoryMeasured", "Resizable", "Signallable",
-           "Outcome", "Files"]
+           "ServesOutput", "Outcome", "Files"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +127,16 @@ class Signallable(Protocol):
 
     def signal_job(self, number: int, batch_only: bool) -> int:
         """Send ``number`` as ``--signal`` says; how many processes got it."""
+        ...
+
+
+@runtime_checkable
+class ServesOutput(Protocol):
+    """An executor whose jobs' output is not in files under a ``state_dir`` (the Kubernetes backend's pods:
+    their container's log): the agent's ``horizon.logs.<node>`` answers come from it."""
+
+    async def read_output(self, node: str, request: dict[str, Any], tenant: str | None) -> dict[str, Any]:
+        """The answer to one output request, in the shape of ``services/nodes/agent/logs.py``'s."""
         ...
 
 
