@@ -44,7 +44,9 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
         "Tasks on each node; the job needs nodes x tasks_per_node tasks, placed all at once."))] = 1
     time_limit_s: Annotated[float | None, Meta(description=(
         "Its run-time limit, also the estimate backfill uses; `null`: the cluster's default "
-        f"({_LIMITS.default_time_limit_s:g} s unless configured otherwise)."))] = None
+        f"({_LIMITS.default_time_limit_s:g} s unless configured otherwise); 0: no limit (Slurm's `--time=0`, "
+        "`UNLIMITED`): its partition's MaxTime, else the cluster's most "
+        f"({_LIMITS.max_time_limit_s:g} s unless configured otherwise)."))] = None
     scheduling_timeout_s: Annotated[float | None, Meta(description=(
         "How long it may wait to start before it ends JobUnschedulable; `null` waits for ever."))] = None
     priority_class: Annotated[str, Meta(description="Its priority class, highest first.")] = "normal"

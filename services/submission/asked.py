@@ -30,6 +30,7 @@ class Asked:
     memory_bytes: int  # 0 until a default is chosen when not given
     memory_given: bool  # False: the partition's default (or 1 GiB)
     time_given: bool
+    no_time_limit: bool  # time_limit_s 0 (Slurm's --time=0, UNLIMITED): the partition's MaxTime, else the most
     gpus: int
     gpu_memory: int
     nodes: int
@@ -72,6 +73,9 @@ def parse_asked(sub: c.JobSubmitted, limits: Limits) -> Asked:
         time_limit = (
             limits.default_time_limit_s if sub.time_limit_s is None else parse_duration(sub.time_limit_s, "time_limit_s")
         )
+        no_time_limit = sub.time_limit_s is not None and time_limit == 0
+        if no_time_limit:  # no limit: the cluster's longest, unless its partition's MaxTime is shorter
+            time_limit = limits.max_time_limit_s
         timeout = None if sub.scheduling_timeout_s is None else parse_duration(sub.scheduling_timeout_s, "scheduling_timeout_s")
         dep_timeout = (None if sub.dependency_timeout_s is None
                        else parse_duration(sub.dependency_timeout_s, "dependency_timeout_s"))
@@ -82,10 +86,10 @@ def parse_asked(sub: c.JobSubmitted, limits: Limits) -> Asked:
     except ResourceError as exc:
         raise Rejection(exc.field, f"{exc.value!r} {exc.problem}; accepted: {exc.accepted}") from None
     return Asked(cpus_milli=cpus_milli, memory_bytes=memory_bytes, memory_given=r.memory is not None,
-                 time_given=sub.time_limit_s is not None, gpus=gpus, gpu_memory=gpu_memory, nodes=nodes,
-                 tasks_per_node=tasks_per_node, least=least, assembly=assembly, model=model, time_limit=time_limit,
-                 timeout=timeout, dep_timeout=dep_timeout, min_runtime=min_runtime, max_retries=max_retries,
-                 cpu_limit=cpu_limit, memory_limit=memory_limit)
+                 time_given=sub.time_limit_s is not None, no_time_limit=no_time_limit, gpus=gpus,
+                 gpu_memory=gpu_memory, nodes=nodes, tasks_per_node=tasks_per_node, least=least, assembly=assembly,
+                 model=model, time_limit=time_limit, timeout=timeout, dep_timeout=dep_timeout, min_runtime=min_runtime,
+                 max_retries=max_retries, cpu_limit=cpu_limit, memory_limit=memory_limit)
 
 
 def elastic_least(sub: c.JobSubmitted, nodes: int, tasks_per_node: int, limits: Limits) -> int:

@@ -33,7 +33,9 @@ def choose_partition(
     scope: str,
 ) -> tuple[str, Asked]:
     """The partition the job runs in ("" when the cluster defines none), and what it asks with that
-    partition's defaults (time limit, memory) and its MaxNodes applied."""
+    partition's defaults (time limit, memory) and its MaxNodes applied. A job of no time limit
+    (``time_limit_s`` 0, Slurm's ``--time=0``) gets the partition's MaxTime, else the cluster's most
+    (``Limits.max_time_limit_s``): Horizon's nearest to none, since backfill plans with every limit."""
     for i, name in enumerate(sub.partitions):
         if name.strip() and not valid_token(name.strip()):
             raise Rejection(f"partitions[{i}]", f"{name[:200]!r} is not a partition name (1-128 letters, digits, '_' "
@@ -90,7 +92,10 @@ def _first_partition_that_runs_it(
     refused: list[tuple[str, str, str]] = []  # (partition, field, reason)
     for name in candidates.names:
         cfg = parts.configs[name]
-        t = asked.time_limit if asked.time_given else default_time(cfg, limits.default_time_limit_s)
+        if asked.no_time_limit:  # Slurm's --time=0: as long as the partition allows, within the cluster's most
+            t = min(cfg.max_time_s, asked.time_limit) if cfg.max_time_s is not None else asked.time_limit
+        else:
+            t = asked.time_limit if asked.time_given else default_time(cfg, limits.default_time_limit_s)
         m = asked.memory_bytes if asked.memory_given else default_memory(cfg, asked.cpus_milli, asked.gpus)
         problem = limit_problem(cfg, time_limit_s=t, time_given=asked.time_given, nodes=asked.least,
                                 account=account, qos=sub.qos)

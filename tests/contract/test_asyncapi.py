@@ -164,7 +164,8 @@ def test_the_facts_msgspec_cannot_see_are_in_the_schemas():
     assert schemas["Taint"]["properties"]["effect"]["enum"] == ["", *c.TAINT_EFFECTS]
     assert schemas["NodeCommandIssued"]["properties"]["action"]["enum"][0] == "cordon"
     assert sub["job_id"]["pattern"] == "^[A-Za-z0-9_-]{1,128}$"
-    assert sub["nodes"]["minimum"] == 1 and sub["time_limit_s"]["anyOf"][0]["exclusiveMinimum"] == 0
+    # time_limit_s 0: no limit (Slurm's --time=0): the partition's MaxTime, else the cluster's most
+    assert sub["nodes"]["minimum"] == 1 and sub["time_limit_s"]["anyOf"][0]["minimum"] == 0
     assert "GiB" in res["memory"]["description"] and "seconds" in sub["min_runtime_s"]["description"].lower()
     assert set(schemas["JobSubmitted"]["required"]) == {"type", "job_id", "tenant"}
     assert "Nats-Msg-Id" in schemas["InputHeaders"]["properties"]
@@ -218,7 +219,7 @@ def test_a_submission_refused_for_a_value_the_schema_states_is_invalid():
     assert not errors("JobSubmitted", ok)
     bad = [
         {"priority_class": "urgent"}, {"restart_policy": "sometimes"}, {"job_id": "a.b"}, {"job_id": ""},
-        {"tenant": "_acme"}, {"nodes": 0}, {"nice": 10001}, {"max_retries": 101}, {"time_limit_s": 0},
+        {"tenant": "_acme"}, {"nodes": 0}, {"nice": 10001}, {"max_retries": 101}, {"time_limit_s": -1},
         {"time_limit_s": 31 * 86400}, {"scheduling_timeout_s": -1}, {"open_mode": "w"}, {"array": "0-9%x"},
         {"image": "-rm"}, {"cwd": "relative/dir"}, {"account": "a b"}, {"dependencies": [{"kind": "before"}]},
         {"tolerations": [{"operator": "Matches"}]}, {"tolerations": [{"effect": "NoRun"}]},
@@ -232,7 +233,8 @@ def test_a_submission_refused_for_a_value_the_schema_states_is_invalid():
         assert errors("JobSubmitted", {**ok, **change}), change
     for change in ({"resources": {"memory": "8 Gi", "cpus": "500m", "gpu_type": "H100-80GB", "gpu_memory": "40GB"}},
                    {"resources": {"memory": "16GB", "cpus": 0.5}}, {"array": "1,3,5-7", "v": 1},
-                   {"tolerations": [{"operator": "Exists"}]}, {"cwd": "/home/ana"}, {"image": "localhost/a:1"}):
+                   {"tolerations": [{"operator": "Exists"}]}, {"cwd": "/home/ana"}, {"image": "localhost/a:1"},
+                   {"time_limit_s": 0}):
         assert not errors("JobSubmitted", {**ok, **change}), change
 
 

@@ -66,7 +66,7 @@ def _time(text: str | None, hint: str) -> float | None | bool:
     if text.strip().lower() in _NONE:
         return None
     try:
-        return slurm_time(text)
+        return slurm_time(text) or None  # 0 is no limit, as UNLIMITED (slurm_time's NO_LIMIT)
     except Problem as exc:
         raise click.BadParameter(str(exc), param_hint=hint) from None
 

@@ -26,6 +26,7 @@ from services.front.slurm.sbatch_options import Directive
 from services.front.slurm.sbatch_values import (array_spec, choice, constraint_text, exclusive_mode, export_list,
                                                 nice_value, node_counts, non_empty, output_pattern, partition_list)
 from services.front.slurm.slurm_values import (
+    NO_LIMIT,
     Problem,
     gpu_spec,
     gres,
@@ -252,10 +253,16 @@ def resolve_memory(g: Given, shape: Shape, cpus: int, gpus: Gpus) -> Memory:
 
 
 def resolve_time_limit(g: Given) -> tuple[float | None, float | None]:
-    """5. ``--time`` and ``--time-min``: the time limit, and the least a backfilled job may be given."""
+    """5. ``--time`` and ``--time-min``: the time limit, and the least a backfilled job may be given.
+    Whole minutes, seconds rounded up (``slurm_time``). No limit (``--time=0``, ``UNLIMITED``) is sent as
+    0, which submission makes the partition's MaxTime, else the cluster's longest (every Horizon job has
+    a limit: backfill plans with it); ``--time-min=0`` is none."""
     time_limit = g.get("time", slurm_time)
-    time_min = g.get("time-min", slurm_time)
-    if time_min is not None and time_limit is not None and time_min > time_limit:
+    time_min = g.get("time-min", slurm_time) or None
+    if time_limit == NO_LIMIT:
+        g.note("time", f"={g['time'].value}: no time limit: the job gets its partition's MaxTime, else the "
+                       "cluster's longest limit (every Horizon job has one; backfill plans with it)")
+    elif time_min is not None and time_limit is not None and time_min > time_limit:
         g.fail("time-min", f"{time_min:g} s is more than the time limit (--time, {time_limit:g} s)")
     return time_limit, time_min
 

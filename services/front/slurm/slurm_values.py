@@ -17,8 +17,8 @@ from events.subjects import valid_token
 from services.domain.hostlist import HostlistError, expand
 from services.domain.signals import MAX_SIGNAL_LEAD_S, signal_name
 
-__all__ = ["Problem", "slurm_time", "slurm_memory", "whole_number", "parse_dependencies", "parse_dependency_list",
-           "gpu_spec", "gres", "slurm_signal", "host_list", "slurm_begin",
+__all__ = ["Problem", "NO_LIMIT", "slurm_time", "slurm_memory", "whole_number", "parse_dependencies",
+           "parse_dependency_list", "gpu_spec", "gres", "slurm_signal", "host_list", "slurm_begin",
            "split_datasets", "checkpoint_signal", "parse_checkpoint_signal"]
 
 
@@ -26,30 +26,35 @@ class Problem(Exception):
     """A problem with one value (located by the caller)."""
 
 
-_TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 90, 1:30:00, 2-00:00:00)"
+_TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 90, 1:30:00, 2-00:00:00), or UNLIMITED"
+# (days, hours, minutes, seconds) of each of Slurm's forms (``_get_time`` in Slurm's parse_time.c)
 _TIME_RE = [
-    (re.compile(r"^(\d+)$"), lambda m: int(m[1]) * 60),
-    (re.compile(r"^(\d+):(\d+)$"), lambda m: int(m[1]) * 60 + int(m[2])),
-    (re.compile(r"^(\d+):(\d+):(\d+)$"), lambda m: int(m[1]) * 3600 + int(m[2]) * 60 + int(m[3])),
-    (re.compile(r"^(\d+)-(\d+)$"), lambda m: int(m[1]) * 86400 + int(m[2]) * 3600),
-    (re.compile(r"^(\d+)-(\d+):(\d+)$"), lambda m: int(m[1]) * 86400 + int(m[2]) * 3600 + int(m[3]) * 60),
-    (re.compile(r"^(\d+)-(\d+):(\d+):(\d+)$"),
-     lambda m: int(m[1]) * 86400 + int(m[2]) * 3600 + int(m[3]) * 60 + int(m[4])),
+    (re.compile(r"^(\d+)$"), lambda m: (0, 0, int(m[1]), 0)),
+    (re.compile(r"^(\d+):(\d+)$"), lambda m: (0, 0, int(m[1]), int(m[2]))),
+    (re.compile(r"^(\d+):(\d+):(\d+)$"), lambda m: (0, int(m[1]), int(m[2]), int(m[3]))),
+    (re.compile(r"^(\d+)-(\d+)$"), lambda m: (int(m[1]), int(m[2]), 0, 0)),
+    (re.compile(r"^(\d+)-(\d+):(\d+)$"), lambda m: (int(m[1]), int(m[2]), int(m[3]), 0)),
+    (re.compile(r"^(\d+)-(\d+):(\d+):(\d+)$"), lambda m: (int(m[1]), int(m[2]), int(m[3]), int(m[4]))),
 ]
+NO_LIMIT = 0.0  # what slurm_time gives for none: 0, UNLIMITED, INFINITE or -1 (JobSubmitted.time_limit_s 0)
 
 
 def slurm_time(text: str) -> float:
-    """Slurm's ``--time``: a bare number is **minutes**. ``"90"`` -> 5400.0, ``"1-12"`` -> 129600.0."""
+    """Slurm's ``--time``, as its ``time_str2mins`` reads it, in seconds: a bare number is **minutes**,
+    ``MM:SS`` minutes and seconds, ``HH:MM:SS`` hours, minutes and seconds; a limit is whole minutes,
+    seconds rounded up to the next minute (``"0:05"`` -> 60.0, ``"1:30"`` -> 120.0, ``"90"`` -> 5400.0,
+    ``"1-12"`` -> 129600.0). No limit (``0``, ``0:00``, ``UNLIMITED``, ``INFINITE``, ``-1``) is
+    ``NO_LIMIT`` (0.0): what it becomes is the caller's (sbatch's ``--time``: the partition's MaxTime,
+    else the cluster's longest; docs/slurm.md)."""
     value = text.strip()
     if value.upper() in ("INFINITE", "UNLIMITED", "-1"):
-        raise Problem("no time limit is not supported: every Horizon job has one (at most 30 days)")
-    for pattern, seconds in _TIME_RE:
+        return NO_LIMIT
+    for pattern, parts in _TIME_RE:
         m = pattern.match(value)
         if m:
-            total = seconds(m)
-            if total == 0:
-                raise Problem("0 means no time limit in Slurm; every Horizon job has one")
-            return float(total)
+            days, hours, minutes, seconds = parts(m)
+            total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+            return float(-(-total // 60) * 60)  # Slurm: "second values are rounded up to the next minute"
     raise Problem(f"{text!r} is not a time; accepted: {_TIME_FORMS}")
 
 
