@@ -75,9 +75,17 @@ class KubernetesCluster:
         """Pod -> how many times a pod of that name was created (successfully)."""
         return self._counted(namespace, "create")
 
-    def deleted(self, namespace: str) -> dict[str, int]:
-        """Pod -> how many deletions of it the API server took (a graceful one, and the kubelet's last)."""
-        return self._counted(namespace, "delete")
+    def deleted(self, namespace: str) -> dict[str, list[tuple[str, int | None]]]:
+        """Pod -> the deletions of it the API server took: (who, grace period asked). A graceful deletion is
+        followed by its kubelet's (``system:node:NAME``, 0) once the pod's containers have ended."""
+        found: dict[str, list[tuple[str, int | None]]] = {}
+        for e in self.audit(namespace):
+            ref = e["objectRef"]
+            if (ref.get("resource") == "pods" and not ref.get("subresource") and e.get("verb") == "delete"
+                    and int((e.get("responseStatus") or {}).get("code", 0)) < 300):
+                grace = (e.get("requestObject") or {}).get("gracePeriodSeconds")
+                found.setdefault(ref["name"], []).append((str((e.get("user") or {}).get("username")), grace))
+        return found
 
     def _counted(self, namespace: str, verb: str) -> dict[str, int]:
         found: dict[str, int] = {}

@@ -99,8 +99,9 @@ etcd --name horizon-test --data-dir "$DIR/etcd" \
 started etcd $!
 wait_for etcd 30 curl -sf "http://127.0.0.1:$ETCD_PORT/health"
 
-# The API server's audit log (DIR/logs/audit.log) records every Binding (with its target node) and every
-# pod created or deleted, whoever asked: the tests count them ("every pod bound exactly once").
+# The API server's audit log (DIR/logs/audit.log) records every Binding (with its target node), every
+# pod created and every pod deletion (with its grace period), whoever asked: the tests count them
+# ("every pod bound exactly once", "stopped by deletion with the grace period").
 cat > "$DIR/audit-policy.yaml" <<YAML
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -108,8 +109,11 @@ omitStages: ["RequestReceived"]
 rules:
 - level: Request
   resources: [{group: "", resources: ["pods/binding"]}]
+- level: Request
+  verbs: ["delete"]
+  resources: [{group: "", resources: ["pods"]}]
 - level: Metadata
-  verbs: ["create", "delete"]
+  verbs: ["create"]
   resources: [{group: "", resources: ["pods"]}]
 - level: None
 YAML
