@@ -292,7 +292,7 @@ def _checks() -> dict[tuple[str, str], Check]:
         ("TenantConfigured", "max_pending_jobs"): _count(0, _INT32_MAX),
         ("TenantConfigured", "max_array_tasks"): _count(0, _INT32_MAX),
         ("TenantConfigured", "max_pending_array_tasks"): _count(0, _INT32_MAX),
-        ("PartitionConfigured", "name"): _matching(TOKEN_PATTERN),
+        ("PartitionConfigured", "name"): _matching(subjects._PARTITION_RE.pattern),  # test.q too
         ("PartitionConfigured", "state"): _enum(vocab.PARTITION_STATES),
         ("PartitionConfigured", "priority_tier"): _count(0, vocab.PRIORITY_TIER_MAX),
         ("PartitionConfigured", "max_nodes"): _count(1, _INT32_MAX),

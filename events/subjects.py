@@ -26,7 +26,8 @@ subject                                     what
 
 Tokens (tenant, ids) are restricted to ``[A-Za-z0-9_-]`` so that no value can
 smuggle a ``.``, ``*`` or ``>`` into a subject. Tenants also may not start
-with ``_`` (reserved for ``_admin``).
+with ``_`` (reserved for ``_admin``). A partition's name may hold dots too
+(Slurm's ``test.q``): it goes into a leader's token as its ``partition_token``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ __all__ = [
     "PARTITIONED_SERVICES",
     "CYCLES_FILTER",
     "leader_token",
+    "valid_partition",
+    "partition_token",
     "service_of",
     "event_owner",
     "partner_token",
@@ -148,15 +151,37 @@ CYCLES_FILTER = f"{EVENT_PREFIX}.*.SchedulingCycleCompleted.>"
 
 
 def leader_token(service: str, partitions: tuple[str, ...] | list[str]) -> str:
-    """The service token of ``service``'s leader for ``partitions`` (the plain name for none)."""
+    """The service token of ``service``'s leader for ``partitions`` (the plain name for none): each
+    partition by its ``partition_token``, sorted, joined by ``-``."""
     if not partitions:
         return service
     if service not in PARTITIONED_SERVICES:
         raise ValueError(f"{service} has one leader for the whole cluster; by partition: "
                          f"{', '.join(PARTITIONED_SERVICES)}")
     for name in partitions:
-        check_token(name, "partition")
-    return check_token(f"{service}-{'-'.join(sorted(set(partitions)))}", "leader")
+        if not valid_partition(name):
+            raise ValueError(f"partition: {name!r} is not a partition name; use 1-128 characters of letters, "
+                             "digits, '_', '-' or '.'")
+    return check_token(f"{service}-{'-'.join(sorted({partition_token(p) for p in partitions}))}", "leader")
+
+
+_PARTITION_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+def valid_partition(name: str) -> bool:
+    """A partition's name: a token, or with dots too (Slurm's ``test.q``), which no subject may carry
+    as they are: ``partition_token`` is what goes into one."""
+    return isinstance(name, str) and _PARTITION_RE.match(name) is not None
+
+
+def partition_token(name: str) -> str:
+    """A partition's name as a subject token: itself when it is one; else its characters a token may
+    not hold (the dots) as ``_``, then ``_`` and 8 hex digits of its SHA-1, so that ``test.q`` and a
+    partition ``test_q`` are two tokens (``test.q`` -> ``test_q_<8 hex>``)."""
+    if valid_token(name):
+        return name
+    digest = hashlib.sha1(name.encode("utf-8", "replace")).hexdigest()[:8]
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:119] + "_" + digest
 
 
 def event_owner(subject: str) -> str:

@@ -44,7 +44,7 @@ import msgspec
 
 from events import catalogue as c
 from events.base import Event
-from events.subjects import parse_subject, valid_token
+from events.subjects import parse_subject, valid_partition, valid_token
 from events.vocabulary import PARTITION_STATES, PRIORITY_TIER_MAX, UNKNOWN_PARTITION
 from services.domain.fit.cycle import PartitionView
 from services.domain.fit.profile import check_profile
@@ -97,8 +97,8 @@ def _positive(value: float | None) -> bool:
 def check_partition(ev: c.PartitionConfigured, profiles: Iterable[str] = ("default",),
                     defined: Iterable[str] = ()) -> str | None:
     """Why ``ev`` cannot be applied (the ``ConfigRejected`` reason), or None."""
-    if not valid_token(ev.name):
-        return f"name: {ev.name[:200]!r} must be 1-128 letters, digits, '_' or '-'"
+    if not valid_partition(ev.name):
+        return f"name: {ev.name[:200]!r} must be 1-128 letters, digits, '_', '-' or '.'"
     if ev.removed:
         return None if ev.name in defined else f"name: no partition {ev.name!r} to remove"
     if not ev.nodes and not ev.node_labels:

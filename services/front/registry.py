@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from events.subjects import partition_token
 from services.inventory.part import PART as INVENTORY
 from services.placement.part import PART as PLACEMENT
 from services.placement.part import partitioned as placement_leader
@@ -50,15 +51,17 @@ def leader_cores(owners: set[str], partitions: set[str], *, policy: str = "multi
                  backfill: str = "easy") -> list[Any]:
     """The cores of the partition leaders whose service tokens are among ``owners`` (the audit finds
     them in the log's subjects), given the partition names the log ever configured: ``scheduling-a-b``
-    is the leader of partition ``a-b`` if there is one, else of ``a`` and ``b``."""
+    is the leader of partition ``a-b`` if there is one, else of ``a`` and ``b``. A name with dots is
+    in a token as its ``partition_token`` (``test.q``: ``test_q_<8 hex>``)."""
     settings = PartSettings(policy=policy, backfill=backfill)
+    names = {partition_token(p): p for p in partitions}
     out = []
     for owner in sorted(owners):
         service, dash, rest = owner.partition("-")
         if not dash or service not in PARTITIONED or not rest:
             continue
-        split = split_partitions(rest, partitions) or (rest,)
-        out.append(PARTITIONED[service](split).make_core(settings))
+        split = split_partitions(rest, set(names)) or (rest,)
+        out.append(PARTITIONED[service](tuple(names.get(t, t) for t in split)).make_core(settings))
     return out
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from events import catalogue as c
-from events.subjects import valid_token
+from events.subjects import valid_partition
 from events.vocabulary import Limits
 from services.domain.partitions import Candidates, Partitions, default_memory, default_time, limit_problem
 from services.submission.asked import Asked
@@ -37,9 +37,9 @@ def choose_partition(
     (``time_limit_s`` 0, Slurm's ``--time=0``) gets the partition's MaxTime, else the cluster's most
     (``Limits.max_time_limit_s``): Horizon's nearest to none, since backfill plans with every limit."""
     for i, name in enumerate(sub.partitions):
-        if name.strip() and not valid_token(name.strip()):
-            raise Rejection(f"partitions[{i}]", f"{name[:200]!r} is not a partition name (1-128 letters, digits, '_' "
-                            "or '-')")
+        if name.strip() and not valid_partition(name.strip()):
+            raise Rejection(f"partitions[{i}]", f"{name[:200]!r} is not a partition name (1-128 letters, digits, '_', "
+                            "'-' or '.')")
     candidates = parts.candidates(sub.partitions)
     if candidates.problem is not None:
         raise Rejection(*candidates.problem)

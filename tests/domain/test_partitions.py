@@ -402,6 +402,6 @@ async def test_an_older_jobs_database_gets_the_partition_column(tmp_path):
 def test_a_partition_name_that_is_no_name_is_refused():
     f = Feed(SubmissionCore())
     cluster(f)
-    out = verdict(f, submit("j", partitions=["gpu", "a.b"]))
+    out = verdict(f, submit("j", partitions=["gpu", "a/b"]))  # a dot is Slurm's (test.q): a slash is no name
     assert isinstance(out, c.JobRejected) and out.field == "partitions[1]"
-    assert out.reason == "partitions[1]: 'a.b' is not a partition name (1-128 letters, digits, '_' or '-')"
+    assert out.reason == "partitions[1]: 'a/b' is not a partition name (1-128 letters, digits, '_', '-' or '.')"

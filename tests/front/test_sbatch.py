@@ -361,7 +361,7 @@ def test_every_option_of_the_table_is_honoured_warned_or_refused_with_a_reason()
     ("-N 4-2", "the most nodes is fewer than the least"),
     ("-n 10\n-N 4", "10 tasks do not divide evenly over 4 node(s)"),
     ("-p a,,b", "an empty partition name in the list"),
-    ("-p a.b", "'a.b' is not a partition name"),
+    ("-p a/b", "'a/b' is not a partition name"),  # test.q is one, as in Slurm
     ("--array=5-1", "ends before it starts"),
     ("--open-mode=overwrite", "is not one of append, truncate"),
     ("--kill-on-invalid-dep=maybe", "is not one of yes, no"),

@@ -66,3 +66,20 @@ hostname
     assert fields["time_limit_s"] == 60
     fields, _ = read("#!/bin/bash\n#SBATCH --time=00:10:30\necho\n")  # hours:minutes:seconds
     assert fields["time_limit_s"] == 11 * 60
+
+
+# ----------------------------------------------------------------------------- partition names with dots
+
+
+def test_a_partition_named_with_a_dot():
+    fields, warnings = read("""
+#!/bin/bash
+#SBATCH -N 1
+#SBATCH -p test.q
+#SBATCH -t 00:30:00
+#SBATCH -J bwa-index
+bwa index ref.fa
+""")
+    assert fields["partitions"] == ["test.q"] and warnings == []
+    fields, _ = read("#!/bin/bash\n#SBATCH --partition=gpu.q,cpu.q\nhostname\n")
+    assert fields["partitions"] == ["gpu.q", "cpu.q"]

@@ -76,3 +76,30 @@ def test_no_time_limit_takes_the_first_named_partition_and_its_max_time():
 def test_a_negative_time_limit_is_still_refused():
     with pytest.raises(Rejection, match="time_limit_s"):
         accept(submitted(time_limit_s=-1))
+
+
+# ----------------------------------------------------------------------------- partition names with dots
+
+
+def test_a_partition_named_with_a_dot_is_configured_and_used():
+    # #SBATCH -p test.q, as Slurm sites name queues
+    parts = partitions(c.PartitionConfigured(name="test.q", nodes=["ALL"], max_time_s=3600),
+                       c.PartitionConfigured(name="batch", nodes=["ALL"], default=True))
+    spec = accept(submitted(partitions=["test.q"], time_limit_s=600), parts)
+    assert spec.partition == "test.q" and parts.names() == ["batch", "test.q"]
+
+
+def test_a_partition_name_goes_into_a_leaders_token_safely():
+    from events.subjects import leader_token, partition_token, valid_token
+    from services.front.registry import leader_cores
+
+    token = partition_token("test.q")
+    assert valid_token(token) and token.startswith("test_q_") and "." not in token
+    assert token != partition_token("test_q") == "test_q"  # a partition test_q is another leader
+    assert partition_token("gpu") == "gpu"  # a name that is a token is itself: old logs' leaders unchanged
+    owner = leader_token("scheduling", ["test.q", "gpu"])
+    assert owner == f"scheduling-gpu-{token}" and valid_token(owner)
+    # the audit finds the leader's partitions from its token and the names the log configured
+    cores = leader_cores({owner, leader_token("placement", ["test.q"])}, {"test.q", "gpu", "test_q"})
+    assert sorted((core.name, core.partitions) for core in cores) == [
+        (f"placement-{token}", ("test.q",)), (owner, ("gpu", "test.q"))]

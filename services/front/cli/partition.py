@@ -25,6 +25,7 @@ from typing import Any
 import click
 
 from events import catalogue as c
+from events.subjects import valid_partition
 from events.vocabulary import PARTITION_STATES, PRIORITY_TIER_MAX, UNKNOWN_PARTITION
 from services.front.client.client import default_user, query, query_all, session
 from services.front.cli.options import nats_option
@@ -167,8 +168,8 @@ def set_partition(nats_url: str, name: str | None, nodes: tuple[str, ...], label
                                "goes without one)")
     results = []
     if name is not None:
-        if not re.match(r"^[A-Za-z0-9_-]{1,128}$", name):
-            raise click.BadParameter(f"{name!r} must be 1-128 letters, digits, '_' or '-'", param_hint="NAME")
+        if not valid_partition(name):  # Slurm's test.q too
+            raise click.BadParameter(f"{name!r} must be 1-128 letters, digits, '_', '-' or '.'", param_hint="NAME")
         current = asyncio.run(_current(nats_url, name))
         base: dict[str, Any] = {}
         if current is not None:

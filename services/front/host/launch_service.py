@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from events.subjects import valid_token
+from events.subjects import valid_partition, valid_token
 from services.front.client.problems import BadValue, Failure, UsageProblem
 from services.front.client.terminal import say
 from services.front.host.launch import Shape, configure_logging, machine, slurm_settings, stop_signals
@@ -72,8 +72,8 @@ def _check_names(o: ServiceOptions) -> None:
             raise UsageProblem(f"--partition goes with {' or '.join(PARTITIONED)}: {o.name} has one leader "
                                f"for the whole cluster")
         for p in o.partitions:
-            if not valid_token(p) or p.startswith("-"):
-                raise BadValue(f"{p!r}: use letters, digits, '_' or '-' (no dots)", "--partition")
+            if not valid_partition(p) or p.startswith("-"):
+                raise BadValue(f"{p!r}: use letters, digits, '_', '-' or '.'", "--partition")
 
 
 def _check_nodes(o: ServiceOptions) -> None:

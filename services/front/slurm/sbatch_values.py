@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from events.arrays import parse_array
+from events.subjects import valid_partition
 from events.vocabulary import NICE_LIMIT
 from services.domain.features import ConstraintError, parse_constraint
 from services.domain.output import pattern_problem
@@ -36,8 +37,8 @@ def partition_list(text: str) -> list[str]:
     if not all(names):
         raise Problem(f"{text!r}: an empty partition name in the list")
     for name in names:
-        if not re.match(r"^[A-Za-z0-9_-]{1,128}$", name):
-            raise Problem(f"{name!r} is not a partition name (letters, digits, '_' or '-')")
+        if not valid_partition(name):  # Slurm's test.q too; a subject carries its partition_token
+            raise Problem(f"{name!r} is not a partition name (letters, digits, '_', '-' or '.')")
     return list(dict.fromkeys(names))
 
 
