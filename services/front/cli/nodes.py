@@ -38,7 +38,9 @@ def nodes(nats_url: str, states: tuple[str, ...], gpu_type: str | None, names: t
 
     KIND says whether a node is this machine as its agent found it or a simulated development node
     (its GPUs are not real devices); ISOLATION how its agent confines jobs (NONE, loudly, when it
-    cannot); unhealthy GPUs are counted in GPUS and listed below the table with the reason.
+    cannot); unhealthy GPUs are counted in GPUS and listed below the table with the reason. BACKEND
+    is what offers the node and runs its jobs: agent, slurm or kubernetes (its label
+    horizon.io/backend, which --node-selector matches).
     """
     if (limit is not None and limit < 0) or offset < 0:
         raise click.BadParameter("must not be negative", param_hint="--limit/--offset")
@@ -49,8 +51,8 @@ def nodes(nats_url: str, states: tuple[str, ...], gpu_type: str | None, names: t
                                                  "offset": offset}, "nodes", limit=limit)
 
     body = asyncio.run(go())
-    if as_json:
-        click.echo(json.dumps(body["nodes"]))
+    if as_json:  # the backend by name, the agent's too (it registers none: "")
+        click.echo(json.dumps([{**n, "backend": n.get("backend") or "agent"} for n in body["nodes"]]))
         return
     out = console()
     table, notes = nodes_table(body["nodes"])

@@ -26,7 +26,7 @@ from services.front.client.problems import BadValue, Failure, UsageProblem
 from services.front.client.terminal import say
 from services.front.host.launch_backends import BACKENDS, parse_backends, shared_names
 from services.front.host.launch_kubernetes import describe as describe_kubernetes
-from services.front.host.launch_kubernetes import kubernetes_settings
+from services.front.host.launch_kubernetes import kubernetes_options, kubernetes_settings
 from services.front.host.launch_processes import up_processes
 from services.front.host.launch_web import (dashboard_line, http_server, metrics_line, metrics_tokens, ready_lines,
                                             telemetry, up_dashboard)
@@ -178,9 +178,6 @@ def slurm_settings(backend: str, shape: Shape, executor: str, processes: bool, c
                                "with --quota-provider slurm)")
         return None
     if shape.dev and "agent" not in names:
-        if len(names) > 1:
-            raise UsageProblem(f"--nodes and the other shape options shape the agent's nodes: --backend "
-                               f"{','.join(names)} has no agent (add it: agent,{','.join(names)})")
         raise UsageProblem("--backend slurm takes its nodes from Slurm: no --nodes or other shape options")
     if executor != "process" or processes:
         raise UsageProblem("--backend slurm runs jobs through Slurm: no --executor sim or --processes")
@@ -248,13 +245,18 @@ def _what_runs(o: UpOptions, names: tuple[str, ...], slurm: Any, kubernetes: Any
 def launch_up(o: UpOptions) -> None:
     """``horizon up``, until Ctrl-C or SIGTERM (see the module's docstring for its steps)."""
     names = parse_backends(o.backend)
+    if o.shape.dev and len(names) > 1 and "agent" not in names:
+        raise UsageProblem(f"--nodes and the other shape options shape the agent's nodes: --backend "
+                           f"{','.join(names)} has no agent (add it: agent,{','.join(names)})")
+    # --kubeconfig serves --quota-provider kubernetes too: then it is no stray option without the backend
+    kubeconfig = None if o.quota_provider == "kubernetes" and "kubernetes" not in names else o.kubeconfig
+    kube_args = (o.backend, o.shape.dev and "agent" not in names, o.executor, o.processes, kubeconfig, o.namespace,
+                 o.default_image)
+    kubernetes_options(*kube_args)  # every option's problem is said before any backend is asked
     quota = _quota_settings(o.quota_provider, o.quota_every, o.slurm_conf, o.processes, o.kubeconfig)
     slurm = slurm_settings(o.backend, o.shape, o.executor, o.processes, o.slurm_conf, o.slurm_partition, o.slurm_bin,
                            conf_used=o.quota_provider == "slurm")
-    # --kubeconfig serves --quota-provider kubernetes too: then it is no stray option without the backend
-    kubeconfig = None if o.quota_provider == "kubernetes" and "kubernetes" not in names else o.kubeconfig
-    kubernetes = kubernetes_settings(o.backend, o.shape.dev and "agent" not in names, o.executor, o.processes,
-                                     kubeconfig, o.namespace, o.default_image)
+    kubernetes = kubernetes_settings(*kube_args)
     data_dir = o.data_dir
     lock = _hold(data_dir)  # 1. the data dir is ours before anything in it is touched
     try:
