@@ -181,3 +181,27 @@ def test_one_backend_decides_as_before_whatever_its_name() -> None:
                          [r.reason for r in getattr(e, "reasons", [])]) for e in out])
     assert answers[0] == answers[1] == answers[2]
     assert [kind for kind, _, _ in answers[0]].count("JobScheduled") >= 3
+
+
+def test_a_gang_preemptor_makes_its_room_within_one_backend() -> None:
+    """The preemption planner (services/domain/preemption/planner.py) keeps to the rule too: a critical
+    2-node gang on a cluster of one agent node and two Slurm nodes, each full with a low job. The
+    agent's job is the cheapest victim (it has just started), but the gang cannot use the agent node
+    with a Slurm one: the victims are the two Slurm jobs, whose nodes it can use together."""
+    from services.preemption.core import PreemptionCore
+    from tests.services.test_preemption import _left_blocked, _running
+
+    f = Feed(PreemptionCore())
+    for backend, name in (("", "a1"), ("slurm", "s1"), ("slurm", "s2")):
+        f.evt("agent", msgspec.structs.replace(node(name, gpus=8), backend=backend))
+        f.evt("inventory", c.NodeReady(node=name, basis_seq=1))
+    _running(f, "old-s1", "s1", 0, 8, priority_class="low", dt=1000.0)
+    _running(f, "old-s2", "s2", 0, 8, priority_class="low", dt=1000.0)
+    _running(f, "young-a1", "a1", 0, 8, priority_class="low", dt=10.0)
+    f.evt("submission", accepted("pair", gpus=8, nodes=2, priority_class="critical"))
+    f.evt("submission", accepted("one", gpus=8, priority_class="critical"))
+    plan = f.core.plan(f.state, "pair")
+    assert (plan.victims, plan.nodes) == (["old-s1", "old-s2"], ["s1", "s2"])
+    assert f.core.plan(f.state, "one").victims == ["young-a1"]  # one node: the cheapest anywhere, as ever
+    _left_blocked(f, 1, "pair")
+    assert sorted(e.job_id for e in f.decide() if isinstance(e, c.PreemptionRequested)) == ["old-s1", "old-s2"]

@@ -59,9 +59,10 @@ plans within its rate limits; ``horizon preempt --dry-run`` shows a plan.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
-from services.domain.cluster import least, request_of
+from services.domain.cluster import BACKEND_LABEL, Request, least, request_of
 from services.domain.fairshare import association
 from services.domain.fit.context import Context
 from services.domain.fit.cycle import Overlay
@@ -195,21 +196,30 @@ class PreemptionPlanner(PreemptionFold):
         # Nor is room outside its partition (services/domain/partitions.py).
         ctx = Context(start_ts=state.now, end_ts=state.now + spec.time_limit_s, account=spec.account, job_id=job_id,
                       held=state.held, partition=state.sched.partitions.view(spec.partition))
-        fit = Fitter(least(req), ctx)  # the filters that apply to this job, chosen once for every node tried
         base = Overlay()  # victims chosen for others in this round are not eligible: their room is theirs
-        shrunk = self._shrink(state, fit, base, eligible)
-        if shrunk is not None:  # elastic jobs give back nodes above their least: nobody is preempted
-            out.shrinks, out.nodes = shrunk
-            out.reasons = {v: eligible[v][1] for v in out.shrinks}
-            return out
-        chosen = self._global(state, fit, base, eligible)
-        if state.config.victims == "cheapest":
-            # Node by node finds the cheap room on the right nodes; the cluster-wide pass finds
-            # gang victims that free several nodes at once. The cheaper set wins.
-            per_node = self._per_node(state, fit, base, eligible)
-            if chosen is None or (per_node is not None and self._set_cost(state, per_node[0]) < self._set_cost(
+        chosen = None
+        # A gang's nodes are of one backend (services/placement/place.py): on a cluster of several, its room
+        # is planned within each backend apart (its nodes' label), a shrink first, else the cheapest victims;
+        # each Fitter holds the filters that apply to this job, chosen once for every node tried.
+        fits = [Fitter(within, ctx) for within in _one_backend_each(state, least(req))]
+        for fit in fits:
+            shrunk = self._shrink(state, fit, base, eligible)
+            if shrunk is not None:  # elastic jobs give back nodes above their least: nobody is preempted
+                out.shrinks, out.nodes = shrunk
+                out.reasons = {v: eligible[v][1] for v in out.shrinks}
+                return out
+        for fit in fits:
+            found = self._global(state, fit, base, eligible)
+            if state.config.victims == "cheapest":
+                # Node by node finds the cheap room on the right nodes; the cluster-wide pass finds
+                # gang victims that free several nodes at once. The cheaper set wins.
+                per_node = self._per_node(state, fit, base, eligible)
+                if found is None or (per_node is not None and self._set_cost(state, per_node[0]) < self._set_cost(
+                        state, found[0])):
+                    found = per_node
+            if found is not None and (chosen is None or self._set_cost(state, found[0]) < self._set_cost(
                     state, chosen[0])):
-                chosen = per_node
+                chosen = found
         if chosen is None:
             out.why_not = "even preempting every eligible job would not make room"
             return out
@@ -352,3 +362,14 @@ class PreemptionPlanner(PreemptionFold):
 def _started(state: PreemptionState, job: Job) -> float:
     """When the attempt started running ("now" if it is scheduled but not started yet)."""
     return job.started_ts if job.state is JobState.RUNNING else state.now
+
+
+def _one_backend_each(state: PreemptionState, req: Request) -> list[Request]:
+    """The request itself, or for a gang on a cluster of several backends, one request per backend,
+    confined to its nodes (by their ``horizon.io/backend`` label), in the backends' name order."""
+    if req.nodes <= 1:
+        return [req]
+    backends = sorted({n.labels.get(BACKEND_LABEL, "") for n in state.cluster.nodes.values() if not n.removed})
+    if len(backends) <= 1:
+        return [req]
+    return [dataclasses.replace(req, selector=tuple(sorted({*req.selector, (BACKEND_LABEL, b)}))) for b in backends]
