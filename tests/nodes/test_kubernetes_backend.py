@@ -146,6 +146,20 @@ def test_the_output_of_an_attempt_is_its_pod_on_that_node() -> None:
     assert pods[0]["metadata"]["annotations"][core.ANNOTATION_TENANT] == "acme"  # whose output it is
 
 
+def test_a_pod_s_start_time_is_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.nodes.backends.kubernetes.executor import _parse_time
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")  # summer time in July: mktime - timezone was an hour early
+    time.tzset()
+    try:
+        assert _parse_time("2026-07-01T12:00:00Z") == 1782907200.0
+        assert _parse_time("2026-11-28T21:17:04Z") == 1795900624.0
+        assert _parse_time("yesterday") is None and _parse_time(None) is None
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 # ---------------------------------------------------------------------- against the real cluster
 
 

@@ -31,6 +31,7 @@ attempt that no longer holds resources in the log is deleted by the backend (``b
 from __future__ import annotations
 
 import asyncio
+import calendar
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,11 +53,12 @@ DELETE_WAIT_S = 60.0  # after a deletion, how long to wait for the kubelet to en
 
 
 def _parse_time(text: str | None) -> float | None:
-    """The API's ``2026-11-28T21:17:04Z`` as a Unix time."""
+    """The API's ``2026-11-28T21:17:04Z`` as a Unix time. UTC as written: ``mktime`` minus the zone's offset
+    was an hour early under summer time, so a pod adopted after a restart had run an hour longer."""
     if not text:
         return None
     try:
-        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+        return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
     except ValueError:
         return None
 
