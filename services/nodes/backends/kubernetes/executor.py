@@ -23,6 +23,8 @@ deterministic ids.
   (``/dev/termination-log``: the kubelet copies it into the ended container's status). Another signal
   cannot be sent: the stop's SIGTERM is the job's only warning (docs/backends.md).
 * ``adopt``: the attempt's pods, found by their labels and annotations, for a backend that restarted.
+* ``read_output``: ``horizon logs`` (the agent's ``horizon.logs.<node>``): the attempt's pod's container
+  log, through the API server (``output.py``).
 
 Ended pods are left in the namespace (their logs and exit codes stay for ``kubectl``); a pod of an
 attempt that no longer holds resources in the log is deleted by the backend (``backend.py``).
@@ -143,7 +145,7 @@ class KubernetesExecutor:
     view of the log): one cancelled while its pods wait to start is deleted, not waited for."""
 
     detached = True  # pods outlive the backend: a restarted one adopts them
-    state_dir: Path | None = None  # the pods' output is the container's log (kubectl logs), not files here
+    state_dir: Path | None = None  # the pods' output is the container's log (read_output), not files here
 
     def __init__(self, api: KubeAPI, mirror: Mirror, namespace: str, install: str, image: str,
                  grace_period_s: float = 10.0, nodes: Mapping[str, Any] | None = None) -> None:
