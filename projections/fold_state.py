@@ -66,7 +66,7 @@ _NODE_FIELDS = ("name", "cpus_milli", "memory_bytes", "gpus", "labels", "taints"
                 "registered_seq",
                 "ready_seq", "lost_seq", "ready", "cordoned", "draining", "lost", "removed", "used_cpus_milli",
                 "used_memory_bytes", "used_devices", "jobs", "kind", "simulated", "isolation", "backend", "unhealthy_gpus",
-                "foreign")
+                "foreign", "registered_taints")
 _CONFIG_FIELDS = ("rules", "victims", "grace_period_s", "max_preemptions", "per_minute", "per_account_per_minute")
 
 
@@ -104,6 +104,7 @@ class _Node(msgspec.Struct, array_like=True):
     drain: tuple[bool, float, float | None] = (False, 0.0, None)  # migrate, deadline_ts, grace_s
     backend: str = ""  # the execution backend that registered it
     foreign: c.ForeignUse | None = None  # what work its backend did not place holds there
+    registered_taints: list[c.Taint] = []  # the taints of its last registration
 
 
 class _Config(msgspec.Struct, array_like=True):
@@ -203,7 +204,7 @@ def _dump_preemption(core: PreemptionPlanner, state: PreemptionState) -> bytes:
                      simulated=n.simulated, isolation=n.isolation, datasets=sorted(n.datasets),
                      overcommit=(n.cpu_overcommit, n.memory_overcommit),
                      drain=(n.drain_migrate, n.drain_deadline_ts, n.drain_grace_s), backend=n.backend,
-                     foreign=n.foreign)
+                     foreign=n.foreign, registered_taints=n.registered_taints)
                for n in state.cluster.nodes.values()],
         config=_Config(rules={k: list(v) for k, v in cfg.rules.items()}, victims=cfg.victims,
                        grace_period_s=cfg.grace_period_s, max_preemptions=cfg.max_preemptions,
@@ -258,7 +259,7 @@ def _load_preemption(core: PreemptionPlanner, data: bytes) -> PreemptionState | 
                     simulated=n.simulated, isolation=n.isolation, datasets=frozenset(n.datasets),
                     cpu_overcommit=n.overcommit[0], memory_overcommit=n.overcommit[1], drain_migrate=n.drain[0],
                     drain_deadline_ts=n.drain[1], drain_grace_s=n.drain[2], backend=n.backend,
-                    foreign=n.foreign)
+                    foreign=n.foreign, registered_taints=n.registered_taints)
         node.registered_seq, node.ready_seq, node.lost_seq = n.seqs
         node.ready, node.cordoned, node.draining, node.lost, node.removed = n.flags
         nodes[n.name] = node

@@ -81,6 +81,9 @@ class Node:
     backend: str = ""  # the execution backend that registered it ("": the node agent)
     unhealthy_gpus: int = field(init=False, default=0)  # devices with a health problem (derived from gpus)
     foreign: c.ForeignUse | None = None  # what work its backend did not place holds (used, outside the ledger)
+    # the taints its last registration gave (a backend's: Kubernetes' own taints); ``taints`` also holds
+    # an operator's, which outlive a registration
+    registered_taints: list[c.Taint] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.unhealthy_gpus = sum(1 for d in self.gpus.values() if d.health)
@@ -303,6 +306,7 @@ class Cluster:
             gpus={d.id: d for d in event.gpus},
             labels={**event.labels, BACKEND_LABEL: event.backend or "agent"},
             taints=list(event.taints),
+            registered_taints=list(event.taints),
             registered_seq=seq,
             simulated=event.simulated,
             isolation=event.isolation,
@@ -317,7 +321,10 @@ class Cluster:
             node.ready_seq, node.lost_seq = old.ready_seq, old.lost_seq
             node.used_cpus_milli, node.used_memory_bytes = old.used_cpus_milli, old.used_memory_bytes
             node.used_devices, node.jobs = old.used_devices, old.jobs
-            node.taints = old.taints  # taints set by operators since outlive an agent restart
+            # taints set by operators since outlive a registration; the registration's own follow it (a
+            # Kubernetes node's taints come and go with the cluster: node.kubernetes.io/not-ready)
+            node.taints = [t for t in old.taints if t not in old.registered_taints or t in event.taints] + \
+                [t for t in event.taints if t not in old.taints]
             node.datasets = old.datasets  # and so do the datasets they said it holds
             node.cpu_overcommit, node.memory_overcommit = old.cpu_overcommit, old.memory_overcommit  # and its ratios
         self.nodes[name] = node

@@ -90,3 +90,27 @@ def test_untaint_may_leave_out_the_value_and_the_effect():
     assert parse_taint("gpu:NoExecute", effect_required=False) == c.Taint(key="gpu", effect="NoExecute")
     assert check_taint(c.Taint(key="gpu", effect="")) != ""
     assert check_taint(c.Taint(key="gpu", effect=""), effect_required=False) == ""
+
+
+def test_a_registration_s_own_taints_follow_it_and_an_operator_s_outlive_it() -> None:
+    """A Kubernetes node registers with ``node.kubernetes.io/not-ready`` while its kubelet starts and
+    again without it once Ready: placement must see it go. An operator's taint, set between the two,
+    stays (as it does over an agent's restart)."""
+    from services.domain.cluster import Cluster
+
+    not_ready = c.Taint(key="node.kubernetes.io/not-ready", effect="NoExecute")
+    gpu = c.Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule")
+    mine = c.Taint(key="maintenance", value="disk", effect="NoSchedule")
+
+    def register(*taints: c.Taint) -> c.NodeRegistered:
+        return c.NodeRegistered(node="n1", cpus_milli=1000, memory_bytes=1 << 30, taints=list(taints), backend="kubernetes")
+
+    cluster = Cluster()
+    cluster.apply(register(not_ready, gpu), 1)
+    cluster.apply(c.NodeTaintsChanged(node="n1", taints=[not_ready, gpu, mine]), 2)
+    cluster.apply(register(gpu), 3)
+    assert cluster.nodes["n1"].taints == [gpu, mine]
+    cluster.apply(register(gpu), 4)  # the same registration again changes nothing
+    assert cluster.nodes["n1"].taints == [gpu, mine]
+    cluster.apply(register(), 5)
+    assert cluster.nodes["n1"].taints == [mine]
