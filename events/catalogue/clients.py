@@ -47,6 +47,18 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
         f"({_LIMITS.default_time_limit_s:g} s unless configured otherwise); 0: no limit (Slurm's `--time=0`, "
         "`UNLIMITED`): its partition's MaxTime, else the cluster's most "
         f"({_LIMITS.max_time_limit_s:g} s unless configured otherwise)."))] = None
+    ntasks: Annotated[int | None, Meta(description=(
+        "The job's tasks in all (Slurm's `--ntasks`) when fewer than nodes x tasks_per_node: laid out over its "
+        "nodes in order, each node its tasks_per_node while leaving at least one for each node after it "
+        "(`-N 3 -n 7`: 3, 3 and 1); the gang still holds tasks_per_node on every node. With `spread_tasks`: "
+        "the tasks to spread. `null`: nodes x tasks_per_node."))] = None
+    spread_tasks: Annotated[bool, Meta(description=(
+        "Slurm's `--ntasks` without `--nodes`: submission chooses `nodes` and `tasks_per_node` (then not read), "
+        "the fewest nodes of the job's partition that could hold `ntasks` tasks, as many on each as the gang's "
+        "one shape allows (128 tasks on 48-CPU nodes: 3 nodes of 43)."))] = False
+    memory_per_node: Annotated[int | None, Meta(description=(
+        "Slurm's `--mem` in bytes with `spread_tasks`: each node's memory, shared by its tasks once submission "
+        "has chosen how many (`resources.memory` is then not read)."))] = None
     scheduling_timeout_s: Annotated[float | None, Meta(description=(
         "How long it may wait to start before it ends JobUnschedulable; `null` waits for ever."))] = None
     priority_class: Annotated[str, Meta(description="Its priority class, highest first.")] = "normal"

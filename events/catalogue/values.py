@@ -177,6 +177,10 @@ class JobSpec(_Part, kw_only=True):
     # gang shape: nodes x tasks_per_node tasks, each with the resources above
     nodes: int = 1
     tasks_per_node: int = 1
+    # Slurm's --ntasks when fewer than nodes x tasks_per_node (0: all of them): the tasks laid out over
+    # the nodes in order, each its tasks_per_node while leaving one for each node after it
+    # (services/domain/steps.py task_layout: -N 3 -n 7 is 3,3,1); the gang holds nodes x tasks_per_node
+    ntasks: int = 0
     time_limit_s: float = 3600.0
     scheduling_timeout_s: float | None = None
     priority_class: PriorityClass = "normal"

@@ -40,7 +40,7 @@ from typing import Any
 from events import catalogue as c
 from services.domain.hostlist import compress
 
-__all__ = ["Slots", "StepRequest", "StepLayout", "StepError", "plan_step", "slots_of", "counts_text",
+__all__ = ["Slots", "StepRequest", "StepLayout", "StepError", "plan_step", "slots_of", "task_layout", "counts_text",
            "step_environment", "task_environment", "step_exit", "StepExit", "DISTRIBUTIONS", "step_state",
            "STEP_STATES"]
 
@@ -61,12 +61,33 @@ class Slots:
     gpus: tuple[str, ...] = ()
 
 
+def task_layout(held: Sequence[int], ntasks: int) -> list[int]:
+    """How many of a job's ``ntasks`` tasks each of its nodes runs, the nodes in allocation order each
+    holding ``held`` task slots: as Slurm lays a job's tasks out, each node as many as it holds while
+    leaving at least one for each node after it. ``ntasks`` 0 (or all the slots): every slot.
+
+    Worked through: ``-N 3 -n 7``, a gang of 3 nodes x 3 slots: 3, then min(3, 4 - 1) = 3, then 1
+    (Slurm on 4-CPU nodes: 4, 2, 1); ``-n 10`` on 3 nodes of 4: 4, 4, 2 (Slurm's too); ``-n 5
+    --ntasks-per-node=2``: 2, 2, 1."""
+    if ntasks <= 0 or ntasks >= sum(held):
+        return list(held)
+    counts, left = [], ntasks
+    for i, slots in enumerate(held):
+        count = max(0, min(slots, left - (len(held) - 1 - i)))
+        counts.append(count)
+        left -= count
+    return counts
+
+
 def slots_of(allocations: Sequence[c.NodeAllocation], tasks_per_node: int = 1,
-             cpus_milli_per_task: int = 1000) -> list[Slots]:
-    """The job's ``Slots``, node by node in allocation order (its first node is the batch node)."""
-    return [Slots(a.node, max(1, a.tasks or tasks_per_node),
-                  a.cpus_milli or cpus_milli_per_task * max(1, a.tasks or tasks_per_node), tuple(a.device_ids))
-            for a in allocations]
+             cpus_milli_per_task: int = 1000, ntasks: int = 0) -> list[Slots]:
+    """The job's ``Slots``, node by node in allocation order (its first node is the batch node); with
+    ``ntasks`` (``JobSpec.ntasks``: fewer tasks than its nodes hold slots) a node's slots are its tasks
+    of ``task_layout``, its CPUs what it holds."""
+    held = [max(1, a.tasks or tasks_per_node) for a in allocations]
+    tasks = task_layout(held, ntasks)
+    return [Slots(a.node, max(1, n), a.cpus_milli or cpus_milli_per_task * h, tuple(a.device_ids))
+            for a, n, h in zip(allocations, tasks, held)]
 
 
 @dataclass(frozen=True, slots=True)

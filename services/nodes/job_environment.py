@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from events import catalogue as c
 from events.subjects import tenant_view
 from services.domain.hostlist import compress
-from services.domain.steps import counts_text
+from services.domain.steps import counts_text, task_layout
 
 __all__ = ["job_environment", "visible_devices", "CLUSTER_NAME"]
 
@@ -49,7 +49,7 @@ def job_environment(
     visible = visible_devices(alloc.device_ids, devices)
     held = list(allocations) or [alloc]
     nodelist = compress([a.node for a in held])
-    tasks = [max(1, a.tasks) for a in held]
+    tasks = task_layout([max(1, a.tasks) for a in held], spec.ntasks)  # -n fewer than the slots: Slurm's layout
     cpus = [max(1, -(-a.cpus_milli // 1000)) for a in held]
     # The job sees itself by the id its tenant gave it (``eval-7``, not the log's key ``acme:eval-7``).
     job_id = tenant_view(spec.tenant, job_id)
@@ -81,8 +81,6 @@ def job_environment(
         "SLURM_TOPOLOGY_ADDR": alloc.node,
         "SLURM_CLUSTER_NAME": CLUSTER_NAME,
     }
-    if alloc.device_ids:
-        env["SLURM_GPUS_ON_NODE"] = str(len(alloc.device_ids))
     if alloc.memory_bytes:
         env["SLURM_MEM_PER_NODE"] = str(alloc.memory_bytes >> 20)  # Slurm counts MiB
     if spec.account:
@@ -103,3 +101,5 @@ def job_environment(
                    SLURM_JOB_MIN_NODES=str(spec.min_nodes), SLURM_JOB_MAX_NODES=str(spec.nodes))
     env.update(spec.env)
     return env
+    if alloc.device_ids:  # what the node holds, after env: an --exclusive job holds all its GPUs, which it sees
+        env["SLURM_GPUS_ON_NODE"] = str(len(alloc.device_ids))

@@ -19,7 +19,7 @@ from services.submission.directives import DirectiveRejection, gpus_per_node
 from services.submission.rejection import Rejection
 
 __all__ = ["Asked", "parse_asked", "elastic_least", "check_cpus_and_memory", "with_gpus_per_node",
-           "check_durations_and_elasticity", "check_gpus", "check_final_limits"]
+           "check_durations_and_elasticity", "check_tasks", "check_gpus", "check_final_limits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,7 @@ class Asked:
     cpu_limit: int
     memory_limit: int
     node_gpus: int = 0  # GPUs a node's tasks share (Slurm's --gres with tasks)
+    ntasks: int = 0  # the tasks in all when fewer than nodes x tasks_per_node, or to spread (0: every slot)
 
     def need(self, memory: int) -> Need:
         """What a node must hold for it with ``memory`` per task (an elastic job needs its least)."""
@@ -67,6 +68,11 @@ def parse_asked(sub: c.JobSubmitted, limits: Limits) -> Asked:
         nodes = parse_count(sub.nodes, "nodes", minimum=1, maximum=limits.max_nodes_per_job)
         tasks_per_node = parse_count(sub.tasks_per_node, "tasks_per_node", minimum=1, maximum=MAX_TASKS_PER_NODE)
         least = elastic_least(sub, nodes, tasks_per_node, limits)
+        ntasks = 0 if sub.ntasks is None else parse_count(sub.ntasks, "ntasks", minimum=1,
+                                                          maximum=limits.max_nodes_per_job * MAX_TASKS_PER_NODE)
+        if sub.memory_per_node is not None and parse_memory(sub.memory_per_node, "memory_per_node") <= 0:
+            raise ResourceError("memory_per_node", sub.memory_per_node, "is not more than 0",
+                                "bytes, more than 0 (all of each node's memory: whole_node_memory)")
         assembly = (None if sub.assembly_timeout_s is None
                     else parse_duration(sub.assembly_timeout_s, "assembly_timeout_s"))
         model = parse_gpu_model(r.gpu_type, "resources.gpu_type") if r.gpu_type else None
@@ -89,7 +95,7 @@ def parse_asked(sub: c.JobSubmitted, limits: Limits) -> Asked:
                  time_given=sub.time_limit_s is not None, no_time_limit=no_time_limit, gpus=gpus,
                  gpu_memory=gpu_memory, nodes=nodes, tasks_per_node=tasks_per_node, least=least, assembly=assembly,
                  model=model, time_limit=time_limit, timeout=timeout, dep_timeout=dep_timeout, min_runtime=min_runtime,
-                 max_retries=max_retries, cpu_limit=cpu_limit, memory_limit=memory_limit)
+                 max_retries=max_retries, cpu_limit=cpu_limit, memory_limit=memory_limit, ntasks=ntasks)
 
 
 def elastic_least(sub: c.JobSubmitted, nodes: int, tasks_per_node: int, limits: Limits) -> int:
@@ -169,6 +175,36 @@ def check_durations_and_elasticity(sub: c.JobSubmitted, asked: Asked) -> None:
                         "elastic")
     if asked.dep_timeout is not None and asked.dep_timeout <= 0:
         raise Rejection("dependency_timeout_s", "must be more than 0 seconds, or omitted to wait forever")
+
+
+def check_tasks(sub: c.JobSubmitted, asked: Asked) -> None:
+    """Slurm's ``--ntasks`` as the gang runs it: fewer tasks than its slots, at least one a node (a rigid
+    gang), or tasks to spread over nodes submission chooses (``spread_tasks``, with ``memory_per_node``)."""
+    if sub.memory_per_node is not None and not sub.spread_tasks:
+        raise Rejection("memory_per_node", "goes with spread_tasks (the nodes' tasks are chosen later); with a "
+                        "fixed shape give resources.memory per task")
+    if sub.memory_per_node is not None and sub.resources.memory is not None:
+        raise Rejection("memory_per_node", "and resources.memory exclude each other: give each node's memory or "
+                        "each task's")
+    if sub.spread_tasks:
+        if not asked.ntasks:
+            raise Rejection("ntasks", "spread_tasks needs the tasks to spread (ntasks)")
+        if sub.min_nodes is not None or sub.min_available is not None or sub.nodelist:
+            raise Rejection("spread_tasks", "the nodes of an elastic job, or of one that names its nodes, are its "
+                            "own: give nodes and tasks_per_node")
+        return
+    if not asked.ntasks:
+        return
+    slots = asked.nodes * asked.tasks_per_node
+    if asked.least < asked.nodes:
+        raise Rejection("ntasks", "an elastic job runs tasks_per_node on each of its nodes, however many they are: "
+                        "leave ntasks out")
+    if asked.ntasks > slots:
+        raise Rejection("ntasks", f"{asked.ntasks} tasks is more than the gang's {asked.nodes} x "
+                        f"{asked.tasks_per_node}")
+    if asked.ntasks < asked.nodes:
+        raise Rejection("ntasks", f"{asked.ntasks} tasks cannot use {asked.nodes} nodes: every node runs at least "
+                        "one (Slurm's sbatch sets the nodes to the tasks)")
 
 
 def check_gpus(sub: c.JobSubmitted, asked: Asked, gpu_models: set[tuple[str, str | None]]) -> None:

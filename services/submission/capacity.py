@@ -206,6 +206,10 @@ class Capacity:
             self._sorted = sorted(self.shapes.items())
         return self._sorted
 
+    def holding(self, need: Need) -> int:
+        """How many registered nodes could each hold ``need``'s per-node share, when empty."""
+        return sum(n for shape, n in self.sorted_shapes() if need.holds(shape))
+
     def problem(self, need: Need) -> tuple[str, str] | None:
         """(field, reason) if no ``need.nodes`` registered nodes could ever hold the job; None if
         they could, or if no node is registered at all (nothing is known yet)."""

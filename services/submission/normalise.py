@@ -32,7 +32,7 @@ from services.domain.datasets import check_datasets
 from services.domain.output import pattern_problem
 from services.domain.partitions import Partitions
 from services.submission.asked import (Asked, check_cpus_and_memory, check_durations_and_elasticity,
-                                       check_final_limits, check_gpus, elastic_least, parse_asked,
+                                       check_final_limits, check_gpus, check_tasks, elastic_least, parse_asked,
                                        with_gpus_per_node)
 from services.submission.capacity import Capacity
 from services.submission.directives import DirectiveRejection, slurm_fields
@@ -133,6 +133,7 @@ def normalise(
     asked = check_cpus_and_memory(sub, asked)
     asked = with_gpus_per_node(sub, asked, limits)
     check_durations_and_elasticity(sub, asked)
+    check_tasks(sub, asked)
     check_gpus(sub, asked, gpu_models)
     # 2b. the partition: the first the job names (or the default) that can run it, with its defaults
     parts = partitions if partitions is not None else Partitions()
@@ -305,6 +306,7 @@ def _spec(sub: c.JobSubmitted, asked: Asked, partition: str, parts: Partitions, 
         dependency_timeout_s=asked.dep_timeout,
         after_datasets=tuple(sorted(set(sub.after_datasets))),
         priority_class=priority_class,  # type: ignore[arg-type]
+        ntasks=asked.ntasks if 0 < asked.ntasks < asked.nodes * asked.tasks_per_node else 0,
         nice=sub.nice,
         qos=sub.qos,
         profile=_profile(sub.profile, parts.configs[partition].profile if partition else ""),

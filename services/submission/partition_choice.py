@@ -17,6 +17,7 @@ from services.domain.partitions import Candidates, Partitions, default_memory, d
 from services.submission.asked import Asked
 from services.submission.capacity import Capacity
 from services.submission.rejection import Rejection
+from services.submission.task_spread import spread_tasks
 
 __all__ = ["choose_partition"]
 
@@ -44,7 +45,8 @@ def choose_partition(
     if candidates.problem is not None:
         raise Rejection(*candidates.problem)
     if candidates.none_defined:
-        return "", _fit_without_partitions(asked, candidates, limits=limits, capacity=capacity, warnings=warnings)
+        return "", _fit_without_partitions(sub, asked, candidates, limits=limits, capacity=capacity,
+                                           warnings=warnings)
     account = sub.account or c.DEFAULT_ACCOUNT
     if scope and account == c.DEFAULT_ACCOUNT:
         account = scope  # the account its job will charge (intake_rules.scoped_spec)
@@ -59,13 +61,17 @@ def choose_partition(
     return partition, asked
 
 
-def _fit_without_partitions(asked: Asked, candidates: Candidates, *, limits: Limits, capacity: Capacity | None,
-                            warnings: list[str] | None) -> Asked:
-    """A cluster without partitions: the defaults, and a job some registered nodes could hold."""
+def _fit_without_partitions(sub: c.JobSubmitted, asked: Asked, candidates: Candidates, *, limits: Limits,
+                            capacity: Capacity | None, warnings: list[str] | None) -> Asked:
+    """A cluster without partitions: the defaults, tasks spread over any nodes, and a job some registered
+    nodes could hold."""
     if not asked.time_given:
         asked = replace(asked, time_limit=limits.default_time_limit_s)
     if not asked.memory_given:
         asked = replace(asked, memory_bytes=default_memory(None, asked.cpus_milli, asked.gpus))
+    if sub.spread_tasks:
+        asked = spread_tasks(sub, asked, asked.memory_bytes, capacity, max_nodes=limits.max_nodes_per_job,
+                             max_gpus=limits.max_gpus_per_job)
     problem = capacity.problem(asked.need(asked.memory_bytes)) if capacity is not None else None
     if problem is not None:  # what no registered node could ever hold would wait for ever
         raise Rejection(*problem)
@@ -97,23 +103,28 @@ def _first_partition_that_runs_it(
         else:
             t = asked.time_limit if asked.time_given else default_time(cfg, limits.default_time_limit_s)
         m = asked.memory_bytes if asked.memory_given else default_memory(cfg, asked.cpus_milli, asked.gpus)
-        problem = limit_problem(cfg, time_limit_s=t, time_given=asked.time_given, nodes=asked.least,
+        nodes_of = None if capacity is None else capacity_of(name) if capacity_of is not None else capacity
+        here = asked
+        if sub.spread_tasks:  # Slurm's -n without -N: over the nodes of this partition that could hold them
+            most = min(limits.max_nodes_per_job, cfg.max_nodes or limits.max_nodes_per_job)
+            here = spread_tasks(sub, asked, m, nodes_of, max_nodes=most, max_gpus=limits.max_gpus_per_job)
+            m = here.memory_bytes
+        problem = limit_problem(cfg, time_limit_s=t, time_given=here.time_given, nodes=here.least,
                                 account=account, qos=sub.qos)
-        if problem is None and capacity is not None:
-            nodes_of = capacity_of(name) if capacity_of is not None else capacity
-            problem = nodes_of.problem(asked.need(m))
+        if problem is None and capacity is not None and nodes_of is not None:
+            problem = nodes_of.problem(here.need(m))
             if problem is not None and len(nodes_of.nodes) < len(capacity.nodes):
                 count = len(nodes_of.nodes)
                 problem = (problem[0], f"partition {name!r} ({count} {'node' if count == 1 else 'nodes'}): "
                                        f"{problem[1]}")
         if problem is None:
-            nodes = asked.nodes
+            nodes = here.nodes
             if cfg.max_nodes is not None and nodes > cfg.max_nodes:  # an elastic job's most, cut to MaxNodes
                 nodes = cfg.max_nodes
                 if warnings is not None:
                     warnings.append(f"at most {nodes} nodes in partition {name!r} (MaxNodes): the job grows "
                                     f"to {nodes}, not to {sub.nodes}")
-            return name, replace(asked, time_limit=t, memory_bytes=m, nodes=nodes)
+            return name, replace(here, time_limit=t, memory_bytes=m, nodes=nodes)
         refused.append((name, *problem))
     if len(refused) == 1:
         raise Rejection(refused[0][1], refused[0][2])

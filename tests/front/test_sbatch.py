@@ -150,7 +150,8 @@ def test_bad_directive_syntax(line, why):
     # shape: nodes x tasks per node
     ("", dict(nodes=1, tasks_per_node=1)),
     ("-N 4\n--ntasks-per-node=2", dict(nodes=4, tasks_per_node=2)),
-    ("-n 8", dict(nodes=1, tasks_per_node=8)),
+    ("-n 8", dict(ntasks=8, spread_tasks=True)),  # over as many nodes as they need: submission's to choose
+    ("-N 3\n-n 7", dict(nodes=3, tasks_per_node=3, ntasks=7)),  # 3, 3 and 1 tasks (Slurm lays out 4, 2, 1)
     ("-N 2\n-n 8", dict(nodes=2, tasks_per_node=4)),
     ("-n 6\n--ntasks-per-node=4", dict(nodes=2, tasks_per_node=3)),  # --ntasks-per-node is a maximum with -n
     ("--nodes=3-3", dict(nodes=3)),
@@ -164,7 +165,7 @@ def test_bad_directive_syntax(line, why):
     # GPUs: one task per node, or --gpus-per-task: per task; else the node's GPUs, shared by its tasks
     ("--gres=gpu:a100:8\n-N 4", dict(gpus=8, gpu_type="a100", nodes=4, gpus_per_node=0)),
     ("--gres=gpu:8\n--ntasks-per-node=8", dict(gpus=0, gpus_per_node=8, gpu_type=None, tasks_per_node=8)),
-    ("--ntasks=4\n--gres=gpu:1", dict(gpus=0, gpus_per_node=1, tasks_per_node=4)),  # 4 tasks share one GPU
+    ("--ntasks=4\n--gres=gpu:1", dict(gpus=0, gpus_per_node=1, ntasks=4, spread_tasks=True)),  # share a node's GPU
     ("--ntasks-per-node=3\n--gres=gpu:4", dict(gpus=0, gpus_per_node=4)),
     ("--gres=gpu", dict(gpus=1)),
     ("--gres=gpu:h100-80gb:4", dict(gpus=4, gpu_type="h100-80gb")),
@@ -174,8 +175,9 @@ def test_bad_directive_syntax(line, why):
     ("--gpus=4\n-N 2", dict(gpus=2, nodes=2)),
     ("-G a100:4", dict(gpus=4, gpu_type="a100")),
     ("--gpus-per-node=h100:4\n--ntasks-per-node=2", dict(gpus=0, gpus_per_node=4, gpu_type="h100")),
-    ("--gpus-per-task=2\n-n 4", dict(gpus=2, tasks_per_node=4, gpus_per_node=0)),
-    ("--gres=gpu:4\n--gpus-per-task=1\n-n 4", dict(gpus=1, gpus_per_node=0)),  # they agree: 4 per node
+    ("--gpus-per-task=2\n-n 4", dict(gpus=2, ntasks=4, spread_tasks=True, gpus_per_node=0)),
+    ("--gres=gpu:4\n--gpus-per-task=1\n-n 4", dict(gpus=1, gpus_per_node=0, tasks_per_node=4)),  # 4 per node
+    ("--gres=gpu:4\n--gpus-per-task=1\n-n 8", dict(gpus=1, nodes=2, tasks_per_node=4)),
     ("--gres=gpu:a100:4\n--gpus=4", dict(gpus=4, gpu_type="a100")),  # two forms that agree
     # CPUs per task
     ("-c 8", dict(cpus="8")),
@@ -187,7 +189,8 @@ def test_bad_directive_syntax(line, why):
     ("--mem=10G\n--ntasks-per-node=3", dict(memory=-(-10 * GiB // 3))),  # rounded up to a byte
     ("--mem-per-cpu=2G\n-c 4", dict(memory=8 * GiB)),
     ("--mem-per-gpu=10G\n--gpus-per-task=2", dict(memory=20 * GiB)),
-    ("--mem-per-gpu=10G\n--gres=gpu:1\n-n 4", dict(memory=-(-10 * GiB // 4))),  # a shared GPU's, per task
+    ("--mem-per-gpu=10G\n--gres=gpu:1\n-N 1\n-n 4", dict(memory=-(-10 * GiB // 4))),  # a shared GPU's, per task
+    ("--mem-per-gpu=10G\n--gres=gpu:1\n-n 4", dict(memory=None, memory_per_node=10 * GiB)),  # spread: a node's
     ("--mem=16GB", dict(memory=16 * GiB)),  # Slurm's GB is GiB
     ("--mem=0", dict(memory=0, whole_node_memory=True)),  # all of each node's memory
     ("", dict(memory=None, cpus="1", gpus=0)),  # not given: the partition's default applies (else 1 GiB)
@@ -262,7 +265,7 @@ def test_slurm_variables_known_at_submission():
     assert env == {
         "SLURM_SUBMIT_DIR": "/home/ann/project", "SLURM_JOB_USER": "ann", "SLURM_JOB_ACCOUNT": "ml",
         "SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "2", "SLURM_NTASKS": "8", "SLURM_NPROCS": "8",
-        "SLURM_NTASKS_PER_NODE": "4", "SLURM_CPUS_PER_TASK": "3", "SLURM_GPUS_ON_NODE": "4",
+        "SLURM_NTASKS_PER_NODE": "4", "SLURM_CPUS_PER_TASK": "3",  # SLURM_GPUS_ON_NODE: the node's
         "SLURM_JOB_QOS": "high", "SLURM_ARRAY_TASK_COUNT": "5",
         "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "7"}
     # the memory options, in MiB, as Slurm sets them
@@ -359,7 +362,7 @@ def test_every_option_of_the_table_is_honoured_warned_or_refused_with_a_reason()
     ("-c 4\n--cpus-per-gpu=4\n--gres=gpu:1", "and --cpus-per-task exclude each other"),
     ("-c 0", "is not a number of CPUs"),
     ("-N 4-2", "the most nodes is fewer than the least"),
-    ("-n 10\n-N 4", "10 tasks do not divide evenly over 4 node(s)"),
+    ("-n 9\n-N 2\n--ntasks-per-node=4", "9 tasks over 2 node(s) is more than --ntasks-per-node=4"),
     ("-p a,,b", "an empty partition name in the list"),
     ("-p a/b", "'a/b' is not a partition name"),  # test.q is one, as in Slurm
     ("--array=5-1", "ends before it starts"),

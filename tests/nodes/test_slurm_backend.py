@@ -129,6 +129,9 @@ def test_a_placement_as_its_sbatch_line() -> None:
     assert core.sbatch_argv("ab12", "acme:j1", 3, ml, allocs, devices, "/d/b.sh", "o", "e", "/w", 90,
                             qos={"high", "normal"})[-4:-1] == ["--account=ml", "--qos=high", "--gres=gpu:a100:2"]
     assert "--qos=high" not in core.sbatch_argv("ab12", "acme:j1", 3, ml, allocs, devices, "/d/b.sh", "o", "e", "/w", 90)
+    # fewer tasks than the gang's slots (sbatch -N 2 -n 3): Slurm is told the tasks, the slots a maximum
+    three = msgspec.structs.replace(spec, ntasks=3)
+    assert "--ntasks=3" in core.sbatch_argv("ab12", "acme:j1", 3, three, allocs, devices, "/d/b.sh", "o", "e", "/w", 90)
     assert core.attempt_of({"Comment": "horizon:ab12:3:acme:j1"}, "ab12") == ("acme:j1", 3)
     assert core.attempt_of({"Comment": "horizon:ffff:3:acme:j1"}, "ab12") is None  # another installation's
     assert core.attempt_of({"Comment": "(null)"}, "ab12") is None

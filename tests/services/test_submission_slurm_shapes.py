@@ -103,3 +103,90 @@ def test_a_partition_name_goes_into_a_leaders_token_safely():
     cores = leader_cores({owner, leader_token("placement", ["test.q"])}, {"test.q", "gpu", "test_q"})
     assert sorted((core.name, core.partitions) for core in cores) == [
         (f"placement-{token}", ("test.q",)), (owner, ("gpu", "test.q"))]
+
+
+# ----------------------------------------------------------------------------- tasks spread over nodes (-n)
+
+
+def cpu_node(name: str, cpus: int, memory_gib: int = 192) -> c.NodeRegistered:
+    return node(name, gpus=0, cpus=cpus, memory=memory_gib * 2**30)
+
+
+def spread(ntasks: int, **kw) -> c.JobSubmitted:
+    return submitted(ntasks=ntasks, spread_tasks=True, **kw)
+
+
+def test_128_tasks_go_on_as_few_48_cpu_nodes_as_hold_them():
+    # #SBATCH -n 128 with no -N, on 48-CPU nodes: 1 node of 128 and 2 of 64 fit none; 3 of 43 do
+    nodes = tuple(cpu_node(f"c{i}", 48) for i in range(4))
+    spec = accept(spread(128, resources=c.ResourceRequest(cpus="1", memory="1Gi")), nodes=nodes)
+    assert (spec.nodes, spec.tasks_per_node, spec.ntasks) == (3, 43, 128)  # 43, 43 and 42 tasks: 129 slots
+
+
+def test_tasks_that_fit_one_node_stay_on_one():
+    nodes = tuple(cpu_node(f"c{i}", 64) for i in range(2))
+    spec = accept(spread(32, resources=c.ResourceRequest(cpus="2", memory="1Gi")), nodes=nodes)
+    assert (spec.nodes, spec.tasks_per_node, spec.ntasks) == (1, 32, 0)  # every slot a task: no ntasks
+
+
+def test_an_even_spread_is_every_slot():
+    nodes = tuple(cpu_node(f"c{i}", 4) for i in range(3))
+    spec = accept(spread(8, resources=c.ResourceRequest(cpus="1", memory="1Gi")), nodes=nodes)
+    assert (spec.nodes, spec.tasks_per_node, spec.ntasks) == (2, 4, 0)
+
+
+def test_memory_per_node_is_shared_by_the_tasks_submission_puts_there():
+    # #SBATCH -n 10 --mem=8G on 4-CPU nodes: 3 nodes of 4 slots, each task 8G / 4 = 2G
+    nodes = tuple(cpu_node(f"c{i}", 4, memory_gib=16) for i in range(3))
+    spec = accept(spread(10, memory_per_node=8 * 2**30, resources=c.ResourceRequest(cpus="1", memory=None)),
+                  nodes=nodes)
+    assert (spec.nodes, spec.tasks_per_node, spec.ntasks, spec.memory_bytes) == (3, 4, 10, 2 * 2**30)
+
+
+def test_the_spread_is_the_partitions_own():
+    # the small partition has 8-CPU nodes, the big one 64-CPU nodes: -n 32 -p small,big
+    small = tuple(cpu_node(f"s{i}", 8) for i in range(2))
+    big = (cpu_node("b0", 64),)
+    parts = partitions(c.PartitionConfigured(name="small", nodes=["s[0-1]"], default=True),
+                       c.PartitionConfigured(name="big", nodes=["b0"]), nodes=small + big)
+    sub = spread(32, resources=c.ResourceRequest(cpus="1", memory="1Gi"))
+    spec = accept(msgspec_replace(sub, partitions=["small", "big"]), parts, nodes=small + big)
+    assert (spec.partition, spec.nodes, spec.tasks_per_node) == ("big", 1, 32)  # small: 2 x 8 cannot hold 32
+    spec = accept(msgspec_replace(sub, ntasks=12, partitions=["small", "big"]), parts, nodes=small + big)
+    assert (spec.partition, spec.nodes, spec.tasks_per_node, spec.ntasks) == ("small", 2, 6, 0)
+
+
+def test_tasks_no_nodes_could_hold_are_refused_naming_what_is_missing():
+    nodes = tuple(cpu_node(f"c{i}", 48) for i in range(2))
+    with pytest.raises(Rejection) as info:  # 128 tasks need 3 nodes of 48 CPUs; there are 2
+        accept(spread(128, resources=c.ResourceRequest(cpus="1", memory="1Gi")), nodes=nodes)
+    assert info.value.field == "nodes" and "only 2 registered nodes could hold one" in info.value.reason
+    with pytest.raises(Rejection) as info:  # one task of 64 CPUs fits no node at all
+        accept(spread(4, resources=c.ResourceRequest(cpus="64", memory="1Gi")), nodes=nodes)
+    assert info.value.field == "resources.cpus"
+
+
+def test_with_no_node_registered_the_tasks_go_on_one_node():
+    spec = accept(spread(128, resources=c.ResourceRequest(cpus="1", memory="1Gi")))
+    assert (spec.nodes, spec.tasks_per_node, spec.ntasks) == (1, 128, 0)
+
+
+def test_fewer_tasks_than_slots_on_a_fixed_shape():
+    # #SBATCH -N 3 -n 7: the front sends 3 nodes of 3 slots and ntasks 7 (3, 3 and 1 tasks)
+    spec = accept(submitted(nodes=3, tasks_per_node=3, ntasks=7))
+    assert (spec.nodes, spec.tasks_per_node, spec.ntasks) == (3, 3, 7)
+    assert accept(submitted(nodes=2, tasks_per_node=2, ntasks=4)).ntasks == 0
+    for kw, words in ((dict(nodes=2, tasks_per_node=2, ntasks=5), "more than the gang's 2 x 2"),
+                      (dict(nodes=3, tasks_per_node=1, ntasks=2), "cannot use 3 nodes"),
+                      (dict(nodes=4, min_nodes=2, tasks_per_node=2, ntasks=6), "an elastic job"),
+                      (dict(spread_tasks=True), "needs the tasks to spread"),
+                      (dict(ntasks=4, spread_tasks=True, nodelist=["n1"]), "names its nodes"),
+                      (dict(memory_per_node=2**30), "goes with spread_tasks")):
+        with pytest.raises(Rejection, match=words):
+            accept(submitted(**kw))
+
+
+def msgspec_replace(sub: c.JobSubmitted, **kw) -> c.JobSubmitted:
+    import msgspec
+
+    return msgspec.structs.replace(sub, **kw)

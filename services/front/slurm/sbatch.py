@@ -237,6 +237,10 @@ def _environment(g: Given, r: Resolved, defaults: SbatchDefaults, account: str) 
         if var == "ALL":
             g.note("export", "ALL: Horizon does not copy your shell's environment into the job (the log is read by "
                              "others and keeps everything): the job has the node agent's environment and the "
+        # -n fewer than the slots (-N 3 -n 7), or spread over the nodes submission chooses (-n without -N)
+        "ntasks": shape.ntasks,
+        "spread_tasks": shape.spread,
+        "memory_per_node": r.memory.per_node,
                              "variables named here")
         elif value is not None:
             # With ALL, Slurm lets the caller's own value win over the one given here.
@@ -245,7 +249,7 @@ def _environment(g: Given, r: Resolved, defaults: SbatchDefaults, account: str) 
         elif var in defaults.environ:
             env[var] = defaults.environ[var]
     env.update(_slurm_environment(defaults, defaults.user, account, shape.nodes, shape.per_node, shape.tasks,
-                                  r.cpus if ("cpus-per-task" in g or "cpus-per-gpu" in g) else None, r.gpus.per_node,
+                                  r.cpus if ("cpus-per-task" in g or "cpus-per-gpu" in g) else None,
                                   r.queue.qos, r.queue.array, "ntasks-per-node" in g))
     if shape.min_nodes is not None:  # an elastic job's counts are the agent's to give: they change as it resizes
         for var in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_NTASKS", "SLURM_NPROCS"):
@@ -253,17 +257,20 @@ def _environment(g: Given, r: Resolved, defaults: SbatchDefaults, account: str) 
     env.update(r.memory.env or {})
     if defaults.submit_host:
         env["SLURM_SUBMIT_HOST"] = defaults.submit_host
-    if "gpus-per-task" in g and r.gpus.per_task:  # srun's default --gpus-per-task inside the job, as Slurm's
-        env["SLURM_GPUS_PER_TASK"] = str(r.gpus.per_task)
+    if ("gpus-per-task" in g or shape.per_gpu == 1) and r.gpus.per_task:  # srun's default --gpus-per-task
+        env["SLURM_GPUS_PER_TASK"] = str(r.gpus.per_task)  # inside the job, as Slurm's
+    if shape.per_gpu is not None:
+        env["SLURM_NTASKS_PER_GPU"] = str(shape.per_gpu)
     return env
 
 
 def _slurm_environment(defaults: SbatchDefaults, user: str, account: str, nodes: int, per_node: int, tasks: int,
-                       cpus: int | None, gpus_per_node: int, qos: str | None,
+                       cpus: int | None, qos: str | None,
                        array: str | None, per_node_given: bool) -> dict[str, str]:
     """The Slurm variables a batch script may read that are known at submission (the agent sets
-    ``SLURM_JOB_ID``, ``SLURM_JOB_NAME`` and ``SLURM_JOB_PARTITION``, the partition the job got; the
-    wrapper the ones only known on the node)."""
+    ``SLURM_JOB_ID``, ``SLURM_JOB_NAME`` and ``SLURM_JOB_PARTITION``, the partition the job got, and
+    ``SLURM_GPUS_ON_NODE``, the GPUs it holds there: an ``--exclusive`` job all of them; the wrapper the
+    ones only known on the node)."""
     env = {
         "SLURM_SUBMIT_DIR": defaults.workdir,
         "SLURM_JOB_USER": user,
@@ -275,10 +282,11 @@ def _slurm_environment(defaults: SbatchDefaults, user: str, account: str, nodes:
     }
     if per_node_given:
         env["SLURM_NTASKS_PER_NODE"] = str(per_node)
+    if shape.spread:  # its nodes are submission's to choose: the agent says how many
+        for var in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
+            env.pop(var, None)
     if cpus is not None:
         env["SLURM_CPUS_PER_TASK"] = str(cpus)
-    if gpus_per_node:
-        env["SLURM_GPUS_ON_NODE"] = str(gpus_per_node)
     if qos:
         env["SLURM_JOB_QOS"] = qos
     if array is not None:

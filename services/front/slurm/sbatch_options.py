@@ -67,6 +67,7 @@ def _opts() -> dict[str, _Opt]:
         ("mem-per-cpu", None, REQUIRED), ("mem-per-gpu", None, REQUIRED), ("nice", None, OPTIONAL),
         ("nodelist", "w", REQUIRED), ("nodes", "N", REQUIRED), ("no-requeue", None, NONE), ("ntasks", "n", REQUIRED),
         ("ntasks-per-node", None, REQUIRED), ("open-mode", None, REQUIRED), ("output", "o", REQUIRED),
+        ("ntasks-per-gpu", None, REQUIRED),
         ("parsable", None, NONE), ("partition", "p", REQUIRED), ("qos", "q", REQUIRED), ("quiet", "Q", NONE),
         ("requeue", None, OPTIONAL), ("signal", None, REQUIRED), ("time", "t", REQUIRED), ("time-min", None, REQUIRED),
         ("use-min-nodes", None, NONE), ("verbose", "v", NONE), ("wait", "W", NONE),
@@ -141,8 +142,6 @@ def _opts() -> dict[str, _Opt]:
         ("jobid", None, REQUIRED, "Horizon job ids are given with horizon sbatch --job-id"),
         ("licenses", "L", REQUIRED, "Horizon has no licenses: the job could start without the one it needs"),
         ("nodefile", "F", REQUIRED, "name the nodes with --nodelist"),
-        ("ntasks-per-gpu", None, REQUIRED, "give --ntasks-per-node and --gres=gpu:N (the node's tasks share its "
-                                           "GPUs) or --gpus-per-task"),
         ("test-only", None, NONE, "horizon sbatch --dry-run prints the job without submitting it (no start "
                                   "estimate)"),
         ("tres-per-task", None, REQUIRED, "give --cpus-per-task and --gpus-per-task"),

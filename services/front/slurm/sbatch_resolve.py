@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -90,21 +90,28 @@ class Given:
 
 @dataclass(frozen=True)
 class Shape:
-    """Nodes x tasks per node (Horizon's gangs are uniform); ``min_nodes``: an elastic gang's least."""
+    """Nodes x tasks per node (Horizon's gangs are uniform); ``min_nodes``: an elastic gang's least;
+    ``ntasks``: the tasks in all when fewer than the slots (``-N 3 -n 7``), or with ``spread`` the tasks
+    submission spreads over the nodes it chooses (``-n`` without ``-N``: ``nodes`` and ``per_node`` are
+    then 1, not sent); ``per_gpu``: ``--ntasks-per-gpu``."""
 
     nodes: int
     per_node: int
     min_nodes: int | None
     nodelist: list[str] | None
     excluded: list[str] | None
+    ntasks: int | None = None
+    spread: bool = False
+    per_gpu: int | None = None
 
     @property
     def tasks(self) -> int:
-        return self.nodes * self.per_node
+        return self.ntasks or self.nodes * self.per_node
 
 
 def resolve_shape(g: Given) -> Shape:
-    """1. ``--nodes``, ``--nodelist``, ``--exclude``, ``--ntasks``, ``--ntasks-per-node``."""
+    """1. ``--nodes``, ``--nodelist``, ``--exclude``, ``--ntasks``, ``--ntasks-per-node``,
+    ``--ntasks-per-gpu``: as Slurm lays a job out, within one gang shape (``_tasks_shape``)."""
     node_range = g.get("nodes", node_counts)
     nodes = None
     min_nodes: int | None = None  # -N MIN-MAX: an elastic gang of MAX nodes, MIN at least
@@ -131,18 +138,93 @@ def resolve_shape(g: Given) -> Shape:
     per_node = g.get("ntasks-per-node", lambda t: whole_number(t, "a number of tasks per node"))
     if ntasks is not None and min_nodes is not None and per_node is not None:
         ntasks = None  # an elastic job runs --ntasks-per-node on each of its nodes, however many they are
-    if ntasks is not None:
-        if nodes is None:
-            nodes = 1 if per_node is None else math.ceil(ntasks / per_node)
-        if ntasks % nodes:
-            g.fail("ntasks", f"{ntasks} tasks do not divide evenly over {nodes} node(s): Horizon puts the same number "
-                             "of tasks on every node; give --nodes and --ntasks-per-node")
-            per_node = per_node or 1
-        elif per_node is not None and ntasks // nodes > per_node:
-            g.fail("ntasks", f"{ntasks} tasks over {nodes} node(s) is more than --ntasks-per-node={per_node}")
-        else:
-            per_node = ntasks // nodes
-    return Shape(nodes=nodes or 1, per_node=per_node or 1, min_nodes=min_nodes, nodelist=nodelist, excluded=excluded)
+    per_gpu = _ntasks_per_gpu(g, min_nodes, per_node)
+    if per_gpu is not None and ntasks is None:  # the tasks are the GPUs' (--gres=gpu:4 --ntasks-per-gpu=2: 8)
+        per_node = _node_gpus(g, nodes or 1) * per_gpu or 1
+    base = Shape(nodes=nodes or 1, per_node=per_node or 1, min_nodes=min_nodes, nodelist=nodelist, excluded=excluded,
+                 per_gpu=per_gpu)
+    return base if ntasks is None else _tasks_shape(g, base, ntasks, nodes, per_node)
+
+
+def _tasks_shape(g: Given, base: Shape, ntasks: int, nodes: int | None, per_node: int | None) -> Shape:
+    """``--ntasks`` over the nodes, as Slurm: with ``-N`` (or ``-w``) over those, one each at least (fewer
+    tasks than nodes: Slurm's sbatch warns and sets the nodes to the tasks); with ``--ntasks-per-node``
+    as few nodes as that maximum allows; with neither, over as many nodes as the tasks need, which
+    submission chooses (``services/submission/task_spread.py``), unless a per-job or per-node-shared
+    amount needs the node count now (``--gpus``, ``--cpus-per-gpu`` with shared GPUs, tasks sharing
+    GPUs by ``--ntasks-per-gpu``): then one node, as before. The gang's tasks per node are the fewest
+    that hold the tasks on those nodes (``ceil(ntasks / nodes)``), and the tasks fill them in order
+    (``JobSpec.ntasks``; ``-N 3 -n 7``: 3, 3 and 1)."""
+    if nodes is None and per_node is None:
+        per_node = _tasks_by_gpus(g)  # --gres=gpu:4 --gpus-per-task=1: 4 tasks a node
+        needs_nodes = ("gpus" in g or ("cpus-per-gpu" in g and "gpus-per-task" not in g)
+                       or (base.per_gpu or 1) > 1)
+        if per_node is None and not needs_nodes:
+            return replace(base, nodes=1, per_node=1, ntasks=ntasks, spread=True)
+        nodes = None if per_node is not None else 1
+    if nodes is None:
+        assert per_node is not None
+        nodes = math.ceil(ntasks / per_node)
+    elif ntasks < nodes:
+        if base.nodelist is not None:
+            g.fail("ntasks", f"{ntasks} task(s) cannot run on the {nodes} nodes --nodelist names: every node runs one "
+                             "at least")
+            return base
+        g.note("ntasks", f"can't run {ntasks} processes on {nodes} nodes, setting nnodes to {ntasks} (as Slurm's "
+                         "sbatch)")
+        nodes = ntasks
+    most = math.ceil(ntasks / nodes)
+    if per_node is not None and most > per_node:
+        g.fail("ntasks", f"{ntasks} tasks over {nodes} node(s) is more than --ntasks-per-node={per_node}")
+        return base
+    return replace(base, nodes=nodes, per_node=most, ntasks=ntasks if ntasks < nodes * most else None)
+
+
+def _ntasks_per_gpu(g: Given, min_nodes: int | None, per_node: int | None) -> int | None:
+    """``--ntasks-per-gpu``, which Slurm does not take with a node range, ``--gpus-per-task`` or
+    ``--ntasks-per-node``; tasks that share a GPU share all their node's GPUs here (no binding)."""
+    per_gpu = g.get("ntasks-per-gpu", lambda t: whole_number(t, "a number of tasks per GPU"))
+    if per_gpu is None:
+        return None
+    for other in ("gpus-per-task", "ntasks-per-node"):
+        if other in g:
+            g.fail("ntasks-per-gpu", f"and --{other} exclude each other (as in Slurm)")
+    if min_nodes is not None:
+        g.fail("ntasks-per-gpu", "is not compatible with a range of nodes (as in Slurm)")
+    if "ntasks" not in g and not any(name in g for name in ("gres", "gpus", "gpus-per-node")):
+        g.fail("ntasks-per-gpu", "needs --ntasks, or the GPUs (--gres, --gpus or --gpus-per-node), to count the "
+                                 "other from")
+    if per_gpu > 1:
+        g.note("ntasks-per-gpu", f"={per_gpu}: Horizon does not bind each task to one GPU (Slurm's "
+                                 f"--gpu-bind=single:{per_gpu}): a node's tasks share its GPUs, each seeing them all")
+    return per_gpu
+
+
+def _tasks_by_gpus(g: Given) -> int | None:
+    """The tasks a node holds when its GPUs (``--gres``, ``--gpus-per-node``) and each task's
+    (``--gpus-per-task``) are both given; None otherwise (or if they do not divide: step 2 says so)."""
+    if "gpus-per-task" not in g or not ("gres" in g or "gpus-per-node" in g):
+        return None
+    try:
+        each = gpu_spec(g["gpus-per-task"].value or "", "GPUs")[1]
+    except Problem:
+        return None
+    node = _node_gpus(g, 1)
+    return node // each if each and node and node % each == 0 else None
+
+
+def _node_gpus(g: Given, nodes: int) -> int:
+    """The GPUs a node gets by ``--gres``, ``--gpus-per-node`` or ``--gpus`` (in all, over ``nodes``), for
+    ``--ntasks-per-gpu`` to count tasks from; 0 if none is readable (step 2 names the problem)."""
+    for name, parse in (("gres", gres), ("gpus-per-node", lambda t: gpu_spec(t, "GPUs")),
+                        ("gpus", lambda t: gpu_spec(t, "GPUs"))):
+        if name in g:
+            try:
+                count = parse(g[name].value or "")[1]
+            except Problem:
+                return 0
+            return count // nodes if name == "gpus" else count
+    return 0
 
 
 @dataclass(frozen=True)
@@ -188,11 +270,15 @@ def resolve_gpus(g: Given, shape: Shape) -> Gpus:
         if kind and not gpu_type:
             gpu_type, type_from = kind, name
     node_gpus = node_gpus or 0
+    if not gpu_forms and shape.per_gpu:  # --ntasks N --ntasks-per-gpu K: a GPU for every K of a node's tasks
+        node_gpus = -(-shape.per_node // shape.per_gpu)
     if node_gpus == 0:
         gpu_type = None
-    # --gpus-per-task gives each task its own GPUs; the per-node and per-job forms give a node's GPUs to
-    # all its tasks together (each sees them all), as Slurm does without --gpu-bind.
-    per_task_gpus = "gpus-per-task" in g or shape.per_node == 1
+    # --gpus-per-task gives each task its own GPUs, and so does --ntasks-per-gpu=1; the per-node and per-job
+    # forms give a node's GPUs to all its tasks together (each sees them all), as Slurm does without
+    # --gpu-bind. Tasks spread over nodes submission chooses share their node's GPUs.
+    per_task_gpus = ("gpus-per-task" in g or (shape.per_gpu == 1 and node_gpus == shape.per_node)
+                     or (shape.per_node == 1 and not shape.spread))
     return Gpus(per_node=node_gpus, gpu_type=gpu_type,
                 per_task=node_gpus // shape.per_node if per_task_gpus else 0,
                 shared=0 if per_task_gpus else node_gpus)
@@ -217,12 +303,14 @@ def resolve_cpus(g: Given, shape: Shape, gpus: Gpus) -> int:
 
 @dataclass(frozen=True)
 class Memory:
-    """Memory per task (None: the partition's default), or all of each node's (``whole``); and Slurm's
+    """Memory per task (None: the partition's default), or all of each node's (``whole``), or each node's
+    for its tasks to share once submission has spread them (``per_node``); and Slurm's
     ``SLURM_MEM_PER_NODE``/``_CPU``/``_GPU``, in MiB, as Slurm sets them."""
 
     per_task: int | None = None
     whole: bool = False
     env: dict[str, str] | None = None
+    per_node: int | None = None
 
 
 def resolve_memory(g: Given, shape: Shape, cpus: int, gpus: Gpus) -> Memory:
@@ -242,11 +330,16 @@ def resolve_memory(g: Given, shape: Shape, cpus: int, gpus: Gpus) -> Memory:
     if size == 0:
         g.fail(form, "0 is not a memory size here (--mem=0 asks for all of each node's memory)")
     elif form == "mem":
-        return Memory(-(-size // shape.per_node), env={"SLURM_MEM_PER_NODE": str(size >> 20)})  # rounded up
+        env = {"SLURM_MEM_PER_NODE": str(size >> 20)}
+        if shape.spread:  # how many tasks a node runs is submission's to choose: it shares this among them
+            return Memory(per_node=size, env=env)
+        return Memory(-(-size // shape.per_node), env=env)  # rounded up
     elif form == "mem-per-cpu":
         return Memory(size * cpus, env={"SLURM_MEM_PER_CPU": str(size >> 20)})
     elif gpus.per_node == 0:
         g.fail("mem-per-gpu", "needs GPUs (--gres, --gpus, --gpus-per-node or --gpus-per-task)")
+    elif shape.spread and gpus.shared:  # a node's GPUs, shared by the tasks submission puts there
+        return Memory(per_node=size * gpus.per_node, env={"SLURM_MEM_PER_GPU": str(size >> 20)})
     else:
         return Memory(-(-size * gpus.per_node // shape.per_node), env={"SLURM_MEM_PER_GPU": str(size >> 20)})
     return Memory()

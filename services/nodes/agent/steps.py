@@ -228,7 +228,8 @@ class StepService:
         options = request.get("options") or {}
         try:
             layout = plan_step(StepRequest.from_json(options),
-                               slots_of(job.allocations, job.spec.tasks_per_node, job.spec.cpus_milli))
+                               slots_of(job.allocations, job.spec.tasks_per_node, job.spec.cpus_milli,
+                                        job.spec.ntasks))
         except StepError as exc:
             await answer(writer, {"error": str(exc)})
             return

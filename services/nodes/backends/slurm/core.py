@@ -315,6 +315,8 @@ def sbatch_argv(install: str, job_id: str, attempt: int, spec: c.JobSpec, alloca
             f"--open-mode={'append' if spec.open_mode == 'append' else 'truncate'}"]
     if partition:
         argv.append(f"--partition={partition}")
+    if 0 < spec.ntasks < len(allocations) * tasks:  # -N 3 -n 7: Slurm's SLURM_NTASKS and layout, its slots a maximum
+        argv.append(f"--ntasks={spec.ntasks}")
     if slurm_account(spec):
         argv.append(f"--account={slurm_account(spec)}")
     if spec.qos and spec.qos in set(qos):
