@@ -12,7 +12,8 @@ list``). It folds:
   names a partition the cluster does not define gets (``default`` or ``reject``);
 * ``NodeRegistered`` / ``NodeRemoved``: the nodes and their labels, which a partition's node list
   and label selector are matched against (a node that registers later joins the partitions that
-  name it: membership is computed, never stored);
+  name it: membership is computed, never stored); ``horizon.io/backend`` among them, as the cluster's
+  fold sets it (a partition of one backend's nodes: ``--label horizon.io/backend=slurm``);
 * ``ProfileConfigured``: the placement profiles that exist (a partition may name one), applied
   exactly when placement applies them (``check_profile``, on the operator's subject).
 
@@ -46,6 +47,7 @@ from events import catalogue as c
 from events.base import Event
 from events.subjects import parse_subject, valid_partition, valid_token
 from events.vocabulary import PARTITION_STATES, PRIORITY_TIER_MAX, UNKNOWN_PARTITION
+from services.domain.cluster import BACKEND_LABEL
 from services.domain.fit.cycle import PartitionView
 from services.domain.fit.profile import check_profile
 from services.domain.hostlist import HostlistError, NodePattern
@@ -205,7 +207,7 @@ class Partitions:
         """Fold one record. For a partition configuration that cannot be applied, the reason (the
         caller answering the operator's inputs makes it a ``ConfigRejected``); else None."""
         if isinstance(event, c.NodeRegistered):
-            labels = dict(event.labels)
+            labels = {**event.labels, BACKEND_LABEL: event.backend or "agent"}  # as the cluster's fold has them
             if self.nodes.get(event.node) != labels:
                 self.nodes[event.node] = labels
                 self._changed()

@@ -205,3 +205,16 @@ def test_a_gang_preemptor_makes_its_room_within_one_backend() -> None:
     assert f.core.plan(f.state, "one").victims == ["young-a1"]  # one node: the cheapest anywhere, as ever
     _left_blocked(f, 1, "pair")
     assert sorted(e.job_id for e in f.decide() if isinstance(e, c.PreemptionRequested)) == ["old-s1", "old-s2"]
+
+
+def test_a_partition_of_one_backend_s_nodes() -> None:
+    """``horizon partition set slurm --nodes ALL --label horizon.io/backend=slurm``: the partition's members
+    are the Slurm nodes, so ``-p slurm`` (sbatch's way) pins a job there as the node selector does."""
+    f = mixed()
+    f.admin("partition", c.PartitionConfigured(name="slurm", nodes=["ALL"], node_labels={BACKEND_LABEL: "slurm"}))
+    f.admin("partition", c.PartitionConfigured(name="main", nodes=["ALL"], default=True))
+    parts = f.state.partitions
+    assert parts.members("slurm") == ("s1", "s2") and parts.members("main") == ("a1", "k1", "s1", "s2")
+    f.evt("submission", accepted("pinned", gpus=0, cpus_milli=1000, partition="slurm"))
+    [scheduled, _] = placement_cycle(f, 1, ["pinned"])
+    assert nodes_of(scheduled.allocations) == ["s1"]
