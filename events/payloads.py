@@ -239,10 +239,10 @@ def _checks() -> dict[tuple[str, str], Check]:
         ("JobSubmitted", "min_available"): _count(1, limits.max_nodes_per_job * vocab.MAX_TASKS_PER_NODE),
         ("JobSubmitted", "assembly_timeout_s"): _number(above=0),
         ("JobSubmitted", "tasks_per_node"): _count(1, vocab.MAX_TASKS_PER_NODE),
-        ("JobSubmitted", "time_limit_s"): _number(minimum=0, maximum=limits.max_time_limit_s),  # 0: none
-        ("JobSubmitted", "scheduling_timeout_s"): _number(above=0),
         ("JobSubmitted", "ntasks"): _count(1, limits.max_nodes_per_job * vocab.MAX_TASKS_PER_NODE),
         ("JobSubmitted", "memory_per_node"): _count(1, MAX_MEMORY_BYTES),
+        ("JobSubmitted", "time_limit_s"): _number(minimum=0, maximum=limits.max_time_limit_s),  # 0: none
+        ("JobSubmitted", "scheduling_timeout_s"): _number(above=0),
         ("JobSubmitted", "priority_class"): _enum(classes),
         ("JobSubmitted", "nice"): _count(-nice, nice),
         ("JobSubmitted", "restart_policy"): _enum(c.RESTART_POLICIES),

@@ -42,11 +42,6 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
     nodes: Annotated[int, Meta(description="Nodes of the gang.")] = 1
     tasks_per_node: Annotated[int, Meta(description=(
         "Tasks on each node; the job needs nodes x tasks_per_node tasks, placed all at once."))] = 1
-    time_limit_s: Annotated[float | None, Meta(description=(
-        "Its run-time limit, also the estimate backfill uses; `null`: the cluster's default "
-        f"({_LIMITS.default_time_limit_s:g} s unless configured otherwise); 0: no limit (Slurm's `--time=0`, "
-        "`UNLIMITED`): its partition's MaxTime, else the cluster's most "
-        f"({_LIMITS.max_time_limit_s:g} s unless configured otherwise)."))] = None
     ntasks: Annotated[int | None, Meta(description=(
         "The job's tasks in all (Slurm's `--ntasks`) when fewer than nodes x tasks_per_node: laid out over its "
         "nodes in order, each node its tasks_per_node while leaving at least one for each node after it "
@@ -59,6 +54,11 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
     memory_per_node: Annotated[int | None, Meta(description=(
         "Slurm's `--mem` in bytes with `spread_tasks`: each node's memory, shared by its tasks once submission "
         "has chosen how many (`resources.memory` is then not read)."))] = None
+    time_limit_s: Annotated[float | None, Meta(description=(
+        "Its run-time limit, also the estimate backfill uses; `null`: the cluster's default "
+        f"({_LIMITS.default_time_limit_s:g} s unless configured otherwise); 0: no limit (Slurm's `--time=0`, "
+        "`UNLIMITED`): its partition's MaxTime, else the cluster's most "
+        f"({_LIMITS.max_time_limit_s:g} s unless configured otherwise)."))] = None
     scheduling_timeout_s: Annotated[float | None, Meta(description=(
         "How long it may wait to start before it ends JobUnschedulable; `null` waits for ever."))] = None
     priority_class: Annotated[str, Meta(description="Its priority class, highest first.")] = "normal"

@@ -100,6 +100,6 @@ def job_environment(
         env.update(HORIZON_MIN_NODES=str(spec.min_nodes), HORIZON_MAX_NODES=str(spec.nodes),
                    SLURM_JOB_MIN_NODES=str(spec.min_nodes), SLURM_JOB_MAX_NODES=str(spec.nodes))
     env.update(spec.env)
-    return env
     if alloc.device_ids:  # what the node holds, after env: an --exclusive job holds all its GPUs, which it sees
         env["SLURM_GPUS_ON_NODE"] = str(len(alloc.device_ids))
+    return env

@@ -223,6 +223,10 @@ def _job_fields(g: Given, r: Resolved, defaults: SbatchDefaults, interpreter: li
         "deadline_ts": ending.deadline,
         "after_datasets": after_datasets,
         "min_nodes": shape.min_nodes,
+        # -n fewer than the slots (-N 3 -n 7), or spread over the nodes submission chooses (-n without -N)
+        "ntasks": shape.ntasks,
+        "spread_tasks": shape.spread,
+        "memory_per_node": r.memory.per_node,
     }
     defaults_of = c.JobSubmitted(job_id="x", tenant="x")
     fields.update({k: v for k, v in extra.items() if v != getattr(defaults_of, k)})
@@ -237,10 +241,6 @@ def _environment(g: Given, r: Resolved, defaults: SbatchDefaults, account: str) 
         if var == "ALL":
             g.note("export", "ALL: Horizon does not copy your shell's environment into the job (the log is read by "
                              "others and keeps everything): the job has the node agent's environment and the "
-        # -n fewer than the slots (-N 3 -n 7), or spread over the nodes submission chooses (-n without -N)
-        "ntasks": shape.ntasks,
-        "spread_tasks": shape.spread,
-        "memory_per_node": r.memory.per_node,
                              "variables named here")
         elif value is not None:
             # With ALL, Slurm lets the caller's own value win over the one given here.
@@ -253,6 +253,9 @@ def _environment(g: Given, r: Resolved, defaults: SbatchDefaults, account: str) 
                                   r.queue.qos, r.queue.array, "ntasks-per-node" in g))
     if shape.min_nodes is not None:  # an elastic job's counts are the agent's to give: they change as it resizes
         for var in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_NTASKS", "SLURM_NPROCS"):
+            env.pop(var, None)
+    if shape.spread:  # its nodes are submission's to choose: the agent says how many
+        for var in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
             env.pop(var, None)
     env.update(r.memory.env or {})
     if defaults.submit_host:
@@ -282,9 +285,6 @@ def _slurm_environment(defaults: SbatchDefaults, user: str, account: str, nodes:
     }
     if per_node_given:
         env["SLURM_NTASKS_PER_NODE"] = str(per_node)
-    if shape.spread:  # its nodes are submission's to choose: the agent says how many
-        for var in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
-            env.pop(var, None)
     if cpus is not None:
         env["SLURM_CPUS_PER_TASK"] = str(cpus)
     if qos:
