@@ -234,6 +234,8 @@ def _checks() -> dict[tuple[str, str], Check]:
         # what a client submits
         ("JobSubmitted", "name"): lambda p: _branch(p, "string").__setitem__("maxLength", limits.max_name_length),
         ("JobSubmitted", "env"): lambda p: p.__setitem__("maxProperties", limits.max_env_entries),
+        ("JobSubmitted", "submit_env"): lambda p: _branch(p, "object").__setitem__("maxProperties",
+                                                                                   limits.max_env_entries),
         ("JobSubmitted", "nodes"): _count(1, limits.max_nodes_per_job),
         ("JobSubmitted", "min_nodes"): _count(1, limits.max_nodes_per_job),
         ("JobSubmitted", "min_available"): _count(1, limits.max_nodes_per_job * vocab.MAX_TASKS_PER_NODE),

@@ -36,6 +36,11 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
         f"The argv to run, one element per argument (no shell); at most {_LIMITS.max_command_bytes:,} "
         "characters in all. Required unless the job is simulated (`sim_runtime_s`) or carries a `payload`."))] = []
     env: Annotated[dict[str, str], Meta(description="Environment variables of the job's process.")] = {}
+    submit_env: Annotated[dict[str, str] | None, Meta(description=(
+        "The environment the job starts from, as sbatch's `--export` takes it from the submitting shell (Slurm's "
+        "default: all of it): over the node's PATH and locale and the running user's HOME, USER, LOGNAME and "
+        "SHELL, under the job's own variables (SLURM_JOB_ID, CUDA_VISIBLE_DEVICES, ...) and `env`. `null`: the "
+        "job starts from the node agent's environment (horizon submit)."))] = None
     payload: Annotated[Any, Meta(description=(
         "Opaque JSON for an external executor; Horizon passes it through."))] = None
     resources: ResourceRequest = ResourceRequest()

@@ -33,6 +33,7 @@ process and reports ``JobCancelled`` for attempt N+1, which ends the job.
 from __future__ import annotations
 
 import sys
+import weakref
 from dataclasses import dataclass
 from enum import Enum
 
@@ -350,6 +351,39 @@ _NO_ENTRIES = _NoEntries()
 _MAPS = ("env", "node_selector", "labels")
 
 
+class _SharedEnvironment(dict):  # type: ignore[type-arg]
+    """A submitting environment held once for every spec that carries an equal one; read-only."""
+
+    __slots__ = ("__weakref__",)
+
+    def _read_only(self, *_args: object, **_kw: object) -> None:
+        raise TypeError("a job spec's maps are read-only")
+
+    __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = __ior__ = _read_only  # type: ignore[assignment]
+
+
+# Content hash -> the one map of that content that some spec still holds (gone with the last of them).
+_ENVIRONMENTS: weakref.WeakValueDictionary[int, _SharedEnvironment] = weakref.WeakValueDictionary()
+
+
+def _shared_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` as the map every spec with an equal submitting environment holds.
+
+    sbatch copies the submitting shell's environment into each job (Slurm's --export=ALL): a few KB that
+    are the same for every job one shell or one workflow tool submits, and for every task of an array.
+    Held once, a queued job costs what it did before it carried one (its other fields)."""
+    if isinstance(env, _SharedEnvironment):
+        return env
+    key = hash(frozenset(env.items()))
+    known = _ENVIRONMENTS.get(key)
+    if known is not None and dict.__eq__(known, env):
+        return known
+    shared = _SharedEnvironment(env)
+    if known is None:  # a collision of two contents keeps the first shared, the second a map of its own
+        _ENVIRONMENTS[key] = shared
+    return shared
+
+
 def compact(spec: c.JobSpec) -> c.JobSpec:
     """The same spec with its low-cardinality strings interned and its empty maps shared, in place.
 
@@ -358,7 +392,8 @@ def compact(spec: c.JobSpec) -> c.JobSpec:
     copies of each account name. (Measured with ``horizon bench --only memory``.)
     An empty ``dict`` field is a 64-byte object of its own in every spec (three
     of them: 192 of the 1,176 resident bytes per queued job measured); they all
-    become one shared, read-only empty map.
+    become one shared, read-only empty map. A submitting environment (sbatch's
+    ``--export``, a few KB) is held once for all the specs that carry an equal one.
     The spec is frozen for every reader; swapping a value for an equal one is
     invisible to them, and doing it in place spares a 512-byte copy per job.
     """
@@ -366,6 +401,8 @@ def compact(spec: c.JobSpec) -> c.JobSpec:
         value = getattr(spec, name)
         if not value and value is not _NO_ENTRIES:
             msgspec.structs.force_setattr(spec, name, _NO_ENTRIES)
+    if spec.submit_env is not None:
+        msgspec.structs.force_setattr(spec, "submit_env", _shared_environment(spec.submit_env))
     for name in _SHARED_STRINGS:
         value = getattr(spec, name)
         if isinstance(value, str):

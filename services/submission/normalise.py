@@ -187,6 +187,10 @@ def _check_sizes(sub: c.JobSubmitted, limits: Limits) -> None:
         raise Rejection("command", f"is longer than {limits.max_command_bytes} bytes")
     if len(sub.env) > limits.max_env_entries:
         raise Rejection("env", f"has {len(sub.env)} entries; at most {limits.max_env_entries}")
+    if sub.submit_env is not None and len(sub.submit_env) > limits.max_env_entries:
+        raise Rejection("submit_env", f"the submitting environment has {len(sub.submit_env)} variables; at most "
+                                      f"{limits.max_env_entries} (sbatch --export=NONE, or --export=VAR,..., sends "
+                                      "fewer)")
 
 
 def _slurm_directives(sub: c.JobSubmitted, asked: Asked,
@@ -288,6 +292,7 @@ def _spec(sub: c.JobSubmitted, asked: Asked, partition: str, parts: Partitions, 
         name=sub.name or sub.job_id,
         command=tuple(sub.command),
         env=dict(sub.env),
+        submit_env=dict(sub.submit_env) if sub.submit_env is not None else None,
         payload=sub.payload,
         cpus_milli=asked.cpus_milli,
         memory_bytes=asked.memory_bytes,
@@ -339,12 +344,16 @@ def _spec(sub: c.JobSubmitted, asked: Asked, partition: str, parts: Partitions, 
 def _check_size(spec: c.JobSpec, array: ArraySpec | None, limits: Limits) -> None:
     """What the job costs to carry, as accepted (and for an array, all its tasks) within the limits."""
     size = len(_size_encoder.encode(spec))
+    carried = len(_size_encoder.encode(spec.submit_env)) if spec.submit_env else 0
+    # sbatch copies the submitting shell's environment by default: say so when that is what weighs
+    hint = (f" (its submitting environment is {carried:,} of them: sbatch --export=NONE, or --export=VAR,..., "
+            "carries less)") if carried * 2 > size else ""
     if size > limits.max_spec_bytes:
         raise Rejection("job", f"is {size:,} bytes as accepted; at most {limits.max_spec_bytes:,}: shorten its "
-                        "env, labels, node selector, payload or command")
+                        f"env, labels, node selector, payload or command{hint}")
     if array is not None and size * len(array.indices) > limits.max_array_bytes:
         raise Rejection("array", f"{len(array.indices):,} tasks of {size:,} bytes each is more than "
-                        f"{limits.max_array_bytes:,} bytes; use fewer tasks or a smaller job")
+                        f"{limits.max_array_bytes:,} bytes; use fewer tasks or a smaller job{hint}")
 
 
 def admission(

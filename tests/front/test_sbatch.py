@@ -274,22 +274,17 @@ def test_slurm_variables_known_at_submission():
     assert parse("--mem-per-gpu=10G\n--gres=gpu:1")["env"]["SLURM_MEM_PER_GPU"] == "10240"
 
 
-def test_export_names_variables_and_never_copies_everything():
+def test_export_names_variables():  # the rest of --export: tests/front/test_sbatch_environment.py
     defaults = SbatchDefaults(user="ann", workdir="/w", script_path="/w/j.sh", environ={"HOME": "/h", "SECRET": "s"})
     fields, _ = parse_sbatch("#!/bin/sh\n#SBATCH --export=HOME,MODE=fast,UNSET\n", defaults=defaults)
-    assert {k: v for k, v in fields["env"].items() if not k.startswith("SLURM_")} == {"HOME": "/h", "MODE": "fast"}
+    assert fields["submit_env"] == {"HOME": "/h", "MODE": "fast"}
     fields, _ = parse_sbatch("#!/bin/sh\n#SBATCH --export=NONE\n", defaults=defaults)
-    assert all(k.startswith("SLURM_") for k in fields["env"])
-    # ALL (Slurm's default) is accepted with a warning; the shell's environment stays out of the log, and a
-    # variable given with ALL takes the caller's own value when it has one, as in Slurm
+    assert fields["submit_env"] == {}
+    # a variable given with ALL takes the caller's own value when it has one, as Slurm's manual says
     warnings: list[str] = []
     fields, _ = parse_sbatch("#!/bin/sh\n#SBATCH --export=ALL,HOME=/elsewhere,MODE=x\n", defaults=defaults,
                              warnings=warnings)
-    assert {k: v for k, v in fields["env"].items() if not k.startswith("SLURM_")} == {"HOME": "/h", "MODE": "x"}
-    assert "SECRET" not in fields["env"]
-    assert warnings == ["line 2: --export: ALL: Horizon does not copy your shell's environment into the job (the "
-                        "log is read by others and keeps everything): the job has the node agent's environment and "
-                        "the variables named here"]
+    assert fields["submit_env"] == {"HOME": "/h", "MODE": "x", "SECRET": "s"} and warnings == []
     assert "comes first" in problems("--export=MODE=x,ALL")
 
 
@@ -508,11 +503,9 @@ def test_warnings_go_to_stderr_one_line_each_and_a_parsable_directive_prints_the
     code, out, err = _invoke("sbatch", "--dry-run", "--job-id", "w-1", str(script))
     assert code == 0, err
     lines = err.splitlines()
-    assert lines[:5] == [f"horizon sbatch: warning: {w}" for w in (
+    assert lines[:4] == [f"horizon sbatch: warning: {w}" for w in (
         "line 2: --mail-type: no effect here: Horizon sends no mail; follow the job with horizon watch --job JOB",
         "line 2: --mail-user: no effect here: Horizon sends no mail; follow the job with horizon watch --job JOB",
-        "line 4: --export: ALL: Horizon does not copy your shell's environment into the job (the log is read by "
-        "others and keeps everything): the job has the node agent's environment and the variables named here",
         "line 4: --hint: no effect here: Horizon does not lay out threads (compute_bound, nomultithread, ...): its "
         "tasks get CPUs, memory and GPUs, with no socket, core or binding layout",
         "line 4: --gpu-bind: no effect here: Horizon does not bind tasks to GPUs: each task sees its node's GPUs "
@@ -600,7 +593,7 @@ async def test_every_good_script_is_accepted_with_its_resources(nats_server, tmp
             assert getattr(spec, key) == value, (script, key, getattr(spec, key), value)
         assert spec.command[:2] == ("/bin/sh", "-c") and str(DATA / script) in spec.command[2]
     assert sorted(j for j in accepted if j.startswith("sweep-001_")) == sorted(f"sweep-001_{i}" for i in range(16))
-    assert accepted["nightly-001"].env["DATASET"] == "imagenet"
+    assert accepted["nightly-001"].submit_env["DATASET"] == "imagenet"
     # --chdir=results: relative to where horizon sbatch ran, as in Slurm
     assert accepted["nightly-001"].cwd == str(Path.cwd() / "results")
     assert_replays(records)

@@ -26,7 +26,7 @@ import pytest
 from services.nodes.backends.process.executors import ProcessExecutor, kill_attempts
 from services.nodes.backends.process.job_files import default_spool
 from tests.nodes.test_containers import image  # noqa: F401 - the busybox image, built once per session
-from tests.front.test_up_auth import Up, clean_env, horizon, start_up, stop_up
+from tests.front.test_up_auth import HORIZON, Up, clean_env, horizon, start_up, stop_up
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(os.geteuid() != 0, reason="creates Unix users and runs jobs as them: needs root")]
@@ -290,6 +290,46 @@ def test_a_step_socket_serves_its_own_attempt_only(cluster: Cluster):
     shown = cluster.globex.horizon("show", victim)
     assert "JobStepStarted" not in shown.stdout  # globex's job lists no step it never ran
     cluster.acme.horizon("cancel", first)
+
+
+ENV_REPORT = """#!/bin/sh
+#SBATCH -o env-report.out
+echo "FOO=$FOO TOOL=$(only-here) HOME=$HOME USER=$USER LOGNAME=$LOGNAME SHELL=$SHELL uid=$(id -u)"
+echo "credentials in env: $(env | grep -c '://[^/ ]*@')"
+env -0 > env-report.env
+"""
+
+
+def test_sbatch_gives_the_job_its_submitters_environment_and_its_users_identity(cluster: Cluster):
+    """issue 34: the job gets the environment of the shell that ran sbatch (FOO=bar, a PATH with a
+    program only that shell has), nothing of the agent's own; HOME, USER, LOGNAME and SHELL are those
+    of the Unix user it runs as (the shell's were root's); the tenant's password in the shell's
+    HORIZON_NATS_URL stays out of the log and the job."""
+    alice = cluster.acme
+    tools = alice.work / "tools"
+    tools.mkdir(exist_ok=True)
+    (tools / "only-here").write_text("#!/bin/sh\necho found\n")
+    (tools / "only-here").chmod(0o755)
+    (alice.work / "env.sh").write_text(ENV_REPORT)
+    shell = {"PATH": f"{tools}:/usr/bin:/bin", "FOO": "bar", "HOME": "/root", "USER": "root", "LOGNAME": "root",
+             "SHELL": "/bin/bash", "LANG": "C.UTF-8", "HORIZON_NATS_URL": alice.url}
+    done = subprocess.run([*HORIZON, "sbatch", "--job-id", "env-sb", "env.sh"], cwd=alice.work, env=shell,
+                          capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert alice.wait("env-sb")["state"] == "SUCCEEDED"
+    who = pwd.getpwnam(alice.unix)
+    lines = (alice.work / "env-report.out").read_text().splitlines()
+    assert lines == [f"FOO=bar TOOL=found HOME={who.pw_dir} USER={alice.unix} LOGNAME={alice.unix} "
+                     f"SHELL={who.pw_shell} uid={alice.uid}", "credentials in env: 0"], lines
+    job_env = dict(entry.split("=", 1) for entry in
+                   (alice.work / "env-report.env").read_text().split("\0") if "=" in entry)
+    # nothing of the agent's (horizon up's, the test session's environment) but the node's locale and
+    # terminal where the shell gave none: the shell's, the job's own, the user's identity, what sh sets
+    others = {k for k in job_env if k not in shell and not k.startswith(("SLURM", "HORIZON_", "LC_"))
+              and k not in ("HOME", "USER", "LOGNAME", "SHELL", "CUDA_VISIBLE_DEVICES", "PWD", "SHLVL", "OLDPWD", "_",
+                            "TERM", "TZ", "LANGUAGE")}
+    assert others == set(), others
+    assert alice.url.split("@")[0].split(":")[-1] not in json.dumps(cluster.plan(alice, "env-sb"))  # the password
 
 
 def test_check_and_audit_pass_after_the_attacks(cluster: Cluster):

@@ -54,7 +54,7 @@ def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, st
     user = default_user()
     defaults = SbatchDefaults(user=user, workdir=os.getcwd(), script_path=path, script_args=tuple(script_args),
                               submit_host=socket.gethostname(),
-                              environ=dict(os.environ))
+                              environ=dict(os.environ), read_file=_read_export_file)
     notes: list[str] = []
     flags: set[str] = set()
     try:
@@ -83,6 +83,22 @@ def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, st
     event = c.JobSubmitted(ts=time.time(), source="horizon-sbatch", correlation_id=job_id, job_id=job_id,
                            tenant=tenant, **fields)
     return ours, event, text, notes
+
+
+def _read_export_file(text: str) -> bytes:
+    """``--export-file``'s content: a descriptor from 3 on that is open (as Slurm's), else a file's."""
+    if text.isdigit() and int(text) >= 3:
+        fd = int(text)
+        try:
+            os.fstat(fd)
+        except OSError:
+            pass
+        else:
+            chunks = []
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+            return b"".join(chunks)
+    return Path(text).expanduser().read_bytes()
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -41,8 +41,9 @@ from events import catalogue as c
 from events.arrays import parse_array
 from services.front.slurm.sbatch_options import (COMMAND_LINE_ONLY, OPTIONS, Directive, SbatchError, getopt,
                                                  read_directives)
+from services.front.slurm.sbatch_environment import environment_options, read_export_file, submitted_environment
 from services.front.slurm.sbatch_resolve import Given, Resolved, resolve_options
-from services.front.slurm.slurm_values import checkpoint_signal, split_datasets
+from services.front.slurm.slurm_values import Problem, checkpoint_signal, split_datasets
 
 __all__ = ["SbatchDefaults", "parse_sbatch", "script_warnings", "split_command_line", "OUTPUT_FLAGS"]
 
@@ -56,7 +57,9 @@ class SbatchDefaults:
     script_path: str = ""  # absolute; empty for --wrap
     script_args: tuple[str, ...] = ()
     account: str = "default"
-    environ: Mapping[str, str] = field(default_factory=dict)  # for --export=VAR
+    # the submitting environment: what --export copies, and the SBATCH_* variables read as options
+    environ: Mapping[str, str] = field(default_factory=dict)
+    read_file: Callable[[str], bytes] | None = None  # reads --export-file's FILE or descriptor (None: cannot)
     now: datetime | None = None  # the submitter's clock and time zone, for --begin (None: read it then)
     submit_host: str = ""  # the machine horizon sbatch runs on (SLURM_SUBMIT_HOST)
 
@@ -85,7 +88,8 @@ def parse_sbatch(text: str, *, defaults: SbatchDefaults, command_line: Sequence[
     """The ``JobSubmitted`` fields a batch script and command-line options make, and the script's body
     (what follows the directives). Raises ``SbatchError`` listing every problem.
 
-    ``command_line``: sbatch options given on the command line (they override the script's). Horizon's
+    ``command_line``: sbatch options given on the command line (they override the script's, and the
+    ``SBATCH_*`` variables of ``defaults.environ`` override the script's too: Slurm's order). Horizon's
     own options (``--job-id``, ``--tenant`` ...) are the caller's and are refused here.
     ``wrap``: the command of ``sbatch --wrap`` (then ``text`` is ignored, as no script is read).
     ``warnings``: gets one line per directive accepted that does less here than in Slurm (where, the
@@ -109,16 +113,19 @@ def parse_sbatch(text: str, *, defaults: SbatchDefaults, command_line: Sequence[
             problems.append(d.problem("a horizon sbatch option: give it on the command line"))
         elif d.option in COMMAND_LINE_ONLY:
             problems.append(d.problem("only allowed on the command line"))
+    from_environment, unset = environment_options(defaults.environ)  # SBATCH_PARTITION, ...
     notes: list[tuple[int, str]] = []  # (the directive's place among all given, the warning)
-    every = [*directives, *cli]
+    every = [*directives, *from_environment, *cli]
     place = {id(d): i for i, d in enumerate(every)}
     _sort_out(every, problems, notes, place, flags)
-    given = _given(directives, cli)
+    given = _given(directives, cli, from_environment, unset)
     g = Given(given, problems, lambda d, text: notes.append((place[id(d)], d.problem(text))))
     resolved = resolve_options(g, defaults.now)
+    file = _export_file(g, defaults)
     if problems or resolved is None:
         raise SbatchError(sorted(problems, key=_line_of))
     fields = _job_fields(g, resolved, defaults, interpreter)
+    fields["submit_env"] = submitted_environment(resolved.files.export, defaults.environ, file)
     if warnings is not None:
         warnings.extend(text for _, text in sorted(notes))
     return fields, body
@@ -141,15 +148,22 @@ def _sort_out(every: list[Directive], problems: list[str], notes: list[tuple[int
             flags.add(d.option)
 
 
-def _given(directives: list[Directive], cli: list[Directive]) -> dict[str, Directive]:
-    """The options that count: the last of each, the command line's over the script's."""
+def _given(directives: list[Directive], cli: list[Directive], from_environment: Sequence[Directive] = (),
+           unset: set[str] | frozenset[str] = frozenset()) -> dict[str, Directive]:
+    """The options that count: the last of each; the ``SBATCH_*`` variables' over the script's (a flag's
+    variable may unset the script's), the command line's over both."""
     given: dict[str, Directive] = {}
-    for d in [*directives, *cli]:  # later wins; the command line last
+    for d in [*directives, None, *from_environment, *cli]:  # later wins; the command line last
+        if d is None:
+            for name in unset:
+                given.pop(name, None)
+            continue
         opt = OPTIONS[d.option]
         if not (opt.unsupported or opt.horizon or d.option in COMMAND_LINE_ONLY and d.where != "command line"):
             given[d.option] = d
     # --requeue and --no-requeue set one thing: the later of them counts
-    last = next((d.option for d in reversed([*directives, *cli]) if d.option in ("requeue", "no-requeue")), None)
+    ordered = [d for d in [*directives, *from_environment, *cli] if d.option in given]
+    last = next((d.option for d in reversed(ordered) if d.option in ("requeue", "no-requeue")), None)
     if last is not None:
         given.pop("no-requeue" if last == "requeue" else "requeue", None)
     return given
@@ -233,21 +247,31 @@ def _job_fields(g: Given, r: Resolved, defaults: SbatchDefaults, interpreter: li
     return fields
 
 
+def _export_file(g: Given, defaults: SbatchDefaults) -> dict[str, str] | None:
+    """``--export-file``'s variables (None: not given, or a problem, filed), which ``--export`` takes in
+    place of the submitting shell's (``services/front/slurm/sbatch_environment.py``)."""
+
+    def read(text: str) -> dict[str, str]:
+        if defaults.read_file is None:
+            raise Problem("cannot be read here")
+        try:
+            return read_export_file(defaults.read_file(text), repr(text))
+        except OSError as exc:
+            raise Problem(f"cannot read {text!r}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise Problem(str(exc)) from None
+
+    return g.get("export-file", read)  # type: ignore[no-any-return]
+
+
 def _environment(g: Given, r: Resolved, defaults: SbatchDefaults, account: str) -> dict[str, str]:
-    """The job's environment: the variables ``--export`` names, then the Slurm variables known at submission."""
-    export, shape = r.files.export, r.shape
+    """The variables sbatch sets for the job over what it starts from and the job's own: the Slurm
+    variables known at submission (the job's own, set on its node, go under these)."""
+    shape = r.shape
     env: dict[str, str] = {}
-    for var, value in export or []:
-        if var == "ALL":
-            g.note("export", "ALL: Horizon does not copy your shell's environment into the job (the log is read by "
-                             "others and keeps everything): the job has the node agent's environment and the "
-                             "variables named here")
-        elif value is not None:
-            # With ALL, Slurm lets the caller's own value win over the one given here.
-            has_all = export[0][0] == "ALL"
-            env[var] = defaults.environ[var] if has_all and var in defaults.environ else value
-        elif var in defaults.environ:
-            env[var] = defaults.environ[var]
+    if "export" in g and r.files.export != [("ALL", None)] and "SLURM_EXPORT_ENV" not in defaults.environ:
+        # srun inside the job takes the same --export (Slurm's sbatch sets it; ALL is srun's default)
+        env["SLURM_EXPORT_ENV"] = g["export"].value or ""
     env.update(_slurm_environment(defaults, defaults.user, account, shape.nodes, shape.per_node, shape.tasks,
                                   r.cpus if ("cpus-per-task" in g or "cpus-per-gpu" in g) else None,
                                   r.queue.qos, r.queue.array, "ntasks-per-node" in g))

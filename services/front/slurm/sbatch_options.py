@@ -61,6 +61,7 @@ def _opts() -> dict[str, _Opt]:
         ("cpus-per-gpu", None, REQUIRED), ("cpus-per-task", "c", REQUIRED), ("deadline", None, REQUIRED),
         ("dependency", "d", REQUIRED),
         ("error", "e", REQUIRED), ("exclude", "x", REQUIRED), ("exclusive", None, OPTIONAL), ("export", None, REQUIRED),
+        ("export-file", None, REQUIRED),
         ("gpus", "G", REQUIRED), ("gpus-per-node", None, REQUIRED), ("gpus-per-task", None, REQUIRED),
         ("gres", None, REQUIRED), ("hold", "H", NONE), ("ignore-pbs", None, NONE), ("immediate", "I", OPTIONAL),
         ("job-name", "J", REQUIRED), ("kill-on-invalid-dep", None, REQUIRED), ("mem", None, REQUIRED),
@@ -87,8 +88,9 @@ def _opts() -> dict[str, _Opt]:
         ("distribution", "m", REQUIRED, "Horizon places a job's tasks in blocks, node by node, with no socket "
                                         "or core layout"),
         ("extra-node-info", "B", REQUIRED, no_layout),
-        ("get-user-env", None, OPTIONAL, "Horizon does not load a login environment: the job has the node "
-                                         "agent's environment and the variables of --export"),
+        ("get-user-env", None, OPTIONAL, "Horizon runs no login shell to load your login environment: the job "
+                                         "starts from the environment --export gives (your shell's by default) "
+                                         "over the node's PATH and locale and your HOME, USER, LOGNAME, SHELL"),
         ("gpu-bind", None, REQUIRED, "Horizon does not bind tasks to GPUs: each task sees its node's GPUs of "
                                      "the job (srun --gpus-per-task gives each task its own)"),
         ("gpu-freq", None, REQUIRED, "Horizon does not set GPU frequencies"),
@@ -135,7 +137,6 @@ def _opts() -> dict[str, _Opt]:
         ("clusters", "M", REQUIRED, "Horizon schedules one cluster"),
         ("container", None, REQUIRED, "Horizon takes an image, not an OCI bundle: use --container-image"),
         ("container-id", None, REQUIRED, "Horizon names its containers itself: use --container-image"),
-        ("export-file", None, REQUIRED, "name the variables with --export=VAR,VAR=value"),
         ("extra", None, REQUIRED, "Horizon has no node 'extra' data to match (node features: --constraint)"),
         ("gid", None, REQUIRED, "Horizon runs jobs as the node agent's user"),
         ("input", "i", REQUIRED, "Horizon does not connect a job's standard input"),

@@ -25,7 +25,10 @@ Accepted with no effect here (``NO_EFFECT`` says why): ``--mpi``, ``--cpu-bind``
 ``--exact``, ``--overlap``, ``--mem*``, ``--hint``, ``--gpu-bind``, ``-p``, ``-A``, ``-q``, ...
 Refused: ``--pty`` and ``-i`` (tasks read no terminal or input), and options srun does not have.
 From the environment, as Slurm's srun: ``SLURM_GPUS_PER_TASK`` (set in the batch script's
-environment by ``#SBATCH --gpus-per-task``) is the default of ``--gpus-per-task``.
+environment by ``#SBATCH --gpus-per-task``) is the default of ``--gpus-per-task``; ``SRUN_EXPORT_ENV``,
+else ``SLURM_EXPORT_ENV`` (set by ``#SBATCH --export=NONE`` or a list), the default of ``--export``.
+The tasks get srun's own environment (the batch script's, with what it exported since) as ``--export``
+says (``services/nodes/agent/step_runs.py``).
 """
 
 from __future__ import annotations

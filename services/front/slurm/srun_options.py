@@ -209,6 +209,11 @@ def parse_srun(args: Sequence[str], environ: Mapping[str, str] | None = None) ->
     gpt = environ.get("SLURM_GPUS_PER_TASK", "").strip()
     if gpt:
         request["gpus_per_task"] = _gpus(gpt, "SLURM_GPUS_PER_TASK")
+    # --export's default, as Slurm's srun reads it (SRUN_EXPORT_ENV first): sbatch --export=NONE (or a list)
+    # sets SLURM_EXPORT_ENV in the job, so its steps take the same unless the script says otherwise
+    export = (environ.get("SRUN_EXPORT_ENV") or environ.get("SLURM_EXPORT_ENV") or "").strip()
+    if export:
+        request["export"] = export
     for name, value, given in options:
         v = value or ""
         if name in _REFUSED:

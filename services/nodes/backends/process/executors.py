@@ -59,7 +59,7 @@ from services.nodes.backends.process.attempt import SupervisedAttempt, superviso
 from services.nodes.backends.process.cgroups import Hierarchy, Limits, cpu_shares, probe
 from services.nodes.backends.process.cpu_pinning import CoreAllocator, Machine
 from services.nodes.backends.process.discovery import numa_layout, usable_cpus
-from services.nodes.backends.process.identity import Identity, identity_for
+from services.nodes.backends.process.identity import Identity, identity_for, submitted_environment
 from services.nodes.backends.process.job_files import default_spool, private_dir, spool_name
 from services.nodes.job_environment import job_environment
 
@@ -173,13 +173,18 @@ class ProcessExecutor:
         else:
             stderr = stdout if spec.stdout else str(directory / "stderr")
         devices = self._devices(alloc.node)
-        # A process inherits the node's environment; a container keeps its image's (PATH, libraries).
-        env = {} if spec.image else dict(os.environ)
-        if run_as is not None and not spec.image:
-            env = run_as.environment(env)  # another user's job keeps PATH and the locale, not the agent's rest
-        for name in [name for name in env if name.startswith("HORIZON_")]:
-            if name != "HORIZON_NATS_URL" or _has_credentials(env[name]):
-                del env[name]  # the agent's own settings (its password, its data dir, its TLS key): never the job's
+        # A process inherits the node's environment, or starts from the one its submitter's shell gave
+        # (sbatch's --export); a container keeps its image's (PATH, libraries).
+        if spec.image:
+            env = {}
+        elif spec.submit_env is not None:
+            env = submitted_environment(run_as, os.environ, spec.submit_env)
+        else:
+            env = dict(os.environ) if run_as is None else run_as.environment(dict(os.environ))  # another user's
+            # job keeps PATH and the locale, not the agent's rest
+            for name in [name for name in env if name.startswith("HORIZON_")]:
+                if name != "HORIZON_NATS_URL" or _has_credentials(env[name]):
+                    del env[name]  # the agent's own settings (its password, its data dir, its TLS key): never the job's
         env.update(job_environment(job_id, attempt, spec, alloc, checkpoint_ref, devices, allocations))
         env["HORIZON_CHECKPOINT_FILE"] = str((directory / "checkpoint").resolve())  # the agent reads this path
         if spec.elastic:  # the agent writes it when the job is resized (services/nodes/backends/process/resize.py)

@@ -30,11 +30,12 @@ import os
 import pwd
 import socket
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Identity", "identity_for", "as_user", "open_as", "owned_by", "NOBODY"]
+__all__ = ["Identity", "identity_for", "own_identity", "submitted_environment", "as_user", "open_as", "owned_by",
+           "NOBODY"]
 
 NOBODY = "nobody"
 # What a job of another user than the agent's keeps of the agent's environment: where commands are
@@ -115,6 +116,31 @@ def identity_for(uid: int | None, gid: int | None, groups: Sequence[int], user: 
         return None
     return Identity(entry.pw_uid, entry.pw_gid, _groups(entry, entry.pw_gid), entry.pw_name, entry.pw_dir,
                     entry.pw_shell or "/bin/sh")
+
+
+def own_identity() -> Identity:
+    """The agent's own user, who runs every job of an agent that is not root."""
+    uid, gid = os.geteuid(), os.getegid()
+    try:
+        entry = pwd.getpwuid(uid)
+    except KeyError:  # a uid with no name here (a container's): what the agent's own environment says
+        return Identity(uid, gid, (gid,), os.environ.get("USER") or str(uid), os.environ.get("HOME") or "/",
+                        os.environ.get("SHELL") or "/bin/sh")
+    return Identity(uid, gid, (gid,), entry.pw_name, entry.pw_dir, entry.pw_shell or "/bin/sh")
+
+
+def submitted_environment(identity: Identity | None, node: Mapping[str, str],
+                          submitted: Mapping[str, str]) -> dict[str, str]:
+    """What a job that carries its submitting environment (sbatch's ``--export``) starts from: the node's
+    ``PATH`` and locale (``_KEPT_ENV``, what that environment does not say itself) and the running user's
+    ``HOME``, ``USER``, ``LOGNAME`` and ``SHELL`` (``identity``; None: the agent's own user), then that
+    environment over them. Nothing else of the agent's: as Slurm's job gets sbatch's environment, not
+    slurmd's."""
+    who = identity or own_identity()
+    env = {k: v for k, v in node.items() if k in _KEPT_ENV or k.startswith("LC_")}
+    env.update(HOME=who.home, USER=who.user, LOGNAME=who.user, SHELL=who.shell)
+    env.update(submitted)
+    return env
 
 
 def _groups(entry: pwd.struct_passwd | None, gid: int) -> tuple[int, ...]:

@@ -358,11 +358,15 @@ class SlurmExecutor:
         stdout = resolve(expand(spec.stdout, names), cwd) if spec.stdout else str(files_dir / "stdout")
         stderr = (resolve(expand(spec.stderr, names), cwd) if spec.stderr
                   else stdout if spec.stdout else str(files_dir / "stderr"))
-        env = {k: v for k, v in job_environment(job_id, attempt, spec, alloc, checkpoint_ref, self._devices(alloc.node),
-                                                 held).items()
-               # Slurm sets SLURM_* and CUDA_VISIBLE_DEVICES itself, but a Horizon array is no Slurm array:
-               # its task's SLURM_ARRAY_* are Horizon's (the task index, not Slurm's job id)
-               if k.startswith(("HORIZON_", "SLURM_ARRAY_")) or k in spec.env}
+        own = job_environment(job_id, attempt, spec, alloc, checkpoint_ref, self._devices(alloc.node), held)
+        # The submitting environment (sbatch's --export) but what Slurm sets itself: the allocation's view
+        # (its own SLURM_*, CUDA_VISIBLE_DEVICES), the user Slurm runs it as, and where Slurm's config is
+        env = {k: v for k, v in (spec.submit_env or {}).items()
+               if k not in own and k not in ("HOME", "USER", "LOGNAME", "SHELL", "SLURM_CONF")}
+        env.update({k: v for k, v in own.items()
+                    # Slurm sets SLURM_* and CUDA_VISIBLE_DEVICES itself, but a Horizon array is no Slurm array:
+                    # its task's SLURM_ARRAY_* are Horizon's (the task index, not Slurm's job id)
+                    if k.startswith(("HORIZON_", "SLURM_ARRAY_")) or k in spec.env})
         env["HORIZON_CHECKPOINT_FILE"] = str((files_dir / "checkpoint").resolve())
         script = directory / "batch.sh"
         script.write_text(core.batch_script(env, spec.command))
