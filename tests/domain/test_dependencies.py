@@ -82,7 +82,7 @@ def test_only_jobs_still_waiting_can_close_a_cycle():
 def test_self_and_rejected_dependencies_are_refused():
     f = feed()
     f.input("acme", "submit", job("me", "me"))
-    f.input("acme", "submit", c.JobSubmitted(job_id="bad", tenant="acme", time_limit_s=0, command=["true"]))
+    f.input("acme", "submit", c.JobSubmitted(job_id="bad", tenant="acme", time_limit_s=-1, command=["true"]))
     f.input("acme", "submit", job("after-bad", "bad"))
     me, bad, after_bad = f.settle()
     assert me.field == "dependencies[0].job_id" and me.reason.endswith("a job cannot depend on itself")

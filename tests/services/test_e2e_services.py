@@ -139,7 +139,7 @@ async def test_bad_submissions_are_rejected_with_the_field_and_garbage_is_dead_l
         "lots-mem": ("acme", {"resources": {"memory": "lots"}}, "resources.memory"),
         "odd-gpu": ("acme", {"resources": {"gpus": 1, "gpu_type": "tpu-v5"}}, "resources.gpu_type"),
         "wrong-tenant": ("globex", {}, "tenant"),
-        "zero-time": ("acme", {"time_limit_s": 0}, "time_limit_s"),
+        "negative-time": ("acme", {"time_limit_s": -1}, "time_limit_s"),  # 0 is no limit (Slurm's --time=0)
     }
     items = [("horizon.in.acme.submit", job_json(job_id, tenant=tenant, command=["true"], **fields), job_id)
              for job_id, (tenant, fields, _) in bad.items()]

@@ -30,7 +30,7 @@ def numbers(events: list[c.Event]) -> list[tuple[str, int, int]]:
 def test_jobs_are_numbered_from_1_in_acceptance_order_and_a_rejected_job_takes_no_number():
     f = feed()
     f.input("acme", "submit", submit("a"))
-    f.input("acme", "submit", submit("bad", time_limit_s=0))  # rejected: no number
+    f.input("acme", "submit", submit("bad", time_limit_s=-1))  # rejected: no number
     f.input("acme", "submit", submit("b"))
     assert numbers(f.settle()) == [("a", 1, 0), ("b", 2, 0)]
     f.input("globex", "submit", submit("c", tenant="globex"))  # without accounts: one cluster-wide count

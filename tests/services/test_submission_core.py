@@ -43,7 +43,7 @@ def test_a_valid_job_is_accepted_with_a_normalised_spec():
         (submit("b3", resources=c.ResourceRequest(gpus=1, gpu_type="h100")), "resources.gpu_type",
          "'h100' is not a GPU model of this cluster; known: a100, a100-80gb"),
         (submit("b4", tenant="globex"), "tenant", "'globex' does not match the subject's tenant 'acme'"),
-        (submit("b5", time_limit_s=0), "time_limit_s", "must be more than 0"),
+        (submit("b5", time_limit_s=-60), "time_limit_s", "is not a non-negative finite number"),  # 0: no limit
         (submit("b6", priority_class="urgent"), "priority_class", "'urgent' is not one of critical, high"),
         (submit("b7", resources=c.ResourceRequest(cpus="8Q")), "resources.cpus", "'8Q' is not a CPU amount"),
         (submit("b.8"), "job_id", "must be 1-128 letters"),
