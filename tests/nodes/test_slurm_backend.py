@@ -327,6 +327,33 @@ def test_jobs_run_in_slurm_where_horizon_placed_them(tmp_path: Path, cluster: Sl
 
 @needs_slurm
 @pytest.mark.timeout(120)
+def test_sbatch_exports_the_submitting_environment_through_slurm(tmp_path: Path, cluster: SlurmCluster) -> None:
+    """issue 34: a job of `horizon sbatch` run by Slurm gets the submitting shell's environment (FOO, a
+    PATH with a program only that shell has), and Slurm's own view of the allocation beside it."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "only-here").write_text("#!/bin/sh\necho found\n")
+    (tools / "only-here").chmod(0o755)
+    script = tmp_path / "env.sh"
+    script.write_text('#!/bin/sh\n#SBATCH -o env.out\necho "FOO=$FOO TOOL=$(only-here) NODE=$SLURMD_NODENAME"\n')
+    up = SlurmUp(tmp_path / "data", cluster)
+    up.start()
+    try:
+        shell = {k: v for k, v in os.environ.items() if not k.startswith(("HORIZON_", "SLURM"))}
+        shell.update(FOO="bar", PATH=f"{tools}:{os.environ['PATH']}", HORIZON_NATS_URL=up.url)
+        done = subprocess.run([*HORIZON, "sbatch", "--job-id", "sb-env", str(script)], cwd=tmp_path, env=shell,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        up.until(lambda: up.jobs().get("sb-env", {}).get("state") in FINAL)
+        assert up.jobs()["sb-env"]["state"] == "SUCCEEDED", up.cli("show", "sb-env").stdout
+        node = up.slurm_jobs()[("sb-env", 1)]["NodeList"]
+        assert (tmp_path / "env.out").read_text() == f"FOO=bar TOOL=found NODE={node}\n"
+    finally:
+        up.stop()
+
+
+@needs_slurm
+@pytest.mark.timeout(120)
 def test_slurm_jobs_of_attempts_horizon_does_not_hold_are_cancelled(tmp_path: Path, cluster: SlurmCluster) -> None:
     """Horizon's log decides what runs: a Slurm job of an attempt that ended in Horizon is cancelled,
     as is one Slurm still keeps pending when Horizon cancels it. (The backend runs as `horizon service
