@@ -155,6 +155,8 @@ def _tasks_shape(g: Given, base: Shape, ntasks: int, nodes: int | None, per_node
     GPUs by ``--ntasks-per-gpu``): then one node, as before. The gang's tasks per node are the fewest
     that hold the tasks on those nodes (``ceil(ntasks / nodes)``), and the tasks fill them in order
     (``JobSpec.ntasks``; ``-N 3 -n 7``: 3, 3 and 1)."""
+    if nodes is None and per_node is None and ntasks == 1:
+        return base  # one task: one node, nothing to spread
     if nodes is None and per_node is None:
         per_node = _tasks_by_gpus(g)  # --gres=gpu:4 --gpus-per-task=1: 4 tasks a node
         needs_nodes = ("gpus" in g or ("cpus-per-gpu" in g and "gpus-per-task" not in g)
