@@ -205,3 +205,24 @@ def test_the_commands_under_their_own_names(cluster: Up, someone: Person) -> Non
     removed = someone.run(commands[4])
     assert "removed 7 shim(s)" in removed.out + removed.err, removed
     assert not (someone.home / ".horizon" / "bin" / "sbatch").exists()
+
+
+def test_sbatch_gives_the_job_your_environment(cluster: Up, someone: Person) -> None:
+    """issue 34's acceptance under Slurm's names: `sbatch` in a shell with FOO=bar, the job sees FOO=bar;
+    with --export=NONE it does not; SBATCH_ACCOUNT stands for -A (docs/slurm.md, "The job's environment")."""
+    shims = block("slurm-shims").commands
+    if any(shutil.which(name) for name in SLURM_COMMANDS):
+        someone.without(*SLURM_COMMANDS)  # as above: the person has no Slurm of their own
+    someone.adopt(shims[0])
+    try:
+        for command in block("slurm-export").commands:
+            text = someone.typed(command)
+            if text.startswith("export "):
+                someone.adopt(command)
+            elif text.startswith("cat "):
+                assert someone.run(command).out.splitlines() == [line for line in command.shown if line]
+            else:  # sbatch --wait: submitted, and ended well
+                done = someone.run(command)
+                assert re.fullmatch(r"Submitted batch job \S+\n", done.out), done
+    finally:
+        someone.run(shims[4])  # horizon slurm-shims --remove
