@@ -17,6 +17,7 @@ import msgspec
 from projections.job_rows import ATTEMPT_COLUMNS, COLUMNS, STEP_COLUMNS, attempt_answer, qos_fields
 from projections.paging import Listing, page_fields
 from projections.tenants import tenant_keys
+from services.domain.job_numbers import scoped_slurm_id
 from services.domain.qos import qos_class
 
 __all__ = ["JobQueries", "EVENTS", "JOBS", "JOBS_BY_QUEUE", "DECISIONS", "submit_key"]
@@ -57,6 +58,7 @@ class JobQueries:
         user: str | None = None,
         partition: str | None = None,
         job_ids: list[str] | None = None,
+        numbers: list[str] | None = None,
         array: str | None = None,
         limit: int = 1000,
         offset: int = 0,
@@ -72,7 +74,12 @@ class JobQueries:
         dependency fields read; a tenant reads no stream, so this is its way to them).
 
         ``array``: the tasks of the array of that job id (``<array>_<index>``, their spec's ``array``),
-        for a tenant under either of the keys its id may stand for (``tenant_keys``)."""
+        for a tenant under either of the keys its id may stand for (``tenant_keys``).
+
+        ``numbers``: the jobs of these numbers, each as named in its scope (``12``, ``acme:12``:
+        ``services/domain/job_numbers.py``); a tenant's are read as its own (``job_server.py``).
+        Every row says its ``number`` and ``slurm_id``, the id Slurm's commands show (``12``,
+        ``12_3`` for a task; None for a job from before numbers)."""
         assert self.db is not None
         if after is not None and order == "queue":
             raise ValueError("after pages the submission order; the queue order pages by offset")
@@ -87,6 +94,9 @@ class JobQueries:
         if job_ids:
             where.append(f"job_id IN ({', '.join('?' for _ in job_ids)})")
             args.extend(job_ids)
+        if numbers:
+            where.append(f"number_key IN ({', '.join('?' for _ in numbers)})")
+            args.extend(str(n) for n in numbers)
         if array:
             # a task's id starts with its array's and "_": a range of the primary key, then its spec says
             # whether it is a task of that array (not a job that merely starts so)
@@ -103,7 +113,7 @@ class JobQueries:
             joiner = " AND" if where else " WHERE"
             start += await self._count(f"{clause}{joiner} {_SUBMIT_KEY} <= ?", [*args, int(after)])
             clause, args = f"{clause}{joiner} {_SUBMIT_KEY} > ?", [*args, int(after)]
-        cols = [col for col in COLUMNS if col != "spec"]
+        cols = [col for col in COLUMNS if col not in ("spec", "number_key")]
         async with self.db.execute(
             f"SELECT {', '.join(cols)}, spec FROM jobs{clause} ORDER BY {order_by} LIMIT ? OFFSET ?",
             [*args, max(0, min(limit, 100_000)), offset],
@@ -123,6 +133,9 @@ class JobQueries:
             row["memory_limit_bytes"] = fields.memory_limit_bytes if fields else None
             row["min_nodes"] = fields.min_nodes if fields else None  # an elastic gang's least (0: rigid)
             row["checkpoint_signal"] = fields.checkpoint_signal if fields else None
+            row["number"] = (fields.number or None) if fields else None  # Slurm's job id (services/domain/job_numbers.py)
+            row["slurm_id"] = (scoped_slurm_id(row["job_id"], fields.number, fields.array_number, fields.array_index)
+                               or None) if fields else None
             row["limit_signal"] = msgspec.to_builtins(fields.limit_signal) if fields and fields.limit_signal else None
             row["allocation"] = json.loads(row["allocation"]) if row["allocation"] else []
             row.pop("class_rank", None)

@@ -18,6 +18,7 @@ import msgspec
 
 from events import catalogue as c
 from events.base import Event
+from services.domain.job_numbers import number_key
 from services.domain.jobs import Job, JobState
 from services.domain.policy import CLASS_RANK
 from services.domain.steps import step_state
@@ -44,7 +45,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     exit_code INTEGER, reason TEXT,
     spec BLOB,
     updated_seq INTEGER NOT NULL,
-    partition TEXT
+    partition TEXT,
+    number_key TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, class_rank, accepted_seq);
 CREATE INDEX IF NOT EXISTS jobs_by_submit ON jobs (COALESCE(accepted_seq, updated_seq), job_id);
@@ -76,7 +78,7 @@ CREATE TABLE IF NOT EXISTS job_events (
 COLUMNS = (
     "job_id tenant account user name state priority_class class_rank cpus_milli memory_bytes gpus gpu_type "
     "nodes tasks_per_node time_limit_s attempt node allocation submitted_ts accepted_seq scheduled_ts "
-    "started_ts ended_ts exit_code reason spec updated_seq partition"
+    "started_ts ended_ts exit_code reason spec updated_seq partition number_key"
 ).split()
 UPSERT = (
     f"INSERT INTO jobs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)}) "
@@ -88,8 +90,8 @@ spec_decoder = msgspec.json.Decoder(c.JobSpec)
 
 class QosFields(msgspec.Struct):
     """The fields of a stored spec its QoS class is derived from, an elastic gang's least number of
-    nodes (``min_nodes``, which a row shows beside ``nodes``) and the signals it is sent before a stop
-    (checkpoint, time limit); the rest is not decoded."""
+    nodes (``min_nodes``, which a row shows beside ``nodes``), the signals it is sent before a stop
+    (checkpoint, time limit) and its number; the rest is not decoded."""
 
     cpus_milli: int = 1000
     memory_bytes: int = 1 << 30
@@ -103,6 +105,10 @@ class QosFields(msgspec.Struct):
     min_nodes: int = 0
     checkpoint_signal: str | None = None  # shown beside the resources: what a drain or preemption sends first
     limit_signal: c.LimitSignal | None = None
+    # its number, Slurm's job id, and as Slurm's commands show it (``4213_7`` for a task)
+    number: int = 0
+    array_number: int = 0
+    array_index: int | None = None
 
     @property
     def gpus_on_node(self) -> int:
@@ -156,9 +162,13 @@ def job_row(job: Job, seq: int, tenant: str = "", asked: Asked | None = None) ->
         job.ended_ts or None,
         job.exit_code,
         job.reason or None,
-        spec_encoder.encode(spec) if spec else None,
+        # the submitting environment (sbatch --export) stays in the log: the read model answers no one with it
+        spec_encoder.encode(msgspec.structs.replace(spec, submit_env=None) if spec.submit_env else spec) if spec else None,
         seq,
         spec.partition if spec else None,  # "" for a job of no partition
+        # its number as named in its scope (``12``, ``acme:12``: services/domain/job_numbers.py), found by
+        # the ``numbers`` filter; None for a job without one
+        number_key(job.job_id, spec.number) if spec and spec.number else None,
     )
 
 
@@ -246,9 +256,12 @@ def summary(event: Event) -> str:
 
 
 async def add_columns(db: aiosqlite.Connection) -> None:
-    """Columns added since a database was made (the rows of older jobs keep NULL there): ``partition``."""
+    """Columns added since a database was made (the rows of older jobs keep NULL there): ``partition``,
+    ``number_key`` (and its index)."""
     async with db.execute("PRAGMA table_info(jobs)") as cur:
         have = {row[1] for row in await cur.fetchall()}
-    if "partition" not in have:
-        await db.execute("ALTER TABLE jobs ADD COLUMN partition TEXT")
-        await db.commit()
+    for column in ("partition", "number_key"):
+        if column not in have:
+            await db.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
+    await db.execute("CREATE INDEX IF NOT EXISTS jobs_by_number ON jobs (number_key)")
+    await db.commit()

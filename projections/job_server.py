@@ -12,6 +12,7 @@ import contextlib
 from typing import Any
 
 from events.codec import decode_json
+from events.subjects import job_key
 from projections.job_queries import DECISIONS, EVENTS, JOBS, JOBS_BY_QUEUE
 from projections.jobs import JobsProjection
 from projections.paging import Listing, Pager
@@ -81,8 +82,8 @@ class QueryServer:
         req: Any = {}
         try:
             req = decode_json(msg.data or b"{}")
-            allowed = {"states", "tenant", "account", "user", "partition", "job_ids", "array", "limit", "offset",
-                       "order", "after", "steps", "specs"}
+            allowed = {"states", "tenant", "account", "user", "partition", "job_ids", "numbers", "array", "limit",
+                       "offset", "order", "after", "steps", "specs"}
             unknown = set(req) - allowed
             if unknown:
                 raise ValueError(f"unknown query fields {sorted(unknown)}; allowed: {sorted(allowed)}")
@@ -93,6 +94,8 @@ class QueryServer:
                 req["tenant"] = tenant
                 if req.get("job_ids"):
                     req["job_ids"] = tenant_keys(tenant, req["job_ids"])
+                if req.get("numbers"):  # its numbers are its own (12 is acme:12: services/domain/job_numbers.py)
+                    req["numbers"] = [job_key(tenant, str(n)) for n in req["numbers"]]
             req["limit"] = self.pager.rows("jobs", req.get("limit", 1000))
             body = await self.projection.query_jobs(**req)
             if tenant is not None:

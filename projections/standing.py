@@ -63,6 +63,7 @@ from services.domain.fairshare import association
 from services.domain.policy import WEIGHT_NAMES, Multifactor, make_policy
 from services.domain.jobs import HOLDS_RESOURCES, Job, JobState
 from services.domain.qos import qos_class
+from services.domain.job_numbers import spec_slurm_id
 
 __all__ = ["StandingStore", "QUEUE_COLUMNS"]
 
@@ -70,7 +71,7 @@ NAME = "standing"
 QUEUE_COLUMNS = (
     "job_id rank state tenant account user association name priority_class priority factors gpus gpu_type "
     "cpus_milli memory_bytes nodes tasks_per_node time_limit_s submitted_ts accepted_seq attempt reason why "
-    "why_kind reasons reserved_at reserved_nodes deadline_ts not_before_ts borrowed partition qos"
+    "why_kind reasons reserved_at reserved_nodes deadline_ts not_before_ts borrowed partition qos slurm_id"
 ).split()
 _JSON_QUEUE = {"factors", "reasons", "reserved_nodes"}
 NODE_COLUMNS = ("node state cpus_milli cpus_used_milli memory_bytes memory_used_bytes gpus gpus_used gpu_types "
@@ -86,8 +87,9 @@ ALLOCATION_COLUMNS = ("job_id node attempt state tenant account user device_ids 
 # log (every table is derived from it). 2: queue.why_kind, usage.tenants, fold_state.
 # 3: nodes.simulated, nodes.isolation, nodes.unhealthy. 4: queue.partition. 5: queue.qos (the QoS class),
 # nodes.cpu_overcommit, nodes.memory_overcommit. 6: nodes.drain_migrate, nodes.drain_deadline_ts (a drain's options).
-# 7: nodes.backend (the execution backend that registered the node).
-SCHEMA_VERSION = 7
+# 7: nodes.backend (the execution backend that registered the node). 8: queue.slurm_id (the job's number as
+# Slurm's commands show it, services/domain/job_numbers.py).
+SCHEMA_VERSION = 8
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tracking (projection TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
@@ -98,7 +100,7 @@ CREATE TABLE IF NOT EXISTS queue (
     priority REAL, factors TEXT, gpus INTEGER, gpu_type TEXT, cpus_milli INTEGER, memory_bytes INTEGER,
     nodes INTEGER, tasks_per_node INTEGER, time_limit_s REAL, submitted_ts REAL, accepted_seq INTEGER,
     attempt INTEGER, reason TEXT, why TEXT, why_kind TEXT, reasons TEXT, reserved_at REAL, reserved_nodes TEXT,
-    deadline_ts REAL, not_before_ts REAL, borrowed INTEGER, partition TEXT, qos TEXT
+    deadline_ts REAL, not_before_ts REAL, borrowed INTEGER, partition TEXT, qos TEXT, slurm_id TEXT
 );
 CREATE INDEX IF NOT EXISTS queue_by_rank ON queue (rank);
 CREATE INDEX IF NOT EXISTS queue_by_account ON queue (account, rank);
@@ -459,7 +461,7 @@ def queue_rows(core: QueueFold, state: SchedulingState) -> list[tuple[Any, ...]]
             waiting[job.job_id].why, waiting[job.job_id].kind, reasons, job.reserved_at,
             json.dumps(list(job.reserved_nodes)) if job.reserved_nodes else None,
             state.deadlines.get(job.job_id), job.not_before_ts if job.not_before_ts > state.now else None,
-            int(job.borrowed), spec.partition, qos_class(spec),
+            int(job.borrowed), spec.partition, qos_class(spec), spec_slurm_id(job.job_id, spec) or None,
         ))
     return out
 

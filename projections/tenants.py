@@ -59,6 +59,17 @@ def as_tenant_sees(tenant: str, rows: Iterable[dict[str, Any]]) -> None:
     for row in rows:
         if isinstance(row.get("job_id"), str):
             row["job_id"] = tenant_view(tenant, row["job_id"])
+        if isinstance(row.get("slurm_id"), str):
+            # Its numbers are its own (acme:12 is its 12); a job of its numbered in the cluster's scope (one
+            # an operator published for it) shows no number: that would tell the cluster's count.
+            if row["slurm_id"].startswith(own):
+                row["slurm_id"] = row["slurm_id"][len(own):]
+            else:
+                row["slurm_id"] = None
+                if "number" in row:
+                    row["number"] = None
+                if isinstance(row.get("spec"), dict):
+                    row["spec"]["number"] = row["spec"]["array_number"] = 0
         spec = row.get("spec")
         if isinstance(spec, dict):  # its array and the jobs it waits for, by the tenant's ids too
             if isinstance(spec.get("array"), str):

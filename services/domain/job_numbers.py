@@ -33,8 +33,8 @@ from typing import NamedTuple
 from events import catalogue as c
 from events.subjects import KEY_SEPARATOR
 
-__all__ = ["number_scope", "number_key", "slurm_id", "spec_slurm_id", "Reference", "parse_reference",
-           "MAX_NUMBER_DIGITS"]
+__all__ = ["number_scope", "number_key", "slurm_id", "scoped_slurm_id", "spec_slurm_id", "Reference",
+           "parse_reference", "MAX_NUMBER_DIGITS"]
 
 MAX_NUMBER_DIGITS = 15  # more digits than any number a log could reach: such a text is an id, not a number
 _REFERENCE = re.compile(r"^([0-9]{1,15})(?:_([0-9]{1,9}))?(?:\.([0-9]{1,9}|batch|extern))?$")
@@ -62,11 +62,19 @@ def slurm_id(number: int, array_number: int = 0, array_index: int | None = None)
     return str(number)
 
 
-def spec_slurm_id(spec: c.JobSpec | None) -> str:
-    """``slurm_id`` of an accepted job's spec."""
+def scoped_slurm_id(job_id: str, number: int, array_number: int = 0, array_index: int | None = None) -> str:
+    """``slurm_id`` named in the scope of ``job_id`` (its key): ``acme:12_3`` for acme's task, as an
+    operator sees it (the tenant sees ``12_3``: ``projections/tenants.py`` ``as_tenant_sees``)."""
+    shown = slurm_id(number, array_number, array_index)
+    scope = number_scope(job_id)
+    return f"{scope}{KEY_SEPARATOR}{shown}" if shown and scope else shown
+
+
+def spec_slurm_id(job_id: str, spec: c.JobSpec | None) -> str:
+    """``scoped_slurm_id`` of the job ``job_id`` from its accepted spec."""
     if spec is None:
         return ""
-    return slurm_id(spec.number, spec.array_number, spec.array_index)
+    return scoped_slurm_id(job_id, spec.number, spec.array_number, spec.array_index)
 
 
 class Reference(NamedTuple):

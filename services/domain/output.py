@@ -5,9 +5,9 @@ with Slurm's replacement symbols, expanded on the node when the attempt starts:
 
 ====  ==========================================================
 %%    a literal ``%``
-%j    the job id (an array task's own id, ``<array>_<index>``)
-%J    the job id and step, ``<job>.batch``
-%A    the array's id (the job id for a job that is no array task)
+%j    the job's number (Slurm's job id, ``4213``; an array task's own number)
+%J    the job's number and step, ``<number>.batch``
+%A    the array's number (the job's own for a job that is no array task)
 %a    the array task's index (empty for a job that is no task)
 %x    the job's name
 %u    the user
@@ -17,7 +17,10 @@ with Slurm's replacement symbols, expanded on the node when the attempt starts:
 %s    the step, ``batch``
 ====  ==========================================================
 
-A number between ``%`` and the letter zero-pads ``%a``, ``%n`` and ``%t``
+A job from a log written before numbers existed has none (``JobSpec.number`` 0): there ``%j`` and
+``%A`` are its ids (an array task's ``<array>_<index>``, the array's), as before.
+
+A number between ``%`` and the letter zero-pads ``%a``, ``%n``, ``%t``, ``%j`` and ``%A``
 (``%3a`` -> ``007``). A backslash anywhere turns the replacements off (as in
 Slurm), and ``none`` discards the stream (``/dev/null``). A relative path is
 relative to the job's working directory.
@@ -32,11 +35,14 @@ import posixpath
 import re
 from dataclasses import dataclass
 
-__all__ = ["PATTERN_LETTERS", "Names", "pattern_problem", "expand", "resolve"]
+from events import catalogue as c
+from events.subjects import tenant_view
+
+__all__ = ["PATTERN_LETTERS", "Names", "names_of", "pattern_problem", "expand", "resolve"]
 
 _PATTERN_RE = re.compile(r"%(\d*)(.)", re.DOTALL)
 PATTERN_LETTERS = "jJAaxuNnts"
-_PADDED = frozenset("ant")
+_PADDED = frozenset("antjA")
 MAX_PATTERN = 4096
 
 
@@ -50,6 +56,15 @@ class Names:
     node: str
     array: str | None = None
     index: int | None = None
+
+
+def names_of(job_id: str, spec: c.JobSpec, node: str) -> Names:
+    """What the symbols stand for for ``job_id`` (its key in the log) on ``node``: its number and its
+    array's (``services/domain/job_numbers.py``), else (a job from before numbers) the ids its tenant
+    gave it."""
+    array = tenant_view(spec.tenant, spec.array) if spec.array is not None else None
+    return Names(str(spec.number) if spec.number else tenant_view(spec.tenant, job_id), spec.name, spec.user, node,
+                 str(spec.array_number) if spec.array_number and array is not None else array, spec.array_index)
 
 
 def pattern_problem(pattern: str) -> str | None:
@@ -68,7 +83,7 @@ def pattern_problem(pattern: str) -> str | None:
             return (f"%{letter} is not a filename pattern Horizon knows; known: %%, "
                     + ", ".join(f"%{k}" for k in PATTERN_LETTERS))
         if width and letter not in _PADDED:
-            return f"%{width}{letter}: zero padding only applies to %a, %n and %t (Horizon job ids are not numbers)"
+            return f"%{width}{letter}: zero padding only applies to %a, %n, %t, %j and %A (numbers)"
         if width and int(width) > 32:
             return f"%{width}{letter}: at most 32 digits"
     if pattern.endswith("%") and not pattern.endswith("%%"):

@@ -51,9 +51,13 @@ def job_environment(
     nodelist = compress([a.node for a in held])
     tasks = task_layout([max(1, a.tasks) for a in held], spec.ntasks)  # -n fewer than the slots: Slurm's layout
     cpus = [max(1, -(-a.cpus_milli // 1000)) for a in held]
-    # The job sees itself by the id its tenant gave it (``eval-7``, not the log's key ``acme:eval-7``).
+    # The job sees itself by the id its tenant gave it (``eval-7``, not the log's key ``acme:eval-7``),
+    # and Slurm's variables by its number (SLURM_JOB_ID=4213; services/domain/job_numbers.py), as the
+    # tools that drive Slurm read them; a job from before numbers by its id.
     job_id = tenant_view(spec.tenant, job_id)
     array_id = tenant_view(spec.tenant, spec.array) if spec.array is not None else None
+    slurm_job = str(spec.number) if spec.number else job_id
+    slurm_array = str(spec.array_number) if spec.array_number else array_id
     env = {
         "HORIZON_JOB_ID": job_id,
         "HORIZON_ATTEMPT": str(attempt),
@@ -61,10 +65,10 @@ def job_environment(
         "HORIZON_GPU_IDS": ",".join(alloc.device_ids),
         "HORIZON_CPUS": f"{alloc.cpus_milli / 1000:g}",
         "CUDA_VISIBLE_DEVICES": ",".join(visible),
-        "SLURM_JOB_ID": job_id,
+        "SLURM_JOB_ID": slurm_job,
         "SLURM_JOB_NAME": spec.name,
         "SLURMD_NODENAME": alloc.node,
-        "SLURM_JOBID": job_id,
+        "SLURM_JOBID": slurm_job,
         "SLURM_JOB_NODELIST": nodelist,
         "SLURM_NODELIST": nodelist,
         "SLURM_JOB_NUM_NODES": str(len(held)),
@@ -93,7 +97,7 @@ def job_environment(
         env["SLURM_SUBMIT_DIR"] = spec.cwd
     if array_id is not None and spec.array_index is not None:
         env.update(HORIZON_ARRAY_ID=array_id, HORIZON_ARRAY_INDEX=str(spec.array_index),
-                   SLURM_ARRAY_JOB_ID=array_id, SLURM_ARRAY_TASK_ID=str(spec.array_index))
+                   SLURM_ARRAY_JOB_ID=slurm_array or array_id, SLURM_ARRAY_TASK_ID=str(spec.array_index))
     if checkpoint_ref is not None:
         env["HORIZON_CHECKPOINT_REF"] = checkpoint_ref
     if spec.elastic:  # --nodes MIN-MAX: its world size may change while it runs

@@ -159,24 +159,29 @@ async def test_sacct_squeue_format_and_scancel_filters(nats_server, tmp_path):
         assert [r["job_id"] for r in json.loads(out)] == ["slow1"]  # the ended ones ended before
         code, out, err = await horizon(url, "sacct", "-S", "now-1day", "-a", "-P", "--format", "JobID,State,ExitCode")
         assert code == 0, err
-        # each job that started has its batch script's line, JOBID.batch, as sacct shows it
-        assert out.splitlines() == ["JobID|State|ExitCode", "ok1|COMPLETED|0:0", "ok1.batch|COMPLETED|0:0",
-                                    "bad1|FAILED|3:0", "bad1.batch|FAILED|3:0", "slow1|RUNNING|0:0",
-                                    "slow1.batch|RUNNING|0:0"]  # -P: no | at the end (that is -p)
+        # each job that started has its batch script's line, JOBID.batch, as sacct shows it; a job is shown
+        # by its number (ok1 is 1, bad1 2, slow1 3: services/domain/job_numbers.py)
+        assert out.splitlines() == ["JobID|State|ExitCode", "1|COMPLETED|0:0", "1.batch|COMPLETED|0:0",
+                                    "2|FAILED|3:0", "2.batch|FAILED|3:0", "3|RUNNING|0:0",
+                                    "3.batch|RUNNING|0:0"]  # -P: no | at the end (that is -p)
         code, out, err = await horizon(url, "sacct", "-S", "now-1day", "-a", "-p", "-n", "-o", "JobID,State")
-        assert out.splitlines() == ["ok1|COMPLETED|", "ok1.batch|COMPLETED|", "bad1|FAILED|", "bad1.batch|FAILED|",
-                                    "slow1|RUNNING|", "slow1.batch|RUNNING|"], err
+        assert out.splitlines() == ["1|COMPLETED|", "1.batch|COMPLETED|", "2|FAILED|", "2.batch|FAILED|",
+                                    "3|RUNNING|", "3.batch|RUNNING|"], err
         code, out, err = await horizon(url, "sacct", "-j", "bad1,ok1", "-P", "-n", "-b", "--delimiter", ";")
-        assert out.splitlines() == ["ok1;COMPLETED;0:0", "ok1.batch;COMPLETED;0:0", "bad1;FAILED;3:0",
-                                    "bad1.batch;FAILED;3:0"], err  # -j: anyone's, since ever
+        assert out.splitlines() == ["1;COMPLETED;0:0", "1.batch;COMPLETED;0:0", "2;FAILED;3:0",
+                                    "2.batch;FAILED;3:0"], err  # -j: anyone's, since ever (by id or number)
+        code, out2, err = await horizon(url, "sacct", "-j", "2,1", "-P", "-n", "-b", "--delimiter", ";")
+        assert out2 == out, err
         code, out, err = await horizon(url, "sacct", "-j", "bad1.batch", "-P", "-n", "-b")
-        assert out.splitlines() == ["bad1.batch|FAILED|3:0"], err  # a step's id: that line alone
+        assert out.splitlines() == ["2.batch|FAILED|3:0"], err  # a step's id: that line alone
+        code, out, err = await horizon(url, "sacct", "-j", "2.batch", "-P", "-n", "-o", "JobID,JobIDRaw,State")
+        assert out.splitlines() == ["2.batch|2.batch|FAILED"], err
         code, out, err = await horizon(url, "sacct", "-j", "bad1,ok1", "-X", "-P", "-n", "-b")
-        assert out.splitlines() == ["ok1|COMPLETED|0:0", "bad1|FAILED|3:0"], err  # -X: the jobs alone
+        assert out.splitlines() == ["1|COMPLETED|0:0", "2|FAILED|3:0"], err  # -X: the jobs alone
         code, out, err = await horizon(url, "sacct", "-a", "-s", "R", "-n", "-P", "-o", "JobID%-10,State")
-        assert out.splitlines() == ["slow1|RUNNING", "slow1.batch|RUNNING"], err  # -s without -S: in that state now
+        assert out.splitlines() == ["3|RUNNING", "3.batch|RUNNING"], err  # -s without -S: in that state now
         code, out, err = await horizon(url, "sacct", "-a", "-S", "now-1day", "-o", "JobID%-6,State%4", "-n")
-        assert out.splitlines()[0] == "ok1    COM+", out  # cut to the width, + marking the cut
+        assert out.splitlines()[0] == "1      COM+", out  # cut to the width, + marking the cut
         code, out, err = await horizon(url, "sacct", "-S", "now-1day")
         lines = out.splitlines()
         assert lines[0].split() == ["JobID", "JobName", "Account", "State", "ExitCode", "Elapsed", "Start", "End",
@@ -188,12 +193,12 @@ async def test_sacct_squeue_format_and_scancel_filters(nats_server, tmp_path):
         # queue --format: squeue's fields; the default views are as they were
         code, out, err = await horizon(url, "queue", "-t", "R", "--noheader", "--format", "%i %t %P %q %D %b %R")
         assert code == 0, err
-        assert out.splitlines() == ["slow1 R N/A normal 1 gres/gpu:2 node-00"]  # no partition is defined here
+        assert out.splitlines() == ["3 R N/A normal 1 gres/gpu:2 node-00"]  # no partition is defined here
         code, out, err = await horizon(url, "queue", "--format", "%.9i|%4j|%T|%u")
         # in scheduling order: bob's account has no usage, ml's has slow1 running (fair share)
-        assert out.splitlines() == ["    JOBID|NAME|STATE|USER", "sweep-bob|swee|PENDING|bob",
-                                    "  sweep-a|swee|PENDING|" + me, "  sweep-b|swee|PENDING|" + me,
-                                    "  sweep-c|swee|PENDING|" + me]
+        assert out.splitlines() == ["    JOBID|NAME|STATE|USER", "        7|swee|PENDING|bob",
+                                    "        4|swee|PENDING|" + me, "        5|swee|PENDING|" + me,
+                                    "        6|swee|PENDING|" + me]
         code, out, err = await horizon(url, "queue")
         assert out.split()[:3] == ["POS", "JOBID", "NAME"] and "4 queued" in out
         # paging: the same order, a window at a time, in every listing

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -364,7 +365,7 @@ def test_every_option_of_the_table_is_honoured_warned_or_refused_with_a_reason()
     ("--open-mode=overwrite", "is not one of append, truncate"),
     ("--kill-on-invalid-dep=maybe", "is not one of yes, no"),
     ("--output=%z.out", "%z is not a filename pattern Horizon knows"),
-    ("--output=%5j.out", "zero padding only applies to %a, %n and %t"),
+    ("--output=%5x.out", "zero padding only applies to %a, %n, %t, %j and %A"),
 ])
 def test_what_cannot_be_honoured_is_an_error_naming_the_directive(directives, why):
     assert why in problems(directives)
@@ -567,14 +568,18 @@ async def test_every_good_script_is_accepted_with_its_resources(nats_server, tmp
     await stack.start()
     url = nats_server.url
     try:
+        last = 0
         for script, (job_id, _) in GOOD.items():
             code, out, err = await asyncio.to_thread(
                 _invoke, "sbatch", "--nats", url, "--job-id", job_id, "--sim-runtime", "600", str(DATA / script))
             assert code == 0, (script, err)
-            assert out == f"Submitted batch job {job_id}\n", (script, out, err)
+            # its number, as Slurm's job id (an array's is its first task's; its tasks take one each)
+            number = int(re.fullmatch(r"Submitted batch job ([0-9]+)\n", out)[1])  # type: ignore[index]
+            assert number > last, (script, out, err)
+            last = number
         code, out, err = await asyncio.to_thread(_invoke, "sbatch", "--nats", url, "--parsable", "--job-id", "w1",
                                                  "--wrap", "true")
-        assert code == 0 and out == "w1\n", err
+        assert code == 0 and int(out) > last and out == f"{int(out)}\n", err
         code, out, err = await asyncio.to_thread(_invoke, "sbatch", "--nats", url, "--json", "--job-id", "w2",
                                                  "--gres=gpu:tpu:1", "--wrap", "true")
         assert code == 1 and json.loads(out.splitlines()[0])["state"] == "REJECTED"

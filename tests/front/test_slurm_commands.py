@@ -85,14 +85,15 @@ def shell(*args: str, path: str, env: dict[str, str] | None = None,
 
 
 def test_squeue_formats_as_squeue_chooses_them():
-    assert long_format("jobid,name:30,state:.10,reasonlist:12|") == "%20i%30j%.10T%12R|"
+    # JobID: a task's own number (%A), JobArrayID: 4213_7 (%i), as squeue's -O names them
+    assert long_format("jobid,name:30,state:.10,reasonlist:12|") == "%20A%30j%.10T%12R|"
     assert long_format("JobArrayID,UserName") == "%20i%20u"
     with pytest.raises(BadValue, match="'gres' is not a field"):
         long_format("jobid,gres")
     assert squeue_format(None, None, False, {}) == SQUEUE_DEFAULT == "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
     assert squeue_format(None, None, True, {"SQUEUE_FORMAT": "%i"}) == SQUEUE_LONG
     assert squeue_format(None, None, False, {"SQUEUE_FORMAT": "%i %t"}) == "%i %t"
-    assert squeue_format(None, None, False, {"SQUEUE_FORMAT2": "jobid:8"}) == "%8i"
+    assert squeue_format(None, None, False, {"SQUEUE_FORMAT2": "jobid:8"}) == "%8A"
     assert squeue_format("%j", None, False, {"SQUEUE_FORMAT": "%i"}) == "%j"
     with pytest.raises(UsageProblem, match="exclude each other"):
         squeue_format("%i", "jobid", False, {})
@@ -281,13 +282,13 @@ def up(tmp_path_factory: pytest.TempPathFactory, system: str) -> Iterator[SimUp]
 def test_sbatch_squeue_scancel_sacct_by_their_names(up):
     me = default_user()
     script = up.script("train.sh", "#!/bin/bash\n#SBATCH -J train\n#SBATCH --gres=gpu:4\n#SBATCH -t 10\necho hi\n")
-    # sbatch --parsable: the id alone, exit 0 once accepted
+    # sbatch --parsable: the job's number alone (Slurm's job id), exit 0 once accepted
     done = up.run("sbatch", "--parsable", "--sim-runtime", "600", script)
     job = done.stdout.strip().split(";")[0]
-    assert re.fullmatch(r"\S+", job) and done.stdout.count("\n") == 1, done.stdout
+    assert re.fullmatch(r"[0-9]+", job) and done.stdout.count("\n") == 1, done.stdout
     plain = up.run("sbatch", "--sim-runtime", "600", "-J", "queued", script)
     waiting = plain.stdout.strip().removeprefix("Submitted batch job ")
-    assert plain.stdout.startswith("Submitted batch job ") and waiting != job
+    assert plain.stdout.startswith("Submitted batch job ") and waiting != job and waiting.isdigit()
 
     def states() -> dict[str, str]:
         return dict(line.split() for line in up.run("squeue", "-h", "-o", "%i %t").stdout.splitlines())
@@ -328,7 +329,8 @@ def test_sbatch_squeue_scancel_sacct_by_their_names(up):
     assert up.run("squeue", "-O", "jobid,state", "-j", job).stdout.splitlines() == [
         "JOBID               STATE", f"{job:<20}RUNNING" if len(job) < 20 else f"{job} RUNNING"]  # ids are never cut
     shown = json.loads(up.run("squeue", "--json").stdout)
-    assert {r["job_id"]: r["slurm"]["ST"] for r in shown["jobs"]} == {job: "R", waiting: "PD"}
+    assert {r["slurm"]["JOBID"]: r["slurm"]["ST"] for r in shown["jobs"]} == {job: "R", waiting: "PD"}
+    assert all(r["slurm_id"] == r["slurm"]["JOBID"] != r["job_id"] for r in shown["jobs"])  # numbers, not the ids
     bad = up.run("squeue", "-o", "%z", ok=False)
     assert bad.returncode == 1 and bad.stderr.startswith("squeue: error:") and "%z" in bad.stderr
     # scancel: silent when it works; the job leaves squeue; sacct shows it cancelled

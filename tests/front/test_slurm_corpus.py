@@ -154,8 +154,9 @@ def runs(cluster) -> dict[str, Run]:
         for run in out.values():
             if not run.job_id:
                 continue
-            run.rows = [r for job_id, r in rows.items() if job_id == run.job_id
-                        or job_id.startswith(run.job_id + "_")]
+            # by the number sbatch printed (an array's: its tasks are NUMBER_INDEX)
+            run.rows = [r for r in rows.values() if r.get("slurm_id") == run.job_id
+                        or str(r.get("slurm_id")).startswith(run.job_id + "_")]
             if not run.rows or any(r["state"] in ("PENDING", "HELD", "SCHEDULED", "RUNNING") for r in run.rows):
                 pending = True
         if not pending:

@@ -17,6 +17,7 @@ from rich.table import Table
 from events.codec import decode_json
 from events.resources import format_cpus, format_memory
 from services.front.client.client import default_user, query_all, session
+from services.front.client.job_numbers import resolve_at
 from services.front.client.job_queries import read_queue
 from services.front.cli.options import console, nats_option, run
 from services.front.client.reasons import summary
@@ -206,11 +207,12 @@ def jobs(nats_url: str, states: tuple[str, ...], tenant: str | None, account: st
         click.echo(json.dumps(body["jobs"]))
         return
     table = Table(box=None, header_style="bold")
-    for col in ("JOBID", "NAME", "USER", "STATE", "CLASS", "GPUS", "NODE[DEVICES]", "EXIT"):
+    for col in ("JOBID", "NUMBER", "NAME", "USER", "STATE", "CLASS", "GPUS", "NODE[DEVICES]", "EXIT"):
         table.add_column(col)
     _reason_column(table)
-    for row in body["jobs"]:
-        table.add_row(row["job_id"], row["name"] or "", row["user"] or "", row["state"], row["priority_class"] or "",
+    for row in body["jobs"]:  # NUMBER: Slurm's job id (4213, 4213_7 for a task; services/domain/job_numbers.py)
+        table.add_row(row["job_id"], row.get("slurm_id") or "-", row["name"] or "", row["user"] or "", row["state"],
+                      row["priority_class"] or "",
                       _gpus(row), _devices(row), "" if row["exit_code"] is None else str(row["exit_code"]),
                       summary(row["reason"]))
     console().print(table)
@@ -225,6 +227,8 @@ def jobs(nats_url: str, states: tuple[str, ...], tenant: str | None, account: st
 @click.option("--count", type=int, default=0, help="Stop after this many events (0: until Ctrl-C).")
 def watch(nats_url: str, job_id: str | None, as_json: bool, count: int) -> None:
     """Follow decisions and job events live (horizon.evt.>)."""
+    if job_id:
+        job_id = resolve_at(nats_url, [job_id])[job_id]  # a number (4213) names a job too
     subject = f"horizon.evt.*.*.{job_id}" if job_id else "horizon.evt.>"
 
     async def go() -> None:

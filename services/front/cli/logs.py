@@ -18,6 +18,7 @@ import click
 
 from services.front.client.client import LogError, query, session
 from services.front.client.job_queries import array_tasks
+from services.front.client.job_numbers import resolve_id
 from services.front.client.output import output_chunk
 from services.front.cli.options import nats_option
 from services.front.client.terminal import printable
@@ -80,7 +81,9 @@ def logs(nats_url: str, job_id: str, attempt: int | None, stderr: bool, follow: 
     out = sys.stdout.buffer
 
     async def go() -> None:
+        nonlocal job_id
         async with session(nats_url) as nc:
+            job_id = await resolve_id(nc, job_id)  # 4213, 4213_7: the id it names
             body = await query(nc, "job", {"job_id": job_id})
             if not body.get("job"):
                 await _array(nc, out, job_id, attempt, which, follow, tail_bytes)

@@ -30,6 +30,7 @@ from events.resources import ResourceError, parse_cpus, parse_duration, parse_me
 from events.subjects import valid_token
 from events.vocabulary import RUNTIME_ESTIMATES
 from services.front.client.client import default_user, query, query_all, session
+from services.front.client.job_numbers import resolve_id
 from services.front.client.configure import configure
 from services.front.cli.options import console, nats_option
 from services.placement.core import check_reservation
@@ -319,7 +320,7 @@ def preempt(nats_url: str, job_id: str, dry_run: bool, as_json: bool) -> None:
 
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
-            return await query(nc, "preempt", {"job_id": job_id})
+            return await query(nc, "preempt", {"job_id": await resolve_id(nc, job_id)})  # a number too
 
     body = asyncio.run(go())
     if as_json:

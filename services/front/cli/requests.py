@@ -1,7 +1,8 @@
 """Requests about jobs: ``horizon cancel``, ``hold``, ``release`` and ``update``.
 
 Requests go to ``horizon.in.<tenant>.<verb>`` about one's own jobs, or with ``--admin`` to
-``horizon.in._admin.<verb>`` about anyone's. ``cancel``, ``hold`` and ``release`` take several job ids,
+``horizon.in._admin.<verb>`` about anyone's. A job may be named by its number (``4213``, ``4213_7``:
+``services/front/client/job_numbers.py``). ``cancel``, ``hold`` and ``release`` take several job ids,
 as ``scancel`` does (one request each, a line of answer each). A job id naming an array asks for every
 live task, and the command reports the answers together. ``cancel`` also takes squeue-like filters (``scancel``'s
 ``--name``, ``--user``, ``--state``, ``--account``) and cancels every matching job.
@@ -17,6 +18,7 @@ from rich.console import Console
 
 from events import catalogue as c
 from services.front.client.client import default_user, run, session
+from services.front.client.job_numbers import resolve_at
 from services.front.client.requests import (DONE, ask, cancel_requests, matching_jobs, names_a_job, request_events,
                                             update_event)
 from services.front.cli.options import admin_option, nats_option, tenant_option
@@ -25,10 +27,18 @@ __all__ = ["cancel", "hold", "release", "update", "register"]
 
 
 def _ask(nats_url: str, verb: str, events: list[tuple[str, c.Event]], admin: bool, tenant: str,
-         as_json: bool) -> None:
+         as_json: bool, given: dict[str, str] | None = None) -> None:
     """Publish a request about each job (or array) in turn, print the answers, fail if one of them was
-    carried out for none of its tasks."""
-    _report(verb, run(ask(nats_url, verb, events, admin, tenant)), as_json)
+    carried out for none of its tasks. ``given``: id -> the number it was named by (said so)."""
+    answered = run(ask(nats_url, verb, events, admin, tenant))
+    _report(verb, {(given or {}).get(job_id, job_id): answers for job_id, answers in answered.items()}, as_json)
+
+
+def _named(nats_url: str, job_ids: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The ids ``job_ids`` name (a number, 4213 or 4213_7, names a job: services/front/client/job_numbers.py),
+    and each id named by number -> the number."""
+    named = resolve_at(nats_url, list(job_ids))
+    return tuple(named[j] for j in job_ids), {named[j]: j for j in job_ids if named[j] != j}
 
 
 def _events(cls: type[c.Event], job_ids: tuple[str, ...], admin: bool, tenant: str,
@@ -85,7 +95,8 @@ def _request(verb: str, cls: type[c.Event]) -> click.Command:
     @click.option("--json", "as_json", is_flag=True)
     @click.argument("job_ids", metavar="JOB_ID...", nargs=-1, required=True)
     def command(nats_url: str, tenant: str, admin: bool, reason: str, as_json: bool, job_ids: tuple[str, ...]) -> None:
-        _ask(nats_url, verb, _events(cls, job_ids, admin, tenant, reason), admin, tenant, as_json)
+        job_ids, given = _named(nats_url, job_ids)
+        _ask(nats_url, verb, _events(cls, job_ids, admin, tenant, reason), admin, tenant, as_json, given)
 
     return command
 
@@ -120,8 +131,9 @@ def cancel(nats_url: str, tenant: str, admin: bool, reason: str, name: str | Non
     if job_ids:
         if filtered:
             raise click.UsageError("give JOBs or filters (--name, --user, --state, --account), not both")
+        job_ids, given = _named(nats_url, job_ids)
         events = _events(c.JobCancelRequested, job_ids, admin, tenant, reason)
-        _ask(nats_url, "cancel", events, admin, tenant, as_json)
+        _ask(nats_url, "cancel", events, admin, tenant, as_json, given)
         return
     if not filtered:
         raise click.UsageError("give a JOB, or filters to choose the jobs: --name, --user (--me), --state, --account")
@@ -196,11 +208,12 @@ def update(nats_url: str, tenant: str, admin: bool, priority_class: str | None, 
     """Change the priority of a pending or held job, or of every task of an array."""
     if priority_class is None and nice is None and names_a_job(job_id, admin):
         raise click.UsageError("give --priority-class, --nice or both")
+    (job_id,), given = _named(nats_url, (job_id,))
     try:
         event = update_event(job_id, admin, tenant, priority_class, nice)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="JOB_ID") from None
-    _ask(nats_url, "update", [(job_id, event)], admin, tenant, as_json)
+    _ask(nats_url, "update", [(job_id, event)], admin, tenant, as_json, given)
 
 
 def register(group: click.Group) -> None:

@@ -127,8 +127,8 @@ def sbatch(args: tuple[str, ...]) -> None:
       --dry-run              print the JobSubmitted as JSON, submit nothing
       --check                ask Horizon whether it would accept the job, submit nothing
       --no-wait              do not wait for acceptance
-      --json                 print {"job_id": ..., "state": ...}
-      --parsable             print only the job id (as sbatch --parsable)
+      --json                 print {"job_id": ..., "number": ..., "state": ...}
+      --parsable             print only the job's number (as sbatch --parsable)
       -Q, --quiet            print nothing on success
       -v, --verbose          also print the job's resources to stderr
     """
@@ -168,12 +168,15 @@ def sbatch(args: tuple[str, ...]) -> None:
         if ours.get("json"):
             click.echo(json.dumps(result))
         raise click.ClickException(f"job {event.job_id}: {result['reason']}")
+    # The job's number, as Slurm's sbatch prints its job id (what submitit, dask-jobqueue, Parsl and
+    # Snakemake read); the id for a Horizon that gives none, or when it gave no verdict (--no-wait).
+    shown = str(result.get("number") or event.job_id)
     if ours.get("json"):
         click.echo(json.dumps(result))
     elif ours.get("parsable"):
-        click.echo(event.job_id)
+        click.echo(shown)
     elif not ours.get("quiet"):
-        click.echo(f"Submitted batch job {event.job_id}")
+        click.echo(f"Submitted batch job {shown}")
     if ours.get("wait") and not ours.get("no-wait"):
         ids = [event.job_id] if event.array is None else [
             f"{event.job_id}_{i}" for i in parse_array(event.array, "--array").indices]

@@ -44,7 +44,8 @@ def _job(job_id: str | None, environ: Mapping[str, str], oneliner: bool) -> str:
     path = environ.get(SOCKET_ENV)
     own = environ.get("SLURM_JOB_ID")
     if path and (job_id is None or job_id == own or not environ.get("HORIZON_NATS_URL")):
-        answer = ask_agent(path, job_id)
+        # its own job by its number (SLURM_JOB_ID) or id (HORIZON_JOB_ID) is the agent's to tell as its own
+        answer = ask_agent(path, None if job_id in (own, environ.get("HORIZON_JOB_ID")) else job_id)
         if "error" in answer:
             raise click.ClickException(answer["error"])
         row = answer["job"]

@@ -24,6 +24,7 @@ import click
 from events.resources import format_cpus, format_memory
 from services.front.client.client import query, query_all, session
 from services.front.client.job_queries import array_tasks
+from services.front.client.job_numbers import resolve_id
 from services.front.client.drain import drain_lines
 from services.front.cli.options import nats_option
 from services.front.client.reasons import summary
@@ -45,7 +46,9 @@ def show(nats_url: str, job_id: str, as_json: bool) -> None:
     An array's id: the array and each task's state."""
 
     async def go() -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+        nonlocal job_id
         async with session(nats_url) as nc:
+            job_id = await resolve_id(nc, job_id)  # 4213, 4213_7: the id it names
             job = await query_all(nc, "job", {"job_id": job_id}, "events")
             if not job.get("job"):
                 return job, {}, await array_tasks(nc, job_id)
@@ -86,9 +89,11 @@ def _array_lines(array_id: str, tasks: list[dict[str, Any]]) -> list[str]:
            f"  each task: {_resources(first)}",
            "  tasks (horizon show ID_N for one, horizon logs " + array_id + " for their output):"]
     width = max(len(task["job_id"]) for task in tasks)
+    numbers = max(len(task.get("slurm_id") or "") for task in tasks)  # each task's number, 4213_7
     for task in tasks:
         code = task.get("exit_code")
-        out.append(f"    {task['job_id']:<{width}}  {task['state']:<10} {task.get('node') or '-'}"
+        out.append(f"    {task['job_id']:<{width}}  {task.get('slurm_id') or '':<{numbers}} {task['state']:<10} "
+                   f"{task.get('node') or '-'}"
                    f"{'  exit ' + str(code) if code not in (None, 0) else ''}"
                    f"{'  ' + summary(task['reason']) if task.get('reason') else ''}")
     return out
@@ -133,7 +138,8 @@ def _signals(row: dict[str, Any]) -> str:
 
 
 def _job_lines(row: dict[str, Any], job: dict[str, Any], prio: dict[str, Any]) -> list[str]:
-    out = [f"Job {row['job_id']} ({row.get('name') or ''})  state {row['state']}",
+    number = f"  number {row['slurm_id']}" if row.get("slurm_id") else ""  # Slurm's job id (4213, 4213_7)
+    out = [f"Job {row['job_id']} ({row.get('name') or ''})  state {row['state']}{number}",
            f"  tenant {row.get('tenant')}  account {row.get('account')}  user {row.get('user') or '-'}  "
            f"class {row.get('priority_class')}",
            f"  resources: {_resources(row)}"]

@@ -28,6 +28,7 @@ import click
 
 from events.subjects import tenant_view
 from services.front.client.client import default_user, query_all, session
+from services.front.client.job_numbers import resolve_at, resolve_ids, shown_id
 from services.front.client.requests import cancel_requests
 from services.front.cli.options import admin_option, nats_option, tenant_option
 from services.front.slurm.job_rows import select_states, state_matches
@@ -89,7 +90,7 @@ def squeue(nats_url: str, accounts: tuple[str, ...], all_partitions: bool, hide:
     partition_list = _listed(partitions) or _listed([env.get("SQUEUE_PARTITION", "")])
     qos_list = _listed(qos) or _listed([env.get("SQUEUE_QOS", "")])
     state_list = _listed(states) or _listed([env.get("SQUEUE_STATES", "")])
-    job_ids = _listed(jobs)
+    job_ids = list(resolve_at(nats_url, _listed(jobs)).values())  # 4213, 4213_7: the ids they name
     nodes = set(_listed(nodelist))
     sort_keys = sort_keys or env.get("SQUEUE_SORT") or None
     if sort_keys:
@@ -194,8 +195,13 @@ def scancel(nats_url: str, tenant: str, admin: bool, users: tuple[str, ...], me:
     if not targets and not filtered:
         raise click.UsageError("No job identification provided: give JOBIDs or filters (-u, -n, -t, -A, -p, -q, -w)")
 
+    named: dict[str, str] = {}  # what a target names (4213 -> its id: services/front/client/job_numbers.py)
+
     async def go() -> tuple[list[str], dict[str, list[dict[str, Any]]]]:
+        nonlocal targets
         async with session(nats_url) as nc:
+            named.update(await resolve_ids(nc, targets))
+            targets = list(dict.fromkeys(named[t] for t in targets))
             chosen = list(targets)
             if filtered:
                 states = SCANCEL_STATES[state.upper()] if state else LIVE
@@ -215,23 +221,32 @@ def scancel(nats_url: str, tenant: str, admin: bool, users: tuple[str, ...], me:
                     specs = await accepted_specs(nc, [r["job_id"] for r in rows])
                     rows = [r for r in rows if spec_value("q", r, specs) in qos_list]
                 chosen = [r["job_id"] for r in rows]
+                named.update({shown_id(r): r["job_id"] for r in rows})  # said by their numbers
             if not chosen:
                 return [], {}
             answers = await cancel_requests(nc, chosen, tenant=tenant, admin=admin, reason=reason)
             return chosen, answers
 
     chosen, answers = asyncio.run(go())
+    given = {job_id: ref for ref, job_id in named.items()}  # said in the words it was given
+
+    def said(job_id: str) -> str:
+        base, _, index = job_id.rpartition("_")
+        if job_id not in given and base in given and index.isdigit():
+            return f"{given[base]}_{index}"  # a task of an array named by number: 4213_7
+        return given.get(job_id, job_id)
+
     failed = False
     for job in chosen:
         got = answers.get(job)
         if not got:
             failed = True
             if not quiet:
-                click.echo(f"scancel: error: no answer about job {job} within 10 s (the request is in the log)",
+                click.echo(f"scancel: error: no answer about job {said(job)} within 10 s (the request is in the log)",
                            err=True)
             continue
         for answer in got:
-            about = answer["job_id"] if admin else tenant_view(tenant, answer["job_id"])  # the id you gave
+            about = said(answer["job_id"] if admin else tenant_view(tenant, answer["job_id"]))  # the id you gave
             if answer["type"] == "RequestRejected":
                 failed = True
                 if not quiet:

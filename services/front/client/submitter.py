@@ -14,6 +14,8 @@ import time
 import uuid
 from typing import Any
 
+import msgspec
+
 from events import catalogue as c
 from events.codec import decode_json
 from events.subjects import input_subject, valid_token
@@ -101,7 +103,8 @@ def send_submission(nats_url: str, event: c.JobSubmitted, *, no_wait: bool = Fal
     async def go() -> dict[str, Any]:
         async with session(nats_url) as nc:
             sub = None if no_wait else await Inbox.open(nc, ["horizon.evt.submission.>"])
-            seq, duplicate = await publish_input(nc, subject, event, msg_id=job_id, with_duplicate=True)
+            sent = await with_numbers_resolved(nc, event)
+            seq, duplicate = await publish_input(nc, subject, sent, msg_id=job_id, with_duplicate=True)
             result: dict[str, Any] = {"job_id": job_id, "state": "SUBMITTED", "seq": seq}
             if sub is None:
                 return result
@@ -114,6 +117,9 @@ def send_submission(nats_url: str, event: c.JobSubmitted, *, no_wait: bool = Fal
             elif answer["type"] == "JobAccepted":
                 result["state"] = "PENDING"
                 result["partition"] = (answer.get("spec") or {}).get("partition", "")
+                number = _number(answer.get("spec") or {})
+                if number:
+                    result["number"] = number
                 if answer.get("warnings"):
                     result["warnings"] = list(answer["warnings"])
             else:
@@ -142,7 +148,27 @@ async def _known(nc: Any, result: dict[str, Any]) -> dict[str, Any]:
         result.update(state="REJECTED", reason=job.get("reason") or "rejected", field="")
     else:
         result["state"] = "PENDING" if job["state"] == "PENDING" else job["state"]
+        if job.get("number"):
+            result["number"] = job["number"]
     return result
+
+
+def _number(spec: dict[str, Any]) -> int:
+    """The number ``sbatch`` prints for an accepted job: its own, or for an array's task the array's."""
+    return int(spec.get("array_number") or spec.get("number") or 0)
+
+
+async def with_numbers_resolved(nc: Any, event: c.JobSubmitted) -> c.JobSubmitted:
+    """``event`` with the dependencies it names by number (``afterok:4213``, ``afterok:4213_7``) named by
+    the ids they stand for (``services/front/client/job_numbers.py``): the log's dependencies are on ids."""
+    from services.front.client.job_numbers import numbered, resolve_ids
+
+    refs = [d.job_id for d in event.dependencies if numbered(d.job_id) is not None]
+    if not refs:
+        return event
+    named = await resolve_ids(nc, refs)
+    deps = [msgspec.structs.replace(d, job_id=named.get(d.job_id, d.job_id)) for d in event.dependencies]
+    return msgspec.structs.replace(event, dependencies=deps)
 
 
 class Inbox:

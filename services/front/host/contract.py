@@ -179,9 +179,13 @@ def view_reply_schemas() -> dict[str, Schema]:
     step_row["properties"]["state"]["enum"] = list(STEP_STATES)
     steps = {"type": "array", "items": step_row, "description": "Its job steps (srun inside the job): "
              "JobStepStarted and JobStepEnded, by attempt and step."}
-    job_row = _row(jobs_sql, "jobs", [c for c in job_rows.COLUMNS if c not in ("spec", "class_rank")],
+    job_row = _row(jobs_sql, "jobs", [c for c in job_rows.COLUMNS if c not in ("spec", "class_rank", "number_key")],
                    json={"allocation": allocation},
                    extra={"job_id": _JOB_ID,
+                          "number": {"type": ["integer", "null"], "minimum": 1, "description": "Its number, Slurm's "
+                                     "job id (`4213`; an array task's own); `null` for a job from before numbers."},
+                          "slurm_id": {"type": ["string", "null"], "description": "The id Slurm's commands show: "
+                                       "`4213`, or `4213_7` for task 7 of array 4213; `null` without a number."},
                           "node": {"type": ["string", "null"], "description": "The nodes the current attempt holds "
                                    "or last held, comma-separated; `null` before it was placed."},
                           "nodes": {"type": ["integer", "null"], "minimum": 1, "description": "How many nodes it "

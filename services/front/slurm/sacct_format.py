@@ -16,6 +16,7 @@ from typing import Any
 
 from events.resources import format_cpus, format_memory
 from services.front.client.client import query_all, session
+from services.front.client.job_numbers import resolve_ids, shown_id
 from services.front.client.problems import BadValue
 from services.front.client.reasons import summary
 from services.front.slurm.job_rows import (RAN_STATES, hostlist, nodes_of, select_states, slurm_state, squeue_duration,
@@ -98,8 +99,9 @@ def _alloc_cpus(row: dict[str, Any]) -> str:
 
 # name -> (value(row, now))
 SACCT_FIELDS: dict[str, Any] = {
-    "JobID": lambda r, now: r["job_id"],
-    "JobIDRaw": lambda r, now: r["job_id"],
+    # its number (4213, 4213_7, 4213.0: services/front/client/job_numbers.py), else its id
+    "JobID": lambda r, now: shown_id(r),
+    "JobIDRaw": lambda r, now: str(r.get("slurm_raw") or r.get("number") or r["job_id"]),  # a task's own number
     "JobName": lambda r, now: r.get("name") or "",
     "Partition": lambda r, now: r.get("partition") or "",
     "User": lambda r, now: r.get("user") or "",
@@ -201,8 +203,11 @@ def sacct_lines(nats_url: str, *, states: tuple[str, ...], user: str | None, acc
         filters["steps"] = True  # each job's steps, for the JOBID.batch and JOBID.N lines
 
     async def go() -> dict[str, Any]:
+        nonlocal job_ids
         async with session(nats_url) as nc:
             if job_ids:
+                named = await resolve_ids(nc, job_ids)  # 4213, 4213_7, 4213.0: the ids they name
+                job_ids = [named[j] for j in job_ids]
                 bases = sorted({j.split(".", 1)[0] for j in job_ids})
                 body = await query_all(nc, "jobs", {**filters, "job_ids": bases}, "jobs")
                 found = {row["job_id"] for row in body["jobs"]}

@@ -11,13 +11,16 @@ Each line is a row like the job's own (``services/front/slurm/sacct_format.py`` 
   step still RUNNING in a job that has ended lost its agent before reporting its end: it is shown
   CANCELLED at the job's end, as Slurm ends a job's steps with it.
 
-``sacct -j ID.N`` (or ``ID.batch``) shows that line alone. Pure.
+``sacct -j ID.N`` (or ``ID.batch``) shows that line alone. A job with a number is shown by it
+(``4213.batch``, ``4213_7.0``). Pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+from services.front.client.job_numbers import shown_id
 
 __all__ = ["with_steps", "step_lines"]
 
@@ -30,8 +33,11 @@ def step_lines(row: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     allocation = row.get("allocation") or []
     base = {k: row.get(k) for k in ("user", "account", "tenant", "partition", "priority_class", "memory_bytes")}
+    # shown by the job's number (4213.batch, 4213_7.0; JobIDRaw 4220.0), else by its id
+    shown, raw = shown_id(row), str(row.get("number") or row["job_id"])
     out = [{
-        **base, "job_id": f"{row['job_id']}.batch", "name": "batch", "state": row["state"],
+        **base, "job_id": f"{row['job_id']}.batch", "slurm_id": f"{shown}.batch", "slurm_raw": f"{raw}.batch",
+        "name": "batch", "state": row["state"],
         "reason": row.get("reason"), "exit_code": row.get("exit_code"), "started_ts": row.get("started_ts"),
         "ended_ts": row.get("ended_ts"), "allocation": allocation[:1], "nodes": 1, "ntasks": 1,
         "tasks_per_node": 1, "submitted_ts": row.get("started_ts"),
@@ -45,7 +51,8 @@ def step_lines(row: dict[str, Any]) -> list[dict[str, Any]]:
             state, ended, reason = "CANCELLED", row.get("ended_ts"), reason or "the job ended"
         nodes = step.get("nodes") or []
         out.append({
-            **base, "job_id": f"{row['job_id']}.{step['step']}", "name": step.get("name") or "",
+            **base, "job_id": f"{row['job_id']}.{step['step']}", "slurm_id": f"{shown}.{step['step']}",
+            "slurm_raw": f"{raw}.{step['step']}", "name": step.get("name") or "",
             "state": state, "reason": reason, "exit_code": step.get("exit_code") or 0,
             "signal": step.get("signal") or 0, "started_ts": step.get("started_ts"), "ended_ts": ended,
             "submitted_ts": step.get("started_ts"), "allocation": [a for a in allocation if a.get("node") in nodes],

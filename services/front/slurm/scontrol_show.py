@@ -77,7 +77,7 @@ def show_job_text(row: Mapping[str, Any], spec: Mapping[str, Any] | None, now: f
     cwd = spec.get("cwd") or ""
     stdout = row.get("stdout") or ""
     fields = [
-        [f"JobId={row['job_id']}", f"JobName={row.get('name') or spec.get('name') or ''}"],
+        [f"JobId={_number(row, spec)}", f"JobName={row.get('name') or spec.get('name') or ''}"],
         [f"UserId={user_with_uid(row.get('user') or spec.get('user') or '')}", f"Account={row.get('account') or ''}",
          f"QOS={spec.get('qos') or 'normal'}", f"Nice={spec.get('nice') or 0}"],
         [f"JobState={state}", f"Reason={reason}", f"Dependency={_deps(spec) or '(null)'}"],
@@ -99,10 +99,15 @@ def show_job_text(row: Mapping[str, Any], spec: Mapping[str, Any] | None, now: f
         [f"StdErr={row.get('stderr') or stdout or '(null)'}", "StdIn=/dev/null", f"StdOut={stdout or '(null)'}"],
     ]
     if spec.get("array") is not None and spec.get("array_index") is not None:
-        fields[0][1:1] = [f"ArrayJobId={spec['array']}", f"ArrayTaskId={spec['array_index']}"]
+        fields[0][1:1] = [f"ArrayJobId={spec.get('array_number') or spec['array']}", f"ArrayTaskId={spec['array_index']}"]
     if oneliner:
         return " ".join(item for line in fields for item in line)
     return "\n".join(("   " if i else "") + " ".join(line) for i, line in enumerate(fields))
+
+
+def _number(row: Mapping[str, Any], spec: Mapping[str, Any]) -> str:
+    """The job's own number, Slurm's job id (an array task's own, not ``4213_7``), else its id."""
+    return str(row.get("number") or spec.get("number") or row["job_id"])
 
 
 def _deps(spec: Mapping[str, Any]) -> str:
@@ -115,7 +120,7 @@ def show_step_text(row: Mapping[str, Any], s: Mapping[str, Any], now: float) -> 
     end = s.get("ended_ts")
     state = s.get("state") or "RUNNING"
     nodes = s.get("nodes") or []
-    return (f"StepId={row['job_id']}.{s['step']} UserId={user_with_uid(row.get('user') or '')} "
+    return (f"StepId={_number(row, row.get('spec') or {})}.{s['step']} UserId={user_with_uid(row.get('user') or '')} "
             f"StartTime={stamp_text(s.get('started_ts'))} TimeLimit=UNLIMITED\n"
             f"   State={state} Partition={row.get('partition') or '(null)'} "
             f"NodeList={compress(nodes) if nodes else '(null)'}\n"
@@ -144,12 +149,14 @@ def job_from_log(url: str, job_id: str) -> tuple[dict[str, Any] | None, dict[str
     import msgspec
 
     from services.front.client.client import query, session
+    from services.front.client.job_numbers import resolve_id
     from services.front.slurm.squeue_format import accepted_specs
 
 
     async def go() -> tuple[dict[str, Any] | None, dict[str, Any] | None, list[dict[str, Any]]]:
         async with session(url) as nc:
-            body = await query(nc, "job", {"job_id": job_id})
+            named = await resolve_id(nc, job_id)  # 4213, 4213_7: the id it names
+            body = await query(nc, "job", {"job_id": named})
             row = body.get("job")
             if row is None:
                 return None, None, []

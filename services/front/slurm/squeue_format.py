@@ -15,6 +15,7 @@ from typing import Any
 from events import catalogue as c
 from events.resources import format_cpus, format_memory
 from services.front.client.client import query_all
+from services.front.client.job_numbers import shown_id
 from services.front.client.problems import BadValue
 from services.front.client.reasons import summary
 from services.front.slurm.job_rows import (hostlist, nodes_of, select_states, short_state, slurm_state, squeue_duration,
@@ -65,7 +66,9 @@ def _spec_field(name: str, default: str = "") -> Any:
 
 # letter -> (header, value(row, now, spec), needs the spec)
 SQUEUE_FIELDS: dict[str, tuple[str, Any, bool]] = {
-    "i": ("JOBID", lambda r, now, s: r["job_id"], False),
+    "i": ("JOBID", lambda r, now, s: shown_id(r), False),  # its number (4213, 4213_7), else its id
+    "A": ("JOBID", lambda r, now, s: str(r.get("number") or (s.number if s is not None and s.number else "")
+                                         or r["job_id"]), False),  # an array task's own number
     "j": ("NAME", lambda r, now, s: r.get("name") or "", False),
     "u": ("USER", lambda r, now, s: r.get("user") or "", False),
     "a": ("ACCOUNT", lambda r, now, s: r.get("account") or "", False),
@@ -95,7 +98,8 @@ SQUEUE_FIELDS: dict[str, tuple[str, Any, bool]] = {
     "P": ("PARTITION", lambda r, now, s: _partition(r), False),
     "q": ("QOS", _spec_field("qos", "normal"), True),
     "y": ("NICE", _spec_field("nice"), True),
-    "F": ("ARRAY_JOB_ID", lambda r, now, s: "N/A" if s is None else (s.array or r["job_id"]), True),
+    "F": ("ARRAY_JOB_ID", lambda r, now, s: "N/A" if s is None else (
+        str(s.array_number or s.number) if s.number else (s.array or r["job_id"])), True),
     # a row squeue shows for several pending tasks of an array carries their indices (``array_tasks``)
     "K": ("ARRAY_TASK_ID", lambda r, now, s: r.get("array_tasks") or (
         "N/A" if s is None or s.array_index is None else str(s.array_index)), True),
@@ -130,9 +134,9 @@ def needs_specs(fmt: str) -> bool:
     return any(isinstance(p, tuple) and SQUEUE_FIELDS[p[2]][2] for p in _parse_format(fmt))
 
 
-# Fields never cut to their width: Horizon's job ids are longer than Slurm's numbers, and a cut id
-# names no job (squeue's default %.18i would cut user-20240310-153000-ab12cd to 18 characters).
-_WHOLE = frozenset("iF")
+# Fields never cut to their width: a job without a number shows its id, longer than Slurm's numbers,
+# and a cut id names no job (squeue's default %.18i would cut user-20240310-153000-ab12cd to 18 characters).
+_WHOLE = frozenset("iAF")
 
 
 def _cell(value: str, right: bool, width: int | None, letter: str = "") -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from events import catalogue as c
 from services.front.client.client import session
+from services.front.client.job_numbers import shown_id
 from services.front.client.job_queries import read_queue
 from services.front.client.problems import BadValue, UsageProblem
 from services.front.slurm.squeue_format import SQUEUE_FIELDS, accepted_specs
@@ -26,7 +27,7 @@ LIVE = ["PENDING", "HELD", "SCHEDULED", "RUNNING"]  # squeue's default: pending,
 
 # squeue -O names -> the letters of -o (SQUEUE_FIELDS)
 LONG_NAMES = {
-    "jobid": "i", "jobarrayid": "i", "arrayjobid": "F", "arraytaskid": "K", "name": "j", "username": "u",
+    "jobid": "A", "jobarrayid": "i", "arrayjobid": "F", "arraytaskid": "K", "name": "j", "username": "u",
     "account": "a", "state": "T", "statecompact": "t", "timeused": "M", "timelimit": "l", "timeleft": "L",
     "numnodes": "D", "numcpus": "C", "mincpus": "c", "cpus-per-task": "c", "minmemory": "m",
     "tres-per-node": "b", "reasonlist": "R", "reason": "r", "nodelist": "N", "submittime": "V",
@@ -116,7 +117,9 @@ def group_arrays(rows: list[dict[str, Any]], specs: dict[str, c.JobSpec]) -> lis
         indices = sorted(i for i, _ in members)
         first = members[0][1]
         ranges = array_ranges(indices)
+        # shown by the array's number where it has one (4213_[0-3,5]: services/front/client/job_numbers.py)
         out.append({**first, "job_id": f"{item[0]}_[{ranges}]", "array_tasks": ranges,
+                    "slurm_id": f"{shown_id(first).rpartition('_')[0]}_[{ranges}]",
                     "tasks": [r["job_id"] for _, r in members]})
         specs[out[-1]["job_id"]] = specs[first["job_id"]]
     return out

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from events.subjects import tenant_view
+from services.domain.job_numbers import number_scope, parse_reference
 from services.nodes.agent.core import AgentCore
 from services.nodes.backends.process import attempt_supervisor as shim
 from services.nodes.backends.process.identity import Identity, identity_for
@@ -197,6 +198,7 @@ class StepDoors:
         if asked not in (None, ""):
             asked = str(asked)
             key = next((k for k in (f"{tenant}:{asked}", asked) if self.core.jobs.get(k) is not None), "")
+            key = key or self._numbered(job_id, asked)
         job = self.core.jobs.get(key) if key else None
         if job is None or job.spec is None or job.spec.tenant != tenant:
             return {"error": f"Invalid job id specified: {asked}"}
@@ -215,6 +217,23 @@ class StepDoors:
                 plan = json.loads((self.executor.attempt_dir(job_id, attempt) / shim.PLAN).read_text())
                 row["stdout"], row["stderr"] = plan["stdout"], plan["stderr"]
         return {"job": row}
+
+
+    def _numbered(self, own: str, asked: str) -> str:
+        """The job ``asked`` names by number (``4213``, ``4213_7``: services/domain/job_numbers.py) in the
+        numbering scope of the job ``own``, among the jobs this agent knows; "" for none."""
+        ref = parse_reference(asked)
+        if ref is None:
+            return ""
+        scope = number_scope(own)
+        for job in self.core.jobs.jobs.values():
+            spec = job.spec
+            if spec is None or number_scope(job.job_id) != scope:
+                continue
+            if (spec.number == ref.number if ref.index is None
+                    else spec.array_number == ref.number and spec.array_index == ref.index):
+                return job.job_id
+        return ""
 
 
 async def answer(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:

@@ -49,8 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from events import catalogue as c
-from events.subjects import tenant_view
-from services.domain.output import Names, expand, resolve
+from services.domain.output import expand, names_of, resolve
 from services.domain.qos import cpu_limit, memory_limit, qos_class
 from services.nodes.backends.protocol import Files, Outcome
 from services.nodes.backends.process import attempt_supervisor as shim
@@ -165,8 +164,7 @@ class ProcessExecutor:
         control = directory
         directory = self.job_dir(job_id, attempt)
         cwd = spec.cwd or str(directory)
-        names = Names(tenant_view(spec.tenant, job_id), spec.name, spec.user, alloc.node,
-                      tenant_view(spec.tenant, spec.array) if spec.array is not None else None, spec.array_index)
+        names = names_of(job_id, spec, alloc.node)
         stdout = resolve(expand(spec.stdout, names), cwd) if spec.stdout else str(directory / "stdout")
         if spec.stderr:
             stderr = resolve(expand(spec.stderr, names), cwd)

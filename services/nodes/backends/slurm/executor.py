@@ -42,14 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from events import catalogue as c
-from events.subjects import tenant_view
 from services.nodes.backends.protocol import Files, Outcome
 from services.nodes.backends.process.job_files import (default_spool, private_dir, read_checkpoint_ref, spool_name,
                                                        stderr_tail)
 from services.nodes.job_environment import job_environment
 from services.nodes.backends.process.identity import identity_for
 from services.nodes.backends.slurm import core
-from services.domain.output import Names, expand, resolve
+from services.domain.output import expand, names_of, resolve
 
 __all__ = ["Slurm", "SlurmWatch", "SlurmExecution", "SlurmExecutor", "SlurmError"]
 
@@ -353,8 +352,7 @@ class SlurmExecutor:
             private_dir(files_dir.parent, mode=0o711)
             private_dir(files_dir, run_as)
         cwd = spec.cwd or str(files_dir)
-        names = Names(tenant_view(spec.tenant, job_id), spec.name, spec.user, alloc.node,
-                      tenant_view(spec.tenant, spec.array) if spec.array is not None else None, spec.array_index)
+        names = names_of(job_id, spec, alloc.node)
         stdout = resolve(expand(spec.stdout, names), cwd) if spec.stdout else str(files_dir / "stdout")
         stderr = (resolve(expand(spec.stderr, names), cwd) if spec.stderr
                   else stdout if spec.stdout else str(files_dir / "stderr"))
