@@ -22,9 +22,10 @@ from services.front.slurm.sbatch_environment import captured, environment_option
 from services.front.slurm.sbatch_options import SbatchError
 from services.front.slurm.srun_options import parse_srun
 from services.nodes.backends.process.identity import own_identity, submitted_environment
+from services.front.client.client import query_all
 from services.nodes.spec import local_nodes
 from services.submission.normalise import Rejection, admit
-from tests.e2e import assert_replays, wait_until
+from tests.e2e import assert_replays, events_of, wait_until
 
 SHELL = {"FOO": "bar", "PATH": "/opt/tool/bin:/usr/bin:/bin", "HOME": "/home/ann", "USER": "ann", "LANG": "C.UTF-8",
          "SLURM_CONF": "/etc/slurm/slurm.conf", "SLURM_JWT": "secret-token",
@@ -263,5 +264,11 @@ async def test_jobs_see_the_environment_sbatch_exported(running_horizon, tmp_pat
     assert out["list"].splitlines()[:2] == ["FOO=bar BAR=x MODE=unset A=unset AGENT_ONLY=unset", "TOOL=missing"]
     assert out["file"].startswith("FOO=file-foo BAR=unset MODE=unset A=from-file "), out["file"]
     assert "ACCOUNT=from-env " in out["envaccount"] and "ACCOUNT=from-cli " in out["cliaccount"], out
+    # the log keeps what the job carried; the read model answers no one with it (squeue asks for specs)
+    rows = await query_all(h.nc, "jobs", {"job_ids": ["env-default"], "specs": True}, "jobs")
+    [row] = [r for r in rows["jobs"] if r["job_id"] == "env-default"]
+    assert row["spec"]["submit_env"] is None and row["spec"]["command"], row["spec"]
+    accepted = [e for e in events_of(await h.records()) if isinstance(e, c.JobAccepted) and e.job_id == "env-default"]
+    assert accepted[0].spec.submit_env is not None and accepted[0].spec.submit_env["FOO"] == "bar"
     await h.stop()
     assert_replays(await h.records())
