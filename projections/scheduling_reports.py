@@ -18,6 +18,7 @@ from services.domain.fairshare import association
 from services.domain.jobs import JobState
 from services.domain.policy import WEIGHT_NAMES, Multifactor, make_policy
 from services.domain.preemption.planner import PreemptionPlanner
+from services.domain.queue.waiting import slurm_reason
 from services.domain.preemption.state import PreemptionState
 from services.domain.queue.fold import QueueFold
 from services.domain.queue.state import SchedulingState
@@ -111,7 +112,7 @@ def _row(core: QueueFold, state: SchedulingState, job: Any, ctx: Any, position: 
         out["priority"] = policy.priority(job, ctx)
     if job.state in (JobState.PENDING, JobState.HELD):
         why = waiting[job.job_id] if waiting is not None else core.waiting(state, job, ctx)
-        out["why"], out["why_kind"] = why.why, why.kind
+        out["why"], out["why_kind"], out["why_code"] = why.why, why.kind, slurm_reason(why.kind, why.code)
         out["reasons"] = [{"filter": r.filter, "nodes": r.nodes, "reason": r.reason} for r in job.last_block]
         if job.reserved_at is not None:
             out["reserved_at"] = job.reserved_at

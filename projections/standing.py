@@ -10,7 +10,8 @@ table             rows
 ================  =============================================================================
 ``queue``         every pending job in scheduling order (``rank`` 1..n), then the held ones:
                   effective priority and its factors, why it waits (``why_kind``: one of the
-                  scheduling core's ``WAITING_KINDS``, and ``why``: the sentence), each filter's
+                  scheduling core's ``WAITING_KINDS``, ``why``: the sentence, and ``why_code``:
+                  Slurm's reason code, squeue's ``REASON``), each filter's
                   verdict, its reservation, deadline and restart backoff
 ``nodes``         every node: state, capacity and use, GPU models, labels, taints, whether it is
                   simulated, how its agent isolates jobs, its unhealthy GPUs and why
@@ -59,6 +60,7 @@ from projections.paging import page_fields
 from services.domain.preemption.state import PreemptionState
 from services.domain.queue.fold import QueueFold
 from services.domain.queue.state import SchedulingState
+from services.domain.queue.waiting import slurm_reason
 from services.domain.fairshare import association
 from services.domain.policy import WEIGHT_NAMES, Multifactor, make_policy
 from services.domain.jobs import HOLDS_RESOURCES, Job, JobState
@@ -71,7 +73,7 @@ NAME = "standing"
 QUEUE_COLUMNS = (
     "job_id rank state tenant account user association name priority_class priority factors gpus gpu_type "
     "cpus_milli memory_bytes nodes tasks_per_node time_limit_s submitted_ts accepted_seq attempt reason why "
-    "why_kind reasons reserved_at reserved_nodes deadline_ts not_before_ts borrowed partition qos slurm_id"
+    "why_kind reasons reserved_at reserved_nodes deadline_ts not_before_ts borrowed partition qos slurm_id why_code"
 ).split()
 _JSON_QUEUE = {"factors", "reasons", "reserved_nodes"}
 NODE_COLUMNS = ("node state cpus_milli cpus_used_milli memory_bytes memory_used_bytes gpus gpus_used gpu_types "
@@ -88,8 +90,8 @@ ALLOCATION_COLUMNS = ("job_id node attempt state tenant account user device_ids 
 # 3: nodes.simulated, nodes.isolation, nodes.unhealthy. 4: queue.partition. 5: queue.qos (the QoS class),
 # nodes.cpu_overcommit, nodes.memory_overcommit. 6: nodes.drain_migrate, nodes.drain_deadline_ts (a drain's options).
 # 7: nodes.backend (the execution backend that registered the node). 8: queue.slurm_id (the job's number as
-# Slurm's commands show it, services/domain/job_numbers.py).
-SCHEMA_VERSION = 8
+# Slurm's commands show it, services/domain/job_numbers.py). 9: queue.why_code (Slurm's reason code, squeue's REASON).
+SCHEMA_VERSION = 9
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tracking (projection TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
@@ -100,7 +102,7 @@ CREATE TABLE IF NOT EXISTS queue (
     priority REAL, factors TEXT, gpus INTEGER, gpu_type TEXT, cpus_milli INTEGER, memory_bytes INTEGER,
     nodes INTEGER, tasks_per_node INTEGER, time_limit_s REAL, submitted_ts REAL, accepted_seq INTEGER,
     attempt INTEGER, reason TEXT, why TEXT, why_kind TEXT, reasons TEXT, reserved_at REAL, reserved_nodes TEXT,
-    deadline_ts REAL, not_before_ts REAL, borrowed INTEGER, partition TEXT, qos TEXT, slurm_id TEXT
+    deadline_ts REAL, not_before_ts REAL, borrowed INTEGER, partition TEXT, qos TEXT, slurm_id TEXT, why_code TEXT
 );
 CREATE INDEX IF NOT EXISTS queue_by_rank ON queue (rank);
 CREATE INDEX IF NOT EXISTS queue_by_account ON queue (account, rank);
@@ -462,6 +464,7 @@ def queue_rows(core: QueueFold, state: SchedulingState) -> list[tuple[Any, ...]]
             json.dumps(list(job.reserved_nodes)) if job.reserved_nodes else None,
             state.deadlines.get(job.job_id), job.not_before_ts if job.not_before_ts > state.now else None,
             int(job.borrowed), spec.partition, qos_class(spec), spec_slurm_id(job.job_id, spec) or None,
+            slurm_reason(waiting[job.job_id].kind, waiting[job.job_id].code),
         ))
     return out
 

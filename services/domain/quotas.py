@@ -35,7 +35,7 @@ from events import catalogue as c
 from events.resources import format_cpus, format_memory
 from services.domain.fairshare import ROOT, Account, FairShare
 
-__all__ = ["Amount", "Quotas", "amount_of", "describe_quota", "OK", "BORROW", "BLOCKED"]
+__all__ = ["Amount", "Quotas", "amount_of", "describe_quota", "slurm_code", "OK", "BORROW", "BLOCKED"]
 
 OK, BORROW, BLOCKED = "ok", "borrow", "blocked"
 _DIMS = ("gpus", "cpus_milli", "memory_bytes")
@@ -101,6 +101,18 @@ def _unit(dim: str, value: int) -> str:
     return f"{value} GPUs"
 
 
+_SLURM_LIMITS = {"gpus": "GRES", "cpus_milli": "CpuLimit", "memory_bytes": "MemLimit", "running_jobs": "JobsLimit"}
+
+
+def slurm_code(dim: str, source: str) -> str:
+    """Slurm's reason code (squeue's REASON) for a job held back by the limit on ``dim``: an
+    association's group limit (``AssocGrpCpuLimit``, ``AssocGrpMemLimit``, ``AssocGrpGRES`` for GPUs of
+    any or one type, ``AssocGrpJobsLimit`` for running jobs), or a QOS's (``QOSGrp...``) when the limit
+    came from a Slurm QOS (its ``Quota.sources`` entry, as the Slurm quota provider writes it)."""
+    kind = "GRES" if dim.startswith("type:") else _SLURM_LIMITS.get(dim, "CpuLimit")
+    return f"{'QOS' if source.startswith('Slurm QOS') else 'Assoc'}Grp{kind}"
+
+
 def describe_quota(quota: c.Quota) -> str:
     """``2 GPUs (Slurm QOS gpuq GrpTRES), 5 running jobs``: each limit, with where it comes from."""
     parts = []
@@ -150,6 +162,12 @@ class Quotas:
     def admit(self, fs: FairShare, leaf: str, x: Amount, cycle: dict[str, Amount]) -> tuple[str, str]:
         """(OK | BORROW | BLOCKED, why) for a job of ``leaf`` needing ``x``, given ``cycle``: what the
         candidates admitted earlier in this cycle hold under each account."""
+        verdict, why, _code = self.judge(fs, leaf, x, cycle)
+        return verdict, why
+
+    def judge(self, fs: FairShare, leaf: str, x: Amount, cycle: dict[str, Amount]) -> tuple[str, str, str]:
+        """``admit``'s (verdict, why) and, for BLOCKED, Slurm's reason code of the limit it names
+        (``slurm_code``: ``AssocGrpGRES``, ``QOSGrpJobsLimit``, ...; "" otherwise)."""
         verdict = OK
         for acc in self._accounts(fs, leaf):
             over = [d for d in _dims(acc.quota) if self._used(acc.name, d, cycle) + x.get(d) > _limit(acc.quota, d)]  # type: ignore[operator]
@@ -160,13 +178,14 @@ class Quotas:
             source = acc.quota.sources.get(first)
             why = (f"account {acc.name} quota{f' ({source})' if source else ''}: {_unit(first, held)} in use + "
                    f"{_unit(first, x.get(first))} > limit {_unit(first, _limit(acc.quota, first) or 0)}")
+            code = slurm_code(first, source or "")
             if "running_jobs" in over or not acc.borrowing:
-                return BLOCKED, why
+                return BLOCKED, why, code
             short = self._cannot_borrow(fs, acc, x, over, cycle)
             if short:
-                return BLOCKED, f"{why}; {short}"
+                return BLOCKED, f"{why}; {short}", code
             verdict = BORROW
-        return verdict, ""
+        return verdict, "", ""
 
     def _used(self, account: str, dim: str, cycle: dict[str, Amount]) -> int:
         held = self.in_use.get(account)

@@ -19,6 +19,7 @@ from projections.standing import StandingStore, node_rows, queue_rows
 from services.inventory.core import InventoryCore
 from services.placement.core import PlacementCore
 from services.preemption.core import PreemptionCore
+from services.domain.queue.waiting import SLURM_REASONS, slurm_reason
 from services.scheduling.core import WAITING_KINDS, SchedulingCore
 from services.front.sim.buses import InProcessBus
 from services.submission.core import SubmissionCore
@@ -148,7 +149,7 @@ def test_every_waiting_job_has_a_specific_reason_of_the_expected_kind():
         assert row["why_kind"] in WAITING_KINDS, (job_id, row)
         assert row["why"] and "waiting for resources or for jobs ahead" not in row["why"], (job_id, row)
         # the single-job answer (timeouts, horizon show) is the queue's answer
-        assert w.scheduling.waiting(state, state.jobs.jobs[job_id]) == (row["why_kind"], row["why"]), job_id
+        assert w.scheduling.waiting(state, state.jobs.jobs[job_id])[:2] == (row["why_kind"], row["why"]), job_id
     for job_id, (kind, words) in EXPECTED.items():
         assert table[job_id]["why_kind"] == kind, (job_id, table[job_id])
         for word in words:
@@ -168,6 +169,30 @@ def test_every_waiting_job_has_a_specific_reason_of_the_expected_kind():
     assert {row["why_kind"] for row in table.values()} >= {"held", "dependency", "backoff", "fits-nowhere",
                                                             "array-limit", "quota", "reservation", "resources",
                                                             "cycle", "priority"}
+
+
+# squeue's REASON for each: Slurm's codes, as tools that drive Slurm read them (the sentence stays for --why)
+EXPECTED_CODES = {
+    "big": "Resources", "small": "Priority", "wide": "BadConstraints", "capped-2": "AssocGrpGRES",
+    "child": "Dependency", "flaky": "BeginTime", "kept": "JobHeldUser", "late": "None", "sweep_1": "JobArrayTaskLimit",
+}
+
+
+def test_every_waiting_job_has_slurms_reason_code():
+    w = asyncio.run(build_queue())
+    state = w.state
+    codes = {job_id: slurm_reason(why.kind, why.code) for job_id, why in w.scheduling.waiting_all(state).items()}
+    assert {job_id: codes[job_id] for job_id in EXPECTED_CODES} == EXPECTED_CODES
+    assert set(codes.values()) <= set(SLURM_REASONS.values()) | {"AssocGrpGRES", "PartitionDown"}
+
+
+def test_a_quotas_code_names_its_limit_and_where_it_comes_from():
+    from services.domain.quotas import slurm_code
+
+    assert [slurm_code(dim, "") for dim in ("gpus", "type:a100", "cpus_milli", "memory_bytes", "running_jobs")] == [
+        "AssocGrpGRES", "AssocGrpGRES", "AssocGrpCpuLimit", "AssocGrpMemLimit", "AssocGrpJobsLimit"]
+    assert slurm_code("running_jobs", "Slurm QOS gpuq GrpJobs") == "QOSGrpJobsLimit"  # the Slurm quota provider's
+    assert slurm_code("gpus", "Slurm association c1/ml GrpTRES") == "AssocGrpGRES"
 
 
 def test_the_queue_table_carries_the_kind_and_the_sentence(tmp_path):
@@ -198,8 +223,8 @@ def test_a_candidate_placement_has_not_answered_yet_says_so():
     assert cycle.candidates == ["a", "b"]
     core, state = f.core, f.state
     why = {j: core.waiting(state, state.jobs.jobs[j]) for j in ("a", "b")}
-    assert why["a"] == ("placing", "candidate of scheduling cycle 1, not placed yet: first in the queue")
-    assert why["b"] == ("placing", "candidate of scheduling cycle 1, not placed yet: 1 job ahead of it (head: a)")
+    assert why["a"] == ("placing", "candidate of scheduling cycle 1, not placed yet: first in the queue", "")
+    assert why["b"] == ("placing", "candidate of scheduling cycle 1, not placed yet: 1 job ahead of it (head: a)", "")
     assert core.waiting_all(state) == why
 
 
@@ -214,8 +239,9 @@ def test_strict_order_names_the_job_that_stops_the_queue():
         c.BlockReason(reason="has 8 GPUs, needs 16", nodes=1, filter="GpuCapacity")]))
     f.evt("placement", c.PlacementCycleCompleted(cycle=1, scheduled=0, blocked=1))
     core, state = f.core, f.state
-    kind, why = core.waiting(state, state.jobs.jobs["next"])
+    kind, why, code = core.waiting(state, state.jobs.jobs["next"])
     assert kind == "priority" and "behind wide, which does not fit now" in why and "1 job ahead" in why
+    assert slurm_reason(kind, code) == "Priority"
     assert core.why_waiting(state, state.jobs.jobs["wide"]) == "1 nodes: has 8 GPUs, needs 16"
 
 

@@ -86,14 +86,16 @@ def test_states_and_squeue_format():
         "   JOBID NAME  ST TIME TIME_LEFT NODES CPUS MIN_MEMORY TRES_PER_NODE NODELIST(REASON)%",
         "a-very-long-job-id train R 1:05 1:58:55 2 16 4Gi gres/gpu:a100:8 node-[01-02]%"]  # an id is never cut
     assert squeue_lines([row], "%5i%5j%t", header=False, now=1065.0) == ["a-very-long-job-id trainR"]  # -O style
-    pending = {**row, "state": "PENDING", "reason": "2 nodes: too few free GPUs", "started_ts": None,
-               "allocation": []}
-    assert squeue_lines([pending], "%T %M %R", header=False) == ["PENDING 0:00 (2 nodes: too few free GPUs)"]
-    # a queue row's `why` (a quota, say) is the reason, as `horizon queue` shows it (docs/backends.md)
-    held_back = {**pending, "reason": None, "why": "account ml quota (Slurm QOS gpuq GrpTRES): 2 GPUs in use"}
-    assert squeue_lines([held_back], "%t %R|%r", header=False) == [
-        "PD (account ml quota (Slurm QOS gpuq GrpTRES): 2 GPUs in use)|account ml quota (Slurm QOS gpuq GrpTRES): "
-        "2 GPUs in use"]
+    # a waiting job's REASON is Slurm's code, as tools that drive Slurm read it (the sentence: queue --why)
+    pending = {**row, "state": "PENDING", "reason": "2 nodes: too few free GPUs", "why_kind": "resources",
+               "why": "2 nodes: too few free GPUs", "started_ts": None, "allocation": []}
+    assert squeue_lines([pending], "%T %M %R", header=False) == ["PENDING 0:00 (Resources)"]
+    held_back = {**pending, "why_kind": "quota", "why_code": "QOSGrpGRES",
+                 "why": "account ml quota (Slurm QOS gpuq GrpTRES): 2 GPUs in use"}
+    assert squeue_lines([held_back], "%t %R|%r", header=False) == ["PD (QOSGrpGRES)|QOSGrpGRES"]
+    held = {**pending, "state": "HELD", "why_kind": "held"}
+    assert squeue_lines([held, {**pending, "why_kind": "dependency"}, {**pending, "why_kind": None}], "%R",
+                        header=False) == ["(JobHeldUser)", "(Dependency)", "(None)"]
 
 
 # ------------------------------------------------------------------ against the services

@@ -1,9 +1,14 @@
-"""Why a pending or held job has not started: a kind and a sentence, like squeue's REASON. Pure.
+"""Why a pending or held job has not started: a kind, a sentence, and Slurm's reason code. Pure.
 
 The reasons are checked in the order ``candidates`` (``order.py``) leaves jobs
 out, then placement's verdict, then where the job stands in the order. Each
 sentence names what the job waits for: the job it depends on, the limit, the
-time, the job whose reservation it would delay, the head.
+time, the job whose reservation it would delay, the head. ``horizon queue --why``,
+``horizon show`` and a timeout's ``JobUnschedulable`` give the sentence; Slurm's
+commands (``squeue``'s REASON, ``scontrol show job``'s ``Reason=``) give the code,
+which tools that drive Slurm read: ``Resources``, ``Priority``, ``Dependency``, ...
+(``SLURM_REASONS``, one per kind, and the finer ones: ``BeginTime`` and
+``JobHeldUser``, a quota's ``AssocGrp...``/``QOSGrp...`` limit, ``PartitionDown``).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from services.domain.queue.state import SchedulingState
 from services.domain.quotas import BLOCKED, amount_of
 from services.domain.timestamps import at, when
 
-__all__ = ["WAITING_KINDS", "Waiting", "why_waiting", "waiting", "waiting_all"]
+__all__ = ["WAITING_KINDS", "SLURM_REASONS", "Waiting", "slurm_reason", "why_waiting", "waiting", "waiting_all"]
 
 
 WAITING_KINDS = (
@@ -37,11 +42,36 @@ WAITING_KINDS = (
 )
 
 
+# Slurm's reason code of each kind (slurm/slurm.h's job_state_reason, as squeue prints it); a kind's
+# finer code, where the kind has one, is set where the reason is found (``_reason``).
+SLURM_REASONS = {
+    "held": "JobHeldUser",
+    "dependency": "Dependency",  # singleton too, as Slurm's
+    "backoff": "BeginTime",  # --begin, and a requeued job's restart backoff (Slurm requeues with a begin time)
+    "fits-nowhere": "BadConstraints",
+    "array-limit": "JobArrayTaskLimit",
+    "quota": "AssocGrpCpuLimit",  # the limit's own: AssocGrpGRES, QOSGrpJobsLimit, ... (quotas.slurm_code)
+    "reservation": "Priority",  # it would delay a job ahead of it: Slurm's backfill says Priority
+    "resources": "Resources",  # PartitionDown when its partition is down
+    "placing": "None",  # being placed: nothing holds it back
+    "cycle": "None",  # not tried yet: Slurm's reason until its scheduler has looked at a job
+    "priority": "Priority",
+}
+
+
 class Waiting(NamedTuple):
-    """Why a job waits: a kind from ``WAITING_KINDS`` (like squeue's REASON code) and a sentence."""
+    """Why a job waits: a kind from ``WAITING_KINDS``, a sentence, and Slurm's reason code ("": the
+    kind's, ``SLURM_REASONS``; ``slurm_reason`` gives it)."""
 
     kind: str
     why: str
+    code: str = ""
+
+
+def slurm_reason(kind: str, code: str = "") -> str:
+    """The reason code Slurm's commands show for a waiting job of ``kind``: its own ``code`` if it has
+    one, else the kind's (``SLURM_REASONS``); ``None`` for no kind, as Slurm's."""
+    return code or SLURM_REASONS.get(kind, "None")
 
 
 class _Order(Protocol):
@@ -172,7 +202,7 @@ def _waiting(state: SchedulingState, job: Job, order: _Order, max_candidates: in
     if spec.deadline_ts and state.now + spec.time_limit_s <= spec.deadline_ts:
         why += (f"; must start by {when(spec.deadline_ts - spec.time_limit_s)} to end by its deadline "
                 f"{when(spec.deadline_ts)} (--deadline)")
-    return Waiting(reason.kind, why) if why != reason.why else reason
+    return Waiting(reason.kind, why, reason.code) if why != reason.why else reason
 
 
 def _reason(state: SchedulingState, job: Job, order: _Order, max_candidates: int) -> Waiting:
@@ -200,7 +230,7 @@ def _reason(state: SchedulingState, job: Job, order: _Order, max_candidates: int
         return Waiting("dependency", f"singleton: {other.job_id}, of the same name and user, {doing}")
     if job.not_before_ts > state.now:
         if job.attempt == 0 and spec.begin_ts:
-            return Waiting("backoff", f"begins {at(job.not_before_ts)} (--begin)")
+            return Waiting("backoff", f"begins {at(job.not_before_ts)} (--begin)", "BeginTime")
         after = f" ({job.reason})" if job.reason and not job.last_block else ""
         return Waiting("backoff", f"restart backoff until {when(job.not_before_ts)}{after}")
     if state.fits_nowhere.get(job_id, -1) >= state.nodes_seq:
@@ -217,17 +247,19 @@ def _reason(state: SchedulingState, job: Job, order: _Order, max_candidates: int
             return Waiting("array-limit", f"array {spec.array} (%{limit}): {running} tasks running and "
                                           f"{ahead} queued ahead of this one, the array's limit")
     if state.quotas.limited(state.fairshare):
-        verdict, why = state.quotas.admit(state.fairshare, association(spec), amount_of(spec), {})
+        verdict, why, code = state.quotas.judge(state.fairshare, association(spec), amount_of(spec), {})
         if verdict == BLOCKED:
-            return Waiting("quota", why)
+            return Waiting("quota", why, code)
     # 3. placement's verdict, when it has tried the job since it became pending
     if job.last_block:
         if any(r.filter == "Backfill" for r in job.last_block):
             return Waiting("reservation", job.reason)
+        down = "PartitionDown" if any(r.filter == "Partition" and r.reason.endswith(" is down")
+                                      for r in job.last_block) else ""
         if job.reserved_at is not None:  # the head: backfilling keeps its nodes for it
             nodes = ",".join(job.reserved_nodes) or "nodes to be chosen"
-            return Waiting("resources", f"{job.reason}; reserved to start {at(job.reserved_at)} on {nodes}")
-        return Waiting("resources", job.reason)
+            return Waiting("resources", f"{job.reason}; reserved to start {at(job.reserved_at)} on {nodes}", down)
+        return Waiting("resources", job.reason, down)
     if job.reserved_at is not None:
         nodes = ",".join(job.reserved_nodes) or "nodes to be chosen"
         return Waiting("resources", f"reserved to start {at(job.reserved_at)} on {nodes}")

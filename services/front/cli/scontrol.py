@@ -7,7 +7,10 @@
 * ``scontrol show job [ID]``: inside a job, from the node's agent over the attempt's socket
   (``$HORIZON_STEP_SOCKET``: the job needs no NATS credentials; its own job without an ID, or
   another job of its tenant); outside, from the read model (``horizon.query.job``) and the job's
-  ``JobAccepted``. ``-o``/``--oneliner`` puts a job on one line; ``-d`` is accepted.
+  ``JobAccepted``; an array's id (or number) lists its tasks, its pending ones as one record
+  (``ArrayTaskId=2-5%1``), as Slurm's. ``Reason=`` is Slurm's code (``Resources``, ``Priority``, ...),
+  and a waiting job's sentence follows as ``Why=``. ``-o``/``--oneliner`` puts a job on one line;
+  ``-d`` is accepted.
 * ``scontrol show step [JOB[.STEP]]``: the steps the read model knows (outside a job or in one
   that reaches NATS).
 
@@ -27,7 +30,8 @@ import click
 
 from services.domain.hostlist import HostlistError, compress, expand
 from services.front.cli.options import resolve_nats
-from services.front.slurm.scontrol_show import SOCKET_ENV, ask_agent, job_from_log, show_job_text, show_step_text
+from services.front.slurm.scontrol_show import (SOCKET_ENV, array_from_log, ask_agent, job_from_log, show_array_text,
+                                                 show_job_text, show_step_text)
 
 __all__ = ["scontrol", "run_scontrol", "register"]
 
@@ -59,8 +63,11 @@ def _job(job_id: str | None, environ: Mapping[str, str], oneliner: bool) -> str:
         raise click.ClickException(
             f"cannot reach Horizon's read model ({exc}); inside a job, the batch script asks its node's agent "
             "(scontrol show job needs no connection there); elsewhere set HORIZON_NATS_URL") from None
-    if row is None:
-        raise click.ClickException(f"Invalid job id specified: {job_id}")
+    if row is None:  # an array's id (or number, its first task's): its tasks, as Slurm lists them
+        tasks = array_from_log(_url(), job_id)
+        if not tasks:
+            raise click.ClickException(f"Invalid job id specified: {job_id}")
+        return show_array_text(tasks, time.time(), oneliner)
     return show_job_text(row, spec, time.time(), oneliner)
 
 

@@ -17,7 +17,7 @@ from events.resources import format_cpus, format_memory
 from services.front.client.client import query_all
 from services.front.client.job_numbers import shown_id
 from services.front.client.problems import BadValue
-from services.front.client.reasons import summary
+from services.domain.queue.waiting import slurm_reason
 from services.front.slurm.job_rows import (hostlist, nodes_of, select_states, short_state, slurm_state, squeue_duration,
                                            stamp, state_matches, used_s)
 
@@ -35,16 +35,17 @@ def _gres(row: dict[str, Any]) -> str:
 
 
 def _waiting_reason(row: dict[str, Any]) -> str:
-    """Why a waiting job waits, as `horizon queue` says it: the scheduler's word from the queue's row
-    (``why``: a quota, a dependency, a partition, placement's verdict), else the read model's reason."""
-    return summary(row.get("why") or row.get("reason"))
+    """Why a waiting job waits, as Slurm's squeue says it: its reason code (``Resources``, ``Priority``,
+    ``Dependency``, ``JobHeldUser``, ``BeginTime``, ``AssocGrpGRES``, ...: the queue's ``why_code``,
+    services/domain/queue/waiting.py), which tools that drive Slurm read; the sentence is
+    ``horizon queue --why``'s and ``horizon show``'s."""
+    kind = row.get("why_kind") or ("held" if row["state"] == "HELD" else "")
+    return row.get("why_code") or slurm_reason(kind)
 
 
 def _reason_or_nodes(row: dict[str, Any]) -> str:
     if row["state"] in ("PENDING", "HELD"):
-        if row["state"] == "HELD":
-            return "(JobHeldUser)"
-        return f"({_waiting_reason(row)})" if _waiting_reason(row) else "(None)"
+        return f"({_waiting_reason(row)})"
     return hostlist(nodes_of(row))
 
 
@@ -87,8 +88,7 @@ SQUEUE_FIELDS: dict[str, tuple[str, Any, bool]] = {
           False),
     "b": ("TRES_PER_NODE", lambda r, now, s: _gres(r), False),
     "R": ("NODELIST(REASON)", lambda r, now, s: _reason_or_nodes(r), False),
-    "r": ("REASON", lambda r, now, s: ("JobHeldUser" if r["state"] == "HELD" else _waiting_reason(r) or "None"),
-          False),
+    "r": ("REASON", lambda r, now, s: _waiting_reason(r) if r["state"] in ("PENDING", "HELD") else "None", False),
     "N": ("NODELIST", lambda r, now, s: hostlist(nodes_of(r)), False),
     "V": ("SUBMIT_TIME", lambda r, now, s: stamp(r.get("submitted_ts"), "N/A"), False),
     "S": ("START_TIME", lambda r, now, s: stamp(r.get("started_ts"), "N/A"), False),
