@@ -62,7 +62,7 @@ async def test_scripts_with_slurm_directives_run_as_slurm_would(nats_server, tmp
 
     try:
         code, out, err = await asyncio.to_thread(sbatch, "shared-1", "shared.sh")
-        assert code == 0 and out == "Submitted batch job shared-1\n", err
+        assert code == 0 and out == "Submitted batch job 1\n", err  # its number (Slurm's job id)
         assert "line 3: --mail-type: no effect here" in err and "line 3: --hint: no effect here" in err
         for job_id, script, options in [("whole-1", "whole.sh", ()), ("ckpt-1", "signal.sh", ()),
                                         ("nightly-1", "single.sh", ()), ("nightly-2", "single.sh", ()),
@@ -104,7 +104,7 @@ async def test_wait_returns_when_the_job_has_ended_with_its_exit_code(nats_serve
     try:
         code, out, err = await asyncio.to_thread(_invoke, "sbatch", "--nats", url, "--job-id", "w-fail", "-W",
                                                  f"--output={tmp_path}/w.out", str(tmp_path / "fails.sh"))
-        assert (code, out) == (3, "Submitted batch job w-fail\n"), err  # sbatch --wait exits as the job did
+        assert (code, out) == (3, "Submitted batch job 1\n"), err  # sbatch --wait exits as the job did
         code, out, err = await asyncio.to_thread(_invoke, "sbatch", "--nats", url, "--job-id", "w-array",
                                                  f"--output={tmp_path}/a-%a.out", str(tmp_path / "waits.sh"))
         assert code == 0, err  # #SBATCH --wait: every task of the array ended well

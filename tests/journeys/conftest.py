@@ -120,7 +120,8 @@ def someone(clone: Clone, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 
 def _state_of(jobs_json: str, job: str) -> str:
-    return next((row["state"] for row in json.loads(jobs_json) if row["job_id"] == job), "")
+    """The state of the job by its id or by its number (what sbatch printed: ``slurm_id``)."""
+    return next((row["state"] for row in json.loads(jobs_json) if job in (row["job_id"], row.get("slurm_id"))), "")
 
 
 def job_state(person: Person, job: str) -> str:
@@ -135,7 +136,7 @@ def wait_state(person: Person, job: str, *states: str, timeout: float = 90.0) ->
 
 
 def submitted_id(result: object) -> str:
-    """The job id ``horizon submit`` / ``sbatch`` printed (its last word)."""
+    """The job id ``horizon submit`` printed, or the number ``sbatch`` printed (its last word)."""
     return str(getattr(result, "out")).strip().split()[-1]
 
 

@@ -21,7 +21,9 @@ SLURM_COMMANDS = ("sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "scon
 # The doc's made-up job ids (ann's): each one in the shape Horizon gives ids, <user>-<date>-<time>-<6 hex>
 DOC_ID = re.compile(r"\b[a-z]+-\d{8}-\d{6}-[0-9a-f]+\b")
 REAL_ID = r"[A-Za-z0-9_.]+-\d{8}-\d{6}-[0-9a-f]{6}"
-FIRST_ID, SECOND_ID = "ann-20240310-153000-ab12cd", "ann-20240310-153512-77e0aa"
+# The doc's made-up job numbers (Slurm's job ids, which sbatch prints and the samples show): the real
+# ones replace them in the commands typed; in sample output any number stands for any
+FIRST_ID, SECOND_ID = "4213", "4214"
 _PIECES = re.compile(rf"(?P<id>{DOC_ID.pattern})|(?P<nodes>node-(?:\d+|\[[\d,-]+\]))|(?P<digits>\d+)|(?P<rule>-{{3,}})")
 
 

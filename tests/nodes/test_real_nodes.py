@@ -64,8 +64,10 @@ class Up:
         return json.loads(done.stdout)["job_id"]  # type: ignore[no-any-return]
 
     def rows(self) -> dict[str, dict]:
+        """Each job's row by its id and by its number (what sbatch printed)."""
         done = self.cli("jobs", "--json")
-        return {r["job_id"]: r for r in json.loads(done.stdout)} if done.returncode == 0 else {}
+        rows = json.loads(done.stdout) if done.returncode == 0 else []
+        return {**{r["slurm_id"]: r for r in rows if r.get("slurm_id")}, **{r["job_id"]: r for r in rows}}
 
     def wait_state(self, job_id: str, states: tuple[str, ...], timeout: float = 60) -> dict:
         deadline = time.time() + timeout

@@ -179,7 +179,7 @@ def _job_lines(row: dict[str, Any], job: dict[str, Any], prio: dict[str, Any]) -
         out.extend(_prediction_lines(events, a))
         out.extend(_attempt_files(events, a["attempt"], row["job_id"]))
         out.extend(drain_lines(events, a["attempt"]))
-        out.extend(_step_lines(job.get("steps") or [], a["attempt"], row["job_id"]))
+        out.extend(_step_lines(job.get("steps") or [], a["attempt"], row.get("slurm_id") or row["job_id"]))
     if events:
         out.append("  events:")
         for ev in events[-20:]:
@@ -224,7 +224,7 @@ def _duration(seconds: float) -> str:
 
 
 def _step_lines(steps: list[dict[str, Any]], attempt: int, job_id: str) -> list[str]:
-    """An attempt's job steps (each srun inside it), as sacct names them: ``JOB.N``."""
+    """An attempt's job steps (each srun inside it), as sacct names them: ``JOB.N`` (the job's number)."""
     lines = []
     for step in steps:
         if step.get("attempt") != attempt:

@@ -161,12 +161,19 @@ def _number(spec: dict[str, Any]) -> int:
 async def with_numbers_resolved(nc: Any, event: c.JobSubmitted) -> c.JobSubmitted:
     """``event`` with the dependencies it names by number (``afterok:4213``, ``afterok:4213_7``) named by
     the ids they stand for (``services/front/client/job_numbers.py``): the log's dependencies are on ids."""
+    from services.front.client.client import query
     from services.front.client.job_numbers import numbered, resolve_ids
 
     refs = [d.job_id for d in event.dependencies if numbered(d.job_id) is not None]
     if not refs:
         return event
     named = await resolve_ids(nc, refs)
+    for ref in refs:
+        # A number names a job already accepted: one that names none is refused, as Slurm's "Job dependency
+        # problem" (a job whose id is those digits, given with --job-id, is still named by its id).
+        if named[ref] == ref and (await query(nc, "job", {"job_id": ref, "limit": 0})).get("job") is None:
+            raise Failure(f"dependencies: no job {ref} (a job's number names a job already submitted; "
+                          f"squeue or horizon jobs shows the numbers)")
     deps = [msgspec.structs.replace(d, job_id=named.get(d.job_id, d.job_id)) for d in event.dependencies]
     return msgspec.structs.replace(event, dependencies=deps)
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from events.arrays import parse_array, task_id
 from events.resources import ResourceError
-from events.subjects import valid_token
+from events.subjects import valid_job_key, valid_token
 from services.front.client.problems import BadValue
 
 __all__ = ["SCANCEL_STATES", "scancel_targets"]
@@ -42,6 +42,6 @@ def _job_targets(text: str) -> list[str]:
         except ResourceError as exc:
             raise BadValue(f"{text!r}: {exc.problem}", "JOBID") from None
         return [task_id(m[1], i) for i in spec.indices]
-    if not valid_token(base):
+    if not valid_token(base) and not valid_job_key(base):  # acme:12: an operator's name of a tenant's job
         raise BadValue(f"{text!r} is not a job id", "JOBID")
     return [base]
