@@ -3,7 +3,9 @@ Horizon's), its array task, and the checkpoint an earlier attempt left. Pure.
 
 Every backend gives its jobs this environment (the process executor whole; the Slurm backend the
 ``HORIZON_*`` part, Slurm setting its own), and the job steps give each task its share of it
-(``services/domain/steps.py``).
+(``services/domain/steps.py``). It goes over what the job starts from: the submitting shell's
+environment as sbatch's ``--export`` took it (``spec.submit_env``: over the node's PATH and locale and
+the running user's identity, ``identity.submitted_environment``), else the node agent's own.
 """
 
 from __future__ import annotations

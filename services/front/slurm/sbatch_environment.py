@@ -9,7 +9,8 @@ What a job starts from (``JobSubmitted.submit_env``), as Slurm's ``--export`` sa
   environment on the node (``--get-user-env``); Horizon runs no login shell: the job starts from the
   node's ``PATH`` and locale and the running user's ``HOME``, ``USER``, ``LOGNAME`` and ``SHELL``
   (``services/nodes/backends/process/identity.py``), as every job that carries a submitting environment;
-* ``VAR1,VAR2=value``: those (``VAR1`` with the shell's value) and the shell's ``SLURM_*``;
+* ``VAR1,VAR2=value``: those (``VAR1`` as the shell has it, whatever ``captured`` would leave: it was
+  asked for) and the shell's ``SLURM_*``; with ``--export-file``, the file's variables too (Slurm's);
 * ``--export-file=FILE`` (or a descriptor number from 3 on): ``NAME=value`` entries separated by NUL
   characters (``env -0``) take the place of the shell's environment; with ``NONE`` nothing of them.
 
