@@ -51,6 +51,7 @@ async def _ended(url: str, ref: str, timeout: float = 60) -> str:
 
 async def test_the_number_is_printed_shown_and_taken_by_every_command(nats_server, tmp_path, monkeypatch):
     monkeypatch.setenv("HORIZON_NATS_URL", nats_server.url)  # scontrol's (it takes no --nats)
+    monkeypatch.chdir(tmp_path)  # sbatch's default slurm-%j.out goes where it runs
     stack = Stack(nats_server.url, tmp_path / "stack", nodes=local_nodes(1, gpus_per_node=2), executor="process")
     await stack.start()
     url = nats_server.url
