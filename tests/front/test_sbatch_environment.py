@@ -143,6 +143,18 @@ def test_a_bad_or_unsupported_variable_is_named():
     assert warnings and warnings[0].startswith("environment: SLURM_HINT: no effect here")
 
 
+def test_slurm_exit_error_is_sbatchs_exit_code_when_it_fails():
+    from click.testing import CliRunner
+
+    from services.front.cli.main import cli
+
+    failed = CliRunner().invoke(cli, ["sbatch", "--dry-run", "--clusters=c2", "--wrap", "true"],
+                                env={"SLURM_EXIT_ERROR": "7"})
+    assert failed.exit_code == 7 and "--clusters: not supported" in failed.stderr
+    assert CliRunner().invoke(cli, ["sbatch", "--dry-run", "--clusters=c2", "--wrap", "true"],
+                              env={"SLURM_EXIT_ERROR": "x"}).exit_code == 1
+
+
 def test_srun_takes_its_export_from_the_job():
     assert parse_srun(["x"], {"SLURM_EXPORT_ENV": "NONE"}).request == {"export": "NONE"}
     assert parse_srun(["x"], {"SLURM_EXPORT_ENV": "NONE", "SRUN_EXPORT_ENV": "ALL"}).request == {"export": "ALL"}

@@ -50,7 +50,7 @@ def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, st
         try:
             text = Path(path).read_text(errors="replace")
         except OSError as exc:
-            raise click.ClickException(f"cannot read {script[0]}: {exc.strerror}") from None
+            raise _failed(f"cannot read {script[0]}: {exc.strerror}") from None
     user = default_user()
     defaults = SbatchDefaults(user=user, workdir=os.getcwd(), script_path=path, script_args=tuple(script_args),
                               submit_host=socket.gethostname(),
@@ -62,7 +62,7 @@ def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, st
                                  flags=flags)
     except SbatchError as exc:
         name = script[0] if script else "--wrap"
-        raise click.ClickException(f"{name}: " + str(exc)) from None
+        raise _failed(f"{name}: " + str(exc)) from None
     for flag in flags:  # #SBATCH --parsable, -Q, -v: the command's output, as on its command line
         ours.setdefault(flag, True)
     tenant = ours.get("tenant") or tenant_for(ours.get("nats"))  # a tenant's URL names its tenant (up --auth)
@@ -83,6 +83,18 @@ def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, st
     event = c.JobSubmitted(ts=time.time(), source="horizon-sbatch", correlation_id=job_id, job_id=job_id,
                            tenant=tenant, **fields)
     return ours, event, text, notes
+
+
+def _failed(message: str) -> click.ClickException:
+    """The error sbatch ends with, its exit code ``$SLURM_EXIT_ERROR`` when that is a number other than 0
+    (as Slurm's, so that a script tells sbatch's failure from its own), else 1."""
+    error = click.ClickException(message)
+    try:
+        code = int(os.environ.get("SLURM_EXIT_ERROR", "1"))
+    except ValueError:
+        code = 1
+    error.exit_code = code or 1
+    return error
 
 
 def _read_export_file(text: str) -> bytes:
@@ -163,11 +175,11 @@ def sbatch(args: tuple[str, ...]) -> None:
     if result["state"] == "REJECTED":
         if ours.get("json"):
             click.echo(json.dumps(result))
-        raise click.ClickException(f"job {event.job_id} rejected: {result['reason']}")
+        raise _failed(f"job {event.job_id} rejected: {result['reason']}")
     if result["state"] == "SUBMITTED" and not ours.get("no-wait"):
         if ours.get("json"):
             click.echo(json.dumps(result))
-        raise click.ClickException(f"job {event.job_id}: {result['reason']}")
+        raise _failed(f"job {event.job_id}: {result['reason']}")
     # The job's number, as Slurm's sbatch prints its job id (what submitit, dask-jobqueue, Parsl and
     # Snakemake read); the id for a Horizon that gives none, or when it gave no verdict (--no-wait).
     shown = str(result.get("number") or event.job_id)
