@@ -234,8 +234,9 @@ class HorizonUp:
             time.sleep(every)
 
     def state(self, job_id: str) -> str | None:
+        """The state of the job by its id or by its number (what sbatch printed)."""
         rows = self.json("jobs")
-        return next((row["state"] for row in rows if row["job_id"] == job_id), None)
+        return next((row["state"] for row in rows if job_id in (row["job_id"], row.get("slurm_id"))), None)
 
     def stop(self) -> None:
         import signal

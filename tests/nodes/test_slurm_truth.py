@@ -251,7 +251,8 @@ def test_jobs_run_in_slurm_under_their_account_and_qos(tmp_path: Path) -> None:
             up.until(lambda: len(up.jobs()) == 3 and all(j["state"] in FINAL for j in up.jobs().values()))
             assert {j["state"] for j in up.jobs().values()} == {"SUCCEEDED"}, up.jobs()
             by_job = {key[0]: record for key, record in up.slurm_jobs().items()}
-            high, nosuch = by_job[jobs["high"]], by_job[jobs["nosuch"]]
+            ids = {j["slurm_id"]: job_id for job_id, j in up.jobs().items()}  # sbatch printed the job's number
+            high, nosuch = by_job[ids[jobs["high"]]], by_job[ids[jobs["nosuch"]]]
             assert (high["Account"], high["QOS"]) == ("ml", "high"), high
             assert (nosuch["Account"], nosuch["QOS"]) == ("ml", "normal"), nosuch
             assert by_job[plain]["Account"] != "ml"  # Horizon's default account: Slurm's default for the user

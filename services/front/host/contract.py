@@ -155,6 +155,15 @@ _JOB_ID: Schema = {"type": "string", "description": "The job's id: for a tenant'
                    "for an operator's the log's key (`acme:g-1` under accounts)."}
 
 
+# A job row's number (services/domain/job_numbers.py), as Slurm's commands show it too.
+_NUMBERS: dict[str, Schema] = {
+    "number": {"type": ["integer", "null"], "minimum": 1, "description": "Its number, Slurm's job id (`4213`; an "
+               "array task's own); `null` for a job from before numbers."},
+    "slurm_id": {"type": ["string", "null"], "description": "The id Slurm's commands show: `4213`, or `4213_7` for "
+                 "task 7 of array 4213 (an operator's view: `acme:4213` for a tenant's); `null` without a number."},
+}
+
+
 def _attempt_row(jobs_sql: str, allocation: Schema) -> Schema:
     """One of ``horizon.query.job``'s ``attempts``: the table's row in its job row's words."""
     columns = [c for c in job_rows.ATTEMPT_COLUMNS if c not in ("updated_seq", "nodes")]
@@ -181,11 +190,7 @@ def view_reply_schemas() -> dict[str, Schema]:
              "JobStepStarted and JobStepEnded, by attempt and step."}
     job_row = _row(jobs_sql, "jobs", [c for c in job_rows.COLUMNS if c not in ("spec", "class_rank", "number_key")],
                    json={"allocation": allocation},
-                   extra={"job_id": _JOB_ID,
-                          "number": {"type": ["integer", "null"], "minimum": 1, "description": "Its number, Slurm's "
-                                     "job id (`4213`; an array task's own); `null` for a job from before numbers."},
-                          "slurm_id": {"type": ["string", "null"], "description": "The id Slurm's commands show: "
-                                       "`4213`, or `4213_7` for task 7 of array 4213; `null` without a number."},
+                   extra={"job_id": _JOB_ID, **_NUMBERS,
                           "node": {"type": ["string", "null"], "description": "The nodes the current attempt holds "
                                    "or last held, comma-separated; `null` before it was placed."},
                           "nodes": {"type": ["integer", "null"], "minimum": 1, "description": "How many nodes it "
