@@ -137,7 +137,8 @@ class Lifecycle:
 
 lifecycle_options = _group(
     Lifecycle, "lifecycle",
-    click.option("--time", "time_limit", default=None, help="Time limit: 90, 10m, 2h, 1-00:00:00 (default 1h)."),
+    click.option("--time", "time_limit", default=None, help="Time limit: 90, 10m, 2h, 1-00:00:00 (default 1h; 0: "
+                                                            "none, i.e. the partition's MaxTime, else the most)."),
     click.option("--priority-class", default="normal", show_default=True,
                  type=click.Choice(list(c.PRIORITY_CLASSES))),
     click.option("--checkpoint-signal", "checkpoint", default=None, metavar="SIG[@SECONDS]",
