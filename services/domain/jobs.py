@@ -361,6 +361,15 @@ class _SharedEnvironment(dict):  # type: ignore[type-arg]
 
     __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = __ior__ = _read_only  # type: ignore[assignment]
 
+    def __copy__(self) -> _SharedEnvironment:  # read-only: a copy is itself
+        return self
+
+    def __deepcopy__(self, _memo: object) -> _SharedEnvironment:
+        return self
+
+    def __reduce__(self) -> tuple[type, tuple[dict[str, str]]]:  # pickled as the plain map it holds
+        return (dict, (dict(self),))
+
 
 # Content hash -> the one map of that content that some spec still holds (gone with the last of them).
 _ENVIRONMENTS: weakref.WeakValueDictionary[int, _SharedEnvironment] = weakref.WeakValueDictionary()

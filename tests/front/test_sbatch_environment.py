@@ -7,7 +7,9 @@ test's making against a real nats-server and a real agent running the script."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
+import pickle
 import pwd
 import sys
 from pathlib import Path
@@ -171,6 +173,8 @@ def test_the_spec_carries_it_and_equal_ones_are_held_once():
     again = compact(dict(admit(c.JobSubmitted(job_id="k", tenant="acme", **fields()), subject_tenant="acme",
                                gpu_models=set()))["k"])
     assert first.submit_env == made["submit_env"] and first.submit_env is again.submit_env
+    assert copy.deepcopy(first).submit_env == first.submit_env  # read-only, yet copied and pickled as a map
+    assert pickle.loads(pickle.dumps(first)).submit_env == first.submit_env
     # horizon submit carries none: its job starts from the node agent's environment, as before
     assert compact(dict(admit(c.JobSubmitted(job_id="s", tenant="acme", command=["true"]), subject_tenant="acme",
                               gpu_models=set()))["s"]).submit_env is None
