@@ -82,6 +82,13 @@ def test_a_list_names_what_is_copied():
     assert "comes first" in _problems("--export=MODE=x,ALL")
 
 
+def test_a_value_with_commas_is_quoted_as_slurm_reads_it():
+    # Slurm's find_quote_token: commas inside quotes do not cut; a token quoted whole loses its quotes
+    assert fields("", "--export=ALL,'LIST=a,b',Q=\"x,y\"")["submit_env"]["LIST"] == "a,b"
+    assert fields("", "--export=ALL,'LIST=a,b',Q=\"x,y\"")["submit_env"]["Q"] == '"x,y"'
+    assert "'2' is not a variable name" in _problems("", "--export=LIST=1,2")  # unquoted: two items
+
+
 def test_export_file_takes_the_place_of_the_shell():
     data = b"A=1\0B=two words\nand a line\0HOSTNAME=x\0DISPLAY=:0\0\0C=after the end\0"
     read = {"vars.env": data, "lines.env": b"A=1\nB=2\n"}.get

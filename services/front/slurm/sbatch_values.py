@@ -59,8 +59,25 @@ def array_spec(text: str) -> str:
     return text.strip()
 
 
+def _quote_tokens(text: str) -> list[str]:
+    """``--export``'s items as Slurm's ``find_quote_token`` cuts them: at commas outside quotes; a token
+    quoted whole loses its quotes (``'A=1,2'`` is ``A=1,2``), others keep theirs (``A="1,2"``)."""
+    tokens, start, quote = [], 0, ""
+    for i, ch in enumerate(text + ","):
+        if ch in "'\"" and i < len(text):
+            quote = "" if quote == ch else (quote or ch)
+        elif ch == "," and not quote or i == len(text):
+            token = text[start:i]
+            if len(token) >= 2 and token[0] == token[-1] and token[0] in "'\"":
+                token = token[1:-1]
+            tokens.append(token)
+            start = i + 1
+    return tokens
+
+
 def export_list(text: str) -> list[tuple[str, str | None]]:
-    items = [x.strip() for x in text.split(",") if x.strip()]
+    """``--export``: ``[]`` for NONE or NIL, else ``(name, value or None)`` items, ``("ALL", None)`` first."""
+    items = [x.strip() for x in _quote_tokens(text) if x.strip()]
     if not items:
         raise Problem("is empty")
     if items[0].upper() in ("NONE", "NIL") and len(items) == 1:
