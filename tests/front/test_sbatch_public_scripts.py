@@ -213,3 +213,9 @@ def test_an_exclusive_job_leaves_its_gpu_count_to_its_node():
 torchrun --nproc_per_node=4 train.py
 """)
     assert fields["exclusive"] is True and "SLURM_GPUS_ON_NODE" not in fields["env"]
+
+
+def test_ntasks_per_gpu_with_tasks_and_a_nodes_gpus_fills_nodes_by_their_gpus():
+    # -n 4 --ntasks-per-gpu=1 --gres=gpu:2: four GPUs, two a node, so two nodes of two tasks, a GPU each
+    fields, _ = read("#!/bin/bash\n#SBATCH -n 4\n#SBATCH --gres=gpu:2\n#SBATCH --ntasks-per-gpu=1\nsrun ./a.out\n")
+    assert shape(fields) == (2, 2, None, False) and fields["resources"].gpus == 1

@@ -158,7 +158,7 @@ def _tasks_shape(g: Given, base: Shape, ntasks: int, nodes: int | None, per_node
     if nodes is None and per_node is None and ntasks == 1:
         return base  # one task: one node, nothing to spread
     if nodes is None and per_node is None:
-        per_node = _tasks_by_gpus(g)  # --gres=gpu:4 --gpus-per-task=1: 4 tasks a node
+        per_node = _tasks_by_gpus(g, base.per_gpu)  # --gres=gpu:4 --gpus-per-task=1: 4 tasks a node
         needs_nodes = ("gpus" in g or ("cpus-per-gpu" in g and "gpus-per-task" not in g)
                        or (base.per_gpu or 1) > 1)
         if per_node is None and not needs_nodes:
@@ -202,10 +202,15 @@ def _ntasks_per_gpu(g: Given, min_nodes: int | None, per_node: int | None) -> in
     return per_gpu
 
 
-def _tasks_by_gpus(g: Given) -> int | None:
+def _tasks_by_gpus(g: Given, per_gpu: int | None) -> int | None:
     """The tasks a node holds when its GPUs (``--gres``, ``--gpus-per-node``) and each task's
-    (``--gpus-per-task``) are both given; None otherwise (or if they do not divide: step 2 says so)."""
-    if "gpus-per-task" not in g or not ("gres" in g or "gpus-per-node" in g):
+    (``--gpus-per-task``), or the tasks of a GPU (``--ntasks-per-gpu``), are both given; None otherwise
+    (or if they do not divide: step 2 says so)."""
+    if not ("gres" in g or "gpus-per-node" in g):
+        return None
+    if per_gpu is not None:
+        return _node_gpus(g, 1) * per_gpu or None
+    if "gpus-per-task" not in g:
         return None
     try:
         each = gpu_spec(g["gpus-per-task"].value or "", "GPUs")[1]
