@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from services.front.client.problems import BadValue
 
-__all__ = ["BACKENDS", "parse_backends", "shared_names", "describe_backends"]
+__all__ = ["BACKENDS", "parse_backends", "shared_names"]
 
 BACKENDS = ("agent", "slurm", "kubernetes")  # in the order ``up`` starts them (the agent last: see launch.py)
 
@@ -51,7 +51,3 @@ def shared_names(offered: Mapping[str, Iterable[str]]) -> str | None:
     return (f"two backends offer nodes of the same name: {', '.join(clashes)}; a node is one backend's. "
             "Name the agent's node apart (horizon service agent --node-name NAME) or leave one backend out")
 
-
-def describe_backends(parts: Mapping[str, str]) -> str:
-    """What runs the jobs, as ``up`` says it: each backend's words, joined (one backend: its words alone)."""
-    return "; ".join(parts.values())
