@@ -44,3 +44,30 @@ def test_up_says_what_is_wrong_with_the_backends(tmp_path: Path) -> None:
         done = CliRunner().invoke(cli, ["up", "--data-dir", str(tmp_path / "d"), *args])
         assert done.exit_code == 2 and said in done.output, (args, done.output)
         assert not (tmp_path / "d").exists()  # said before anything was touched
+
+
+def test_up_stops_before_its_agent_registers_a_node_another_backend_offers() -> None:
+    """``up`` starts its agent last (launch._start_agent): a node name Slurm already offers is a failure
+    said before the agent registers anything; apart, every node is offered, the agent's first."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from services.front.client.problems import Failure
+    from services.front.host.launch import _start_agent
+    from services.nodes.spec import NodeSpec
+
+    started: list[str] = []
+
+    def stack(slurm_nodes: list[str]) -> SimpleNamespace:
+        async def start_agent() -> None:
+            started.append("agent")
+        backend = SimpleNamespace(agent=SimpleNamespace(nodes={n: NodeSpec(n, 4000, 1 << 30, backend="slurm")
+                                                              for n in slurm_nodes}))
+        return SimpleNamespace(parts={"slurm": SimpleNamespace(obj=backend)}, nodes=[], start_agent=start_agent)
+
+    mine = [NodeSpec("gpu01", 2000, 1 << 30)]
+    with pytest.raises(Failure) as info:
+        asyncio.run(_start_agent(stack(["gpu01", "gpu02"]), mine, "process"))  # type: ignore[arg-type]
+    assert "gpu01 (slurm and agent)" in str(info.value) and started == []
+    nodes, executors = asyncio.run(_start_agent(stack(["s1"]), mine, "process"))  # type: ignore[arg-type]
+    assert [n.name for n in nodes] == ["gpu01", "s1"] and executors == ["process", "slurm"] and started == ["agent"]
