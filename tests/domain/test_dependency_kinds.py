@@ -40,7 +40,7 @@ def test_after_checkpoint_waits_for_the_first_checkpoint_and_stays_met_after_the
     _run(f, "train", 1)
     assert f.settle() == []
     eval_job = f.state.jobs.get("eval")
-    assert f.core.waiting(f.state, eval_job) == ("dependency", "waiting for train's first checkpoint (after-checkpoint)")
+    assert f.core.waiting(f.state, eval_job)[:2] == ("dependency", "waiting for train's first checkpoint (after-checkpoint)")
     f.evt("agent", c.JobCheckpointed(job_id="train", attempt=1, checkpoint_ref="s3://ck/1"))
     [second] = f.settle()
     assert second.candidates == ["eval"]
