@@ -104,10 +104,10 @@ def test_a_long_reason_is_one_line_in_tables_and_whole_in_show_and_json(up):
     assert ended(up, job) == "CANCELLED"
     [line] = [line for line in up.run("jobs").stdout.splitlines() if line.split()[:1] == [job]]
     assert "… RuntimeError: CUDA error: out of memory" in line and "File" not in line
-    [sacct] = [line for line in up.run("sacct", "-j", job, "--format", "JobID,State,Reason").stdout.splitlines()
-               if line.split()[:1] == [job]]
-    assert sacct.rstrip().endswith("… RuntimeError: CUDA error: out of memory")
     [row] = [row for row in up.json("jobs") if row["job_id"] == job]
+    [sacct] = [line for line in up.run("sacct", "-j", job, "--format", "JobID,State,Reason").stdout.splitlines()
+               if line.split()[:1] == [row["slurm_id"]]]  # sacct's JobID is the job's number
+    assert sacct.rstrip().endswith("… RuntimeError: CUDA error: out of memory")
     assert {"job_id", "state", "reason"} <= set(row) and row["state"] == "CANCELLED"
     assert "RuntimeError: CUDA error: out of memory" in row["reason"] and "\n" in row["reason"]  # whole
     shown = up.run("show", job).stdout

@@ -78,8 +78,9 @@ class TwoAgents:
 
 
 def _job(job_id: str, script: str, work: Path, **fields) -> tuple[str, bytes, str]:
-    body = {"command": ["bash", "-c", script], "nodes": 2, "tasks_per_node": 2, "cwd": str(work),
-            "stdout": str(work / "%j.out"), "resources": {"cpus": 2, "memory": "256Mi", "gpus": 1},
+    # its output in <job_id>.out: named by the job's name (%x), %j being its number
+    body = {"command": ["bash", "-c", script], "nodes": 2, "tasks_per_node": 2, "cwd": str(work), "name": job_id,
+            "stdout": str(work / "%x.out"), "resources": {"cpus": 2, "memory": "256Mi", "gpus": 1},
             "time_limit_s": 120}
     body.update(fields)
     return ("horizon.in.acme.submit", job_json(job_id, **body), job_id)

@@ -207,13 +207,15 @@ def jobs(nats_url: str, states: tuple[str, ...], tenant: str | None, account: st
         click.echo(json.dumps(body["jobs"]))
         return
     table = Table(box=None, header_style="bold")
-    for col in ("JOBID", "NUMBER", "NAME", "USER", "STATE", "CLASS", "GPUS", "NODE[DEVICES]", "EXIT"):
+    # NUMBER: Slurm's job id (4213, 4213_7 for a task; services/domain/job_numbers.py), after the columns
+    # scripts have read by position
+    for col in ("JOBID", "NAME", "USER", "STATE", "CLASS", "GPUS", "NODE[DEVICES]", "EXIT", "NUMBER"):
         table.add_column(col)
     _reason_column(table)
-    for row in body["jobs"]:  # NUMBER: Slurm's job id (4213, 4213_7 for a task; services/domain/job_numbers.py)
-        table.add_row(row["job_id"], row.get("slurm_id") or "-", row["name"] or "", row["user"] or "", row["state"],
-                      row["priority_class"] or "",
+    for row in body["jobs"]:
+        table.add_row(row["job_id"], row["name"] or "", row["user"] or "", row["state"], row["priority_class"] or "",
                       _gpus(row), _devices(row), "" if row["exit_code"] is None else str(row["exit_code"]),
+                      row.get("slurm_id") or "-",
                       summary(row["reason"]))
     console().print(table)
     if offset or len(body["jobs"]) < body.get("total", 0):

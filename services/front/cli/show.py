@@ -89,11 +89,10 @@ def _array_lines(array_id: str, tasks: list[dict[str, Any]]) -> list[str]:
            f"  each task: {_resources(first)}",
            "  tasks (horizon show ID_N for one, horizon logs " + array_id + " for their output):"]
     width = max(len(task["job_id"]) for task in tasks)
-    numbers = max(len(task.get("slurm_id") or "") for task in tasks)  # each task's number, 4213_7
     for task in tasks:
         code = task.get("exit_code")
-        out.append(f"    {task['job_id']:<{width}}  {task.get('slurm_id') or '':<{numbers}} {task['state']:<10} "
-                   f"{task.get('node') or '-'}"
+        out.append(f"    {task['job_id']:<{width}}  {task['state']:<10} {task.get('node') or '-'}"
+                   f"{'  number ' + task['slurm_id'] if task.get('slurm_id') else ''}"
                    f"{'  exit ' + str(code) if code not in (None, 0) else ''}"
                    f"{'  ' + summary(task['reason']) if task.get('reason') else ''}")
     return out
