@@ -219,3 +219,28 @@ def test_ntasks_per_gpu_with_tasks_and_a_nodes_gpus_fills_nodes_by_their_gpus():
     # -n 4 --ntasks-per-gpu=1 --gres=gpu:2: four GPUs, two a node, so two nodes of two tasks, a GPU each
     fields, _ = read("#!/bin/bash\n#SBATCH -n 4\n#SBATCH --gres=gpu:2\n#SBATCH --ntasks-per-gpu=1\nsrun ./a.out\n")
     assert shape(fields) == (2, 2, None, False) and fields["resources"].gpus == 1
+
+
+def test_the_mpi_scripts_128_tasks_are_accepted_on_three_48_cpu_nodes():
+    # the script's own lines through sbatch and submission (pure): what `horizon sbatch` would submit and
+    # what the submission service accepts on a cluster of 48-CPU nodes
+    from events import catalogue as c
+    from services.submission.capacity import Capacity
+    from services.submission.normalise import normalise
+    from tests.helpers import node
+
+    fields, _ = read("""
+#!/bin/bash
+#SBATCH --job-name=lammps
+#SBATCH -n 128
+#SBATCH --mem-per-cpu=2G
+#SBATCH -t 12:00:00
+srun lmp -in in.lj
+""")
+    capacity = Capacity()
+    for i in range(4):
+        capacity.apply(node(f"c{i}", gpus=0, cpus=48, memory=192 << 30))
+    spec = normalise(c.JobSubmitted(job_id="lammps", tenant="acme", **fields), subject_tenant="acme",
+                     gpu_models=set(), capacity=capacity)
+    assert (spec.nodes, spec.tasks_per_node, spec.ntasks, spec.memory_bytes) == (3, 43, 128, 2 << 30)
+    assert spec.time_limit_s == 12 * 3600
