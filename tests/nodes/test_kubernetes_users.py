@@ -136,101 +136,101 @@ class UsersUp(KubeUp):
 def test_a_kubectl_job_with_schedulername_horizon_runs_where_horizon_places_it(
         tmp_path: Path, kubernetes_cluster: KubernetesCluster) -> None:
     k = kubernetes_cluster
-    for namespace in ("team-a", "team-q"):
+    for namespace in ("pods-a", "pods-q"):
         k.kubectl_run("create", "namespace", namespace, check=False)
-    # team-q may request 1 CPU: a Horizon job of that account holds it, so its pod below waits in Horizon
-    # (Kubernetes itself admits the pod: nothing else of team-q's namespace requests CPU)
-    apply(k, {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "compute", "namespace": "team-q"},
+    # pods-q may request 1 CPU: a Horizon job of that account holds it, so its pod below waits in Horizon
+    # (Kubernetes itself admits the pod: nothing else of pods-q's namespace requests CPU)
+    apply(k, {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "compute", "namespace": "pods-q"},
               "spec": {"hard": {"requests.cpu": "1"}}})
     up = UsersUp(tmp_path / "data", k, "hz-users")
     up.start()
     try:
         # 1. a batch/v1 Job of two pods, as a user writes it for Kueue, with Horizon's scheduler name
-        apply(k, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "hello", "namespace": "team-a"},
+        apply(k, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "hello", "namespace": "pods-a"},
                   "spec": {"parallelism": 2, "completions": 2, "backoffLimit": 0, "template": {
-                      "metadata": {"labels": {admission.QUEUE_LABEL: "team-a"}},
+                      "metadata": {"labels": {admission.QUEUE_LABEL: "pods-a"}},
                       "spec": {"schedulerName": "horizon", "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
                                "containers": [{"name": "hello", "image": "busybox:1.35", "imagePullPolicy": "IfNotPresent",
                                                "command": ["sh", "-c", "echo hello from $(hostname)"],
                                                "resources": {"requests": {"cpu": "250m", "memory": "32Mi"}}}]}}}})
-        until("the Job's two pods succeeded", lambda: (k.get("job", "hello", "-n", "team-a").get("status") or {})
+        until("the Job's two pods succeeded", lambda: (k.get("job", "hello", "-n", "pods-a").get("status") or {})
               .get("succeeded") == 2, say=lambda: up.log()[-3000:])
-        pods = [p for p in k.get("pods", "-n", "team-a", "-l", "job-name=hello")["items"]]
-        rows = job_rows(up, "team-a")
+        pods = [p for p in k.get("pods", "-n", "pods-a", "-l", "job-name=hello")["items"]]
+        rows = job_rows(up, "pods-a")
         assert len(pods) == 2 and len(rows) == 2
         for pod in pods:
             name = pod["metadata"]["name"]
-            [job] = [j for j in rows if j.startswith(f"k8s-team-a-{name}-")]
+            [job] = [j for j in rows if j.startswith(f"k8s-pods-a-{name}-")]
             assert rows[job]["state"] == "SUCCEEDED" and rows[job]["node"] == pod["spec"]["nodeName"] == "localhost"
-            assert (rows[job]["tenant"], rows[job]["account"]) == ("team-a", "team-a")
-            assert k.kubectl_run("logs", "-n", "team-a", name).strip() == f"hello from {name}"
+            assert (rows[job]["tenant"], rows[job]["account"]) == ("pods-a", "pods-a")
+            assert k.kubectl_run("logs", "-n", "pods-a", name).strip() == f"hello from {name}"
             assert pod["metadata"]["annotations"][core.ANNOTATION_JOB] == job  # bound by Horizon, marked as its
-            assert up.bindings()[f"team-a/{name}"] == 1
+            assert up.bindings()[f"pods-a/{name}"] == 1
 
         # 2. a pod over its namespace's ResourceQuota (as Horizon counts the account) waits, the quota named
-        holder = up.submit("--account", "team-q", "--cpus", "1", "--mem", "32M", "--", "sh", "-c", "sleep 12")
+        holder = up.submit("--account", "pods-q", "--cpus", "1", "--mem", "32M", "--", "sh", "-c", "sleep 12")
         up.wait_state(holder, ("RUNNING",), timeout=90)
-        apply(k, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "over", "namespace": "team-q",
-                                                                  "labels": {admission.QUEUE_LABEL: "team-q"}},
+        apply(k, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "over", "namespace": "pods-q",
+                                                                  "labels": {admission.QUEUE_LABEL: "pods-q"}},
                   "spec": {"schedulerName": "horizon", "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
                            "containers": [{"name": "c", "image": "busybox:1.35", "imagePullPolicy": "IfNotPresent",
                                            "command": ["echo", "after the quota"],
                                            "resources": {"requests": {"cpu": "500m", "memory": "32Mi"}}}]}})
         why = until("the pod's condition naming the quota",
-                    lambda: "ResourceQuota team-q/compute" in (m := condition(k, "team-q", "over")) and m,
-                    say=lambda: f"{condition(k, 'team-q', 'over')}\n{up.log()[-2000:]}")
-        assert why.startswith("Horizon: job k8s-team-q-over-") and "pending" in why
-        pod = k.get("pod", "over", "-n", "team-q")
+                    lambda: "ResourceQuota pods-q/compute" in (m := condition(k, "pods-q", "over")) and m,
+                    say=lambda: f"{condition(k, 'pods-q', 'over')}\n{up.log()[-2000:]}")
+        assert why.startswith("Horizon: job k8s-pods-q-over-") and "pending" in why
+        pod = k.get("pod", "over", "-n", "pods-q")
         assert pod["status"]["phase"] == "Pending" and not pod["spec"].get("nodeName")
-        until("the pod ran once the quota had room", lambda: k.get("pod", "over", "-n", "team-q")["status"]
+        until("the pod ran once the quota had room", lambda: k.get("pod", "over", "-n", "pods-q")["status"]
               .get("phase") == "Succeeded", timeout=120, say=lambda: up.log()[-3000:])
-        assert k.kubectl_run("logs", "-n", "team-q", "over").strip() == "after the quota"
+        assert k.kubectl_run("logs", "-n", "pods-q", "over").strip() == "after the quota"
 
         # 3. a pod group of two: one gang of two nodes, bound all at once; on a one-node cluster it is
         # refused, the reason on its pods
-        group = {admission.QUEUE_LABEL: "team-a", admission.GROUP_LABEL: "pair"}
+        group = {admission.QUEUE_LABEL: "pods-a", admission.GROUP_LABEL: "pair"}
         for i in range(2):
-            apply(k, pod_body(f"pair-{i}", "team-a", "100m", ["true"], labels=group, notes={admission.GROUP_COUNT: "2"}))
+            apply(k, pod_body(f"pair-{i}", "pods-a", "100m", ["true"], labels=group, notes={admission.GROUP_COUNT: "2"}))
             if i == 0:
-                until("the first pod waits for its group", lambda: "1 of its 2 pods exist" in condition(k, "team-a", "pair-0"))
-        gang = until("the group's job", lambda: [j for j in job_rows(up, "team-a") if j.startswith("k8s-team-a-pair-")])
+                until("the first pod waits for its group", lambda: "1 of its 2 pods exist" in condition(k, "pods-a", "pair-0"))
+        gang = until("the group's job", lambda: [j for j in job_rows(up, "pods-a") if j.startswith("k8s-pods-a-pair-")])
         if len(k.get("nodes")["items"]) == 1:
-            message = until("the gang's reason", lambda: "REJECTED" in (m := condition(k, "team-a", "pair-1")) and m)
+            message = until("the gang's reason", lambda: "REJECTED" in (m := condition(k, "pods-a", "pair-1")) and m)
             assert message == f"Horizon: job {gang[0]} REJECTED: nodes: 2 nodes of 0.1 CPUs and 16Mi memory each; " \
                               "only 1 registered node could hold one"
-            assert k.get("pod", "pair-0", "-n", "team-a")["status"]["conditions"][0]["reason"] == "HorizonRejected"
+            assert k.get("pod", "pair-0", "-n", "pods-a")["status"]["conditions"][0]["reason"] == "HorizonRejected"
         else:
             up.wait_state(gang[0], ("SUCCEEDED",), timeout=90)
-            assert len({k.get("pod", f"pair-{i}", "-n", "team-a")["spec"]["nodeName"] for i in range(2)}) == 2
+            assert len({k.get("pod", f"pair-{i}", "-n", "pods-a")["spec"]["nodeName"] for i in range(2)}) == 2
 
         # 4. a pod deleted while its job waits cancels the job
         cpus = core.quantity(k.get("node", "localhost")["status"]["allocatable"]["cpu"], 1000)
         holder = up.submit("--cpus", "0.5", "--mem", "32M", "--", "sh", "-c", "sleep 30")
         up.wait_state(holder, ("RUNNING",), timeout=90)
-        apply(k, pod_body("whole", "team-a", f"{cpus}m", ["true"]))
-        job = until("the waiting pod's job", lambda: [j for j in job_rows(up, "team-a") if j.startswith("k8s-team-a-whole-")])[0]
-        until("its why", lambda: "CPUs" in condition(k, "team-a", "whole"), say=lambda: condition(k, "team-a", "whole"))
-        k.kubectl_run("delete", "pod", "whole", "-n", "team-a", "--wait")
+        apply(k, pod_body("whole", "pods-a", f"{cpus}m", ["true"]))
+        job = until("the waiting pod's job", lambda: [j for j in job_rows(up, "pods-a") if j.startswith("k8s-pods-a-whole-")])[0]
+        until("its why", lambda: "CPUs" in condition(k, "pods-a", "whole"), say=lambda: condition(k, "pods-a", "whole"))
+        k.kubectl_run("delete", "pod", "whole", "-n", "pods-a", "--wait")
         row = up.wait_state(job, ("CANCELLED",), timeout=60)
-        assert row["reason"] == "its pod team-a/whole was deleted in Kubernetes"
+        assert row["reason"] == "its pod pods-a/whole was deleted in Kubernetes"
         assert up.cli("cancel", holder).returncode == 0
         up.wait_state(holder, ("CANCELLED",), timeout=60)
 
         # 5. preemption: a high-class pod takes the room of a running normal one, whose pod is deleted
         # (SIGTERM first); it is not requeued (a pod is bound once): its job ends PREEMPTED
-        apply(k, pod_body("victim", "team-a", f"{cpus - 250}m", ["sh", "-c", 'trap "exit 143" TERM; sleep 300 & wait']))
-        victim = until("the victim's job", lambda: [j for j in job_rows(up, "team-a") if j.startswith("k8s-team-a-victim-")])[0]
+        apply(k, pod_body("victim", "pods-a", f"{cpus - 250}m", ["sh", "-c", 'trap "exit 143" TERM; sleep 300 & wait']))
+        victim = until("the victim's job", lambda: [j for j in job_rows(up, "pods-a") if j.startswith("k8s-pods-a-victim-")])[0]
         up.wait_state(victim, ("RUNNING",), timeout=90)
-        apply(k, pod_body("boss", "team-a", "500m", ["echo", "boss"], labels={admission.PRIORITY_LABEL: "high"}))
-        boss = until("the boss's job", lambda: [j for j in job_rows(up, "team-a") if j.startswith("k8s-team-a-boss-")])[0]
+        apply(k, pod_body("boss", "pods-a", "500m", ["echo", "boss"], labels={admission.PRIORITY_LABEL: "high"}))
+        boss = until("the boss's job", lambda: [j for j in job_rows(up, "pods-a") if j.startswith("k8s-pods-a-boss-")])[0]
         up.wait_state(boss, ("SUCCEEDED",), timeout=120)
         row = up.wait_state(victim, ("PREEMPTED",), timeout=30)
         assert row["reason"] == f"preempted for {boss}"
-        assert k.kubectl_run("logs", "-n", "team-a", "boss").strip() == "boss"
-        gone = k.get("pods", "-n", "team-a", "--field-selector", "metadata.name=victim")["items"]
+        assert k.kubectl_run("logs", "-n", "pods-a", "boss").strip() == "boss"
+        gone = k.get("pods", "-n", "pods-a", "--field-selector", "metadata.name=victim")["items"]
         assert not gone or gone[0]["status"]["phase"] == "Failed"
         up.check_and_audit()
     finally:
         up.stop()
-        for namespace in ("team-a", "team-q"):
+        for namespace in ("pods-a", "pods-q"):
             k.kubectl_run("delete", "namespace", namespace, "--wait=false", check=False)
