@@ -147,6 +147,34 @@ class LimitSignal(_Part, kw_only=True):
         "job."))] = False
 
 
+class Component(_Part, kw_only=True):
+    """One component after the first of a heterogeneous job (Slurm's ``#SBATCH hetjob``, ``sbatch A : B``):
+    its own gang of ``nodes`` x ``tasks_per_node`` tasks, each with these resources, placed at once with
+    the job's other components, on nodes of their own (docs/slurm.md, "Heterogeneous jobs"). The job's
+    first component is the ``JobSpec``'s own shape; everything else (its partition, account, time limit,
+    node selector, ...) is the job's, shared by every component. Each field means what the ``JobSpec``
+    field of the same name means."""
+
+    cpus_milli: int = 1000
+    memory_bytes: int = 1 << 30
+    gpus: int = 0
+    gpu_type: str | None = None
+    gpu_variant: str | None = None
+    gpu_memory_bytes: int = 0
+    nodes: int = 1
+    tasks_per_node: int = 1
+    ntasks: int = 0
+    gpus_per_node: int = 0
+    exclusive: bool = False
+    whole_node_memory: bool = False
+    constraint: str = ""
+    cpu_limit_milli: int = 0
+    memory_limit_bytes: int = 0
+
+
+COMPONENT_FIELDS: tuple[str, ...] = Component.__struct_fields__  # the shape a component has of its own
+
+
 class JobSpec(_Part, kw_only=True):
     """A validated, normalised job: what every service after submission reads.
 
@@ -269,6 +297,13 @@ class JobSpec(_Part, kw_only=True):
     array_number: Annotated[int, Meta(description=(
         "A task of an array: the array's number, its first task's (the task is `<array_number>_<index>`); "
         "0 otherwise."))] = 0
+    # A heterogeneous job (Slurm's hetjob): its components after the first, the first being this spec's own
+    # shape. Its allocations list component 0's nodes first, then component 1's, ... (each component's
+    # ``nodes`` of them: services/domain/hetjob.py). Empty: an ordinary job of one shape.
+    components: Annotated[tuple[Component, ...], Meta(description=(
+        "A heterogeneous job's components after the first (Slurm's `#SBATCH hetjob`): each its own nodes, tasks "
+        "and resources per task, placed at once with the first (this spec's own shape) on nodes of their own. "
+        "Empty: a job of one shape."))] = ()
 
     @property
     def elastic(self) -> bool:

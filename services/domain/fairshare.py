@@ -57,6 +57,7 @@ import math
 from dataclasses import dataclass, field
 
 from events import catalogue as c
+from services.domain.hetjob import component_specs
 
 __all__ = ["Account", "FairShare", "ROOT", "association", "decayed"]
 
@@ -177,6 +178,14 @@ class FairShare:
     # ------------------------------------------------------------------ charging
 
     def rate_of(self, spec: c.JobSpec) -> float:
+        """The billing rate of the job's resources; a heterogeneous job's, of all its components together."""
+        if spec.components:
+            shapes = component_specs(spec)
+            gpus = sum(s.total_gpus for s in shapes)
+            cpus = sum(s.cpus_milli * s.nodes * s.tasks_per_node for s in shapes)
+            memory = sum(s.memory_bytes * s.nodes * s.tasks_per_node for s in shapes)
+            parts = (self.gpu_weight * gpus, self.cpu_weight * cpus / 1000.0, self.memory_weight * memory / GIB)
+            return max(parts) if self.dominant_share else sum(parts)
         tasks = spec.nodes * spec.tasks_per_node
         parts = (self.gpu_weight * spec.total_gpus, self.cpu_weight * spec.cpus_milli * tasks / 1000.0,
                  self.memory_weight * spec.memory_bytes * tasks / GIB)

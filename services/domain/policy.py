@@ -33,6 +33,7 @@ from typing import Protocol
 from events import catalogue as c
 from events.vocabulary import POLICY_WEIGHTS, QUEUE_POLICIES
 from services.domain.config import check_weights
+from services.domain.hetjob import component_specs
 from services.domain.jobs import Job
 
 __all__ = ["Policy", "POLICIES", "make_policy", "job_size", "Multifactor", "CLASS_RANK", "PolicyConfig", "Context",
@@ -42,7 +43,13 @@ CLASS_RANK = {name: rank for rank, name in enumerate(c.PRIORITY_CLASSES)}
 
 
 def job_size(spec: c.JobSpec) -> float:
-    """Processors a job occupies: GPUs when it asks for GPUs, else cores."""
+    """Processors a job occupies: GPUs when it asks for GPUs, else cores (a heterogeneous job: all its
+    components', GPUs when any asks for them)."""
+    if spec.components:
+        shapes = component_specs(spec)
+        if any(s.gpus or s.gpus_per_node for s in shapes):
+            return float(sum(s.total_gpus for s in shapes))
+        return sum(s.cpus_milli * s.nodes * s.tasks_per_node for s in shapes) / 1000.0
     tasks = spec.nodes * spec.tasks_per_node
     if spec.gpus or spec.gpus_per_node:
         return float(spec.total_gpus)
@@ -203,8 +210,11 @@ def _factor_values(job: Job, ctx: Context) -> tuple[float, float, float, float, 
     spec = job.spec
     assert spec is not None
     cfg = ctx.config
-    tasks = spec.nodes * spec.tasks_per_node
-    size = spec.total_gpus if spec.gpus or spec.gpus_per_node else spec.cpus_milli * tasks / 1000.0  # job_size, inline
+    if spec.components:
+        size = job_size(spec)
+    else:
+        tasks = spec.nodes * spec.tasks_per_node
+        size = spec.total_gpus if spec.gpus or spec.gpus_per_node else spec.cpus_milli * tasks / 1000.0  # job_size, inline
     return (
         (4 - CLASS_RANK[spec.priority_class]) / 4,
         ctx.fairshare.get(f"{spec.account}/{spec.user or '-'}", 1.0) if ctx.fairshare else 1.0,

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from events import catalogue as c
 from events.resources import format_cpus, format_memory
 from services.domain.fairshare import ROOT, Account, FairShare
+from services.domain.hetjob import component_specs
 
 __all__ = ["Amount", "Quotas", "amount_of", "describe_quota", "slurm_code", "OK", "BORROW", "BLOCKED"]
 
@@ -68,6 +69,14 @@ class Amount:
 
 
 def amount_of(spec: c.JobSpec) -> Amount:
+    """What the job holds while it runs (a heterogeneous job: all its components, one running job)."""
+    if spec.components:
+        total = Amount(running_jobs=1)
+        for shape in component_specs(spec):
+            one = amount_of(shape)
+            one.running_jobs = 0
+            total.add(one)
+        return total
     tasks = spec.nodes * spec.tasks_per_node
     gpus = spec.total_gpus  # a node's tasks may share its GPUs (gpus_per_node)
     by_type: dict[str, int] = {}

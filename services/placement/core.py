@@ -67,6 +67,7 @@ from services.placement.backfill import MODES, Reservation, reserve, shortened_l
 from services.placement.index import NodeIndex
 from services.placement.lane import LaneLedger
 from services.placement.growth import Room, grow, track_elastic
+from services.placement.hetjob import place_hetjob
 from services.placement.place import Placed, gang_names, place_job
 
 __all__ = ["PlacementCore", "PlacementState", "check_reservation"]
@@ -260,6 +261,8 @@ class PlacementCore:
         if cycle.topology is None and (req.topological or state.anti_affinity_running):
             cycle.topology = self._topology(state, cycle.placed_now)
         ctx = self._context(state, job_id, spec, profile, cycle.topology, cycle.advance)
+        if spec.components:  # a heterogeneous job: all its components or none (its request is component 0's alone)
+            return place_hetjob(state.cluster, spec, cycle.overlay, ctx), ctx
         cacheable = not req.topological and not cycle.advance and cycle.topology is None and not state.held
         placed = (cycle.unfit.get(req) if cacheable else None) or place_job(state.cluster, req, cycle.overlay,
                                                                           cycle.index, ctx)
@@ -314,6 +317,8 @@ class PlacementCore:
         mode = MODES[profile.backfill]
         if mode.stops:
             cycle.stopped_by = job_id
+            return None, []
+        if spec.components:  # a reservation is of one shape: a heterogeneous job gets none (hetjob.py)
             return None, []
         if len(cycle.reservations) >= mode.reservations(profile):
             return None, []

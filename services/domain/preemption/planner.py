@@ -96,6 +96,8 @@ class PreemptionPlanner(PreemptionFold):
                 continue
             if explained is not None and explained.fits_nowhere:
                 continue  # no node could hold it even empty: preempting cannot help
+            if job.spec.components:
+                continue  # a heterogeneous job: room for all its components at once is not planned (plan)
             if not may_reclaim and not any(state.running_by_class.get(lower, 0)
                                            for lower in rules.get(job.spec.priority_class, ())):
                 continue  # nobody it could preempt is running
@@ -178,6 +180,10 @@ class PreemptionPlanner(PreemptionFold):
             out.why_not = f"{job_id} is not pending"
             return out
         spec = job.spec
+        if spec.components:
+            out.why_not = ("a heterogeneous job does not preempt: the victims would have to make room for all its "
+                           "components at once, which is not planned")
+            return out
         req = request_of(spec)
         reclaim = self._reclaims(state, job)
         eligible: dict[str, tuple[Job, str]] = {}
