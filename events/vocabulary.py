@@ -96,6 +96,9 @@ class Limits:
     # An array's tasks all carry the spec: tasks x spec size is what one submission adds to each
     # service's memory and to one decision round (10,000 tasks of 6.5 KB, or 256 of 256 KiB).
     max_array_bytes: int = 64 * 1024 * 1024
+    # Components of a heterogeneous job (Slurm's hetjob), the first included: each is a gang placed with
+    # the others in one decision, so a job of many costs placement one search per component.
+    max_components: int = 16
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,27 @@ from msgspec import Meta
 from events.arrays import MAX_INDEX
 from events.base import Event, JobId
 from events.catalogue.values import (DEFAULT_ACCOUNT, Affinity, Dependency, LimitSignal, ResourceRequest, Toleration,
-                                     _LIMITS)
+                                     _LIMITS, _Part)
+
+
+class ComponentRequest(_Part, kw_only=True):
+    """A heterogeneous job's component after the first, as a client writes it (Slurm's ``#SBATCH hetjob``,
+    ``sbatch A : B``): its own shape, each field as ``JobSubmitted``'s field of the same name. Everything
+    else is the job's."""
+
+    resources: ResourceRequest = ResourceRequest()
+    nodes: int = 1
+    tasks_per_node: int = 1
+    ntasks: int | None = None
+    spread_tasks: bool = False
+    memory_per_node: int | None = None
+    gpus_per_node: int = 0
+    exclusive: bool = False
+    whole_node_memory: bool = False
+    constraint: str = ""
+    partitions: Annotated[list[str], Meta(description=(
+        "The partitions it names (Slurm's per-component `-p`): empty, or the one the job gets, as a job's "
+        "components run in one partition."))] = []
 
 
 class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
@@ -151,6 +171,10 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
     assembly_timeout_s: Annotated[float | None, Meta(description=(
         "A gang that has not assembled its least size this long after it became pending ends JobUnschedulable "
         "(reason `assembly timeout: ...`); `null` waits."))] = None
+    components: Annotated[list[ComponentRequest], Meta(description=(
+        "A heterogeneous job (Slurm's `#SBATCH hetjob`, `sbatch A : B`): its components after the first, the "
+        f"first being this submission's own shape; at most {_LIMITS.max_components - 1}. All are placed at once, "
+        "each on nodes of its own; the batch script runs on the first component's first node."))] = []
 
 
 class JobCancelRequested(Event, tag="JobCancelRequested", kw_only=True):

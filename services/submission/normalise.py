@@ -35,6 +35,7 @@ from services.submission.asked import (Asked, check_cpus_and_memory, check_durat
                                        check_final_limits, check_gpus, check_tasks, elastic_least, parse_asked,
                                        with_gpus_per_node)
 from services.submission.capacity import Capacity
+from services.submission.components import normalise_components
 from services.submission.directives import DirectiveRejection, slurm_fields
 from services.submission.partition_choice import choose_partition
 from services.submission.rejection import Rejection, choice
@@ -150,6 +151,10 @@ def normalise(
     # 5. where and how it runs
     _check_files_and_image(sub)
     spec = _spec(sub, asked, partition, parts, array, priority_class, restart_policy, directives)
+    if sub.components:  # 5b. a heterogeneous job: each other component judged as the job with its shape
+        spec = spec_replace(spec, components=normalise_components(sub, spec, limits, lambda one: normalise(
+            one, subject_tenant=subject_tenant, gpu_models=gpu_models, limits=limits, capacity=capacity,
+            partitions=partitions, capacity_of=capacity_of, warnings=[], scope=scope, features=features)))
     # 6. size: what the job costs to carry (encoding is deterministic, so is this check)
     _check_size(spec, array, limits)
     return spec

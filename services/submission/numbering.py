@@ -12,6 +12,10 @@ task's. A round cut short by a crash (some tasks accepted, the rest not yet) fin
 numbers that follow: the accepted tasks were the first ones in index order, and every later
 submission of the round is decided again after them, in the same order.
 
+A heterogeneous job takes one number per component, consecutive: its own is component 0's, and
+component k is ``number + k`` (Slurm gives each component a job id, ``SLURM_JOB_ID_HET_GROUP_k``); the
+next job is numbered after the last of them.
+
 Jobs from a log written before numbers existed carry 0 and count for nothing, so a log that goes on
 numbers its new jobs from 1.
 """
@@ -36,7 +40,7 @@ class Numbering:
 
     def seen(self, event: c.JobAccepted) -> None:
         """Fold a ``JobAccepted``: its number is taken in its scope."""
-        number = event.spec.number
+        number = event.spec.number + len(event.spec.components)  # a heterogeneous job's components' too
         if number:
             scope = number_scope(event.job_id)
             if number > self.highest.get(scope, 0):
@@ -58,5 +62,6 @@ class Numbering:
                 array_number = array_number or last
             out.append((job_id, msgspec.structs.replace(spec, number=last, array_number=array_number
                                                           if spec.array is not None else 0)))
+            last += len(spec.components)  # a heterogeneous job's components are number + 1, ... (Slurm's ids)
         given[scope] = last
         return out
