@@ -24,9 +24,10 @@ from collections.abc import Sequence
 import msgspec
 
 from events import catalogue as c
+from services.domain.steps import Slots, slots_of
 
 __all__ = ["component_count", "component_specs", "component_spec", "by_component", "component_of",
-           "het_group_text", "parse_het_groups", "HetGroupError"]
+           "het_group_text", "parse_het_groups", "HetGroupError", "step_slots"]
 
 
 def component_count(spec: c.JobSpec) -> int:
@@ -111,3 +112,24 @@ def parse_het_groups(text: str, count: int | None = None) -> tuple[int, ...]:
         raise HetGroupError(f"--het-group: component {max(groups)} asked for, but the job has "
                             + ("one component (0)" if count == 1 else f"{count} components (0-{count - 1})"))
     return tuple(sorted(groups))
+
+
+def step_slots(spec: c.JobSpec, allocations: Sequence[c.NodeAllocation],
+               groups: Sequence[int] | None = None) -> tuple[list[Slots], list[c.NodeAllocation]]:
+    """What a step (srun) inside the job may use, and those components' allocations: the task slots of
+    the components ``groups`` (srun's ``--het-group``), in order, each component laid out by its own
+    shape; by default component 0 alone, as Slurm's srun in a heterogeneous job (for a job of one shape:
+    the whole job). ``HetGroupError`` for a component the job does not have."""
+    chosen = tuple(groups) if groups else (0,)
+    count = component_count(spec)
+    if max(chosen) >= count or min(chosen) < 0:
+        raise HetGroupError(f"--het-group: component {max(chosen)} asked for, but the job has "
+                            + ("one component (0)" if count == 1 else f"{count} components (0-{count - 1})"))
+    parts = by_component(spec, allocations)
+    slots: list[Slots] = []
+    held: list[c.NodeAllocation] = []
+    for k in sorted(set(chosen)):
+        shape = component_spec(spec, k)
+        slots.extend(slots_of(parts[k], shape.tasks_per_node, shape.cpus_milli, shape.ntasks))
+        held.extend(parts[k])
+    return slots, held

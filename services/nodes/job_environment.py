@@ -14,10 +14,11 @@ from collections.abc import Mapping, Sequence
 
 from events import catalogue as c
 from events.subjects import tenant_view
+from services.domain.hetjob import by_component, component_count, component_specs
 from services.domain.hostlist import compress
 from services.domain.steps import counts_text, task_layout
 
-__all__ = ["job_environment", "visible_devices", "CLUSTER_NAME"]
+__all__ = ["job_environment", "het_environment", "visible_devices", "CLUSTER_NAME"]
 
 CLUSTER_NAME = "horizon"  # SLURM_CLUSTER_NAME (and sbatch --parsable's ID;cluster)
 
@@ -47,9 +48,13 @@ def job_environment(
     job's whole allocation (default: ``alloc`` alone), for Slurm's view of it: ``SLURM_JOB_NODELIST``
     (compressed, ``node-[00-01]``), ``SLURM_JOB_NUM_NODES``, ``SLURM_NTASKS``,
     ``SLURM_TASKS_PER_NODE`` (``4(x2)``), ``SLURM_JOB_CPUS_PER_NODE``, ``SLURM_GPUS_ON_NODE``, ...
-    The batch script is task 0 on node 0, as in Slurm."""
+    The batch script is task 0 on node 0, as in Slurm. A heterogeneous job's batch script sees component 0
+    as the job, and each component k in the ``*_HET_GROUP_k`` variables (``het_environment``)."""
     visible = visible_devices(alloc.device_ids, devices)
     held = list(allocations) or [alloc]
+    whole = held
+    if spec.components:  # a heterogeneous job's batch script sees component 0 as the job, as Slurm's leader
+        held = by_component(spec, held)[0] or held
     nodelist = compress([a.node for a in held])
     tasks = task_layout([max(1, a.tasks) for a in held], spec.ntasks)  # -n fewer than the slots: Slurm's layout
     cpus = [max(1, -(-a.cpus_milli // 1000)) for a in held]
@@ -105,7 +110,38 @@ def job_environment(
     if spec.elastic:  # --nodes MIN-MAX: its world size may change while it runs
         env.update(HORIZON_MIN_NODES=str(spec.min_nodes), HORIZON_MAX_NODES=str(spec.nodes),
                    SLURM_JOB_MIN_NODES=str(spec.min_nodes), SLURM_JOB_MAX_NODES=str(spec.nodes))
+    if spec.components:
+        env.update(het_environment(spec, whole, slurm_job))
     env.update(spec.env)
     if alloc.device_ids:  # what the node holds, after env: an --exclusive job holds all its GPUs, which it sees
         env["SLURM_GPUS_ON_NODE"] = str(len(alloc.device_ids))
+    return env
+
+
+def het_environment(spec: c.JobSpec, allocations: Sequence[c.NodeAllocation], slurm_job: str) -> dict[str, str]:
+    """A heterogeneous job's variables, as Slurm sets them in its batch script: ``SLURM_HET_SIZE`` (and
+    the old ``SLURM_PACK_SIZE``) and, for each component k, its job id (``SLURM_JOB_ID_HET_GROUP_k``:
+    the job's number + k, the number each component has), name, account, partition, nodes
+    (``SLURM_JOB_NODELIST_HET_GROUP_k``, ``SLURM_JOB_NUM_NODES_HET_GROUP_k``), CPUs and tasks per node
+    and memory per node (MiB)."""
+    count = component_count(spec)
+    env = {"SLURM_HET_SIZE": str(count), "SLURM_PACK_SIZE": str(count)}
+    for k, (shape, held) in enumerate(zip(component_specs(spec), by_component(spec, allocations))):
+        tasks = task_layout([max(1, a.tasks) for a in held], shape.ntasks)
+        one = {
+            "SLURM_JOB_ID": str(int(slurm_job) + k) if slurm_job.isdigit() else f"{slurm_job}+{k}",
+            "SLURM_JOB_NAME": spec.name,
+            "SLURM_JOB_NODELIST": compress([a.node for a in held]),
+            "SLURM_JOB_NUM_NODES": str(len(held)),
+            "SLURM_JOB_CPUS_PER_NODE": counts_text([max(1, -(-a.cpus_milli // 1000)) for a in held]),
+            "SLURM_TASKS_PER_NODE": counts_text(tasks),
+            "SLURM_NTASKS": str(sum(tasks)),
+        }
+        if spec.account:
+            one["SLURM_JOB_ACCOUNT"] = spec.account
+        if spec.partition:
+            one["SLURM_JOB_PARTITION"] = spec.partition
+        if held and held[0].memory_bytes:
+            one["SLURM_MEM_PER_NODE"] = str(held[0].memory_bytes >> 20)
+        env.update({f"{name}_HET_GROUP_{k}": value for name, value in one.items()})
     return env

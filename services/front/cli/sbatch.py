@@ -26,7 +26,8 @@ from services.front.client.client import default_user
 from services.front.client.submitter import (check_lines, check_submission, new_job_id, refuse_rejected,
                                              send_submission, warning_lines)
 from services.front.cli.options import resolve_nats, tenant_for
-from services.front.slurm.sbatch import SbatchDefaults, parse_sbatch, script_warnings, split_command_line
+from services.front.slurm.sbatch import SbatchDefaults, script_warnings
+from services.front.slurm.sbatch_hetjob import parse_het_sbatch, split_het_command_line
 from services.front.slurm.sbatch_options import SbatchError
 from services.front.slurm.sbatch_wait import exit_code, wait_for_end
 
@@ -36,9 +37,10 @@ __all__ = ["register"]
 def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, str, list[str]]:
     """Horizon's options (with the output flags given as directives), the job, the script's text, and
     the warnings about directives that do less here than in Slurm."""
-    ours, sbatch, script, script_args = split_command_line(args)
-    sbatch_opts = [o for o in sbatch if not o.startswith("--wrap=")]
-    wrap = next((o[len("--wrap="):] for o in sbatch if o.startswith("--wrap=")), None)
+    # a lone ':' separates a heterogeneous job's components (services/front/slurm/sbatch_hetjob.py)
+    ours, segments, script, script_args = split_het_command_line(args)
+    wrap = next((o[len("--wrap="):] for seg in segments for o in seg if o.startswith("--wrap=")), None)
+    segments = [[o for o in seg if not o.startswith("--wrap=")] for seg in segments]
     if wrap is None and not script:
         raise click.UsageError("give the batch script: horizon sbatch [OPTIONS] SCRIPT [ARGS...] (or --wrap CMD)")
     if wrap is not None and script:
@@ -58,8 +60,8 @@ def _submission(args: Sequence[str]) -> tuple[dict[str, Any], c.JobSubmitted, st
     notes: list[str] = []
     flags: set[str] = set()
     try:
-        fields, _ = parse_sbatch(text, defaults=defaults, command_line=sbatch_opts, wrap=wrap, warnings=notes,
-                                 flags=flags)
+        fields, _ = parse_het_sbatch(text, defaults=defaults, segments=segments, wrap=wrap, warnings=notes,
+                                     flags=flags)
     except SbatchError as exc:
         name = script[0] if script else "--wrap"
         raise _failed(f"{name}: " + str(exc)) from None

@@ -20,7 +20,9 @@ Options (``SRUN_OPTIONS``): ``-n/--ntasks``, ``-N/--nodes``, ``--ntasks-per-node
 ``-c/--cpus-per-task``, ``--gpus-per-task``, ``--gpus-per-node`` and ``--gres=gpu:N`` (per node),
 ``-w/--nodelist``, ``-x/--exclude``, ``-m/--distribution`` (block, cyclic), ``-O/--overcommit``,
 ``-l/--label``, ``-u/--unbuffered``, ``--export``, ``-K/--kill-on-bad-exit``, ``-t/--time``,
-``-J/--job-name``, ``-D/--chdir``, ``-o/--output``, ``-e/--error``, ``--open-mode``, ``-v``, ``-Q``.
+``-J/--job-name``, ``-D/--chdir``, ``-o/--output``, ``-e/--error``, ``--open-mode``, ``-v``, ``-Q``,
+``--het-group`` (``--pack-group``: a heterogeneous job's components to run on, 0 by default; Slurm's
+``srun A : B`` form is refused).
 Accepted with no effect here (``NO_EFFECT`` says why): ``--mpi``, ``--cpu-bind``, ``--exclusive``,
 ``--exact``, ``--overlap``, ``--mem*``, ``--hint``, ``--gpu-bind``, ``-p``, ``-A``, ``-q``, ...
 Refused: ``--pty`` and ``-i`` (tasks read no terminal or input), and options srun does not have.

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.domain.hetjob import HetGroupError, parse_het_groups
+
 __all__ = ["SrunArgs", "SrunError", "parse_srun", "SRUN_OPTIONS", "NO_EFFECT"]
 
 
@@ -20,6 +22,7 @@ class SrunError(ValueError):
 
 # long name -> (short letter, takes a value)
 SRUN_OPTIONS: dict[str, tuple[str | None, bool]] = {
+    "het-group": (None, True), "pack-group": (None, True),  # a heterogeneous job's components (--pack-group: old)
     "ntasks": ("n", True), "nodes": ("N", True), "ntasks-per-node": (None, True), "tasks-per-node": (None, True),
     "cpus-per-task": ("c", True), "gpus-per-task": (None, True), "gpus-per-node": (None, True),
     "gres": (None, True), "nodelist": ("w", True), "exclude": ("x", True), "distribution": ("m", True),
@@ -204,6 +207,9 @@ def parse_srun(args: Sequence[str], environ: Mapping[str, str] | None = None) ->
     options, command = _tokens(args)
     if not command:
         raise SrunError("no command to run: srun [OPTIONS] COMMAND [ARGS...]")
+    if ":" in command:  # Slurm's step over several components with their own options and commands
+        raise SrunError("srun's ':' form (a step of several components, each with its options and command) is not "
+                        "supported here: run one command over components with --het-group=0,1")
     parsed = SrunArgs(command)
     request = parsed.request
     gpt = environ.get("SLURM_GPUS_PER_TASK", "").strip()
@@ -248,6 +254,11 @@ def parse_srun(args: Sequence[str], environ: Mapping[str, str] | None = None) ->
             parsed.label = True
         elif name in ("unbuffered", "unbuffered-output"):
             parsed.unbuffered = True
+        elif name in ("het-group", "pack-group"):  # a heterogeneous job's components to run on (default: 0)
+            try:
+                request["het_group"] = list(parse_het_groups(v))
+            except HetGroupError as exc:
+                raise SrunError(str(exc).replace("--het-group", given, 1)) from None
         elif name == "export":
             request["export"] = v.strip()
         elif name == "kill-on-bad-exit":

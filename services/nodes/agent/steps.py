@@ -58,6 +58,7 @@ from events.base import Event
 from events.codec import encode
 from events.subjects import event_subject
 from services.domain.envelope import decision_id
+from services.domain.hetjob import HetGroupError, step_slots
 from services.domain.hostlist import compress
 from services.domain.jobs import HOLDS_RESOURCES
 from services.domain.steps import (
@@ -65,7 +66,6 @@ from services.domain.steps import (
     StepLayout,
     StepRequest,
     plan_step,
-    slots_of,
     step_environment,
     step_exit,
     task_environment,
@@ -227,10 +227,11 @@ class StepService:
             return
         options = request.get("options") or {}
         try:
-            layout = plan_step(StepRequest.from_json(options),
-                               slots_of(job.allocations, job.spec.tasks_per_node, job.spec.cpus_milli,
-                                        job.spec.ntasks))
-        except StepError as exc:
+            # a heterogeneous job's step runs on the components srun's --het-group names (0 by default)
+            groups = options.get("het_group")
+            slots, held = step_slots(job.spec, job.allocations, [int(g) for g in groups] if groups else None)
+            layout = plan_step(StepRequest.from_json(options), slots)
+        except (StepError, HetGroupError, TypeError, ValueError) as exc:
             await answer(writer, {"error": str(exc)})
             return
         step = self._next_step(job_id, attempt)
@@ -241,7 +242,7 @@ class StepService:
             f"kill-on-bad-exit-{step}")
         self.runs[run.key] = run
         env = exported_env(request.get("env") or {}, options.get("export"))
-        env.update(step_environment(layout, step, compress([a.node for a in job.allocations])))
+        env.update(step_environment(layout, step, compress([a.node for a in held])))
         cwd = str(request.get("cwd") or job.spec.cwd or "/")
         try:
             await run.send({"started": {"step": step, "nodes": list(layout.nodes), "ranks": [list(r) for r in layout.ranks],
