@@ -202,6 +202,13 @@ def _keys(words: tuple[str, ...], *, value_min: float | None = 0, value_max: flo
     return apply
 
 
+def _licenses(prop: Schema) -> None:
+    """A job's licenses: name -> how many (services/domain/licenses.py checks the same)."""
+    prop["propertyNames"] = {"pattern": vocab.LICENSE_PATTERN}
+    prop["maxProperties"] = vocab.MAX_LICENSES
+    prop["additionalProperties"].update(minimum=1, maximum=vocab.MAX_LICENSE_COUNT)
+
+
 def _matching(regex: str, *, max_length: int | None = None) -> Check:
     def apply(prop: Schema) -> None:
         _pattern(prop, regex)
@@ -260,6 +267,7 @@ def _checks() -> dict[tuple[str, str], Check]:
         ("JobSubmitted", "time_min_s"): _number(above=0),
         ("LimitSignal", "before_s"): _number(minimum=0, maximum=65535),
         ("JobSubmitted", "begin_ts"): _number(minimum=0),
+        ("JobSubmitted", "licenses"): _licenses,
         ("ResourceRequest", "cpus"): _cpus,
         ("ResourceRequest", "memory"): _memory(positive=True),
         ("ResourceRequest", "gpu_memory"): _memory(positive=False),
@@ -305,6 +313,8 @@ def _checks() -> dict[tuple[str, str], Check]:
         ("PartitionConfigured", "max_time_s"): _number(above=0),
         ("PartitionConfigured", "default_time_s"): _number(above=0),
         ("PartitionPolicyConfigured", "unknown"): _enum(vocab.UNKNOWN_PARTITION),
+        ("LicenseConfigured", "name"): _matching(vocab.LICENSE_PATTERN),
+        ("LicenseConfigured", "count"): _count(0, vocab.MAX_LICENSE_COUNT),
         ("ProfileConfigured", "name"): lambda p: _branch(p, "string").update(minLength=1, maxLength=128),
         ("ProfileConfigured", "backfill"): _enum(vocab.BACKFILL_MODES),
         ("ProfileConfigured", "runtime_estimate"): _enum(vocab.RUNTIME_ESTIMATES),
@@ -324,6 +334,7 @@ def _checks() -> dict[tuple[str, str], Check]:
         # the validated job every service reads
         ("JobSpec", "array"): _matching(JOB_KEY_PATTERN),
         ("JobSpec", "array_index"): _count(0, MAX_INDEX),
+        ("JobSpec", "licenses"): _licenses,
         # verdicts
         ("JobAccepted", "array_tasks"): _count(0, MAX_INDEX + 1),
         ("InputRejected", "input_seq"): _count(1, 2**63 - 1),

@@ -5,7 +5,8 @@ subject                                     what
 ==========================================  =====================================================
 ``horizon.in.<tenant>.<verb>``              client inputs; verbs ``submit cancel hold release update``
 ``horizon.in._admin.<verb>``                operator inputs; ``node account fairshare policy profile reservation preemption``,
-                                            ``partition partition-policy``, and ``cancel hold release update`` of any job
+                                            ``partition partition-policy dataset license``, and ``cancel hold release
+                                            update`` of any job
 ``horizon.intake.<tenant>.<verb>``          the intake (request/reply, every submission instance): a tenant's
                                             input under accounts, stored as ``horizon.in.<tenant>.<verb>``
                                             (tenants import it under that name; docs/tenants.md)
@@ -129,6 +130,7 @@ ADMIN_VERBS: dict[str, type[c.Event]] = {
     "partition": c.PartitionConfigured,
     "partition-policy": c.PartitionPolicyConfigured,
     "dataset": c.DatasetAvailable,  # a dataset is available: jobs waiting for it (afterdata) may start
+    "license": c.LicenseConfigured,  # a license count the cluster shares (Slurm's Licenses=, sbatch -L)
     # an operator's requests about any tenant's job (owners use horizon.in.<tenant>.<verb>)
     "cancel": c.JobCancelRequested,
     "hold": c.JobHoldRequested,

@@ -26,6 +26,8 @@ constant              checked by
 ``PARTITION_STATES``  every fold of partitions (``PartitionConfigured.state``)
 ``UNKNOWN_PARTITION`` the same (``PartitionPolicyConfigured.unknown``)
 ``POLICY_WEIGHTS``    scheduling (``PolicyConfigured.weights`` keys)
+``LICENSE_PATTERN``   scheduling and submission (``LicenseConfigured.name``,
+                      ``JobSubmitted.licenses`` keys)
 ====================  ==========================================================
 
 ``Limits`` are submission's admission limits (a cluster may configure other
@@ -42,6 +44,7 @@ __all__ = [
     "MAX_RETRIES", "NICE_LIMIT", "RESERVATION_DEPTH", "GRACE_PERIOD_MAX_S", "MAX_CWD_LENGTH", "IMAGE_PATTERN",
     "TAINT_KEY_PATTERN", "TAINT_VALUE_PATTERN", "TAINT_KEY_MAX", "TAINT_VALUE_MAX", "PARTITION_STATES",
     "UNKNOWN_PARTITION", "PRIORITY_TIER_MAX", "DATASET_PATTERN", "DATASET_NAME_MAX", "MAX_DATASETS",
+    "LICENSE_PATTERN", "MAX_LICENSE_COUNT", "MAX_LICENSES",
 ]
 
 NODE_ACTIONS: tuple[str, ...] = ("cordon", "uncordon", "drain", "remove", "taint", "untaint", "add-datasets",
@@ -59,6 +62,12 @@ SCORE_WEIGHTS: tuple[str, ...] = ("binpack", "spread", "numa", "interconnect", "
 DATASET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]*$"
 DATASET_NAME_MAX = 128
 MAX_DATASETS = 64  # per job, and per operator command
+# A license's name (LicenseConfigured.name, the keys of JobSubmitted.licenses), matched whole: Slurm's local
+# license names, and its remote ones' NAME@SERVER form, which an operator may define as a local count too.
+# None of Slurm's separators (``,`` ``;`` ``:`` ``*`` ``|``), no spaces.
+LICENSE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}(@[A-Za-z0-9][A-Za-z0-9_.-]{0,63})?$"
+MAX_LICENSE_COUNT = 2**31 - 1  # a license's total, and a job's count of one (Slurm's are 32-bit)
+MAX_LICENSES = 64  # different licenses one job may name
 VICTIM_ORDERS: tuple[str, ...] = ("cheapest", "lowest-priority-youngest")
 # The queue policies' names (services/domain/policy.py asserts its POLICIES are these).
 QUEUE_POLICIES: tuple[str, ...] = ("fcfs", "sjf", "f1", "multifactor")

@@ -44,6 +44,9 @@ functions of the folds, ``projections/scheduling_reports.py``):
 * ``horizon.query.partitions`` -> ``{"partitions": [...], "total", "offset", "default", "unknown",
   "last_seq"}``: each partition's configuration, whether it is the default, its registered nodes
   (``members``); the rule for a name not defined (``unknown``); filter ``name``, paged;
+* ``horizon.query.licenses`` -> ``{"licenses": [...], "total", "offset", "last_seq"}``: each license
+  defined (and one removed that jobs still hold): ``name``, ``total``, ``used``, ``free`` (``scontrol
+  show lic``); filter ``name``, paged;
 * ``horizon.query.gpus`` -> ``{"nodes": [...], "total", "offset", "counts", "queued", "now",
   "last_seq"}``: each node with every GPU's id, model, NUMA node, state (free, busy, reserved,
   held, cordoned, down, unhealthy) and the job and tenant on it (``gpu_map``); filter ``node``, paged;
@@ -71,7 +74,8 @@ from events.codec import decode_json
 from projections import fold_state
 from projections.paging import Listing, Pager
 from projections.scheduling_reports import (
-    gpu_map, gpu_states, partitions_report, preempt_report, priority_report, queue_length, usage_report,
+    gpu_map, gpu_states, licenses_report, partitions_report, preempt_report, priority_report, queue_length,
+    usage_report,
 )
 from projections.standing import StandingStore
 from projections.tenants import as_tenant_sees, scope, tenant_keys
@@ -96,6 +100,7 @@ _LISTINGS: dict[str, Any] = {
     "queue": Listing("jobs"), "nodes": Listing("nodes"), "allocations": Listing("allocations"),
     "usage": lambda request: _USAGE_HISTORY if request.get("history") else Listing("rows"),
     "priority": Listing("jobs"), "partitions": Listing("partitions"), "gpus": Listing("nodes"),
+    "licenses": Listing("licenses"),
 }
 
 
@@ -349,6 +354,8 @@ class SchedulerView:
         self._subs.append(await self.nc.subscribe("horizon.query.partitions", queue="projections",
                                                   cb=self._partitions))
         self._subs.append(await self.nc.subscribe("horizon.query.gpus", queue="projections", cb=self._gpus))
+        self._subs.append(await self.nc.subscribe("horizon.query.licenses", queue="projections",
+                                                  cb=self._licenses))
 
     def _stored(self, view: str, handler: Any) -> Any:
         """A query answered from the store, once it shows everything the fold has applied (a reader
@@ -393,6 +400,10 @@ class SchedulerView:
     async def _partitions(self, msg: Any) -> None:
         await self._reply(msg, lambda request: partitions_report(self.state, request), "partitions",
                           _LISTINGS["partitions"])
+
+    async def _licenses(self, msg: Any) -> None:
+        await self._reply(msg, lambda request: licenses_report(self.state, request), "licenses",
+                          _LISTINGS["licenses"])
 
     async def _gpus(self, msg: Any) -> None:
         await self._reply(msg, lambda request: gpu_map(self.state, self.pstate, request), "gpus", _LISTINGS["gpus"])

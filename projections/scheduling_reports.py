@@ -3,7 +3,7 @@
 Each takes the scheduling fold (``QueueFold``/``SchedulingState``) or the
 preemption fold (``PreemptionPlanner``/``PreemptionState``) and a request, and
 returns the body of one query view (``projections/scheduling.py`` lists them):
-usage, partitions, priority, a dry-run preemption, the GPU map, and the
+usage, partitions, licenses, priority, a dry-run preemption, the GPU map, and the
 gauges' counts (queue length, GPUs by state).
 """
 
@@ -25,7 +25,8 @@ from services.domain.queue.state import SchedulingState
 from projections.paging import page_fields
 
 __all__ = [
-    "PARTITION_FIELDS", "GPU_STATES", "usage_report", "partitions_report", "priority_report", "preempt_report",
+    "PARTITION_FIELDS", "GPU_STATES", "usage_report", "partitions_report", "licenses_report", "priority_report",
+    "preempt_report",
     "queue_length", "gpu_states", "gpu_map",
 ]
 
@@ -68,6 +69,25 @@ def partitions_report(state: SchedulingState, request: dict[str, Any]) -> dict[s
     following, ask = page_fields(offset, len(rows), len(names))
     return {"partitions": rows, "total": len(names), "offset": offset, "next_offset": following, "next": ask,
             "default": parts.default, "unknown": parts.unknown, "last_seq": state.seq}
+
+
+def licenses_report(state: SchedulingState, request: dict[str, Any]) -> dict[str, Any]:
+    """The licenses (``scontrol show lic``, ``horizon license list``), by name: each one's total, what the
+    jobs holding resources hold of it and what is free (``Licenses.report``). ``name``: one license, or a
+    list; ``limit``/``offset`` page the rows."""
+    unknown = set(request) - {"name", "limit", "offset"}
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)}; allowed: limit, name, offset")
+    rows = state.licenses.report()
+    wanted = request.get("name")
+    if wanted:
+        asked = wanted if isinstance(wanted, list) else [wanted]
+        rows = [row for row in rows if row["name"] in asked]
+    offset, limit = max(0, int(request.get("offset", 0))), max(0, int(request.get("limit", 1000)))
+    page = rows[offset:offset + limit]
+    following, ask = page_fields(offset, len(page), len(rows))
+    return {"licenses": page, "total": len(rows), "offset": offset, "next_offset": following, "next": ask,
+            "last_seq": state.seq}
 
 
 def priority_report(core: QueueFold, state: SchedulingState, job_id: str | None = None,

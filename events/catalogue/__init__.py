@@ -70,6 +70,7 @@ AnyEvent = (
     | PartitionConfigured
     | PartitionPolicyConfigured
     | DatasetAvailable
+    | LicenseConfigured
     | JobAccepted
     | JobRejected
     | InputRejected

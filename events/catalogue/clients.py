@@ -159,6 +159,10 @@ class JobSubmitted(Event, tag="JobSubmitted", kw_only=True):
     deadline_ts: float | None = None  # Slurm's --deadline (seconds since the epoch): ends if it cannot end by then
     after_datasets: list[str] = []  # datasets it waits for (DatasetAvailable; --dependency afterdata:NAME)
     datasets: list[str] = []  # the datasets it reads: placement prefers nodes that hold them
+    licenses: Annotated[dict[str, int], Meta(description=(
+        "Licenses it needs while it runs (Slurm's `-L matlab:2,abaqus`): name -> how many, each a license the "
+        "operator defined (`LicenseConfigured`). It starts only when all are free; a name not defined, or more "
+        "than the cluster's total, is refused."))] = {}
     # An elastic gang: ``nodes`` is the most, ``min_nodes`` the least (Slurm's --nodes MIN-MAX);
     # ``min_available``: the least number of its tasks (Volcano's minAvailable), rounded up to whole nodes
     # of ``tasks_per_node``. Neither given: a rigid job of ``nodes``.

@@ -216,6 +216,22 @@ class DatasetAvailable(Event, tag="DatasetAvailable", kw_only=True):
     user: str = ""
 
 
+class LicenseConfigured(Event, tag="LicenseConfigured", kw_only=True):
+    """``horizon.in._admin.license``: a license, as Slurm's local ones (``Licenses=`` of slurm.conf): a
+    count the whole cluster shares, on no node. A job asking for some (``JobSubmitted.licenses``, Slurm's
+    ``-L matlab:2``) starts only when that many are free, holds them while it holds its resources, and
+    gives them back when it ends. Configuring a license again sets its total (below what running jobs
+    hold: they keep theirs, and nothing more starts until enough are back); ``removed`` withdraws it
+    (its pending jobs wait until it exists again; submissions naming it are refused)."""
+
+    name: Annotated[str, Meta(description=(
+        "The license's name, as jobs name it (`matlab`; `nastran@slurmdb` too, Slurm's remote form, defined "
+        "here as a local count)."))]
+    count: Annotated[int, Meta(description="How many the cluster has: the total jobs share.")] = 0
+    removed: bool = False
+    user: str = ""
+
+
 class PartitionPolicyConfigured(Event, tag="PartitionPolicyConfigured", kw_only=True):
     """``horizon.in._admin.partition-policy``: what a submission naming a partition the cluster does not
     define gets. ``unknown``: ``default`` (the job runs in the default partition; its JobAccepted

@@ -267,6 +267,9 @@ class JobSpec(_Part, kw_only=True):
     # the datasets it reads (horizon submit --dataset): placement's ``locality`` score prefers nodes
     # that hold them (NodeDatasetsChanged); sorted, no duplicates
     datasets: tuple[str, ...] = ()
+    # Licenses it holds while it holds its resources (Slurm's -L): name -> count, sorted by name; it starts
+    # only when that many of each are free (services/domain/licenses.py). Empty: none.
+    licenses: dict[str, int] = {}
     # per task, what its cgroup may use beyond the request (Kubernetes' limits; 0: the request is the
     # limit, as before the fields existed, or no limit at all for a job that requests none of it). The
     # QoS class follows from requests and limits (services/domain/qos.py).

@@ -348,7 +348,7 @@ class _NoEntries(dict):  # type: ignore[type-arg]
 
 
 _NO_ENTRIES = _NoEntries()
-_MAPS = ("env", "node_selector", "labels")
+_MAPS = ("env", "node_selector", "labels", "licenses")
 
 
 class _SharedEnvironment(dict):  # type: ignore[type-arg]

@@ -11,14 +11,15 @@ decides only for the jobs of its partitions:
 2. **Its jobs.** Candidates are its partitions' pending jobs in the global order; requeues,
    timeouts and dependency endings only of its partitions' jobs. Configuration it cannot apply is
    answered by every leader (each under its own id).
-3. **Quotas, exact across leaders.** A job is charged to its accounts from its ``JobScheduled``;
+3. **Quotas and licenses, exact across leaders.** A job is charged to its accounts from its ``JobScheduled``;
    the gap is a candidate admitted by one leader and not yet placed. So every leader also folds
    every leader's *open* cycle (decided, its placement not yet completed) and, when it admits,
    counts the still-pending candidates of the others' open cycles as held (``quota_view``). And a
    cycle that admits a job under an account with a quota is fenced on ``CYCLES_FILTER`` (every
    leader's cycles; ``PartitionedSchedulingRunner`` in ``services/scheduling/fence.py``): stored only if no cycle of any leader landed
    since this leader's basis. Two leaders racing for one quota: the second's cycle is refused,
-   it reads the first's cycle, counts it, and admits what is left.
+   it reads the first's cycle, counts it, and admits what is left. Licenses are the whole cluster's
+   too (``license_view``): a cycle admitting a job that asks for some is fenced alike.
 
 Snapshots carry the open cycles after the queue fold's own bytes (``dump``/``load``).
 """
@@ -89,15 +90,18 @@ class PartitionedSchedulingCore(SchedulingCore):
     def candidates(self, state: SchedulingState) -> tuple[list[Job], list[str]]:
         """The global order's first candidates among this leader's jobs, admitted against a quota view
         that counts the other leaders' open cycles as held."""
-        everyone, quotas = state.pending, state.quotas
+        everyone, quotas, licensed, licenses = state.pending, state.quotas, state.licensed, state.licenses
         limited = quotas.limited(state.fairshare)
         state.pending = {job_id: job for job_id, job in everyone.items() if self.mine(job)}
+        state.licensed = {job_id for job_id in licensed if job_id in state.pending}
         if limited:
             state.quotas = self.quota_view(state, everyone)
+        if state.licensed:
+            state.licenses = self.license_view(state, everyone)
         try:
             return order.candidates(state, self.max_candidates)
         finally:
-            state.pending, state.quotas = everyone, quotas
+            state.pending, state.quotas, state.licensed, state.licenses = everyone, quotas, licensed, licenses
 
     def quota_view(self, state: SchedulingState, pending: dict[str, Job]) -> Any:
         """What the accounts hold, plus the still-pending candidates of every other leader's open cycle."""
@@ -110,6 +114,19 @@ class PartitionedSchedulingCore(SchedulingCore):
                 job = pending.get(job_id)
                 if job is not None and job.spec is not None:
                     view.charge(fs, association(job.spec), amount_of(job.spec), +1)
+        return view
+
+    def license_view(self, state: SchedulingState, pending: dict[str, Job]) -> Any:
+        """What jobs hold of the licenses, plus what the still-pending candidates of every other leader's
+        open cycle ask for (licenses are the whole cluster's, as quotas are)."""
+        view = state.licenses.copy()
+        for owner in sorted(state.open_cycles):  # type: ignore[attr-defined]
+            if owner == self.name:
+                continue
+            for job_id in state.open_cycles[owner][1]:  # type: ignore[attr-defined]
+                job = pending.get(job_id)
+                if job is not None and job.spec is not None and job.spec.licenses:
+                    view.charge(job.spec.licenses, +1)
         return view
 
     def decide(self, state: SchedulingState) -> list[Event]:
@@ -125,13 +142,17 @@ class PartitionedSchedulingCore(SchedulingCore):
         return out
 
     def charges_quota(self, state: SchedulingState, job_ids: list[str]) -> bool:
-        """Whether any of these jobs counts against a quota (its cycle is then fenced on every leader's)."""
+        """Whether any of these jobs counts against a quota or takes licenses, which every leader shares
+        (its cycle is then fenced on every leader's)."""
         fs, quotas = state.fairshare, state.quotas
-        if not quotas.limited(fs):
+        limited = quotas.limited(fs)
+        if not limited and not state.licensed:
             return False
         for job_id in job_ids:
             job = state.jobs.get(job_id)
-            if job is not None and job.spec is not None and quotas.charges(fs, association(job.spec)):
+            if job is None or job.spec is None:
+                continue
+            if job.spec.licenses or (limited and quotas.charges(fs, association(job.spec))):
                 return True
         return False
 

@@ -147,6 +147,8 @@ class SubmissionCore:
                 state.tenants.configure(event)
             elif isinstance(event, _PARTITION_INPUTS):  # the scheduler answers what cannot be applied
                 state.partitions.apply(event, record.subject)
+            elif isinstance(event, c.LicenseConfigured):  # applied as the scheduler applies it (it answers)
+                state.licenses.apply(event, record.subject)
             return state
         if event.source == self.name and event.causation_id and event.causation_id.startswith("seq:"):
             answered = int(event.causation_id[4:])
@@ -284,7 +286,7 @@ class SubmissionCore:
             admitted = admission(pending.raw or sub, subject_tenant=pending.tenant,  # type: ignore[arg-type]
                                  gpu_models=state.gpu_models, limits=self.limits, capacity=state.capacity,
                                  partitions=state.partitions, capacity_of=state.capacity_of, scope=pending.scope,
-                                 features=state.features)
+                                 features=state.features, licenses=state.licenses)
             jobs, warnings = admitted.jobs, list(admitted.warnings)
             if pending.scope:
                 jobs = [(job_key(pending.scope, job_id), scoped_spec(spec, pending.scope)) for job_id, spec in jobs]

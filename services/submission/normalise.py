@@ -29,6 +29,7 @@ from events.resources import ResourceError
 from events.subjects import ADMIN_TENANT, valid_token
 from events.vocabulary import IMAGE_PATTERN, MAX_CWD_LENGTH, NICE_LIMIT, OPEN_MODES, TOLERATION_OPS, Limits
 from services.domain.datasets import check_datasets
+from services.domain.licenses import Licenses, request_problem
 from services.domain.output import pattern_problem
 from services.domain.partitions import Partitions
 from services.submission.asked import (Asked, check_cpus_and_memory, check_durations_and_elasticity,
@@ -87,6 +88,7 @@ def normalise(
     warnings: list[str] | None = None,
     scope: str = "",
     features: Mapping[str, frozenset[str]] | None = None,
+    licenses: Licenses | None = None,
 ) -> c.JobSpec:
     """Return the validated spec, or raise ``Rejection``.
 
@@ -116,7 +118,9 @@ def normalise(
 
     ``features``: the registered nodes and their features (``services.domain.features``), against
     which a ``constraint`` no node could ever satisfy, or a ``nodelist`` naming a node not registered,
-    is refused (None: not judged). Slurm's other option
+    is refused (None: not judged). ``licenses``: the licenses the operator defined
+    (``services.domain.licenses``); a job naming one that is not, or more than its total, is refused
+    (None: not judged; the names and counts are checked anyway). Slurm's other option
     forms and directives are ``services/submission/directives.py``'s.
 
     ``command``: a job runs a command, unless it is simulated
@@ -144,6 +148,7 @@ def normalise(
     directives = _slurm_directives(sub, asked, features)
     # 3. policy fields
     priority_class, restart_policy = _check_policy(sub, subject_tenant)
+    _check_licenses(sub, licenses)
     # 4. array: Slurm's --array, tasks <job_id>_<index>; tolerations; a simulated run time
     array = _parse_array(sub, limits)
     _check_tolerations(sub)
@@ -230,6 +235,16 @@ def _check_policy(sub: c.JobSubmitted, subject_tenant: str) -> tuple[str, str]:
         if dep.job_id == sub.job_id:
             raise Rejection(f"dependencies[{i}].job_id", "a job cannot depend on itself")
     return priority_class, restart_policy
+
+
+def _check_licenses(sub: c.JobSubmitted, licenses: Licenses | None) -> None:
+    """The licenses it asks for are well formed and, when the cluster's are known, defined and no more
+    than there are (more could never start: Slurm refuses it at submission too)."""
+    if not sub.licenses:
+        return
+    why = request_problem(sub.licenses) or (licenses.problem(sub.licenses) if licenses is not None else None)
+    if why is not None:
+        raise Rejection("licenses", why)
 
 
 def _parse_array(sub: c.JobSubmitted, limits: Limits) -> ArraySpec | None:
@@ -342,6 +357,7 @@ def _spec(sub: c.JobSubmitted, asked: Asked, partition: str, parts: Partitions, 
         image=sub.image,
         gpus_per_node=asked.node_gpus,
         datasets=tuple(sorted(set(sub.datasets))),
+        licenses=dict(sorted(sub.licenses.items())),
         **directives,  # type: ignore[arg-type]
     )
 
@@ -372,6 +388,7 @@ def admission(
     capacity_of: Callable[[str], Capacity] | None = None,
     scope: str = "",
     features: Mapping[str, frozenset[str]] | None = None,
+    licenses: Licenses | None = None,
 ) -> Admission:
     """The jobs one submission makes, as (job id, spec): the job itself, or each task of an array
     in index order; and the warnings for its submitter. Raises ``Rejection`` like ``normalise``
@@ -379,7 +396,7 @@ def admission(
     warnings: list[str] = []
     spec = normalise(sub, subject_tenant=subject_tenant, gpu_models=gpu_models, limits=limits, capacity=capacity,
                      partitions=partitions, capacity_of=capacity_of, warnings=warnings, scope=scope,
-                     features=features)
+                     features=features, licenses=licenses)
     if spec.array is None:
         return Admission([(sub.job_id, spec)], tuple(warnings))
     indices = parse_array(sub.array, "array", max_tasks=limits.max_array_tasks).indices  # valid: normalise checked it

@@ -14,6 +14,7 @@ from events import catalogue as c
 from events.base import Event
 from services.domain.fairshare import FairShare
 from services.domain.jobs import JobTable
+from services.domain.licenses import Licenses
 from services.domain.partitions import Partitions
 from services.domain.protocol import CoreState
 from services.submission.capacity import Capacity
@@ -74,6 +75,7 @@ class SubmissionState(CoreState):
         self.repeats: dict[int, Pending] = {}  # seq -> a submission of a job id already submitted
         self.partitions = Partitions()  # which partition a job gets (services/domain/partitions.py)
         self.numbering = Numbering()  # the highest job number given in each scope (numbering.py)
+        self.licenses = Licenses()  # the licenses defined: a job naming another is refused (totals only)
         self._capacity_epoch = 0  # changes with what the registered nodes offer
         self._partition_capacity: dict[str, tuple[tuple[int, int], Capacity]] = {}
 

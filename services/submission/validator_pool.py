@@ -78,7 +78,7 @@ class ValidationServer:
         try:
             admitted = admission(event, subject_tenant=tenant, gpu_models=state.gpu_models,
                                  limits=self.runner.core.limits, capacity=state.capacity, partitions=state.partitions,
-                                 capacity_of=state.capacity_of)
+                                 capacity_of=state.capacity_of, licenses=state.licenses)
             jobs = admitted.jobs
             state.check_account(jobs[0][1])  # a tenant asks here: its accounts and their class limits apply
             state.check_class(jobs[0][1])

@@ -14,6 +14,7 @@ import msgspec
 
 from services.domain.fairshare import Account
 from services.domain.jobs import HOLDS_RESOURCES, Job, JobState
+from services.domain.licenses import Licenses
 from services.domain.partitions import Partitions, PartitionsData
 from services.domain.policy import PolicyConfig
 from services.domain.queue.state import Charge, SchedulingState
@@ -61,6 +62,9 @@ class _Snapshot(msgspec.Struct, array_like=True):
     datasets: list[str] = []
     # Advance reservations' ends not yet passed; absent in snapshots written before it
     reservation_ends: dict[str, float] = {}
+    # Licenses defined (LicenseConfigured), by name; absent in snapshots written before them (what jobs
+    # hold is rebuilt from the jobs holding resources)
+    licenses: dict[str, int] = {}
 
 
 
@@ -85,7 +89,7 @@ def dump(state: SchedulingState, fingerprint: str) -> bytes:
         deadlines=_sorted(state.deadlines), config_rejections=_sorted(state.config_rejections),
         wakeups_due=_wakeups_due(state), partitions=state.partitions.data(),
         checkpointed=sorted(state.jobs.checkpointed), datasets=sorted(state.datasets),
-        reservation_ends=_sorted(state.reservation_ends),
+        reservation_ends=_sorted(state.reservation_ends), licenses=state.licenses.data(),
     )
     return msgspec.msgpack.encode(snap)
 
@@ -116,6 +120,7 @@ def load(data: bytes, fingerprint: str) -> SchedulingState | None:
     state.to_requeue = {j: state.jobs.jobs[j] for j in snap.to_requeue}
     state.deadlines, state.config_rejections = snap.deadlines, snap.config_rejections
     state.partitions = Partitions.from_data(snap.partitions)
+    state.licenses = Licenses(snap.licenses)
     _rebuild(state, set(snap.wakeups_due))
     return state
 
@@ -141,6 +146,8 @@ def _rebuild(state: SchedulingState, wakeups_due: set[str]) -> None:
                 state.gated.add(job.job_id)
             if spec.array_max_running:
                 state.throttled.add(job.job_id)
+            if spec.licenses:
+                state.licensed.add(job.job_id)
             if spec.deadline_ts or (spec.dependency_timeout_s is not None and (spec.dependencies or spec.after_datasets)):
                 state.expiring.add(job.job_id)
             if job.not_before_ts > state.now or job.job_id in wakeups_due:
@@ -149,6 +156,8 @@ def _rebuild(state: SchedulingState, wakeups_due: set[str]) -> None:
             state.growable.add(job.job_id)
         if job.job_id in state.charges and spec.array is not None:
             state.array_running[spec.array] = state.array_running.get(spec.array, 0) + 1
+        if job.job_id in state.charges and spec.licenses:
+            state.licenses.charge(spec.licenses, +1)
     for job_id, deadline in state.deadlines.items():
         if job_id in state.pending:
             state.deadline_heap.append((deadline, job_id))

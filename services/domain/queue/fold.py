@@ -25,7 +25,10 @@ What the fold keeps:
   is kept until the scheduler answers it with ``ConfigRejected``;
 * partitions (``services.domain.partitions``): their priority tiers order the
   queue, and the scheduler answers the partition configuration every fold
-  refuses alike (``PartitionConfigured``, ``PartitionPolicyConfigured``).
+  refuses alike (``PartitionConfigured``, ``PartitionPolicyConfigured``);
+* licenses (``services.domain.licenses``): the totals an operator defines
+  (``LicenseConfigured``, answered alike) and what the jobs holding resources
+  hold, from ``JobScheduled`` until the attempt ends.
 """
 
 from __future__ import annotations
@@ -160,6 +163,13 @@ class QueueFold:
                 elif name not in state.datasets:
                     state.datasets.add(name)
                     state.dirty_seq = seq  # jobs waiting for it may be ready
+                return state
+            case c.LicenseConfigured():
+                why = state.licenses.apply(event, record.subject)
+                if why is not None:
+                    state.config_rejections[seq] = ("license", why)
+                else:  # jobs waiting for it may start now (or never, until it is back)
+                    state.dirty_seq = state.capacity_seq = seq
                 return state
             case c.PartitionConfigured() | c.PartitionPolicyConfigured():
                 # Every fold of partitions applies the same check; the scheduler answers the operator.
@@ -317,6 +327,8 @@ class QueueFold:
             state.gated.add(job.job_id)
         if spec.array_max_running:
             state.throttled.add(job.job_id)
+        if spec.licenses:
+            state.licensed.add(job.job_id)
         if spec.deadline_ts or (spec.dependency_timeout_s is not None and (spec.dependencies or spec.after_datasets)):
             state.expiring.add(job.job_id)
         if job.not_before_ts > state.now:
@@ -335,6 +347,7 @@ class QueueFold:
         state.quotas.wait(state.fairshare, association(job.spec), -1)
         state.gated.discard(job.job_id)
         state.throttled.discard(job.job_id)
+        state.licensed.discard(job.job_id)
         state.expiring.discard(job.job_id)
         state.blocked_basis.pop(job.job_id, None)
         state.fits_nowhere.pop(job.job_id, None)
@@ -352,6 +365,8 @@ class QueueFold:
         state.charges[job.job_id] = charge
         fs.start(charge.leaf, charge.rate, state.now)
         state.quotas.charge(fs, charge.leaf, charge.amount, +1)
+        if spec.licenses:
+            state.licenses.charge(spec.licenses, +1)
         if spec.array is not None:
             state.array_running[spec.array] = state.array_running.get(spec.array, 0) + 1
 
@@ -375,6 +390,8 @@ class QueueFold:
         fs = state.fairshare
         fs.stop(charge.leaf, charge.rate, state.now)
         state.quotas.charge(fs, charge.leaf, charge.amount, -1)
+        if job.spec is not None and job.spec.licenses:
+            state.licenses.charge(job.spec.licenses, -1)
         array = job.spec.array if job.spec else None
         if array is not None:
             left = state.array_running.get(array, 0) - 1

@@ -10,9 +10,9 @@ priority; the acceptance sequence breaks every tie, so replays cannot disagree.
 ``candidates`` walks the queue in that order and leaves out the jobs that
 certainly cannot start (the rules are in ``services/scheduling/core.py``'s
 docstring, which decides the cycles): dependencies not met, restart backoff,
-an array's running limit, a quota (unless the cohort lends), and jobs placement
-found blocked since nothing changed (all but the head, whose reservation
-backfilling must respect).
+an array's running limit, a quota (unless the cohort lends), licenses not free
+(``services.domain.licenses``), and jobs placement found blocked since nothing
+changed (all but the head, whose reservation backfilling must respect).
 """
 
 from __future__ import annotations
@@ -77,19 +77,21 @@ def ready(state: SchedulingState, job: Job) -> bool:
 def candidates(state: SchedulingState, max_candidates: int) -> tuple[list[Job], list[str]]:
     """The first ``max_candidates`` pending jobs in order that may start now, and which of them
     only by borrowing. Left out: jobs certainly blocked (but the head), jobs whose
-    dependencies are not met, in restart backoff, over their array's running limit, or over
-    a quota."""
+    dependencies are not met, in restart backoff, over their array's running limit, over
+    a quota, or whose licenses are not free (counting those the candidates ahead take)."""
     ctx = context(state)
     blocked, nowhere, gated = state.blocked_basis, state.fits_nowhere, state.gated
     fs, quotas = state.fairshare, state.quotas
     limited = quotas.limited(fs)
     backoff = bool(state.wakeups)
-    if not blocked and not gated and not limited and not backoff and not state.throttled:
+    licensed, licenses = state.licensed, state.licenses
+    if not blocked and not gated and not limited and not backoff and not state.throttled and not licensed:
         return ordered_queue(state, max_candidates, ctx), []
     out: list[Job] = []
     borrowing: list[str] = []
     cycle_use: dict[str, Amount] = {}
     array_use: dict[str, int] = {}
+    license_use: dict[str, int] = {}
     head_kept = False
     for job in ordered_queue(state, ctx=ctx):
         job_id, spec = job.job_id, job.spec
@@ -110,6 +112,8 @@ def candidates(state: SchedulingState, max_candidates: int) -> tuple[list[Job], 
             verdict, _why = quotas.admit(fs, association(spec), x, cycle_use)
             if verdict == BLOCKED:
                 continue
+        if job_id in licensed and licenses.judge(spec.licenses, license_use):
+            continue
         if blocked.get(job_id, -1) >= state.capacity_seq:
             if head_kept:
                 continue
@@ -121,6 +125,8 @@ def candidates(state: SchedulingState, max_candidates: int) -> tuple[list[Job], 
             quotas.add_cycle(fs, association(spec), x, cycle_use)
         if job_id in state.throttled:
             array_use[spec.array or ""] = array_use.get(spec.array or "", 0) + 1
+        if job_id in licensed:
+            licenses.add_cycle(spec.licenses, license_use)
         if len(out) >= max_candidates:
             break
     return out, borrowing

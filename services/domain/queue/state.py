@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from services.domain.fairshare import FairShare
 from services.domain.jobs import Job, JobTable
+from services.domain.licenses import Licenses
 from services.domain.partitions import Partitions
 from services.domain.policy import PolicyConfig
 from services.domain.protocol import CoreState
@@ -58,6 +59,7 @@ class SchedulingState(CoreState):
         # advance reservation (ReservationConfigured) -> its end, until the log's time passes it
         self.reservation_ends: dict[str, float] = {}
         self.partitions = Partitions()  # their priority tiers order the queue (services/domain/partitions.py)
+        self.licenses = Licenses()  # defined, and held by jobs holding resources (services/domain/licenses.py)
         # Derived from the above (rebuilt after a snapshot is loaded):
         self.pending: dict[str, Job] = {}
         self.gated: set[str] = set()  # pending jobs that have dependencies (or are singleton jobs)
@@ -69,3 +71,4 @@ class SchedulingState(CoreState):
         self.deadline_heap: list[tuple[float, str]] = []
         self.wakeups: list[tuple[float, str]] = []  # (not before, job) of requeued jobs in backoff
         self.growable: set[str] = set()  # elastic jobs holding resources below their most nodes
+        self.licensed: set[str] = set()  # pending jobs that ask for licenses

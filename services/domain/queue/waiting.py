@@ -8,7 +8,7 @@ time, the job whose reservation it would delay, the head. ``horizon queue --why`
 commands (``squeue``'s REASON, ``scontrol show job``'s ``Reason=``) give the code,
 which tools that drive Slurm read: ``Resources``, ``Priority``, ``Dependency``, ...
 (``SLURM_REASONS``, one per kind, and the finer ones: ``BeginTime`` and
-``JobHeldUser``, a quota's ``AssocGrp...``/``QOSGrp...`` limit, ``PartitionDown``).
+``JobHeldUser``, a quota's ``AssocGrp...``/``QOSGrp...`` limit, ``PartitionDown``; ``Licenses``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ WAITING_KINDS = (
     "fits-nowhere",  # no node could hold it even empty: placement's verdict (BadConstraints)
     "array-limit",  # its array's running limit, %N (JobArrayTaskLimit)
     "quota",  # an account's quota, naming the limit (AssocGrp*Limit / QOS limits)
+    "licenses",  # a license it needs is not free, naming it and its count (Licenses)
     "reservation",  # it fits now, but would delay the reservation of the job it names (Priority, backfill)
     "resources",  # placement's per-filter verdict, with its reservation if it has one (Resources)
     "placing",  # a candidate of the cycle placement is working on
@@ -51,6 +52,7 @@ SLURM_REASONS = {
     "fits-nowhere": "BadConstraints",
     "array-limit": "JobArrayTaskLimit",
     "quota": "AssocGrpCpuLimit",  # the limit's own: AssocGrpGRES, QOSGrpJobsLimit, ... (quotas.slurm_code)
+    "licenses": "Licenses",
     "reservation": "Priority",  # it would delay a job ahead of it: Slurm's backfill says Priority
     "resources": "Resources",  # PartitionDown when its partition is down
     "placing": "None",  # being placed: nothing holds it back
@@ -205,6 +207,20 @@ def _waiting(state: SchedulingState, job: Job, order: _Order, max_candidates: in
     return Waiting(reason.kind, why, reason.code) if why != reason.why else reason
 
 
+def _placing_licenses(state: SchedulingState, job_id: str) -> dict[str, int]:
+    """The licenses the other candidates of the cycle placement is working on ask for: they are
+    taken before this job's turn comes (they join what jobs hold once placed)."""
+    if state.placed_cycle >= state.cycle or job_id in state.cycle_candidates:
+        return {}
+    taken: dict[str, int] = {}
+    for other in state.cycle_candidates:
+        job = state.pending.get(other)
+        if job is not None and job.spec is not None and job.spec.licenses:
+            for name, count in job.spec.licenses.items():
+                taken[name] = taken.get(name, 0) + count
+    return taken
+
+
 def _reason(state: SchedulingState, job: Job, order: _Order, max_candidates: int) -> Waiting:
     """The reason, checked in the order ``candidates`` leaves jobs out, then placement's verdict,
     then where the job stands. Each sentence says what it waits for and names it: the job it
@@ -250,6 +266,10 @@ def _reason(state: SchedulingState, job: Job, order: _Order, max_candidates: int
         verdict, why, code = state.quotas.judge(state.fairshare, association(spec), amount_of(spec), {})
         if verdict == BLOCKED:
             return Waiting("quota", why, code)
+    if spec.licenses and job.state is JobState.PENDING:
+        why = state.licenses.judge(spec.licenses, _placing_licenses(state, job_id))
+        if why:
+            return Waiting("licenses", why, "Licenses")
     # 3. placement's verdict, when it has tried the job since it became pending
     if job.last_block:
         if any(r.filter == "Backfill" for r in job.last_block):

@@ -183,6 +183,7 @@ def _register() -> None:
         bench,
         check,
         jobs,
+        license,
         logs,
         nodes,
         partition,
@@ -206,7 +207,8 @@ def _register() -> None:
         whatif,
     )
 
-    for module in (audit, bench, check, jobs, logs, nodes, partition, policy, projections, quota, requests, run,
+    for module in (audit, bench, check, jobs, license, logs, nodes, partition, policy, projections, quota, requests,
+                   run,
                    sbatch, scontrol, slurm_shims, show, simulate, slurm, slurm_commands, srun, submit, tenant, ui, user, whatif):
         module.register(cli)
     speak_click(cli)

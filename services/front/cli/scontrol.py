@@ -13,6 +13,9 @@
   ``-d`` is accepted.
 * ``scontrol show step [JOB[.STEP]]``: the steps the read model knows (outside a job or in one
   that reaches NATS).
+* ``scontrol show lic[enses] [NAME]``: the licenses an operator defined (``horizon license set``), what
+  jobs hold and what is free, in Slurm's form (``LicenseName=matlab`` / ``Total=3 Used=2 Free=1
+  Reserved=0 Remote=no``), from the scheduler's read model (``horizon.query.licenses``).
 
 Other scontrol commands are Horizon's own: ``horizon hold``, ``release``, ``update``, ``cancel``
 (docs/slurm.md). The texts, and where they are read, are ``services/front/slurm/scontrol_show.py``'s.
@@ -30,8 +33,9 @@ import click
 
 from services.domain.hostlist import HostlistError, compress, expand
 from services.front.cli.options import resolve_nats
-from services.front.slurm.scontrol_show import (SOCKET_ENV, array_from_log, ask_agent, job_from_log, show_array_text,
-                                                 show_job_text, show_step_text)
+from services.front.slurm.scontrol_show import (SOCKET_ENV, array_from_log, ask_agent, job_from_log,
+                                                 licenses_from_log, show_array_text, show_job_text,
+                                                 show_licenses_text, show_step_text)
 
 __all__ = ["scontrol", "run_scontrol", "register"]
 
@@ -71,6 +75,17 @@ def _job(job_id: str | None, environ: Mapping[str, str], oneliner: bool) -> str:
     return show_job_text(row, spec, time.time(), oneliner)
 
 
+def _licenses(name: str | None, oneliner: bool) -> str:
+    try:
+        rows = licenses_from_log(_url())
+    except Exception as exc:  # noqa: BLE001 - no NATS here: say so
+        raise click.ClickException(f"cannot reach Horizon's read model ({exc}); set HORIZON_NATS_URL") from None
+    if name is not None and rows and not any(row["name"] == name for row in rows):
+        names = ", ".join(sorted(str(row["name"]) for row in rows))
+        raise click.ClickException(f"license {name!r} is not configured (licenses: {names})")
+    return show_licenses_text(rows, name, oneliner)
+
+
 def _steps(job_id: str | None, environ: Mapping[str, str]) -> list[str]:
     wanted = job_id or environ.get("SLURM_JOB_ID")
     if not wanted:
@@ -95,7 +110,8 @@ def run_scontrol(args: Sequence[str], environ: Mapping[str, str] | None = None) 
     try:
         if len(words) < 2 or words[0].lower() != "show":
             raise _Usage("Horizon's scontrol answers: show hostnames [LIST], show hostlist NAMES, show job [ID], "
-                         "show step [JOB[.STEP]] (hold, release, update, cancel: horizon hold/release/update/cancel)")
+                         "show step [JOB[.STEP]], show licenses [NAME] (hold, release, update, cancel: horizon "
+                         "hold/release/update/cancel)")
         what, rest = words[1].lower(), words[2:]
         if what in ("hostnames", "hostname"):
             text = rest[0] if rest else environ.get("SLURM_JOB_NODELIST", "")
@@ -112,8 +128,10 @@ def run_scontrol(args: Sequence[str], environ: Mapping[str, str] | None = None) 
             click.echo(_job(rest[0] if rest else None, environ, oneliner))
         elif what in ("step", "steps"):
             click.echo("\n\n".join(_steps(rest[0] if rest else None, environ)))
+        elif len(what) >= 2 and "licenses".startswith(what):  # lic, license, licenses: as Slurm's
+            click.echo(_licenses(rest[0] if rest else None, oneliner))
         else:
-            raise _Usage(f"show {what}: Horizon's scontrol shows hostnames, hostlist, job and step "
+            raise _Usage(f"show {what}: Horizon's scontrol shows hostnames, hostlist, job, step and licenses "
                          "(nodes: horizon nodes or sinfo; partitions: sinfo)")
     except _Usage as exc:
         click.echo(f"scontrol: error: {exc}", err=True)
@@ -146,7 +164,7 @@ def _read_if_file(text: str) -> str:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def scontrol(ctx: click.Context, args: tuple[str, ...]) -> None:
-    """Slurm's scontrol show: hostnames [LIST], hostlist NAMES, job [ID], step [JOB[.STEP]].
+    """Slurm's scontrol show: hostnames [LIST], hostlist NAMES, job [ID], step [JOB[.STEP]], licenses [NAME].
 
     \b
     scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1     # a DDP master

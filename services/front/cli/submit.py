@@ -43,6 +43,7 @@ from services.front.client.submitter import (check_lines, check_submission, new_
                                              send_submission, warning_lines)
 from services.front.slurm.slurm_values import (Problem, parse_checkpoint_signal, parse_dependency_list, slurm_begin,
                                                split_datasets)
+from services.front.slurm.sbatch_values import license_list
 
 __all__ = ["submit", "job_submitted", "register"]
 
@@ -243,7 +244,18 @@ def job_submitted(tenant: str, identity: Identity, resources: Resources, gang: G
         open_mode=run.open_mode,
         image=run.image or "",
         datasets=sorted({n.strip() for d in run.datasets for n in d.split(",") if n.strip()}),
+        licenses=_licenses(slurm.licenses),
     )
+
+
+def _licenses(text: str | None) -> dict[str, int]:
+    """``--licenses``/``-L``, read as sbatch reads it (``services/front/slurm/sbatch_values.py``)."""
+    if text is None:
+        return {}
+    try:
+        return license_list(text)
+    except Problem as exc:
+        raise click.BadParameter(str(exc), param_hint="--licenses") from None
 
 
 def register(group: click.Group) -> None:

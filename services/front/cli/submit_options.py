@@ -163,6 +163,7 @@ class SlurmOrder:
     dependency: str | None
     dependency_timeout: str | None
     deadline: str | None
+    licenses: str | None
 
 
 slurm_order_options = _group(
@@ -181,6 +182,9 @@ slurm_order_options = _group(
     click.option("--deadline", default=None,
                  help="As Slurm's --deadline: end the job (UNSCHEDULABLE) once it could no longer end by this time "
                       "(now + its time limit past it): 2026-12-01T18:00, 18:00, now+2hours."),
+    click.option("--licenses", "-L", "licenses", default=None,
+                 help="Licenses it needs, as Slurm's -L: matlab:2,abaqus (a count of 1 when none is given). It "
+                      "starts only when they are free (horizon license list)."),
 )
 
 

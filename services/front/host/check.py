@@ -48,6 +48,10 @@ by every service, so here too). The invariants, in the words of the problems rep
      borrowing lands, not at every sequence: a lender that starts its own jobs within its
      own quota may take the cohort over the sum until reclaim preempts the borrowers (that
      is allowed, and bounded per account by the previous point).
+6. **Licenses** (``services.domain.licenses``; totals as configured when the attempt's
+   ``JobScheduled`` lands): an attempt that takes licenses leaves no license held beyond its
+   total, nor held when it is not defined. (An operator lowering a total below what is held
+   is no violation; what starts after must fit.)
 
 Decisions reproducing (the audit's replay) is the other half of ``horizon check``
 (``services.front.cli.check``).
@@ -66,6 +70,7 @@ from events.subjects import parse_subject
 from services.runtime.consume import decode_record
 from services.domain.protocol import Record
 from services.domain.fairshare import ROOT, Account, FairShare
+from services.domain.licenses import Licenses
 from services.domain.quotas import Amount, amount_of
 from services.domain.cluster import Cluster, Node
 from services.domain.jobs import HOLDS_RESOURCES, LIVE, TERMINAL, Job, JobTable, Transition
@@ -90,6 +95,7 @@ class LogCheck:
     held: dict[str, Amount] = field(default_factory=dict)  # account -> held by every job under it
     own_use: dict[str, Amount] = field(default_factory=dict)  # account -> held by jobs not on borrowed quota
     borrowed: int = 0  # attempts scheduled on borrowed quota
+    licenses: Licenses = field(default_factory=Licenses)  # defined, and held by the jobs holding resources
 
     @property
     def ok(self) -> bool:
@@ -134,6 +140,9 @@ def check_log(records: Iterable[Record]) -> LogCheck:
                 out.accounts.configure_account(event, record.time)
                 quotas.recount()  # as the scheduler does: the account may have moved in the tree
             continue
+        if isinstance(event, c.LicenseConfigured):
+            out.licenses.apply(event, record.subject)  # as every fold applies it (or refuses it)
+            continue
         if isinstance(event, c.JobResized):
             _check_resize(out, nodes, seq, event)
             continue
@@ -166,8 +175,11 @@ def check_log(records: Iterable[Record]) -> LogCheck:
                 raced[(tr.job.job_id, tr.job.attempt)] = race
             _check_take(out, seq, tr.job.job_id, tr.job.allocations)
             quotas.take(seq, tr.job)
+            _take_licenses(out, seq, tr.job)
         elif tr.before in HOLDS_RESOURCES and tr.after not in HOLDS_RESOURCES:
             quotas.give_back(tr.job)
+            if tr.job.spec is not None and tr.job.spec.licenses:
+                out.licenses.charge(tr.job.spec.licenses, -1)
         out.cluster.on_transition(tr)
     for (job_id, attempt), how in sorted(raced.items()):
         job = out.jobs.get(job_id)
@@ -177,6 +189,20 @@ def check_log(records: Iterable[Record]) -> LogCheck:
             out.problems.append(f"{job_id} attempt {attempt} was placed on {how} and never ended")
     out.problems.extend(out.cluster.check(out.jobs))
     return out
+
+
+def _take_licenses(out: LogCheck, seq: int, job: Job) -> None:
+    """An attempt takes its licenses: none may then be held beyond its total (6.)."""
+    wanted = job.spec.licenses if job.spec is not None else {}
+    if not wanted:
+        return
+    out.licenses.charge(wanted, +1)
+    for name in sorted(wanted):
+        total, held = out.licenses.totals.get(name), out.licenses.used.get(name, 0)
+        if total is None:
+            out.problems.append(f"seq {seq}: {job.job_id} took license {name}, which is not defined")
+        elif held > total:
+            out.problems.append(f"seq {seq}: license {name}: {held} held, more than its {total} ({job.job_id})")
 
 
 # ---------------------------------------------------------------- nodes: what placement saw

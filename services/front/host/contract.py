@@ -177,6 +177,15 @@ def _attempt_row(jobs_sql: str, allocation: Schema) -> Schema:
     return row
 
 
+# A row of ``horizon.query.licenses`` (``Licenses.report``, services/domain/licenses.py).
+_LICENSE_ROW: Schema = {"type": "object", "required": ["name", "total", "used", "free"], "properties": {
+    "name": {"type": "string"}, "total": {"type": "integer", "minimum": 0, "description": "How many there are."},
+    "used": {"type": "integer", "minimum": 0, "description": "Held by jobs holding resources."},
+    "free": {"type": "integer", "minimum": 0}, "reserved": {"type": "integer", "minimum": 0},
+    "remote": {"type": "boolean"},
+    "defined": {"type": "boolean", "description": "False for one removed while jobs still hold it."}}}
+
+
 def view_reply_schemas() -> dict[str, Schema]:
     """Each query view's answer (without the ``{"error": ...}`` alternative)."""
     jobs_sql, st_sql = job_rows.SCHEMA, standing.SCHEMA
@@ -291,6 +300,7 @@ def view_reply_schemas() -> dict[str, Schema]:
             "counts": {"type": "object", "additionalProperties": {"type": "integer"},
                        "description": "GPUs by state over the cluster (horizon.gpus.state)."},
             "queued": {"type": "integer", "description": "Pending jobs."}, "now": {"type": ["number", "null"]}}),
+        "licenses": _listing("licenses", _LICENSE_ROW),
         "config": {"type": "object", "required": ["seen", "rejected", "last_seq"], "properties": {
             "seen": {"type": "boolean", "description": "Whether the input at `seq` has been folded."},
             "rejected": {"type": ["string", "null"], "description": "Why it was not applied, or `null`."},
@@ -359,6 +369,10 @@ def _request_schemas() -> dict[str, Schema]:
             "name": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
                      "description": "One partition, or a list of them."},
             "limit": {"type": "integer", "minimum": 0}, "offset": {"type": "integer", "minimum": 0}}},
+        "licenses": {"type": "object", "additionalProperties": False, "properties": {
+            "name": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+                     "description": "One license, or a list of them."},
+            "limit": {"type": "integer", "minimum": 0}, "offset": {"type": "integer", "minimum": 0}}},
         "config": {"type": "object", "required": ["seq"], "properties": {"seq": {"type": "integer", "minimum": 1}}},
         "gpus": {"type": "object", "additionalProperties": False, "properties": {
             "node": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
@@ -378,6 +392,7 @@ _VIEWS: dict[str, str] = {
     "priority": "One job's priority factor by factor and why it waits, or the first pending jobs in order.",
     "preempt": "What preempting for a job would do now: the victims and why.",
     "partitions": "The partitions (like sinfo's): configuration, default, registered nodes; the unknown-name rule.",
+    "licenses": "The licenses (like scontrol show lic): each one's total, what jobs hold, what is free.",
     "config": "Whether the operator input at a sequence was applied, or why not.",
     "gpus": "Every node's GPUs one by one: model, NUMA node, state, and the job and tenant on each (the dashboard).",
 }

@@ -64,7 +64,8 @@ def _opts() -> dict[str, _Opt]:
         ("export-file", None, REQUIRED),
         ("gpus", "G", REQUIRED), ("gpus-per-node", None, REQUIRED), ("gpus-per-task", None, REQUIRED),
         ("gres", None, REQUIRED), ("hold", "H", NONE), ("ignore-pbs", None, NONE), ("immediate", "I", OPTIONAL),
-        ("job-name", "J", REQUIRED), ("kill-on-invalid-dep", None, REQUIRED), ("mem", None, REQUIRED),
+        ("job-name", "J", REQUIRED), ("kill-on-invalid-dep", None, REQUIRED), ("licenses", "L", REQUIRED),
+        ("mem", None, REQUIRED),
         ("mem-per-cpu", None, REQUIRED), ("mem-per-gpu", None, REQUIRED), ("nice", None, OPTIONAL),
         ("nodelist", "w", REQUIRED), ("nodes", "N", REQUIRED), ("no-requeue", None, NONE), ("ntasks", "n", REQUIRED),
         ("ntasks-per-gpu", None, REQUIRED),
@@ -141,7 +142,6 @@ def _opts() -> dict[str, _Opt]:
         ("gid", None, REQUIRED, "Horizon runs jobs as the node agent's user"),
         ("input", "i", REQUIRED, "Horizon does not connect a job's standard input"),
         ("jobid", None, REQUIRED, "Horizon job ids are given with horizon sbatch --job-id"),
-        ("licenses", "L", REQUIRED, "Horizon has no licenses: the job could start without the one it needs"),
         ("nodefile", "F", REQUIRED, "name the nodes with --nodelist"),
         ("test-only", None, NONE, "horizon sbatch --dry-run prints the job without submitting it (no start "
                                   "estimate)"),

@@ -2,7 +2,7 @@
 
 ``resolve_options`` walks the families in order, each a step with a name: 1. the shape (nodes x tasks
 per node), 2. GPUs, 3. CPUs per task, 4. memory per task, 5. the time limit, 6. the queue (array,
-dependency, nice, partitions, QOS, account, name), 7. the environment and files, 8. placement
+dependency, nice, partitions, QOS, account, name, licenses), 7. the environment and files, 8. placement
 (constraint, exclusive), 9. requeue and signals, 10. the start window (begin, deadline). Each step
 reads its options through ``Given``, which files a bad value as a problem naming the option and its
 line and a value that does less here than in Slurm as a warning; a step never stops at the first
@@ -24,7 +24,8 @@ from events import catalogue as c
 from events.resources import ResourceError
 from services.front.slurm.sbatch_options import Directive
 from services.front.slurm.sbatch_values import (array_spec, choice, constraint_text, exclusive_mode, export_list,
-                                                nice_value, node_counts, non_empty, output_pattern, partition_list)
+                                                license_list, nice_value, node_counts, non_empty, output_pattern,
+                                                partition_list)
 from services.front.slurm.slurm_values import (
     NO_LIMIT,
     Problem,
@@ -379,15 +380,16 @@ class Queue:
     account: str | None
     name: str | None
     comment: str | None
+    licenses: dict[str, int] | None = None
 
 
 def resolve_queue(g: Given) -> Queue:
     """6. ``--array``, ``--dependency``, ``--nice``, ``--partition``, ``--qos``, ``--account``, ``--job-name``,
-    ``--comment``."""
+    ``--comment``, ``--licenses``."""
     return Queue(array=g.get("array", array_spec), dependency=g.get("dependency", parse_dependency_list),
                  nice=g.get("nice", nice_value), partitions=g.get("partition", partition_list), qos=g.get("qos", non_empty),
                  account=g.get("account", non_empty), name=g.get("job-name", non_empty),
-                 comment=g.get("comment", lambda t: t))
+                 comment=g.get("comment", lambda t: t), licenses=g.get("licenses", license_list))
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The values of single sbatch options, each read from its text (``Problem`` names what is wrong): node
-counts, partitions, nice, arrays, ``--export``, constraints, ``--exclusive``, output patterns. Values in
+counts, partitions, nice, arrays, ``--export``, constraints, ``--exclusive``, output patterns, licenses. Values in
 Slurm's general syntax (times, memory, dependencies, GPUs) are ``slurm_values.py``'s.
 """
 
@@ -10,13 +10,13 @@ from typing import Any
 
 from events.arrays import parse_array
 from events.subjects import valid_partition
-from events.vocabulary import NICE_LIMIT
+from events.vocabulary import LICENSE_PATTERN, MAX_LICENSE_COUNT, NICE_LIMIT
 from services.domain.features import ConstraintError, parse_constraint
 from services.domain.output import pattern_problem
 from services.front.slurm.slurm_values import Problem, whole_number
 
 __all__ = ["node_counts", "partition_list", "nice_value", "array_spec", "export_list", "choice", "non_empty",
-           "constraint_text", "exclusive_mode", "output_pattern"]
+           "constraint_text", "exclusive_mode", "output_pattern", "license_list"]
 
 
 def node_counts(text: str) -> tuple[int, int]:
@@ -40,6 +40,34 @@ def partition_list(text: str) -> list[str]:
         if not valid_partition(name):  # Slurm's test.q too; a subject carries its partition_token
             raise Problem(f"{name!r} is not a partition name (letters, digits, '_', '-' or '.')")
     return list(dict.fromkeys(names))
+
+
+_LICENSE_NAME = re.compile(LICENSE_PATTERN)
+
+
+def license_list(text: str) -> dict[str, int]:
+    """``-L``/``--licenses``: ``NAME[@SERVER][:COUNT][,NAME[:COUNT]...]`` -> name -> count, as Slurm's
+    ``_build_license_list`` reads it: a count of 1 when none is given, ``*`` (Slurm before 2.5) for ``:``,
+    ``;`` for ``,``, a license named twice counted once with the sum. The OR form (``a|b``: any one of
+    them, Slurm 23.02) is refused: Horizon gives a job every license it names."""
+    if not text.strip():
+        raise Problem("is empty")
+    if "|" in text:
+        raise Problem(f"{text!r}: the OR form (a|b, any one of them) is not supported here: Horizon gives a job "
+                      "every license it names; name the ones it needs joined by ','")
+    out: dict[str, int] = {}
+    for token in re.split(r"[,;]", text):
+        if not token:
+            raise Problem(f"{text!r}: an empty license in the list")
+        name, _sep, count_text = token.replace("*", ":", 1).partition(":")
+        if not _LICENSE_NAME.match(name):
+            raise Problem(f"{name!r} is not a license name (letters, digits, '_', '.', '+', '-', and @SERVER; "
+                          "then :COUNT)")
+        count = whole_number(count_text, f"a count of {name} licenses") if _sep else 1
+        out[name] = out.get(name, 0) + count
+        if out[name] > MAX_LICENSE_COUNT:
+            raise Problem(f"{name}: {out[name]} licenses is more than {MAX_LICENSE_COUNT}")
+    return dict(sorted(out.items()))
 
 
 def nice_value(text: str) -> int:

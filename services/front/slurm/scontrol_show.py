@@ -16,12 +16,14 @@ from typing import Any
 
 from events.resources import format_memory
 from services.domain.hostlist import compress
+from services.domain.licenses import licenses_text
 from services.domain.steps import counts_text
 from services.domain.queue.waiting import slurm_reason
 from services.front.client.reasons import summary
 
 __all__ = ["SOCKET_ENV", "show_job_text", "show_step_text", "ask_agent", "job_from_log", "duration_text", "stamp_text",
-           "user_with_uid", "slurm_job_reason", "show_array_text", "array_from_log"]
+           "user_with_uid", "slurm_job_reason", "show_array_text", "array_from_log", "show_licenses_text",
+           "licenses_from_log"]
 
 SOCKET_ENV = "HORIZON_STEP_SOCKET"
 _STATE = {"PENDING": "PENDING", "HELD": "PENDING", "SCHEDULED": "CONFIGURING", "RUNNING": "RUNNING",
@@ -97,6 +99,7 @@ def show_job_text(row: Mapping[str, Any], spec: Mapping[str, Any] | None, now: f
         [f"TasksPerNode={counts_text([max(1, a.get('tasks') or per_node) for a in allocation]) if allocation else per_node}",
          f"CPUsPerNode={counts_text(cpus_per_node) if cpus_per_node else '(null)'}"],
         [f"MinMemoryNode={format_memory(memory).replace(' ', '')}"],
+        [f"Licenses={licenses_text(spec.get('licenses') or {}) or '(null)'}"],
         [f"WorkDir={cwd or '(null)'}"],
         [f"StdErr={row.get('stderr') or stdout or '(null)'}", "StdIn=/dev/null", f"StdOut={stdout or '(null)'}"],
     ]
@@ -256,5 +259,29 @@ def array_from_log(url: str, job_id: str) -> list[tuple[dict[str, Any], dict[str
             await _waiting_of(nc, rows)
             return [(row, msgspec.to_builtins(specs[row["job_id"]]) if row["job_id"] in specs else None)
                     for row in rows]
+
+    return asyncio.run(go())
+
+
+def show_licenses_text(rows: Sequence[Mapping[str, Any]], name: str | None = None, oneliner: bool = False) -> str:
+    """The licenses as ``scontrol show lic [NAME]`` prints them (``LicenseName=matlab`` then ``Total=3
+    Used=2 Free=1 Reserved=0 Remote=no``, by name; one line each with ``-o``); Slurm's sentence when none
+    is defined. A name not defined is the caller's error to tell."""
+    if not rows:
+        return "No licenses configured in Slurm."
+    sep = " " if oneliner else "\n    "
+    return "\n".join(f"LicenseName={row['name']}{sep}Total={row['total']} Used={row['used']} Free={row['free']} "
+                     f"Reserved={row.get('reserved', 0)} Remote={'yes' if row.get('remote') else 'no'}"
+                     for row in sorted(rows, key=lambda r: str(r["name"])) if name is None or row["name"] == name)
+
+
+def licenses_from_log(url: str) -> list[dict[str, Any]]:
+    """Every license the scheduler's read model knows (``horizon.query.licenses``), over ``url``."""
+    from services.front.client.client import query_all, session
+
+    async def go() -> list[dict[str, Any]]:
+        async with session(url) as nc:
+            body = await query_all(nc, "licenses", {}, "licenses")
+            return list(body["licenses"])
 
     return asyncio.run(go())

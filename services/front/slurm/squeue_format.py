@@ -1,7 +1,7 @@
 """squeue's ``--format`` (``-o``) over jobs read-model rows: the fields Horizon knows, their headers and cells.
 
-The jobs read model has no column for a job's QOS, nice or array; ``%q``,
-``%y``, ``%F`` and ``%K`` read them from the job's spec (``accepted_specs``),
+The jobs read model has no column for a job's QOS, nice, array or licenses; ``%q``,
+``%y``, ``%F``, ``%K`` and ``%W`` read them from the job's spec (``accepted_specs``),
 asked for by id. ``%P`` is the partition the job got (its row's
 ``partition``; ``N/A`` for a job of no partition).
 """
@@ -17,6 +17,7 @@ from events.resources import format_cpus, format_memory
 from services.front.client.client import query_all
 from services.front.client.job_numbers import shown_id
 from services.front.client.problems import BadValue
+from services.domain.licenses import licenses_text
 from services.domain.queue.waiting import slurm_reason
 from services.front.slurm.job_rows import (hostlist, nodes_of, select_states, short_state, slurm_state, squeue_duration,
                                            stamp, state_matches, used_s)
@@ -98,6 +99,7 @@ SQUEUE_FIELDS: dict[str, tuple[str, Any, bool]] = {
     "P": ("PARTITION", lambda r, now, s: _partition(r), False),
     "q": ("QOS", _spec_field("qos", "normal"), True),
     "y": ("NICE", _spec_field("nice"), True),
+    "W": ("LICENSES", lambda r, now, s: "N/A" if s is None else (licenses_text(s.licenses) or "(null)"), True),
     "F": ("ARRAY_JOB_ID", lambda r, now, s: "N/A" if s is None else (
         str(s.array_number or s.number) if s.number else (s.array or r["job_id"])), True),
     # a row squeue shows for several pending tasks of an array carries their indices (``array_tasks``)

@@ -31,7 +31,7 @@ LONG_NAMES = {
     "account": "a", "state": "T", "statecompact": "t", "timeused": "M", "timelimit": "l", "timeleft": "L",
     "numnodes": "D", "numcpus": "C", "mincpus": "c", "cpus-per-task": "c", "minmemory": "m",
     "tres-per-node": "b", "reasonlist": "R", "reason": "r", "nodelist": "N", "submittime": "V",
-    "starttime": "S", "endtime": "e", "partition": "P", "qos": "q", "nice": "y",
+    "starttime": "S", "endtime": "e", "partition": "P", "qos": "q", "nice": "y", "licenses": "W",
 }
 _LONG_TOKEN = re.compile(r"^([A-Za-z-]+)(?::(\.?)(\d*)(.*))?$")
 

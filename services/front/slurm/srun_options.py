@@ -40,9 +40,11 @@ SRUN_OPTIONS: dict[str, tuple[str | None, bool]] = {
     "unbuffered-output": (None, False), "accel-bind": (None, True), "network": (None, True),
     "constraint": ("C", True), "reservation": (None, True), "nice": (None, True), "immediate": ("I", False),
     "kill-command": (None, True), "external-launcher": (None, False), "mpi-bind": (None, True),
+    "licenses": ("L", True),
 }
 # Options srun accepts that change nothing here, and why (srun -v says so).
 NO_EFFECT: dict[str, str] = {
+    "licenses": "a step runs on its job's licenses: the job holds what sbatch -L asked for until it ends",
     "mpi": "Horizon runs no PMI/PMIx server: the tasks get SLURM_PROCID, SLURM_NTASKS, ... and an MPI library "
            "that starts from those (or a launcher that uses srun to start its daemons) works; one that needs "
            "PMIx from srun does not",

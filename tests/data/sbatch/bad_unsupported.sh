@@ -1,6 +1,6 @@
 #!/bin/bash
 #SBATCH --job-name=legacy
-#SBATCH --licenses=matlab:1
+#SBATCH --licenses=matlab:1|abaqus:1
 #SBATCH --nodes=1
 #SBATCH --mail-type=END,FAIL
 #SBATCH --bb="capacity=10G"

@@ -21,7 +21,7 @@ from services.front.sim.whatif.times import WhatIfError, iso
 __all__ = ["CONFIG_VERBS", "JOB_REQUESTS", "RecordedJob", "Workload", "workload_from_log", "stale_basis"]
 
 CONFIG_VERBS = ("account", "fairshare", "policy", "profile", "preemption", "reservation", "partition",
-                "partition-policy", "dataset")
+                "partition-policy", "dataset", "license")
 JOB_REQUESTS = ("cancel", "hold", "release", "update")
 
 
