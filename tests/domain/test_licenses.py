@@ -191,3 +191,33 @@ def test_a_partition_leader_counts_the_licenses_of_another_leaders_open_cycle_an
     f.evt("placement-b", c.PlacementCycleCompleted(cycle=1, scheduled=0, basis_seq=f.seq))
     assert [j.job_id for j in a.candidates(f.state)[0]] == ["of-a"]
     assert f.state.licenses.used == {}  # the view was a copy
+
+
+# ------------------------------------------------------------------ preemption
+
+
+def _blocked_vip(taker: bool) -> list[str]:
+    """A critical job, blocked by placement while matlab was free, on a node a low job fills; then
+    (``taker``) a job without GPUs takes the one matlab license: the victims preemption would choose."""
+    from services.preemption.core import PreemptionCore
+
+    f = Feed(PreemptionCore())
+    f.evt("agent", node("n0", gpus=8))
+    f.evt("inventory", c.NodeReady(node="n0", basis_seq=1))
+    f.admin("license", lic("matlab", 1))
+    f.evt("submission", accepted("low", gpus=8, priority_class="low"))
+    f.evt("submission", accepted("taker", gpus=0, priority_class="low", licenses={"matlab": 1}))
+    for job_id, devices in (("low", [f"gpu{k}" for k in range(8)]), ("taker", [])):
+        if job_id == "low" or taker:
+            f.evt("placement", c.JobScheduled(job_id=job_id, attempt=1, allocations=[c.NodeAllocation(
+                node="n0", device_ids=devices, cpus_milli=1000, memory_bytes=1 << 30)]))
+            f.evt("agent", c.JobStarted(job_id=job_id, attempt=1, node="n0"))
+    f.evt("submission", accepted("vip", gpus=8, priority_class="critical", licenses={"matlab": 1}))
+    f.evt("scheduling", c.SchedulingCycleCompleted(cycle=1, candidates=["vip"], basis_seq=1))
+    f.evt("placement", c.PlacementCycleCompleted(cycle=1, blocked=1))
+    return sorted(e.job_id for e in f.decide() if isinstance(e, c.PreemptionRequested))
+
+
+def test_a_job_waiting_for_licenses_does_not_preempt_for_room():
+    assert _blocked_vip(taker=False) == ["low"]  # matlab free: room is all it needs
+    assert _blocked_vip(taker=True) == []  # matlab taken since: stopping low would not start it

@@ -11,8 +11,10 @@ candidate and is still pending when placement completes the cycle; not
   account's cohort (its sibling accounts), when it fits in its own account's
   quota: the lender takes its quota back.
 
-A job that was itself preempted for another cannot preempt until it runs
-again (no cascades); one whose earlier victims are still stopping waits for
+A job that waits for licenses (``services/domain/licenses.py``) does not
+preempt: room on nodes cannot give it them. A job that was itself preempted
+for another cannot preempt until it runs again (no cascades); one whose
+earlier victims are still stopping waits for
 them, and after they stopped it waits for a placement cycle to leave it
 blocked again before it preempts more (their room is held for it).
 
@@ -98,6 +100,8 @@ class PreemptionPlanner(PreemptionFold):
                 continue  # no node could hold it even empty: preempting cannot help
             if job.spec.components:
                 continue  # a heterogeneous job: room for all its components at once is not planned (plan)
+            if job.spec.licenses and state.sched.licenses.judge(job.spec.licenses):
+                continue  # it waits for licenses, which room on nodes cannot give it
             if not may_reclaim and not any(state.running_by_class.get(lower, 0)
                                            for lower in rules.get(job.spec.priority_class, ())):
                 continue  # nobody it could preempt is running
