@@ -6,7 +6,7 @@ with Slurm's replacement symbols, expanded on the node when the attempt starts:
 ====  ==========================================================
 %%    a literal ``%``
 %j    the job's number (Slurm's job id, ``4213``; an array task's own number)
-%J    the job's number and step, ``<number>.batch``
+%J    the job's number and step: the number alone for the batch script (as Slurm's, ``4213``)
 %A    the array's number (the job's own for a job that is no array task)
 %a    the array task's index (empty for a job that is no task)
 %x    the job's name
@@ -100,7 +100,7 @@ def expand(pattern: str, names: Names) -> str:
     index = "" if names.index is None else str(names.index)
     values = {
         "j": names.job_id,
-        "J": f"{names.job_id}.batch",
+        "J": names.job_id,  # Slurm: jobid.stepid, but the batch step adds nothing (srun's steps: 4213.0)
         "A": names.array or names.job_id,
         "a": index,
         "x": names.name,

@@ -8,7 +8,8 @@ asks the node's agent for a step over the attempt's Unix socket (``$HORIZON_STEP
 * writes every task's standard output and error to its own (the job's output file), whole lines
   at a time, so two tasks' lines never mix (``-u``: as the bytes come); ``-l`` puts ``RANK: ``
   before each line; ``-o``/``-e`` write them to files instead (``%t`` task, ``%n`` node index,
-  ``%N`` node, ``%j`` job, ``%s`` step, ``%J`` job.step, ``%u``, ``%x``, ``%%``);
+  ``%N`` node, ``%j`` job, ``%s`` step, ``%J`` job.step, ``%A`` the array's job, ``%a`` the array
+  task, ``%u``, ``%x``, ``%%``; submitit's ``srun --output logs/%A_%a/%A_%a_%t_log.out``);
 * says ``srun: error: NODE: task N: Exited with exit code C`` for a task that failed;
 * forwards the signals it gets to every task (SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
   SIGCONT); SIGTERM, or a second SIGINT, stops the step (SIGTERM, then SIGKILL after the grace
@@ -109,9 +110,11 @@ class _Outputs:
 
 
 def _expand(pattern: str, *, job: str, step: int, rank: int, node_index: int, node: str, user: str,
-            name: str) -> str:
+            name: str, array: str = "", index: str = "") -> str:
+    """``pattern`` for one task. ``array``/``index``: the array's job and the task's index (``%A``, the
+    job's own outside an array, and ``%a``, empty there: as the batch script's, services/domain/output.py)."""
     values = {"j": job, "J": f"{job}.{step}", "s": str(step), "t": str(rank), "n": str(node_index), "N": node,
-              "u": user, "x": name, "%": "%"}
+              "u": user, "x": name, "A": array or job, "a": index, "%": "%"}
     out, i = [], 0
     while i < len(pattern):
         ch = pattern[i]
@@ -140,15 +143,20 @@ def _open_files(args: SrunArgs, started: dict[str, Any], environ: Mapping[str, s
     job = environ.get("SLURM_JOB_ID", "")
     user = environ.get("SLURM_JOB_USER") or environ.get("USER", "")
     name = args.name or environ.get("SLURM_JOB_NAME", "")
+    array, task = environ.get("SLURM_ARRAY_JOB_ID", ""), environ.get("SLURM_ARRAY_TASK_ID", "")
     for index, (node, ranks) in enumerate(zip(started["nodes"], started["ranks"])):
         for rank in ranks:
             for fd, pattern in ((1, args.output), (2, args.error if args.error is not None else args.output)):
                 if pattern is None:
                     continue
                 path = "/dev/null" if pattern.lower() == "none" else _expand(
-                    pattern, job=job, step=started["step"], rank=rank, node_index=index, node=node, user=user, name=name)
+                    pattern, job=job, step=started["step"], rank=rank, node_index=index, node=node, user=user,
+                    name=name, array=array, index=task)
                 if path not in opened:
-                    opened[path] = open(path, mode)
+                    try:
+                        opened[path] = open(path, mode)
+                    except OSError as exc:
+                        raise SrunError(f"cannot open output file {path}: {exc.strerror or exc}") from None
                 files[(rank, fd)] = opened[path]
     return files
 

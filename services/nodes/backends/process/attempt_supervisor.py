@@ -45,6 +45,7 @@ from services.nodes.backends.process.identity import Identity, may_enter, open_a
 __all__ = ["main", "start_time", "read_pid_file", "PLAN", "STATUS", "SHIM_PID", "JOB_PID"]
 
 PLAN, STATUS, SHIM_PID, JOB_PID = "plan.json", "status.json", "shim.pid", "job.pid"
+OUTPUT_FOLDER_WAIT_S = 10.0  # how long a missing folder of the output files is waited for (_open_outputs)
 _IGNORED = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
 
 
@@ -78,10 +79,23 @@ def _atomic_write(path: Path, text: str) -> None:
 
 def _open_outputs(plan: dict[str, Any], run_as: Identity | None) -> tuple[IO[bytes], IO[bytes]]:
     """The job's output files, opened (created) by the job's user: its permissions decide where it may
-    write, and what it creates is its own."""
+    write, and what it creates is its own.
+
+    A folder of theirs that is missing is waited for, up to ``OUTPUT_FOLDER_WAIT_S``: Slurm starts a
+    batch job a moment after sbatch returns (half a second and more), and tools rely on it; submitit
+    makes its output folder ``logs/<job number>`` once sbatch has printed the number, where this
+    agent may already be starting the job. A folder that does not come fails the job as in Slurm."""
     stdout_path, stderr_path = plan["stdout"], plan["stderr"]
     paths = [stdout_path] if stderr_path == stdout_path else [stdout_path, stderr_path]
-    fds = open_as(run_as, paths, plan.get("open_mode") or "truncate")
+    deadline = time.monotonic() + OUTPUT_FOLDER_WAIT_S
+    while True:
+        try:
+            fds = open_as(run_as, paths, plan.get("open_mode") or "truncate")
+            break
+        except FileNotFoundError:  # O_CREAT: only a folder on the way is missing
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
     out = os.fdopen(fds[0], "wb")
     return out, (out if len(fds) == 1 else os.fdopen(fds[1], "wb"))
 

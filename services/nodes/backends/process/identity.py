@@ -197,7 +197,15 @@ def open_as(identity: Identity | None, paths: Sequence[str], mode: str) -> list[
     flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if mode == "append" else os.O_TRUNC)
 
     def work() -> list[int]:
-        return [os.open(path, flags, 0o600) for path in paths]
+        fds: list[int] = []
+        try:
+            for path in paths:
+                fds.append(os.open(path, flags, 0o600))
+        except OSError:
+            for fd in fds:  # the first opened, the second not: none is left open
+                os.close(fd)
+            raise
+        return fds
 
     return list(as_user(identity, work))
 
