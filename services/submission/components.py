@@ -29,9 +29,11 @@ Normalise = Callable[[c.JobSubmitted], c.JobSpec]
 
 
 def normalise_components(sub: c.JobSubmitted, spec: c.JobSpec, limits: Limits,
-                         normalise_one: Normalise) -> tuple[c.Component, ...]:
+                         normalise_one: Normalise, registered: int = 0) -> tuple[c.Component, ...]:
     """The components of ``sub`` after the first, normalised (``spec``: the job as normalised with its
-    own shape; ``normalise_one``: ``normalise`` with the same cluster), or ``Rejection``."""
+    own shape; ``normalise_one``: ``normalise`` with the same cluster), or ``Rejection``. ``registered``:
+    the nodes registered in the job's partition (0: none yet, not judged), which must be at least the
+    nodes of all components together, each component having nodes of its own."""
     if not sub.components:
         return ()
     count = 1 + len(sub.components)
@@ -68,4 +70,8 @@ def normalise_components(sub: c.JobSubmitted, spec: c.JobSpec, limits: Limits,
     if nodes > limits.max_nodes_per_job:
         raise Rejection("components", f"{nodes} nodes over all components (each component has nodes of its own) is "
                         f"above the limit of {limits.max_nodes_per_job} per job")
+    if 0 < registered < nodes:
+        where = f"partition {spec.partition}" if spec.partition else "the cluster"
+        raise Rejection("components", f"{nodes} nodes over all components (each component has nodes of its own), and "
+                        f"{where} has {registered} registered")
     return tuple(out)

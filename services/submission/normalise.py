@@ -157,9 +157,11 @@ def normalise(
     _check_files_and_image(sub)
     spec = _spec(sub, asked, partition, parts, array, priority_class, restart_policy, directives)
     if sub.components:  # 5b. a heterogeneous job: each other component judged as the job with its shape
+        held = capacity_of(partition) if capacity_of is not None and partition else capacity
         spec = spec_replace(spec, components=normalise_components(sub, spec, limits, lambda one: normalise(
             one, subject_tenant=subject_tenant, gpu_models=gpu_models, limits=limits, capacity=capacity,
-            partitions=partitions, capacity_of=capacity_of, warnings=[], scope=scope, features=features)))
+            partitions=partitions, capacity_of=capacity_of, warnings=[], scope=scope, features=features),
+            registered=sum(n for _, n in held.sorted_shapes()) if held is not None else 0))
     # 6. size: what the job costs to carry (encoding is deterministic, so is this check)
     _check_size(spec, array, limits)
     return spec

@@ -15,7 +15,7 @@ from tests.helpers import Feed, node
 from tests.services.test_submission_slurm_shapes import accept, partitions, submitted
 
 GIB = 1 << 30
-NODES = (node("n1", gpus=0, cpus=8, memory=32 * GIB), node("n2", gpus=0, cpus=8, memory=32 * GIB))
+NODES = tuple(node(f"n{i}", gpus=0, cpus=8, memory=32 * GIB) for i in (1, 2, 3))
 
 
 def part(**kw) -> c.ComponentRequest:
@@ -60,6 +60,13 @@ def test_components_run_in_the_jobs_partition():
     with pytest.raises(Rejection) as err:
         accept(submitted(partitions=["cpu"], components=[part(partitions=["big"])]), parts, nodes=NODES)
     assert err.value.field == "components[0].partitions" and "one partition" in err.value.reason
+
+
+def test_more_nodes_over_all_components_than_the_partition_has_is_refused():
+    """Each component has nodes of its own: 1 + 3 nodes on a cluster of three never starts."""
+    with pytest.raises(Rejection, match="4 nodes over all components .* the cluster has 3 registered"):
+        accept(submitted(components=[part(nodes=3)]), nodes=NODES)
+    assert accept(submitted(components=[part(nodes=2)]), nodes=NODES).components[0].nodes == 2
 
 
 def test_no_arrays_elastic_gangs_or_too_many_components():
