@@ -20,9 +20,16 @@ the working directory (the directory ``horizon sbatch`` ran in, or
 ``--chdir``), sets the array's Slurm variables (the agent sets those of the
 allocation: ``SLURMD_NODENAME``, ``SLURM_JOB_NODELIST``, ...), redirects output as
 ``--output``/``--error`` say, and execs the script's interpreter on the
-script's path with its arguments. The script is read from its path when the
-job starts (Slurm keeps a copy taken at submission): do not edit a script
-while its job waits. The command is ``services/front/cli/sbatch.py``; submitting is
+script with its arguments. The script is the copy sbatch read at submission,
+as Slurm's (which runs ``slurmd``'s spool copy, ``slurm_script``): the job
+carries its text (the command's last argument), and the wrapper writes it to a
+private temporary file, opens it on descriptor 9, removes it and runs
+``/dev/fd/9``; so a script edited, moved or deleted after ``sbatch`` returns
+(dask-jobqueue deletes its temporary script at once) runs as it was, and
+nothing is left behind. At most ``MAX_SCRIPT_BYTES`` (Slurm's default
+``max_script_size`` is 4 MB; here the copy is one argument of the job's
+command), and no NUL character (as Slurm). The command is
+``services/front/cli/sbatch.py``; submitting is
 ``services/front/client/submitter.py``'s, as for ``horizon submit``.
 """
 
@@ -80,6 +87,10 @@ def _interpreter(text: str) -> list[str]:
 
 
 OUTPUT_FLAGS = ("parsable", "quiet", "verbose", "wait")  # the command's to honour
+# The job runs its copy of the script from this descriptor (the module doc); the copy is at most this
+# long: one argument of the job's command (Linux takes 128 KiB in one, and a command at most 128 KiB)
+SCRIPT_COPY = "/dev/fd/9"
+MAX_SCRIPT_BYTES = 120 * 1024
 
 
 def parse_sbatch(text: str, *, defaults: SbatchDefaults, command_line: Sequence[str] = (),
@@ -101,6 +112,7 @@ def parse_sbatch(text: str, *, defaults: SbatchDefaults, command_line: Sequence[
         interpreter = _interpreter(text)
         directives, body, bad = read_directives(text)
         problems.extend(bad)
+        problems.extend(_copy_problems(text))
     else:
         interpreter, directives, body = ["/bin/sh", "-c", wrap], [], wrap
     cli, stop, bad = getopt(list(command_line), "command line")
@@ -124,7 +136,7 @@ def parse_sbatch(text: str, *, defaults: SbatchDefaults, command_line: Sequence[
     file = _export_file(g, defaults)
     if problems or resolved is None:
         raise SbatchError(sorted(problems, key=_line_of))
-    fields = _job_fields(g, resolved, defaults, interpreter)
+    fields = _job_fields(g, resolved, defaults, interpreter, None if wrap is not None else text)
     fields["submit_env"] = submitted_environment(resolved.files.export, defaults.environ, file)
     if warnings is not None:
         warnings.extend(text for _, text in sorted(notes))
@@ -174,18 +186,20 @@ def _line_of(problem: str) -> int:
     return int(m[1]) if m else 1 << 30
 
 
-def _job_fields(g: Given, r: Resolved, defaults: SbatchDefaults, interpreter: list[str]) -> dict[str, Any]:
+def _job_fields(g: Given, r: Resolved, defaults: SbatchDefaults, interpreter: list[str],
+                script: str | None) -> dict[str, Any]:
     """The ``JobSubmitted`` fields of the resolved options: always the job's own, then Slurm's
-    directives, each set only when given (a JobSubmitted without them means what it meant)."""
+    directives, each set only when given (a JobSubmitted without them means what it meant). ``script``:
+    the batch script's text, which the job runs (None: ``--wrap``)."""
     shape, queue, files, ending = r.shape, r.queue, r.files, r.ending
     account = queue.account or defaults.account
     name = queue.name if queue.name is not None else (Path(defaults.script_path).name if defaults.script_path
                                                       else "wrap")
     env = _environment(g, r, defaults, account)
     workdir = os.path.join(defaults.workdir, files.chdir) if files.chdir else defaults.workdir
-    program = interpreter if defaults.script_path == "" else [*interpreter, defaults.script_path]
-    command = ["/bin/sh", "-c", _wrapper(queue.array is not None, shape.nodes, [*program, *defaults.script_args]),
-               "horizon-sbatch"]
+    program = interpreter if script is None else [*interpreter, SCRIPT_COPY]
+    wrapper = _wrapper(queue.array is not None, [*program, *defaults.script_args], script is not None)
+    command = ["/bin/sh", "-c", wrapper, "horizon-sbatch", *([script] if script is not None else [])]
     dependencies, singleton = queue.dependency if queue.dependency is not None else ([], False)
     dependencies, after_datasets = split_datasets(dependencies)
     fields: dict[str, Any] = {
@@ -241,6 +255,7 @@ def _job_fields(g: Given, r: Resolved, defaults: SbatchDefaults, interpreter: li
         "ntasks": shape.ntasks,
         "spread_tasks": shape.spread,
         "memory_per_node": r.memory.per_node,
+        "licenses": r.queue.licenses or {},
     }
     defaults_of = c.JobSubmitted(job_id="x", tenant="x")
     fields.update({k: v for k, v in extra.items() if v != getattr(defaults_of, k)})
@@ -320,17 +335,32 @@ def _slurm_environment(defaults: SbatchDefaults, user: str, account: str, nodes:
     return env
 
 
-def _wrapper(array: bool, nodes: int, program: list[str]) -> str:
-    """The POSIX shell the agent runs: the Slurm variables only known on the node, then the script (the
-    agent puts it in its working directory and its output files)."""
+def _wrapper(array: bool, program: list[str], copy: bool) -> str:
+    """The POSIX shell the agent runs: the Slurm variables only known on the node, the script's copy
+    (``copy``: the text is ``$1``), then the script (the agent puts it in its working directory and its
+    output files)."""
     lines = []
     if array:  # a task's id is <array id>_<index>, unless its backend named the task already (Slurm's: there
         # SLURM_JOB_ID is Slurm's own number)
         lines.append('export SLURM_ARRAY_JOB_ID="${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID%_*}}" '
                      'SLURM_ARRAY_TASK_ID="${SLURM_ARRAY_TASK_ID:-${SLURM_JOB_ID##*_}}"')
+    if copy:  # the copy taken at submission, on descriptor 9 of a file removed at once (the module doc)
+        lines.append('script=$(umask 077 && mktemp "${TMPDIR:-/tmp}/slurm_script.XXXXXX") || exit 1')
+        lines.append('printf %s "$1" > "$script" && exec 9< "$script"; rm -f "$script"')
     # SLURMD_NODENAME, SLURM_JOB_NODELIST (all the job's nodes) and the rest are the agent's (job_environment).
     lines.append("exec " + " ".join(shlex.quote(p) for p in program))
     return "\n".join(lines) + "\n"
+
+
+def _copy_problems(text: str) -> list[str]:
+    """Why the script cannot be carried as the job's copy of it (the module doc), if it cannot."""
+    if "\0" in text:
+        return ["the batch script contains a NUL character (as Slurm, sbatch refuses it)"]
+    size = len(text.encode())
+    if size > MAX_SCRIPT_BYTES:
+        return [f"the batch script is {size:,} bytes; Horizon takes scripts of at most {MAX_SCRIPT_BYTES:,} "
+                "bytes (its copy goes with the job): move its data into files the script reads"]
+    return []
 
 
 _LAUNCHERS = re.compile(r"(?:^|[\s;|&(`])(mpirun|mpiexec)(?=\s|$)")
