@@ -29,6 +29,7 @@ from events.subjects import valid_partition
 from events.vocabulary import PARTITION_STATES, PRIORITY_TIER_MAX, UNKNOWN_PARTITION
 from services.front.client.client import default_user, query, query_all, session
 from services.front.cli.options import nats_option
+from services.front.cli.slurm_getopt import SlurmCommand
 from services.front.client.configure import configure
 from services.front.slurm.sinfo_format import (DEFAULT_FORMAT, LONG_FORMAT, NODE_FORMAT, NODE_LONG_FORMAT,
                                                SUMMARY_FORMAT, FormatError, availability, limit_text, memory_text,
@@ -256,7 +257,7 @@ def _report(result: dict[str, Any], what: str) -> None:
         raise click.ClickException(f"{what} rejected: {result['reason']}")
 
 
-@click.command(context_settings={"help_option_names": ["--help"]})
+@click.command(cls=SlurmCommand, context_settings={"help_option_names": ["--help"]})
 @nats_option
 @click.option("-p", "--partition", "partitions", multiple=True, help="Only these partitions (a,b; repeatable).")
 @click.option("-N", "--Node", "node_oriented", is_flag=True, help="One line per node (and partition).")

@@ -15,10 +15,12 @@ import click
 
 from services.front.client.client import default_user
 from services.front.cli.options import nats_option
+from services.front.cli.slurm_getopt import SlurmCommand
 from services.front.slurm.job_rows import nodes_of
+from services.nodes.job_environment import CLUSTER_NAME
 from services.front.slurm.sacct_format import SACCT_DEFAULT, SACCT_FIELDS, sacct_lines
 
-__all__ = ["sacct", "register"]
+__all__ = ["sacct", "one_cluster", "register"]
 
 
 def _listed(values: Iterable[str]) -> list[str]:
@@ -36,7 +38,16 @@ def _sacct_window(starttime: str | None, states: tuple[str, ...], job_ids: list[
     return "now" if states else "midnight"
 
 
-@click.command()
+def one_cluster(names: list[str]) -> None:
+    """``-M/--clusters``: Snakemake's Slurm executor asks ``sacct ... --clusters all`` of every cluster;
+    Horizon is one, named as its jobs' ``SLURM_CLUSTER_NAME``. Another name is an error saying so."""
+    others = [n for n in names if n.lower() not in ("all", CLUSTER_NAME)]
+    if others:
+        raise click.BadParameter(f"no cluster {', '.join(others)} here: Horizon is one cluster, {CLUSTER_NAME!r} "
+                                 "('all' names it too)", param_hint="-M/--clusters")
+
+
+@click.command(cls=SlurmCommand)
 @nats_option
 @click.option("-j", "--jobs", "jobs", multiple=True,
               help="Only these jobs (comma-separated or repeated; an array's id: all its tasks), in any state; "
@@ -71,13 +82,16 @@ def _sacct_window(starttime: str | None, states: tuple[str, ...], job_ids: list[
 @click.option("--limit", type=int, default=100_000, show_default=True)
 @click.option("--offset", type=int, default=0, show_default=True,
               help="Skip this many of the matching jobs first (paging, with --limit).")
+@click.option("-M", "--clusters", "clusters", multiple=True,
+              help=f"Accepted for this cluster: 'all' or its name, {CLUSTER_NAME!r} (Horizon is one cluster).")
 @click.option("--json", "as_json", is_flag=True, help="The read model's rows, with the sacct fields under 'slurm'.")
 def sacct(nats_url: str, jobs: tuple[str, ...], states: tuple[str, ...], users: tuple[str, ...], allusers: bool,
           accounts: tuple[str, ...], names: tuple[str, ...], partitions: tuple[str, ...], nodelist: tuple[str, ...],
           tenant: str | None, starttime: str | None, endtime: str | None, fmt: str | None, brief: bool, long_: bool,
           helpformat: bool, allocations: bool, parsable1: bool, parsable: bool, delimiter: str, noheader: bool,
-          limit: int, offset: int, as_json: bool) -> None:
+          limit: int, offset: int, clusters: tuple[str, ...], as_json: bool) -> None:
     """Jobs that ran or ended, with sacct's columns (your own since midnight, unless told otherwise)."""
+    one_cluster(_listed(clusters))
     if helpformat:
         for i in range(0, len(SACCT_FIELDS), 4):
             click.echo("".join(f"{name:<20}" for name in list(SACCT_FIELDS)[i:i + 4]).rstrip())

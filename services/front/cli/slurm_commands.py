@@ -31,6 +31,7 @@ from services.front.client.client import default_user, query_all, session
 from services.front.client.job_numbers import resolve_at, resolve_ids, shown_id
 from services.front.client.requests import cancel_requests
 from services.front.cli.options import admin_option, nats_option, tenant_option
+from services.front.cli.slurm_getopt import SlurmCommand
 from services.front.slurm.job_rows import select_states, state_matches
 from services.front.slurm.sacct_format import job_matches
 from services.front.slurm.scancel_jobs import SCANCEL_STATES, scancel_targets
@@ -45,7 +46,7 @@ def _listed(values: Iterable[str]) -> list[str]:
     return [item.strip() for value in values for item in value.split(",") if item.strip()]
 
 
-@click.command(name="squeue", context_settings={"help_option_names": ["--help"]})
+@click.command(name="squeue", cls=SlurmCommand, context_settings={"help_option_names": ["--help"]})
 @nats_option
 @click.option("-A", "--account", "--accounts", "accounts", multiple=True, help="Only these accounts' jobs (a,b).")
 @click.option("-a", "--all", "all_partitions", is_flag=True, help="Accepted: Horizon hides no partition.")
@@ -57,6 +58,7 @@ def _listed(values: Iterable[str]) -> list[str]:
               help="Print again every this many seconds, under the time, until Ctrl-C.")
 @click.option("-j", "--jobs", "jobs", multiple=True, help="Only these jobs (12,13; an array's id: its tasks).")
 @click.option("-l", "--long", "long_", is_flag=True, help="The long format (state and time limit), under a date.")
+@click.option("-L", "--licenses", "licenses", multiple=True, help="Only jobs asking for these licenses (a,b).")
 @click.option("--me", is_flag=True, help="Only your jobs.")
 @click.option("-n", "--name", "names", multiple=True, help="Only jobs with these names.")
 @click.option("-o", "--format", "fmt", default=None,
@@ -76,7 +78,8 @@ def _listed(values: Iterable[str]) -> list[str]:
               help="{\"jobs\": [...]}: the read model's rows, squeue's columns under 'slurm'.")
 @click.version_option(None, "-V", "--version", package_name="horizon-scheduler", message="horizon %(version)s")
 def squeue(nats_url: str, accounts: tuple[str, ...], all_partitions: bool, hide: bool, one_per_task: bool,
-           noheader: bool, iterate: int | None, jobs: tuple[str, ...], long_: bool, me: bool, names: tuple[str, ...],
+           noheader: bool, iterate: int | None, jobs: tuple[str, ...], long_: bool, licenses: tuple[str, ...], me: bool,
+           names: tuple[str, ...],
            fmt: str | None, fmt_long: str | None, partitions: tuple[str, ...], qos: tuple[str, ...],
            sort_keys: str | None, states: tuple[str, ...], users: tuple[str, ...], nodelist: tuple[str, ...],
            as_json: bool) -> None:
@@ -89,6 +92,7 @@ def squeue(nats_url: str, accounts: tuple[str, ...], all_partitions: bool, hide:
     name_list = _listed(names) or _listed([env.get("SQUEUE_NAMES", "")])
     partition_list = _listed(partitions) or _listed([env.get("SQUEUE_PARTITION", "")])
     qos_list = _listed(qos) or _listed([env.get("SQUEUE_QOS", "")])
+    license_names = set(_listed(licenses) or _listed([env.get("SQUEUE_LICENSES", "")]))
     state_list = _listed(states) or _listed([env.get("SQUEUE_STATES", "")])
     job_ids = list(resolve_at(nats_url, _listed(jobs)).values())  # 4213, 4213_7: the ids they name
     nodes = set(_listed(nodelist))
@@ -111,13 +115,15 @@ def squeue(nats_url: str, accounts: tuple[str, ...], all_partitions: bool, hide:
                 and (not wanted["name"] or (row.get("name") or "").lower() in wanted["name"])
                 and (not nodes or bool(nodes & {a["node"] for a in row.get("allocation") or []})))
 
-    all_specs = bool(as_json or qos_list or needs_specs(fmt) or (sort_keys and needs_specs(
+    all_specs = bool(as_json or qos_list or license_names or needs_specs(fmt) or (sort_keys and needs_specs(
         "".join(f"%{k.lstrip('+-')}" for k in sort_keys.split(",") if k.strip().lstrip("+-")))))
 
     while True:
         rows, specs = asyncio.run(squeue_rows(nats_url, ask, filters, keep, all_specs, not one_per_task))
         if qos_list:
             rows = [r for r in rows if spec_value("q", r, specs).lower() in {q.lower() for q in qos_list}]
+        if license_names:
+            rows = [r for r in rows if r["job_id"] in specs and license_names & set(specs[r["job_id"]].licenses)]
         now = time.time()
         if sort_keys:
             rows = sort_rows(rows, sort_keys, now, specs)
@@ -148,7 +154,7 @@ def squeue(nats_url: str, accounts: tuple[str, ...], all_partitions: bool, hide:
 # --------------------------------------------------------------------------
 
 
-@click.command(name="scancel", context_settings={"help_option_names": ["--help"]})
+@click.command(name="scancel", cls=SlurmCommand, context_settings={"help_option_names": ["--help"]})
 @nats_option
 @tenant_option
 @admin_option
