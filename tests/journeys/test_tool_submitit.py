@@ -88,8 +88,10 @@ except Exception as error:
 slurm = submitit.SlurmExecutor(folder="logs/%j")
 slurm.update_parameters(time=5, cpus_per_task=1, mem="200M")
 job = slurm.submit(forever)
-while job.state != "RUNNING":
+deadline = time.time() + 60
+while job.state != "RUNNING" and time.time() < deadline:
     time.sleep(0.5)
+report["before cancel"] = job.state
 job.cancel()
 job.wait()
 report["cancelled"] = {"job": job.job_id, "state": job.state}
@@ -125,7 +127,7 @@ def test_submitit_runs_its_jobs_on_horizon(someone: Person) -> None:
         raised = report["raised"]
         assert raised["type"] == "FailedJobError", raised
         assert "ValueError: learning rate 0.5 is too high" in raised["message"], raised
-        assert report["cancelled"]["state"] == "CANCELLED", report
+        assert report["before cancel"] == "RUNNING" and report["cancelled"]["state"] == "CANCELLED", report
 
         # Horizon's own records say the same (the numbers submitit read are Horizon's jobs)
         sacct = someone.run(f"sacct -X -P -n -o JobID,State -j {report['add']['job']} -j {raised['job']} "
