@@ -313,7 +313,8 @@ def test_jobs_run_in_slurm_where_horizon_placed_them(tmp_path: Path, cluster: Sl
         assert jobs[late]["state"] == "FAILED" and "time limit" in jobs[late]["reason"]
         slurm = _check_against_slurm(up, jobs)
         node = slurm[(ok, 1)]["NodeList"]
-        assert (out / f"{ok}.out").read_text().split() == [node, node]  # Slurm's node name is Horizon's
+        # %j is the job's number (issue 34); Slurm's node name is Horizon's
+        assert (out / f"{jobs[ok]['number']}.out").read_text().split() == [node, node]
         shown = up.cli("show", bad, "--json").stdout
         assert "exit code 3" in shown and "oops" in shown  # the reason and the stderr tail
         logs = up.cli("logs", bad, "--err")  # the file Slurm wrote, served as the agent serves its own
