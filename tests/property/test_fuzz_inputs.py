@@ -53,7 +53,8 @@ from tests.helpers import node
 
 MAX_PAYLOAD = 1 << 20  # nats-server's default max_payload, and the HORIZON stream's max_msg_size
 REQUEST_VERBS = ("cancel", "hold", "release", "update")
-CONFIG_VERBS = ("account", "fairshare", "policy", "profile", "preemption", "reservation", "partition", "partition-policy")
+CONFIG_VERBS = ("account", "fairshare", "policy", "profile", "preemption", "reservation", "partition", "partition-policy",
+                "license")
 
 
 # ------------------------------------------------------------------ level 1: the pure cores
