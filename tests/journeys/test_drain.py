@@ -4,6 +4,7 @@ jobs on node-07 and the doc's drain, whose plan is compared job by job with the 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
@@ -54,8 +55,10 @@ def test_drain_with_migration_as_documented(cluster: Up, someone: Person) -> Non
     doc_head, *doc_rows = [line for line in drain.shown if line.strip()]
     head = result.out.splitlines()[0]
     assert re.sub(r"deadline [^)]*", "deadline", head) == re.sub(r"deadline [^)]*", "deadline", doc_head), result
-    # the doc's rows are the four jobs by their ids, in the order submitted
-    named = {job: name for name, job in jobs.items()}
+    # the doc's rows are the four jobs by their ids, in the order submitted; sbatch printed each
+    # one's number (Slurm's job id), the drain names the job id: horizon jobs --json pairs them
+    ids = {row.get("slurm_id"): row["job_id"] for row in json.loads(someone.run("horizon jobs --json").out)}
+    named = {ids.get(job, job): name for name, job in jobs.items()}
     real = {named.get(job, job): plan for job, plan in _plans(result.out).items()}
     shown = dict(zip(names, _plans("\n".join([doc_head, *doc_rows])).values(), strict=True))
     assert set(real) == set(shown), result
