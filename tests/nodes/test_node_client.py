@@ -172,6 +172,7 @@ async def _ask_every_view(url: str) -> dict[str, tuple[str, Any]]:
             "query.preempt": ("horizon.query.preempt", {"job_id": job}),
             "query.config": ("horizon.query.config", {"seq": ack.seq}),
             "query.partitions": ("horizon.query.partitions", {}),
+            "query.licenses": ("horizon.query.licenses", {}),
             "validate": ("horizon.validate.default", sub),
             "logs": (f"horizon.logs.{node}", {"job_id": job}),
             "logs.tenant": (f"horizon.logs.{node}.default", {"job_id": job, "stream": "stderr"}),

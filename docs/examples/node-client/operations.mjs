@@ -223,6 +223,8 @@ async function main() {
     await admin("partition", { type: "PartitionConfigured", name: "node-client", nodes: ["no-such-node"] });
     await admin("partition-policy", { type: "PartitionPolicyConfigured", unknown: "default" });
     await admin("dataset", { type: "DatasetAvailable", dataset: "node-client-data" });
+    // a license the cluster shares (horizon license set node-client 1; Slurm's Licenses=)
+    await admin("license", { type: "LicenseConfigured", name: "node-client", count: 1 });
   }
 
   // 3. every request/reply operation, asked once (channels with a `reply`, other than the inputs').
@@ -244,6 +246,7 @@ async function main() {
     "query.priority": {},
     "query.preempt": { job_id: a },
     "query.partitions": {},
+    "query.licenses": {},
     "query.config": { seq: configSeq ?? first.ack.seq },
     "validate": job(`${a}-check`, { command: ["true"] }),
     "logs": { job_id: a },
