@@ -11,6 +11,7 @@ import socket
 import stat
 import subprocess
 import sys
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -288,17 +289,19 @@ def test_a_tenant_runs_the_slurm_commands_through_its_queries(up: Up, tenants: d
         while True:  # two tasks run (2 nodes x 2 GPUs), four wait: squeue groups those
             listed = horizon("squeue", env=acme)
             assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
-            if "sweep_[2-5]" in listed.stdout:
+            grouped = re.search(r"\b(\d+)_\[2-5\]", listed.stdout)  # the array's number (issue 34), its pending tasks
+            if grouped:
+                number = grouped.group(1)
                 break
             assert time.monotonic() < deadline, listed.stdout
             time.sleep(0.3)
         fields = horizon("squeue", "-r", "-o", "%i %q %F %K", "-t", "PD", env=acme)
-        assert fields.returncode == 0 and "sweep_5 normal sweep 5" in fields.stdout, fields
+        assert fields.returncode == 0 and f"{number}_5 normal {number} 5" in fields.stdout, fields
         shown = horizon("scontrol", "show", "job", "sweep_5", env=acme)
-        assert shown.returncode == 0 and "ArrayJobId=sweep ArrayTaskId=5" in shown.stdout, shown
+        assert shown.returncode == 0 and f"ArrayJobId={number} ArrayTaskId=5" in shown.stdout, shown
         assert "JobState=PENDING" in shown.stdout
         history = horizon("sacct", "-j", "sweep_0", "--noheader", "-o", "JobID,State", env=acme)
-        assert history.returncode == 0 and "sweep_0" in history.stdout, history
+        assert history.returncode == 0 and f"{number}_0" in history.stdout, history
         cancelled = horizon("scancel", "-v", "sweep_5", env=acme)
         assert cancelled.returncode == 0 and "Cancelled job sweep_5" in cancelled.stderr, cancelled
         for command, says in ((("sinfo",), "partitions is the operator's"), (("check",), "no JetStream"),

@@ -112,8 +112,8 @@ def test_a_slurm_qos_limit_holds_a_job_back(accounting: slurm_accounting.Account
         elif text == "horizon queue":
             shown = person.until(command, lambda r: reason in r.out, timeout=30)
             assert jobs[2] in shown.out and jobs[0] not in shown.out, shown
-            # and squeue says it too, as the doc promises
-            assert f"({reason})" in person.run(f"horizon squeue -j {jobs[2]}").out
+            # and squeue gives Slurm's code for it, as the doc promises
+            assert "(QOSGrpGRES)" in person.run(f"horizon squeue -j {jobs[2]}").out
         else:
             raise AssertionError(f"the journey does not know what to expect of {text!r}")
     assert len(jobs) == 3

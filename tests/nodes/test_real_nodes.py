@@ -114,8 +114,8 @@ def test_limits_working_directory_output_logs_and_show(tmp_path):
         shown = up.cli("show", bad).stdout
         assert "ValueError: bad lr" in shown and str(job_file(up.data_dir / "jobs", bad, 1, "stderr")) in shown
         assert up.cli("logs", "--err", bad).stdout.endswith("ValueError: bad lr\n")
-        assert up.wait_state(named, ("SUCCEEDED",))
-        assert (work / f"out-{named}.txt").read_text() == "hello\n"
+        number = up.wait_state(named, ("SUCCEEDED",))["number"]
+        assert (work / f"out-{number}.txt").read_text() == "hello\n"  # %j: the job's number (issue 34)
         assert up.cli("logs", named).stdout == "hello\n"  # wherever --output put it
         assert up.wait_state("sweep_1", ("SUCCEEDED",))
         assert up.cli("logs", "sweep_1").stdout == "task 1\n"
