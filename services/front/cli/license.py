@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Any
 
 import click
 
 from events import catalogue as c
 from events.vocabulary import LICENSE_PATTERN, MAX_LICENSE_COUNT
 from services.front.cli.options import nats_option
+from services.front.cli.policy import report_config
 from services.front.client.client import default_user
 from services.front.client.configure import configure
 from services.front.slurm.scontrol_show import licenses_from_log
@@ -41,17 +41,6 @@ def _name(name: str) -> str:
     return name
 
 
-def _report(result: dict[str, Any], what: str, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(result))
-    elif result["applied"]:
-        click.echo(f"{what} applied (log seq {result['seq']})")
-    elif result["applied"] is None:
-        click.echo(f"{what} published (log seq {result['seq']}); {result['reason']}")
-    if result["applied"] is False:
-        raise click.ClickException(f"{what} rejected: {result['reason']}")
-
-
 @license_group.command(name="set")
 @nats_option
 @click.argument("name")
@@ -62,7 +51,7 @@ def license_set(nats_url: str, name: str, count: int, as_json: bool) -> None:
     theirs and nothing more starts until enough are back; a job asking for more than COUNT is refused."""
     event = c.LicenseConfigured(ts=time.time(), source="horizon-cli", correlation_id=_name(name), name=name,
                                 count=count, user=default_user())
-    _report(configure(nats_url, "license", event), f"license {name} ({count})", as_json)
+    report_config(configure(nats_url, "license", event), f"license {name} ({count})", as_json)
 
 
 @license_group.command(name="remove")
@@ -74,7 +63,7 @@ def license_remove(nats_url: str, name: str, as_json: bool) -> None:
     and new jobs naming it are refused."""
     event = c.LicenseConfigured(ts=time.time(), source="horizon-cli", correlation_id=_name(name), name=name,
                                 removed=True, user=default_user())
-    _report(configure(nats_url, "license", event), f"license {name} removal", as_json)
+    report_config(configure(nats_url, "license", event), f"license {name} removal", as_json)
 
 
 @license_group.command(name="list")

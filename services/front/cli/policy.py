@@ -39,7 +39,7 @@ from services.domain.fit.framework import SCORE_PLUGINS
 from services.domain.fit.profile import BACKFILL_MODES, check_profile
 from services.domain.policy import POLICIES, WEIGHT_NAMES
 
-__all__ = ["register"]
+__all__ = ["register", "report_config"]
 
 
 def _parse(fn: Any, value: str | None, hint: str) -> Any:
@@ -64,7 +64,8 @@ def _pairs(items: tuple[str, ...], hint: str, cast: Any = float) -> dict[str, An
     return out
 
 
-def _report(result: dict[str, Any], what: str, as_json: bool) -> None:
+def report_config(result: dict[str, Any], what: str, as_json: bool) -> None:
+    """An operator's configuration input answered: applied, published with no answer yet, or rejected (an error)."""
     if as_json:
         click.echo(json.dumps(result))
     elif result["applied"]:
@@ -115,7 +116,7 @@ def account_set(nats_url: str, name: str, parent: str | None, shares: float, quo
                                 parent=parent, shares=shares, quota=quota, borrowing=borrowing,
                                 priority_boost=boost, max_priority_class=max_class,  # type: ignore[arg-type]
                                 tenants=list(dict.fromkeys(tenants)), user=default_user())
-    _report(configure(nats_url, "account", event), f"account {name}", as_json)
+    report_config(configure(nats_url, "account", event), f"account {name}", as_json)
 
 
 @click.group()
@@ -138,7 +139,7 @@ def fairshare_set(nats_url: str, half_life: str, gpu_weight: float, cpu_weight: 
                                   half_life_s=_parse(parse_duration, half_life, "--half-life"),
                                   gpu_weight=gpu_weight, cpu_weight=cpu_weight, memory_weight=memory_weight,
                                   dominant_share=dominant, user=default_user())
-    _report(configure(nats_url, "fairshare", event), "fair-share settings", as_json)
+    report_config(configure(nats_url, "fairshare", event), "fair-share settings", as_json)
 
 
 @click.group()
@@ -168,7 +169,7 @@ def policy_set(nats_url: str, name: str | None, weights: tuple[str, ...], max_ag
         backoff_base_s=_parse(parse_duration, backoff_base, "--backoff-base"),
         backoff_max_s=_parse(parse_duration, backoff_max, "--backoff-max"), user=default_user(),
     )
-    _report(configure(nats_url, "policy", event), "policy", as_json)
+    report_config(configure(nats_url, "policy", event), "policy", as_json)
 
 
 @click.group()
@@ -198,7 +199,7 @@ def profile_set(nats_url: str, name: str, weights: tuple[str, ...], backfill: st
     why = check_profile(event)
     if why:
         raise click.BadParameter(why)
-    _report(configure(nats_url, "profile", event), f"profile {name}", as_json)
+    report_config(configure(nats_url, "profile", event), f"profile {name}", as_json)
 
 
 def _when(text: str, hint: str, now: float) -> float:
@@ -241,7 +242,7 @@ def reservation_create(nats_url: str, name: str, account: str, node_list: str, s
     why = check_reservation(event)
     if why:
         raise click.BadParameter(why)
-    _report(configure(nats_url, "reservation", event), f"reservation {name}", as_json)
+    report_config(configure(nats_url, "reservation", event), f"reservation {name}", as_json)
 
 
 @reservation.command(name="cancel")
@@ -252,7 +253,7 @@ def reservation_cancel(nats_url: str, name: str, as_json: bool) -> None:
     """Withdraw reservation NAME."""
     event = c.ReservationConfigured(ts=time.time(), source="horizon-cli", correlation_id=name, name=name,
                                     account="-", cancelled=True, user=default_user())
-    _report(configure(nats_url, "reservation", event), f"reservation {name} cancel", as_json)
+    report_config(configure(nats_url, "reservation", event), f"reservation {name} cancel", as_json)
 
 
 @click.group()
@@ -272,7 +273,7 @@ def dataset_announce(nats_url: str, name: str, reason: str, as_json: bool) -> No
         raise click.BadParameter(f"{name!r} is not a dataset name (letters, digits, ._-)", param_hint="NAME")
     event = c.DatasetAvailable(ts=time.time(), source="horizon-cli", correlation_id=name, dataset=name,
                                reason=reason, user=default_user())
-    _report(configure(nats_url, "dataset", event), f"dataset {name} announcement", as_json)
+    report_config(configure(nats_url, "dataset", event), f"dataset {name} announcement", as_json)
 
 
 @click.group()
@@ -307,7 +308,7 @@ def preemption_set(nats_url: str, victims: str | None, rules: tuple[str, ...], g
     why = PreemptionConfig().check(event)
     if why:
         raise click.BadParameter(why)
-    _report(configure(nats_url, "preemption", event), "preemption settings", as_json)
+    report_config(configure(nats_url, "preemption", event), "preemption settings", as_json)
 
 
 @click.command()
