@@ -22,10 +22,9 @@ import time
 
 import pytest
 
-from services.runtime.command_shims import SLURM_COMMANDS
 from tests.journeys.conftest import running
 from tests.journeys.person import Person
-from tests.journeys.tool_venv import tool_venv
+from tests.journeys.tool_venv import tool_venv, with_the_shims
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -56,10 +55,7 @@ print(json.dumps({"sum": total, "jobs": jobs}))
 def test_dask_jobqueue_scales_computes_and_closes_on_horizon(someone: Person) -> None:
     venv = tool_venv(*DASK_JOBQUEUE)
     with running(someone, "horizon up --port 0", at="work") as up:
-        someone.env["HORIZON_NATS_URL"] = up.url  # the shims talk to this Horizon (docs/slurm.md)
-        someone.without(*SLURM_COMMANDS)  # a machine with no Slurm of its own (CI installs one)
-        someone.adopt('eval "$(horizon slurm-shims ~/.horizon/bin)"')
-        someone.adopt(f"source {venv}/bin/activate")
+        with_the_shims(someone, up.url, venv)
         (someone.cwd / "squares.py").write_text(SCRIPT)
         began = time.monotonic()
         done = someone.run("python squares.py", timeout=300)

@@ -25,10 +25,9 @@ import time
 
 import pytest
 
-from services.runtime.command_shims import SLURM_COMMANDS
 from tests.journeys.conftest import running
 from tests.journeys.person import Person
-from tests.journeys.tool_venv import tool_venv
+from tests.journeys.tool_venv import tool_venv, with_the_shims
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -69,10 +68,7 @@ print(json.dumps(report))
 def test_parsl_runs_20_apps_on_horizon(someone: Person) -> None:
     venv = tool_venv(PARSL)
     with running(someone, "horizon up --port 0", at="work") as up:
-        someone.env["HORIZON_NATS_URL"] = up.url  # the shims talk to this Horizon (docs/slurm.md)
-        someone.without(*SLURM_COMMANDS, "sacctmgr", "sshare")  # a machine with no Slurm (CI installs one)
-        someone.adopt('eval "$(horizon slurm-shims ~/.horizon/bin)"')
-        someone.adopt(f"source {venv}/bin/activate")
+        with_the_shims(someone, up.url, venv, "sacctmgr", "sshare")
         (someone.cwd / "squares.py").write_text(SCRIPT)
         began = time.monotonic()
         done = someone.run("python squares.py", timeout=400)

@@ -27,10 +27,9 @@ import time
 
 import pytest
 
-from services.runtime.command_shims import SLURM_COMMANDS
 from tests.journeys.conftest import running
 from tests.journeys.person import Person
-from tests.journeys.tool_venv import tool_venv
+from tests.journeys.tool_venv import tool_venv, with_the_shims
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -61,10 +60,7 @@ rule summarise:
 def test_snakemake_runs_a_workflow_on_horizon(someone: Person) -> None:
     venv = tool_venv(*SNAKEMAKE)
     with running(someone, "horizon up --port 0", at="work") as up:
-        someone.env["HORIZON_NATS_URL"] = up.url  # the shims talk to this Horizon (docs/slurm.md)
-        someone.without(*SLURM_COMMANDS, "sacctmgr", "sshare")  # a machine with no Slurm (CI installs one)
-        someone.adopt('eval "$(horizon slurm-shims ~/.horizon/bin)"')
-        someone.adopt(f"source {venv}/bin/activate")
+        with_the_shims(someone, up.url, venv, "sacctmgr", "sshare")
         flow = someone.folder("flow")
         (flow / "Snakefile").write_text(SNAKEFILE)
         began = time.monotonic()

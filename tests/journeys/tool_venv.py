@@ -20,10 +20,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-__all__ = ["CACHE", "tool_venv"]
+__all__ = ["CACHE", "tool_venv", "with_the_shims"]
 
 CACHE = Path(os.environ.get("HORIZON_TEST_TOOLS", Path.home() / ".cache" / "horizon-test-tools"))
 DONE = "installed"
@@ -65,3 +66,15 @@ def tool_venv(*pins: str, timeout_s: float = 600.0) -> Path:
                          f"{(done.stderr or done.stdout).strip()[-2000:]}")
         (venv / DONE).write_text(" ".join(pins) + "\n")
     return venv
+
+
+def with_the_shims(someone: Any, url: str, venv: Path, *absent: str) -> None:
+    """``someone`` as the tools' docs set up a machine with no Slurm of its own (CI installs one): the
+    shims on PATH talking to the Horizon at ``url`` (docs/slurm.md), the tool's venv active; ``absent``:
+    more of Slurm's commands to hide."""
+    from services.runtime.command_shims import SLURM_COMMANDS
+
+    someone.env["HORIZON_NATS_URL"] = url
+    someone.without(*SLURM_COMMANDS, *absent)
+    someone.adopt('eval "$(horizon slurm-shims ~/.horizon/bin)"')
+    someone.adopt(f"source {venv}/bin/activate")
