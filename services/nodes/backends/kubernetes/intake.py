@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from events import catalogue as c
@@ -89,29 +89,25 @@ class PodIntake:
         log.info("pods %s submitted to Horizon as job %s (account %s)", ",".join(request.keys), request.job_id,
                  event.account)
 
-    async def _answers(self, table: JobTable, requests: Iterable[admission.Request]) -> dict[str, tuple[str, str]]:
+    async def _answers(self, table: JobTable, requests: list[admission.Request]) -> dict[str, tuple[str, str]]:
         """Per pod key, the message and reason its condition should show now."""
+        jobs = {r.job_id: table.get(r.job_id) for r in requests}
+        whys = await self._whys(sorted(j for j, job in jobs.items() if job is not None and job.state in WAITS))
         out: dict[str, tuple[str, str]] = {}
-        waiting: dict[str, list[str]] = {}
         for request in requests:
-            job = table.get(request.job_id)
+            job = jobs[request.job_id]
             if job is None:
                 message, reason = f"submitted as job {request.job_id}; not yet accepted", "Unschedulable"
-            elif job.state in WAITS:
-                waiting[request.job_id] = list(request.keys)
-                message, reason = f"job {request.job_id} {job.state.value.lower()}: {job.reason or 'queued'}", \
-                    "Unschedulable"
+            elif job.state in WAITS:  # the scheduler's why, else placement's last verdict in the log
+                why = whys.get(request.job_id) or job.reason or "queued"
+                message, reason = f"job {request.job_id} {job.state.value.lower()}: {why}", "Unschedulable"
             elif job.state in ENDED_UNPLACED:
-                message, reason = f"job {request.job_id} {job.state.value}: {job.reason}", "Horizon" + \
-                    job.state.value.title().replace("_", "")
+                message = f"job {request.job_id} {job.state.value}: {job.reason}"
+                reason = "Horizon" + job.state.value.title().replace("_", "")
             else:
                 continue  # placed: the executor binds it, the kubelet's status follows
             for key in request.keys:
                 out[key] = (message, reason)
-        for job_id, why in (await self._whys(list(waiting))).items():
-            for key in waiting[job_id]:
-                state = table.get(job_id)
-                out[key] = (f"job {job_id} {state.state.value.lower() if state else 'pending'}: {why}", "Unschedulable")
         return out
 
     async def _whys(self, job_ids: list[str]) -> dict[str, str]:
@@ -144,8 +140,7 @@ class PodIntake:
             if job is None or job_id in self._cancelled:
                 continue
             if job.state not in WAITS:
-                if job.state not in (JobState.SCHEDULED,):
-                    self.submitted.pop(job_id, None)  # placed or ended: nothing more to watch
+                self.submitted.pop(job_id, None)  # placed or ended (never requeued): nothing more to watch
                 continue
             gone = [key for key in keys if not self._same_pod(key, job)]
             if gone:
