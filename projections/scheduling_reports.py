@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from events import catalogue as c
+from services.domain.cluster import backend_name
 from services.domain.fairshare import association
 from services.domain.jobs import JobState
 from services.domain.policy import WEIGHT_NAMES, Multifactor, make_policy
@@ -266,7 +267,7 @@ def gpu_map(state: SchedulingState, pstate: PreemptionState, request: dict[str, 
                             "interconnect": device.interconnect, "state": gpu_state, "job_id": job_id,
                             "tenant": tenant_of(job_id), "why": why})
         rows.append({"node": node.name, "state": node.status, "simulated": node.simulated,
-                     "backend": node.backend or "agent",
+                     "backend": backend_name(node.backend),
                      "cpus_milli": node.cpus_milli, "cpus_used_milli": node.used_cpus_milli + node.foreign_cpus_milli,
                      "memory_bytes": node.memory_bytes,
                      "memory_used_bytes": node.used_memory_bytes + node.foreign_memory_bytes,

@@ -33,10 +33,20 @@ from events import catalogue as c
 from services.domain.jobs import HOLDS_RESOURCES, JobTable, Transition
 from services.domain.qos import overcommitted, qos_class
 
-__all__ = ["BACKEND_LABEL", "Node", "Cluster", "device_sort_key", "Request", "request_of", "least", "fold_cluster"]
+__all__ = ["BACKEND_LABEL", "backend_name", "registered_labels", "Node", "Cluster", "device_sort_key", "Request", "request_of", "least", "fold_cluster"]
 
 
 BACKEND_LABEL = "horizon.io/backend"  # every node's: the backend that offers it (agent, slurm, kubernetes)
+
+
+def backend_name(backend: str) -> str:
+    """A node's backend by name ("": registered by Horizon's own node agent, ``agent``)."""
+    return backend or "agent"
+
+
+def registered_labels(event: c.NodeRegistered) -> dict[str, str]:
+    """The labels a registration gives its node: its own, and ``BACKEND_LABEL`` (every fold of nodes the same)."""
+    return {**event.labels, BACKEND_LABEL: backend_name(event.backend)}
 
 
 @lru_cache(maxsize=65536)
@@ -304,7 +314,7 @@ class Cluster:
             cpus_milli=event.cpus_milli,
             memory_bytes=event.memory_bytes,
             gpus={d.id: d for d in event.gpus},
-            labels={**event.labels, BACKEND_LABEL: event.backend or "agent"},
+            labels=registered_labels(event),
             taints=list(event.taints),
             registered_taints=list(event.taints),
             registered_seq=seq,

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import msgspec
 
 from events import catalogue as c
+from services.domain.hostlist import number_ranges
 from services.domain.steps import Slots, slots_of
 
 __all__ = ["component_count", "component_specs", "component_spec", "by_component", "component_of",
@@ -83,16 +84,7 @@ class HetGroupError(ValueError):
 
 def het_group_text(groups: Sequence[int]) -> str:
     """Groups as Slurm writes them: ``0``, ``0,1``, ``1-3``."""
-    ordered = sorted(set(groups))
-    parts: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
+    return number_ranges(groups)
 
 
 def parse_het_groups(text: str, count: int | None = None) -> tuple[int, ...]:

@@ -23,7 +23,7 @@ import fnmatch
 import re
 from collections.abc import Iterable
 
-__all__ = ["HostlistError", "expand", "compress", "split_items", "NodePattern", "MAX_NAMES"]
+__all__ = ["HostlistError", "expand", "compress", "number_ranges", "split_items", "NodePattern", "MAX_NAMES"]
 
 MAX_NAMES = 65_536  # names one expression may stand for (a cluster's worth, not a typo's 10**9)
 
@@ -103,6 +103,22 @@ def expand(expression: str) -> list[str]:
     return list(out)
 
 
+def number_ranges(numbers: Iterable[int], width: int = 0) -> str:
+    """Whole numbers as Slurm and the kernel write them, sorted, without repeats: ``(0, 1, 2, 5)`` ->
+    ``0-2,5`` (each zero-padded to ``width``): host lists, CPU lists, array indices, het groups."""
+    ordered = sorted(set(numbers))
+    out: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        first, last = f"{ordered[i]:0{width}d}", f"{ordered[j]:0{width}d}"
+        out.append(first if i == j else f"{first}-{last}")
+        i = j + 1
+    return ",".join(out)
+
+
 def compress(names: Iterable[str]) -> str:
     """Slurm's compressed host list: node-01,node-02,node-03,gpu-7 -> ``gpu-7,node-[01-03]``."""
     groups: dict[tuple[str, int], list[int]] = {}
@@ -115,16 +131,7 @@ def compress(names: Iterable[str]) -> str:
             groups.setdefault((m[1], len(m[2])), []).append(int(m[2]))
     out = list(plain)
     for (prefix, width), numbers in groups.items():
-        numbers.sort()
-        ranges: list[str] = []
-        start = prev = numbers[0]
-        for n in [*numbers[1:], None]:
-            if n is not None and n == prev + 1:
-                prev = n
-                continue
-            ranges.append(f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}")
-            if n is not None:
-                start = prev = n
+        ranges = number_ranges(numbers, width).split(",")
         out.append(f"{prefix}{ranges[0]}" if len(ranges) == 1 and "-" not in ranges[0] else
                    f"{prefix}[{','.join(ranges)}]")
     return ",".join(sorted(out))

@@ -47,7 +47,7 @@ from events import catalogue as c
 from events.base import Event
 from events.subjects import parse_subject, valid_partition, valid_token
 from events.vocabulary import PARTITION_STATES, PRIORITY_TIER_MAX, UNKNOWN_PARTITION
-from services.domain.cluster import BACKEND_LABEL
+from services.domain.cluster import registered_labels
 from services.domain.fit.cycle import PartitionView
 from services.domain.fit.profile import check_profile
 from services.domain.hostlist import HostlistError, NodePattern
@@ -207,7 +207,7 @@ class Partitions:
         """Fold one record. For a partition configuration that cannot be applied, the reason (the
         caller answering the operator's inputs makes it a ``ConfigRejected``); else None."""
         if isinstance(event, c.NodeRegistered):
-            labels = {**event.labels, BACKEND_LABEL: event.backend or "agent"}  # as the cluster's fold has them
+            labels = registered_labels(event)  # as the cluster's fold has them
             if self.nodes.get(event.node) != labels:
                 self.nodes[event.node] = labels
                 self._changed()

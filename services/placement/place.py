@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from events import catalogue as c
 from services.domain.cluster import Cluster, Node, Request
+from services.domain.cluster import backend_name as cluster_backend_name
 from services.domain.fit.context import Context
 from services.domain.fit.cycle import Overlay
 from services.domain.features import formula_text
@@ -149,7 +150,7 @@ def best_nodes(cluster: Cluster, fitting: list[tuple[Fit, list[str]]], count: in
 
 def backend_name(node: Node) -> str:
     """The backend that offers a node, by name ("agent": Horizon's own node agent)."""
-    return node.backend or "agent"
+    return cluster_backend_name(node.backend)
 
 
 def _split(cluster: Cluster, members: list[str]) -> list[tuple[str, list[str]]]:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from events import catalogue as c
+from services.domain.hostlist import number_ranges
 from services.front.client.client import session
 from services.front.client.job_numbers import shown_id
 from services.front.client.job_queries import read_queue
@@ -78,16 +79,7 @@ def squeue_format(fmt: str | None, fmt_long: str | None, long_: bool, environ: d
 
 def array_ranges(indices: list[int]) -> str:
     """0,1,2,3,5 -> ``0-3,5`` (squeue's way of writing an array's pending tasks)."""
-    out: list[str] = []
-    start = prev = indices[0]
-    for n in [*indices[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if n is not None:
-            start = prev = n
-    return ",".join(out)
+    return number_ranges(indices)
 
 
 def group_arrays(rows: list[dict[str, Any]], specs: dict[str, c.JobSpec]) -> list[dict[str, Any]]:

@@ -44,6 +44,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.domain.hostlist import number_ranges
+
 __all__ = ["Limits", "Hierarchy", "JobCgroup", "probe", "CONTROLLERS", "CPU_PERIOD_US", "cpu_list", "cpu_shares",
            "cpu_weight"]
 
@@ -103,16 +105,7 @@ def cpu_weight(shares: int) -> int:
 
 def cpu_list(cpus: tuple[int, ...] | list[int]) -> str:
     """``(0, 1, 2, 5)`` -> ``"0-2,5"`` (the kernel's list format)."""
-    out: list[str] = []
-    ordered = sorted(set(cpus))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(out)
+    return number_ranges(cpus)
 
 
 def _write(path: Path, value: str) -> None:
