@@ -8,7 +8,7 @@ ever hold it; a cluster without partitions runs it on any node that could.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from msgspec.structs import replace
 
 from events import catalogue as c
 from events.subjects import valid_partition

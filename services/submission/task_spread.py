@@ -22,7 +22,7 @@ that the rejection names what no node has (a task too large for any node, too fe
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from msgspec.structs import replace
 
 from events import catalogue as c
 from events.vocabulary import MAX_TASKS_PER_NODE
