@@ -18,6 +18,7 @@ from events.subjects import input_subject
 from services.front.sim.metrics import percentile
 from services.front.bench.processes import HORIZON, profile
 from services.front.bench.sizes import Sizes
+from services.front.bench.stage import StageFailed, budget, close_within
 
 __all__ = ["bench_latency"]
 
@@ -31,9 +32,12 @@ async def bench_latency(url_unused: str, sizes: Sizes) -> dict[str, Any]:
                                "--executor", "sim"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         profile(up, "up")
         try:
-            line = up.stdout.readline().strip()  # type: ignore[union-attr]
+            try:  # in a thread: a blocking read would hold the event loop and with it every deadline
+                line = (await asyncio.wait_for(asyncio.to_thread(up.stdout.readline), budget(60))).strip()  # type: ignore[union-attr]
+            except asyncio.TimeoutError:
+                raise StageFailed(f"latency: horizon up printed no URL within {budget(60):.0f} s") from None
             if not line.startswith("nats://"):
-                raise RuntimeError("horizon up did not start")
+                raise StageFailed(f"latency: horizon up did not start (exit code {up.poll()}): {line!r}")
             nc = await nats.connect(line)
             js = nc.jetstream()
             arrived: dict[str, float] = {}
@@ -53,12 +57,21 @@ async def bench_latency(url_unused: str, sizes: Sizes) -> dict[str, Any]:
                 sent = time.perf_counter()
                 await js.publish(input_subject("bench", "submit"), encode(body), headers={"Nats-Msg-Id": job_id})
                 while job_id not in arrived:
-                    await asyncio.wait_for(got.wait(), 10)
+                    try:
+                        await asyncio.wait_for(got.wait(), budget(10))
+                    except asyncio.TimeoutError:
+                        raise StageFailed(f"latency: no JobScheduled for {job_id} (job {i + 1} of "
+                                          f"{sizes.latency_jobs}) within {budget(10):.0f} s of its submission; "
+                                          f"horizon up {'alive' if up.poll() is None else f'exited with {up.poll()}'}") from None
                     got.clear()
                 samples.append((arrived[job_id] - sent) * 1000)
-            await nc.close()
+            await close_within(nc.close())
         finally:
             up.send_signal(signal.SIGINT)
-            up.wait(timeout=30)
+            try:
+                up.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                up.kill()  # by its PID
+                up.wait()
     return {"p50_ms": round(percentile(samples, 50), 2), "p99_ms": round(percentile(samples, 99), 2),
             "max_ms": round(max(samples), 2), "jobs": len(samples)}

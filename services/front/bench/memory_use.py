@@ -10,6 +10,7 @@ from typing import Any
 
 
 from services.front.bench.sizes import Sizes
+from services.front.bench.stage import budget
 
 __all__ = ["bench_memory"]
 
@@ -18,7 +19,7 @@ def _rss() -> int:
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
-def _memory_in_child(n: int) -> int:
+def _memory_in_child(n: int, timeout_s: float = 1800) -> int:
     """Resident bytes that ``n`` queued jobs add to the scheduling state (run in a fresh process)."""
     code = f"""
 import gc, os, sys
@@ -38,13 +39,13 @@ gc.collect()
 assert len(state.pending) == {n}
 print(_rss() - before)
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s, check=True)
     return int(out.stdout.strip())
 
 async def bench_memory(url_unused: str, sizes: Sizes) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for n in sizes.memory_jobs:
-        used = await asyncio.to_thread(_memory_in_child, n)
+        used = await asyncio.to_thread(_memory_in_child, n, budget(60, 100e-6, n))
         out[f"bytes_per_queued_job_at_{n}"] = round(used / n)
     out["bytes_per_queued_job"] = out[f"bytes_per_queued_job_at_{sizes.memory_jobs[-1]}"]
     return out

@@ -1,18 +1,21 @@
-"""Benchmark ``partitions`` of ``horizon bench``: scheduling throughput with 1 vs 2 partition leaders.
+"""Benchmark ``partitions`` of ``horizon bench``: scheduling throughput with 1, 2 and 4 pairs of partition leaders.
 
 The shape of ``bench_scheduling`` (services/front/bench/throughput.py): a backlog of accepted one-GPU jobs
 on ``sizes.nodes`` nodes of 8 GPUs, instantaneous agents (every scheduled job succeeds at once),
 and the jobs scheduled per second until the whole backlog has run. Here the scheduling and
 placement services run as partition leaders (``horizon service scheduling --partition P``,
-docs/scaling.md), each in its own process, in two cases on the same machine in one run:
+docs/scaling.md), each in its own process, in cases on the same machine in one run
+(``Sizes.partition_cases``, default 1, 2 and 4):
 
 * ``one``: one partition with every node and the whole backlog, one pair of leaders;
-* ``two``: two partitions, each half the nodes and half the backlog, a pair of leaders each.
+* ``two``: two partitions, each half the nodes and half the backlog, a pair of leaders each;
+* ``four``: four partitions, a quarter each.
 
-Each case gets a fresh nats-server, so neither folds the other's log. The rate is counted as
-``bench_scheduling`` counts it, from the services' start (``jobs_per_s``, ``ratio``), and from the
-first job scheduled (``steady_jobs_per_s``, ``steady_ratio``: start-up, which weighs on ``--quick``
-with four processes starting on the same cores, left out). Besides the rate, each
+Each case gets a fresh nats-server, so none folds another's log. The rate is counted as
+``bench_scheduling`` counts it (from the stream, ``watch.SchedulingWatch``), from the services'
+start (``jobs_per_s``, ``ratio_2``, ``ratio_4``; ``ratio`` is ``ratio_2``, as before), and from the
+first job scheduled (``steady_jobs_per_s``, ``steady_ratio_K``: start-up, which weighs on ``--quick``
+with many processes starting on the same cores, left out). Besides the rate, each
 partition's leaders' CPU time (``/proc/<pid>/stat`` utime + stime) per 1,000 of its jobs, counted
 from the partition's first ``JobScheduled`` to its last (start-up and catch-up left out), and
 over the whole run.
@@ -20,7 +23,6 @@ over the whole run.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import tempfile
@@ -28,25 +30,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-import msgspec
-import nats
-
-from events import catalogue as c
-from events.codec import encode
-from events.subjects import admin_subject, event_subject
-from services.domain.envelope import decision_id
-from services.nodes.spec import local_nodes
-from services.front.bench.processes import HORIZON, profile, stop_processes
+from services.front.bench.processes import spawn, stop_processes
 from services.front.bench.sizes import Sizes
-from services.front.bench.throughput import complete_instantly
-from services.runtime import receive
+from services.front.bench.stage import budget, close_within, status, wait_for
+from services.front.bench.throughput import HEARTBEAT_TIMEOUT, publish_backlog, publish_nodes
+from services.front.bench.watch import Agents, SchedulingWatch
 from services.runtime.jetstream import JetStreamLog
-from services.runtime.log import Outgoing
 from services.runtime.natsserver import NatsServer
 
 __all__ = ["bench_partitions", "cpu_seconds"]
 
-_scheduled = msgspec.json.Decoder(c.JobScheduled)
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -60,149 +53,78 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
-def _spawn(url: str, name: str, partitions: tuple[str, ...], logs: Path, *extra: str) -> subprocess.Popen[bytes]:
-    args = [*HORIZON, "service", name, "--nats", url, *extra]
-    for p in partitions:
-        args += ["--partition", p]
-    label = "-".join((name, *partitions))
-    with open(logs / f"{label}.log", "wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=out)
-    proc.log_path = logs / f"{label}.log"  # type: ignore[attr-defined]
-    profile(proc, label)
-    return proc
-
-
-def _alive(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        if proc.poll() is not None:
-            tail = Path(proc.log_path).read_text(errors="replace").strip().splitlines()[-5:]  # type: ignore[attr-defined]
-            raise RuntimeError(f"{' '.join(map(str, proc.args[3:]))} exited with {proc.returncode}: " + " | ".join(tail))
-
-
 async def _case(sizes: Sizes, parts: int) -> dict[str, Any]:
     """One case on its own nats-server: ``parts`` partitions over the nodes and the backlog."""
     with tempfile.TemporaryDirectory(prefix=f"horizon-bench-partitions-{parts}-") as tmp:
         server = NatsServer(store_dir=Path(tmp) / "js", port=0).start()
         try:
-            return await _run(server.url, sizes, parts, Path(tmp))
+            return await _run(server.url, sizes, parts)
         finally:
             server.stop()
 
 
-async def _run(url: str, sizes: Sizes, parts: int, tmp: Path) -> dict[str, Any]:
+async def _run(url: str, sizes: Sizes, parts: int) -> dict[str, Any]:
+    stage = "partitions"
     names = [f"p{k}" for k in range(parts)]
-    nodes = local_nodes(sizes.nodes, gpus_per_node=8, prefix="bn")
+    owner_of = {f"placement-{name}": name for name in names}
     log = await JetStreamLog.open(url, name="bench-partitions")
-    items: list[Outgoing] = []
-    for k, name in enumerate(names):  # partition k: every parts-th node, and every parts-th job
-        cfg = c.PartitionConfigured(id=f"bench/partition/{name}", name=name, default=k == 0,
-                                    nodes=[n.name for n in nodes[k::parts]])
-        items.append(Outgoing(admin_subject("partition"), encode(cfg), cfg.id))
-    for spec in nodes:
-        reg = spec.registration("bench")
-        items.append(Outgoing(event_subject("agent", reg), encode(reg), reg.id))
-    partition_of: dict[str, str] = {}
-    for i in range(sizes.backlog):
-        job_id = f"q-{i:07d}"
-        partition_of[job_id] = names[i % parts]
-        accepted = c.JobAccepted(id=decision_id("submission", c.JobAccepted, job_id), correlation_id=job_id, source="submission",
-                                 job_id=job_id, spec=c.JobSpec(tenant="bench", gpus=1, time_limit_s=600.0,
-                                                               partition=names[i % parts]),
-                                 submitted_ts=time.time(), basis_seq=1)
-        items.append(Outgoing(event_subject("submission", accepted), encode(accepted), accepted.id))
-    for i in range(0, len(items), 5_000):
-        await log.publish_many(items[i : i + 5_000])
-
-    nc = await nats.connect(url)
-    scheduled = {name: 0 for name in names}
-    seen: set[str] = set()  # jobs scheduled at least once (a requeued one is scheduled again)
-    first: dict[str, float] = {}
-    last: dict[str, float] = {}
-    cpu_first: dict[str, dict[str, float]] = {}
-    to_complete: list[tuple[str, int, str]] = []
-    wake = asyncio.Event()
+    every: list[subprocess.Popen[bytes]] = []
     procs: dict[str, dict[str, subprocess.Popen[bytes]]] = {}
+    cpu_first: dict[str, dict[str, float]] = {}
+    watch: SchedulingWatch | None = None
+    agents: Agents | None = None
 
     def cpu_of(name: str) -> dict[str, float]:
         return {role: cpu_seconds(p.pid) for role, p in procs[name].items()}
 
-    def on_event(_subject: str, _reply: str, _headers: Any, data: bytes) -> None:
-        body = _scheduled.decode(data)
-        name = partition_of[body.job_id]
-        now = time.perf_counter()
-        if name not in first:
-            first[name] = now
-            cpu_first[name] = cpu_of(name)
-        if body.job_id not in seen:
-            seen.add(body.job_id)
-            scheduled[name] += 1
-            last[name] = now
-        to_complete.append((body.job_id, body.attempt, body.allocations[0].node))
-        wake.set()
-
-    async def heartbeats() -> None:
-        # The nodes' agents would heartbeat; without it inventory rightly declares them lost.
-        while True:
-            for spec in nodes:
-                await nc.publish(f"horizon.hb.{spec.name}", b"")
-            await asyncio.sleep(1.0)
-
-    cycles = {name: 0 for name in names}
-
-    def on_cycle(subject: str, _reply: str, _headers: Any, _data: bytes) -> None:
-        owner = subject.split(".")[2]  # placement-<partition>
-        name = owner.partition("-")[2]
-        if name in cycles:
-            cycles[name] += 1
-
-    receive.install(nc)
-    await receive.subscribe_fast(nc, "horizon.evt.*.JobScheduled.>", on_event)
-    await receive.subscribe_fast(nc, "horizon.evt.*.PlacementCycleCompleted.>", on_cycle)
-    beats = asyncio.create_task(heartbeats())
-    task = asyncio.create_task(complete_instantly(log, to_complete, wake))
-    logs = tmp / "logs"
-    logs.mkdir()
-    started = time.perf_counter()
-    # A heartbeat timeout well above a loaded machine's hiccups: a node declared lost mid-run would
-    # fail its jobs and measure the requeues instead.
-    inventory = _spawn(url, "inventory", (), logs, "--heartbeat-timeout", "120")
-    for name in names:
-        procs[name] = {role: _spawn(url, role, (name,), logs) for role in ("scheduling", "placement")}
-    every = [inventory, *(p for pair in procs.values() for p in pair.values())]
     try:
-        deadline = time.monotonic() + 1800
-        while sum(scheduled.values()) < sizes.backlog:
-            if time.monotonic() > deadline:
-                raise TimeoutError("benchmark: timed out waiting for the backlog to be scheduled")
-            _alive(every)
-            await asyncio.sleep(0.01)
-        ended = max(last.values())
+        status(stage, f"{parts} partitions: publishing {sizes.nodes:,} nodes and a backlog of {sizes.backlog:,}")
+        nodes = await publish_nodes(log, sizes.nodes, partitions=names)
+        await publish_backlog(log, sizes.backlog, partitions=names)
+        agents = await Agents(log, nodes).start(url)
+        watch = await SchedulingWatch(log, agents).start(await log.last_seq() + 1)
+        started = time.time()
+        inventory = spawn(url, "inventory", "--heartbeat-timeout", HEARTBEAT_TIMEOUT)
+        for name in names:
+            procs[name] = {role: spawn(url, role, "--partition", name, label=f"{role}-{name}")
+                           for role in ("scheduling", "placement")}
+        every = [inventory, *(p for pair in procs.values() for p in pair.values())]
+        w = watch
+
+        def reached() -> bool:
+            for owner, name in owner_of.items():  # each partition's CPU from its first JobScheduled
+                if name not in cpu_first and owner in w.by_owner:
+                    cpu_first[name] = cpu_of(name)
+            return w.jobs >= sizes.backlog
+
+        await wait_for(stage, f"{sizes.backlog:,} JobScheduled over {parts} partition(s)", reached,
+                       budget(120, 0.002, sizes.backlog), lambda: w.progress(sizes.backlog))
+        assert w.last is not None and w.first is not None
+        ended = w.last
         cpu_end = {name: cpu_of(name) for name in names}
         inventory_cpu = cpu_seconds(inventory.pid)
     finally:
-        task.cancel()
-        beats.cancel()
-        await asyncio.gather(task, beats, return_exceptions=True)
         stop_processes(every)
-        for closing in (nc.close(), log.close()):
-            try:
-                await asyncio.wait_for(closing, 10.0)
-            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - the figures are taken; the server goes next
-                pass
+        if agents is not None:
+            await agents.stop()
+        if watch is not None:
+            await watch.stop()
+        await close_within(log.close())
     out: dict[str, Any] = {"partitions": parts, "nodes": sizes.nodes, "backlog": sizes.backlog,
                            "elapsed_s": round(ended - started, 2),
                            "jobs_per_s": round(sizes.backlog / (ended - started)),
                            # from the first JobScheduled of any partition: start-up and catch-up left out
-                           "steady_jobs_per_s": round(sizes.backlog / max(1e-9, ended - min(first.values()))),
-                           "inventory_cpu_s": round(inventory_cpu, 2), "by_partition": {}}
-    for name in names:
-        jobs = scheduled[name]
-        steady = {role: cpu_end[name][role] - cpu_first[name][role] for role in cpu_end[name]}
+                           "steady_jobs_per_s": round(sizes.backlog / max(1e-9, ended - w.first)),
+                           "inventory_cpu_s": round(inventory_cpu, 2), "node_lost": w.node_lost, "by_partition": {}}
+    for owner, name in owner_of.items():
+        jobs = w.by_owner.get(owner, 0)
+        first_cpu = cpu_first.get(name, {role: 0.0 for role in cpu_end[name]})
+        steady = {role: cpu_end[name][role] - first_cpu[role] for role in cpu_end[name]}
         out["by_partition"][name] = {
             "jobs": jobs,
-            "jobs_per_s": round(jobs / (last[name] - started)),
-            "cycles": cycles[name],
-            "jobs_per_cycle": round(jobs / max(1, cycles[name]), 1),
+            "jobs_per_s": round(jobs / max(1e-9, w.owner_last.get(owner, started) - started)),
+            "cycles": w.cycles_by_owner.get(owner, 0),
+            "jobs_per_cycle": round(jobs / max(1, w.cycles_by_owner.get(owner, 0)), 1),
             "cpu_s": {role: round(v, 2) for role, v in cpu_end[name].items()},
             "cpu_s_per_1000_jobs": {role: round(v * 1000 / max(1, jobs), 3) for role, v in steady.items()},
         }
@@ -210,8 +132,19 @@ async def _run(url: str, sizes: Sizes, parts: int, tmp: Path) -> dict[str, Any]:
 
 
 async def bench_partitions(url: str, sizes: Sizes) -> dict[str, Any]:
-    """``one`` and ``two`` partitions, same nodes and backlog, each on a fresh server (``url`` unused)."""
-    one = await _case(sizes, 1)
-    two = await _case(sizes, 2)
-    return {"one": one, "two": two, "ratio": round(two["jobs_per_s"] / one["jobs_per_s"], 3),
-            "steady_ratio": round(two["steady_jobs_per_s"] / one["steady_jobs_per_s"], 3), "cpus": os.cpu_count()}
+    """One, two and four pairs of leaders (``sizes.partition_cases``), same nodes and backlog, each on a
+    fresh server (``url`` unused); ``ratio_K``: K pairs' jobs/s over one pair's, same run."""
+    cases = {parts: await _case(sizes, parts) for parts in sizes.partition_cases}
+    one = cases[1]
+    out: dict[str, Any] = {_WORDS.get(parts, f"p{parts}"): case for parts, case in cases.items()}
+    for parts, case in cases.items():
+        if parts != 1:
+            out[f"ratio_{parts}"] = round(case["jobs_per_s"] / one["jobs_per_s"], 3)
+            out[f"steady_ratio_{parts}"] = round(case["steady_jobs_per_s"] / one["steady_jobs_per_s"], 3)
+    if 2 in cases:  # the keys of the 1-vs-2 benchmark, kept
+        out["ratio"], out["steady_ratio"] = out["ratio_2"], out["steady_ratio_2"]
+    out["cpus"] = os.cpu_count()
+    return out
+
+
+_WORDS = {1: "one", 2: "two", 4: "four"}

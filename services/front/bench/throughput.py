@@ -1,29 +1,34 @@
-"""Benchmarks 1 and 2 of ``horizon bench`` (services/front/bench/harness.py): intake and scheduling throughput."""
+"""Benchmarks 1 and 2 of ``horizon bench`` (services/front/bench/harness.py): intake and scheduling throughput.
+
+Both count what they measure from the stream (``watch.Tally``: a pull reader on one filter, every
+stored event exactly once, with the time the stream stored it) and wait under a budget derived
+from their size (``stage.wait_for``: a miss names the stage, what it waited for and how far it got).
+"""
 
 from __future__ import annotations
 
-import asyncio
 import time
+from collections.abc import Iterator
 from typing import Any
-
-import msgspec
-import nats
 
 from events import catalogue as c
 from events.codec import encode
-from events.subjects import event_subject, input_subject
+from events.subjects import admin_subject, event_subject, input_subject
 from services.domain.envelope import decision_id
 from services.nodes.spec import local_nodes
-from services.runtime import receive
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import Outgoing
-from services.front.sim.metrics import percentile
-from services.front.bench.processes import service_processes, stop_processes, wait_until
+from services.front.bench.processes import spawn, stop_processes
 from services.front.bench.sizes import Sizes
+from services.front.bench.stage import budget, close_within, status, wait_for
+from services.front.bench.watch import ACCEPTED, Agents, SchedulingWatch, Tally
 
-__all__ = ["bench_intake", "bench_scheduling", "complete_instantly", "submitted"]
+__all__ = ["bench_intake", "bench_scheduling", "submitted", "node_names", "publish_nodes", "publish_backlog",
+           "run_scheduling", "HEARTBEAT_TIMEOUT"]
 
-_scheduled = msgspec.json.Decoder(c.JobScheduled)
+# Inventory's heartbeat timeout in the throughput benchmarks: well above a loaded machine's hiccups
+# (a node declared lost mid-run would fail its jobs and measure the requeues instead).
+HEARTBEAT_TIMEOUT = "60"
 
 
 def submitted(i: int, prefix: str = "b") -> tuple[str, bytes, str]:
@@ -32,131 +37,134 @@ def submitted(i: int, prefix: str = "b") -> tuple[str, bytes, str]:
                           sim_runtime_s=0.0)
     return input_subject("bench", "submit"), encode(body), job_id
 
+
+async def _publish(log: JetStreamLog, items: Iterator[Outgoing], chunk: int = 5_000) -> int:
+    """Pipelined, ``chunk`` at a time (never the whole backlog in memory); how many."""
+    n = 0
+    part: list[Outgoing] = []
+    for item in items:
+        part.append(item)
+        if len(part) == chunk:
+            await log.publish_many(part)
+            n, part = n + len(part), []
+    if part:
+        await log.publish_many(part)
+        n += len(part)
+    return n
+
+
 async def _raw_publish_rate(log: JetStreamLog, n: int, prefix: str) -> float:
     items = [Outgoing(s, d, m) for s, d, m in (submitted(i, prefix) for i in range(n))]
     started = time.perf_counter()
-    for i in range(0, n, 5_000):
-        await log.publish_many(items[i : i + 5_000])
+    await _publish(log, iter(items))
     return n / (time.perf_counter() - started)
 
+
 async def bench_intake(url: str, sizes: Sizes) -> dict[str, Any]:
+    stage = "intake"
     log = await JetStreamLog.open(url, name="bench-intake")
-    raw = await _raw_publish_rate(log, sizes.intake_jobs, "raw")
-    # Register one GPU node so GPU requests are admissible, then start submission in its own process.
-    reg = local_nodes(1)[0].registration("bench")
-    await log.publish(event_subject("agent", reg), encode(reg), msg_id=reg.id)
-    procs = service_processes(url, "submission")
-    nc = await nats.connect(url)
-    accepted = 0
-    last = [0.0]
-
-    def on_accept(_subject: str, _reply: str, _headers: Any, _data: bytes) -> None:
-        nonlocal accepted
-        accepted += 1
-        last[0] = time.perf_counter()
-
-    receive.install(nc)
-    await receive.subscribe_fast(nc, "horizon.evt.submission.JobAccepted.>", on_accept)
+    procs: list[Any] = []
+    accepted = Tally(ACCEPTED)
     try:
+        status(stage, "publishing the raw payloads")
+        raw = await _raw_publish_rate(log, sizes.intake_jobs, "raw")
+        # Register one GPU node so GPU requests are admissible, then start submission in its own process.
+        reg = local_nodes(1)[0].registration("bench")
+        await log.publish(event_subject("agent", reg), encode(reg), msg_id=reg.id)
+        await accepted.start(log, 1)
+        procs = [spawn(url, "submission")]
+        n = sizes.intake_jobs
         # the service first accepts the raw payloads already in the log (its catch-up); then the clock starts
-        await wait_until(lambda: accepted >= sizes.intake_jobs, 300, "the raw payloads to be accepted too")
-        accepted = 0
-        items = [Outgoing(s, d, m) for s, d, m in (submitted(i, "in") for i in range(sizes.intake_jobs))]
-        started = time.perf_counter()
-        for i in range(0, len(items), 5_000):
-            await log.publish_many(items[i : i + 5_000])
-        await wait_until(lambda: accepted >= sizes.intake_jobs, 300, "acceptances")
-        rate = sizes.intake_jobs / (last[0] - started)
+        await wait_for(stage, "the raw payloads to be accepted too", lambda: accepted.count >= n,
+                       budget(120, 0.002, n), lambda: f"{accepted.count:,} of {n:,} JobAccepted")
+        items = [Outgoing(s, d, m) for s, d, m in (submitted(i, "in") for i in range(n))]
+        started = time.time()
+        await _publish(log, iter(items))
+        await wait_for(stage, "acceptances", lambda: accepted.count >= 2 * n, budget(60, 0.002, n),
+                       lambda: f"{accepted.count - n:,} of {n:,} JobAccepted")
+        assert accepted.last is not None
+        rate = n / (accepted.last - started)
     finally:
-        await nc.close()
         stop_processes(procs)
-        await log.close()
+        await accepted.stop()
+        await close_within(log.close())
     return {"accepted_per_s": round(rate), "raw_publish_per_s": round(raw), "ratio": round(rate / raw, 3),
             "jobs": sizes.intake_jobs}
 
-async def complete_instantly(log: JetStreamLog, to_complete: list[tuple[str, int, str]], wake: asyncio.Event) -> None:
-    """Instantaneous agents: every scheduled job (job, attempt, node) in ``to_complete`` ends at once,
-    freeing its resources, whenever ``wake`` is set."""
-    while True:
-        await wake.wait()
-        wake.clear()
-        batch, to_complete[:] = list(to_complete), []
-        out = []
-        for job_id, attempt, node in batch:
-            done = c.JobSucceeded(id=decision_id("agent", c.JobSucceeded, job_id, attempt), correlation_id=job_id,
-                                  source=f"agent/{node}", job_id=job_id, attempt=attempt, node=node)
-            out.append(Outgoing(event_subject("agent", done), encode(done), done.id))
-        if out:
-            await log.publish_many(out)
+
+def node_names(nodes: int, prefix: str = "bn") -> list[str]:
+    return [spec.name for spec in local_nodes(nodes, gpus_per_node=8, prefix=prefix)]
+
+
+async def publish_nodes(log: JetStreamLog, nodes: int, partitions: list[str] | None = None, prefix: str = "bn") -> list[str]:
+    """``nodes`` nodes of 8 GPUs registered (and, with ``partitions``, node k in partition k mod P); their names."""
+    specs = local_nodes(nodes, gpus_per_node=8, prefix=prefix)
+    items: list[Outgoing] = []
+    for k, name in enumerate(partitions or []):
+        cfg = c.PartitionConfigured(id=f"bench/partition/{name}", name=name, default=k == 0,
+                                    nodes=[n.name for n in specs[k::len(partitions or [])]])
+        items.append(Outgoing(admin_subject("partition"), encode(cfg), cfg.id))
+    for spec in specs:
+        reg = spec.registration("bench")
+        items.append(Outgoing(event_subject("agent", reg), encode(reg), reg.id))
+    await _publish(log, iter(items))
+    return [spec.name for spec in specs]
+
+
+def _accepted(first: int, n: int, partitions: list[str] | None, prefix: str) -> Iterator[Outgoing]:
+    now = time.time()
+    for i in range(first, first + n):
+        job_id = f"{prefix}-{i:07d}"
+        spec = c.JobSpec(tenant="bench", gpus=1, time_limit_s=600.0,
+                         partition=partitions[i % len(partitions)] if partitions else "")
+        accepted = c.JobAccepted(id=decision_id("submission", c.JobAccepted, job_id), correlation_id=job_id,
+                                 source="submission", job_id=job_id, spec=spec, submitted_ts=now, basis_seq=1)
+        yield Outgoing(event_subject("submission", accepted), encode(accepted), accepted.id)
+
+
+async def publish_backlog(log: JetStreamLog, backlog: int, partitions: list[str] | None = None, prefix: str = "q",
+                          first: int = 0) -> int:
+    """``backlog`` accepted one-GPU jobs (job i in partition i mod P), published a chunk at a time."""
+    return await _publish(log, _accepted(first, backlog, partitions, prefix))
+
+
+async def run_scheduling(url: str, stage: str, nodes: int, backlog: int) -> dict[str, Any]:
+    """Benchmark 2's shape at any size: nodes and backlog in the log, then the three services
+    started; the figures (from the services' start, and sustained: first to last ``JobScheduled``)."""
+    log = await JetStreamLog.open(url, name=f"bench-{stage}")
+    procs: list[Any] = []
+    watch: SchedulingWatch | None = None
+    agents: Agents | None = None
+    try:
+        status(stage, f"publishing {nodes:,} nodes and a backlog of {backlog:,}")
+        names = await publish_nodes(log, nodes)
+        await publish_backlog(log, backlog)
+        agents = await Agents(log, names).start(url)
+        watch = await SchedulingWatch(log, agents).start(await log.last_seq() + 1)
+        started = time.time()
+        procs = [spawn(url, "inventory", "--heartbeat-timeout", HEARTBEAT_TIMEOUT), spawn(url, "scheduling"),
+                 spawn(url, "placement")]
+        w = watch
+        await wait_for(stage, f"{backlog:,} JobScheduled", lambda: w.jobs >= backlog,
+                       budget(120, 0.002, backlog), lambda: w.progress(backlog))
+        assert w.last is not None and w.first is not None
+        elapsed = w.last - started
+        sustained = w.last - w.first
+    finally:
+        stop_processes(procs)
+        if agents is not None:
+            await agents.stop()
+        if watch is not None:
+            await watch.stop()
+        await close_within(log.close())
+    return {"jobs_per_s": round(backlog / elapsed), "nodes": nodes, "backlog": backlog,
+            "elapsed_s": round(elapsed, 2), "cycles": len(w.cycle_ms), "cycle_p50_ms": w.cycle_p(50),
+            "cycle_p99_ms": w.cycle_p(99), "sustained_jobs_per_s": round(backlog / max(sustained, 1e-9)),
+            "node_lost": w.node_lost}
 
 
 async def bench_scheduling(url: str, sizes: Sizes) -> dict[str, Any]:
-    log = await JetStreamLog.open(url, name="bench-scheduling")
-    items: list[Outgoing] = []
-    for spec in local_nodes(sizes.nodes, gpus_per_node=8, prefix="bn"):
-        reg = spec.registration("bench")
-        items.append(Outgoing(event_subject("agent", reg), encode(reg), reg.id))
-    for i in range(sizes.backlog):
-        job_id = f"q-{i:07d}"
-        accepted = c.JobAccepted(id=decision_id("submission", c.JobAccepted, job_id), correlation_id=job_id, source="submission",
-                                 job_id=job_id, spec=c.JobSpec(tenant="bench", gpus=1, time_limit_s=600.0),
-                                 submitted_ts=time.time(), basis_seq=1)
-        items.append(Outgoing(event_subject("submission", accepted), encode(accepted), accepted.id))
-    for i in range(0, len(items), 5_000):
-        await log.publish_many(items[i : i + 5_000])
-    nc = await nats.connect(url)
-    scheduled = 0
-    last = [0.0]
-    cycle_start: dict[str, float] = {}
-    cycle_ms: list[float] = []
-    to_complete: list[tuple[str, int, str]] = []
-    wake = asyncio.Event()
-
-    def on_event(subject: str, _reply: str, _headers: Any, data: bytes) -> None:
-        nonlocal scheduled
-        kind = subject.split(".")[3]
-        now = time.perf_counter()
-        if kind == "JobScheduled":
-            scheduled += 1
-            last[0] = now
-            body = _scheduled.decode(data)
-            to_complete.append((body.job_id, body.attempt, body.allocations[0].node))
-            wake.set()
-        elif kind == "SchedulingCycleCompleted":
-            cycle_start[subject.rsplit(".", 1)[1]] = now
-        elif kind == "PlacementCycleCompleted":
-            begun = cycle_start.pop(subject.rsplit(".", 1)[1], None)
-            if begun is not None:
-                cycle_ms.append((now - begun) * 1000)
-
-    async def heartbeats() -> None:
-        # The nodes' agents would heartbeat; without it inventory rightly declares them lost.
-        names = [f"bn-{i:0{max(2, len(str(sizes.nodes - 1)))}d}" for i in range(sizes.nodes)]
-        while True:
-            for name in names:
-                await nc.publish(f"horizon.hb.{name}", b"")
-            await asyncio.sleep(1.0)
-
-    # The harness stands in for the agents on other machines: it reads only what it answers, on the
-    # lean path, so that the two cores go to the services being measured.
-    receive.install(nc)
-    for subject in ("horizon.evt.placement.>", "horizon.evt.scheduling.SchedulingCycleCompleted.>"):
-        await receive.subscribe_fast(nc, subject, on_event)
-    beats = asyncio.create_task(heartbeats())
-    task = asyncio.create_task(complete_instantly(log, to_complete, wake))
-    started = time.perf_counter()
-    procs = service_processes(url, "inventory", "scheduling", "placement")
-    try:
-        await wait_until(lambda: scheduled >= sizes.backlog, 1800, "the backlog to be scheduled")
-        elapsed = last[0] - started
-    finally:
-        task.cancel()
-        beats.cancel()
-        await asyncio.gather(task, beats, return_exceptions=True)
-        await nc.close()
-        stop_processes(procs)
-        await log.close()
-    return {"jobs_per_s": round(sizes.backlog / elapsed), "nodes": sizes.nodes, "backlog": sizes.backlog,
-            "elapsed_s": round(elapsed, 2), "cycles": len(cycle_ms),
-            "cycle_p50_ms": round(percentile(cycle_ms, 50), 1) if cycle_ms else None,
-            "cycle_p99_ms": round(percentile(cycle_ms, 99), 1) if cycle_ms else None}
+    """``nodes`` x 8 GPUs and ``backlog`` accepted jobs in the log; inventory, scheduling and placement
+    start; jobs scheduled/s from their start to the last ``JobScheduled``, and the cycle latency
+    (``SchedulingCycleCompleted`` to its ``PlacementCycleCompleted``, the stream's timestamps)."""
+    return await run_scheduling(url, "scheduling", sizes.nodes, sizes.backlog)
