@@ -119,6 +119,16 @@ class Policy(Protocol):
 
     def key(self, job: Job, ctx: Context) -> tuple[float | int, ...]: ...
 
+    def group(self, spec: c.JobSpec) -> tuple[object, ...]:
+        """Everything of the spec the key reads: jobs of one group differ in their keys only by
+        ``accepted_ts`` and ``accepted_seq`` (``services/domain/queue/index.py``)."""
+        ...
+
+    def in_order(self, before: Job, after: Job) -> bool:
+        """Whether ``before`` keys ahead of ``after`` in every context, for two jobs of one group
+        with ``before`` first in ``(accepted_ts, accepted_seq)`` order."""
+        ...
+
 
 @dataclass(frozen=True)
 class Fcfs:
@@ -129,6 +139,12 @@ class Fcfs:
         assert job.spec is not None
         return (CLASS_RANK[job.spec.priority_class], job.accepted_ts, job.accepted_seq)
 
+    def group(self, spec: c.JobSpec) -> tuple[object, ...]:
+        return (spec.priority_class,)
+
+    def in_order(self, before: Job, after: Job) -> bool:
+        return True  # the key's end is (accepted_ts, accepted_seq) itself
+
 
 @dataclass(frozen=True)
 class Sjf:
@@ -138,6 +154,12 @@ class Sjf:
     def key(self, job: Job, ctx: Context) -> tuple[float | int, ...]:
         assert job.spec is not None
         return (CLASS_RANK[job.spec.priority_class], job.spec.time_limit_s, job.accepted_ts, job.accepted_seq)
+
+    def group(self, spec: c.JobSpec) -> tuple[object, ...]:
+        return (spec.priority_class, spec.time_limit_s)
+
+    def in_order(self, before: Job, after: Job) -> bool:
+        return True  # the key's end is (accepted_ts, accepted_seq) itself
 
 
 @dataclass(frozen=True)
@@ -150,6 +172,14 @@ class F1:
         assert spec is not None
         score = math.log10(max(spec.time_limit_s, 1.0)) * job_size(spec) + 870.0 * math.log10(max(job.accepted_ts, 1.0))
         return (CLASS_RANK[spec.priority_class], score, job.accepted_seq)
+
+    def group(self, spec: c.JobSpec) -> tuple[object, ...]:
+        return (spec.priority_class, spec.time_limit_s, job_size(spec))
+
+    def in_order(self, before: Job, after: Job) -> bool:
+        # The key is static: compare it (the score grows with the submit time, but ties and
+        # log10's rounding are settled by the key itself).
+        return self.key(before, _STATIC) < self.key(after, _STATIC)
 
 
 @dataclass(frozen=True)
@@ -202,6 +232,17 @@ class Multifactor:
     def key(self, job: Job, ctx: Context) -> tuple[float | int, ...]:
         return (-self.priority(job, ctx), job.accepted_seq)
 
+    def group(self, spec: c.JobSpec) -> tuple[object, ...]:
+        # every factor but age (fair share by account and user, the boost by account), and nice
+        return (spec.priority_class, spec.account, spec.user, spec.nice, spec.time_limit_s, job_size(spec), spec.qos)
+
+    def in_order(self, before: Job, after: Job) -> bool:
+        # Within a group only the age term differs, and it does not grow with accepted_ts: the
+        # weights are >= 0 and a float sum or product by w >= 0 never decreases when a term grows.
+        # So an earlier submit time never keys behind; equal priorities fall to accepted_seq,
+        # which must then grow too.
+        return before.accepted_seq < after.accepted_seq
+
 
 def _factor_values(job: Job, ctx: Context) -> tuple[float, float, float, float, float, float]:
     """The multifactor factors of ``job`` in ``WEIGHT_NAMES`` order (class, fairshare, age,
@@ -224,6 +265,8 @@ def _factor_values(job: Job, ctx: Context) -> tuple[float, float, float, float, 
         cfg.qos_boost.get(spec.qos, 0.0) if spec.qos and cfg.qos_boost else 0.0,  # no QOS named: no boost
     )
 
+
+_STATIC = Context(0.0)  # what the static policies' keys are computed against (they read none of it)
 
 POLICIES: dict[str, type] = {"fcfs": Fcfs, "sjf": Sjf, "f1": F1, "multifactor": Multifactor}
 assert tuple(POLICIES) == QUEUE_POLICIES, "the policies a PolicyConfigured may name (events/vocabulary.py)"

@@ -162,6 +162,7 @@ def _rebuild(state: SchedulingState, wakeups_due: set[str]) -> None:
         if job_id in state.pending:
             state.deadline_heap.append((deadline, job_id))
     state.singletons.rebuild(state.jobs)
+    state.queue_index.rebuild(state.pending.values(), state.config.policy)
     heapq.heapify(state.wakeups)
     heapq.heapify(state.deadline_heap)
 

@@ -196,7 +196,12 @@ class QueueFold:
             if isinstance(event, c.ReservationConfigured):
                 _reservation(state, event)
             return state
+        moved = state.pending.get(event.job_id) if isinstance(event, c.JobPriorityChanged) else None
+        if moved is not None:
+            state.queue_index.remove(moved)  # its group may change with its class or nice
         tr = state.jobs.apply(event, seq, state.now)
+        if moved is not None:
+            state.queue_index.add(moved)
         if isinstance(event, c.JobResized):
             track_growable(state, event.job_id)
             self._rebill(state, event.job_id)
@@ -321,6 +326,7 @@ class QueueFold:
         spec = job.spec
         assert spec is not None
         state.pending[job.job_id] = job
+        state.queue_index.add(job)
         leaf = state.fairshare.leaf_for(spec, state.now).name
         state.quotas.wait(state.fairshare, leaf, +1)
         if spec.dependencies or spec.singleton or spec.after_datasets:
@@ -344,6 +350,7 @@ class QueueFold:
     def _leave_pending(self, state: SchedulingState, job: Job) -> None:
         assert job.spec is not None
         state.pending.pop(job.job_id, None)
+        state.queue_index.remove(job)
         state.quotas.wait(state.fairshare, association(job.spec), -1)
         state.gated.discard(job.job_id)
         state.throttled.discard(job.job_id)

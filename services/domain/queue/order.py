@@ -17,17 +17,18 @@ changed (all but the head, whose reservation backfilling must respect).
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
+from itertools import islice
 
 from services.domain.dependencies import MET, dependency_status
 from services.domain.fairshare import association
 from services.domain.jobs import Job
 from services.domain.policy import Context, make_policy
+from services.domain.queue.index import QueueIndex, merged
 from services.domain.queue.state import SchedulingState
 from services.domain.quotas import BLOCKED, BORROW, Amount, amount_of
 
-__all__ = ["context", "queue_key", "ordered_queue", "ready", "candidates"]
+__all__ = ["context", "queue_key", "in_order", "ordered_queue", "ready", "candidates"]
 
 
 def context(state: SchedulingState) -> Context:
@@ -54,15 +55,22 @@ def queue_key(state: SchedulingState) -> Callable[[Job, Context], tuple[float | 
     return tiered
 
 
+def in_order(state: SchedulingState, ctx: Context | None = None,
+             partitions: Collection[str | None] | None = None) -> Iterator[Job]:
+    """Pending jobs in scheduling order, lazily: the merge of the queue index's runs
+    (``services/domain/queue/index.py``), which reads the head of each run and the jobs taken, not
+    the whole backlog. ``partitions``: only the jobs of these partitions (a partition leader's)."""
+    ctx = ctx or context(state)
+    index = state.queue_index
+    if index.policy != state.config.policy:  # (the fold rebuilds it when the policy changes)
+        index = QueueIndex(state.config.policy)
+        index.rebuild(state.pending.values())
+    return merged(index, queue_key(state), ctx, state.pending, partitions)
+
 def ordered_queue(state: SchedulingState, limit: int | None = None,
                   ctx: Context | None = None) -> list[Job]:
     """Pending jobs in scheduling order (all of them, or the first ``limit``)."""
-    ctx = ctx or context(state)
-    key = queue_key(state)
-    jobs = state.pending.values()
-    if limit is None or limit >= len(state.pending):
-        return sorted(jobs, key=lambda j: key(j, ctx))
-    return heapq.nsmallest(limit, jobs, key=lambda j: key(j, ctx))
+    return list(islice(in_order(state, ctx), limit))
 
 def ready(state: SchedulingState, job: Job) -> bool:
     """All of the job's dependencies are met (a singleton job's too: no other job of its name runs,
@@ -74,11 +82,14 @@ def ready(state: SchedulingState, job: Job) -> bool:
         return False  # a dataset it waits for has not been announced (afterdata)
     return state.singletons.blocker(job) is None
 
-def candidates(state: SchedulingState, max_candidates: int) -> tuple[list[Job], list[str]]:
+def candidates(state: SchedulingState, max_candidates: int,
+               partitions: Collection[str | None] | None = None) -> tuple[list[Job], list[str]]:
     """The first ``max_candidates`` pending jobs in order that may start now, and which of them
     only by borrowing. Left out: jobs certainly blocked (but the head), jobs whose
     dependencies are not met, in restart backoff, over their array's running limit, over
-    a quota, or whose licenses are not free (counting those the candidates ahead take)."""
+    a quota, or whose licenses are not free (counting those the candidates ahead take).
+    The walk stops at ``max_candidates``: it reads the jobs it passes, not the backlog.
+    ``partitions``: only the jobs of these partitions (a partition leader's)."""
     ctx = context(state)
     blocked, nowhere, gated = state.blocked_basis, state.fits_nowhere, state.gated
     fs, quotas = state.fairshare, state.quotas
@@ -86,14 +97,14 @@ def candidates(state: SchedulingState, max_candidates: int) -> tuple[list[Job], 
     backoff = bool(state.wakeups)
     licensed, licenses = state.licensed, state.licenses
     if not blocked and not gated and not limited and not backoff and not state.throttled and not licensed:
-        return ordered_queue(state, max_candidates, ctx), []
+        return list(islice(in_order(state, ctx, partitions), max_candidates)), []
     out: list[Job] = []
     borrowing: list[str] = []
     cycle_use: dict[str, Amount] = {}
     array_use: dict[str, int] = {}
     license_use: dict[str, int] = {}
     head_kept = False
-    for job in ordered_queue(state, ctx=ctx):
+    for job in in_order(state, ctx, partitions):
         job_id, spec = job.job_id, job.spec
         assert spec is not None
         if backoff and job.not_before_ts > state.now:

@@ -16,6 +16,7 @@ from services.domain.licenses import Licenses
 from services.domain.partitions import Partitions
 from services.domain.policy import PolicyConfig
 from services.domain.protocol import CoreState
+from services.domain.queue.index import QueueIndex
 from services.domain.queue.singleton import Singletons
 from services.domain.quotas import Amount, Quotas
 
@@ -62,6 +63,7 @@ class SchedulingState(CoreState):
         self.licenses = Licenses()  # defined, and held by jobs holding resources (services/domain/licenses.py)
         # Derived from the above (rebuilt after a snapshot is loaded):
         self.pending: dict[str, Job] = {}
+        self.queue_index = QueueIndex(self.config.policy)  # the pending jobs by group, for the order (index.py)
         self.gated: set[str] = set()  # pending jobs that have dependencies (or are singleton jobs)
         self.singletons = Singletons()  # live jobs of the (tenant, user, name) of live singleton jobs
         self.dependents: dict[str, set[str]] = {}  # job -> jobs that depend on it

@@ -1,0 +1,277 @@
+"""The queue index (services/domain/queue/index.py): a cycle's order is the merge of the runs' heads, and it
+is exactly the full sort of the pending jobs by the queue's key, for every policy, whatever the queue holds.
+
+The reference below is the order and the candidates as they were computed before the index (every
+pending job's key, sorted): random queues of classes, accounts and users with fair-share factors, nice,
+time limits, sizes, partitions with priority tiers, holds and releases, priority changes, requeues that
+re-enter with their old sequence, equal submit times and submit times that go back, are folded through
+the real ``QueueFold``, and the two are compared after every few records, and after a snapshot.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from events import catalogue as c
+from services.domain.fairshare import association
+from services.domain.jobs import Job
+from services.domain.policy import POLICIES
+from services.domain.queue import order
+from services.domain.queue.index import QueueIndex, merged
+from services.domain.queue.state import SchedulingState
+from services.domain.quotas import BLOCKED, BORROW, Amount, amount_of
+from services.scheduling.core import SchedulingCore
+from tests.helpers import Feed, accepted
+
+CLASSES = ("critical", "high", "normal", "low", "scavenger")
+
+
+# ------------------------------------------------------------------ the reference: the full sort
+
+
+def reference_order(state: SchedulingState, ctx=None) -> list[Job]:
+    ctx = ctx or order.context(state)
+    key = order.queue_key(state)
+    return sorted(state.pending.values(), key=lambda j: key(j, ctx))
+
+
+def reference_candidates(state: SchedulingState, max_candidates: int) -> tuple[list[Job], list[str]]:
+    """``order.candidates`` as it was before the index: the same walk over the full sort."""
+    ctx = order.context(state)
+    blocked, nowhere, gated = state.blocked_basis, state.fits_nowhere, state.gated
+    fs, quotas = state.fairshare, state.quotas
+    limited = quotas.limited(fs)
+    backoff = bool(state.wakeups)
+    licensed, licenses = state.licensed, state.licenses
+    if not blocked and not gated and not limited and not backoff and not state.throttled and not licensed:
+        return reference_order(state, ctx)[:max_candidates], []
+    out: list[Job] = []
+    borrowing: list[str] = []
+    cycle_use: dict[str, Amount] = {}
+    array_use: dict[str, int] = {}
+    license_use: dict[str, int] = {}
+    head_kept = False
+    for job in reference_order(state, ctx):
+        job_id, spec = job.job_id, job.spec
+        if backoff and job.not_before_ts > state.now:
+            continue
+        if job_id in gated and not order.ready(state, job):
+            continue
+        if nowhere.get(job_id, -1) >= state.nodes_seq:
+            continue
+        if job_id in state.throttled:
+            array = spec.array or ""
+            if state.array_running.get(array, 0) + array_use.get(array, 0) >= spec.array_max_running:
+                continue
+        verdict = ""
+        if limited:
+            x = amount_of(spec)
+            verdict, _why = quotas.admit(fs, association(spec), x, cycle_use)
+            if verdict == BLOCKED:
+                continue
+        if job_id in licensed and licenses.judge(spec.licenses, license_use):
+            continue
+        if blocked.get(job_id, -1) >= state.capacity_seq:
+            if head_kept:
+                continue
+            head_kept = True
+        out.append(job)
+        if verdict == BORROW:
+            borrowing.append(job_id)
+        if limited:
+            quotas.add_cycle(fs, association(spec), x, cycle_use)
+        if job_id in state.throttled:
+            array_use[spec.array or ""] = array_use.get(spec.array or "", 0) + 1
+        if job_id in licensed:
+            licenses.add_cycle(spec.licenses, license_use)
+        if len(out) >= max_candidates:
+            break
+    return out, borrowing
+
+
+# ------------------------------------------------------------------ random queues
+
+
+class Queue:
+    """A random queue folded through the scheduling core, record by record."""
+
+    def __init__(self, policy: str, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.core = SchedulingCore(policy=policy, max_candidates=10_000)
+        self.f = Feed(self.core)
+        self.n = 0
+        self.running: list[tuple[str, int]] = []
+        rng = self.rng
+        self.partitions = ["p0", "p1", "p2"]
+        if rng.random() < 0.6:  # tiers (equal ones too)
+            for name in self.partitions:
+                self.f.admin("partition", c.PartitionConfigured(name=name, nodes=["ALL"],
+                                                                priority_tier=rng.choice((0, 1, 1, 5))))
+        for account in ("a0", "a1", "a2"):
+            self.f.admin("account", c.AccountConfigured(account=account, shares=rng.choice((1.0, 2.0, 5.0)),
+                                                        priority_boost=rng.choice((0.0, 0.0, 300.0))))
+        if policy == "multifactor" and rng.random() < 0.5:
+            self.f.admin("policy", c.PolicyConfigured(qos_boost={"express": 0.25},
+                                                      weights={"age": rng.choice((0.0, 1_000.0, 50_000.0))},
+                                                      max_age_s=rng.choice((60.0, 3_600.0, 604_800.0))))
+        self.skew = rng.choice(("equal", "monotone", "jumbled"))
+        self.shapes = [dict(priority_class=rng.choice(("normal", "high")), account=rng.choice(("a0", "a1")),
+                            user="u0", nice=0, time_limit_s=3_600.0, gpus=rng.choice((1, 8)),
+                            partition=rng.choice(("p0", "p1")), qos="") for _ in range(3)]
+
+    def submit(self) -> None:
+        rng = self.rng
+        self.n += 1
+        job_id = f"j{self.n:04d}"
+        kw = dict(priority_class=rng.choice(CLASSES), account=rng.choice(("a0", "a1", "a2")),
+                  user=rng.choice(("u0", "u1", "")), nice=rng.choice((0, 0, 0, 5, -3)),
+                  time_limit_s=rng.choice((60.0, 600.0, 3_600.0, 86_400.0)), gpus=rng.choice((0, 1, 4, 8)),
+                  partition=rng.choice(self.partitions + [""]), qos=rng.choice(("", "express")))
+        if rng.random() < 0.8:  # most jobs of a few shapes, so that groups hold many jobs
+            kw.update(self.shapes[rng.randrange(len(self.shapes))])
+        if kw["gpus"] == 0:
+            kw["cpus_milli"] = rng.choice((1_000, 16_000))
+        if rng.random() < 0.05:
+            kw["begin_ts"] = self.f.time + rng.choice((5.0, 500.0))  # in backoff for a while
+        event = accepted(job_id, **kw)
+        if self.skew == "jumbled" or rng.random() < 0.05:  # a client's or a skewed clock's submit time
+            event = c.JobAccepted(**{**{f: getattr(event, f) for f in event.__struct_fields__},
+                                     "submitted_ts": self.f.time - rng.choice((0.0, 1.0, 30.0, 5_000.0))})
+        self.f.evt("submission", event, dt=0.0 if self.skew == "equal" else rng.choice((0.0, 0.5, 7.0)))
+
+    def pending(self) -> list[str]:
+        return sorted(self.f.state.pending)
+
+    def step(self) -> None:
+        rng, f = self.rng, self.f
+        roll = rng.random()
+        pending = self.pending()
+        if roll < 0.5 or not pending:
+            self.submit()
+        elif roll < 0.6:
+            job_id = rng.choice(pending)
+            attempt = f.state.jobs.jobs[job_id].attempt + 1
+            f.evt("placement", c.JobScheduled(job_id=job_id, attempt=attempt), dt=rng.choice((0.0, 3.0)))
+            self.running.append((job_id, attempt))
+        elif roll < 0.68 and self.running:  # the node is lost: requeued at once, with its old sequence
+            job_id, attempt = self.running.pop(rng.randrange(len(self.running)))
+            f.evt("inventory", c.JobFailed(job_id=job_id, attempt=attempt, node_lost=True, reason="lost"), dt=40.0)
+            f.evt("scheduling", c.JobRequeued(job_id=job_id, attempt=attempt, reason="lost"), dt=0.0)
+        elif roll < 0.74:
+            job_id = rng.choice(pending)
+            f.evt("submission", c.JobHeld(job_id=job_id), dt=1.0)
+            if rng.random() < 0.7:
+                if rng.random() < 0.3:  # its class changes while it is held
+                    f.evt("submission", c.JobPriorityChanged(job_id=job_id, priority_class=rng.choice(CLASSES)))
+                f.evt("submission", c.JobReleased(job_id=job_id), dt=2.0)
+        elif roll < 0.82:
+            f.evt("submission", c.JobPriorityChanged(job_id=rng.choice(pending), priority_class=rng.choice(CLASSES),
+                                                     nice=rng.choice((0, 2, -1))), dt=1.0)
+        elif roll < 0.88:
+            f.evt("submission", c.JobCancelled(job_id=rng.choice(pending)), dt=1.0)
+        elif roll < 0.94:
+            job_id = rng.choice(pending)
+            f.evt("placement", c.PlacementBlocked(job_id=job_id, basis_seq=f.seq, fits_nowhere=rng.random() < 0.3,
+                                                  reasons=[c.BlockReason(reason="full", nodes=1)]), dt=0.0)
+        else:
+            dt = rng.choice((1.0, 600.0, 86_400.0))
+            f.evt("inventory", c.ClockTicked(now_ts=f.time + dt), dt=dt)
+
+
+def check(q: Queue) -> None:
+    state = q.f.state
+    expected = [j.job_id for j in reference_order(state)]
+    assert [j.job_id for j in order.ordered_queue(state)] == expected
+    for limit in (1, 3, 10):
+        assert [j.job_id for j in order.ordered_queue(state, limit)] == expected[:limit]
+    for most in (1, 4, 10_000):
+        got, borrowing = order.candidates(state, most)
+        want, want_borrowing = reference_candidates(state, most)
+        assert ([j.job_id for j in got], borrowing) == ([j.job_id for j in want], want_borrowing)
+    indexed = [job for run in state.queue_index.runs() for job in run]
+    assert sorted(j.job_id for j in indexed) == sorted(state.pending)  # each pending job once, no other
+    assert all(state.pending[j.job_id] is j for j in indexed)
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("seed", range(12))
+def test_the_merged_order_and_the_candidates_are_the_full_sorts(policy: str, seed: int) -> None:
+    q = Queue(policy, seed)
+    for i in range(400):
+        q.step()
+        if i % 17 == 0:
+            check(q)
+    check(q)
+    # a snapshot keeps the order: the index is rebuilt exactly like the other derived fields
+    loaded = q.core.load(q.core.dump(q.f.state))
+    assert loaded is not None
+    assert [j.job_id for j in order.ordered_queue(loaded)] == [j.job_id for j in order.ordered_queue(q.f.state)]
+    assert order.candidates(loaded, 5)[0] == [loaded.pending[j.job_id] for j in order.candidates(q.f.state, 5)[0]]
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_a_change_of_policy_regroups_the_queue(policy: str) -> None:
+    q = Queue("fcfs", 99)
+    for _ in range(150):
+        q.step()
+    q.f.admin("policy", c.PolicyConfigured(policy=policy))
+    assert q.f.state.queue_index.policy == policy
+    check(q)
+
+
+def test_a_submit_time_that_goes_back_starts_another_run_and_the_order_stays_exact() -> None:
+    """Multifactor within one group: a job submitted 'earlier' than jobs accepted before it cannot join
+    their run (equal priorities would then be tied by a smaller sequence behind a greater one)."""
+    q = Queue("multifactor", 5)
+    f = q.f
+    for i, back in enumerate((0.0, 0.0, 100.0, 0.0, 2_000.0)):
+        event = accepted(f"s{i}", account="a0", user="u0", gpus=1)
+        f.evt("submission", c.JobAccepted(**{**{n: getattr(event, n) for n in event.__struct_fields__},
+                                             "submitted_ts": f.time - back}), dt=1.0)
+    runs = [list(run) for run in f.state.queue_index.runs()]
+    assert len(runs) == 3  # s0 s1 s3 | s2 | s4 (s2 and s4 went back in time)
+    check(q)
+    f.evt("inventory", c.ClockTicked(now_ts=f.time + 10 * 86_400.0), dt=10 * 86_400.0)  # everyone's age is capped: ties by sequence
+    check(q)
+
+
+def test_a_partition_leaders_view_reads_its_own_groups_only() -> None:
+    q = Queue("multifactor", 3)
+    for _ in range(200):
+        q.step()
+    state = q.f.state
+    everyone = state.pending
+    mine = {"p1", ""}
+    state.pending = {j: job for j, job in everyone.items() if job.spec.partition in mine}
+    try:
+        want = reference_candidates(state, 7)
+        got = order.candidates(state, 7, partitions=mine)
+        assert [j.job_id for j in got[0]] == [j.job_id for j in want[0]]
+        assert [j.job_id for j in order.candidates(state, 7)[0]] == [j.job_id for j in want[0]]
+    finally:
+        state.pending = everyone
+
+
+def test_runs_split_and_shrink_in_chunks() -> None:
+    """Thousands of jobs in one group: the run's chunks split and merge, and every removal finds its job."""
+    rng = random.Random(1)
+    jobs = [Job(f"k{i}", accepted("x", account="a", user="u", gpus=1).spec, None, accepted_seq=i,  # type: ignore[arg-type]
+                accepted_ts=float(i // 3)) for i in range(5_000)]
+    index = QueueIndex("multifactor")
+    for job in jobs:
+        index.add(job)
+    assert len(list(index.runs())) == 1 and len(index) == 5_000
+    live = {j.job_id: j for j in jobs}
+    for job in rng.sample(jobs, 4_000):
+        index.remove(job)
+        del live[job.job_id]
+    for job in rng.sample(jobs, 300):  # some come back, with their old sequence
+        index.add(job)
+        live[job.job_id] = job
+    ctx = order.Context(now=10_000.0)
+    key = POLICIES["multifactor"]().key
+    assert [j.job_id for j in merged(index, key, ctx, live)] == [
+        j.job_id for j in sorted(live.values(), key=lambda j: key(j, ctx))]
+    assert len(index) == len(live)
