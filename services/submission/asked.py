@@ -58,18 +58,62 @@ class Asked(msgspec.Struct, frozen=True):
                     gpus_per_node=self.node_gpus)
 
 
+# What parse_cpus and parse_memory made of a value (str, int or float) before: most submissions ask
+# for the same few amounts, and parsing one (decimal arithmetic) takes ~1 us. Only answers are kept
+# (a value that does not parse raises each time, with its field's name); the type is part of the key
+# (1 and 1.0 and True are equal keys otherwise). -0.0 and 0.0 are one key, and parse to the same 0.
+_PARSED_CPUS: dict[tuple[type, object], int] = {}
+_PARSED_MEMORY: dict[tuple[type, object], int] = {}
+_PARSED_MAX = 1024  # distinct amounts remembered; past it, the rest are parsed each time
+
+
+def _cpus(value: object, field: str) -> int:
+    if value.__class__ not in _AMOUNT_TYPES:
+        return parse_cpus(value, field)
+    key = (value.__class__, value)
+    known = _PARSED_CPUS.get(key)
+    if known is None:
+        known = parse_cpus(value, field)
+        if len(_PARSED_CPUS) < _PARSED_MAX:
+            _PARSED_CPUS[key] = known
+    return known
+
+
+def _memory(value: object, field: str) -> int:
+    if value.__class__ not in _AMOUNT_TYPES:
+        return parse_memory(value, field)
+    key = (value.__class__, value)
+    known = _PARSED_MEMORY.get(key)
+    if known is None:
+        known = parse_memory(value, field)
+        if len(_PARSED_MEMORY) < _PARSED_MAX:
+            _PARSED_MEMORY[key] = known
+    return known
+
+
+_AMOUNT_TYPES = frozenset({str, int, float})
+
+
+def _count(value: object, field: str, minimum: int, maximum: int) -> int:
+    """``parse_count``, without its call for an integer within bounds (which it returns as it is)."""
+    if value.__class__ is int and minimum <= value <= maximum:  # type: ignore[operator]
+        return value  # type: ignore[return-value]
+    return parse_count(value, field, minimum=minimum, maximum=maximum)
+
+
 def parse_asked(sub: c.JobSubmitted, limits: Limits) -> Asked:
     """The resources, counts and durations parsed (``ResourceError`` already names the field and the
     accepted forms)."""
     r = sub.resources
     try:
-        cpus_milli = parse_cpus(r.cpus, "resources.cpus")
-        memory_bytes = parse_memory(r.memory, "resources.memory") if r.memory is not None else 0
-        gpus = parse_count(r.gpus, "resources.gpus", minimum=0, maximum=limits.max_gpus_per_job)
-        gpu_memory = 0 if r.gpu_memory is None else parse_memory(r.gpu_memory, "resources.gpu_memory")
-        nodes = parse_count(sub.nodes, "nodes", minimum=1, maximum=limits.max_nodes_per_job)
-        tasks_per_node = parse_count(sub.tasks_per_node, "tasks_per_node", minimum=1, maximum=MAX_TASKS_PER_NODE)
-        least = elastic_least(sub, nodes, tasks_per_node, limits)
+        cpus_milli = _cpus(r.cpus, "resources.cpus")
+        memory_bytes = _memory(r.memory, "resources.memory") if r.memory is not None else 0
+        gpus = _count(r.gpus, "resources.gpus", 0, limits.max_gpus_per_job)
+        gpu_memory = 0 if r.gpu_memory is None else _memory(r.gpu_memory, "resources.gpu_memory")
+        nodes = _count(sub.nodes, "nodes", 1, limits.max_nodes_per_job)
+        tasks_per_node = _count(sub.tasks_per_node, "tasks_per_node", 1, MAX_TASKS_PER_NODE)
+        least = (nodes if sub.min_nodes is None and sub.min_available is None
+                 else elastic_least(sub, nodes, tasks_per_node, limits))
         ntasks = 0 if sub.ntasks is None else parse_count(sub.ntasks, "ntasks", minimum=1,
                                                           maximum=limits.max_nodes_per_job * MAX_TASKS_PER_NODE)
         if sub.memory_per_node is not None and parse_memory(sub.memory_per_node, "memory_per_node") <= 0:
@@ -88,9 +132,9 @@ def parse_asked(sub: c.JobSubmitted, limits: Limits) -> Asked:
         dep_timeout = (None if sub.dependency_timeout_s is None
                        else parse_duration(sub.dependency_timeout_s, "dependency_timeout_s"))
         min_runtime = parse_duration(sub.min_runtime_s, "min_runtime_s")
-        max_retries = parse_count(sub.max_retries, "max_retries", minimum=0, maximum=MAX_RETRIES)
-        cpu_limit = 0 if r.cpu_limit is None else parse_cpus(r.cpu_limit, "resources.cpu_limit")
-        memory_limit = 0 if r.memory_limit is None else parse_memory(r.memory_limit, "resources.memory_limit")
+        max_retries = _count(sub.max_retries, "max_retries", 0, MAX_RETRIES)
+        cpu_limit = 0 if r.cpu_limit is None else _cpus(r.cpu_limit, "resources.cpu_limit")
+        memory_limit = 0 if r.memory_limit is None else _memory(r.memory_limit, "resources.memory_limit")
     except ResourceError as exc:
         raise Rejection(exc.field, f"{exc.value!r} {exc.problem}; accepted: {exc.accepted}") from None
     return Asked(cpus_milli=cpus_milli, memory_bytes=memory_bytes, memory_given=r.memory is not None,

@@ -36,6 +36,7 @@ from services.submission.asked import (Asked, check_cpus_and_memory, check_durat
                                        check_final_limits, check_gpus, check_tasks, elastic_least, parse_asked,
                                        with_gpus_per_node)
 from services.submission.capacity import Capacity
+from services.submission.common_shape import common_spec, is_common
 from services.submission.components import normalise_components
 from services.submission.directives import DirectiveRejection, slurm_fields
 from services.submission.partition_choice import choose_partition
@@ -130,6 +131,8 @@ def normalise(
     The steps run in this order, each raising the first problem it finds, so a submission with
     several problems is told the same one every time.
     """
+    # The common shape (common_shape.py): no directives, array, files, image or datasets to judge
+    common = is_common(sub)
     # 1. identity and tenancy, and what the job carries
     _check_identity(sub, subject_tenant)
     _check_sizes(sub, limits)
@@ -145,7 +148,7 @@ def normalise(
     partition, asked = choose_partition(sub, asked, parts, limits=limits, capacity=capacity,
                                         capacity_of=capacity_of, warnings=warnings, scope=scope)
     check_final_limits(asked, limits)
-    directives = _slurm_directives(sub, asked, features)
+    directives = {} if common else _slurm_directives(sub, asked, features)
     # 3. policy fields
     priority_class, restart_policy = _check_policy(sub, subject_tenant)
     _check_licenses(sub, licenses)
@@ -154,8 +157,12 @@ def normalise(
     _check_tolerations(sub)
     _check_sim_runtime(sub)
     # 5. where and how it runs
-    _check_files_and_image(sub)
-    spec = _spec(sub, asked, partition, parts, array, priority_class, restart_policy, directives)
+    if common:
+        _check_cwd(sub)
+        spec = common_spec(sub, asked, partition, parts, priority_class)
+    else:
+        _check_files_and_image(sub)
+        spec = _spec(sub, asked, partition, parts, array, priority_class, restart_policy, directives)
     if sub.components:  # 5b. a heterogeneous job: each other component judged as the job with its shape
         held = capacity_of(partition) if capacity_of is not None and partition else capacity
         spec = spec_replace(spec, components=normalise_components(sub, spec, limits, lambda one: normalise(
@@ -190,7 +197,7 @@ def _check_sizes(sub: c.JobSubmitted, limits: Limits) -> None:
         raise Rejection("name", f"is {len(sub.name)} characters long; at most {limits.max_name_length}")
     if (not sub.command or not sub.command[0]) and sub.sim_runtime_s is None and sub.payload is None:
         raise Rejection("command", "is empty: give the command to run")
-    depth = _depth(sub.payload)
+    depth = _depth(sub.payload) if sub.payload is not None else 0
     if depth > MAX_PAYLOAD_DEPTH:
         # What decoded here may not decode in a service whose stack is deeper when it reads the job: a
         # fixed bound, not the interpreter's recursion limit, decides.
@@ -284,12 +291,17 @@ def _check_sim_runtime(sub: c.JobSubmitted) -> None:
         raise Rejection("sim_runtime_s", "must be 0 or more seconds")
 
 
-def _check_files_and_image(sub: c.JobSubmitted) -> None:
-    """Where and how it runs: an absolute working directory, output patterns, the open mode, the
-    container image and the datasets."""
+def _check_cwd(sub: c.JobSubmitted) -> None:
+    """An absolute working directory, or none."""
     if sub.cwd and (not sub.cwd.startswith("/") or "\x00" in sub.cwd or len(sub.cwd) > MAX_CWD_LENGTH):
         raise Rejection("cwd", f"{sub.cwd[:200]!r} must be an absolute path (horizon submit sends the directory it "
                         "runs in; --chdir changes it)")
+
+
+def _check_files_and_image(sub: c.JobSubmitted) -> None:
+    """Where and how it runs: an absolute working directory, output patterns, the open mode, the
+    container image and the datasets."""
+    _check_cwd(sub)
     for name in ("stdout", "stderr"):
         problem = pattern_problem(getattr(sub, name))
         if problem is not None:
