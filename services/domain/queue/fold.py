@@ -250,6 +250,8 @@ class QueueFold:
                 why = state.config.check(event)
                 if why is None:
                     state.config = state.config.updated(event)
+                    if state.config.policy != state.queue_index.policy:  # another policy groups jobs otherwise
+                        state.queue_index.rebuild(state.pending.values(), state.config.policy)
         if why is not None:
             state.config_rejections[record.seq] = (verb, why)
         else:
