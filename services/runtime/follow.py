@@ -95,11 +95,17 @@ def each(handle: OnEvent, *, undecodable: OnUndecodable = skip_undecodable) -> O
     a record that cannot be decoded goes to ``undecodable(record, error)`` instead."""
 
     async def on_batch(batch: list[Record]) -> None:
-        for record in batch:
-            try:
-                event = decode_record(record)
-            except DecodeError as exc:
-                await _call(undecodable, record, str(exc))
+        decoded = getattr(batch, "events", None)  # decoded once for every part by a shared reader (fanout.py)
+        for i, record in enumerate(batch):
+            if decoded is None:
+                try:
+                    event: Event | DecodeError = decode_record(record)
+                except DecodeError as exc:
+                    event = exc
+            else:
+                event = decoded[i]
+            if isinstance(event, DecodeError):
+                await _call(undecodable, record, str(event))
                 continue
             await _call(handle, record, event)
 

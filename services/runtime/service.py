@@ -56,7 +56,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -189,7 +189,10 @@ class ServiceRunner(Generic[S]):
         # the log it is folded from this object instead of being decoded again (a round trip
         # through msgspec is exact, so the state is the same either way; replay decodes).
         self._own: dict[str, Event] = {}
-        self._follower: LogFollow | None = None
+        self._follower: Any = None  # a LogFollow, or a SharedFollow (the same interface)
+        # What follows the log for it: ``LogFollow`` (its own consumer), or a reader it shares with
+        # the other parts of its process (``SharedReader.follow``, services/runtime/fanout.py).
+        self.make_follower: Callable[..., Any] = LogFollow
         self._lock = asyncio.Lock()
         # A traced log (services/runtime/telemetry.py) times each decision round; others do not.
         self._round = getattr(log_, "decision_round", contextlib.nullcontext)
@@ -208,7 +211,9 @@ class ServiceRunner(Generic[S]):
         return self.lease is None or self.lease.held
 
     async def _apply(self, batch: Sequence[Record]) -> None:
-        for record in batch:
+        # A shared reader decoded each record once for every part of the process (fanout.py).
+        decoded: list[Event | DecodeError] | None = getattr(batch, "events", None)
+        for i, record in enumerate(batch):
             if record.seq <= self.state.seq:
                 continue  # already folded (a reader restart may repeat the tail)
             if record.subject.startswith(self._own_prefix):
@@ -217,7 +222,16 @@ class ServiceRunner(Generic[S]):
             if own is not None and record.subject == event_subject(self.name, own):
                 self.state = fold_event(self.core, self.state, record, own)
                 continue
-            self.state, _event, error = fold_record(self.core, self.state, record)
+            if decoded is None:
+                self.state, _event, error = fold_record(self.core, self.state, record)
+            else:
+                event = decoded[i]
+                if isinstance(event, DecodeError):
+                    error = str(event)
+                    self.state = fold_undecodable(self.core, self.state, record, error)
+                else:
+                    error = None
+                    self.state = fold_event(self.core, self.state, record, event)
             if error is not None:
                 await self._undecodable(record, error)
         self.stats.applied_seq = self.state.seq
@@ -471,9 +485,9 @@ class ServiceRunner(Generic[S]):
         self._dead_lettered = {d.seq for d in await self.log.dead_letters(self.name)}
         end = await self.log.last_seq()
         restored = await self._restore(end)
-        self._follower = LogFollow(self.log, self._on_batch, from_seq=restored + 1, until_seq=end,
-                                   subjects=self.core.subjects, history=self._apply, on_caught_up=self._caught_up,
-                                   name=f"horizon-{self.name}")
+        self._follower = self.make_follower(self.log, self._on_batch, from_seq=restored + 1, until_seq=end,
+                                            subjects=self.core.subjects, history=self._apply,
+                                            on_caught_up=self._caught_up, name=f"horizon-{self.name}")
         await self._follower.start()
         await self._follower.until_caught_up()
         if self.lease is not None:

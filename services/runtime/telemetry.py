@@ -188,6 +188,13 @@ class TracedLog:
             self.applied_seq = max(self.applied_seq, batch[-1].seq)
             self.known_end = max(self.known_end, self.applied_seq)
 
+    def learn(self, batch: Sequence[Record]) -> None:
+        """What ``follow`` notes of each batch, for a reader the part shares with others
+        (services/runtime/fanout.py): the records' counts and traces, and the lag probe."""
+        self._learn(batch)
+        if self._probe is None and self.lag_probe_s > 0:
+            self._probe = asyncio.create_task(self._probe_end(), name=f"lag-probe-{self.part}")
+
     async def read(self, from_seq: int = 1, **kw: Any) -> AsyncIterator[list[Record]]:
         async for batch in self.inner.read(from_seq, **kw):
             self._learn(batch)

@@ -2,7 +2,12 @@
 
 Each part gets its own NATS connection, as it would in its own process, so
 the in-process stack (``horizon up``, the end-to-end tests) exercises the same
-paths as the distributed shape (``horizon service NAME --nats URL``).
+paths as the distributed shape (``horizon service NAME --nats URL``): its own
+publishing, lease, fence, snapshots and dead letters. What the decision
+services of one process read, they read together (``shared_reader``, on by
+default; ``HORIZON_SHARED_READER=0`` turns it off, to compare): one consumer
+on a connection of its own, each record parsed and decoded once and handed to
+every service (``services/runtime/fanout.py``).
 """
 
 from __future__ import annotations
@@ -10,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,7 @@ from services.runtime.jetstream import JetStreamLog, StreamSettings
 from services.runtime.lease import Lease
 from services.runtime.parts import PartSettings
 from services.runtime.cancel import cancel_and_wait
+from services.runtime.fanout import SharedReader
 
 __all__ = ["Part", "Stack"]
 
@@ -78,6 +85,12 @@ class Stack:
     quota: Any = None
     tracer_provider: Any = None  # OpenTelemetry: each part's log is traced (services/runtime/telemetry.py)
     meter_provider: Any = None
+    # The decision services read the log through one shared reader (module docstring); False: each
+    # its own consumer, as a service alone does.
+    shared_reader: bool = field(default_factory=lambda: os.environ.get("HORIZON_SHARED_READER", "1") != "0")
+    reader: SharedReader | None = None
+    reader_log: JetStreamLog | None = None
+    _reader_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     def part_settings(self) -> PartSettings:
         return PartSettings(policy=self.policy, backfill=self.backfill, heartbeat_timeout_s=self.heartbeat_timeout_s,
@@ -90,8 +103,7 @@ class Stack:
     async def start(self) -> None:
         setup = await JetStreamLog.open(self.url_of("admin"), name="horizon-setup", settings=self.settings)
         await setup.close()
-        for name in SERVICES:
-            await self.start_service(name)
+        await self.start_services(SERVICES)
         await self.start_projection()
         # each backend given (horizon up --backend agent,slurm,kubernetes: all three, on one queue)
         if self.slurm is not None:
@@ -120,6 +132,27 @@ class Stack:
         self.parts[name] = part
         return part
 
+    async def start_services(self, names: Sequence[str], *, partitions: tuple[str, ...] = ()) -> list[Part]:
+        """Start services ``names``: with a shared reader all at once, so that they catch up together on
+        its one consumer (from the earliest snapshot); without, one after the other."""
+        if not self.shared_reader or len(names) < 2:
+            return [await self.start_service(name, partitions=partitions) for name in names]
+        started = await asyncio.gather(*(self.start_service(name, partitions=partitions) for name in names),
+                                       return_exceptions=True)
+        for outcome in started:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return [p for p in started if isinstance(p, Part)]
+
+    async def _shared(self, key: str) -> SharedReader:
+        """The process's shared reader, on a connection of its own (as part ``key``'s user, who may read the log)."""
+        async with self._reader_lock:  # the services start at once: one opens it
+            if self.reader is None:
+                self.reader_log = await JetStreamLog.open(self.url_of(key), name="horizon-reader",
+                                                          settings=self.settings, create=False)
+                self.reader = SharedReader(self.reader_log)
+        return self.reader
+
     async def start_service(self, name: str, *, key: str | None = None, partitions: tuple[str, ...] = ()) -> Part:
         """Start service ``name``, registered as part ``key`` (default: the name; another key, by
         convention ``name#2``, runs one more instance: a hot standby while another holds the lease).
@@ -137,6 +170,8 @@ class Stack:
         settings = self.part_settings()
         obj = part.make_runner(log_, part.make_core(settings), lease, settings)
         runner = obj.runner
+        if self.shared_reader:
+            runner.make_follower = (await self._shared(key)).follow
         work = part.serve(log_, runner, key, obj.run())
         return await self._launch(key, log_, obj, work, runner.ready)
 
@@ -270,6 +305,12 @@ class Stack:
             log.info("%s stopped in %.1f s", part.name, time.monotonic() - began)
 
         await asyncio.gather(*(stop_one(part) for part in parts))
+        reader, reader_log, self.reader, self.reader_log = self.reader, self.reader_log, None, None
+        if reader is not None:
+            await reader.close()
+        if reader_log is not None:
+            with contextlib.suppress(Exception):
+                await reader_log.close()
 
     async def supervise(self, interval_s: float = 1.0, max_delay_s: float = 30.0) -> None:
         """Restart any part whose task ended on its own (e.g. the log was unreachable for too
