@@ -70,7 +70,8 @@ def test_a_stage_that_cannot_finish_fails_in_its_budget_and_the_next_still_runs(
     assert out.returncode == 1, out.stderr[-2000:]
     result = json.loads(out.stdout)
     error = result["scheduling"]["error"]
-    assert error.startswith("scheduling: ") and "of 5,000 JobScheduled" in error and "waiting for" in error, error
+    assert error.startswith("scheduling: waited ") and "for 5,000 JobScheduled: " in error, error
+    assert "of 5,000 JobScheduled" in error, error
     assert "services alive" in error and "log at seq" in error and "NodeLost seen" in error, error
     assert result["failed"][0] == "scheduling"
     assert "memory" in result  # the next stage ran (and, this short, it may fail too: with its own reason)

@@ -5,8 +5,9 @@ A stage waits on things it counts (``JobScheduled`` read from the stream, ``JobA
 ``wait_for`` polls such a count until it is reached, checking meanwhile that the services it
 started are alive (``processes.check_alive``: one that died ends the stage with its last log
 lines), and fails with ``StageFailed`` once the budget is spent: the message names the stage,
-what it waited for and how far it got (``scheduling: 49,812 of 50,000 JobScheduled after 300 s;
-services alive; log at seq 150,114; 1,000 NodeLost seen``).
+what it waited for and how far it got (``scheduling: waited 300 s (budget 300 s) for 50,000
+JobScheduled: 49,812 of 50,000 JobScheduled; 3 of 3 services alive; log at seq 150,114; 1,000
+NodeLost seen; 41 cycles``).
 
 ``run_stage`` is the outer guard: the stage runs as a task; if it has not ended within its
 budget (plus a grace for its own waits to fail first with the better message), it is cancelled
@@ -84,8 +85,8 @@ async def wait_for(stage: str, what: str, reached: Callable[[], bool], budget_s:
                     told = await asyncio.wait_for(told, 10.0)
                 except Exception as exc:  # noqa: BLE001 - the message goes out with what is known
                     told = f"(progress unknown: {type(exc).__name__})"
-            raise StageFailed(f"{stage}: {told or 'no ' + what} after {waited:.0f} s (budget {budget_s:.0f} s) "
-                              f"waiting for {what}")
+            raise StageFailed(f"{stage}: waited {waited:.0f} s (budget {budget_s:.0f} s) for {what}"
+                              + (f": {told}" if told else ""))
         await asyncio.sleep(every_s)
     return time.monotonic() - started
 
