@@ -144,7 +144,7 @@ def up(data_dir: Path, port: int, nodes: int | None, gpus_per_node: int | None, 
 
 
 @click.command()
-@click.argument("name", type=click.Choice([*SERVICES, "projections", "agent", "slurm", "kubernetes"]))
+@click.argument("name", metavar="NAME[,SERVICE...]", callback=lambda ctx, param, value: part_names(value))
 @click.option("--nats", "nats_url", envvar="HORIZON_NATS_URL", default="nats://127.0.0.1:4222", show_default=True)
 @click.option("--data-dir", type=click.Path(path_type=Path, resolve_path=True), default=Path(".horizon"),
               show_default=True)
@@ -199,7 +199,12 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
             metrics_token_file: Path | None, lease_ttl: int,
             slurm_conf: Path | None, slurm_partition: str, slurm_bin: str, kubeconfig: Path | None, namespace: str,
             default_image: str | None, partitions: tuple[str, ...], verbose: bool) -> None:
-    """Run one part alone against any NATS (the distributed shape).
+    """Run one part alone against any NATS (the distributed shape), or several decision services in one process.
+
+    NAME is one of submission, scheduling, placement, preemption, inventory, projections, agent,
+    slurm, kubernetes; or decision services separated by commas (`horizon service
+    scheduling,placement,preemption`), which run as they would alone (each its own lease, fence and
+    snapshots) but read the log together: one consumer, each record read and decoded once.
 
     --nats takes one URL or several separated by commas (the servers of a NATS cluster). Once the
     part has caught up with the log it says READY=1 on $NOTIFY_SOCKET if set (systemd Type=notify).
@@ -226,6 +231,22 @@ def service(name: str, nats_url: str, data_dir: Path, replicas: int, nodes: int 
         metrics_host=metrics_host, metrics_token_file=metrics_token_file, lease_ttl=lease_ttl, slurm_conf=slurm_conf,
         slurm_partition=slurm_partition, slurm_bin=slurm_bin, partitions=partitions, kubeconfig=kubeconfig,
         namespace=namespace, default_image=default_image), verbose)
+
+
+def part_names(value: str) -> str:
+    """NAME: one part, or several decision services separated by commas (checked, as given)."""
+    parts = [*SERVICES, "projections", "agent", "slurm", "kubernetes"]
+    names = [n.strip() for n in value.split(",")]
+    for n in names:
+        if n not in parts:
+            raise click.BadParameter(f"{n!r} is not a part: use one of {', '.join(parts)}", param_hint="NAME")
+    if len(set(names)) != len(names):
+        raise click.BadParameter(f"{value!r} names a service twice", param_hint="NAME")
+    if len(names) > 1 and any(n not in SERVICES for n in names):
+        raise click.BadParameter(f"{value!r}: only decision services ({', '.join(SERVICES)}) run several to a "
+                                 f"process; run {', '.join(n for n in names if n not in SERVICES)} on its own",
+                                 param_hint="NAME")
+    return ",".join(names)
 
 
 def register(group: click.Group) -> None:

@@ -1,4 +1,6 @@
-"""``horizon service NAME``: one part alone against any NATS (the distributed shape).
+"""``horizon service NAME``: one part alone against any NATS (the distributed shape); or
+``horizon service a,b,c``: decision services in one process, reading the log on one shared reader
+(``services/runtime/fanout.py``), each with its own lease, fence and snapshots.
 
 ``launch_service`` checks the options, then runs the part until it fails or Ctrl-C/SIGTERM stops it:
 1. telemetry and, if asked, its own /metrics; 2. the streams; 3. the part (a service, the
@@ -33,7 +35,7 @@ __all__ = ["ServiceOptions", "launch_service"]
 class ServiceOptions:
     """``horizon service``'s options, as given (docs in its ``--help``)."""
 
-    name: str
+    name: str  # one part, or decision services separated by commas
     nats_url: str
     data_dir: Path
     replicas: int
@@ -68,9 +70,10 @@ def _check_names(o: ServiceOptions) -> None:
     if o.partitions:
         from services.front.registry import PARTITIONED
 
-        if o.name not in PARTITIONED:
-            raise UsageProblem(f"--partition goes with {' or '.join(PARTITIONED)}: {o.name} has one leader "
-                               f"for the whole cluster")
+        for name in o.name.split(","):
+            if name not in PARTITIONED:
+                raise UsageProblem(f"--partition goes with {' or '.join(PARTITIONED)}: {name} has one leader "
+                                   f"for the whole cluster")
         for p in o.partitions:
             if not valid_partition(p) or p.startswith("-"):
                 raise BadValue(f"{p!r}: use letters, digits, '_', '-' or '.'", "--partition")
@@ -101,16 +104,23 @@ def launch_service(o: ServiceOptions, verbose: bool) -> None:
     if metrics_port is None and o.metrics_std:
         from services.front.host.metrics import METRICS_PORTS
 
-        metrics_port = METRICS_PORTS["agent" if o.name in ("slurm", "kubernetes") else o.name]  # one or the other runs on a machine
+        first = o.name.split(",")[0]  # several services in one process: the first one's
+        metrics_port = METRICS_PORTS["agent" if first in ("slurm", "kubernetes") else first]  # one or the other runs on a machine
     try:
         asyncio.run(_run_part(o, shape, settings, slurm, metrics_port, kubernetes))
     except DataDirBusy as exc:  # the agent's lock on --data-dir (one agent per data dir)
         raise Failure(str(exc)) from None
 
 
-async def _start_part(o: ServiceOptions, shape: Shape, stack: Stack) -> str:
-    """3. The part started; its name in the stack (a service's: its lease's key)."""
+async def _start_part(o: ServiceOptions, shape: Shape, stack: Stack) -> list[str]:
+    """3. The part started; its names in the stack (a service's: its lease's key)."""
     name = o.name
+    if "," in name:  # decision services, on one shared reader
+        keys = [p.name for p in await stack.start_services(name.split(","), partitions=o.partitions)]
+        say(f"{', '.join(keys)} running against {redact_url(o.nats_url)} on one reader; each decides while "
+            f"it holds its lease (ttl {o.lease_ttl} s); Ctrl-C stops them", err=True)
+        notify_ready(f"{', '.join(keys)} running")
+        return keys
     if name == "agent":
         if shape.dev:
             stack.nodes, what = shape.dev_nodes(o.node_prefix), shape.describe_dev()
@@ -135,12 +145,12 @@ async def _start_part(o: ServiceOptions, shape: Shape, stack: Stack) -> str:
         role, key = "", name
     say(f"{key} running against {redact_url(o.nats_url)}{role}; Ctrl-C stops it", err=True)
     notify_ready(f"{key} running")
-    return key
+    return [key]
 
 
 async def _run_part(o: ServiceOptions, shape: Shape, settings: StreamSettings, slurm: Any,
                     metrics_port: int | None, kubernetes: Any = None) -> None:
-    name = o.name
+    name = o.name.replace(",", "+")
     # 1. telemetry, and the part's own /metrics if asked
     tracing, meters, registry = telemetry(o.otel, f"horizon-{name}", prometheus=metrics_port is not None)
     web = None
@@ -151,17 +161,19 @@ async def _run_part(o: ServiceOptions, shape: Shape, settings: StreamSettings, s
     stack = Stack(o.nats_url, o.data_dir, executor=o.executor, heartbeat_timeout_s=o.heartbeat_timeout,
                   settings=settings, policy=o.policy, backfill=o.backfill_mode, tracer_provider=tracing,
                   meter_provider=meters, lease_ttl_s=o.lease_ttl, slurm=slurm, kubernetes=kubernetes)
+    if "," not in o.name:
+        stack.shared_reader = False  # a part alone reads as it always has: its own consumer
     # 2. the streams
     setup = await JetStreamLog.open(o.nats_url, name=f"horizon-{name}-setup", settings=settings)
     await setup.close()
     failed: list[str] = []
     async with stop_signals() as stop:
         try:
-            key = await _start_part(o, shape, stack)
-            part = stack.parts[key]
+            keys = await _start_part(o, shape, stack)
+            tasks = {stack.parts[key].task for key in keys}
             signalled = asyncio.create_task(stop.wait())
             try:
-                await asyncio.wait({part.task, signalled}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({*tasks, signalled}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 signalled.cancel()
                 failed = stack.failed()
