@@ -144,7 +144,6 @@ class SharedReader:
         self._parts: list[SharedFollow] = []  # joined: the reader hands them records
         self._follower: Follower | None = None
         self._watch: asyncio.Task[None] | None = None
-        self._failure: BaseException | None = None
         self._lock = asyncio.Lock()  # one join, rewind or stop of the consumer at a time
 
     def follow(self, part_log: EventLog, on_batch: OnBatch, *, from_seq: int = 1, until_seq: int | None = None,
@@ -165,8 +164,7 @@ class SharedReader:
     async def _join(self, part: SharedFollow) -> bool:
         """Join ``part`` if the reader can serve it from its position; False if it must first read on its own."""
         async with self._lock:
-            if self._failure is not None or self._follower is None:
-                self._failure = None
+            if self._follower is None:
                 self._attach(part)
                 await self._start(part.position + 1)
                 return True
@@ -185,7 +183,6 @@ class SharedReader:
             if self._follower is None or part.position >= self.seen:
                 self._attach(part)
                 if self._follower is None:
-                    self._failure = None
                     await self._start(part.position + 1)
                 return True
             return False
@@ -232,13 +229,17 @@ class SharedReader:
             raise
         except BaseException as exc:  # noqa: BLE001 - handed to every part's wait()
             log.error("%s: the shared reader failed: %r", self.name, exc)
-            self._failure = exc
+            failure: BaseException = exc
         else:
-            self._failure = RuntimeError(f"{self.name}: the shared reader ended")
+            failure = RuntimeError(f"{self.name}: the shared reader ended")
         if self._follower is follower:
-            self._follower = None
-        for part in list(self._parts):
+            self._follower = self._watch = None
+        parts, self._parts = self._parts, []  # each fails; the first to join again starts a new consumer
+        for part in parts:
+            part.failure = failure
             part.wake.set()
+            part.drained.set()
+        await follower.stop()  # its consumer goes too
 
     async def _hand_out(self, batch: list[Record]) -> None:
         """The consumer's handler: ``batch`` (all the pull reader holds, up to its own buffer) handed out in
@@ -327,6 +328,7 @@ class SharedFollow:
         self.wake = asyncio.Event()
         self.drained = asyncio.Event()
         self._threshold = 0  # caught up once the reader has handed out this far
+        self.failure: BaseException | None = None  # the reader's, if it failed
         self._learn: Callable[[Sequence[Record]], None] | None = getattr(part_log, "learn", None)
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
@@ -391,8 +393,8 @@ class SharedFollow:
             if self.linger_s > 0 and self.caught_up.is_set():
                 await asyncio.sleep(self.linger_s)  # a read model lets a burst gather
             self.wake.clear()
-            if self.reader._failure is not None:
-                raise self.reader._failure
+            if self.failure is not None:
+                raise self.failure
             batches, self.queue, self.queued = self.queue, [], 0
             reached = self.reached
             self.drained.set()

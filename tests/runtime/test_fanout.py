@@ -247,3 +247,40 @@ async def test_undecodable_records_reach_every_part_with_their_error(nats_server
         await reader.close()
         await reader_log.close()
         await writer.close()
+
+
+async def test_if_the_reader_fails_every_part_learns_it_and_a_new_one_starts_afresh(nats_server):
+    """The reader's own failure (a bug: here a part's subject test that raises) ends every part's wait
+    with it, as a lost consumer would end LogFollow's; the next part to join starts a new consumer."""
+    writer = await JetStreamLog.open(nats_server.url, name="writer")
+    reader_log = await JetStreamLog.open(nats_server.url, name="reader", create=False)
+    reader = SharedReader(reader_log)
+    try:
+        parts = [Part(reader, writer, 1, ("horizon.>",)) for _ in range(2)]
+        for p in parts:
+            await p.follow.start()
+            await p.follow.until_caught_up()
+        parts[1].follow.accepts = lambda subject: 1 / 0
+        await _publish(writer, 0, 10)
+        for p in parts:
+            try:
+                await asyncio.wait_for(p.follow.wait(), 10)
+            except ZeroDivisionError:
+                pass
+            else:
+                raise AssertionError("the reader's failure was not raised by wait()")
+        assert reader.parts == 0
+        again = Part(reader, writer, 1, ("horizon.>",))
+        await again.follow.start()
+        await again.follow.until_caught_up()
+        await _publish(writer, 10, 5)
+        await _until(lambda: again.seqs[-1:] == [15])
+        assert again.seqs == list(range(1, 16))
+        assert reader.consumers == 2 and await _consumers(writer) == 1
+        for p in (*parts, again):
+            await p.follow.stop()
+        assert await _consumers(writer) == 0
+    finally:
+        await reader.close()
+        await reader_log.close()
+        await writer.close()
