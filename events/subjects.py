@@ -6,7 +6,9 @@ subject                                     what
 ``horizon.in.<tenant>.<verb>``              client inputs; verbs ``submit cancel hold release update``
 ``horizon.in._admin.<verb>``                operator inputs; ``node account fairshare policy profile reservation preemption``,
                                             ``partition partition-policy dataset license``, and ``cancel hold release
-                                            update`` of any job
+                                            update`` of any job; from the log's ``LogLayoutChanged`` on, submission
+                                            relays each (not the job requests) as ``InputRelayed``, which the other
+                                            services apply instead (they read ``horizon.evt.>`` alone)
 ``horizon.intake.<tenant>.<verb>``          the intake (request/reply, every submission instance): a tenant's
                                             input under accounts, stored as ``horizon.in.<tenant>.<verb>``
                                             (tenants import it under that name; docs/tenants.md)
@@ -47,6 +49,10 @@ __all__ = [
     "VERBS",
     "ADMIN_VERBS",
     "ADMIN_TENANT",
+    "RELAY_LAYOUT",
+    "RELAYED_VERBS",
+    "EVENTS_ONLY",
+    "LAYOUT_MARKER",
     "PUBLISHERS",
     "DECISION_SERVICES",
     "PARTITIONED_SERVICES",
@@ -108,6 +114,14 @@ STREAM_SUBJECTS = ("horizon.in.>", "horizon.evt.>")
 WHOLE_LOG = ("horizon.>",)
 DLQ_SUBJECTS = ("horizon.dlq.>",)
 ADMIN_TENANT = "_admin"
+# One filter per service (docs/architecture.md, "One filter per service"). From the log's
+# ``LogLayoutChanged`` (layout ``RELAY_LAYOUT``) on, submission relays every operator input of a
+# ``RELAYED_VERBS`` verb as an ``InputRelayed`` event, and the services but submission apply the relays,
+# never a raw input: what they fold then sits under ``EVENTS_ONLY``, one filter subject, and they read
+# that alone. Submission, which answers the inputs, reads the whole log.
+RELAY_LAYOUT = 2
+EVENTS_ONLY = (f"{EVENT_PREFIX}.>",)
+LAYOUT_MARKER = f"{EVENT_PREFIX}.submission.LogLayoutChanged.>"  # where the marker is (one record)
 
 # verb -> the one event type admitted on it
 VERBS: dict[str, type[c.Event]] = {
@@ -137,6 +151,8 @@ ADMIN_VERBS: dict[str, type[c.Event]] = {
     "release": c.JobReleaseRequested,
     "update": c.JobUpdateRequested,
 }
+# The operator inputs submission relays (layout 2): all but the requests about jobs, which it answers itself.
+RELAYED_VERBS: frozenset[str] = frozenset(verb for verb in ADMIN_VERBS if verb not in VERBS)
 
 # The services whose events are decisions: each a pure function of the log up to its basis_seq,
 # which `horizon audit` replays (the agents' reports, the clock and client inputs are not).
@@ -218,6 +234,8 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
     "JobStopRequested": ("submission",),
     "RequestRejected": ("submission", "inventory"),
     "InputRejected": ("submission",),
+    "LogLayoutChanged": ("submission",),
+    "InputRelayed": ("submission",),
     "PlacementCycleCompleted": ("placement",),
     "SchedulingCycleCompleted": ("scheduling",),
     "JobUnschedulable": ("scheduling",),

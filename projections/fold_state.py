@@ -52,14 +52,14 @@ from services.domain.jobs import TERMINAL, Job
 
 __all__ = ["FORMAT", "SHAPE", "supported", "ViewExtras", "dump_view", "load_view"]
 
-FORMAT = 1
+FORMAT = 2  # 2: the log's layout (services/domain/protocol.py CoreState)
 
 # Every attribute of a PreemptionState this module writes (and how, below). A new one makes
 # ``supported`` False until it is handled here.
 _PREEMPTION_FIELDS = frozenset({
     "seq", "now", "sched", "jobs", "cluster", "config", "blocked", "preempted", "checkpoint_ts", "stopping",
     "no_cascade", "recent", "candidates", "blocked_seq", "round_ended", "running_by_class", "borrowed_running",
-    "config_rejections", "held",
+    "config_rejections", "held", "layout", "layout_seq", "relayed_seq",
 })
 _NODE_FIELDS = ("name", "cpus_milli", "memory_bytes", "gpus", "labels", "taints", "datasets", "cpu_overcommit",
                 "memory_overcommit", "drain_migrate", "drain_deadline_ts", "drain_grace_s",
@@ -138,6 +138,7 @@ class _Preemption(msgspec.Struct, array_like=True):
     borrowed_running: int
     config_rejections: dict[int, str]
     held: dict[str, list[str]]
+    layout: tuple[int, int, int] = (1, 0, 0)  # the log's layout, its marker's seq, the last relayed input
 
 
 class ViewExtras(msgspec.Struct, array_like=True):
@@ -214,6 +215,7 @@ def _dump_preemption(core: PreemptionPlanner, state: PreemptionState) -> bytes:
         blocked_seq=state.blocked_seq, round_ended=state.round_ended, running_by_class=state.running_by_class,
         borrowed_running=state.borrowed_running, config_rejections=state.config_rejections,
         held={node: sorted(jobs_) for node, jobs_ in state.held.items()},
+        layout=(state.layout, state.layout_seq, state.relayed_seq),
     )
     return msgspec.msgpack.encode(snap)
 
@@ -274,5 +276,6 @@ def _load_preemption(core: PreemptionPlanner, data: bytes) -> PreemptionState | 
     state.running_by_class, state.borrowed_running = snap.running_by_class, snap.borrowed_running
     state.config_rejections = snap.config_rejections
     state.held = {node: frozenset(jobs) for node, jobs in snap.held.items()}
+    state.layout, state.layout_seq, state.relayed_seq = snap.layout
     return state
 

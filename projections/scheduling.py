@@ -71,6 +71,7 @@ from typing import Any
 
 from events import catalogue as c
 from events.codec import decode_json
+from events.subjects import RELAY_LAYOUT
 from projections import fold_state
 from projections.paging import Listing, Pager
 from projections.scheduling_reports import (
@@ -322,7 +323,11 @@ class SchedulerView:
     def config_status(self, seq: int) -> dict[str, Any]:
         pending = self.state.config_rejections.get(seq)
         reason = self.rejected.get(seq) or (pending[1] if pending else None)
-        return {"seen": self.state.seq >= seq, "rejected": reason, "last_seq": self.state.seq}
+        # From the log's layout marker on, an operator input is applied where submission relays it
+        # (InputRelayed), after its own seq: seen once its relay is folded.
+        layout_2 = self.state.layout >= RELAY_LAYOUT and seq > self.state.layout_seq
+        seen = self.state.relayed_seq >= seq if layout_2 else self.state.seq >= seq
+        return {"seen": seen, "rejected": reason, "last_seq": self.state.seq}
 
     async def start(self) -> None:
         """Resume from the stored fold (if any), follow the log from there, serve the queries."""

@@ -74,6 +74,8 @@ AnyEvent = (
     | JobAccepted
     | JobRejected
     | InputRejected
+    | LogLayoutChanged
+    | InputRelayed
     | JobCancelled
     | JobHeld
     | JobReleased

@@ -112,3 +112,32 @@ class RequestRejected(Event, tag="RequestRejected", kw_only=True):
     reason: str
     request_seq: int = 0
     basis_seq: int = 0
+
+
+class LogLayoutChanged(Event, tag="LogLayoutChanged", kw_only=True):
+    """The log's subject layout from this record on (docs/architecture.md, "One filter per service").
+
+    Submission publishes it once, the first time it decides on a log that has none (id
+    ``submission/LogLayoutChanged/<layout>``). Layout 2: from here on submission relays every operator
+    input (``horizon.in._admin.<verb>`` but the job requests) as an ``InputRelayed``, every other
+    service applies the relays and no raw input, and so reads ``horizon.evt.>`` alone. Before it (a log
+    an earlier version wrote), the services apply the raw inputs where they are, as they always did."""
+
+    layout: Annotated[int, Meta(description="The layout from here on: 2, operator inputs relayed as events.")] = 2
+    basis_seq: int = 0
+
+
+class InputRelayed(Event, tag="InputRelayed", kw_only=True):
+    """An operator's input relayed by submission as it was stored, so that the services that apply it
+    read ``horizon.evt.>`` alone (layout 2, ``LogLayoutChanged``). Only an input on its own admin
+    subject (``horizon.in._admin.<verb>``, the event type that verb takes) is relayed, once, in log
+    order: id ``submission/InputRelayed/<request_seq>``, ``causation_id`` ``seq:<request_seq>``. Every
+    service applies the input it carries at the relay's place in the log and answers it as before:
+    ``ConfigRejected.request_seq`` and inventory's answers name ``request_seq``, the input's own
+    sequence."""
+
+    request_seq: Annotated[int, Meta(description="The sequence of the operator's input relayed.")]
+    verb: Annotated[str, Meta(description="Its admin verb (`account`, `policy`, `node`, ...).")]
+    input: Annotated[str, Meta(description=(
+        "The input's body exactly as stored (JSON text of the event the verb takes), decoded by each reader."))] = ""
+    basis_seq: int = 0

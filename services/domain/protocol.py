@@ -18,8 +18,11 @@ from typing import ClassVar, Protocol, TypeVar
 
 from events import catalogue as c
 from events.base import Event
+from events.codec import DecodeError, decode
+from events.subjects import ADMIN_VERBS, EVENT_PREFIX, RELAY_LAYOUT, RELAYED_VERBS, admin_subject, event_owner
 
-__all__ = ["MSG_ID", "Record", "CoreState", "Core", "SnapshotCore", "snapshot_interval", "fold_event", "fold_undecodable"]
+__all__ = ["MSG_ID", "Record", "CoreState", "Core", "SnapshotCore", "snapshot_interval", "fold_event", "fold_undecodable",
+           "relayed_input", "reads_events_only"]
 
 MSG_ID = "Nats-Msg-Id"  # the header holding an event's deterministic id (JetStream's de-duplication key)
 
@@ -33,10 +36,18 @@ class Record:
     data: bytes
     time: float  # seconds since the epoch, assigned by the log (trusted "now" for inputs)
     headers: Mapping[str, str] | None = None
+    # An operator input submission relayed (``InputRelayed``): the input's own sequence. 0 otherwise.
+    relayed_from: int = 0
 
     @property
     def msg_id(self) -> str | None:
         return self.headers.get(MSG_ID) if self.headers else None
+
+    @property
+    def input_seq(self) -> int:
+        """The sequence of the operator input this record carries (what its answers name): the record's
+        own, or for a relay (``fold_event`` hands a core the input it carries) the input's."""
+        return self.relayed_from or self.seq
 
 
 class CoreState:
@@ -44,10 +55,18 @@ class CoreState:
 
     seq: int = 0  # last applied stream sequence (the basis_seq of a decision)
     now: float = 0.0  # "now": the time of the last applied event
+    # The log's subject layout as folded (``LogLayoutChanged``): 1 until the marker, then 2; the
+    # marker's sequence; the last operator input applied through a relay (``InputRelayed``).
+    layout: int = 1
+    layout_seq: int = 0
+    relayed_seq: int = 0
 
     def __init__(self) -> None:
         self.seq = 0
         self.now = 0.0
+        self.layout = 1
+        self.layout_seq = 0
+        self.relayed_seq = 0
 
 
 S = TypeVar("S", bound=CoreState)
@@ -67,7 +86,13 @@ class Core(Protocol[S]):
     * ``evolve_undecodable(state, record, error)`` (optional method): fold a
       record that does not decode (submission answers a malformed client
       input with ``InputRejected``); without it such a record only moves
-      ``state.seq``.
+      ``state.seq``;
+    * ``layout_subjects`` (default none): what it reads once the log's layout
+      is 2 (``LogLayoutChanged``): ``EVENTS_ONLY``, ``horizon.evt.>``, for every
+      core but submission's. From the marker on, ``fold_event`` hands it the
+      operator inputs that submission relays and nothing of ``horizon.in.>``
+      (such a record only moves ``state.seq``), so the whole log folded and its
+      events alone folded give the same state (``reads_events_only``).
     """
 
     name: ClassVar[str]  # the service name: the <service> token of its subjects
@@ -103,9 +128,45 @@ def snapshot_interval(core: object) -> int:
     return every
 
 
+def reads_events_only(core: object, state: CoreState) -> bool:
+    """Whether ``core``, at ``state``, reads ``horizon.evt.>`` alone: the log's layout is 2 and the core
+    declares ``layout_subjects`` (every core but submission's)."""
+    return state.layout >= RELAY_LAYOUT and bool(getattr(core, "layout_subjects", None))
+
+
+def relayed_input(record: Record, event: c.InputRelayed) -> tuple[Record, Event] | None:
+    """The operator input a relay carries, as the record a core folds: the relay's place in the log
+    (``seq``, ``time``), the input's admin subject (every check of "accepted only on
+    horizon.in._admin.<verb>" holds as for the raw input) and its sequence (``relayed_from``, what the
+    answers name). None for a relay that is not submission's, names no relayed verb, or carries what
+    that verb does not take: it is folded as itself, which no core applies."""
+    if event_owner(record.subject) != "submission" or event.verb not in RELAYED_VERBS or event.request_seq <= 0:
+        return None
+    try:
+        inner = decode(event.input)
+    except DecodeError:
+        return None
+    if not isinstance(inner, ADMIN_VERBS[event.verb]):
+        return None
+    return Record(record.seq, admin_subject(event.verb), event.input.encode(), record.time, record.headers,
+                  event.request_seq), inner
+
+
+_EVENT_SUBJECT = EVENT_PREFIX + "."
+
+
+def _layout(state: CoreState, record: Record, event: c.LogLayoutChanged) -> None:
+    """The marker (submission's, the first): layout 2 from its sequence on."""
+    if event.layout == RELAY_LAYOUT and state.layout < RELAY_LAYOUT and event_owner(record.subject) == "submission":
+        state.layout, state.layout_seq = event.layout, record.seq
+
+
 def fold_undecodable(core: Core[S], state: S, record: Record, error: str) -> S:
     """Fold a record that does not decode, as the live runner, replay and audit all do."""
     state.seq = record.seq
+    if state.layout >= RELAY_LAYOUT and not record.subject.startswith(_EVENT_SUBJECT) \
+            and reads_events_only(core, state):
+        return state  # an input it does not read (layout 2)
     hook = getattr(core, "evolve_undecodable", None)
     if hook is None:
         return state
@@ -116,8 +177,23 @@ def fold_undecodable(core: Core[S], state: S, record: Record, error: str) -> S:
 
 def fold_event(core: Core[S], state: S, record: Record, event: Event) -> S:
     """Fold one decoded event into ``state`` exactly as the live runner does (replay, audit,
-    projections and the simulator call this too)."""
+    projections and the simulator call this too).
+
+    Layout 2 (``reads_events_only``): a record outside ``horizon.evt.>`` only moves ``state.seq``
+    (neither "now" nor anything else: the live service never reads it), and a relay is folded as the
+    input it carries (``relayed_input``), at the relay's place."""
+    if state.layout >= RELAY_LAYOUT and reads_events_only(core, state):
+        if not record.subject.startswith(_EVENT_SUBJECT):
+            state.seq = record.seq
+            return state
+        if type(event) is c.InputRelayed:
+            carried = relayed_input(record, event)
+            if carried is not None:
+                record, event = carried
+                state.relayed_seq = max(state.relayed_seq, record.relayed_from)
     state.seq = record.seq
+    if type(event) is c.LogLayoutChanged:
+        _layout(state, record, event)
     # "now": live, the time the log stored the record (neither a client's ts nor a
     # ClockTicked is trusted); at virtual time the whole log is the simulator's, so its
     # event times and ticks are the clock.

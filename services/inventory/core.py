@@ -61,7 +61,7 @@ from events import catalogue as c
 from events.base import Event
 from events.subjects import WHOLE_LOG
 from events.vocabulary import GRACE_PERIOD_MAX_S, NODE_ACTIONS
-from events.subjects import parse_subject
+from events.subjects import EVENTS_ONLY, parse_subject
 from services.domain.envelope import Decider
 from services.domain.protocol import Record
 from services.domain.protocol import CoreState
@@ -98,6 +98,7 @@ class InventoryCore:
     observations: ClassVar[tuple[str, ...]] = ("NodeLost", "NodeReady")
     virtual_time: bool = False
     subjects: tuple[str, ...] = WHOLE_LOG
+    layout_subjects: tuple[str, ...] = EVENTS_ONLY  # layout 2: operator inputs come relayed
     eviction_grace_s: float = EVICTION_GRACE_S
 
     def initial(self) -> InventoryState:
@@ -107,7 +108,7 @@ class InventoryCore:
         subject = parse_subject(record.subject)
         if subject is not None and subject.kind == "admin":
             if isinstance(event, c.NodeCommandIssued):
-                state.commands[record.seq] = event
+                state.commands[record.input_seq] = event
             return state
         if event.source == self.name and event.causation_id and event.causation_id.startswith("seq:"):
             state.commands.pop(int(event.causation_id[4:]), None)

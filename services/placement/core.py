@@ -50,7 +50,7 @@ from typing import ClassVar
 
 from events import catalogue as c
 from events.base import Event
-from events.subjects import WHOLE_LOG, parse_subject, valid_token
+from events.subjects import EVENTS_ONLY, WHOLE_LOG, parse_subject, valid_token
 from services.domain.cluster import Cluster, Request, fold_cluster, least, request_of
 from services.domain.config import config_rejected
 from services.domain.envelope import Decider, decision_id
@@ -103,6 +103,7 @@ class PlacementCore:
     backfill: str = "easy"
     virtual_time: bool = False
     subjects: tuple[str, ...] = WHOLE_LOG
+    layout_subjects: tuple[str, ...] = EVENTS_ONLY  # layout 2: operator inputs come relayed
 
     def __post_init__(self) -> None:
         if self.backfill not in MODES:
@@ -175,7 +176,7 @@ class PlacementCore:
                     state.advance[event.name] = AdvanceReservation(
                         event.name, event.account, frozenset(event.nodes), event.start_ts, event.end_ts)
         if why is not None:
-            state.config_rejections[record.seq] = (verb, why)
+            state.config_rejections[record.input_seq] = (verb, why)
 
     # ------------------------------------------------------------------ decide
 

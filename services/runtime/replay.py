@@ -40,7 +40,9 @@ decisions recorded at ``b`` is asked ``decide`` on its state at ``b``, and:
   a later basis under the same deterministic id); if it is nowhere, it is a
   mismatch, "decided by replay but missing from the log": the log does not
   hold what the same code decides on it, which is what a deleted decision
-  looks like (see docs/audit.md for the one benign cause).
+  looks like (see docs/audit.md for the one benign cause). A decision type a core names in
+  ``absent_from_old_logs`` (submission's ``LogLayoutChanged``: a log written before the layout
+  marker existed has none, and its decisions were made without it) is not reported missing.
 
 Also mismatches: an exact second copy of a decision (the runner reads the log
 to its end before deciding and publishes under ``Nats-Msg-Id`` = id, so a
@@ -364,8 +366,10 @@ class _Audit:
             self.mismatch(kind, why + again, service=core.name, seq=claim.seq, record=claim.record, event=event, basis=basis,
                           replayed=mine[1] if mine is not None else None)
         recorded_ids = {claim.event.id for claim in claims}
+        # decisions a log written before they existed lacks (submission's layout marker): not missing
+        newer = getattr(core, "absent_from_old_logs", ())
         for event_id, (event, data) in replayed.items():
-            if event_id in recorded_ids or event_id in self.ids or not self.wanted(event):
+            if event_id in recorded_ids or event_id in self.ids or not self.wanted(event) or event.event_type in newer:
                 continue
             self.mismatch(UNPUBLISHED, f"decided by replay at basis {basis} but missing from the log",
                           service=core.name, seq=None, record=None, event=event, basis=basis, replayed=data)

@@ -76,6 +76,7 @@ from services.domain.quoting import bounded_id, clipped, id_token
 from services.submission.against_log import Round, check_against_log, remaining_tasks, run_as
 from services.submission.intake_rules import malformed_input, scoped, scoped_spec
 from services.submission.normalise import Limits, Rejection, admission
+from services.submission.relay import note_input, note_relay, relay_decisions
 from services.submission.requests import VERBS, Shadow, answer_request, pending_request
 from services.submission.state import Pending, SubmissionState
 from services.submission.tenant_limits import TenantBook
@@ -91,6 +92,9 @@ _PARTITION_INPUTS = (c.PartitionConfigured, c.PartitionPolicyConfigured, c.Profi
 class SubmissionCore:
     name: ClassVar[str] = "submission"
     dead_letter_inputs: ClassVar[bool] = True  # the client inputs (horizon.in.>) are submission's to dead-letter
+    # Decisions a log written before they existed lacks (the layout marker: relay.py); the audit does not
+    # call them missing from such a log (services/runtime/replay.py).
+    absent_from_old_logs: ClassVar[tuple[str, ...]] = ("LogLayoutChanged",)
     limits: Limits = field(default_factory=Limits)
     gpu_vocabulary: tuple[str, ...] = ()  # models known before any node registers, e.g. ("a100", "h100-80gb")
     virtual_time: bool = False
@@ -100,6 +104,9 @@ class SubmissionCore:
     # follows them in the log: measured, 10,000 tasks in one round delayed another tenant's job by
     # 5.1 s (docs/tenants.md, Limits and fairness). A single array larger than this still takes one round.
     array_tasks_per_round: int = 1_000
+    # Publish the log's layout marker on a log that has none (relay.py): the service as the host runs it
+    # (part.py). Without it the core writes the layout before the marker (the simulator, the core's tests).
+    mark_layout: bool = False
 
     def initial(self) -> SubmissionState:
         state = SubmissionState()
@@ -120,6 +127,7 @@ class SubmissionCore:
                     "Horizon sets the log's own headers itself (send only Nats-Msg-Id and traceparent)",
                     path="headers")
                 return state
+            note_input(state, record, subject)  # an operator input to relay (layout 2)
             scope = subject.owner if subject.kind == "input" and headers.get(INTAKE_HEADER) == subject.owner else ""
             raw = event
             if scope:
@@ -149,6 +157,10 @@ class SubmissionCore:
                 state.partitions.apply(event, record.subject)
             elif isinstance(event, c.LicenseConfigured):  # applied as the scheduler applies it (it answers)
                 state.licenses.apply(event, record.subject)
+            return state
+        if isinstance(event, c.InputRelayed):
+            if subject is not None and subject.owner == self.name:
+                note_relay(state, event)
             return state
         if event.source == self.name and event.causation_id and event.causation_id.startswith("seq:"):
             answered = int(event.causation_id[4:])
@@ -223,7 +235,7 @@ class SubmissionCore:
     # ------------------------------------------------------------------ decide
 
     def decide(self, state: SubmissionState) -> list[Event]:
-        out: list[Event] = []
+        out: list[Event] = list(relay_decisions(state, self.name, self.mark_layout))
         round_ = Round()
         for pending in sorted(state.submissions.values(), key=lambda p: p.seq):
             job_id: str = pending.event.job_id  # type: ignore[attr-defined]

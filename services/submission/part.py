@@ -17,7 +17,8 @@ __all__ = ["PART"]
 
 
 def _core(settings: PartSettings) -> SubmissionCore:
-    return SubmissionCore()
+    # The layout marker on a log without one: the other services then read horizon.evt.> alone (relay.py).
+    return SubmissionCore(mark_layout=True)
 
 
 def _serve(log_: EventLog, runner: ServiceRunner[Any], key: str, work: Awaitable[None]) -> Awaitable[None]:

@@ -76,6 +76,7 @@ class SubmissionState(CoreState):
         self.partitions = Partitions()  # which partition a job gets (services/domain/partitions.py)
         self.numbering = Numbering()  # the highest job number given in each scope (numbering.py)
         self.licenses = Licenses()  # the licenses defined: a job naming another is refused (totals only)
+        self.to_relay: dict[int, tuple[str, bytes]] = {}  # operator input seq -> (verb, body) to relay (relay.py)
         self._capacity_epoch = 0  # changes with what the registered nodes offer
         self._partition_capacity: dict[str, tuple[tuple[int, int], Capacity]] = {}
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from events import catalogue as c
 from events.base import Event
-from events.subjects import WHOLE_LOG, parse_subject
+from events.subjects import EVENTS_ONLY, WHOLE_LOG, parse_subject
 from services.domain.cluster import fold_cluster
 from services.domain.fit.context import hold_room, release_room
 from services.domain.jobs import HOLDS_RESOURCES, JobState
@@ -31,6 +31,7 @@ PREEMPTION = "preemption"  # the service whose decisions and answers this fold f
 class PreemptionFold:
     virtual_time: bool = False
     subjects: tuple[str, ...] = WHOLE_LOG
+    layout_subjects: tuple[str, ...] = EVENTS_ONLY  # layout 2: operator inputs come relayed
     _sched: QueueFold = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -74,7 +75,7 @@ class PreemptionFold:
                 if why is None:
                     state.config = state.config.updated(event)
                 else:
-                    state.config_rejections[record.seq] = why
+                    state.config_rejections[record.input_seq] = why
                 return state
             case c.ConfigRejected(request_seq=request_seq) if event.source == PREEMPTION:
                 state.config_rejections.pop(request_seq, None)

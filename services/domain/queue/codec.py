@@ -17,13 +17,14 @@ from services.domain.jobs import HOLDS_RESOURCES, Job, JobState
 from services.domain.licenses import Licenses
 from services.domain.partitions import Partitions, PartitionsData
 from services.domain.policy import PolicyConfig
+from services.domain.queue import never
 from services.domain.queue.state import Charge, SchedulingState
 from services.domain.quotas import Amount
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 4  # 2: settled jobs kept as outcomes, arrays written out; 3: wakeups due, not yet folded;
-# 4: partitions
+SNAPSHOT_FORMAT = 5  # 2: settled jobs kept as outcomes, arrays written out; 3: wakeups due, not yet folded;
+# 4: partitions; 5: the log's layout (an older snapshot may have been folded past a marker its code ignored)
 
 
 
@@ -65,6 +66,8 @@ class _Snapshot(msgspec.Struct, array_like=True):
     # Licenses defined (LicenseConfigured), by name; absent in snapshots written before them (what jobs
     # hold is rebuilt from the jobs holding resources)
     licenses: dict[str, int] = {}
+    # The log's layout as folded: [layout, the marker's seq, the last input applied through a relay]
+    layout: list[int] = []
 
 
 
@@ -90,6 +93,7 @@ def dump(state: SchedulingState, fingerprint: str) -> bytes:
         wakeups_due=_wakeups_due(state), partitions=state.partitions.data(),
         checkpointed=sorted(state.jobs.checkpointed), datasets=sorted(state.datasets),
         reservation_ends=_sorted(state.reservation_ends), licenses=state.licenses.data(),
+        layout=[state.layout, state.layout_seq, state.relayed_seq],
     )
     return msgspec.msgpack.encode(snap)
 
@@ -103,6 +107,8 @@ def load(data: bytes, fingerprint: str) -> SchedulingState | None:
         return None
     state = SchedulingState(PolicyConfig(**snap.config))  # type: ignore[arg-type]
     state.seq, state.now = snap.seq, snap.now
+    if snap.layout:
+        state.layout, state.layout_seq, state.relayed_seq = snap.layout
     state.jobs.restore(snap.jobs, snap.settled, snap.arrays)
     state.jobs.checkpointed, state.datasets = set(snap.checkpointed), set(snap.datasets)
     state.reservation_ends = dict(snap.reservation_ends)
@@ -163,6 +169,7 @@ def _rebuild(state: SchedulingState, wakeups_due: set[str]) -> None:
             state.deadline_heap.append((deadline, job_id))
     state.singletons.rebuild(state.jobs)
     state.queue_index.rebuild(state.pending.values(), state.config.policy)
+    never.rebuild(state)
     heapq.heapify(state.wakeups)
     heapq.heapify(state.deadline_heap)
 

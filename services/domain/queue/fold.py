@@ -40,12 +40,12 @@ import msgspec
 
 from events import catalogue as c
 from events.base import Event
-from events.subjects import WHOLE_LOG, parse_subject, valid_token
+from events.subjects import EVENTS_ONLY, WHOLE_LOG, parse_subject, valid_token
 from services.domain.fairshare import association
 from services.domain.jobs import FAILURES, HOLDS_RESOURCES, TERMINAL, Job, JobState, Transition
 from services.domain.policy import Context, PolicyConfig, make_policy
 from services.domain.protocol import Record
-from services.domain.queue import codec, order, waiting
+from services.domain.queue import codec, never, order, waiting
 from services.domain.queue.state import Charge, SchedulingState
 from services.domain.queue.waiting import Waiting
 from services.domain.quotas import amount_of
@@ -95,6 +95,7 @@ class QueueFold:
     policy: str = "multifactor"  # until a PolicyConfigured says otherwise
     virtual_time: bool = False
     subjects: tuple[str, ...] = WHOLE_LOG
+    layout_subjects: tuple[str, ...] = EVENTS_ONLY  # layout 2: operator inputs come relayed
     _config: PolicyConfig = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -156,10 +157,11 @@ class QueueFold:
             case c.DatasetAvailable(dataset=name):
                 subject = parse_subject(record.subject)
                 if subject is None or subject.kind != "admin":
-                    state.config_rejections[seq] = ("dataset", "DatasetAvailable is accepted only on "
+                    state.config_rejections[record.input_seq] = ("dataset", "DatasetAvailable is accepted only on "
                                                     "horizon.in._admin.dataset")
                 elif not valid_token(name):
-                    state.config_rejections[seq] = ("dataset", f"{name!r} is not a dataset name (letters, digits, ._-)")
+                    state.config_rejections[record.input_seq] = ("dataset",
+                                                                 f"{name!r} is not a dataset name (letters, digits, ._-)")
                 elif name not in state.datasets:
                     state.datasets.add(name)
                     state.dirty_seq = seq  # jobs waiting for it may be ready
@@ -167,7 +169,7 @@ class QueueFold:
             case c.LicenseConfigured():
                 why = state.licenses.apply(event, record.subject)
                 if why is not None:
-                    state.config_rejections[seq] = ("license", why)
+                    state.config_rejections[record.input_seq] = ("license", why)
                 else:  # jobs waiting for it may start now (or never, until it is back)
                     state.dirty_seq = state.capacity_seq = seq
                 return state
@@ -175,7 +177,7 @@ class QueueFold:
                 # Every fold of partitions applies the same check; the scheduler answers the operator.
                 why = state.partitions.apply(event, record.subject)
                 if why is not None:
-                    state.config_rejections[seq] = (_PARTITION_VERBS[type(event)], why)
+                    state.config_rejections[record.input_seq] = (_PARTITION_VERBS[type(event)], why)
                 else:  # which nodes a job may use, or the tiers' order, may have changed
                     state.dirty_seq = state.capacity_seq = state.nodes_seq = seq
                 return state
@@ -211,6 +213,10 @@ class QueueFold:
             self._track(state, tr, seq)
         elif isinstance(event, c.JobPriorityChanged) and event.job_id in state.pending:
             state.dirty_seq = seq  # the order changed
+        changed = tr.job if tr is not None else (
+            state.jobs.jobs.get(event.job_id) if isinstance(event, c.JobRequeued | c.JobCheckpointed) else None)
+        if changed is not None:
+            never.recheck(state, changed)  # whether the jobs depending on it can still start
         self._wake(state, seq)
         return state
 
@@ -232,7 +238,7 @@ class QueueFold:
         subject = parse_subject(record.subject)
         verb = _CONFIG_VERBS[type(event)]
         if subject is None or subject.kind != "admin":
-            state.config_rejections[record.seq] = (verb, f"{type(event).__name__} is accepted only on "
+            state.config_rejections[record.input_seq] = (verb, f"{type(event).__name__} is accepted only on "
                                                          f"horizon.in._admin.{verb}, not {record.subject}")
             return
         fs = state.fairshare
@@ -253,7 +259,7 @@ class QueueFold:
                     if state.config.policy != state.queue_index.policy:  # another policy groups jobs otherwise
                         state.queue_index.rebuild(state.pending.values(), state.config.policy)
         if why is not None:
-            state.config_rejections[record.seq] = (verb, why)
+            state.config_rejections[record.input_seq] = (verb, why)
         else:
             state.dirty_seq = state.capacity_seq = record.seq  # standings or limits changed
 

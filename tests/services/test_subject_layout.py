@@ -1,0 +1,234 @@
+"""One filter per service (issue 35; docs/architecture.md, "One filter per service"), on a real nats-server.
+
+From the log's layout marker (``LogLayoutChanged``, decided once by submission) on, submission relays
+every operator input as ``InputRelayed`` and the other services read ``horizon.evt.>`` alone: one
+filter subject per consumer (JetStream's own consumer info says so). Each configuration is applied
+once, at its relay, and answered as before (``ConfigRejected.request_seq``, inventory's answers: the
+input's own sequence). A log written before the marker existed (the raw inputs, no relay) replays
+through the audit with nothing amiss, a service of this version started on it applies those inputs,
+and a log that changes layout half-way audits clean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from events import catalogue as c
+from events.codec import decode, encode
+from events.subjects import EVENTS_ONLY, STREAM, WHOLE_LOG, admin_subject
+from services.front.registry import make_core
+from services.runtime.jetstream import JetStreamLog
+from services.runtime.replay import audit
+from services.runtime.service import ServiceRunner
+from services.submission.core import SubmissionCore
+from tests.e2e import job_json, read_log, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+SERVICES = ("submission", "scheduling", "placement", "preemption", "inventory")
+
+
+def _node(name: str) -> c.NodeRegistered:
+    return c.NodeRegistered(id=f"agent/NodeRegistered/{name}/1", source=f"agent/{name}", correlation_id=name, node=name,
+                            cpus_milli=8000, memory_bytes=32 << 30, simulated=True)
+
+
+class Services:
+    """The five decision services, each a ``ServiceRunner`` on its own connection, as ``horizon service``
+    runs one (``new``: this version's submission, which marks the layout; else the version before)."""
+
+    def __init__(self, url: str, new: bool = True) -> None:
+        self.url = url
+        self.cores = [make_core(name) for name in SERVICES]
+        if not new:
+            self.cores[0] = SubmissionCore()  # no marker: what the version before wrote
+        self.runners: dict[str, ServiceRunner[Any]] = {}
+        self.logs: list[JetStreamLog] = []
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> Services:
+        for core in self.cores:
+            log = await JetStreamLog.open(self.url, name=f"layout-{core.name}")
+            runner = ServiceRunner(log, core)
+            self.logs.append(log)
+            self.runners[core.name] = runner
+            self.tasks.append(asyncio.create_task(runner.run()))
+            await wait_until(lambda r=runner: r.ready.is_set(), 20, f"{core.name} to start")
+        return self
+
+    async def quiet(self, log: JetStreamLog) -> int:
+        """Until every service has applied the log to its end and has nothing to decide."""
+        while True:
+            end = await log.last_seq()
+            await wait_until(lambda: all(r.idle_seq >= end for r in self.runners.values())
+                             or any(t.done() for t in self.tasks), 30, f"every service to rest at {end}")
+            assert not any(t.done() for t in self.tasks), [t.exception() for t in self.tasks if t.done()]
+            if await log.last_seq() == end:
+                return end
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for log in self.logs:
+            await log.close()
+
+
+async def _publish(log: JetStreamLog, subject: str, event: c.Event, msg_id: str) -> int:
+    return (await log.publish(subject, encode(event), msg_id=msg_id)).seq
+
+
+async def _filters(log: JetStreamLog) -> list[str]:
+    """The filter subject of every consumer on the stream, as the server has them."""
+    out = []
+    for info in await log.js.consumers_info(STREAM):
+        config = info.config
+        out.append(config.filter_subject or ",".join(config.filter_subjects or []))
+    return out
+
+
+def _decisions(records: list[Any], kind: str) -> list[Any]:
+    return [decode(r.data) for r in records if r.subject.split(".")[3:4] == [kind]]
+
+
+def _audit_clean(records: list[Any]) -> int:
+    report = audit(records, [make_core(name) for name in SERVICES])
+    assert report.mismatches == [], report.mismatches[:3]
+    assert report.reproduced == report.decisions
+    return report.decisions
+
+
+async def test_a_new_log_is_read_with_one_filter_and_each_configuration_applies_once(js_log, nats_server):
+    services = await Services(nats_server.url).start()
+    try:
+        await _publish(js_log, "horizon.evt.agent.NodeRegistered.n1", _node("n1"), "n1")
+        await services.quiet(js_log)
+        records = await read_log(nats_server.url)
+        [marker] = _decisions(records, "LogLayoutChanged")
+        assert marker.id == "submission/LogLayoutChanged/2" and marker.basis_seq >= 1
+        for name, runner in services.runners.items():
+            wanted = WHOLE_LOG if name == "submission" else EVENTS_ONLY
+            assert runner.layout.subjects == wanted, name
+            assert tuple(runner._follower.subjects) == wanted, name
+        # the server's view: four consumers on horizon.evt.> alone, one (submission's) on the whole log
+        filters = sorted(await _filters(js_log))
+        assert filters == sorted([*EVENTS_ONLY * 4, *WHOLE_LOG]), filters
+
+        good = await _publish(js_log, admin_subject("policy"), c.PolicyConfigured(policy="fcfs"), "policy-1")
+        bad = await _publish(js_log, admin_subject("policy"), c.PolicyConfigured(policy="nonsense"), "policy-2")
+        part = await _publish(js_log, admin_subject("partition"), c.PartitionConfigured(name="gpu", nodes=["n1"]),
+                              "partition-1")
+        cordon = await _publish(js_log, admin_subject("node"), c.NodeCommandIssued(node="n1", action="cordon"),
+                                "node-1")
+        await _publish(js_log, "horizon.in.acme.submit", c.JobSubmitted(job_id="j1", tenant="acme",
+                                                                         command=["true"]), "j1")
+        await services.quiet(js_log)
+        scheduling = services.runners["scheduling"].state
+        assert scheduling.config.policy == "fcfs"
+        assert scheduling.partitions.view("gpu") is not None and scheduling.partitions.view("gpu").exists
+        assert scheduling.relayed_seq == cordon and scheduling.layout_seq == marker_seq(records)
+        assert services.runners["inventory"].state.cluster.nodes["n1"].cordoned
+
+        records = await read_log(nats_server.url)
+        relays = _decisions(records, "InputRelayed")
+        assert [(r.request_seq, r.verb) for r in relays] == [(good, "policy"), (bad, "policy"),
+                                                               (part, "partition"), (cordon, "node")]
+        assert all(r.id == f"submission/InputRelayed/{r.request_seq}" for r in relays)
+        # the bad one is answered once, by the scheduler, naming the input's own seq
+        rejected = _decisions(records, "ConfigRejected")
+        assert [(r.source, r.request_seq) for r in rejected] == [("scheduling", bad)], rejected
+        [cordoned] = _decisions(records, "NodeCordoned")
+        assert cordoned.causation_id == f"seq:{cordon}"
+        # a tenant's input is never relayed, and nothing past the marker is read raw
+        assert not any(r.verb == "submit" for r in relays)
+        _audit_clean(records)
+
+        # an operator input no event follows (undecodable: submission dead-letters it): the services that
+        # read horizon.evt.> alone still rest at the log's end (the probe), as a fold of the whole log would
+        garbage = (await js_log.publish(admin_subject("account"), b'{"type": "AccountConfigured"}',
+                                        msg_id="garbage")).seq
+        await services.quiet(js_log)
+        assert all(r.idle_seq >= garbage for r in services.runners.values())
+    finally:
+        await services.stop()
+
+
+def marker_seq(records: list[Any]) -> int:
+    return next(r.seq for r in records if ".LogLayoutChanged." in r.subject)
+
+
+async def test_an_old_layout_log_replays_and_a_new_service_applies_its_raw_inputs(js_log, nats_server):
+    """The version before: no marker, the raw inputs folded where they are. Its log audits clean with this
+    version's cores; this version started on it marks the layout, reads the raw inputs before the marker
+    (the scheduler's policy), relays what follows, and the whole log, both layouts, audits clean."""
+    old = await Services(nats_server.url, new=False).start()
+    try:
+        await _publish(js_log, "horizon.evt.agent.NodeRegistered.n1", _node("n1"), "n1")
+        await _publish(js_log, admin_subject("policy"), c.PolicyConfigured(policy="sjf"), "policy-1")
+        bad = await _publish(js_log, admin_subject("account"), c.AccountConfigured(account="a", parent="nowhere"),
+                             "account-1")
+        await _publish(js_log, admin_subject("node"), c.NodeCommandIssued(node="n1", action="cordon"), "node-1")
+        await _publish(js_log, admin_subject("node"), c.NodeCommandIssued(node="n1", action="uncordon"), "node-2")
+        for i in range(3):
+            await js_log.publish("horizon.in.acme.submit", job_json(f"j{i}", command=["true"]), msg_id=f"j{i}")
+        await old.quiet(js_log)
+        assert old.runners["scheduling"].layout.subjects == WHOLE_LOG  # no marker: the whole log, as before
+    finally:
+        await old.stop()
+    records = await read_log(nats_server.url)
+    assert not _decisions(records, "LogLayoutChanged") and not _decisions(records, "InputRelayed")
+    assert [r.request_seq for r in _decisions(records, "ConfigRejected")] == [bad]
+    assert _decisions(records, "JobScheduled")
+    assert _audit_clean(records) > 0
+
+    new = await Services(nats_server.url).start()
+    try:
+        await new.quiet(js_log)
+        scheduling = new.runners["scheduling"]
+        assert scheduling.state.config.policy == "sjf"  # the raw input, folded where it is
+        assert scheduling.state.layout == 2 and scheduling.layout.subjects == EVENTS_ONLY
+        await _publish(js_log, admin_subject("policy"), c.PolicyConfigured(policy="fcfs"), "policy-2")
+        bad2 = await _publish(js_log, admin_subject("fairshare"), c.FairShareConfigured(half_life_s=-1), "fs-1")
+        await _publish(js_log, admin_subject("node"), c.NodeCommandIssued(node="n1", action="cordon"), "node-3")
+        await js_log.publish("horizon.in.acme.submit", job_json("j9", command=["true"]), msg_id="j9")
+        await new.quiet(js_log)
+        assert scheduling.state.config.policy == "fcfs"
+        assert new.runners["inventory"].state.cluster.nodes["n1"].cordoned
+    finally:
+        await new.stop()
+    records = await read_log(nats_server.url)
+    marker = marker_seq(records)
+    assert [r.request_seq for r in _decisions(records, "ConfigRejected")] == [bad, bad2]
+    assert all(r.request_seq > marker for r in _decisions(records, "InputRelayed"))
+    _audit_clean(records)
+
+
+async def test_a_snapshot_after_the_marker_resumes_on_the_filter(js_log, nats_server):
+    """A scheduling snapshot taken after the marker holds the layout: a restart reads horizon.evt.> at once."""
+    services = Services(nats_server.url)
+    services.cores[1].snapshot_every = 5
+    await services.start()
+    try:
+        await _publish(js_log, "horizon.evt.agent.NodeRegistered.n1", _node("n1"), "n1")
+        for i in range(8):
+            await js_log.publish("horizon.in.acme.submit", job_json(f"j{i}", command=["true"]), msg_id=f"j{i}")
+        await services.quiet(js_log)
+        await services.runners["scheduling"].flush_snapshots()
+        assert services.runners["scheduling"].stats.snapshots_saved >= 1
+    finally:
+        await services.stop()
+    records = await read_log(nats_server.url)
+    log = await JetStreamLog.open(nats_server.url, name="layout-restart")
+    core = make_core("scheduling")
+    runner = ServiceRunner(log, core)
+    try:
+        await runner.start()
+        assert runner.stats.restored_from_seq > marker_seq(records)
+        assert runner.state.layout == 2 and tuple(runner._follower.subjects) == EVENTS_ONLY
+        assert runner.layout.switches == 0  # read on the filter from the start
+    finally:
+        await runner.stop()
+        await log.close()
