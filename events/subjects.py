@@ -238,6 +238,7 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
     "InputRelayed": ("submission",),
     "PlacementCycleCompleted": ("placement",),
     "SchedulingCycleCompleted": ("scheduling",),
+    "UsageCharged": ("scheduling",),
     "JobUnschedulable": ("scheduling",),
     "JobDependencyNeverSatisfied": ("scheduling",),
     "ConfigRejected": ("scheduling", "placement", "preemption"),

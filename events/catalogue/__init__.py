@@ -83,6 +83,7 @@ AnyEvent = (
     | JobStopRequested
     | RequestRejected
     | SchedulingCycleCompleted
+    | UsageCharged
     | PlacementCycleCompleted
     | JobScheduled
     | JobResized

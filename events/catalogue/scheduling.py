@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from events.base import Event, JobId, NodeId
 from events.catalogue.values import BlockReason, Dependency, NodeAllocation
 
@@ -15,6 +17,25 @@ class SchedulingCycleCompleted(Event, tag="SchedulingCycleCompleted", kw_only=Tr
     candidates: list[JobId] = []
     queued: int = 0
     borrowing: list[JobId] = []  # the candidates admitted only by borrowing idle quota of sibling accounts
+
+
+class UsageRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One association's fair-share usage in a ``UsageCharged`` entry, as of the entry's ``as_of_ts``."""
+
+    association: str  # the leaf <account>/<user> (<account>/- without a user)
+    usage: float = 0.0  # decayed billing-rate-seconds of the owner's jobs under it, at as_of_ts
+    rate: float = 0.0  # the summed billing rate of the owner's jobs running under it then
+
+
+class UsageCharged(Event, tag="UsageCharged", kw_only=True):
+    """A scheduling leader's fair-share ledger entry (docs/scaling.md, services/domain/ledger.py): the usage
+    of its partitions' jobs, per association whose figures changed since its previous entry. Every leader
+    folds every leader's entries into the fair-share factors it orders by. The aggregate is ``entry``."""
+
+    entry: int
+    basis_seq: int
+    as_of_ts: float
+    rows: list[UsageRow] = []
 
 
 class JobScheduled(Event, tag="JobScheduled", kw_only=True):

@@ -36,7 +36,7 @@ from events.resources import format_cpus, format_memory
 from services.domain.fairshare import ROOT, Account, FairShare
 from services.domain.hetjob import component_specs
 
-__all__ = ["Amount", "Quotas", "amount_of", "describe_quota", "slurm_code", "OK", "BORROW", "BLOCKED"]
+__all__ = ["Amount", "Quotas", "amount_of", "describe_quota", "limited_account", "slurm_code", "OK", "BORROW", "BLOCKED"]
 
 OK, BORROW, BLOCKED = "ok", "borrow", "blocked"
 _DIMS = ("gpus", "cpus_milli", "memory_bytes")
@@ -85,6 +85,17 @@ def amount_of(spec: c.JobSpec) -> Amount:
         if spec.gpu_variant:
             by_type[f"{spec.gpu_type}-{spec.gpu_variant}"] = gpus
     return Amount(gpus, spec.cpus_milli * tasks, spec.memory_bytes * tasks, 1, by_type)
+
+
+def limited_account(fs: FairShare, account: str) -> bool:
+    """Whether a job charged to ``account`` counts against a limit: it, or an account above it, is
+    configured with a quota (an account no event created yet has none)."""
+    acc = fs.accounts.get(account)
+    while acc is not None and acc.parent is not None:
+        if acc.configured and _dims(acc.quota):
+            return True
+        acc = fs.accounts.get(acc.parent)
+    return False
 
 
 def _limit(quota: c.Quota, dim: str) -> int | None:

@@ -7,6 +7,12 @@ keeps each of them on its partition's nodes. It publishes under ``placement-<par
 ``placement-<partitions>/...`` (two leaders' cycle 7 are two events), and an elastic job grows
 only by its own partition's leader.
 
+It folds only its partitions' jobs (``services/domain/leaders.py``): a job of another partition is
+skipped at its ``JobAccepted``, and every later event of a job not in its table is skipped before it
+is decoded (``skips``) or, decoded (audit), in ``evolve``. No other leader's job is ever on its nodes
+(below), so what it places is what it placed folding every job; only the runtime history its
+estimates read (each user's last run times) is of its own partitions' jobs.
+
 Two leaders never place on one node: a leader places only on the nodes whose every partition is
 one of its own (``OwnNodes``): a node that a partition of another leader (or of no leader) shares
 is used by none, so each node has at most one leader deciding on it, from a fold that sees the
@@ -25,6 +31,7 @@ from events import catalogue as c
 from events.base import Event
 from events.subjects import event_owner, leader_token, partner_token
 from services.domain.fit.cycle import PartitionView
+from services.domain.leaders import ACCEPTED, JOB_EVENTS, peek
 from services.domain.partitions import Partitions
 from services.domain.protocol import Record
 from services.placement.core import PlacementCore, PlacementState
@@ -76,7 +83,21 @@ class PartitionedPlacementCore(PlacementCore):
         state.partitions = OwnNodes(self._covered)
         return state
 
+    def skips(self, state: PlacementState, record: Record) -> bool:
+        """Whether ``evolve`` would skip this record (a job of another partition), from a peek."""
+        found = peek(record)
+        if found is None:
+            return False
+        if found.type == ACCEPTED:
+            return found.spec is None or found.spec.partition not in self._covered
+        return found.job_id not in state.jobs.jobs
+
     def evolve(self, state: PlacementState, event: Event, record: Record) -> PlacementState:
+        if isinstance(event, c.JobAccepted):
+            if event.spec.partition not in self._covered:
+                return state  # another leader's job
+        elif event.event_type in JOB_EVENTS and getattr(event, "job_id", "") and event.job_id not in state.jobs.jobs:  # type: ignore[attr-defined]
+            return state  # a job not in its table: another partition's
         if isinstance(event, c.SchedulingCycleCompleted) and event_owner(record.subject) != self.partner:
             return state  # another leader's cycle
         if isinstance(event, c.PlacementCycleCompleted) and event_owner(record.subject) != self.name:

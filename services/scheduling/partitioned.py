@@ -1,17 +1,26 @@
 """A scheduling leader for some partitions only: scale-out by partition (docs/scaling.md). Pure core.
 
-``PartitionedSchedulingCore`` folds the whole log exactly as ``SchedulingCore`` does (fair share,
-usage decay, quotas: global, and at a given basis identical to what one scheduler computes), and
-decides only for the jobs of its partitions:
+``PartitionedSchedulingCore`` folds only what its partitions need, and decides only for their jobs:
 
-1. **Its own subjects.** It publishes under ``scheduling-<partitions>`` (``leader_token``), with
+0. **What it folds.** Its partitions' jobs, the nodes, the configuration, every leader's cycles
+   and fair-share ledger entries, and the jobs of other partitions that it shares a limit with
+   (an account with a quota on its path, licenses: point 3). Any other job is skipped at its
+   ``JobAccepted`` and so never enters its table; every later event of a job not in its table is
+   skipped before it is decoded (``skips``, called by the runner's ``fold_record``) or, decoded
+   (audit, the simulator), by the same test in ``evolve``. So a leader's fold costs what its
+   partitions' jobs cost, not the whole cluster's.
+1. **Fair share as of the ledger** (``LedgerSchedulingCore``, ``services/domain/ledger.py``): it
+   owns its partitions' usage and publishes it as ``UsageCharged`` entries; the factors it orders
+   by are every leader's entries folded. Every leader at the same entries has the same factors.
+
+2. **Its own subjects.** It publishes under ``scheduling-<partitions>`` (``leader_token``), with
    ids ``scheduling-<partitions>/...`` (two leaders' cycle 7 are two events), and its cycles are
    placed by its partner, ``placement-<partitions>``: it takes its cycle count and "placement is
    done" from its own and its partner's cycles only.
-2. **Its jobs.** Candidates are its partitions' pending jobs in the global order; requeues,
+3. **Its jobs.** Candidates are its partitions' pending jobs in the global order; requeues,
    timeouts and dependency endings only of its partitions' jobs. Configuration it cannot apply is
    answered by every leader (each under its own id).
-3. **Quotas and licenses, exact across leaders.** A job is charged to its accounts from its ``JobScheduled``;
+4. **Quotas and licenses, exact across leaders.** A job is charged to its accounts from its ``JobScheduled``;
    the gap is a candidate admitted by one leader and not yet placed. So every leader also folds
    every leader's *open* cycle (decided, its placement not yet completed) and, when it admits,
    counts the still-pending candidates of the others' open cycles as held (``quota_view``). And a
@@ -37,11 +46,12 @@ from events.base import Event
 from events.subjects import event_owner, leader_token, partner_token
 from services.domain.fairshare import association
 from services.domain.jobs import Job
+from services.domain.leaders import ACCEPTED, JOB_EVENTS, peek
 from services.domain.protocol import Record
 from services.domain.queue import order
 from services.domain.queue.state import SchedulingState
-from services.domain.quotas import amount_of
-from services.scheduling.core import SchedulingCore
+from services.domain.quotas import amount_of, limited_account
+from services.scheduling.ledgered import LedgerSchedulingCore
 
 __all__ = ["PartitionedSchedulingCore"]
 
@@ -50,7 +60,7 @@ _EXTRA_LEN = 8  # bytes of the length of the open cycles after the queue fold's 
 
 
 @dataclass
-class PartitionedSchedulingCore(SchedulingCore):
+class PartitionedSchedulingCore(LedgerSchedulingCore):
     """``SchedulingCore`` deciding for ``partitions`` only, under its own service token."""
 
     partitions: tuple[str, ...] = field(default=())
@@ -71,7 +81,33 @@ class PartitionedSchedulingCore(SchedulingCore):
         state.open_cycles = {}  # type: ignore[attr-defined]
         return state
 
+    def skips(self, state: SchedulingState, record: Record) -> bool:
+        """Whether ``evolve`` would skip this record, read from its subject and a ``peek`` at its body
+        (``services/domain/leaders.py``): a job of another partition that shares no limit with this
+        leader's jobs, or any later event of a job not in its table. False when unsure."""
+        found = peek(record)
+        if found is None:
+            return False
+        if found.type == ACCEPTED:
+            return not self._tracks(state, found.spec)
+        return found.job_id not in state.jobs.jobs
+
+    def _tracks(self, state: SchedulingState, spec: Any) -> bool:
+        """Whether a job of this spec is folded: one of its partitions', or another's that takes licenses
+        or is charged to an account with a quota (the limits every leader shares)."""
+        return (spec.partition in self._covered or bool(spec.licenses)
+                or limited_account(state.fairshare, spec.account))
+
+    def _foreign(self, state: SchedulingState, event: Event) -> bool:
+        """``skips``'s test on the decoded event (audit and the simulator fold decoded events)."""
+        if isinstance(event, c.JobAccepted):
+            return not self._tracks(state, event.spec)
+        job_id = getattr(event, "job_id", "")
+        return bool(job_id) and event.event_type in JOB_EVENTS and job_id not in state.jobs.jobs
+
     def evolve(self, state: SchedulingState, event: Event, record: Record) -> SchedulingState:
+        if self._foreign(state, event):
+            return state
         if isinstance(event, _CYCLE_EVENTS):
             owner = event_owner(record.subject)
             _track_open(state, owner, event)
@@ -86,6 +122,10 @@ class PartitionedSchedulingCore(SchedulingCore):
 
     def mine(self, job: Job | None) -> bool:
         return job is not None and job.spec is not None and job.spec.partition in self._covered
+
+    def owns(self, job: Job | None) -> bool:
+        """Its entries charge its own partitions' jobs only (another leader's tracked job is that one's)."""
+        return self.mine(job)
 
     def candidates(self, state: SchedulingState) -> tuple[list[Job], list[str]]:
         """The global order's first candidates among this leader's jobs, admitted against a quota view
@@ -139,6 +179,12 @@ class PartitionedSchedulingCore(SchedulingCore):
             if isinstance(event, c.SchedulingCycleCompleted):
                 changes["queued"] = sum(1 for j in state.pending.values() if self.mine(j))
             out.append(msgspec.structs.replace(event, **changes))
+        if len(out) > 1 and isinstance(out[0], c.UsageCharged) and isinstance(out[-1], c.SchedulingCycleCompleted) \
+                and self.charges_quota(state, out[-1].candidates):
+            # A cycle fenced on every leader's cycles may be refused after the rest of its round landed,
+            # and a replay would then decide it where the log has none: the ledger entry goes alone,
+            # and the cycle follows in the next round (once the entry is folded back).
+            out.pop()
         return out
 
     def charges_quota(self, state: SchedulingState, job_ids: list[str]) -> bool:

@@ -36,7 +36,8 @@ def context(state: SchedulingState) -> Context:
     policy = make_policy(state.config.policy)
     if not policy.dynamic:
         return Context(state.now, state.config)
-    fs = state.fairshare
+    ledger = getattr(state, "ledger", None)  # fair share as of the ledger (services/domain/ledger.py), else exact
+    fs = state.fairshare if ledger is None else ledger.tree
     boosts = {a.name: a.priority_boost for a in fs.accounts.values() if a.priority_boost}
     return Context(state.now, state.config, fs.factors(state.now), boosts)
 
