@@ -115,16 +115,13 @@ class SchedulingCore(QueueFold):
                 not_before_ts=state.now + delay, checkpoint_ref=job.checkpoint_ref,
             ))
         # 2. pending jobs a dependency can never satisfy end now, with the reason
+        # (the fold keeps them as the jobs they wait for change: services/domain/queue/never.py)
         ended: set[str] = set()
-        for job_id in sorted(state.gated):
-            job = state.pending[job_id]
-            for dep in job.spec.dependencies if job.spec else ():
-                status, why = dependency_status(dep, state.jobs, state.to_requeue)
-                if status == NEVER:
-                    out.append(decide(c.JobDependencyNeverSatisfied, job_id, correlation_id=job_id, job_id=job_id,
-                                      dependency=dep, reason=why))
-                    ended.add(job_id)
-                    break
+        for job_id in sorted(state.never):
+            dep, why = state.never[job_id]
+            out.append(decide(c.JobDependencyNeverSatisfied, job_id, correlation_id=job_id, job_id=job_id,
+                              dependency=dep, reason=why))
+            ended.add(job_id)
         # 2b. dependency timeouts, and deadlines (Slurm's --deadline) a pending job can no longer meet
         for job_id in sorted(state.expiring - ended):
             job = state.pending[job_id]
@@ -146,7 +143,7 @@ class SchedulingCore(QueueFold):
         # 3. scheduling timeouts
         if state.deadline_heap and state.deadline_heap[0][0] <= state.now:
             # (a job held and released has two entries for its one deadline: answer it once)
-            for deadline, job_id in sorted({e for e in state.deadline_heap if e[0] <= state.now}):
+            for deadline, job_id in sorted(set(_due(state.deadline_heap, state.now))):
                 job = state.pending.get(job_id)
                 if job is None or state.deadlines.get(job_id) != deadline or job.spec is None or job_id in ended:
                     continue
@@ -180,6 +177,19 @@ class SchedulingCore(QueueFold):
         return out
 
     # ------------------------------------------------------------------ snapshots
+
+
+def _due(heap: list[tuple[float, str]], now: float) -> list[tuple[float, str]]:
+    """The entries of a heap that are due by ``now``, read down from its root: an entry's parent is
+    never later than it, so the walk reads the due entries and their children, not the whole heap
+    (a scheduling timeout due in a backlog of a million jobs)."""
+    due, stack = [], [0]
+    while stack:
+        i = stack.pop()
+        if i < len(heap) and heap[i][0] <= now:
+            due.append(heap[i])
+            stack += (2 * i + 1, 2 * i + 2)
+    return due
 
 
 def _utc(ts: float) -> str:

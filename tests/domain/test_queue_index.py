@@ -15,6 +15,7 @@ import random
 import pytest
 
 from events import catalogue as c
+from services.domain.dependencies import NEVER, dependency_status
 from services.domain.fairshare import association
 from services.domain.jobs import Job
 from services.domain.policy import POLICIES
@@ -275,3 +276,95 @@ def test_runs_split_and_shrink_in_chunks() -> None:
     assert [j.job_id for j in merged(index, key, ctx, live)] == [
         j.job_id for j in sorted(live.values(), key=lambda j: key(j, ctx))]
     assert len(index) == len(live)
+
+
+# ------------------------------------------------------------------ jobs a dependency can never satisfy
+
+
+def reference_never(state: SchedulingState) -> dict[str, tuple[c.Dependency, str]]:
+    """Step 2 of the scheduler's decide as it was: every gated job's dependencies asked every round."""
+    out = {}
+    for job_id in sorted(state.gated):
+        job = state.pending[job_id]
+        for dep in job.spec.dependencies:
+            status, why = dependency_status(dep, state.jobs, state.to_requeue)
+            if status == NEVER:
+                out[job_id] = (dep, why)
+                break
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_jobs_a_dependency_can_never_satisfy_are_kept_exactly(seed: int) -> None:
+    """Workflows: jobs depending on jobs and arrays (submitted before or after them, or never), every
+    kind of dependency, and the jobs they wait for start, succeed, fail (and are retried), are
+    cancelled, rejected, checkpointed, preempted, held. After every record the set the fold keeps is
+    what asking every waiting job finds; the decisions and a snapshot agree."""
+    rng = random.Random(seed)
+    core = SchedulingCore(max_candidates=10_000)
+    f = Feed(core)
+    ids = [f"w{i:03d}" for i in range(60)] + ["arr"]
+    kinds = ("after", "after-ok", "after-not-ok", "after-any", "after-checkpoint")
+    submitted: list[str] = []
+    for step in range(500):
+        state = f.state
+        roll = rng.random()
+        live = [j for j in submitted if j in state.jobs.jobs]
+        if roll < 0.3 and len(submitted) < 60:
+            job_id = ids[len(submitted)]
+            submitted.append(job_id)
+            deps = [c.Dependency(kind=rng.choice(kinds), job_id=rng.choice(ids + ["ghost"]))
+                    for _ in range(rng.choice((0, 1, 1, 2, 3)))]
+            kw = dict(dependencies=deps, restart_policy=rng.choice(("never", "on-failure")), max_retries=1)
+            if rng.random() < 0.25:
+                kw["array"] = "arr"
+            if rng.random() < 0.05:
+                f.evt("submission", c.JobRejected(job_id=job_id, tenant="acme", reason="no"))
+            else:
+                f.evt("submission", accepted(job_id, **kw))
+        elif live:
+            job = state.jobs.jobs[rng.choice(live)]
+            j, a = job.job_id, job.attempt
+            from services.domain.jobs import JobState as S
+            if job.state is S.PENDING and roll < 0.55:
+                f.evt("placement", c.JobScheduled(job_id=j, attempt=a + 1))
+            elif job.state is S.PENDING and roll < 0.6:
+                f.evt("submission", c.JobCancelled(job_id=j))
+            elif job.state is S.PENDING and roll < 0.65:
+                f.evt("submission", c.JobHeld(job_id=j))
+            elif job.state is S.HELD:
+                f.evt("submission", c.JobReleased(job_id=j))
+            elif job.state is S.SCHEDULED:
+                f.evt("agent", c.JobStarted(job_id=j, attempt=a, node="n1"))
+            elif job.state is S.RUNNING:
+                pick = rng.random()
+                if pick < 0.3:
+                    f.evt("agent", c.JobSucceeded(job_id=j, attempt=a))
+                elif pick < 0.55:
+                    f.evt("agent", c.JobFailed(job_id=j, attempt=a, reason="boom"))
+                elif pick < 0.7:
+                    f.evt("preemption", c.JobPreempted(job_id=j, attempt=a, checkpoint_ref=rng.choice((None, "ck"))))
+                else:
+                    f.evt("agent", c.JobCheckpointed(job_id=j, attempt=a, checkpoint_ref=f"ck{step}"))
+            elif j in state.to_requeue:
+                pick = rng.random()
+                if pick < 0.25:  # a late checkpoint of the attempt that ended
+                    f.evt("agent", c.JobCheckpointed(job_id=j, attempt=a, checkpoint_ref=f"late{step}"))
+                elif pick < 0.5:  # a requeue of another attempt: the fold forgets the requeue all the same
+                    f.evt("scheduling", c.JobRequeued(job_id=j, attempt=a + 3, reason="stale"))
+                else:
+                    f.evt("scheduling", c.JobRequeued(job_id=j, attempt=a, reason="retry"))
+            elif roll < 0.7 and job.state in (S.FAILED, S.PREEMPTED):
+                f.evt("scheduling", c.JobRequeued(job_id=j, attempt=a - 1, reason="stale"))  # changes nothing
+        assert f.state.never == reference_never(f.state), step
+        if step % 50 == 49:
+            out = core.decide(f.state)
+            never = [e.job_id for e in out if isinstance(e, c.JobDependencyNeverSatisfied)]
+            assert never == sorted(reference_never(f.state))
+            if never and rng.random() < 0.5:  # the decisions come back through the log
+                for event in out:
+                    if isinstance(event, c.JobDependencyNeverSatisfied):
+                        f.evt("scheduling", event)
+                assert f.state.never == reference_never(f.state)
+            loaded = core.load(core.dump(f.state))
+            assert loaded.never == reference_never(loaded) == f.state.never

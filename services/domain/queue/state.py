@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from events import catalogue as c
+
 from services.domain.fairshare import FairShare
 from services.domain.jobs import Job, JobTable
 from services.domain.licenses import Licenses
@@ -65,6 +67,8 @@ class SchedulingState(CoreState):
         self.pending: dict[str, Job] = {}
         self.queue_index = QueueIndex(self.config.policy)  # the pending jobs by group, for the order (index.py)
         self.gated: set[str] = set()  # pending jobs that have dependencies (or are singleton jobs)
+        # gated jobs a dependency can never satisfy -> (the first such dependency, why) (never.py)
+        self.never: dict[str, tuple[c.Dependency, str]] = {}
         self.singletons = Singletons()  # live jobs of the (tenant, user, name) of live singleton jobs
         self.dependents: dict[str, set[str]] = {}  # job -> jobs that depend on it
         self.array_running: dict[str, int] = {}  # array -> tasks holding resources

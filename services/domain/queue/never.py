@@ -1,0 +1,55 @@
+"""The pending jobs a dependency can never satisfy, kept as the jobs they wait for change. Pure.
+
+The scheduler ends such a job (``JobDependencyNeverSatisfied``, ``services/scheduling/core.py``'s
+step 2) with the first of its dependencies that can never be met and why. Whether one can is a
+function of the job it names (or of its array's tasks): their states, the requeues waiting for
+them and their checkpoints (``services.domain.dependencies.dependency_status``). So instead of
+asking it of every waiting job in every decision round (a backlog of workflows is a million
+questions a round), the fold asks it again for the jobs that depend on one that has just changed:
+a transition (a task's changes its array too), a checkpoint, a requeue taken. ``state.never`` is
+then exactly what asking everyone would find; ``codec.load`` rebuilds it with the other derived
+fields.
+"""
+
+from __future__ import annotations
+
+from events import catalogue as c
+from services.domain.dependencies import NEVER, dependency_status
+from services.domain.jobs import Job
+from services.domain.queue.state import SchedulingState
+
+__all__ = ["first_never", "recheck", "rebuild"]
+
+
+def first_never(state: SchedulingState, job: Job) -> tuple[c.Dependency, str] | None:
+    """The first of ``job``'s dependencies that can never be met, and why (None: none)."""
+    for dep in job.spec.dependencies if job.spec else ():
+        status, why = dependency_status(dep, state.jobs, state.to_requeue)
+        if status == NEVER:
+            return dep, why
+    return None
+
+
+def _ask(state: SchedulingState, job_id: str) -> None:
+    job = state.pending.get(job_id)
+    found = first_never(state, job) if job is not None and job_id in state.gated else None
+    if found is None:
+        state.never.pop(job_id, None)
+    else:
+        state.never[job_id] = found
+
+
+def recheck(state: SchedulingState, job: Job) -> None:
+    """``job`` changed (or entered or left the queue): ask again for it and for the jobs depending
+    on it or on its array."""
+    _ask(state, job.job_id)
+    for target in (job.job_id, job.spec.array if job.spec is not None else None):
+        if target is not None:
+            for job_id in state.dependents.get(target, ()):
+                _ask(state, job_id)
+
+
+def rebuild(state: SchedulingState) -> None:
+    state.never = {}
+    for job_id in state.gated:
+        _ask(state, job_id)
