@@ -83,7 +83,7 @@ from events import catalogue as c
 from events.base import Event
 from services.domain.config import config_rejected
 from services.domain.envelope import Decider
-from services.domain.dependencies import NEVER, dependency_expired, dependency_status
+from services.domain.dependencies import dependency_expired
 from services.domain.jobs import FAILURES
 from services.domain.queue.codec import SNAPSHOT_FORMAT
 from services.domain.queue.fold import SCHEDULER, QueueFold, assembly_limit
