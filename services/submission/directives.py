@@ -45,8 +45,10 @@ class DirectiveRejection(Exception):
 
 def gpus_per_node(sub: c.JobSubmitted, gpus_per_task: int, limits: Limits) -> int:
     """The GPUs a node holds for all its tasks (0: per task, ``resources.gpus``)."""
+    count = sub.gpus_per_node
     try:
-        count = parse_count(sub.gpus_per_node, "gpus_per_node", minimum=0, maximum=limits.max_gpus_per_job)
+        if count.__class__ is not int or not 0 <= count <= limits.max_gpus_per_job:  # else parse_count returns it
+            count = parse_count(count, "gpus_per_node", minimum=0, maximum=limits.max_gpus_per_job)
     except ResourceError as exc:
         raise DirectiveRejection(exc.field, f"{exc.value!r} {exc.problem}; accepted: {exc.accepted}") from None
     if count and gpus_per_task:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import msgspec
 
@@ -69,8 +68,7 @@ _size_encoder = msgspec.json.Encoder()
 _IMAGE_RE = re.compile(IMAGE_PATTERN)
 
 
-@dataclass(frozen=True, slots=True)
-class Admission:
+class Admission(msgspec.Struct, frozen=True):
     """The jobs one submission makes, as (job id, spec), and what its submitter should be told."""
 
     jobs: list[tuple[str, c.JobSpec]]

@@ -21,6 +21,8 @@ from services.submission.task_spread import spread_tasks
 
 __all__ = ["choose_partition"]
 
+_NONE_DEFINED = Candidates(none_defined=True)
+
 
 def choose_partition(
     sub: c.JobSubmitted,
@@ -41,7 +43,8 @@ def choose_partition(
         if name.strip() and not valid_partition(name.strip()):
             raise Rejection(f"partitions[{i}]", f"{name[:200]!r} is not a partition name (1-128 letters, digits, '_', "
                             "'-' or '.')")
-    candidates = parts.candidates(sub.partitions)
+    # A cluster without partitions and a job naming none (the most common case): what candidates() says
+    candidates = _NONE_DEFINED if not sub.partitions and not parts.configs else parts.candidates(sub.partitions)
     if candidates.problem is not None:
         raise Rejection(*candidates.problem)
     if candidates.none_defined:
