@@ -56,6 +56,13 @@ def job_size(spec: c.JobSpec) -> float:
     return spec.cpus_milli * tasks / 1000.0
 
 
+def size_shape(spec: c.JobSpec) -> object:
+    """What ``job_size`` reads, as a value to group by (equal shapes, equal sizes), without its arithmetic."""
+    if spec.components:
+        return job_size(spec)
+    return (spec.nodes, spec.tasks_per_node, spec.gpus, spec.gpus_per_node, spec.cpus_milli)
+
+
 WEIGHT_NAMES = POLICY_WEIGHTS
 
 
@@ -174,7 +181,7 @@ class F1:
         return (CLASS_RANK[spec.priority_class], score, job.accepted_seq)
 
     def group(self, spec: c.JobSpec) -> tuple[object, ...]:
-        return (spec.priority_class, spec.time_limit_s, job_size(spec))
+        return (spec.priority_class, spec.time_limit_s, size_shape(spec))
 
     def in_order(self, before: Job, after: Job) -> bool:
         # The key is static: compare it (the score grows with the submit time, but ties and
@@ -234,7 +241,7 @@ class Multifactor:
 
     def group(self, spec: c.JobSpec) -> tuple[object, ...]:
         # every factor but age (fair share by account and user, the boost by account), and nice
-        return (spec.priority_class, spec.account, spec.user, spec.nice, spec.time_limit_s, job_size(spec), spec.qos)
+        return (spec.priority_class, spec.account, spec.user, spec.nice, spec.time_limit_s, size_shape(spec), spec.qos)
 
     def in_order(self, before: Job, after: Job) -> bool:
         # Within a group only the age term differs, and it does not grow with accepted_ts: the

@@ -92,7 +92,10 @@ class _Run:
 
     def remove(self, job: Job) -> bool:
         """Take ``job`` out; False when it is not in this run."""
-        ci, pos = self.place(_at(job))
+        if self.chunks and self.chunks[0][0] is job:  # the usual case: the head starts
+            ci, pos = 0, 0
+        else:
+            ci, pos = self.place(_at(job))
         if self.get(ci, pos) is not job:
             return False
         chunk = self.chunks[ci]
@@ -132,8 +135,19 @@ class QueueIndex:
 
     def add(self, job: Job) -> None:
         """``job`` has become pending (a job already in the index stays where it is)."""
-        runs = self.groups.setdefault(self.group(job), [])
+        runs = self.groups.get(group := self.group(job))
         at = _at(job)
+        if runs is None:
+            run = _Run()
+            run.insert(0, 0, job)
+            self.groups[group] = [run]
+            return
+        first = runs[0]
+        if len(runs) == 1 and at > first.lasts[-1]:  # the usual case: a newcomer after the group's last job
+            chunk = first.chunks[-1]
+            if self._policy.in_order(chunk[-1], job):
+                first.insert(len(first.chunks) - 1, len(chunk), job)
+                return
         places = [run.place(at) for run in runs]
         if any(run.get(*where) is job for run, where in zip(runs, places, strict=True)):
             return
