@@ -17,11 +17,12 @@ import pytest
 from events import catalogue as c
 from services.domain.dependencies import NEVER, dependency_status
 from services.domain.fairshare import association
-from services.domain.jobs import Job
+from services.domain.jobs import Job, JobState
 from services.domain.policy import POLICIES
 from services.domain.queue import order
 from services.domain.queue.index import QueueIndex, merged
 from services.domain.queue.state import SchedulingState
+from services.domain.queue.waiting import _Scan
 from services.domain.quotas import BLOCKED, BORROW, Amount, amount_of
 from services.scheduling.core import SchedulingCore
 from tests.helpers import Feed, accepted
@@ -92,6 +93,31 @@ def reference_candidates(state: SchedulingState, max_candidates: int) -> tuple[l
     return out, borrowing
 
 
+def reference_scan(state: SchedulingState, job: Job, ctx) -> tuple:
+    """``waiting._Scan`` as it was: every pending job's key compared with the job's."""
+    key = order.queue_key(state)
+    mine = key(job, ctx)
+    array = job.spec.array if job.spec is not None else None
+    count = tasks = 0
+    head = holder = blocker = None
+    for other in state.pending.values():
+        if other is job:
+            continue
+        k = key(other, ctx)
+        if not k < mine:
+            continue
+        count += 1
+        if head is None or k < head[0]:
+            head = (k, other)
+        if other.reserved_at is not None and (holder is None or k < holder[0]):
+            holder = (k, other)
+        if other.last_block and (blocker is None or k < blocker[0]):
+            blocker = (k, other)
+        if array is not None and other.spec is not None and other.spec.array == array:
+            tasks += 1
+    return (count, head[1] if head else None, holder[1] if holder else None, blocker[1] if blocker else None, tasks)
+
+
 # ------------------------------------------------------------------ random queues
 
 
@@ -136,6 +162,8 @@ class Queue:
             kw["cpus_milli"] = rng.choice((1_000, 16_000))
         if rng.random() < 0.05:
             kw["begin_ts"] = self.f.time + rng.choice((5.0, 500.0))  # in backoff for a while
+        if rng.random() < 0.2:
+            kw["array"] = rng.choice(("arrA", "arrB"))
         event = accepted(job_id, **kw)
         if self.skew == "jumbled" or rng.random() < 0.05:  # a client's or a skewed clock's submit time
             event = c.JobAccepted(**{**{f: getattr(event, f) for f in event.__struct_fields__},
@@ -174,8 +202,10 @@ class Queue:
             f.evt("submission", c.JobCancelled(job_id=rng.choice(pending)), dt=1.0)
         elif roll < 0.94:
             job_id = rng.choice(pending)
-            f.evt("placement", c.PlacementBlocked(job_id=job_id, basis_seq=f.seq, fits_nowhere=rng.random() < 0.3,
-                                                  reasons=[c.BlockReason(reason="full", nodes=1)]), dt=0.0)
+            f.evt("placement", c.PlacementBlocked(
+                job_id=job_id, basis_seq=f.seq, fits_nowhere=rng.random() < 0.3,
+                reasons=[c.BlockReason(reason="full", nodes=1)] if rng.random() < 0.8 else [],
+                earliest_start_ts=f.time + 100.0 if rng.random() < 0.4 else None), dt=0.0)
         else:
             dt = rng.choice((1.0, 600.0, 86_400.0))
             f.evt("inventory", c.ClockTicked(now_ts=f.time + dt), dt=dt)
@@ -191,6 +221,10 @@ def check(q: Queue) -> None:
         got, borrowing = order.candidates(state, most)
         want, want_borrowing = reference_candidates(state, most)
         assert ([j.job_id for j in got], borrowing) == ([j.job_id for j in want], want_borrowing)
+    ctx = order.context(state)
+    waiting_jobs = list(state.pending.values()) + [j for j in state.jobs.jobs.values() if j.state is JobState.HELD]
+    for job in waiting_jobs[::max(1, len(waiting_jobs) // 12)]:  # where each stands: as the full scan found it
+        assert _Scan(state, job, ctx)._scan() == reference_scan(state, job, ctx), job.job_id
     indexed = [job for run in state.queue_index.runs() for job in run]
     assert sorted(j.job_id for j in indexed) == sorted(state.pending)  # each pending job once, no other
     assert all(state.pending[j.job_id] is j for j in indexed)
@@ -325,7 +359,7 @@ def test_the_jobs_a_dependency_can_never_satisfy_are_kept_exactly(seed: int) -> 
         elif live:
             job = state.jobs.jobs[rng.choice(live)]
             j, a = job.job_id, job.attempt
-            from services.domain.jobs import JobState as S
+            S = JobState
             if job.state is S.PENDING and roll < 0.55:
                 f.evt("placement", c.JobScheduled(job_id=j, attempt=a + 1))
             elif job.state is S.PENDING and roll < 0.6:

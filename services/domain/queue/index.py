@@ -34,7 +34,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from services.domain.jobs import Job
 from services.domain.policy import Context, Policy, make_policy
 
-__all__ = ["QueueIndex", "merged"]
+__all__ = ["QueueIndex", "merged", "count_before"]
 
 _LOAD = 512  # a chunk splits past 2 * _LOAD jobs
 
@@ -231,3 +231,16 @@ def merged(index: QueueIndex, key: Callable[[Job, Context], tuple[float | int, .
             heapq.heappop(heap)
         else:
             heapq.heapreplace(heap, (key(following, ctx), i, following, jobs))
+
+
+def count_before(index: QueueIndex, key: Callable[[Job, Context], tuple[float | int, ...]], ctx: Context,
+                 mine: tuple[float | int, ...]) -> int:
+    """How many of the index's jobs key before ``mine``: a binary search of each run (each is in key
+    order in every context), not a key per job."""
+    count = 0
+    for run in index.runs():
+        ci = bisect_left(run.chunks, mine, key=lambda chunk: key(chunk[-1], ctx))
+        count += sum(len(chunk) for chunk in run.chunks[:ci])
+        if ci < len(run.chunks):
+            count += bisect_left(run.chunks[ci], mine, key=lambda job: key(job, ctx))
+    return count

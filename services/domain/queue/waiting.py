@@ -13,12 +13,14 @@ which tools that drive Slurm read: ``Resources``, ``Priority``, ``Dependency``, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 from services.domain.dependencies import MET, dependency_status
 from services.domain.fairshare import association
 from services.domain.jobs import HOLDS_RESOURCES, Job, JobState
 from services.domain.policy import Context
+from services.domain.queue.index import QueueIndex, count_before, merged
 from services.domain.queue.order import context, ordered_queue, queue_key
 from services.domain.queue.state import SchedulingState
 from services.domain.quotas import BLOCKED, amount_of
@@ -134,6 +136,10 @@ class _Scan:
             ctx = self.ctx or context(self.state)
             key = queue_key(self.state)
             mine = key(self.job, ctx)
+            index = self.state.queue_index
+            if index.policy == self.state.config.policy and len(index) == len(self.state.pending):
+                self._found = self._indexed(index, key, ctx, mine)
+                return self._found
             array = self.job.spec.array if self.job.spec is not None else None
             count = tasks = 0
             head = holder = blocker = None  # (key, job) of the first of each
@@ -155,6 +161,34 @@ class _Scan:
             self._found = (count, head[1] if head else None, holder[1] if holder else None,
                            blocker[1] if blocker else None, tasks)
         return self._found
+
+    def _indexed(self, index: QueueIndex, key: Callable[[Job, Context], tuple[float | int, ...]], ctx: Context,
+                 mine: tuple[float | int, ...]) -> tuple[int, Job | None, Job | None, Job | None, int]:
+        """What the scan finds, from the queue index (``index.py``): the count by a binary search of each
+        run, the head from the runs' heads; the keys of the jobs with a placement verdict and of the
+        job's array's tasks only (a timeout's reason in a backlog of a million jobs)."""
+        state, me = self.state, self.job
+        count = count_before(index, key, ctx, mine)
+        head = next(merged(index, key, ctx, state.pending), None) if count else None
+        holder = blocker = None  # (key, job) of the first of each
+        for other in state.pending.values():
+            if other is me or (other.reserved_at is None and not other.last_block):
+                continue
+            k = key(other, ctx)
+            if not k < mine:
+                continue
+            if other.reserved_at is not None and (holder is None or k < holder[0]):
+                holder = (k, other)
+            if other.last_block and (blocker is None or k < blocker[0]):
+                blocker = (k, other)
+        array = me.spec.array if me.spec is not None else None
+        tasks = 0
+        for task_id in state.jobs.arrays.get(array, ()) if array is not None else ():
+            other = state.pending.get(task_id)
+            if other is not None and other is not me and other.spec is not None and other.spec.array == array \
+                    and key(other, ctx) < mine:
+                tasks += 1
+        return count, head, holder[1] if holder else None, blocker[1] if blocker else None, tasks
 
     def ahead(self, job: Job) -> tuple[int, Job | None, Job | None, Job | None]:
         return self._scan()[:4]
