@@ -123,7 +123,9 @@ class SchedulingCore(QueueFold):
                               dependency=dep, reason=why))
             ended.add(job_id)
         # 2b. dependency timeouts, and deadlines (Slurm's --deadline) a pending job can no longer meet
-        for job_id in sorted(state.expiring - ended):
+        # (only the jobs whose time has come: services/domain/queue/never.py's expiry)
+        come = {job_id for _at, job_id in _due(state.expiry_heap, state.now) if job_id in state.expiring}
+        for job_id in sorted(come - ended):
             job = state.pending[job_id]
             spec = job.spec
             assert spec is not None

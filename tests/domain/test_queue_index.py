@@ -10,16 +10,17 @@ the real ``QueueFold``, and the two are compared after every few records, and af
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
 from events import catalogue as c
-from services.domain.dependencies import NEVER, dependency_status
+from services.domain.dependencies import NEVER, dependency_expired, dependency_status
 from services.domain.fairshare import association
 from services.domain.jobs import Job, JobState
 from services.domain.policy import POLICIES
-from services.domain.queue import order
+from services.domain.queue import never, order
 from services.domain.queue.index import QueueIndex, merged
 from services.domain.queue.state import SchedulingState
 from services.domain.queue.waiting import _Scan
@@ -402,3 +403,70 @@ def test_the_jobs_a_dependency_can_never_satisfy_are_kept_exactly(seed: int) -> 
                 assert f.state.never == reference_never(f.state)
             loaded = core.load(core.dump(f.state))
             assert loaded.never == reference_never(loaded) == f.state.never
+
+
+# ------------------------------------------------------------------ dependency timeouts and deadlines
+
+
+def reference_expired(state: SchedulingState) -> list[tuple[str, str]]:
+    """Step 2b of decide as it was: every job of ``state.expiring`` asked every round."""
+    out = []
+    for job_id in sorted(state.expiring - set(reference_never(state))):
+        job = state.pending[job_id]
+        spec = job.spec
+        if dependency_expired(job, state.jobs, state.to_requeue, state.now, state.datasets) is not None:
+            out.append(("JobDependencyNeverSatisfied", job_id))
+        elif spec.deadline_ts and state.now + spec.time_limit_s > spec.deadline_ts:
+            out.append(("JobUnschedulable", job_id))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_only_the_jobs_whose_time_has_come_are_asked_and_the_answers_are_the_same(seed: int) -> None:
+    """Jobs with dependency timeouts and deadlines (some at the very float where now + limit passes it),
+    held and released, requeued, scheduled; the clock moves by ticks. A round's timeouts and deadlines
+    are the ones asking every expiring job finds, and the heap does not keep the jobs that left."""
+    rng = random.Random(seed)
+    core = SchedulingCore(max_candidates=10_000)
+    f = Feed(core)
+    for step in range(300):
+        state = f.state
+        pending = sorted(state.pending)
+        roll = rng.random()
+        if roll < 0.4 or not pending:
+            job_id = f"d{step:03d}"
+            kw = dict(time_limit_s=rng.choice((60.0, 3_600.0, 0.1)))
+            if rng.random() < 0.6:
+                kw["deadline_ts"] = f.time + rng.choice((30.0, 3_700.0, 100_000.0)) + kw["time_limit_s"] * rng.random()
+            if rng.random() < 0.5:
+                kw["dependency_timeout_s"] = rng.choice((10.0, 500.0))
+                kw["dependencies"] = [c.Dependency(kind="after-ok", job_id=rng.choice(pending + ["nobody"]))]
+            f.evt("submission", accepted(job_id, **kw), dt=0.0)
+        elif roll < 0.55:
+            f.evt("placement", c.JobScheduled(job_id=rng.choice(pending), attempt=1), dt=0.0)
+        elif roll < 0.65:
+            job_id = rng.choice(pending)
+            f.evt("submission", c.JobHeld(job_id=job_id))
+            f.evt("submission", c.JobReleased(job_id=job_id), dt=rng.choice((0.0, 50.0)))
+        elif roll < 0.8 and state.expiring:  # the log's time lands on a job's expiry, or the float before it
+            t = never.expiry(state.pending[rng.choice(sorted(state.expiring))])
+            t = rng.choice((t, math.nextafter(t, -math.inf)))
+            if math.isfinite(t) and t > f.time:
+                f.time = t
+                f.evt("inventory", c.ClockTicked(now_ts=t), dt=0.0)
+        else:
+            dt = rng.choice((0.5, 20.0, 400.0, 3_000.0))
+            f.evt("inventory", c.ClockTicked(now_ts=f.time + dt), dt=dt)
+        state = f.state
+        out = core.decide(state)
+        got = [(type(e).__name__, e.job_id) for e in out
+               if (isinstance(e, c.JobDependencyNeverSatisfied) and e.reason.startswith("timeout:"))
+               or (isinstance(e, c.JobUnschedulable) and e.reason.startswith("deadline:"))]
+        assert got == reference_expired(state), step
+        assert len(state.expiry_heap) <= 2 * len(state.expiring) + 64
+        if got and rng.random() < 0.5:
+            for event in out:
+                if isinstance(event, c.JobDependencyNeverSatisfied | c.JobUnschedulable):
+                    f.evt("scheduling", event, dt=0.0)
+    loaded = core.load(core.dump(f.state))
+    assert sorted(set(loaded.expiry_heap)) == sorted({e for e in f.state.expiry_heap if e[1] in f.state.expiring})

@@ -156,6 +156,7 @@ def _rebuild(state: SchedulingState, wakeups_due: set[str]) -> None:
                 state.licensed.add(job.job_id)
             if spec.deadline_ts or (spec.dependency_timeout_s is not None and (spec.dependencies or spec.after_datasets)):
                 state.expiring.add(job.job_id)
+                state.expiry_heap.append((never.expiry(job), job.job_id))
             if job.not_before_ts > state.now or job.job_id in wakeups_due:
                 state.wakeups.append((job.not_before_ts, job.job_id))
         if spec.elastic and job.state in HOLDS_RESOURCES and 0 < len(job.allocations) < spec.nodes:
@@ -172,6 +173,7 @@ def _rebuild(state: SchedulingState, wakeups_due: set[str]) -> None:
     never.rebuild(state)
     heapq.heapify(state.wakeups)
     heapq.heapify(state.deadline_heap)
+    heapq.heapify(state.expiry_heap)
 
 
 def _sorted(mapping: dict) -> dict:  # type: ignore[type-arg]

@@ -345,6 +345,7 @@ class QueueFold:
             state.licensed.add(job.job_id)
         if spec.deadline_ts or (spec.dependency_timeout_s is not None and (spec.dependencies or spec.after_datasets)):
             state.expiring.add(job.job_id)
+            heapq.heappush(state.expiry_heap, (never.expiry(job), job.job_id))
         if job.not_before_ts > state.now:
             heapq.heappush(state.wakeups, (job.not_before_ts, job.job_id))
         wait = waiting_limit(spec)
@@ -370,6 +371,7 @@ class QueueFold:
             state.deadlines.pop(job.job_id, None)
         while state.deadline_heap and state.deadline_heap[0][1] not in state.pending:
             heapq.heappop(state.deadline_heap)
+        never.forget_expired(state)
 
     def _charge(self, state: SchedulingState, job: Job) -> None:
         spec = job.spec

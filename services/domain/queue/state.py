@@ -75,6 +75,7 @@ class SchedulingState(CoreState):
         self.throttled: set[str] = set()  # pending tasks of arrays with a running limit
         self.expiring: set[str] = set()  # pending jobs with a dependency timeout or a deadline (Slurm's --deadline)
         self.deadline_heap: list[tuple[float, str]] = []
+        self.expiry_heap: list[tuple[float, str]] = []  # (when it may expire, job) of expiring jobs (never.py)
         self.wakeups: list[tuple[float, str]] = []  # (not before, job) of requeued jobs in backoff
         self.growable: set[str] = set()  # elastic jobs holding resources below their most nodes
         self.licensed: set[str] = set()  # pending jobs that ask for licenses
