@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -19,7 +20,9 @@ from tests.e2e import job_json, publish_all, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
-CORES = [SubmissionCore, SchedulingCore, PlacementCore, PreemptionCore, InventoryCore]
+# as the services run: submission marks the log's layout (services/submission/part.py)
+CORES = [functools.partial(SubmissionCore, mark_layout=True), SchedulingCore, PlacementCore, PreemptionCore,
+         InventoryCore]
 
 
 async def test_every_service_reproduces_its_recorded_decisions(running_horizon):
