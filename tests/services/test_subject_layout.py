@@ -232,3 +232,41 @@ async def test_a_snapshot_after_the_marker_resumes_on_the_filter(js_log, nats_se
     finally:
         await runner.stop()
         await log.close()
+
+
+async def test_on_the_replay_benchmarks_log_scheduling_reads_only_the_events(nats_server):
+    """The replay benchmark's log (5 records a job, one the client's JobSubmitted) with the marker first:
+    the scheduling runner replaying it from seq 1 reads the 4 events of each job and the marker, and
+    folds the state a fold of the whole log gives (the same pending jobs and sequence)."""
+    from events.subjects import event_subject
+    from services.front.bench.restart import _publish_lifecycles
+    from services.runtime.log import Outgoing
+
+    log = await JetStreamLog.open(nats_server.url, name="layout-bench")
+    marker = c.LogLayoutChanged(id="submission/LogLayoutChanged/2", correlation_id="log", source="submission")
+    await log.publish_many([Outgoing(event_subject("submission", marker), encode(marker), marker.id)])
+    await _publish_lifecycles(log, 0, 500)
+    end = await log.last_seq()
+    runner = ServiceRunner(log, make_core("scheduling"), snapshots=False)
+    read = 0
+    apply = runner._apply
+
+    async def counting(batch: Any) -> None:
+        nonlocal read
+        read += len(batch)
+        await apply(batch)
+
+    runner._apply = counting  # type: ignore[method-assign]
+    try:
+        await runner.start()
+        assert read == 1 + 4 * 500 and end == 1 + 5 * 500
+        assert runner.state.seq == end and tuple(runner._follower.subjects) == EVENTS_ONLY
+        whole = make_core("scheduling")
+        state = whole.initial()
+        from services.runtime.service import fold_record
+        for record in await read_log(nats_server.url):
+            state, _, _ = fold_record(whole, state, record)
+        assert whole.dump(state) == runner.core.dump(runner.state)
+    finally:
+        await runner.stop()
+        await log.close()
