@@ -110,6 +110,7 @@ async def run_benchmarks(names: list[str], sizes: Sizes, progress: Callable[[str
             results[name] = await run_stage(name, lambda n=name: _on_server(n, sizes), stage_budget(name, sizes))
         except StageFailed as exc:
             results[name] = {"error": str(exc)}
+        if results[name].get("error"):  # failed, or in part (a partitions case) with the rest measured
             results.setdefault("failed", []).append(name)
     return results
 

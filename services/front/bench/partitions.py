@@ -32,7 +32,7 @@ from typing import Any
 
 from services.front.bench.processes import spawn, stop_processes
 from services.front.bench.sizes import Sizes
-from services.front.bench.stage import budget, close_within, status, wait_for
+from services.front.bench.stage import StageFailed, budget, close_within, status, wait_for
 from services.front.bench.throughput import HEARTBEAT_TIMEOUT, publish_backlog, publish_nodes
 from services.front.bench.watch import Agents, SchedulingWatch
 from services.runtime.jetstream import JetStreamLog
@@ -133,17 +133,28 @@ async def _run(url: str, sizes: Sizes, parts: int) -> dict[str, Any]:
 
 async def bench_partitions(url: str, sizes: Sizes) -> dict[str, Any]:
     """One, two and four pairs of leaders (``sizes.partition_cases``), same nodes and backlog, each on a
-    fresh server (``url`` unused); ``ratio_K``: K pairs' jobs/s over one pair's, same run."""
-    cases = {parts: await _case(sizes, parts) for parts in sizes.partition_cases}
-    one = cases[1]
+    fresh server (``url`` unused); ``ratio_K``: K pairs' jobs/s over one pair's, same run. A case that
+    fails is ``{"error": why}``, its ratio ``None`` and ``error`` says which; the other cases still run."""
+    cases: dict[int, dict[str, Any]] = {}
+    for parts in sizes.partition_cases:
+        try:
+            cases[parts] = await _case(sizes, parts)
+        except StageFailed as exc:
+            cases[parts] = {"error": str(exc)}
+    one = cases.get(1, {})
     out: dict[str, Any] = {_WORDS.get(parts, f"p{parts}"): case for parts, case in cases.items()}
     for parts, case in cases.items():
         if parts != 1:
-            out[f"ratio_{parts}"] = round(case["jobs_per_s"] / one["jobs_per_s"], 3)
-            out[f"steady_ratio_{parts}"] = round(case["steady_jobs_per_s"] / one["steady_jobs_per_s"], 3)
+            ok = "error" not in case and one and "error" not in one
+            out[f"ratio_{parts}"] = round(case["jobs_per_s"] / one["jobs_per_s"], 3) if ok else None
+            out[f"steady_ratio_{parts}"] = (round(case["steady_jobs_per_s"] / one["steady_jobs_per_s"], 3)
+                                            if ok else None)
     if 2 in cases:  # the keys of the 1-vs-2 benchmark, kept
         out["ratio"], out["steady_ratio"] = out["ratio_2"], out["steady_ratio_2"]
     out["cpus"] = os.cpu_count()
+    errors = [case["error"] for case in cases.values() if "error" in case]
+    if errors:
+        out["error"] = "; ".join(errors)
     return out
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 
 __all__ = ["HORIZON", "profile", "spawn", "service_processes", "is_ready", "rss_bytes", "check_alive",
-           "stop_processes", "stop_all", "wait_until", "log_tail"]
+           "running", "stop_processes", "stop_all", "wait_until", "log_tail"]
 
 
 HORIZON = [sys.executable, "-m", "services.front.cli.main"]
@@ -53,6 +53,7 @@ def spawn(url: str, name: str, *extra: str, label: str | None = None) -> subproc
     proc.log_path = path  # type: ignore[attr-defined]
     proc.label = label  # type: ignore[attr-defined]
     proc.notify = sock  # type: ignore[attr-defined]
+    proc.notify_path = notify_path  # type: ignore[attr-defined]
     proc.ready = False  # type: ignore[attr-defined]
     _RUNNING.append(proc)
     profile(proc, label)
@@ -117,6 +118,11 @@ def check_alive() -> None:
             raise RuntimeError(f"{name} (pid {proc.pid}) exited with {proc.returncode}: {log_tail(proc)}")
 
 
+def running() -> list[subprocess.Popen[bytes]]:
+    """The processes started and not stopped yet (dead ones included: ``check_alive`` reports them)."""
+    return list(_RUNNING)
+
+
 def stop_processes(procs: list[subprocess.Popen[bytes]], timeout_s: float = 20.0) -> None:
     """SIGTERM each (by its PID), wait ``timeout_s``, SIGKILL what lingers."""
     for proc in procs:
@@ -134,6 +140,7 @@ def stop_processes(procs: list[subprocess.Popen[bytes]], timeout_s: float = 20.0
         sock = getattr(proc, "notify", None)
         if sock is not None:
             sock.close()
+            Path(proc.notify_path).unlink(missing_ok=True)  # type: ignore[attr-defined]
 
 
 def stop_all() -> None:

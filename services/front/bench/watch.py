@@ -212,12 +212,13 @@ class SchedulingWatch:
         return round(percentile(self.cycle_ms, q), 1) if self.cycle_ms else None
 
     async def progress(self, want: int, what: str = "JobScheduled") -> str:
-        from services.front.bench.processes import _RUNNING
+        from services.front.bench.processes import running
 
-        alive = sum(1 for p in _RUNNING if p.poll() is None)
+        procs = running()
+        alive = sum(1 for p in procs if p.poll() is None)
         try:
             seq = f"{await asyncio.wait_for(self.log.last_seq(), 5.0):,}"
         except Exception:  # noqa: BLE001 - the message goes out with what is known
             seq = "unknown"
-        return (f"{self.jobs:,} of {want:,} {what}; {alive} of {len(_RUNNING)} services alive; log at seq {seq}; "
+        return (f"{self.jobs:,} of {want:,} {what}; {alive} of {len(procs)} services alive; log at seq {seq}; "
                 f"{self.node_lost:,} NodeLost seen; {len(self.cycle_ms):,} cycles")
