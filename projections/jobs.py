@@ -77,6 +77,7 @@ class JobsProjection(JobQueries):
         self.last_seq = 0
         self.ready = asyncio.Event()
         self._follower: LogFollow | None = None
+        self.make_follower: Any = LogFollow  # or a reader shared with the other parts of the process (fanout.py)
         self._tenants: dict[str, str] = {}
         # The tenant feed: records from ``feed_from`` on (live), handed to each listener after the
         # batch is committed as (tenant, record).
@@ -228,8 +229,9 @@ class JobsProjection(JobQueries):
         """Follow the log from the stored position; what it holds already is history, not news."""
         if self.db is None:
             await self.open()
-        self._follower = LogFollow(self.log, self.apply, from_seq=self.last_seq + 1, subjects=("horizon.evt.>",),
-                                   linger_s=READ_MODEL_LINGER_S, name="horizon-jobs-view")
+        self._follower = self.make_follower(self.log, self.apply, from_seq=self.last_seq + 1,
+                                            subjects=("horizon.evt.>",), linger_s=READ_MODEL_LINGER_S,
+                                            name="horizon-jobs-view")
         await self._follower.start()  # reads the log's end; the catch-up runs from the next await on
         self.feed_from = self._follower.end + 1
         self.ready.set()

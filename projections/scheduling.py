@@ -138,6 +138,7 @@ class SchedulerView:
         if meter_provider is not None:
             self._metrics(meter_provider)
         self._follower: LogFollow | None = None
+        self.make_follower: Any = LogFollow  # or a reader shared with the other parts of the process (fanout.py)
         self._flusher: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
         self._start_end = 0
@@ -335,8 +336,8 @@ class SchedulerView:
             await self.store.open()
         if self.store is not None:
             await self._resume()
-        self._follower = LogFollow(self.log, self.apply, from_seq=self.state.seq + 1, linger_s=READ_MODEL_LINGER_S,
-                                   name="horizon-standing")
+        self._follower = self.make_follower(self.log, self.apply, from_seq=self.state.seq + 1,
+                                            linger_s=READ_MODEL_LINGER_S, name="horizon-standing")
         await self._follower.start()  # reads the log's end; the catch-up runs from the next await on
         if self.store is not None:
             self._start_end = max(self._follower.end, self.store.last_seq)

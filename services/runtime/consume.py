@@ -44,9 +44,14 @@ def decode_record(record: Record) -> Event:
 def readable(batch: Iterable[Record], after_seq: int) -> Iterator[tuple[Record, Event | None]]:
     """The records past ``after_seq``, in order, each with its event, or ``None`` if it cannot be
     decoded (services dead-letter those; read models and agents only skip them)."""
-    for record in batch:
+    decoded = getattr(batch, "events", None)  # decoded once for every part by a shared reader (fanout.py)
+    for i, record in enumerate(batch):
         if record.seq <= after_seq:
             continue  # already folded: a reader restart may repeat the tail
+        if decoded is not None:
+            event = decoded[i]
+            yield record, None if isinstance(event, DecodeError) else event
+            continue
         try:
             yield record, decode_record(record)
         except DecodeError:

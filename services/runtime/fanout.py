@@ -149,11 +149,14 @@ class SharedReader:
     def follow(self, part_log: EventLog, on_batch: OnBatch, *, from_seq: int = 1, until_seq: int | None = None,
                subjects: Sequence[str] = WHOLE_LOG, history: OnBatch | None = None,
                on_caught_up: Callable[[int], Awaitable[Any] | Any] | None = None, linger_s: float = 0.0,
-               name: str = "horizon-follow") -> SharedFollow:
+               name: str = "horizon-follow", max_lag: int | None = None) -> SharedFollow:
         """A part's follower on this reader (``LogFollow``'s arguments; ``part_log`` is the part's own log,
-        which reads its history if it joins late and learns what it reads, e.g. telemetry)."""
+        which reads its history if it joins late and learns what it reads, e.g. telemetry). ``max_lag``:
+        this part's slack before the reader waits for it (default the reader's; a read model that commits
+        to a database may be given more, so that the decision services do not wait for its commits)."""
         return SharedFollow(self, part_log, on_batch, from_seq=from_seq, until_seq=until_seq, subjects=subjects,
-                            history=history, on_caught_up=on_caught_up, linger_s=linger_s, name=name)
+                            history=history, on_caught_up=on_caught_up, linger_s=linger_s, name=name,
+                            max_lag=self.max_lag if max_lag is None else max(1, max_lag))
 
     @property
     def parts(self) -> int:
@@ -284,8 +287,8 @@ class SharedReader:
             part.wake.set()
         self.seen = max(self.seen, last)
         while self._parts:
-            slowest = max(self._parts, key=lambda p: p.queued)
-            if slowest.queued <= self.max_lag:
+            slowest = max(self._parts, key=lambda p: p.queued - p.max_lag)
+            if slowest.queued <= slowest.max_lag:
                 return
             slowest.drained.clear()
             await slowest.drained.wait()
@@ -301,7 +304,8 @@ class SharedFollow:
 
     def __init__(self, reader: SharedReader, part_log: EventLog, on_batch: OnBatch, *, from_seq: int,
                  until_seq: int | None, subjects: Sequence[str], history: OnBatch | None,
-                 on_caught_up: Callable[[int], Awaitable[Any] | Any] | None, linger_s: float, name: str) -> None:
+                 on_caught_up: Callable[[int], Awaitable[Any] | Any] | None, linger_s: float, name: str,
+                 max_lag: int) -> None:
         subjects = tuple(subjects)
         if not reader.whole and not all(_covers(reader.subjects[0], p) for p in subjects):
             raise ValueError(f"{name}: reads {list(subjects)}, the shared reader only {list(reader.subjects)}")
@@ -316,6 +320,7 @@ class SharedFollow:
         self.accepts = _accepts(reader.subjects, subjects)
         self.linger_s = linger_s
         self.name = name
+        self.max_lag = max_lag
         self.end = 0  # the log's end as read at start
         self.position = self.from_seq - 1  # the last sequence handed to a handler
         self.caught_up = asyncio.Event()

@@ -4,10 +4,10 @@ Each part gets its own NATS connection, as it would in its own process, so
 the in-process stack (``horizon up``, the end-to-end tests) exercises the same
 paths as the distributed shape (``horizon service NAME --nats URL``): its own
 publishing, lease, fence, snapshots and dead letters. What the decision
-services of one process read, they read together (``shared_reader``, on by
-default; ``HORIZON_SHARED_READER=0`` turns it off, to compare): one consumer
-on a connection of its own, each record parsed and decoded once and handed to
-every service (``services/runtime/fanout.py``).
+services and the read models of one process read, they read together
+(``shared_reader``, on by default; ``HORIZON_SHARED_READER=0`` turns it off,
+to compare): one consumer on a connection of its own, each record parsed and
+decoded once and handed to every part (``services/runtime/fanout.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import time
+from functools import partial
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,11 +38,13 @@ from services.runtime.jetstream import JetStreamLog, StreamSettings
 from services.runtime.lease import Lease
 from services.runtime.parts import PartSettings
 from services.runtime.cancel import cancel_and_wait
-from services.runtime.fanout import SharedReader
+from services.runtime.fanout import MAX_LAG, SharedReader
 
 __all__ = ["Part", "Stack"]
 
 log = logging.getLogger("horizon.stack")
+
+READ_MODEL_MAX_LAG = 5 * MAX_LAG  # records a read model may have queued on the shared reader
 
 
 @dataclass
@@ -184,6 +187,11 @@ class Stack:
         standing = StandingStore(self.data_dir / "projections" / "standing.sqlite")
         scheduler = SchedulerView(log_, log_.nc, QueueFold(policy=self.policy), meter_provider=self.meter_provider,
                                   store=standing)
+        if self.shared_reader:
+            # The read models join the services' reader, with more slack: the reader waits for a
+            # database commit only once a read model is that far behind.
+            reader = await self._shared("projections")
+            projection.make_follower = scheduler.make_follower = partial(reader.follow, max_lag=READ_MODEL_MAX_LAG)
 
         async def run() -> None:
             try:
