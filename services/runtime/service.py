@@ -65,6 +65,7 @@ from events.codec import DecodeError, encode
 from events.subjects import event_subject
 from services.runtime.consume import decode_record
 from services.runtime.follow import LogFollow
+from services.runtime.layout import LayoutReader
 from services.domain.protocol import Core, CoreState, Record, fold_event, fold_undecodable, snapshot_interval
 from services.runtime.log import EventLog, Fence, LogConflict, Outgoing, PublishAck
 from services.runtime.snapshots import SnapshotUploader
@@ -89,7 +90,16 @@ def fold_record(core: Core[S], state: S, record: Record) -> tuple[S, Event | Non
     """Fold one record exactly as the live runner does (also used by replay and audit).
 
     Returns the new state, the decoded event (or None) and the decode error (or None).
+
+    A core with ``skips(state, record)`` (a partition leader, services/domain/leaders.py) is asked
+    first: a record it skips is not decoded, and only moves ``seq`` and "now" (its ``evolve`` skips
+    the same records decoded, so a replay folds to the same state). Returns (state, None, None) then.
     """
+    skips = getattr(core, "skips", None)
+    if skips is not None and not core.virtual_time and skips(state, record):
+        state.seq = record.seq
+        state.now = max(state.now, record.time)
+        return state, None, None
     try:
         event = decode_record(record)
     except DecodeError as exc:
@@ -194,6 +204,8 @@ class ServiceRunner(Generic[S]):
         # the other parts of its process (``SharedReader.follow``, services/runtime/fanout.py).
         self.make_follower: Callable[..., Any] = LogFollow
         self._lock = asyncio.Lock()
+        # What it reads: the whole log, or from the log's layout marker on ``horizon.evt.>`` alone (layout.py).
+        self.layout = LayoutReader(self)
         # A traced log (services/runtime/telemetry.py) times each decision round; others do not.
         self._round = getattr(log_, "decision_round", contextlib.nullcontext)
         # Snapshots (``snapshots=False`` turns them off, e.g. to measure a full replay).
@@ -344,8 +356,9 @@ class ServiceRunner(Generic[S]):
         return acks
 
     async def _log_end(self) -> int:
+        """The last record of what it reads (a filtered runner never reads an input past its last event)."""
         try:
-            return await self.log.last_seq()
+            return await self.log.last_seq(self.layout.subjects[0] if self.layout.filtered else None)
         except Exception:  # noqa: BLE001 - the conflicting record is past our state in any case
             return self.state.seq + 1
 
@@ -355,6 +368,7 @@ class ServiceRunner(Generic[S]):
         if not await self.decide_now() and self.state.seq >= self.awaiting and self.leading:
             self.idle_seq = self.state.seq
             self.progress.set()
+            self.layout.rested()
 
     # ---------------------------------------------------------------- the lease
 
@@ -379,7 +393,8 @@ class ServiceRunner(Generic[S]):
         """
         while self.leading:
             try:
-                end = await self.log.last_seq()
+                # the end of what it reads: a filtered runner never reads an input past its last event
+                end = await self.log.last_seq(self.layout.subjects[0] if self.layout.filtered else None)
                 own = await self.log.last_seq(self.fence_subjects)
                 break
             except Exception as exc:  # noqa: BLE001 - keep trying while we hold the lease
@@ -404,6 +419,7 @@ class ServiceRunner(Generic[S]):
             # log, and whoever sees this state applied must find its snapshot already offered.
             self._maybe_snapshot()
             await self._decide_or_rest()
+            self.layout.after_batch()
 
     # ---------------------------------------------------------------- snapshots
 
@@ -485,8 +501,9 @@ class ServiceRunner(Generic[S]):
         self._dead_lettered = {d.seq for d in await self.log.dead_letters(self.name)}
         end = await self.log.last_seq()
         restored = await self._restore(end)
-        self._follower = self.make_follower(self.log, self._on_batch, from_seq=restored + 1, until_seq=end,
-                                            subjects=self.core.subjects, history=self._apply,
+        from_seq = await self.layout.start_from(restored + 1, end)
+        self._follower = self.make_follower(self.log, self._on_batch, from_seq=from_seq, until_seq=end,
+                                            subjects=self.layout.subjects, history=self._apply,
                                             on_caught_up=self._caught_up, name=f"horizon-{self.name}")
         await self._follower.start()
         await self._follower.until_caught_up()
@@ -510,9 +527,9 @@ class ServiceRunner(Generic[S]):
         """Until the follower ends (cancelled, or a failure, which is raised here), or the lease loop fails."""
         assert self._follower is not None, "start() first"
         if self._lease_task is None:
-            await self._follower.wait()
+            await self.layout.following()
             return
-        following = asyncio.create_task(self._follower.wait())
+        following = asyncio.create_task(self.layout.following())
         try:
             await asyncio.wait({following, self._lease_task}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -540,6 +557,7 @@ class ServiceRunner(Generic[S]):
             await self.stop()
 
     async def stop(self) -> None:
+        await self.layout.stop()
         if self._follower is not None:
             await self._follower.stop()
         self._stopping = True
