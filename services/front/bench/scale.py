@@ -8,16 +8,16 @@ inventory, scheduling and placement as processes (as ``bench_scheduling`` runs t
    (``READY=1`` on its notify socket, services/front/bench/processes.py), its resident memory
    (``VmRSS``, /proc/PID/status) is taken; they stop.
 2. **The backlog.** ``backlog`` ``JobAccepted`` are published, no node registered yet (so nothing
-   is scheduled while memory is taken); the services start again and fold it. Once each has caught
-   up: its RSS again. ``bytes_per_queued_job`` = (RSS with the backlog - RSS on the empty log) /
-   backlog, per service; the largest of the three is the figure, each is in
-   ``bytes_per_queued_job_by_service``.
-3. **Restart.** For each service in turn: if its core takes snapshots (``snapshot_every``; they
-   snapshot every 50,000 records and once caught up), wait until its snapshot at the log's end is
-   stored; SIGTERM it (by PID), start it again and time it from the start of the new process to
-   its ``READY=1`` (it has caught up: loaded its snapshot and folded the tail, or, with no
-   snapshot, folded the whole log). ``restart_s`` is the largest; ``restart_s_by_service`` each,
-   with whether a snapshot was there to restart from.
+   is scheduled while memory is taken); the services start again and fold it (``catch_up_s``).
+3. **Memory and restart.** For each service in turn: if its core takes snapshots
+   (``snapshot_every``; they snapshot every 50,000 records and once caught up), wait until its
+   snapshot at the log's end is stored (its dump, held while it uploads, is no longer resident);
+   take its RSS; SIGTERM it (by PID), start it again and time it from the start of the new process
+   to its ``READY=1`` (it has caught up: loaded its snapshot and folded the tail, or, with no
+   snapshot, folded the whole log). ``bytes_per_queued_job`` = (RSS with the backlog - RSS on the
+   empty log) / backlog, per service; the largest of the three is the figure, each is in
+   ``bytes_per_queued_job_by_service``. ``restart_s`` is the largest restart;
+   ``restart_s_by_service`` each, with the snapshot it restored from (its log line), if any.
 4. **Throughput.** The nodes register; instantaneous agents end every scheduled job at once and
    heartbeat every node. ``jobs_per_s`` is the *sustained* rate of decisions: first attempts of
    ``JobScheduled`` per second from the first ``JobScheduled`` to the last (the stream's
@@ -145,6 +145,8 @@ async def _restart(url: str, log: JetStreamLog, stage: str, procs: dict[str, sub
                                       f"caught up), {time.monotonic() - waited:.0f} s after it caught up")
                 await asyncio.sleep(0.2)
                 stored = await _snapshot_seq(log, name)
+        await asyncio.sleep(1.0)  # the first decision round after catching up, and its garbage, pass
+        rss = rss_bytes(procs[name].pid)  # with the backlog folded and no snapshot buffer held any more
         stop_processes([procs[name]])
         status(stage, f"restarting {name}")
         started = time.monotonic()
@@ -153,7 +155,7 @@ async def _restart(url: str, log: JetStreamLog, stage: str, procs: dict[str, sub
                        budget(30, SNAPSHOT_S if snapshot else FOLD_S, end))
         took = time.monotonic() - started
         found = _RESTORED.search(Path(p.log_path).read_text(errors="replace"))  # type: ignore[attr-defined]
-        out[name] = {"restart_s": round(took, 3), "snapshot_every": every,
+        out[name] = {"restart_s": round(took, 3), "snapshot_every": every, "rss_bytes": rss,
                      "restored_from_seq": int(found.group(1)) if found else None}
     return out
 
@@ -199,9 +201,9 @@ async def _loaded(url: str, ss: ScaleSizes) -> dict[str, Any]:
         end = await log.last_seq()
         procs, catch_up = await _start(url, stage, f"the services to fold a backlog of {backlog:,}",
                                        budget(60, FOLD_S, backlog))
-        full = await _rss_settled(procs)
-        per_job = {name: round((full[name] - empty[name]) / backlog) for name in SERVICES}
         restarts = await _restart(url, log, stage, procs, end)
+        full = {name: restarts[name].pop("rss_bytes") for name in SERVICES}
+        per_job = {name: round((full[name] - empty[name]) / backlog) for name in SERVICES}
         # 4. throughput
         agents = await Agents(log, node_names(n)).start(url)
         watch = await SchedulingWatch(log, agents).start(await log.last_seq() + 1)
