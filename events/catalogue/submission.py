@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import msgspec
 from msgspec import Meta
 
 from events.base import Event, JobId
@@ -138,6 +139,11 @@ class InputRelayed(Event, tag="InputRelayed", kw_only=True):
 
     request_seq: Annotated[int, Meta(description="The sequence of the operator's input relayed.")]
     verb: Annotated[str, Meta(description="Its admin verb (`account`, `policy`, `node`, ...).")]
-    input: Annotated[str, Meta(description=(
-        "The input's body exactly as stored (JSON text of the event the verb takes), decoded by each reader."))] = ""
+    # Raw: the stored bytes themselves, not a string of them (no escaping: a relay is the input's size
+    # and a few hundred bytes), decoded by each reader as the input (events.codec.decode)
+    input: Annotated[msgspec.Raw, Meta(description=(
+        "The input exactly as stored: the event the verb takes, as JSON; `null` for one too large to relay "
+        "(`omitted_bytes`), which no service applies."))]
+    omitted_bytes: Annotated[int, Meta(description=(
+        "The size of an input too large to relay within a message (its body is left out); 0: relayed."))] = 0
     basis_seq: int = 0

@@ -142,14 +142,14 @@ def relayed_input(record: Record, event: c.InputRelayed) -> tuple[Record, Event]
     that verb does not take: it is folded as itself, which no core applies."""
     if event_owner(record.subject) != "submission" or event.verb not in RELAYED_VERBS or event.request_seq <= 0:
         return None
+    data = bytes(event.input)
     try:
-        inner = decode(event.input)
+        inner = decode(data)
     except DecodeError:
-        return None
+        return None  # an input too large to relay (``null``), or not the event its verb takes
     if not isinstance(inner, ADMIN_VERBS[event.verb]):
         return None
-    return Record(record.seq, admin_subject(event.verb), event.input.encode(), record.time, record.headers,
-                  event.request_seq), inner
+    return Record(record.seq, admin_subject(event.verb), data, record.time, record.headers, event.request_seq), inner
 
 
 _EVENT_SUBJECT = EVENT_PREFIX + "."

@@ -16,7 +16,9 @@ operator's configuration and node commands, submission relays to them as ``Input
    takes, so a tenant's input is never relayed and nothing can be forged through a relay), is relayed
    once, in log order, with its body as stored: id ``submission/InputRelayed/<input seq>``,
    ``causation_id`` ``seq:<input seq>``. A relay is a decision like any other (a pure function of the
-   log), published fenced, replayed by ``horizon audit``; folding it back clears it.
+   log), published fenced, replayed by ``horizon audit``; folding it back clears it. An input within
+   8 KiB of the server's 1 MiB message limit would not fit in its relay: it is relayed without its body
+   (``omitted_bytes``) and no service applies it (no operator command writes one that large).
 
 Who answers an input does not change: each service that refuses a configuration answers it with
 ``ConfigRejected`` naming the input's sequence, inventory answers node commands under the command's
@@ -24,6 +26,8 @@ sequence, and submission still answers the requests about jobs itself (they are 
 """
 
 from __future__ import annotations
+
+import msgspec
 
 from events import catalogue as c
 from events.subjects import RELAY_LAYOUT, RELAYED_VERBS, Subject
@@ -34,6 +38,7 @@ from services.submission.state import SubmissionState
 __all__ = ["note_input", "note_relay", "relay_decisions", "MARKER_ID"]
 
 MARKER_ID = f"submission/LogLayoutChanged/{RELAY_LAYOUT}"
+MAX_RELAYED_BYTES = (1 << 20) - 8192  # an input larger is relayed without its body (``omitted_bytes``)
 
 
 def note_input(state: SubmissionState, record: Record, subject: Subject) -> None:
@@ -57,5 +62,13 @@ def relay_decisions(state: SubmissionState, name: str, mark: bool) -> list[c.Eve
                                    layout=RELAY_LAYOUT, basis_seq=state.seq)]
     decide = Decider(name, ts=state.now, source=name, basis_seq=state.seq)
     return [decide(c.InputRelayed, seq, causation_id=f"seq:{seq}", correlation_id=f"seq-{seq}", request_seq=seq,
-                   verb=verb, input=data.decode("utf-8", "replace"))
+                   verb=verb, **_body(data))
             for seq, (verb, data) in sorted(state.to_relay.items())]
+
+
+def _body(data: bytes) -> dict[str, object]:
+    """The input as the relay carries it: itself, or nothing and its size if the relay would not fit in a
+    message (the server's default max_payload, 1 MiB, less room for the envelope and headers)."""
+    if len(data) > MAX_RELAYED_BYTES:
+        return {"input": msgspec.Raw(b"null"), "omitted_bytes": len(data)}
+    return {"input": msgspec.Raw(data)}
