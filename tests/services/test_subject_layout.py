@@ -270,3 +270,29 @@ async def test_on_the_replay_benchmarks_log_scheduling_reads_only_the_events(nat
     finally:
         await runner.stop()
         await log.close()
+
+
+async def test_partition_leaders_read_the_one_filter_too(js_log, nats_server):
+    """A scheduling and a placement leader of partition ``gpu`` (docs/scaling.md) fold the marker and read
+    horizon.evt.> alone, as the whole cluster's leaders do; the partition configured after the marker
+    reaches them relayed."""
+    from services.front.registry import service_part
+    from services.runtime.parts import PartSettings
+
+    services = Services(nats_server.url)
+    services.cores = [make_core("submission"), *(service_part(name, ("gpu",)).make_core(PartSettings())
+                                                 for name in ("scheduling", "placement"))]
+    await services.start()
+    try:
+        await _publish(js_log, "horizon.evt.agent.NodeRegistered.n1", _node("n1"), "n1")
+        await services.quiet(js_log)
+        part = await _publish(js_log, admin_subject("partition"), c.PartitionConfigured(name="gpu", nodes=["n1"]),
+                              "partition-1")
+        await services.quiet(js_log)
+        for name in ("scheduling-gpu", "placement-gpu"):
+            runner = services.runners[name]
+            assert tuple(runner._follower.subjects) == EVENTS_ONLY and runner.layout.switches == 1, name
+            assert runner.state.relayed_seq == part and runner.state.partitions.view("gpu").exists, name
+        assert sorted(await _filters(js_log)) == sorted([*EVENTS_ONLY * 2, *WHOLE_LOG])
+    finally:
+        await services.stop()
