@@ -9,15 +9,18 @@ inventory, scheduling and placement as processes (as ``bench_scheduling`` runs t
    (``VmRSS``, /proc/PID/status) is taken; they stop.
 2. **The backlog.** ``backlog`` ``JobAccepted`` are published, no node registered yet (so nothing
    is scheduled while memory is taken); the services start again and fold it (``catch_up_s``).
-3. **Memory and restart.** For each service in turn: if its core takes snapshots
-   (``snapshot_every``; they snapshot every 50,000 records and once caught up), wait until its
-   snapshot at the log's end is stored (its dump, held while it uploads, is no longer resident);
-   take its RSS; SIGTERM it (by PID), start it again and time it from the start of the new process
-   to its ``READY=1`` (it has caught up: loaded its snapshot and folded the tail, or, with no
-   snapshot, folded the whole log). ``bytes_per_queued_job`` = (RSS with the backlog - RSS on the
-   empty log) / backlog, per service; the largest of the three is the figure, each is in
-   ``bytes_per_queued_job_by_service``. ``restart_s`` is the largest restart;
-   ``restart_s_by_service`` each, with the snapshot it restored from (its log line), if any.
+   Once each has caught up (``READY=1``, then 1 s for its first decision round to pass): its RSS
+   again. ``bytes_per_queued_job`` = (RSS with the backlog - RSS on the empty log) / backlog, per
+   service; the largest of the three is the figure, each is in ``bytes_per_queued_job_by_service``.
+   A service that snapshots has just dumped its state (once caught up) and holds the dump while it
+   uploads, which this RSS includes; ``bytes_per_queued_job_before_restart_by_service`` is the same
+   taken again in phase 3, after the upload (what the allocator kept of it included).
+3. **Restart.** For each service in turn: if its core takes snapshots (``snapshot_every``; they
+   snapshot every 50,000 records and once caught up), wait until its snapshot at the log's end is
+   stored; take its RSS; SIGTERM it (by PID), start it again and time it from the start of the new
+   process to its ``READY=1`` (it has caught up: loaded its snapshot and folded the tail, or, with
+   no snapshot, folded the whole log). ``restart_s`` is the largest; ``restart_s_by_service`` each,
+   with the snapshot it restored from (its log line), if any.
 4. **Throughput.** The nodes register; instantaneous agents end every scheduled job at once and
    heartbeat every node. ``jobs_per_s`` is the *sustained* rate of decisions: first attempts of
    ``JobScheduled`` per second from the first ``JobScheduled`` to the last (the stream's
@@ -201,9 +204,10 @@ async def _loaded(url: str, ss: ScaleSizes) -> dict[str, Any]:
         end = await log.last_seq()
         procs, catch_up = await _start(url, stage, f"the services to fold a backlog of {backlog:,}",
                                        budget(60, FOLD_S, backlog))
-        restarts = await _restart(url, log, stage, procs, end)
-        full = {name: restarts[name].pop("rss_bytes") for name in SERVICES}
+        full = await _rss_settled(procs)
         per_job = {name: round((full[name] - empty[name]) / backlog) for name in SERVICES}
+        restarts = await _restart(url, log, stage, procs, end)
+        later = {name: restarts[name].pop("rss_bytes") for name in SERVICES}
         # 4. throughput
         agents = await Agents(log, node_names(n)).start(url)
         watch = await SchedulingWatch(log, agents).start(await log.last_seq() + 1)
@@ -232,7 +236,10 @@ async def _loaded(url: str, ss: ScaleSizes) -> dict[str, Any]:
         "node_lost": w.node_lost, "publish_backlog_s": round(publish_s, 2),
         "catch_up_s_by_service": {k: round(v, 2) for k, v in catch_up.items()},
         "bytes_per_queued_job_by_service": per_job,
-        "rss_bytes_by_service": {name: {"empty": empty[name], "backlog": full[name]} for name in SERVICES},
+        "rss_bytes_by_service": {name: {"empty": empty[name], "backlog": full[name], "before_restart": later[name]}
+                                 for name in SERVICES},
+        "bytes_per_queued_job_before_restart_by_service": {
+            name: round((later[name] - empty[name]) / backlog) for name in SERVICES},
         "restart_s_by_service": restarts,
         "latency_p50_ms": round(percentile(samples, 50), 2), "latency_max_ms": round(max(samples), 2),
         "latency_jobs": len(samples),
