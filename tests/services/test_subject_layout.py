@@ -296,3 +296,46 @@ async def test_partition_leaders_read_the_one_filter_too(js_log, nats_server):
         assert sorted(await _filters(js_log)) == sorted([*EVENTS_ONLY * 2, *WHOLE_LOG])
     finally:
         await services.stop()
+
+
+def test_the_fold_applies_raw_inputs_before_the_marker_and_only_submissions_relays_after_it():
+    """The rule of ``fold_event`` on a pure core: before the marker a raw input applies where it is; after
+    it a raw input only moves ``seq`` (not "now"), a relay on submission's subject applies the input it
+    carries at the relay's place (answers name the input's seq), and a relay anyone else publishes, or one
+    carrying what its verb does not take, applies nothing."""
+    import msgspec
+
+    from services.domain.protocol import Record, fold_event
+
+    core = make_core("scheduling")
+    state = core.initial()
+    seq = 0
+
+    def fold(subject: str, event: c.Event, time: float = 0.0) -> None:
+        nonlocal state, seq
+        seq += 1
+        state = fold_event(core, state, Record(seq, subject, encode(event), 1000.0 + seq + time), event)
+
+    def relay(owner: str, request_seq: int, verb: str, event: c.Event) -> c.InputRelayed:
+        return c.InputRelayed(id=f"{owner}/InputRelayed/{request_seq}", request_seq=request_seq, verb=verb,
+                              input=msgspec.Raw(encode(event)), basis_seq=seq)
+
+    fold(admin_subject("policy"), c.PolicyConfigured(policy="sjf"))
+    assert state.config.policy == "sjf"  # no marker: the raw input applies
+    fold("horizon.evt.submission.InputRelayed.seq-1", relay("submission", 1, "policy", c.PolicyConfigured(policy="fcfs")))
+    assert state.config.policy == "sjf"  # a relay before the marker applies nothing
+    fold("horizon.evt.submission.LogLayoutChanged.log", c.LogLayoutChanged(id="submission/LogLayoutChanged/2",
+                                                                          basis_seq=seq))
+    assert state.layout == 2 and state.layout_seq == seq
+    now = state.now
+    fold(admin_subject("policy"), c.PolicyConfigured(policy="fcfs"), time=100.0)
+    raw = seq
+    assert state.config.policy == "sjf" and state.seq == raw and state.now == now  # only seq moves
+    fold("horizon.evt.agent.InputRelayed.seq-9", relay("agent", raw, "policy", c.PolicyConfigured(policy="fcfs")))
+    fold("horizon.evt.submission.InputRelayed.seq-8", relay("submission", raw, "account", c.PolicyConfigured()))
+    assert state.config.policy == "sjf"  # forged, or not what the verb takes
+    fold("horizon.evt.submission.InputRelayed.seq-4", relay("submission", raw, "policy", c.PolicyConfigured(policy="fcfs")))
+    assert state.config.policy == "fcfs" and state.relayed_seq == raw and state.dirty_seq == seq
+    fold("horizon.evt.submission.InputRelayed.seq-5", relay("submission", raw + 1, "policy",
+                                                           c.PolicyConfigured(policy="nonsense")))
+    assert list(state.config_rejections) == [raw + 1]  # answered under the input's seq, not the relay's
