@@ -41,7 +41,7 @@ __all__ = ["LayoutReader", "PROBE_EVERY_S"]
 log = logging.getLogger("horizon.service")
 
 PROBE_EVERY_S = 1.0  # an idle filtered runner checks the log's end this often (step 3)
-PROBE_GAP_S = 0.02  # and at most this often when it rests often (a busy runner)
+PROBE_GAP_S = 0.1  # and at most this often when it rests often (a busy runner: two requests a probe)
 
 
 class LayoutReader:
