@@ -65,7 +65,8 @@ class LedgerSchedulingCore(SchedulingCore):
                 state.ledger.apply(owner, event)  # type: ignore[attr-defined]
                 if owner == self.name:
                     state.own_usage.published(event)  # type: ignore[attr-defined]
-                state.dirty_seq = record.seq  # the factors changed: the order may have
+            # Not a reason for a cycle: the factors move with time in the exact tree too, and the next
+            # cycle (something that could change its outcome happened) orders by them as they are then.
             return state
         if isinstance(event, c.FairShareConfigured):
             state.own_usage.advance_all(state.now, state.fairshare.lam)  # type: ignore[attr-defined]

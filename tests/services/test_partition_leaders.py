@@ -215,6 +215,87 @@ def test_another_leaders_open_cycle_counts_against_the_quota_until_it_is_placed(
     assert cycles(f.core.decide(again)) == []
 
 
+class FoldsEverything(PartitionedSchedulingCore):
+    """The leader as it was before it skipped: every record folded (fair share still as of the ledger)."""
+
+    def skips(self, state: Any, record: Any) -> bool:
+        return False
+
+    def _foreign(self, state: Any, event: Any) -> bool:
+        return False
+
+
+class PlacesFoldingEverything(PartitionedPlacementCore):
+    def skips(self, state: Any, record: Any) -> bool:
+        return False
+
+    def evolve(self, state: Any, event: Any, record: Any) -> Any:
+        from services.placement.core import PlacementCore
+        from events.subjects import event_owner
+
+        if isinstance(event, c.SchedulingCycleCompleted) and event_owner(record.subject) != self.partner:
+            return state
+        if isinstance(event, c.PlacementCycleCompleted) and event_owner(record.subject) != self.name:
+            return state
+        return PlacementCore.evolve(self, state, event, record)
+
+
+def test_a_leader_that_skips_other_partitions_decides_exactly_as_one_that_folds_them():
+    """Two partitions' jobs of one tenant (one association: fair share cannot differ) arrive, run and end in
+    turns, both pairs deciding; at every step leader b that skips a's records (before decoding them, through
+    ``fold_record``) decides what a leader b folding every record decides, and so does its placement, and
+    a's jobs never enter b's tables."""
+    from services.runtime.service import fold_record
+
+    log = Feed(PartitionedSchedulingCore(partitions=("a",)))  # leader a, writing the shared log
+    cluster(log)
+    cores = [(PartitionedSchedulingCore(partitions=("b",)), FoldsEverything(partitions=("b",))),
+             (PartitionedPlacementCore(partitions=("b",)), PlacesFoldingEverything(partitions=("b",)))]
+    states = [[core.initial() for core in pair] for pair in cores]
+    seen = 0
+    skipped = 0
+
+    def catch_up() -> list[list[Any]]:
+        nonlocal seen, skipped
+        for r in log.records[seen:]:
+            for (skipping, folding), st in zip(cores, states, strict=True):
+                skipped += skipping.skips(st[0], r)
+                st[0] = fold_record(skipping, st[0], r)[0]
+                st[1] = fold_record(folding, st[1], r)[0]
+        seen = len(log.records)
+        return [[core.decide(st) for core, st in zip(pair, sts, strict=True)] for pair, sts in zip(cores, states, strict=True)]
+
+    def publish(events: list[c.Event], service: str) -> None:
+        for e in events:
+            log.evt(service, e, dt=0.5)
+
+    for round_ in range(6):
+        for k in range(3):
+            for p in ("a", "b"):
+                log.evt("submission", accepted(f"{p}{round_}-{k}", gpus=4, partition=p))
+        log.settle()  # leader a's cycle (and ledger entries)
+        (sched, sched_all), (place, place_all) = catch_up()
+        assert sched == sched_all and place == place_all
+        publish(sched, "scheduling-b")
+        (sched, sched_all), (place, place_all) = catch_up()
+        assert place == place_all
+        publish(place, "placement-b")
+        catch_up()
+        placed = [e for e in log.records if e.subject.startswith("horizon.evt.placement-b.JobScheduled.")]
+        for r in placed[-2:]:  # some of b's jobs end, and a's too (a's placement is not run: its ends only)
+            job_id = r.subject.rsplit(".", 1)[1]
+            log.evt("agent", c.JobSucceeded(job_id=job_id, attempt=1), dt=30.0)
+        log.evt("agent", c.JobSucceeded(job_id=f"a{round_}-0", attempt=1), dt=1.0)
+        (sched, sched_all), (place, place_all) = catch_up()
+        assert sched == sched_all and place == place_all
+        if sched:
+            publish(sched, "scheduling-b")
+    assert skipped > 0 and len([r for r in log.records if ".placement-b.JobScheduled." in r.subject]) >= 6
+    for st in (states[0][0], states[1][0]):
+        assert not any(j.startswith("a") for j in st.jobs.jobs) and any(j.startswith("b") for j in st.jobs.jobs)
+    assert len(states[0][1].jobs.jobs) + len(states[0][1].jobs.settled) > len(states[0][0].jobs.jobs) + len(states[0][0].jobs.settled)
+
+
 # ------------------------------------------------------------------------------ 2. live
 
 
@@ -354,6 +435,12 @@ async def test_two_leaders_racing_for_one_quota_never_start_more_than_it_allows(
     # and b's refused cycle is nowhere in the log
     cycles = [r for r in await read_log(nats_server.url) if r.subject.startswith("horizon.evt.scheduling-b.")]
     assert all("qb" not in msgspec.json.decode(r.data).get("candidates", ()) for r in cycles)
+    # horizon check: no account over its quota at any point of the log, and every decision reproduced
+    checked = await asyncio.create_subprocess_exec(sys.executable, "-m", "services.front.cli.main", "check", "--nats",
+                                                   nats_server.url, stdout=asyncio.subprocess.PIPE,
+                                                   stderr=asyncio.subprocess.STDOUT)
+    said = (await checked.communicate())[0].decode()
+    assert checked.returncode == 0, said
 
 
 async def snapshotting_leader(url: str) -> tuple[PartitionedSchedulingRunner, asyncio.Task[None], JetStreamLog]:

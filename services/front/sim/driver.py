@@ -73,6 +73,9 @@ class SimSettings:
     procs_per_node: int = 1  # cores per node of a CPU cluster
     gpus_per_node: int = 0  # GPUs per node of a GPU cluster (trace processors become GPUs)
     gpu_type: str = "a100"
+    # Fair share as of the ledger (services/domain/ledger.py), entries at most every this many seconds of
+    # virtual time; None: exact per record (the whole-cluster scheduler's).
+    fairshare_ledger_s: float | None = None
 
 
 def make_cores(settings: SimSettings) -> list[Any]:
@@ -80,11 +83,17 @@ def make_cores(settings: SimSettings) -> list[Any]:
     from services.placement.core import PlacementCore
     from services.preemption.core import PreemptionCore
     from services.scheduling.core import SchedulingCore
+    from services.scheduling.ledgered import LedgerSchedulingCore
     from services.submission.core import SubmissionCore
 
+    if settings.fairshare_ledger_s is None:
+        scheduling = SchedulingCore(policy=settings.policy, virtual_time=True, max_candidates=100_000)
+    else:
+        scheduling = LedgerSchedulingCore(policy=settings.policy, virtual_time=True, max_candidates=100_000,
+                                          ledger_every_s=settings.fairshare_ledger_s)
     return [
         SubmissionCore(virtual_time=True),
-        SchedulingCore(policy=settings.policy, virtual_time=True, max_candidates=100_000),
+        scheduling,
         PlacementCore(backfill=settings.backfill, virtual_time=True),
         PreemptionCore(virtual_time=True),
         InventoryCore(virtual_time=True),

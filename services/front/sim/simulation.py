@@ -51,7 +51,8 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
                          gpus_per_node: int = 0, gpu_type: str = "a100", cpus_per_node: int | None = None,
                          nats_url: str | None = None, preemption_victims: str | None = None,
                          user_estimates: int | None = None, predict_runtimes: bool = False,
-                         progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, Any], Any]:
+                         progress: Callable[[int, int], None] | None = None,
+                         fairshare_ledger_s: float | None = None) -> tuple[dict[str, Any], Any]:
     """Run the trace (its window ``start``, ``length`` jobs) and report: the report's JSON (what
     ``horizon simulate --json`` prints) and the run (each job's result)."""
     trace = read_trace(trace_path)
@@ -66,7 +67,8 @@ async def run_simulation(trace_path: str, *, start: int = 0, length: int | None 
     if predict_runtimes:  # the default profile with EASY++ predictions, after the trace's configuration
         config.append(predicting_profile(mode))
     settings = SimSettings(policy=policy, backfill=mode, procs_per_node=base.procs_per_node,
-                           gpus_per_node=base.gpus_per_node, gpu_type=base.gpu_type)
+                           gpus_per_node=base.gpus_per_node, gpu_type=base.gpu_type,
+                           fairshare_ledger_s=fairshare_ledger_s)
     cores = make_cores(settings)
     if in_process:
         run = await simulate(jobs, specs, settings, InProcessBus(cores), config=config, progress=progress)
