@@ -200,7 +200,7 @@ def _check_sizes(sub: c.JobSubmitted, limits: Limits) -> None:
         # What decoded here may not decode in a service whose stack is deeper when it reads the job: a
         # fixed bound, not the interpreter's recursion limit, decides.
         raise Rejection("payload", f"is nested {depth} deep; at most {MAX_PAYLOAD_DEPTH}")
-    if sum(len(part) for part in sub.command) > limits.max_command_bytes:
+    if sum(map(len, sub.command)) > limits.max_command_bytes:
         raise Rejection("command", f"is longer than {limits.max_command_bytes} bytes")
     if len(sub.env) > limits.max_env_entries:
         raise Rejection("env", f"has {len(sub.env)} entries; at most {limits.max_env_entries}")

@@ -68,9 +68,12 @@ def _fit_without_partitions(sub: c.JobSubmitted, asked: Asked, candidates: Candi
                             capacity: Capacity | None, warnings: list[str] | None) -> Asked:
     """A cluster without partitions: the defaults, tasks spread over any nodes, and a job some registered
     nodes could hold."""
-    if not asked.time_given:
+    if not asked.time_given and not asked.memory_given:  # both defaults at once (one copy, not two)
+        asked = replace(asked, time_limit=limits.default_time_limit_s,
+                        memory_bytes=default_memory(None, asked.cpus_milli, asked.gpus))
+    elif not asked.time_given:
         asked = replace(asked, time_limit=limits.default_time_limit_s)
-    if not asked.memory_given:
+    elif not asked.memory_given:
         asked = replace(asked, memory_bytes=default_memory(None, asked.cpus_milli, asked.gpus))
     if sub.spread_tasks:
         asked = spread_tasks(sub, asked, asked.memory_bytes, capacity, max_nodes=limits.max_nodes_per_job,
