@@ -339,3 +339,44 @@ def test_the_fold_applies_raw_inputs_before_the_marker_and_only_submissions_rela
     fold("horizon.evt.submission.InputRelayed.seq-5", relay("submission", raw + 1, "policy",
                                                            c.PolicyConfigured(policy="nonsense")))
     assert list(state.config_rejections) == [raw + 1]  # answered under the input's seq, not the relay's
+
+
+async def test_the_switch_to_the_filter_under_a_burst_loses_and_repeats_nothing(js_log, nats_server):
+    """This version started on the version before's log while a burst of submissions arrives: the services
+    read the whole log, fold the marker submission publishes, switch followers mid-burst, and every job
+    gets one verdict and at most one placement, every decision replayed."""
+    big = c.NodeRegistered(id="agent/NodeRegistered/big/1", source="agent/big", correlation_id="big", node="big",
+                           cpus_milli=1_000_000, memory_bytes=4 << 40, simulated=True)
+    old = await Services(nats_server.url, new=False).start()
+    try:
+        await _publish(js_log, "horizon.evt.agent.NodeRegistered.big", big, "big")
+        await _publish(js_log, admin_subject("policy"), c.PolicyConfigured(policy="fcfs"), "policy-1")
+        await old.quiet(js_log)
+    finally:
+        await old.stop()
+    new = Services(nats_server.url)
+
+    async def burst() -> None:
+        for i in range(0, 300, 20):
+            await asyncio.gather(*(js_log.publish("horizon.in.acme.submit", job_json(f"b{j}", command=["true"]),
+                                                  msg_id=f"b{j}") for j in range(i, i + 20)))
+
+    sending = asyncio.create_task(burst())
+    await asyncio.sleep(0.05)  # the burst under way
+    await new.start()
+    try:
+        await sending
+        await _publish(js_log, admin_subject("node"), c.NodeCommandIssued(node="big", action="cordon"), "node-1")
+        await new.quiet(js_log)
+        assert all(new.runners[n].layout.subjects == EVENTS_ONLY for n in SERVICES[1:])
+    finally:
+        await new.stop()
+    records = await read_log(nats_server.url)
+    submitted = [r.seq for r in records if r.subject == "horizon.in.acme.submit"]
+    assert submitted[0] < marker_seq(records)  # the burst began before (measured: the marker lands in its first third)
+    accepted = [e.job_id for e in _decisions(records, "JobAccepted")]
+    scheduled = [e.job_id for e in _decisions(records, "JobScheduled")]
+    assert sorted(accepted) == sorted(f"acme:b{j}" if ":" in accepted[0] else f"b{j}" for j in range(300))
+    assert len(scheduled) == len(set(scheduled)) and scheduled
+    assert len(_decisions(records, "NodeCordoned")) == 1
+    _audit_clean(records)
