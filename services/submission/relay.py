@@ -35,10 +35,16 @@ from services.domain.envelope import Decider
 from services.domain.protocol import Record
 from services.submission.state import SubmissionState
 
-__all__ = ["note_input", "note_relay", "relay_decisions", "MARKER_ID"]
+__all__ = ["note_input", "note_relay", "relay_decisions", "layout_marker", "MARKER_ID", "MAX_RELAYED_BYTES"]
 
 MARKER_ID = f"submission/LogLayoutChanged/{RELAY_LAYOUT}"
 MAX_RELAYED_BYTES = (1 << 20) - 8192  # an input larger is relayed without its body (``omitted_bytes``)
+
+
+def layout_marker(basis_seq: int, ts: float = 0.0, name: str = "submission") -> c.LogLayoutChanged:
+    """The marker as submission decides it (a benchmark writing a log of this layout by hand uses it too)."""
+    return c.LogLayoutChanged(id=MARKER_ID, ts=ts, correlation_id="log", source=name, layout=RELAY_LAYOUT,
+                              basis_seq=basis_seq)
 
 
 def note_input(state: SubmissionState, record: Record, subject: Subject) -> None:
@@ -58,8 +64,7 @@ def relay_decisions(state: SubmissionState, name: str, mark: bool) -> list[c.Eve
     if state.layout < RELAY_LAYOUT:
         if not mark or state.seq <= 0:
             return []  # an empty log: the marker waits for a first record to be its basis
-        return [c.LogLayoutChanged(id=MARKER_ID, ts=state.now, correlation_id="log", source=name,
-                                   layout=RELAY_LAYOUT, basis_seq=state.seq)]
+        return [layout_marker(state.seq, state.now, name)]
     decide = Decider(name, ts=state.now, source=name, basis_seq=state.seq)
     return [decide(c.InputRelayed, seq, causation_id=f"seq:{seq}", correlation_id=f"seq-{seq}", request_seq=seq,
                    verb=verb, **_body(data))
