@@ -39,6 +39,11 @@ other, and it takes the lease again if it is the one free.
 (otherwise every batch would publish it again); each core's tests check
 that ``decide`` after folding its own output returns nothing.
 
+**What it reads** (``services/runtime/layout.py``): the core's ``subjects`` (the whole log) until its
+state has folded the log's layout marker, then its ``layout_subjects`` (``horizon.evt.>``) alone, one
+filter subject: the follower is replaced between two batches, and a snapshot taken after the marker
+starts on the filter at once.
+
 **Snapshots** (optional, duck-typed: a core with ``snapshot_every`` K > 0,
 ``dump(state) -> bytes`` and ``load(bytes) -> state | None``). At start the
 runner loads the latest snapshot and catches up from its ``seq + 1`` instead
