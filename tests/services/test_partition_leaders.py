@@ -359,6 +359,9 @@ async def test_two_partition_pairs_run_their_jobs_on_their_nodes_and_the_audit_r
     assert code == 0 and body["mismatches"] == [], json.dumps(body["mismatches"][:2], indent=1)
     assert body["reproduced"] == body["decisions"] > 0
     assert {"scheduling-a", "scheduling-b", "placement-a", "placement-b"} <= set(body["services"])
+    # each scheduling leader's fair-share ledger entries are among the decisions reproduced
+    ledgers = {r.subject.split(".")[2] for r in records if ".UsageCharged." in r.subject}
+    assert ledgers == {"scheduling-a", "scheduling-b"}, ledgers
     # Audited without the leaders' cores (the whole-cluster ones only), their decisions are not
     # replayed here, and not taken for impostors of the services they lead for.
     whole = audit(records, [make_core(name) for name in SERVICES])
