@@ -393,6 +393,23 @@ def _shared_environment(env: dict[str, str]) -> dict[str, str]:
     return shared
 
 
+# A command line -> the one tuple of it the specs share (the tasks of an array, a workflow tool's
+# workers, a sweep: a million queued jobs of a few commands). Bounded: cleared when full, so a log of
+# a million distinct commands holds each in its own spec only, as before.
+_COMMANDS: dict[tuple[str, ...], tuple[str, ...]] = {}
+_COMMANDS_MAX = 4_096
+
+
+def _shared_command(command: tuple[str, ...]) -> tuple[str, ...]:
+    known = _COMMANDS.get(command)
+    if known is not None:
+        return known
+    if len(_COMMANDS) >= _COMMANDS_MAX:
+        _COMMANDS.clear()
+    _COMMANDS[command] = command
+    return command
+
+
 def compact(spec: c.JobSpec) -> c.JobSpec:
     """The same spec with its low-cardinality strings interned and its empty maps shared, in place.
 
@@ -402,7 +419,8 @@ def compact(spec: c.JobSpec) -> c.JobSpec:
     An empty ``dict`` field is a 64-byte object of its own in every spec (three
     of them: 192 of the 1,176 resident bytes per queued job measured); they all
     become one shared, read-only empty map. A submitting environment (sbatch's
-    ``--export``, a few KB) is held once for all the specs that carry an equal one.
+    ``--export``, a few KB) is held once for all the specs that carry an equal one, and so
+    is a command line (72 bytes for ``python train.py``).
     The spec is frozen for every reader; swapping a value for an equal one is
     invisible to them, and doing it in place spares a 512-byte copy per job.
     """
@@ -412,6 +430,10 @@ def compact(spec: c.JobSpec) -> c.JobSpec:
             msgspec.structs.force_setattr(spec, name, _NO_ENTRIES)
     if spec.submit_env is not None:
         msgspec.structs.force_setattr(spec, "submit_env", _shared_environment(spec.submit_env))
+    if spec.command and type(spec.command) is tuple:  # (as decoded; a spec built in memory may hold a list)
+        command = _shared_command(spec.command)
+        if command is not spec.command:
+            msgspec.structs.force_setattr(spec, "command", command)
     for name in _SHARED_STRINGS:
         value = getattr(spec, name)
         if isinstance(value, str):

@@ -33,7 +33,7 @@ for i in range({n}):
     job_id = "m-%07d" % i
     ev = c.JobAccepted(id="submission/JobAccepted/" + job_id, job_id=job_id, source="submission",
                        spec=c.JobSpec(tenant="bench", account="a%d" % (i % 50), user="u%d" % (i % 500), gpus=1,
-                                      command=["python", "train.py"], name=job_id))
+                                      command=("python", "train.py"), name=job_id))
     core.evolve(state, ev, Record(i + 1, "horizon.evt.submission.JobAccepted." + job_id, b"", 0.0))
 gc.collect()
 assert len(state.pending) == {n}
