@@ -1,5 +1,5 @@
-"""``horizon up`` and ``horizon service a,b,c`` read the log once for their decision services and read
-models (services/runtime/fanout.py): one consumer where there were seven, and every decision still reproduces."""
+"""``horizon up`` and ``horizon service a,b,c`` read the log once for their decision services, read
+models and agent (services/runtime/fanout.py): one consumer where there were eight, and every decision still reproduces."""
 
 from __future__ import annotations
 
@@ -37,11 +37,11 @@ async def test_up_reads_once_for_its_decision_services_and_every_decision_reprod
               f"j-{i:04d}") for i in range(600)]
     await publish_all(h.js, items)
     await wait_until(lambda: tally.count("JobSucceeded") == 600, 120, "600 jobs to finish")
-    # One consumer for the five decision services and the two read models (else seven), beside the agent's.
+    # One consumer for the five decision services, the two read models and the agent (else eight).
     consumers = await _consumers(h.url)
     if shared:
-        assert stack.reader is not None and stack.reader.parts == 5 + 2
-        assert consumers == 1 + 1
+        assert stack.reader is not None and stack.reader.parts == 5 + 2 + 1
+        assert consumers == 1
     else:
         assert stack.reader is None and consumers == 5 + 2 + 1
     # A part killed and restarted (a crash) joins the others again and decides on.
@@ -52,8 +52,8 @@ async def test_up_reads_once_for_its_decision_services_and_every_decision_reprod
     await publish_all(h.js, more)
     await wait_until(lambda: tally.count("JobSucceeded") == 700, 60, "100 more jobs to finish")
     if shared:
-        assert stack.reader is not None and stack.reader.parts == 5 + 2
-        assert await _consumers(h.url) == 1 + 1
+        assert stack.reader is not None and stack.reader.parts == 5 + 2 + 1
+        assert await _consumers(h.url) == 1
     assert stack.failed() == []
     await h.stop()
     records = await h.records()

