@@ -60,17 +60,20 @@ class Singletons:
                 del self.live[key], self.singles[key]
 
     def rebuild(self, jobs: JobTable) -> None:
-        """From the job table alone (after a snapshot is loaded)."""
+        """From the job table alone (after a snapshot is loaded): the keys of live singleton jobs
+        first, then the live jobs of those keys (a backlog without singletons costs one pass)."""
         self.live, self.singles = {}, {}
         for job in jobs.jobs.values():
-            key = key_of(job)
-            if key is None or job.state not in LIVE:
-                continue
-            self.live.setdefault(key, {})[job.job_id] = job
-            if job.spec is not None and job.spec.singleton:
+            spec = job.spec
+            if spec is not None and spec.singleton and job.state in LIVE:
+                key = (spec.tenant, spec.user, spec.name)
                 self.singles[key] = self.singles.get(key, 0) + 1
-        for key in [k for k in self.live if not self.singles.get(k)]:
-            del self.live[key]
+        if not self.singles:
+            return
+        for job in jobs.jobs.values():
+            key = key_of(job)
+            if key in self.singles and job.state in LIVE:
+                self.live.setdefault(key, {})[job.job_id] = job  # type: ignore[index]
 
     def blocker(self, job: Job) -> Job | None:
         """For a singleton job: the job of its key that keeps it waiting (the first in the log), or None."""
