@@ -7,6 +7,7 @@ Runs in process (the pure cores, identical decisions to the NATS mode, see
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from services.front.sim.metrics import report
 from services.front.sim.estimates import MODEL, with_user_estimates
 from services.front.sim.traces import read_trace, window
 
-__all__ = ["lublin_table", "modes_table", "prediction_table", "POLICIES"]
+__all__ = ["lublin_table", "modes_table", "prediction_table", "ledger_table", "with_synthetic_users", "POLICIES"]
 
 POLICIES = ("fcfs", "sjf", "f1", "multifactor")
 PUBLISHED_NAMES = {"fcfs": "FCFS", "sjf": "SJF", "f1": "F1"}
@@ -28,10 +29,11 @@ def _reference(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-async def _one(jobs: list, backfill: bool | str, policy: str, predict: bool = False) -> dict[str, Any]:
+async def _one(jobs: list, backfill: bool | str, policy: str, predict: bool = False,
+               ledger_s: float | None = None) -> dict[str, Any]:
     nodes = [NodeSpec(f"n{i:03d}", 1000, 1 << 40) for i in range(256)]
     mode = backfill if isinstance(backfill, str) else ("easy" if backfill else "none")
-    settings = SimSettings(policy=policy, backfill=mode)
+    settings = SimSettings(policy=policy, backfill=mode, fairshare_ledger_s=ledger_s)
     config = [predicting_profile(mode)] if predict else []
     run = await simulate(jobs, nodes, settings, InProcessBus(make_cores(settings)), config=config)
     return report(run)
@@ -125,8 +127,50 @@ def prediction_table(trace: Path, reference: Path, seed: int = 1, policies: tupl
     return out
 
 
+def with_synthetic_users(trace: Any, users: int) -> Any:
+    """The trace with ``users`` users (each its own account) in place of its own (Lublin-1 has none: -1
+    everywhere): job ``i`` (file order) is user ``floor(users * frac(i * 0.6180339887)**2)``, a
+    deterministic, skewed draw (user 0 submits most)."""
+    jobs = [dataclasses.replace(j, account=f"u{u}", user=f"u{u}")
+            for i, j in enumerate(trace.jobs) for u in (int(users * ((i * 0.6180339887) % 1.0) ** 2),)]
+    return dataclasses.replace(trace, jobs=jobs)
+
+
+def ledger_table(trace: Path, reference: Path, cadences: tuple[float, ...] = (60.0, 600.0, 3600.0),
+                 users: int = 0, policy: str = "multifactor", progress: Any = None) -> dict[str, Any]:
+    """Mean bounded slowdown with fair share exact per record and as of the ledger at each cadence
+    (``LedgerSchedulingCore``, docs/scaling.md), EASY backfilling, on the reference windows; ``users``:
+    the trace's jobs spread over that many synthetic users first (``with_synthetic_users``)."""
+    ref = _reference(reference)
+    data = read_trace(trace)
+    if users:
+        data = with_synthetic_users(data, users)
+    out: dict[str, Any] = {"policy": policy, "backfill": "easy", "users": users or "the trace's",
+                           "windows": ref["windows_0based_start_index"], "bsld": {}}
+    for ledger_s in (None, *cadences):
+        key = "exact" if ledger_s is None else f"ledger_{ledger_s:g}s"
+        per = []
+        for start in ref["windows_0based_start_index"]:
+            per.append(asyncio.run(_one(window(data, start, ref["window_length"]), True, policy,
+                                        ledger_s=ledger_s))["mean_bounded_slowdown"])
+            if progress:
+                progress(key, policy, start, per[-1])
+        out["bsld"][key] = {"per_window": per, "mean": sum(per) / len(per)}
+    exact = out["bsld"]["exact"]["mean"]
+    for row in out["bsld"].values():
+        row["vs_exact"] = row["mean"] / exact - 1.0
+    return out
+
+
 if __name__ == "__main__":
     import sys
+
+    if len(sys.argv) > 3 and sys.argv[3] == "--ledger":  # TRACE REF --ledger [USERS]
+        print(json.dumps(ledger_table(Path(sys.argv[1]), Path(sys.argv[2]),
+                                      users=int(sys.argv[4]) if len(sys.argv) > 4 else 0,
+                                      progress=lambda m, p, s, r: print(f"{m:14} {s:5d} {r:.4f}", file=sys.stderr,
+                                                                        flush=True)), indent=1))
+        raise SystemExit(0)
 
     if len(sys.argv) > 3 and sys.argv[3] == "--predict":  # TRACE REF --predict [SEED [START,START,...]]
         print(json.dumps(prediction_table(
