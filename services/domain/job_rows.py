@@ -1,4 +1,5 @@
-"""A job table's jobs as compact rows, for snapshots (the scheduling, placement and inventory states). Pure.
+"""A job table's jobs as compact rows, and a cluster's nodes, for snapshots (the scheduling, placement and
+inventory states). Pure.
 
 A ``Job`` written as a dataclass is a map of 19 named fields around a spec that is a map of
 71; a queued job is nearly all defaults. A row is an array, ``[job_id, spec, state, accepted_seq,
@@ -10,14 +11,17 @@ memory benchmark: 6 of 71, 82 bytes against 940). Decoding fills the defaults ba
 
 from __future__ import annotations
 
+import dataclasses
 from operator import attrgetter
 
 import msgspec
 
 from events import catalogue as c
+from services.domain.cluster import Cluster, Node
 from services.domain.jobs import STATES, Job, JobTable
 
-__all__ = ["JobRow", "rows", "restore_rows", "spec_fields"]
+__all__ = ["JobRow", "TableData", "node_data", "restore_nodes", "restore_rows", "restore_table", "rows",
+           "spec_fields", "table_data"]
 
 _NEVER = object()  # the "default" of a required field: unequal to every value
 
@@ -119,3 +123,45 @@ def restore_rows(table: JobTable, decoded: list[JobRow], settled: dict[str, int]
                 setattr(job, name, value)
         jobs.append(job)
     table.restore(jobs, settled, arrays)
+
+
+class TableData(msgspec.Struct, array_like=True):
+    """A whole job table as a snapshot carries it (``table_data`` writes it as a plain array)."""
+
+    jobs: list[JobRow]
+    settled: dict[str, int]
+    arrays: dict[str, list[str]]
+    checkpointed: list[str]
+
+
+def table_data(table: JobTable) -> list[object]:
+    """The table as ``TableData``'s layout; maps in the table's own order (the order it folded them in)."""
+    return [rows(table.jobs), table.settled, table.arrays, sorted(table.checkpointed)]
+
+
+def restore_table(table: JobTable, data: TableData) -> None:
+    """Fill an empty table from ``TableData``."""
+    restore_rows(table, data.jobs, data.settled, data.arrays)
+    table.checkpointed = set(data.checkpointed)
+
+
+_NODE_FIELDS = tuple(f.name for f in dataclasses.fields(Node) if f.name not in ("kind", "unhealthy_gpus"))
+
+
+def node_data(cluster: Cluster) -> list[dict[str, object]]:
+    """The cluster's nodes, in its order, each as a map of its fields (``kind``, a cache of the node
+    index, and ``unhealthy_gpus``, derived from ``gpus``, are left out; sets are written sorted)."""
+    out = []
+    for node in cluster.nodes.values():
+        fields = {name: getattr(node, name) for name in _NODE_FIELDS}
+        fields["datasets"] = sorted(node.datasets)
+        out.append(fields)
+    return out
+
+
+def restore_nodes(cluster: Cluster, nodes: list[Node]) -> None:
+    """Fill an empty cluster from decoded ``node_data``."""
+    for node in nodes:
+        node.kind = None
+        node.unhealthy_gpus = sum(1 for d in node.gpus.values() if d.health)
+        cluster.nodes[node.name] = node

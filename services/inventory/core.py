@@ -70,6 +70,7 @@ from services.domain.cluster import Cluster, Node, fold_cluster
 from services.domain.jobs import HOLDS_RESOURCES, JobTable
 from services.domain.taints import check_taint, taint_text, untolerated
 from services.domain.datasets import check_datasets
+from services.inventory import snapshot
 from services.inventory.qos import memory_evictions, overcommit_answer
 from services.inventory.drain import Drain, drain_plan, drain_stops
 from services.inventory.elastic import shrink_off_lost, shrink_off_tainted
@@ -100,9 +101,22 @@ class InventoryCore:
     subjects: tuple[str, ...] = WHOLE_LOG
     layout_subjects: tuple[str, ...] = EVENTS_ONLY  # layout 2: operator inputs come relayed
     eviction_grace_s: float = EVICTION_GRACE_S
+    snapshot_every: int = 50_000  # records between snapshots (0: never; services/inventory/snapshot.py)
 
     def initial(self) -> InventoryState:
         return InventoryState()
+
+    def fingerprint(self) -> str:
+        """What a snapshot must have been folded with to be loaded by this core."""
+        return f"inventory/{snapshot.SNAPSHOT_FORMAT}/{self.eviction_grace_s!r}/{int(self.virtual_time)}"
+
+    def dump(self, state: InventoryState) -> bytes:
+        """The whole state as bytes (``snapshot.dump``)."""
+        return snapshot.dump(state, self.fingerprint())
+
+    def load(self, data: bytes) -> InventoryState | None:
+        """The state a ``dump`` wrote, or None when it is from another format or configuration."""
+        return snapshot.load(data, self.fingerprint(), self.initial())
 
     def evolve(self, state: InventoryState, event: Event, record: Record) -> InventoryState:
         subject = parse_subject(record.subject)

@@ -63,6 +63,7 @@ from services.domain.partitions import Partitions
 from services.domain.protocol import CoreState, Record
 from services.domain.runtime_prediction import RuntimeHistory, expected_run, history_key
 from services.domain.timestamps import at, when
+from services.placement import snapshot
 from services.placement.backfill import MODES, Reservation, reserve, shortened_limit
 from services.placement.index import NodeIndex
 from services.placement.lane import LaneLedger
@@ -104,10 +105,24 @@ class PlacementCore:
     virtual_time: bool = False
     subjects: tuple[str, ...] = WHOLE_LOG
     layout_subjects: tuple[str, ...] = EVENTS_ONLY  # layout 2: operator inputs come relayed
+    snapshot_every: int = 50_000  # records between snapshots (0: never; services/placement/snapshot.py)
 
     def __post_init__(self) -> None:
         if self.backfill not in MODES:
             raise ValueError(f"unknown backfill mode {self.backfill!r}; modes: {', '.join(MODES)}")
+
+    def fingerprint(self) -> str:
+        """What a snapshot must have been folded with to be loaded by this core (a partitioned leader's
+        name holds its partitions)."""
+        return f"placement/{snapshot.SNAPSHOT_FORMAT}/{self.name}/{self.backfill}/{int(self.virtual_time)}"
+
+    def dump(self, state: PlacementState) -> bytes:
+        """The whole state as bytes (``snapshot.dump``)."""
+        return snapshot.dump(state, self.fingerprint())
+
+    def load(self, data: bytes) -> PlacementState | None:
+        """The state a ``dump`` wrote, or None when it is from another format or configuration."""
+        return snapshot.load(data, self.fingerprint(), self.initial())
 
     def initial(self) -> PlacementState:
         state = PlacementState()

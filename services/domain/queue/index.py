@@ -186,6 +186,9 @@ class QueueIndex:
             members.sort(key=_at)
             lines: list[list[Job]] = []
             for job in members:  # each job to the first run it extends in order
+                if len(lines) == 1 and in_order(lines[0][-1], job):
+                    lines[0].append(job)  # (the common case, without a generator per job)
+                    continue
                 line = next((line for line in lines if in_order(line[-1], job)), None)
                 if line is None:
                     lines.append([job])

@@ -1,0 +1,63 @@
+"""Inventory's state as bytes and back: its snapshots (services/runtime/service.py reads them). Pure.
+
+As placement's (services/placement/snapshot.py): every field of ``InventoryState`` (a field it does
+not know fails ``dump``), maps in the order they were folded in; ``load`` returns None for another
+format or configuration, and the runner then folds the whole log.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from events import catalogue as c
+from services.domain.cluster import Node
+from services.domain.job_rows import TableData, node_data, restore_nodes, restore_table, table_data
+
+if TYPE_CHECKING:
+    from services.inventory.core import InventoryState
+
+__all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
+
+SNAPSHOT_FORMAT = 1
+
+_FIELDS = frozenset({"seq", "now", "layout", "layout_seq", "relayed_seq", "jobs", "cluster", "commands",
+                     "preemptions", "pressure"})
+
+
+class _Snapshot(msgspec.Struct, array_like=True):
+    format: int
+    fingerprint: str
+    counters: tuple[int, float, int, int, int]  # seq, now, layout, layout_seq, relayed_seq
+    table: TableData
+    nodes: list[Node]
+    commands: dict[int, c.NodeCommandIssued]
+    preemptions: dict[str, int]
+    pressure: dict[str, c.NodeMemoryPressure]
+
+
+def dump(state: InventoryState, fingerprint: str) -> bytes:
+    """The whole state, as bytes."""
+    unknown = set(vars(state)) - _FIELDS
+    assert not unknown, f"inventory snapshot: InventoryState has fields it does not write: {sorted(unknown)}"
+    return msgspec.msgpack.encode([
+        SNAPSHOT_FORMAT, fingerprint, (state.seq, state.now, state.layout, state.layout_seq, state.relayed_seq),
+        table_data(state.jobs), node_data(state.cluster), state.commands, state.preemptions, state.pressure,
+    ])
+
+
+def load(data: bytes, fingerprint: str, state: InventoryState) -> InventoryState | None:
+    """Fill ``state`` (the core's ``initial()``) with what ``dump`` wrote; None when it is from another
+    format or configuration."""
+    try:
+        snap = msgspec.msgpack.decode(data, type=_Snapshot)
+    except msgspec.DecodeError:
+        return None
+    if snap.format != SNAPSHOT_FORMAT or snap.fingerprint != fingerprint:
+        return None
+    state.seq, state.now, state.layout, state.layout_seq, state.relayed_seq = snap.counters
+    restore_table(state.jobs, snap.table)
+    restore_nodes(state.cluster, snap.nodes)
+    state.commands, state.preemptions, state.pressure = snap.commands, snap.preemptions, snap.pressure
+    return state
