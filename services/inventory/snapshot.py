@@ -7,16 +7,13 @@ format or configuration, and the runner then folds the whole log.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import msgspec
 
 from events import catalogue as c
 from services.domain.cluster import Node
 from services.domain.job_rows import TableData, node_data, restore_nodes, restore_table, table_data
-
-if TYPE_CHECKING:
-    from services.inventory.core import InventoryState
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
@@ -37,7 +34,7 @@ class _Snapshot(msgspec.Struct, array_like=True):
     pressure: dict[str, c.NodeMemoryPressure]
 
 
-def dump(state: InventoryState, fingerprint: str) -> bytes:
+def dump(state: Any, fingerprint: str) -> bytes:  # an InventoryState (core.py imports this module)
     """The whole state, as bytes."""
     unknown = set(vars(state)) - _FIELDS
     assert not unknown, f"inventory snapshot: InventoryState has fields it does not write: {sorted(unknown)}"
@@ -47,7 +44,7 @@ def dump(state: InventoryState, fingerprint: str) -> bytes:
     ])
 
 
-def load(data: bytes, fingerprint: str, state: InventoryState) -> InventoryState | None:
+def load(data: bytes, fingerprint: str, state: Any) -> Any:
     """Fill ``state`` (the core's ``initial()``) with what ``dump`` wrote; None when it is from another
     format or configuration."""
     try:

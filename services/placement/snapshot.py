@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import Any
 
 import msgspec
 
@@ -20,9 +20,6 @@ from services.domain.fit.cycle import AdvanceReservation
 from services.domain.fit.profile import Profile
 from services.domain.job_rows import TableData, node_data, restore_nodes, restore_table, table_data
 from services.domain.partitions import Partitions, PartitionsData
-
-if TYPE_CHECKING:
-    from services.placement.core import PlacementState
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
@@ -52,7 +49,7 @@ class _Snapshot(msgspec.Struct, array_like=True):
     elastic: list[str]
 
 
-def dump(state: PlacementState, fingerprint: str) -> bytes:
+def dump(state: Any, fingerprint: str) -> bytes:  # a PlacementState (core.py imports this module)
     """The whole state, as bytes."""
     unknown = set(vars(state)) - _FIELDS
     assert not unknown, f"placement snapshot: PlacementState has fields it does not write: {sorted(unknown)}"
@@ -77,7 +74,7 @@ def _advance_data(r: AdvanceReservation) -> dict[str, object]:
     return {"name": r.name, "account": r.account, "nodes": sorted(r.nodes), "start_ts": r.start_ts, "end_ts": r.end_ts}
 
 
-def load(data: bytes, fingerprint: str, state: PlacementState) -> PlacementState | None:
+def load(data: bytes, fingerprint: str, state: Any) -> Any:
     """Fill ``state`` (the core's ``initial()``) with what ``dump`` wrote; None when it is from another
     format or configuration."""
     try:
