@@ -45,6 +45,11 @@ __all__ = ["register", "simulate_cmd"]
 @click.option("--predict-runtimes", is_flag=True,
               help="Backfill with EASY++ predicted run times (the mean of the user's last two, capped by the "
                    "limit) instead of the time limits: the default profile's runtime_estimate 'predicted'.")
+@click.option("--fairshare-ledger", "fairshare_ledger_s", type=click.FloatRange(min=0), default=None,
+              metavar="SECONDS",
+              help="Order by fair share as of the ledger, as partition leaders do (docs/scaling.md): usage "
+                   "published as UsageCharged entries at most every SECONDS of virtual time. Default: exact "
+                   "per record, as the whole-cluster scheduler.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 @click.option("--starts", "starts_file", type=click.Path(dir_okay=False), default=None,
               help="Also write each job's start time and nodes (JSON) to this file.")
@@ -52,7 +57,7 @@ def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: str
                  in_process: bool, nodes: int | None,
                  gpus_per_node: int, gpu_type: str, cpus_per_node: int | None, nats_url: str | None, as_json: bool,
                  starts_file: str | None, preemption_victims: str | None, user_estimates: int | None,
-                 predict_runtimes: bool) -> None:
+                 predict_runtimes: bool, fairshare_ledger_s: float | None) -> None:
     """Run TRACE (SWF, CSV or JSON) through Horizon's services at virtual time and report.
 
     A JSON job list may carry arrays, dependencies, failures and retries per job, and
@@ -73,7 +78,7 @@ def simulate_cmd(trace: str, window_spec: str | None, policy: str, backfill: str
                                                   gpu_type=gpu_type, cpus_per_node=cpus_per_node, nats_url=nats_url,
                                                   preemption_victims=preemption_victims,
                                                   user_estimates=user_estimates, predict_runtimes=predict_runtimes,
-                                                  progress=bar.update))
+                                                  progress=bar.update, fairshare_ledger_s=fairshare_ledger_s))
     except NoClusterSize as exc:
         raise click.UsageError(str(exc)) from None
     if starts_file:
