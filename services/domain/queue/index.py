@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable, Iterator
+from operator import attrgetter
 
 from services.domain.jobs import Job
 from services.domain.policy import Context, Policy, make_policy
@@ -41,6 +42,9 @@ _LOAD = 512  # a chunk splits past 2 * _LOAD jobs
 
 def _at(job: Job) -> tuple[float, int]:
     return (job.accepted_ts, job.accepted_seq)
+
+
+_AT = attrgetter("accepted_ts", "accepted_seq")  # ``_at`` in one C call (a rebuild sorts a million jobs by it)
 
 
 class _Run:
@@ -183,7 +187,7 @@ class QueueIndex:
             by_group.setdefault(self.group(job), []).append(job)
         in_order = self._policy.in_order
         for group, members in by_group.items():
-            members.sort(key=_at)
+            members.sort(key=_AT)
             lines: list[list[Job]] = []
             for job in members:  # each job to the first run it extends in order
                 if len(lines) == 1 and in_order(lines[0][-1], job):
