@@ -13,6 +13,7 @@ from events.subjects import event_subject, input_subject
 from services.domain.envelope import decision_id
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.log import Outgoing
+from services.submission.relay import layout_marker
 from services.front.bench.sizes import Sizes
 
 __all__ = ["bench_replay", "bench_snapshot"]
@@ -40,6 +41,11 @@ def _lifecycle(first_job: int, jobs: int) -> list[Outgoing]:
     return batch
 
 async def _publish_lifecycles(log: JetStreamLog, first_job: int, jobs: int) -> None:
+    """The jobs' records, after the layout marker submission writes first on a new log (docs/architecture.md
+    section 3): the log as ``horizon up`` writes it, which the services past the marker read with one filter."""
+    if first_job == 0:
+        marker = layout_marker(0)
+        await log.publish(event_subject("submission", marker), encode(marker), msg_id=marker.id)
     for start in range(first_job, first_job + jobs, 1_000):
         await log.publish_many(_lifecycle(start, min(1_000, first_job + jobs - start)))
 
