@@ -344,10 +344,20 @@ class PlacementCore:
                                             j.limit_s, now - j.scheduled_ts)
         head_run = spec.time_limit_s if not profile.predicts else \
             state.history.predict(history_key(spec.user, spec.account), spec.time_limit_s)
+        # No earliest start for a shape stays none while nothing is placed or reserved in between
+        # (the same conditions as ``unfit``'s): 10,000 blocked candidates of one shape on nodes not
+        # ready yet asked it 10,000 times, each walking every node and running job (93 s a cycle).
+        unreservable = None
+        if not req.topological and not cycle.advance and cycle.topology is None and not state.held:
+            unreservable = (least(req), head_run, profile.name, len(cycle.placed_now), len(cycle.reservations))
+            if unreservable in cycle.unreservable:
+                return None, []
         held = reserve(state.cluster, state.jobs, now, job_id, least(req), cycle.overlay, cycle.placed_now, ctx,
                        head_run, cycle.reservations if mode.stacked else [],
                        concrete=mode.stacked or bool(cycle.advance), run_of=run_of)
         if held is None:
+            if unreservable is not None:
+                cycle.unreservable.add(unreservable)
             return None, []
         held.shadow_only = mode.shadow_only
         if mode.hole_fraction is not None:
@@ -388,6 +398,7 @@ class _Cycle:
     # inter-job affinity, which placements can satisfy, nor under advance reservations,
     # whose answer depends on the job's account and time).
     unfit: dict[Request, Placed] = field(default_factory=dict)
+    unreservable: set[tuple[object, ...]] = field(default_factory=set)  # shapes without an earliest start (_reserve)
     stopped_by: str | None = None
     lanes: LaneLedger | None = None  # idle nodes, when a profile's mode keeps a short-job lane
     scheduled: int = 0
