@@ -18,7 +18,7 @@ import msgspec
 
 from events import catalogue as c
 from services.domain.cluster import Cluster, Node
-from services.domain.jobs import STATES, Job, JobTable
+from services.domain.jobs import STATES, Job, JobTable, compact
 
 __all__ = ["JobRow", "TableData", "node_data", "restore_nodes", "restore_rows", "restore_table", "rows",
            "spec_fields", "table_data"]
@@ -112,17 +112,20 @@ def rows(jobs: dict[str, Job]) -> list[list[object]]:
 
 def restore_rows(table: JobTable, decoded: list[JobRow], settled: dict[str, int],
                  arrays: dict[str, list[str]]) -> None:
-    """Fill an empty table from rows (``JobTable.restore`` interns the specs again)."""
-    jobs: list[Job] = []
+    """Fill an empty table from rows, specs interned again (``jobs.compact``, as ``JobTable.restore``),
+    in one pass."""
+    jobs = table.jobs
     states = STATES
     for row in decoded:
-        job = Job(row.job_id, row.spec, states[row.state], row.accepted_seq, row.accepted_ts)
+        spec = row.spec
+        job = Job(row.job_id, None if spec is None else compact(spec), states[row.state], row.accepted_seq,
+                  row.accepted_ts)
         rest = row.rest
         if rest is not None:
             for name, value in zip(_REST_NAMES, _astuple(rest)):
                 setattr(job, name, value)
-        jobs.append(job)
-    table.restore(jobs, settled, arrays)
+        jobs[row.job_id] = job
+    table.settled, table.arrays = settled, arrays
 
 
 class TableData(msgspec.Struct, array_like=True):
