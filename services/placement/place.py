@@ -154,10 +154,18 @@ def backend_name(node: Node) -> str:
 
 
 def _split(cluster: Cluster, members: list[str]) -> list[tuple[str, list[str]]]:
-    """``members`` by backend (one part when they are of one, as the index's groups are), in order."""
-    first = backend_name(cluster.nodes[members[0]]) if members else ""
-    if all(backend_name(cluster.nodes[n]) == first for n in members):
-        return [(first, members)] if members else []
+    """``members`` by backend, in order.
+
+    Every list placement passes here is a group of the node index or a part of one, and the index
+    keys its groups by the node's backend among the rest of its hardware (``index._hardware``): one
+    part, the first node's backend, without asking every member. Asking every member cost each
+    candidate a walk of every node of the cluster (12,500 nodes: ~6 ms a job, 160 jobs/s). A list
+    whose first and last nodes' backends differ is split node by node."""
+    if not members:
+        return []
+    first = backend_name(cluster.nodes[members[0]])
+    if len(members) == 1 or backend_name(cluster.nodes[members[-1]]) == first:
+        return [(first, members)]
     parts: dict[str, list[str]] = {}
     for name in members:
         parts.setdefault(backend_name(cluster.nodes[name]), []).append(name)
