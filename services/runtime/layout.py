@@ -28,12 +28,12 @@ serves a consumer of one filter subject, and never two (docs/benchmarks.md secti
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
 from events.subjects import LAYOUT_MARKER
 from services.domain.protocol import reads_events_only
+from services.runtime.cancel import cancel_and_wait
 from services.runtime.follow import read_through
 
 __all__ = ["LayoutReader", "PROBE_EVERY_S"]
@@ -131,8 +131,14 @@ class LayoutReader:
 
     async def _prober(self) -> None:
         while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._rested.wait(), PROBE_EVERY_S)
+            # asyncio.wait, not wait_for: on Python 3.11 wait_for swallows a cancel that lands as the
+            # event is set (gh-86296), and ``stop`` then waited for this loop for ever (a restart's
+            # first incarnation never stopped: horizon bench's replay stage, intermittently).
+            rested = asyncio.ensure_future(self._rested.wait())
+            try:
+                await asyncio.wait({rested}, timeout=PROBE_EVERY_S)
+            finally:
+                rested.cancel()
             self._rested.clear()
             await self.probe()
             await asyncio.sleep(PROBE_GAP_S)
@@ -157,6 +163,4 @@ class LayoutReader:
     async def stop(self) -> None:
         for task in (self._switch, self._probe):
             if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                await cancel_and_wait(task)  # for sure: a cancel swallowed by an await inside is sent again
