@@ -102,7 +102,7 @@ def test_the_benchmark_harness_runs_from_one_command():
     assert out.returncode == 0, out.stderr
     body = json.loads(out.stdout)
     assert {"events_per_s", "raw_read_per_s", "snapshot_restart_s"} <= set(body["replay"])
-    assert body["replay"]["events"] == 50_000
+    assert body["replay"]["events"] == 50_001  # the layout marker, then 10,000 jobs of 5 records
 
 
 WORKFLOW = {
