@@ -103,10 +103,14 @@ def _fencing(service: str) -> tuple[str, ...]:
                   "STREAM.MSG.GET.KV_HORIZON_LEASES"))
 
 
-_SNAPSHOTS = ("horizon.snapshot.scheduling.>",
-              *_api("STREAM.MSG.GET.HORIZON_SNAPSHOTS", "STREAM.PURGE.HORIZON_SNAPSHOTS",
+def _snapshots(name: str) -> tuple[str, ...]:
+    """Its own snapshots (scheduling, placement and inventory take them)."""
+    return (f"horizon.snapshot.{name}.>", *_SNAPSHOT_API)
+
+
+_SNAPSHOT_API = (*_api("STREAM.MSG.GET.HORIZON_SNAPSHOTS", "STREAM.PURGE.HORIZON_SNAPSHOTS",
                     "CONSUMER.CREATE.HORIZON_SNAPSHOTS", "CONSUMER.MSG.NEXT.HORIZON_SNAPSHOTS.*",
-                    "CONSUMER.DELETE.HORIZON_SNAPSHOTS.*"))
+                    "CONSUMER.DELETE.HORIZON_SNAPSHOTS.*"),)
 
 
 def service_permissions() -> dict[str, Permissions]:
@@ -126,11 +130,11 @@ def service_permissions() -> dict[str, Permissions]:
         "submission": Permissions(publish=(*service["submission"], "horizon.in.>"),
                                   subscribe=("_INBOX.>", "horizon.intake.>", "horizon.validate.*"),
                                   allow_responses=True),
-        "scheduling": Permissions(publish=(*service["scheduling"], *_SNAPSHOTS), subscribe=("_INBOX.>",)),
-        "placement": Permissions(publish=service["placement"], subscribe=("_INBOX.>",)),
+        "scheduling": Permissions(publish=(*service["scheduling"], *_snapshots("scheduling")), subscribe=("_INBOX.>",)),
+        "placement": Permissions(publish=(*service["placement"], *_snapshots("placement")), subscribe=("_INBOX.>",)),
         "preemption": Permissions(publish=service["preemption"], subscribe=("_INBOX.>",)),
         # inventory also runs the log's clock and watches heartbeats (core NATS)
-        "inventory": Permissions(publish=(*service["inventory"], "horizon.evt.clock.>"),
+        "inventory": Permissions(publish=(*service["inventory"], "horizon.evt.clock.>", *_snapshots("inventory")),
                                  subscribe=("_INBOX.>", "horizon.hb.*")),
         # reports, registrations, heartbeats; serves its jobs' output (horizon.logs.<node>[.<tenant>]);
         # job steps between agents (horizon.step.<node>, the output back on horizon.step.io.<token>)
