@@ -11,6 +11,8 @@ memory benchmark: 6 of 71, 82 bytes against 940). Decoding fills the defaults ba
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import dataclasses
 from operator import attrgetter
 
@@ -20,7 +22,9 @@ from events import catalogue as c
 from services.domain.cluster import Cluster, Node
 from services.domain.jobs import STATES, Job, JobTable, compact
 
-__all__ = ["JobRow", "TableData", "node_data", "restore_nodes", "restore_rows", "restore_table", "rows",
+T = TypeVar("T")
+
+__all__ = ["JobRow", "TableData", "node_data", "read_snapshot", "restore_nodes", "restore_rows", "restore_table", "rows",
            "spec_fields", "table_data"]
 
 _NEVER = object()  # the "default" of a required field: unequal to every value
@@ -168,3 +172,15 @@ def restore_nodes(cluster: Cluster, nodes: list[Node]) -> None:
         node.kind = None
         node.unhealthy_gpus = sum(1 for d in node.gpus.values() if d.health)
         cluster.nodes[node.name] = node
+
+
+def read_snapshot(data: bytes, kind: type[T], fmt: int, fingerprint: str) -> T | None:
+    """A snapshot of ``kind`` (an array-like struct whose first fields are ``format`` and ``fingerprint``),
+    or None when it does not decode or another format or configuration wrote it."""
+    try:
+        snap = msgspec.msgpack.decode(data, type=kind)
+    except msgspec.DecodeError:
+        return None
+    if snap.format != fmt or snap.fingerprint != fingerprint:  # type: ignore[attr-defined]
+        return None
+    return snap

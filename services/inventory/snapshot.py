@@ -13,7 +13,8 @@ import msgspec
 
 from events import catalogue as c
 from services.domain.cluster import Node
-from services.domain.job_rows import TableData, node_data, restore_nodes, restore_table, table_data
+from services.domain.job_rows import (TableData, node_data, read_snapshot, restore_nodes, restore_table,
+                                      table_data)
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
@@ -47,11 +48,8 @@ def dump(state: Any, fingerprint: str) -> bytes:  # an InventoryState (core.py i
 def load(data: bytes, fingerprint: str, state: Any) -> Any:
     """Fill ``state`` (the core's ``initial()``) with what ``dump`` wrote; None when it is from another
     format or configuration."""
-    try:
-        snap = msgspec.msgpack.decode(data, type=_Snapshot)
-    except msgspec.DecodeError:
-        return None
-    if snap.format != SNAPSHOT_FORMAT or snap.fingerprint != fingerprint:
+    snap = read_snapshot(data, _Snapshot, SNAPSHOT_FORMAT, fingerprint)
+    if snap is None:
         return None
     state.seq, state.now, state.layout, state.layout_seq, state.relayed_seq = snap.counters
     restore_table(state.jobs, snap.table)

@@ -18,7 +18,8 @@ import msgspec
 from services.domain.cluster import Node
 from services.domain.fit.cycle import AdvanceReservation
 from services.domain.fit.profile import Profile
-from services.domain.job_rows import TableData, node_data, restore_nodes, restore_table, table_data
+from services.domain.job_rows import (TableData, node_data, read_snapshot, restore_nodes, restore_table,
+                                      table_data)
 from services.domain.partitions import Partitions, PartitionsData
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
@@ -77,11 +78,8 @@ def _advance_data(r: AdvanceReservation) -> dict[str, object]:
 def load(data: bytes, fingerprint: str, state: Any) -> Any:
     """Fill ``state`` (the core's ``initial()``) with what ``dump`` wrote; None when it is from another
     format or configuration."""
-    try:
-        snap = msgspec.msgpack.decode(data, type=_Snapshot)
-    except msgspec.DecodeError:
-        return None
-    if snap.format != SNAPSHOT_FORMAT or snap.fingerprint != fingerprint:
+    snap = read_snapshot(data, _Snapshot, SNAPSHOT_FORMAT, fingerprint)
+    if snap is None:
         return None
     (state.seq, state.now, state.layout, state.layout_seq, state.relayed_seq, state.cycle, state.done_cycle,
      state.anti_affinity_running) = snap.counters
