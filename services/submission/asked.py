@@ -283,3 +283,27 @@ def check_final_limits(asked: Asked, limits: Limits) -> None:
                         f"{format_memory(memory_bytes)}; a limit is at least the request")
     if time_limit > limits.max_time_limit_s:
         raise Rejection("time_limit_s", f"{time_limit:g} s is above the maximum of {limits.max_time_limit_s:g} s")
+
+
+def spec_fields(asked: Asked) -> dict[str, object]:
+    """The spec's fields that come from what was asked and parsed (resources, shape, limits): one
+    writer for the general spec (normalise._spec) and the common shape's (common_shape.common_spec)."""
+    model = asked.model
+    return dict(
+        cpus_milli=asked.cpus_milli,
+        memory_bytes=asked.memory_bytes,
+        cpu_limit_milli=asked.cpu_limit if asked.cpu_limit > asked.cpus_milli else 0,
+        memory_limit_bytes=asked.memory_limit if asked.memory_limit > asked.memory_bytes else 0,
+        gpus=asked.gpus,
+        gpu_type=model.type if model else None,
+        gpu_variant=model.variant if model else None,
+        gpu_memory_bytes=asked.gpu_memory,
+        nodes=asked.nodes,
+        min_nodes=asked.least if asked.least < asked.nodes else 0,
+        assembly_timeout_s=asked.assembly,
+        tasks_per_node=asked.tasks_per_node,
+        ntasks=asked.ntasks if 0 < asked.ntasks < asked.nodes * asked.tasks_per_node else 0,
+        time_limit_s=asked.time_limit,
+        scheduling_timeout_s=asked.timeout,
+        dependency_timeout_s=asked.dep_timeout,
+    )

@@ -22,7 +22,7 @@ from operator import attrgetter
 
 from events import catalogue as c
 from services.domain.partitions import Partitions
-from services.submission.asked import Asked
+from services.submission.asked import Asked, spec_fields
 
 __all__ = ["is_common", "common_spec", "FREE_FIELDS", "RARE_FIELDS"]
 
@@ -50,7 +50,6 @@ def is_common(sub: c.JobSubmitted) -> bool:
 def common_spec(sub: c.JobSubmitted, asked: Asked, partition: str, parts: Partitions, priority_class: str) -> c.JobSpec:
     """``normalise._spec`` for a submission ``is_common`` says is common (no array, no directives,
     restart policy "never"): the same spec, in one constructor call of the fields it can change."""
-    model = asked.model
     asked_profile = sub.profile
     if asked_profile and asked_profile != "default":
         profile = asked_profile
@@ -63,22 +62,7 @@ def common_spec(sub: c.JobSubmitted, asked: Asked, partition: str, parts: Partit
         name=sub.name or sub.job_id,
         command=tuple(sub.command),
         env=dict(sub.env),
-        cpus_milli=asked.cpus_milli,
-        memory_bytes=asked.memory_bytes,
-        cpu_limit_milli=asked.cpu_limit if asked.cpu_limit > asked.cpus_milli else 0,
-        memory_limit_bytes=asked.memory_limit if asked.memory_limit > asked.memory_bytes else 0,
-        gpus=asked.gpus,
-        gpu_type=model.type if model else None,
-        gpu_variant=model.variant if model else None,
-        gpu_memory_bytes=asked.gpu_memory,
-        nodes=asked.nodes,
-        min_nodes=asked.least if asked.least < asked.nodes else 0,
-        assembly_timeout_s=asked.assembly,
-        tasks_per_node=asked.tasks_per_node,
-        ntasks=asked.ntasks if 0 < asked.ntasks < asked.nodes * asked.tasks_per_node else 0,
-        time_limit_s=asked.time_limit,
-        scheduling_timeout_s=asked.timeout,
-        dependency_timeout_s=asked.dep_timeout,
+        **spec_fields(asked),
         priority_class=priority_class,  # type: ignore[arg-type]
         nice=sub.nice,
         qos=sub.qos,

@@ -31,7 +31,7 @@ from services.domain.datasets import check_datasets
 from services.domain.licenses import Licenses, request_problem
 from services.domain.output import pattern_problem
 from services.domain.partitions import Partitions
-from services.submission.asked import (Asked, check_cpus_and_memory, check_durations_and_elasticity,
+from services.submission.asked import (Asked, spec_fields, check_cpus_and_memory, check_durations_and_elasticity,
                                        check_final_limits, check_gpus, check_tasks, elastic_least, parse_asked,
                                        with_gpus_per_node)
 from services.submission.capacity import Capacity
@@ -316,7 +316,6 @@ def _check_files_and_image(sub: c.JobSubmitted) -> None:
 def _spec(sub: c.JobSubmitted, asked: Asked, partition: str, parts: Partitions, array: ArraySpec | None,
           priority_class: str, restart_policy: str, directives: dict[str, object]) -> c.JobSpec:
     """The accepted spec: the submission as checked, with what its steps parsed and chose."""
-    model = asked.model
     return c.JobSpec(
         tenant=sub.tenant,
         account=sub.account or "default",
@@ -326,22 +325,7 @@ def _spec(sub: c.JobSubmitted, asked: Asked, partition: str, parts: Partitions, 
         env=dict(sub.env),
         submit_env=dict(sub.submit_env) if sub.submit_env is not None else None,
         payload=sub.payload,
-        cpus_milli=asked.cpus_milli,
-        memory_bytes=asked.memory_bytes,
-        cpu_limit_milli=asked.cpu_limit if asked.cpu_limit > asked.cpus_milli else 0,
-        memory_limit_bytes=asked.memory_limit if asked.memory_limit > asked.memory_bytes else 0,
-        gpus=asked.gpus,
-        gpu_type=model.type if model else None,
-        gpu_variant=model.variant if model else None,
-        gpu_memory_bytes=asked.gpu_memory,
-        nodes=asked.nodes,
-        min_nodes=asked.least if asked.least < asked.nodes else 0,
-        assembly_timeout_s=asked.assembly,
-        tasks_per_node=asked.tasks_per_node,
-        ntasks=asked.ntasks if 0 < asked.ntasks < asked.nodes * asked.tasks_per_node else 0,
-        time_limit_s=asked.time_limit,
-        scheduling_timeout_s=asked.timeout,
-        dependency_timeout_s=asked.dep_timeout,
+        **spec_fields(asked),
         after_datasets=tuple(sorted(set(sub.after_datasets))),
         priority_class=priority_class,  # type: ignore[arg-type]
         nice=sub.nice,
