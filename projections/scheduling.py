@@ -71,7 +71,7 @@ from typing import Any
 
 from events import catalogue as c
 from events.codec import decode_json
-from events.subjects import RELAY_LAYOUT
+from events.subjects import RELAY_LAYOUT, RELAYED_VERBS, admin_subject
 from projections import fold_state
 from projections.paging import Listing, Pager
 from projections.scheduling_reports import (
@@ -105,6 +105,9 @@ _LISTINGS: dict[str, Any] = {
 }
 
 
+_RELAYED_SUBJECTS = frozenset(admin_subject(verb) for verb in RELAYED_VERBS)
+
+
 class SchedulerView:
     """The scheduling and preemption folds kept current from the log, stored and served (module docstring)."""
 
@@ -127,6 +130,8 @@ class SchedulerView:
         self.core = core or QueueFold()
         self.state = self.core.initial()
         self.rejected: dict[int, str] = {}  # operator input seq -> why it was not applied
+        # layout 2: operator inputs of relayed verbs read and not yet relayed (a handful at a time)
+        self.awaiting_relay: set[int] = set()
         self.preemption = PreemptionPlanner()
         self.pstate = self.preemption.initial()
         self._cycle_ts: dict[int, float] = {}
@@ -147,6 +152,8 @@ class SchedulerView:
 
     async def apply(self, batch: list[Record]) -> None:
         for record, event in readable(batch, self.state.seq):
+            if record.subject in _RELAYED_SUBJECTS and self.state.layout >= RELAY_LAYOUT:
+                self.awaiting_relay.add(record.seq)
             if event is None:
                 self.state.seq = self.pstate.seq = record.seq
             else:
@@ -167,6 +174,8 @@ class SchedulerView:
                         self._latency.record(max(0.0, record.time - self._cycle_ts.pop(event.cycle)) * 1000.0)
                 if isinstance(event, c.ConfigRejected):
                     self.rejected[event.request_seq] = event.reason
+                if self.awaiting_relay and isinstance(event, c.InputRelayed):
+                    self.awaiting_relay = {seq for seq in self.awaiting_relay if seq > self.state.relayed_seq}
 
     def _metrics(self, meter_provider: Any) -> None:
         """Gauges of the scheduler's standing: queue depth by class and account, utilisation and
@@ -324,10 +333,13 @@ class SchedulerView:
     def config_status(self, seq: int) -> dict[str, Any]:
         pending = self.state.config_rejections.get(seq)
         reason = self.rejected.get(seq) or (pending[1] if pending else None)
-        # From the log's layout marker on, an operator input is applied where submission relays it
-        # (InputRelayed), after its own seq: seen once its relay is folded.
-        layout_2 = self.state.layout >= RELAY_LAYOUT and seq > self.state.layout_seq
-        seen = self.state.relayed_seq >= seq if layout_2 else self.state.seq >= seq
+        # From the log's layout marker on, a configuration is applied where submission relays it
+        # (InputRelayed), after its own seq: seen once its relay is folded. Any other input (a
+        # request about a job, answered by submission) is seen once read. Inputs read before this
+        # view resumed are not known one by one: those past the last relay count as awaiting it.
+        seen = self.state.seq >= seq
+        if self.state.layout >= RELAY_LAYOUT and seq > max(self.state.layout_seq, self.state.relayed_seq):
+            seen = seen and seq not in self.awaiting_relay and seq > self.resumed_from
         return {"seen": seen, "rejected": reason, "last_seq": self.state.seq}
 
     async def start(self) -> None:

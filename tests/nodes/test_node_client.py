@@ -113,7 +113,7 @@ def test_the_node_client_does_every_operation_of_the_document(up, tmp_path):
                 if not op.startswith("in._admin."):
                     assert verdict["type"] in VERDICTS[op.removeprefix("in.")], (op, verdict)
             if "config" in line:
-                assert line["config"]["seen"] is True
+                assert line["config"]["seen"] is True, line
                 assert not _problems("#/components/messages/query.config.reply/payload", line["config"]), line
         elif isinstance(line.get("received"), dict):
             event = line["received"]
