@@ -11,9 +11,10 @@ memory benchmark: 6 of 71, 82 bytes against 940). Decoding fills the defaults ba
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from typing import TypeVar
 
-import dataclasses
 from operator import attrgetter
 
 import msgspec
@@ -62,23 +63,22 @@ def spec_fields(spec: c.JobSpec) -> dict[str, object]:
     return out
 
 
-class _Rest(msgspec.Struct, omit_defaults=True):
-    """A job's fields after the first five, each its default unless written."""
+def _rest_struct() -> type[msgspec.Struct]:
+    """``_Rest``: a struct of ``Job``'s fields after the first five, each with ``Job``'s type and default
+    (derived from ``Job`` itself, so the two cannot drift apart)."""
+    fields = dataclasses.fields(Job)
+    assert [f.name for f in fields[:5]] == ["job_id", "spec", "state", "accepted_seq", "accepted_ts"], \
+        "job_rows: a row's first five items are no longer Job's first five fields"
+    hints = typing.get_type_hints(Job)
+    rest = []
+    for f in fields[5:]:
+        assert f.default is not dataclasses.MISSING, f"job_rows: Job.{f.name} has no plain default"
+        rest.append((f.name, hints[f.name], f.default))
+    return msgspec.defstruct("_Rest", rest, omit_defaults=True, module=__name__)
 
-    attempt: int = 0
-    allocations: tuple[c.NodeAllocation, ...] = ()
-    scheduled_ts: float = 0.0
-    started_ts: float = 0.0
-    ended_ts: float = 0.0
-    reason: str = ""
-    exit_code: int | None = None
-    last_block: tuple[c.BlockReason, ...] = ()
-    borrowed: bool = False
-    reserved_at: float | None = None
-    reserved_nodes: tuple[str, ...] = ()
-    checkpoint_ref: str | None = None
-    not_before_ts: float = 0.0
-    time_limit_s: float = 0.0
+
+# A job's fields after the first five, each its default unless written.
+_Rest = _rest_struct()
 
 
 class JobRow(msgspec.Struct, array_like=True):
@@ -89,14 +89,13 @@ class JobRow(msgspec.Struct, array_like=True):
     state: int
     accepted_seq: int
     accepted_ts: float
-    rest: _Rest | None = None
+    rest: _Rest | None = None  # type: ignore[valid-type]
 
 
 _REST_NAMES: tuple[str, ...] = _Rest.__struct_fields__
 _REST_DEFAULTS = msgspec.structs.astuple(_Rest())
 _rest_of = attrgetter(*_REST_NAMES)
 _INDEX = {state: i for i, state in enumerate(STATES)}
-assert Job.__slots__[5:] == _REST_NAMES, "job_rows: Job's fields changed; update _Rest"  # type: ignore[attr-defined]
 
 
 def rows(jobs: dict[str, Job]) -> list[list[object]]:
