@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from events.base import Event
 from events.codec import DecodeError, encode
 from events.subjects import event_subject
+from services.runtime.cancel import cancel_and_wait
 from services.runtime.consume import decode_record
 from services.runtime.follow import LogFollow
 from services.runtime.layout import LayoutReader
@@ -137,6 +138,7 @@ def collector_paused() -> Any:
 # on the intake benchmark, 6,986 accepted/s at the default, 9,590 with this, 9,553 with the
 # collector off (docs/benchmarks.md §2). Cycles are still collected, just in larger batches.
 YOUNG_GENERATION_THRESHOLD = 100_000
+ROUND_FINISH_S = 5.0  # how long a stop waits for the decision round it interrupted to be published
 CHAIN_MAX = 4  # decisions in a round published as a chain of fenced messages (see ``_publish_fenced``)
 
 
@@ -186,6 +188,7 @@ class ServiceRunner(Generic[S]):
         self._lease_task: asyncio.Task[None] | None = None
         self._takeover: asyncio.Task[None] | None = None
         self._stopping = False
+        self._publishing: asyncio.Future[list[Event]] | None = None  # the decision round being published
         self.state: S = core.initial()
         self.awaiting = 0
         self.stats = RunnerStats()
@@ -269,14 +272,18 @@ class ServiceRunner(Generic[S]):
         if self.state.seq < self.awaiting or not self.leading:
             return []
         with self._round():
-            return await self._decide_and_publish()
+            decisions = self.core.decide(self.state)
+            if not decisions:
+                return []
+            if not self.leading:
+                return []  # the lease lapsed while deciding: a standby publishes nothing
+            # A round once begun is published whole, even by a runner being stopped: a stop that
+            # cut it would leave the log without decisions the same code makes at that basis (an
+            # audit reports them missing). ``stop`` waits for it; a crash can still cut it.
+            self._publishing = asyncio.ensure_future(self._publish_round(decisions))
+            return await asyncio.shield(self._publishing)
 
-    async def _decide_and_publish(self) -> list[Event]:
-        decisions = self.core.decide(self.state)
-        if not decisions:
-            return []
-        if not self.leading:
-            return []  # the lease lapsed while deciding: a standby publishes nothing
+    async def _publish_round(self, decisions: list[Event]) -> list[Event]:
         self.stats.decide_rounds += 1
         items = [Outgoing(event_subject(self.name, e), encode(e), e.id) for e in decisions]
         if self.lease is None:
@@ -554,14 +561,25 @@ class ServiceRunner(Generic[S]):
         return self
 
     async def run(self) -> None:
-        """Start and run until cancelled."""
-        await self.start()
+        """Start and run until cancelled (a cancel while catching up stops it as gracefully)."""
         try:
+            await self.start()
             await self.wait()
         finally:
             await self.stop()
 
     async def stop(self) -> None:
+        round_ = self._publishing
+        if round_ is not None and not round_.done():
+            # the round a stop interrupted: let it finish (bounded: a log that stopped answering
+            # cannot hold the stop up), and say what became of it
+            done, _ = await asyncio.wait({round_}, timeout=ROUND_FINISH_S)
+            if not done:
+                log.warning("%s: a decision round still publishing after %.0f s at stop; left cut", self.name,
+                            ROUND_FINISH_S)
+                await cancel_and_wait(round_)
+        if round_ is not None and round_.done() and not round_.cancelled() and round_.exception() is not None:
+            log.warning("%s: the last decision round before the stop failed: %r", self.name, round_.exception())
         await self.layout.stop()
         if self._follower is not None:
             await self._follower.stop()
