@@ -37,14 +37,22 @@ kind               met when                     can never be met when
 ``after-checkpoint`` every task checkpointed    a task ended for good without one
 =================  ===========================  ====================================
 
+Under partition leaders (docs/scaling.md) the other job may be another partition's, which this
+leader skips: ``foreign`` (``services/domain/foreign.py``) answers for it what the job table would.
+
 A job may also give up waiting: ``dependency_timeout_s`` (``expired``) ends it
 when its dependencies are not all met that long after acceptance.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from events import catalogue as c
 from services.domain.jobs import Job, JobState, JobTable, TERMINAL
+
+if TYPE_CHECKING:
+    from services.domain.foreign import ForeignJobs
 
 __all__ = ["dependency_status", "dependency_expired", "MET", "WAITING", "NEVER"]
 
@@ -53,12 +61,17 @@ MET, WAITING, NEVER = "met", "waiting", "never"
 _NOT_OK = TERMINAL - {JobState.SUCCEEDED}
 
 
-def dependency_status(dep: c.Dependency, jobs: JobTable, requeue_pending: set[str] | dict[str, object]) -> tuple[str, str]:
-    """(MET | WAITING | NEVER, reason) for one dependency."""
+def dependency_status(dep: c.Dependency, jobs: JobTable, requeue_pending: set[str] | dict[str, object],
+                      foreign: ForeignJobs | None = None) -> tuple[str, str]:
+    """(MET | WAITING | NEVER, reason) for one dependency (``foreign``: a partition leader's other jobs)."""
     tasks = jobs.arrays.get(dep.job_id)
     if tasks:
-        return _array_status(dep, [jobs.get(t) for t in tasks], requeue_pending, jobs)  # type: ignore[misc]
-    other = jobs.get(dep.job_id)
+        return _array_status(dep, [_get(t, jobs, foreign) for t in tasks], requeue_pending, jobs)  # type: ignore[misc]
+    if foreign is not None:
+        tasks = foreign.arrays.get(dep.job_id)
+        if tasks:
+            return _array_status(dep, [foreign.get(t) for t in tasks], requeue_pending, jobs)  # type: ignore[misc]
+    other = _get(dep.job_id, jobs, foreign)
     if other is None:
         return WAITING, f"waiting for {dep.job_id}: not submitted yet"
     state = other.state
@@ -94,12 +107,20 @@ def dependency_status(dep: c.Dependency, jobs: JobTable, requeue_pending: set[st
     return WAITING, f"waiting for {dep.job_id} ({dep.kind})"
 
 
+def _get(job_id: str, jobs: JobTable, foreign: ForeignJobs | None) -> Job | None:
+    job = jobs.get(job_id)
+    if job is None and foreign is not None:
+        return foreign.get(job_id)
+    return job
+
+
 def _checkpointed(job: Job, jobs: JobTable) -> bool:
     return job.checkpoint_ref is not None or job.job_id in jobs.checkpointed
 
 
 def dependency_expired(job: Job, jobs: JobTable, requeue_pending: set[str] | dict[str, object],
-                       now: float, datasets: set[str] | frozenset[str] = frozenset()) -> tuple[c.Dependency, str] | None:
+                       now: float, datasets: set[str] | frozenset[str] = frozenset(),
+                       foreign: ForeignJobs | None = None) -> tuple[c.Dependency, str] | None:
     """A pending job's ``dependency_timeout_s`` is over and a dependency is still not met: (the first
     such dependency, the reason). Counted from acceptance (through holds); None otherwise. A dataset
     not announced (``after_datasets``, not in ``datasets``) is named as ``Dependency(kind="after-data",
@@ -108,7 +129,7 @@ def dependency_expired(job: Job, jobs: JobTable, requeue_pending: set[str] | dic
     if spec is None or spec.dependency_timeout_s is None or now < job.accepted_ts + spec.dependency_timeout_s:
         return None
     for dep in spec.dependencies:
-        status, why = dependency_status(dep, jobs, requeue_pending)
+        status, why = dependency_status(dep, jobs, requeue_pending, foreign)
         if status != MET:
             return dep, f"timeout: dependencies not met within {spec.dependency_timeout_s:g} s of acceptance ({why})"
     for name in spec.after_datasets:

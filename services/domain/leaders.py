@@ -4,8 +4,10 @@ A scheduling or placement leader of some partitions folds its partitions' jobs a
 others': a job of another partition is skipped at its ``JobAccepted`` (so it never enters the
 leader's table), and every later event about a job not in its table (``JOB_EVENTS``) is skipped
 too. The runner asks the core's ``skips`` before decoding a record, so a skipped record costs a
-split of its subject and a ``peek`` at its body (the job id; an acceptance's partition, account
-and licenses), a fraction of a whole decode (measured: 0.2-1 us against 1.5-4 us). The cores run the
+split of its subject and a ``peek`` at its body (the job id and attempt; an acceptance's partition,
+account, licenses and the few fields ``services/domain/foreign.py`` keeps), a fraction of a whole decode
+(measured: 0.2-1 us against 1.5-4 us). What a skipped record says of its job's outcome is kept
+(``ForeignJobs``: the leader's own jobs may depend on it, or be singletons of its name). The cores run the
 same test on decoded events in ``evolve`` (audit and the simulator decode every record once for all
 the cores they fold), so a live leader and its replay fold the same records.
 """
@@ -30,14 +32,29 @@ class _SpecPeek(msgspec.Struct):
     partition: str = ""
     account: str = ""
     licenses: dict[str, int] = {}
+    # what a leader keeps of a job it skips (services/domain/foreign.py): its restart rules, array and
+    # singleton key (JobSpec's defaults)
+    tenant: str = ""
+    user: str = ""
+    name: str = ""
+    hold: bool = False
+    array: str | None = None
+    restart_policy: str = "never"
+    max_retries: int = 0
+    requeue: bool = True
 
 
 class Peek(msgspec.Struct):
-    """What ``peek`` reads of a record: the job it is about, and an acceptance's spec in part."""
+    """What ``peek`` reads of a record: the job it is about, an acceptance's spec in part, and the fields
+    of a later event that move a skipped job's outcome (``services/domain/foreign.py``)."""
 
     type: str = ""
     job_id: str = ""
     spec: _SpecPeek | None = None
+    attempt: int = 0
+    node_lost: bool = False
+    out_of_memory: bool = False
+    checkpoint_ref: str | None = None
 
 
 _decoder = msgspec.json.Decoder(Peek)

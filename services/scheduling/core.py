@@ -129,7 +129,7 @@ class SchedulingCore(QueueFold):
             job = state.pending[job_id]
             spec = job.spec
             assert spec is not None
-            expired = dependency_expired(job, state.jobs, state.to_requeue, state.now, state.datasets)
+            expired = dependency_expired(job, state.jobs, state.to_requeue, state.now, state.datasets, state.foreign)
             if expired is not None:
                 out.append(decide(c.JobDependencyNeverSatisfied, job_id, correlation_id=job_id, job_id=job_id,
                                   dependency=expired[0], reason=expired[1]))

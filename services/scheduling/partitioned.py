@@ -30,12 +30,16 @@
    it reads the first's cycle, counts it, and admits what is left. Licenses are the whole cluster's
    too (``license_view``): a cycle admitting a job that asks for some is fenced alike.
 
-Snapshots carry the open cycles after the queue fold's own bytes (``dump``/``load``).
+5. **Other partitions' jobs its jobs wait on.** From each record it skips it keeps the job's outcome
+   (``services/domain/foreign.py``: an int per job, and the name of a job not yet ended), so a job of
+   its own that depends on a job of another partition (``afterok`` ...) starts when that job's
+   outcome allows it, and a singleton job waits for another partition's job of its name.
+
+Snapshots carry the open cycles and the foreign jobs after the queue fold's own bytes (``dump``/``load``).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,9 +50,10 @@ from events.base import Event
 from events.subjects import event_owner, leader_token, partner_token
 from services.domain.fairshare import association
 from services.domain.jobs import Job
+from services.domain.foreign import MOVED, ForeignJobs
 from services.domain.leaders import ACCEPTED, JOB_EVENTS, peek
 from services.domain.protocol import Record
-from services.domain.queue import order
+from services.domain.queue import never, order
 from services.domain.queue.state import SchedulingState
 from services.domain.quotas import amount_of, limited_account
 from services.scheduling.ledgered import LedgerSchedulingCore
@@ -56,7 +61,8 @@ from services.scheduling.ledgered import LedgerSchedulingCore
 __all__ = ["PartitionedSchedulingCore"]
 
 _CYCLE_EVENTS = (c.SchedulingCycleCompleted, c.PlacementCycleCompleted)
-_EXTRA_LEN = 8  # bytes of the length of the open cycles after the queue fold's snapshot
+_EXTRA_LEN = 8  # bytes of the length of the open cycles and foreign jobs after the queue fold's snapshot
+_EXTRA_FORMAT = 2  # 2: the foreign jobs' outcomes (services/domain/foreign.py) after the open cycles
 
 
 @dataclass
@@ -79,18 +85,25 @@ class PartitionedSchedulingCore(LedgerSchedulingCore):
     def initial(self) -> SchedulingState:
         state = super().initial()
         state.open_cycles = {}  # type: ignore[attr-defined]
+        state.foreign = state.singletons.foreign = ForeignJobs()
         return state
 
     def skips(self, state: SchedulingState, record: Record) -> bool:
         """Whether ``evolve`` would skip this record, read from its subject and a ``peek`` at its body
         (``services/domain/leaders.py``): a job of another partition that shares no limit with this
-        leader's jobs, or any later event of a job not in its table. False when unsure."""
+        leader's jobs, or any later event of a job not in its table. False when unsure. A record it skips
+        is kept as ``evolve`` keeps it (``_keep``: its job's outcome, ``services/domain/foreign.py``);
+        asking twice keeps nothing more."""
         found = peek(record)
         if found is None:
             return False
         if found.type == ACCEPTED:
-            return not self._tracks(state, found.spec)
-        return found.job_id not in state.jobs.jobs
+            if self._tracks(state, found.spec) and found.job_id not in state.foreign.codes:  # type: ignore[attr-defined]
+                return False
+        elif found.job_id in state.jobs.jobs:
+            return False
+        self._keep(state, found.type, found.job_id, found.spec if found.type == ACCEPTED else found, record.seq)
+        return True
 
     def _tracks(self, state: SchedulingState, spec: Any) -> bool:
         """Whether a job of this spec is folded: one of its partitions', or another's that takes licenses
@@ -101,12 +114,41 @@ class PartitionedSchedulingCore(LedgerSchedulingCore):
     def _foreign(self, state: SchedulingState, event: Event) -> bool:
         """``skips``'s test on the decoded event (audit and the simulator fold decoded events)."""
         if isinstance(event, c.JobAccepted):
-            return not self._tracks(state, event.spec)
+            return not self._tracks(state, event.spec) or event.job_id in state.foreign.codes  # type: ignore[attr-defined]
         job_id = getattr(event, "job_id", "")
         return bool(job_id) and event.event_type in JOB_EVENTS and job_id not in state.jobs.jobs
 
+    def _keep(self, state: SchedulingState, kind: str, job_id: str, event: Any, seq: int) -> None:
+        """What a skipped record says of its (foreign) job: its outcome, kept in ``state.foreign``; and,
+        when that moves, what one scheduler would redo for the jobs that wait on it: ask again whether
+        their dependencies can ever be met, and call for a cycle (``QueueFold._track``'s ``dirty_seq``)
+        when a job of this leader depends on it or is a singleton of its name."""
+        foreign: ForeignJobs = state.foreign  # type: ignore[attr-defined]
+        watched = state.singletons.live
+        if kind == ACCEPTED:
+            if state.jobs.known(job_id):
+                return  # a duplicate of a job it folds: the first acceptance holds
+            moved = foreign.accept(job_id, event, seq)
+            entry = foreign.live.get(job_id) if watched and moved else None
+        else:
+            entry = foreign.live.get(job_id) if watched else None
+            moved = foreign.apply(kind, job_id, event)
+        if not moved:
+            return
+        dependents = state.dependents
+        if dependents:
+            array = foreign.task_array.get(job_id)
+            if job_id in dependents or (array is not None and array in dependents):
+                state.dirty_seq = seq  # (a first checkpoint too: after-checkpoint dependants may be ready)
+                never.recheck_dependants(state, job_id, array)
+        if entry is not None and moved == MOVED and state.singletons.foreign_moved(
+                job_id, entry[0], foreign.state_of(job_id), entry[1]):  # type: ignore[arg-type]
+            state.dirty_seq = seq  # a singleton of its name may start now, or must wait
+
     def evolve(self, state: SchedulingState, event: Event, record: Record) -> SchedulingState:
         if self._foreign(state, event):
+            self._keep(state, event.event_type, event.job_id, event.spec if isinstance(event, c.JobAccepted)  # type: ignore[attr-defined]
+                       else event, record.seq)
             return state
         if isinstance(event, _CYCLE_EVENTS):
             owner = event_owner(record.subject)
@@ -204,8 +246,12 @@ class PartitionedSchedulingCore(LedgerSchedulingCore):
 
     # ------------------------------------------------------------------ snapshots
 
+    def fingerprint(self) -> str:
+        return f"{super().fingerprint()}/partitioned/{_EXTRA_FORMAT}"
+
     def dump(self, state: SchedulingState) -> bytes:
-        extra = json.dumps(sorted((k, v[0], v[1]) for k, v in state.open_cycles.items())).encode()  # type: ignore[attr-defined]
+        extra = msgspec.msgpack.encode([sorted((k, v[0], v[1]) for k, v in state.open_cycles.items()),  # type: ignore[attr-defined]
+                                        state.foreign.data()])  # type: ignore[attr-defined]
         return super().dump(state) + extra + len(extra).to_bytes(_EXTRA_LEN, "big")
 
     def load(self, data: bytes) -> SchedulingState | None:
@@ -216,8 +262,15 @@ class PartitionedSchedulingCore(LedgerSchedulingCore):
             return None
         base, extra = data[: len(data) - _EXTRA_LEN - n], data[len(data) - _EXTRA_LEN - n: -_EXTRA_LEN]
         state = super().load(base)
-        if state is not None:
-            state.open_cycles = {k: (cycle, list(cands)) for k, cycle, cands in json.loads(extra)}  # type: ignore[attr-defined]
+        if state is None:
+            return None
+        opened, foreign = msgspec.msgpack.decode(extra)
+        state.open_cycles = {k: (cycle, list(cands)) for k, cycle, cands in opened}  # type: ignore[attr-defined]
+        state.foreign = state.singletons.foreign = ForeignJobs.from_data(foreign)
+        # what the base rebuilt without the foreign jobs: the singletons' members and the jobs a
+        # dependency can never satisfy
+        state.singletons.rebuild(state.jobs)
+        never.rebuild(state)
         return state
 
 

@@ -22,13 +22,13 @@ from services.domain.dependencies import NEVER, dependency_status
 from services.domain.jobs import Job
 from services.domain.queue.state import SchedulingState
 
-__all__ = ["first_never", "recheck", "rebuild", "expiry", "forget_expired"]
+__all__ = ["first_never", "recheck", "recheck_dependants", "rebuild", "expiry", "forget_expired"]
 
 
 def first_never(state: SchedulingState, job: Job) -> tuple[c.Dependency, str] | None:
     """The first of ``job``'s dependencies that can never be met, and why (None: none)."""
     for dep in job.spec.dependencies if job.spec else ():
-        status, why = dependency_status(dep, state.jobs, state.to_requeue)
+        status, why = dependency_status(dep, state.jobs, state.to_requeue, state.foreign)
         if status == NEVER:
             return dep, why
     return None
@@ -51,6 +51,15 @@ def recheck(state: SchedulingState, job: Job) -> None:
         if target is not None:
             for job_id in state.dependents.get(target, ()):
                 _ask(state, job_id)
+
+
+def recheck_dependants(state: SchedulingState, job_id: str, array: str | None) -> None:
+    """A job this fold does not hold changed (another partition's, ``services/domain/foreign.py``): ask
+    again for the jobs depending on it or on its array."""
+    for target in (job_id, array):
+        if target is not None:
+            for dependant in state.dependents.get(target, ()):
+                _ask(state, dependant)
 
 
 def rebuild(state: SchedulingState) -> None:

@@ -77,7 +77,7 @@ def ready(state: SchedulingState, job: Job) -> bool:
     """All of the job's dependencies are met (a singleton job's too: no other job of its name runs,
     nor waits ahead of it; ``services.domain.queue.singleton``)."""
     deps = job.spec.dependencies if job.spec else ()
-    if not all(dependency_status(d, state.jobs, state.to_requeue)[0] == MET for d in deps):
+    if not all(dependency_status(d, state.jobs, state.to_requeue, state.foreign)[0] == MET for d in deps):
         return False
     if job.spec is not None and not all(name in state.datasets for name in job.spec.after_datasets):
         return False  # a dataset it waits for has not been announced (afterdata)

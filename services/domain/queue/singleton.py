@@ -13,11 +13,21 @@ tenants' users of the same name are different people.
 of that key; keys no live singleton job has are not watched, so a queue without singleton jobs pays
 a dictionary lookup per transition. The first singleton job of a key scans the job table once for
 the live jobs of its key.
+
+A partition leader (docs/scaling.md) does not hold other partitions' jobs, but they count: its
+``foreign`` jobs (``services/domain/foreign.py``) keep the key and acceptance of each one not ended, so
+the members of a watched key include the live foreign jobs of that key, as bare ``Job``s (no spec) the
+leader moves as their records go by (``foreign_moved``).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from services.domain.jobs import HOLDS_RESOURCES, LIVE, Job, JobState, JobTable, Transition
+
+if TYPE_CHECKING:
+    from services.domain.foreign import ForeignJobs
 
 __all__ = ["Singletons", "key_of"]
 
@@ -33,6 +43,7 @@ class Singletons:
     def __init__(self) -> None:
         self.live: dict[Key, dict[str, Job]] = {}  # watched key -> its live jobs
         self.singles: dict[Key, int] = {}  # watched key -> how many of its live jobs are singleton jobs
+        self.foreign: ForeignJobs | None = None  # a partition leader's jobs of other partitions
 
     def track(self, jobs: JobTable, tr: Transition) -> None:
         """Follow one transition of the job table."""
@@ -47,6 +58,8 @@ class Singletons:
                 return
             self.live[key] = {j.job_id: j for j in jobs.jobs.values() if j.state in LIVE and key_of(j) == key}
             self.singles[key] = sum(1 for j in self.live[key].values() if j.spec is not None and j.spec.singleton)
+            if self.foreign is not None:
+                self.live[key].update(self.foreign.members({key}).get(key, {}))
             return
         members = self.live[key]
         was = job.job_id in members
@@ -74,6 +87,24 @@ class Singletons:
             key = key_of(job)
             if key in self.singles and job.state in LIVE:
                 self.live.setdefault(key, {})[job.job_id] = job  # type: ignore[index]
+        if self.foreign is not None:
+            for key, members in self.foreign.members(self.singles).items():
+                self.live[key].update(members)
+
+    def foreign_moved(self, job_id: str, key: Key, state: JobState, accepted_seq: int) -> bool:
+        """A foreign job of ``key`` is in ``state`` now: follow it if the key is watched (True then)."""
+        members = self.live.get(key)
+        if members is None:
+            return False
+        if state in LIVE:
+            member = members.get(job_id)
+            if member is None:
+                members[job_id] = Job(job_id, None, state, accepted_seq=accepted_seq)
+            else:
+                member.state = state
+        else:
+            members.pop(job_id, None)
+        return True
 
     def blocker(self, job: Job) -> Job | None:
         """For a singleton job: the job of its key that keeps it waiting (the first in the log), or None."""

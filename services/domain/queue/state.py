@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from events import catalogue as c
 
 from services.domain.fairshare import FairShare
+from services.domain.foreign import ForeignJobs
 from services.domain.jobs import Job, JobTable
 from services.domain.licenses import Licenses
 from services.domain.partitions import Partitions
@@ -63,6 +64,9 @@ class SchedulingState(CoreState):
         self.reservation_ends: dict[str, float] = {}
         self.partitions = Partitions()  # their priority tiers order the queue (services/domain/partitions.py)
         self.licenses = Licenses()  # defined, and held by jobs holding resources (services/domain/licenses.py)
+        # A partition leader's outcomes of the jobs it skips (services/domain/foreign.py; its own snapshot
+        # part): its jobs' dependencies and singletons look there for jobs not in ``jobs``. None: one scheduler.
+        self.foreign: ForeignJobs | None = None
         # Derived from the above (rebuilt after a snapshot is loaded):
         self.pending: dict[str, Job] = {}
         self.queue_index = QueueIndex(self.config.policy)  # the pending jobs by group, for the order (index.py)

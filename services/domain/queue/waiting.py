@@ -268,7 +268,7 @@ def _reason(state: SchedulingState, job: Job, order: _Order, max_candidates: int
         return Waiting("held", "held: not a candidate until released (horizon release)")
     # 2. what ``candidates`` leaves out, in the same order
     for dep in spec.dependencies:
-        status, why = dependency_status(dep, state.jobs, state.to_requeue)
+        status, why = dependency_status(dep, state.jobs, state.to_requeue, state.foreign)
         if status != MET:
             return Waiting("dependency", why)
     for name in spec.after_datasets:
