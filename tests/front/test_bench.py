@@ -53,6 +53,7 @@ def test_the_quick_scale_run_prints_every_contract_key(tmp_path: Path) -> None:
     assert set(scale["bytes_per_queued_job_by_service"]) == {"inventory", "scheduling", "placement"}
     assert scale["bytes_per_queued_job"] == max(scale["bytes_per_queued_job_by_service"].values())
     assert scale["restart_s"] == max(r["restart_s"] for r in scale["restart_s_by_service"].values())
+    assert scale["latency_p50_ms"] <= scale["latency_p99_ms"] <= scale["latency_p999_ms"] <= scale["latency_max_ms"]
     cells = {(c["nodes"], c["backlog"]) for c in result["curves"]}
     assert cells == {(100, 2_000), (100, 5_000), (200, 2_000), (200, 5_000)}
     assert all(c["jobs_per_s"] > 0 and c["cycle_p99_ms"] is not None for c in result["curves"])

@@ -73,5 +73,6 @@ async def bench_latency(url_unused: str, sizes: Sizes) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 up.kill()  # by its PID
                 up.wait()
+    # p99.9 is a nearest rank: with the full run's 2,000 jobs, the second slowest
     return {"p50_ms": round(percentile(samples, 50), 2), "p99_ms": round(percentile(samples, 99), 2),
-            "max_ms": round(max(samples), 2), "jobs": len(samples)}
+            "p999_ms": round(percentile(samples, 99.9), 2), "max_ms": round(max(samples), 2), "jobs": len(samples)}

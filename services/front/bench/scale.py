@@ -241,7 +241,8 @@ async def _loaded(url: str, ss: ScaleSizes) -> dict[str, Any]:
         "bytes_per_queued_job_before_restart_by_service": {
             name: round((later[name] - empty[name]) / backlog) for name in SERVICES},
         "restart_s_by_service": restarts,
-        "latency_p50_ms": round(percentile(samples, 50), 2), "latency_max_ms": round(max(samples), 2),
+        "latency_p50_ms": round(percentile(samples, 50), 2), "latency_p999_ms": round(percentile(samples, 99.9), 2),
+        "latency_max_ms": round(max(samples), 2),
         "latency_jobs": len(samples),
     }
 
