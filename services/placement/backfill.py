@@ -180,16 +180,18 @@ def reserve(
     cluster: Cluster, jobs: JobTable, now: float, job_id: str, req: Request, overlay: Overlay,
     placed_now: list[tuple[float, str, list[c.NodeAllocation]]], ctx: Context,
     time_limit_s: float, earlier: list[Reservation] = (),  # type: ignore[assignment]
-    concrete: bool = False, run_of: Callable[[Job], float] | None = None,
+    concrete: bool = False, run_of: Callable[[Job], float] | None = None, index: NodeIndex | None = None,
 ) -> Reservation | None:
     """The earliest time the job fits, walking running jobs' expected ends in order, with the
     ``earlier`` reservations holding their nodes over their runs. ``concrete``: also choose the
     allocation it would take (what later reservations must leave alone). A running job is expected
     to end at its start plus ``run_of(job)`` (a predicted run time, services/domain/runtime_prediction.py),
-    else plus its time limit; ``time_limit_s`` is how long the reserved job itself is expected to run."""
+    else plus its time limit; ``time_limit_s`` is how long the reserved job itself is expected to run.
+    ``index``: the decision's node index, on ``overlay`` and in ``ctx``'s reservations, held room and
+    partitions (else one is built)."""
     ending: list[tuple[float, str, list[c.NodeAllocation]]] = list(placed_now)
     seen: set[str] = set()
-    for node in cluster.sorted_nodes():
+    for node in cluster.nodes.values():  # in any order: sorted below by (end, job), each job once
         for holder in node.jobs:
             if holder in seen:
                 continue
@@ -201,12 +203,12 @@ def reserve(
             ending.append((max(now, job.scheduled_ts + run), holder, job.allocations))
     ending.sort(key=lambda e: (e[0], e[1]))
     hyp = overlay.copy()
-    nodes = [n for n in cluster.sorted_nodes() if not n.removed]
     if not earlier and not ctx.reservations:
         # Only the time moves the answer here through what ends: re-check just those nodes
-        # (the first answer per kind of node, through the index).
-        fitting = {name for fit, members in NodeIndex(cluster, hyp, ctx).evaluate(req, ctx) if fit.ok
-                   for name in members}
+        # (the first answer per kind of node, through the index: the decision's own, whose overlay
+        # holds what ``hyp`` holds now).
+        now_index = index if index is not None else NodeIndex(cluster, hyp, ctx)
+        fitting = {name for fit, members in now_index.evaluate(req, ctx) if fit.ok for name in members}
         fit_then = Fitter(req, ctx)
         for end, _holder, allocations in ending:
             for alloc in allocations:
@@ -221,6 +223,7 @@ def reserve(
                                    allocations=_where(cluster, req, hyp, at, fitting) if concrete else [],
                                    ctx=at)
         return None
+    nodes = [n for n in cluster.sorted_nodes() if not n.removed]
     times = [now] + [end for end, _, _ in ending]
     done = 0
     for t in times:

@@ -58,7 +58,7 @@ from services.domain.fit.context import Context, hold_room, release_room
 from services.domain.fit.cycle import AdvanceReservation, Overlay
 from services.domain.fit.profile import Profile, check_profile, profile_from
 from services.domain.fit.topology import Topology
-from services.domain.jobs import HOLDS_RESOURCES, Job, JobState, JobTable, Transition
+from services.domain.jobs import FAILURES, HOLDS_RESOURCES, TERMINAL, Job, JobState, JobTable, Transition
 from services.domain.partitions import Partitions
 from services.domain.protocol import CoreState, Record
 from services.domain.runtime_prediction import RuntimeHistory, expected_run, history_key
@@ -71,7 +71,7 @@ from services.placement.growth import Room, grow, track_elastic
 from services.placement.hetjob import place_hetjob
 from services.placement.place import Placed, gang_names, place_job
 
-__all__ = ["PlacementCore", "PlacementState", "check_reservation"]
+__all__ = ["PlacementCore", "PlacementState", "check_reservation", "ended_for_good"]
 
 _CONFIG_VERBS = {c.ProfileConfigured: "profile", c.ReservationConfigured: "reservation"}
 _PARTITION_EVENTS = (c.PartitionConfigured, c.PartitionPolicyConfigured, c.NodeRegistered, c.NodeRemoved,
@@ -96,6 +96,9 @@ class PlacementState(CoreState):
         self.history = RuntimeHistory()  # each user's last two run times (services/domain/runtime_prediction.py)
         self.predicted: dict[str, float] = {}  # job holding resources -> its JobScheduled.predicted_runtime_s
         self.elastic: set[str] = set()  # elastic jobs holding resources on fewer nodes than their most (growth.py)
+        # Derived (never in a snapshot): the node index kept across decisions, built at the first one and
+        # then told by the fold which nodes changed (services/placement/index.py)
+        self.index: NodeIndex | None = None
 
 
 @dataclass
@@ -159,7 +162,14 @@ class PlacementCore:
                     and state.jobs.resize_applies(event):
                 kept = {a.node for a in event.allocations}  # the nodes a shrink gives back are held for the preemptor
                 hold_room(state.held, [a for a in job.allocations if a.node not in kept], event.for_job)
+        index = state.index
+        before = ()
+        if index is not None and isinstance(event, (c.JobResized, c.JobStarted)):
+            job = state.jobs.jobs.get(event.job_id)
+            before = job.allocations if job is not None else ()
         tr = fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)
+        if index is not None:
+            _touch(index, state, event, tr, before)
         if tr is not None or isinstance(event, c.JobResized):
             track_elastic(state.elastic, state.jobs, tr.job.job_id if tr is not None else event.job_id)  # type: ignore[attr-defined]
         if tr is not None and tr.before is JobState.PENDING and state.held:
@@ -170,6 +180,8 @@ class PlacementCore:
                 and tr.job.spec.affinity.job_anti_affinity:
             was, now = tr.before in HOLDS_RESOURCES, tr.after in HOLDS_RESOURCES
             state.anti_affinity_running += int(now) - int(was)
+        if tr is not None and tr.after in TERMINAL and ended_for_good(event, tr):
+            state.jobs.settle(tr.job.job_id)  # kept: its outcome only (the table does not grow with every job run)
         return state
 
     def _configure(self, state: PlacementState, event: Event, record: Record) -> None:
@@ -222,15 +234,18 @@ class PlacementCore:
         if state.cycle <= state.done_cycle:
             return out
         cycle = _Cycle.start(state, self.name, out)  # 1.
-        for job_id in state.candidates:  # 2.
-            job = state.jobs.get(job_id)
-            if job is None or job.state is not JobState.PENDING or job.spec is None:
-                continue
-            if cycle.stopped_by is not None:
-                continue  # strict order: nothing passes the blocked head
-            self._consider(cycle, job)
-        if not cycle.blocked and state.elastic:  # 3. room no candidate wanted: elastic jobs grow toward their most
-            self._grow(cycle)
+        try:
+            for job_id in state.candidates:  # 2.
+                job = state.jobs.get(job_id)
+                if job is None or job.state is not JobState.PENDING or job.spec is None:
+                    continue
+                if cycle.stopped_by is not None:
+                    continue  # strict order: nothing passes the blocked head
+                self._consider(cycle, job)
+            if not cycle.blocked and state.elastic:  # 3. room no candidate wanted: elastic jobs grow toward their most
+                self._grow(cycle)
+        finally:
+            cycle.index.end()  # the index kept across decisions: this one's overlay dropped
         out.append(Decider(self.name, ts=state.now, source=self.name)(  # 4.
             c.PlacementCycleCompleted, cycle.number, correlation_id=str(cycle.number), cycle=cycle.number,
             basis_seq=state.seq, scheduled=cycle.scheduled, blocked=cycle.blocked,
@@ -354,7 +369,7 @@ class PlacementCore:
                 return None, []
         held = reserve(state.cluster, state.jobs, now, job_id, least(req), cycle.overlay, cycle.placed_now, ctx,
                        head_run, cycle.reservations if mode.stacked else [],
-                       concrete=mode.stacked or bool(cycle.advance), run_of=run_of)
+                       concrete=mode.stacked or bool(cycle.advance), run_of=run_of, index=cycle.index)
         if held is None:
             if unreservable is not None:
                 cycle.unreservable.add(unreservable)
@@ -410,8 +425,10 @@ class _Cycle:
         overlay = Overlay()
         advance = tuple(sorted((r for r in state.advance.values() if r.end_ts > now), key=lambda r: r.name))
         memberships = state.partitions.memberships() if state.partitions else {}
-        index = NodeIndex(state.cluster, overlay, Context(reservations=advance, held=dict(state.held),
-                                                          memberships=memberships))
+        ctx = Context(reservations=advance, held=dict(state.held), memberships=memberships)
+        if state.index is None or state.index.cluster is not state.cluster:
+            state.index = NodeIndex(state.cluster, overlay, ctx)
+        index = state.index.begin(overlay, ctx)
         decide = Decider(by, ts=now, source=by,
                          causation_id=decision_id("scheduling", c.SchedulingCycleCompleted, state.cycle))
         return cls(state, state.cycle, now, advance, overlay, index, decide, out)
@@ -445,6 +462,54 @@ def _time_limit(cycle: _Cycle, spec: c.JobSpec, profile: Profile | None,
     expected = limit if predicted is None else predicted
     delayed = next((r for r in reservations if not r.admits(state.cluster, allocations, now + expected)), None)
     return limit, predicted, delayed
+
+
+def _touch(index: NodeIndex, state: PlacementState, event: Event, tr: Transition | None,
+           before: tuple[c.NodeAllocation, ...]) -> None:
+    """Tell the node index which nodes ``fold_cluster`` may have changed: the node the event names (a node
+    event; a job's event naming its node changes nothing more, and costs one filing), the nodes of an
+    allocation taken or given back, and an allocation changed in place (``JobResized``, ``JobStarted``'s
+    devices) before and after."""
+    name = getattr(event, "node", None)
+    if isinstance(name, str):
+        index.touch(name)
+    if tr is not None and (tr.before in HOLDS_RESOURCES) != (tr.after in HOLDS_RESOURCES):
+        for alloc in tr.job.allocations:
+            index.touch(alloc.node)
+    if isinstance(event, (c.JobResized, c.JobStarted)):
+        job = state.jobs.jobs.get(event.job_id)
+        if job is not None and job.allocations is not before:
+            for alloc in (*before, *job.allocations):
+                index.touch(alloc.node)
+
+
+def ended_for_good(event: Event, tr: Transition) -> bool:
+    """Whether a job that has just ended can never be requeued, so placement may forget it (``JobTable.settle``:
+    its outcome kept, its spec and history dropped).
+
+    Scheduling requeues (``JobRequeued``, the only event that brings an ended job back) a job that failed,
+    under a restart policy of ``on-failure`` or ``always`` (while retries are left), or that succeeded under
+    ``always``, or that was preempted or lost with its node, unless it said ``--no-requeue``
+    (services/domain/queue/fold.py, ``_may_retry`` and ``_requeues``); a cancelled, rejected, unschedulable
+    job, or one whose dependency can never be satisfied, is never requeued (the job table takes no
+    ``JobRequeued`` for it). Any ending that some rule could requeue is kept, whatever its retries left:
+    placement forgets a subset of what scheduling settles, so every job scheduling may offer again is
+    still here with its spec. The other events that name a job after its end change nothing here for a
+    forgotten job either (a stale attempt's report, a ``PlacementBlocked``, a ``JobResized``: none applies
+    to an ended attempt), but one: a ``PreemptionRequested`` that lands after its victim ended holds no
+    room for the preemptor (the room is free already; placement before it held the victim's old nodes)."""
+    spec = tr.job.spec
+    if spec is None:
+        return True  # rejected
+    after = tr.after
+    if after is JobState.SUCCEEDED:
+        return spec.restart_policy != "always"
+    if after in FAILURES:
+        lost = isinstance(event, c.JobFailed) and event.node_lost
+        return spec.restart_policy == "never" and not (lost and spec.requeue)
+    if after is JobState.PREEMPTED:
+        return not spec.requeue
+    return True
 
 
 _RAN = (JobState.SUCCEEDED, JobState.FAILED, JobState.OUT_OF_MEMORY)  # a run that ended by itself

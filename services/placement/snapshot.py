@@ -1,7 +1,8 @@
 """Placement's state as bytes and back: its snapshots (services/runtime/service.py reads them). Pure.
 
-``dump`` writes every field of ``PlacementState`` (it refuses a state with a field it does not know,
-so a field added to the state without a line here fails the tests rather than a restart); maps keep
+``dump`` writes every field of ``PlacementState`` but the derived ones, which a restored state builds
+again (the node index; it refuses a state with a field it does not know, so a field added to the
+state without a line here fails the tests rather than a restart); maps keep
 the order they were folded in (a placement walks some of them in order) and sets are written
 sorted, so equal states give equal bytes. ``load`` returns None for another format or another
 configuration (the fingerprint), and the runner then folds the whole log.
@@ -24,11 +25,12 @@ from services.domain.partitions import Partitions, PartitionsData
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2  # 2: jobs ended for good are settled (core.ended_for_good), their outcome kept
 
 _FIELDS = frozenset({"seq", "now", "layout", "layout_seq", "relayed_seq", "jobs", "cluster", "cycle", "candidates",
                      "borrowing", "done_cycle", "profiles", "advance", "config_rejections", "anti_affinity_running",
                      "held", "partitions", "history", "predicted", "elastic"})
+_DERIVED = frozenset({"index"})  # built again from the rest (the node index: services/placement/index.py)
 
 
 class _Snapshot(msgspec.Struct, array_like=True):
@@ -52,7 +54,7 @@ class _Snapshot(msgspec.Struct, array_like=True):
 
 def dump(state: Any, fingerprint: str) -> bytes:  # a PlacementState (core.py imports this module)
     """The whole state, as bytes."""
-    unknown = set(vars(state)) - _FIELDS
+    unknown = set(vars(state)) - _FIELDS - _DERIVED
     assert not unknown, f"placement snapshot: PlacementState has fields it does not write: {sorted(unknown)}"
     advance = {name: _advance_data(r) for name, r in state.advance.items()}
     snap = [
