@@ -18,7 +18,10 @@ first job scheduled (``steady_jobs_per_s``, ``steady_ratio_K``: start-up, which 
 with many processes starting on the same cores, left out). Besides the rate, each
 partition's leaders' CPU time (``/proc/<pid>/stat`` utime + stime) per 1,000 of its jobs, counted
 from the partition's first ``JobScheduled`` to its last (start-up and catch-up left out), and
-over the whole run.
+over the whole run. And the whole case's CPU (``cpu_s``: the services, nats-server, this harness)
+over its elapsed time, ``cores_busy``: one pair that keeps the machine's cores busy leaves nothing
+for a second, so ``ceiling_ratio`` (cores / one pair's ``cores_busy``) bounds what ``ratio_K`` can be
+on this machine unless a pair's cost per job falls.
 """
 
 from __future__ import annotations
@@ -58,12 +61,12 @@ async def _case(sizes: Sizes, parts: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"horizon-bench-partitions-{parts}-") as tmp:
         server = NatsServer(store_dir=Path(tmp) / "js", port=0).start()
         try:
-            return await _run(server.url, sizes, parts)
+            return await _run(server.url, sizes, parts, server.pid)
         finally:
             server.stop()
 
 
-async def _run(url: str, sizes: Sizes, parts: int) -> dict[str, Any]:
+async def _run(url: str, sizes: Sizes, parts: int, server_pid: int | None) -> dict[str, Any]:
     stage = "partitions"
     names = [f"p{k}" for k in range(parts)]
     owner_of = {f"placement-{name}": name for name in names}
@@ -84,6 +87,7 @@ async def _run(url: str, sizes: Sizes, parts: int) -> dict[str, Any]:
         agents = await Agents(log, nodes).start(url)
         watch = await SchedulingWatch(log, agents).start(await log.last_seq() + 1)
         started = time.time()
+        machine_first = (cpu_seconds(server_pid) if server_pid else 0.0, time.process_time())
         inventory = spawn(url, "inventory", "--heartbeat-timeout", HEARTBEAT_TIMEOUT)
         for name in names:
             procs[name] = {role: spawn(url, role, "--partition", name, label=f"{role}-{name}")
@@ -103,6 +107,7 @@ async def _run(url: str, sizes: Sizes, parts: int) -> dict[str, Any]:
         ended = w.last
         cpu_end = {name: cpu_of(name) for name in names}
         inventory_cpu = cpu_seconds(inventory.pid)
+        machine_end = (cpu_seconds(server_pid) if server_pid else 0.0, time.process_time())
     finally:
         stop_processes(every)
         if agents is not None:
@@ -116,6 +121,14 @@ async def _run(url: str, sizes: Sizes, parts: int) -> dict[str, Any]:
                            # from the first JobScheduled of any partition: start-up and catch-up left out
                            "steady_jobs_per_s": round(sizes.backlog / max(1e-9, ended - w.first)),
                            "inventory_cpu_s": round(inventory_cpu, 2), "node_lost": w.node_lost, "by_partition": {}}
+    # Every CPU second the case took, from the services' start to the last JobScheduled: the services,
+    # nats-server and this harness (its instantaneous agents and the watch); ``cores_busy`` is that
+    # over the elapsed time (two cores: at most 2.0)
+    services_cpu = inventory_cpu + sum(v for pair in cpu_end.values() for v in pair.values())
+    server_cpu, harness_cpu = (machine_end[0] - machine_first[0], machine_end[1] - machine_first[1])
+    out["cpu_s"] = {"services": round(services_cpu, 2), "nats_server": round(server_cpu, 2),
+                    "harness": round(harness_cpu, 2)}
+    out["cores_busy"] = round((services_cpu + server_cpu + harness_cpu) / max(1e-9, ended - started), 2)
     for owner, name in owner_of.items():
         jobs = w.by_owner.get(owner, 0)
         first_cpu = cpu_first.get(name, {role: 0.0 for role in cpu_end[name]})
@@ -149,6 +162,9 @@ async def bench_partitions(url: str, sizes: Sizes) -> dict[str, Any]:
             out[f"ratio_{parts}"] = round(case["jobs_per_s"] / one["jobs_per_s"], 3) if ok else None
             out[f"steady_ratio_{parts}"] = (round(case["steady_jobs_per_s"] / one["steady_jobs_per_s"], 3)
                                             if ok else None)
+    if one and "error" not in one:
+        # what K pairs could reach over one if each cost what one does: the cores one leaves idle
+        out["ceiling_ratio"] = round((os.cpu_count() or 1) / max(0.01, one["cores_busy"]), 2)
     if 2 in cases:  # the keys of the 1-vs-2 benchmark, kept
         out["ratio"], out["steady_ratio"] = out["ratio_2"], out["steady_ratio_2"]
     out["cpus"] = os.cpu_count()
