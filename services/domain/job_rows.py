@@ -21,7 +21,7 @@ import msgspec
 
 from events import catalogue as c
 from services.domain.cluster import Cluster, Node
-from services.domain.jobs import STATES, Job, JobTable, compact
+from services.domain.jobs import STATES, Job, JobTable
 
 T = TypeVar("T")
 
@@ -115,13 +115,14 @@ def rows(jobs: dict[str, Job]) -> list[list[object]]:
 
 def restore_rows(table: JobTable, decoded: list[JobRow], settled: dict[str, int],
                  arrays: dict[str, list[str]]) -> None:
-    """Fill an empty table from rows, specs interned again (``jobs.compact``, as ``JobTable.restore``),
+    """Fill an empty table from rows, specs interned again (the table's ``shape``, as ``JobTable.restore``),
     in one pass."""
     jobs = table.jobs
     states = STATES
+    shape = table.shape
     for row in decoded:
         spec = row.spec
-        job = Job(row.job_id, None if spec is None else compact(spec), states[row.state], row.accepted_seq,
+        job = Job(row.job_id, None if spec is None else shape(spec), states[row.state], row.accepted_seq,
                   row.accepted_ts)
         rest = row.rest
         if rest is not None:

@@ -144,6 +144,10 @@ class JobTable:
     snapshots stay small as the log grows: ``docs/benchmarks.md`` §4).
     """
 
+    # Whether it keeps what only dependencies read: each array's tasks, and which settled jobs had
+    # checkpointed (a table for another purpose leaves them out: inventory's, services/inventory/jobs.py).
+    for_dependencies = True
+
     def __init__(self) -> None:
         self.jobs: dict[str, Job] = {}
         self.arrays: dict[str, list[str]] = {}  # array job id -> its tasks' job ids, in acceptance order
@@ -154,9 +158,14 @@ class JobTable:
         """Fill an empty table from a dump (a snapshot, a stored fold), specs interned again."""
         for job in jobs:
             if job.spec is not None:
-                job.spec = compact(job.spec)
+                job.spec = self.shape(job.spec)
             self.jobs[job.job_id] = job
         self.settled, self.arrays = settled, arrays
+
+    def shape(self, spec: c.JobSpec) -> c.JobSpec:
+        """The spec as the table holds it: ``compact`` (a table that reads only some of a spec's fields
+        may hold a smaller one, shared by the jobs that agree on them)."""
+        return compact(spec)
 
     def get(self, job_id: str) -> Job | None:
         job = self.jobs.get(job_id)
@@ -178,7 +187,7 @@ class JobTable:
         assert job.state in TERMINAL, f"{job_id} is {job.state.value}, not ended"
         started = job.started_ts > 0 or job.state is JobState.RUNNING
         self.settled[job_id] = _INDEX[job.state] * 2 + int(started)
-        if job.checkpoint_ref is not None:
+        if job.checkpoint_ref is not None and self.for_dependencies:
             self.checkpointed.add(job_id)
 
     def apply(self, event: c.Event, seq: int, time: float) -> Transition | None:
@@ -186,12 +195,12 @@ class JobTable:
             case c.JobAccepted(job_id=job_id, spec=spec):
                 if self.known(job_id):
                     return None
-                spec = compact(spec)
+                held = self.shape(spec)  # (compact: the same spec, interned in place)
                 first = JobState.HELD if spec.hold else JobState.PENDING  # submitted held (Slurm's --hold)
-                job = Job(job_id, spec, first, accepted_seq=seq, accepted_ts=event.submitted_ts or time,
+                job = Job(job_id, held, first, accepted_seq=seq, accepted_ts=event.submitted_ts or time,
                           not_before_ts=spec.begin_ts)  # --begin: waits like a restart's backoff
                 self.jobs[job_id] = job
-                if spec.array is not None:
+                if spec.array is not None and self.for_dependencies:
                     self.arrays.setdefault(spec.array, []).append(job_id)
                 return Transition(job, None, first)
             case c.JobRejected(job_id=job_id, reason=reason):

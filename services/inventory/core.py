@@ -67,10 +67,12 @@ from services.domain.protocol import Record
 from services.domain.protocol import CoreState
 from services.domain.quoting import bounded_id, clipped, id_token
 from services.domain.cluster import Cluster, Node, fold_cluster
-from services.domain.jobs import HOLDS_RESOURCES, JobTable
+from services.domain.jobs import HOLDS_RESOURCES
+from services.domain.restart import ends_for_good
 from services.domain.taints import check_taint, taint_text, untolerated
 from services.domain.datasets import check_datasets
 from services.inventory import snapshot
+from services.inventory.jobs import InventoryJobs
 from services.inventory.qos import memory_evictions, overcommit_answer
 from services.inventory.drain import Drain, drain_plan, drain_stops
 from services.inventory.elastic import shrink_off_lost, shrink_off_tainted
@@ -83,12 +85,13 @@ EVICTION_GRACE_S = 30.0  # Kubernetes' default terminationGracePeriodSeconds (se
 class InventoryState(CoreState):
     def __init__(self) -> None:
         super().__init__()
-        self.jobs = JobTable()
+        self.jobs = InventoryJobs()  # lean: services/inventory/jobs.py; ended jobs settled (see evolve)
         self.cluster = Cluster()
         self.commands: dict[int, c.NodeCommandIssued] = {}  # request seq -> unanswered command
         # job -> the attempt whose stop was last requested (by anyone): an eviction is asked once
         self.preemptions: dict[str, int] = {}
         self.pressure: dict[str, c.NodeMemoryPressure] = {}  # node -> its agent's latest measure of pressure
+        self.retries: dict[str, int] = {}  # job -> retries granted, as scheduling counts them (restart.py)
 
 
 @dataclass
@@ -126,14 +129,22 @@ class InventoryCore:
             return state
         if event.source == self.name and event.causation_id and event.causation_id.startswith("seq:"):
             state.commands.pop(int(event.causation_id[4:]), None)
-        if isinstance(event, c.PreemptionRequested):
+        if isinstance(event, c.PreemptionRequested) and event.job_id in state.jobs.jobs:
             # Whoever asked (this core evicting, or preemption), the attempt is being stopped.
             state.preemptions[event.job_id] = max(event.attempt, state.preemptions.get(event.job_id, 0))
         if isinstance(event, c.NodeMemoryPressure):
             state.pressure[event.node] = event
         elif isinstance(event, c.NodeRegistered):
             state.pressure.pop(event.node, None)  # a restarted agent measures afresh
-        fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)
+        tr = fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)
+        if tr is not None and ends_for_good(tr, event, state.retries):
+            # Ended, and no requeue can follow: nothing later moves it or reads more than its outcome
+            # (a late report of its attempt, a stop asked for it, a drain or a resize name it in vain),
+            # so only the outcome is kept, as scheduling keeps it (JobTable.settle).
+            job_id = tr.job.job_id
+            state.jobs.settle(job_id)
+            state.retries.pop(job_id, None)
+            state.preemptions.pop(job_id, None)
         return state
 
     def decide(self, state: InventoryState) -> list[Event]:

@@ -18,10 +18,10 @@ from services.domain.job_rows import (TableData, node_data, read_snapshot, resto
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2  # 2: ended jobs settled (retries counted), specs as inventory reads them
 
 _FIELDS = frozenset({"seq", "now", "layout", "layout_seq", "relayed_seq", "jobs", "cluster", "commands",
-                     "preemptions", "pressure"})
+                     "preemptions", "pressure", "retries"})
 
 
 class _Snapshot(msgspec.Struct, array_like=True):
@@ -33,6 +33,7 @@ class _Snapshot(msgspec.Struct, array_like=True):
     commands: dict[int, c.NodeCommandIssued]
     preemptions: dict[str, int]
     pressure: dict[str, c.NodeMemoryPressure]
+    retries: dict[str, int]
 
 
 def dump(state: Any, fingerprint: str) -> bytes:  # an InventoryState (core.py imports this module)
@@ -42,6 +43,7 @@ def dump(state: Any, fingerprint: str) -> bytes:  # an InventoryState (core.py i
     return msgspec.msgpack.encode([
         SNAPSHOT_FORMAT, fingerprint, (state.seq, state.now, state.layout, state.layout_seq, state.relayed_seq),
         table_data(state.jobs), node_data(state.cluster), state.commands, state.preemptions, state.pressure,
+        state.retries,
     ])
 
 
@@ -55,4 +57,5 @@ def load(data: bytes, fingerprint: str, state: Any) -> Any:
     restore_table(state.jobs, snap.table)
     restore_nodes(state.cluster, snap.nodes)
     state.commands, state.preemptions, state.pressure = snap.commands, snap.preemptions, snap.pressure
+    state.retries = snap.retries
     return state

@@ -49,6 +49,7 @@ from services.domain.queue import codec, never, order, waiting
 from services.domain.queue.state import Charge, SchedulingState
 from services.domain.queue.waiting import Waiting
 from services.domain.quotas import amount_of
+from services.domain.restart import retry_granted
 
 __all__ = ["QueueFold", "SCHEDULER"]
 
@@ -419,14 +420,11 @@ class QueueFold:
 
     @staticmethod
     def _may_retry(state: SchedulingState, job: Job, outcome: JobState) -> bool:
+        # (services/domain/restart.py: inventory forgets a job by the same answer)
         spec = job.spec
-        if spec is None or outcome is JobState.PREEMPTED:
+        if spec is None:
             return outcome is JobState.PREEMPTED and _requeues(job)
-        if state.retries.get(job.job_id, 0) >= spec.max_retries:
-            return False
-        if outcome in FAILURES:
-            return spec.restart_policy in ("on-failure", "always")
-        return spec.restart_policy == "always"
+        return retry_granted(spec, outcome, state.retries.get(job.job_id, 0))
 
     # ------------------------------------------------------------------ the other concerns, bound
 
