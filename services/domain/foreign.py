@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.domain.jobs import HOLDS_RESOURCES, LIVE, STATES, Job, JobState
+from services.domain.jobs import HOLDS_RESOURCES, LIVE, STATES, Job, JobState, JobTable
 
-__all__ = ["ForeignJobs", "NOTHING", "CHANGED", "MOVED"]
+__all__ = ["ForeignJobs", "MOVES", "NOTHING", "CHANGED", "MOVED"]
 
 NOTHING, CHANGED, MOVED = 0, 1, 2  # what ``apply`` did: nothing; a checkpoint or requeue flag; a transition
 
@@ -46,8 +46,10 @@ _REQUEUE = 1 << 8  # spec.requeue: a lost node or a preemption requeues it
 _POLICY_SHIFT = 9  # bits 9-10: restart policy
 _LEFT_SHIFT = 11  # bits 11-18: retries left (max_retries is at most events.vocabulary.MAX_RETRIES, 100)
 _LEFT_MASK = 0xFF
-_ATTEMPT_SHIFT = 19  # bits 19-: the attempt
-_LOW = (1 << _ATTEMPT_SHIFT) - 1
+_FLAGS = (1 << 19) - 1
+_OUTCOME = _STATE | _STARTED | _CHECKPOINTED  # what a settled job keeps
+_ATTEMPT_SHIFT = 19  # bits 19-: the attempt (a code stays one machine digit below 2**30: 2,048 attempts)
+_RETRIES = _LEFT_MASK << _LEFT_SHIFT
 _POLICIES = {"never": 0, "on-failure": 1, "always": 2}
 _ON_FAILURE, _ALWAYS = 1, 2
 
@@ -62,6 +64,10 @@ _REQUEUEABLE = frozenset({_FAILED_I, _OOM_I, _PREEMPTED_I, _SUCCEEDED_I})
 _ENDED_WAITING = {"JobUnschedulable": _INDEX[JobState.UNSCHEDULABLE],
                   "JobDependencyNeverSatisfied": _INDEX[JobState.DEPENDENCY_NEVER_SATISFIED]}
 
+# The events that may move a job's code (every other event of a job, e.g. PlacementBlocked, moves nothing)
+MOVES = frozenset({"JobScheduled", "JobStarted", "JobSucceeded", "JobFailed", "JobPreempted", "JobCheckpointed",
+                   "JobRequeued", "JobCancelled", "JobHeld", "JobReleased", *_ENDED_WAITING})
+
 Key = tuple[str, str, str]
 
 
@@ -72,15 +78,18 @@ class ForeignJobs:
         self.task_array: dict[str, str] = {}  # foreign task -> its array (derived from ``arrays``)
         self.live: dict[str, tuple[Key, int]] = {}  # foreign job not settled -> (tenant, user, name), accepted seq
         self._keys: dict[Key, Key] = {}  # interned keys (many jobs share one)
+        self.settled_last: tuple[str, tuple[Key, int]] | None = None  # the last job ``apply`` settled, and its entry
 
     # ------------------------------------------------------------------ fold
 
-    def accept(self, job_id: str, spec: Any, seq: int) -> int:
-        """A foreign job's ``JobAccepted`` (``spec``: a ``JobSpec`` or a peek at one)."""
-        if job_id in self.codes:
+    def accept(self, job_id: str, spec: Any, seq: int, table: JobTable) -> int:
+        """A foreign job's ``JobAccepted`` (``spec``: a ``JobSpec`` or a peek at one; ``table``: the leader's
+        own jobs)."""
+        if job_id in self.codes or job_id in table.jobs or job_id in table.settled:
             return NOTHING  # a duplicate: the first acceptance holds
-        code = (_HELD_I if spec.hold else _PENDING_I) | (_REQUEUE if spec.requeue else 0) \
-            | _POLICIES.get(spec.restart_policy, 0) << _POLICY_SHIFT | min(max(spec.max_retries, 0), _LEFT_MASK) << _LEFT_SHIFT
+        code = (_HELD_I if spec.hold else _PENDING_I) | (_REQUEUE if spec.requeue else 0)
+        if spec.max_retries > 0 and spec.restart_policy != "never":
+            code |= _POLICIES.get(spec.restart_policy, 0) << _POLICY_SHIFT | min(spec.max_retries, _LEFT_MASK) << _LEFT_SHIFT
         self.codes[job_id] = code
         if spec.array is not None:
             self.arrays.setdefault(spec.array, []).append(job_id)
@@ -91,35 +100,53 @@ class ForeignJobs:
 
     def apply(self, kind: str, job_id: str, event: Any) -> int:
         """A later event of a foreign job (``event``: the decoded event or a ``Peek``): NOTHING, CHANGED
-        (a first checkpoint, a requeue flag cleared) or MOVED (a transition, as ``JobTable.apply``'s)."""
+        (a first checkpoint, a requeue flag cleared) or MOVED (a transition, as ``JobTable.apply``'s).
+        The three events every job has come first, the others after (one scheduler's rules each)."""
         code = self.codes.get(job_id)
         if code is None or code & _SETTLED:
             return NOTHING
-        state, attempt = code & _STATE, code >> _ATTEMPT_SHIFT
-        new = -1
+        state = code & _STATE
         if kind == "JobScheduled":
-            if state == _PENDING_I and event.attempt == attempt + 1:
-                new, attempt = _SCHEDULED_I, event.attempt
-        elif kind == "JobStarted":
-            if state == _SCHEDULED_I and event.attempt == attempt:
-                new, code = _RUNNING_I, code | _STARTED
-        elif kind in ("JobSucceeded", "JobFailed", "JobPreempted"):
-            before = code
-            if kind == "JobPreempted" and event.checkpoint_ref and event.attempt == attempt:
+            attempt = event.attempt
+            if state != _PENDING_I or attempt != (code >> _ATTEMPT_SHIFT) + 1:
+                return NOTHING
+            self.codes[job_id] = (code & _FLAGS & ~_STATE) | _SCHEDULED_I | attempt << _ATTEMPT_SHIFT
+            return MOVED
+        if kind == "JobStarted":
+            if state != _SCHEDULED_I or event.attempt != code >> _ATTEMPT_SHIFT:
+                return NOTHING
+            self.codes[job_id] = (code & ~_STATE) | _RUNNING_I | _STARTED
+            return MOVED
+        if kind == "JobSucceeded" or kind == "JobFailed":
+            if state not in _HOLDING or event.attempt != code >> _ATTEMPT_SHIFT:
+                return NOTHING
+            if kind == "JobSucceeded":
+                new, lost = _SUCCEEDED_I, False
+            else:
+                new, lost = _OOM_I if event.out_of_memory else _FAILED_I, event.node_lost
+            code = (code & ~_STATE) | new
+            return self._end(job_id, _requeue(code, new, lost) if lost or code & _RETRIES else code)
+        return self._other(kind, job_id, event, code, state)
+
+    def _other(self, kind: str, job_id: str, event: Any, code: int, state: int) -> int:
+        """``apply`` for the events most jobs never have."""
+        attempt = code >> _ATTEMPT_SHIFT
+        if kind == "JobPreempted":
+            if event.checkpoint_ref and event.attempt == attempt:
                 code |= _CHECKPOINTED
             if state in _HOLDING and event.attempt == attempt:
-                new = _SUCCEEDED_I if kind == "JobSucceeded" else _PREEMPTED_I if kind == "JobPreempted" \
-                    else _OOM_I if event.out_of_memory else _FAILED_I
-                code = _requeue(code, new, kind == "JobPreempted" or (kind == "JobFailed" and event.node_lost))
-            elif code != before:
+                return self._end(job_id, _requeue((code & ~_STATE) | _PREEMPTED_I, _PREEMPTED_I, True))
+            if code != self.codes[job_id]:
                 self.codes[job_id] = code
                 return CHANGED
-        elif kind == "JobCheckpointed":
+            return NOTHING
+        if kind == "JobCheckpointed":
             if event.attempt == attempt and event.checkpoint_ref and not code & _CHECKPOINTED:
                 self.codes[job_id] = code | _CHECKPOINTED
                 return CHANGED
             return NOTHING
-        elif kind == "JobRequeued":
+        new = -1
+        if kind == "JobRequeued":
             was = code
             code &= ~_PENDING  # the requeue is taken (QueueFold pops to_requeue whatever the attempt)
             if state in _REQUEUEABLE and event.attempt == attempt:
@@ -141,11 +168,21 @@ class ForeignJobs:
                 new = _ENDED_WAITING[kind]
         if new < 0:
             return NOTHING
-        code = (code & _LOW & ~_STATE) | new | attempt << _ATTEMPT_SHIFT
-        if new not in _LIVE and not code & _PENDING:
-            code |= _SETTLED  # ended for good (QueueFold._settle): no key needed any more
-            if self.live.pop(job_id, None) is not None and len(self._keys) > 2 * len(self.live) + 64:
-                self._keys = {key: key for key, _seq in self.live.values()}
+        if new in _LIVE:
+            self.codes[job_id] = (code & ~_STATE) | new
+            return MOVED
+        return self._end(job_id, (code & ~_STATE) | new)
+
+    def _end(self, job_id: str, code: int) -> int:
+        """The job left LIVE with ``code``: settled unless its requeue is pending (``QueueFold._settle``);
+        a settled job keeps its outcome only (no event moves it any more)."""
+        if not code & _PENDING:
+            code = (code & _OUTCOME) | _SETTLED  # below 256: one of Python's shared small ints
+            entry = self.live.pop(job_id, None)
+            if entry is not None:
+                self.settled_last = (job_id, entry)
+                if len(self._keys) > 2 * len(self.live) + 64:
+                    self._keys = {key: key for key, _seq in self.live.values()}
         self.codes[job_id] = code
         return MOVED
 
@@ -165,6 +202,14 @@ class ForeignJobs:
     def state_of(self, job_id: str) -> JobState | None:
         code = self.codes.get(job_id)
         return None if code is None else STATES[code & _STATE]
+
+    def key_of(self, job_id: str) -> tuple[Key, int] | None:
+        """The (tenant, user, name) and acceptance sequence of a job not settled, or of the one ``apply``
+        settled last (its singleton watchers must still see it go)."""
+        entry = self.live.get(job_id)
+        if entry is None and self.settled_last is not None and self.settled_last[0] == job_id:
+            return self.settled_last[1]
+        return entry
 
     def members(self, keys: set[Key] | dict[Key, Any]) -> dict[Key, dict[str, Job]]:
         """The live foreign jobs of these (tenant, user, name) keys, as ``Singletons`` holds its members:
@@ -200,6 +245,8 @@ def _requeue(code: int, ended: int, requeue_now: bool) -> int:
     """The code of a job that has just ended ``ended`` (FAILED, OUT_OF_MEMORY, SUCCEEDED, PREEMPTED): whether
     its restart policy requeues it, as ``QueueFold._track`` decides (a lost node or a preemption requeues a
     job of ``requeue`` without counting a retry; a failure, or a success under "always", takes a retry)."""
+    if not code & _RETRIES and not requeue_now:
+        return code  # no retries left (or none asked): it has ended for good
     if requeue_now and code & _REQUEUE:
         return code | _PENDING
     if ended == _PREEMPTED_I:

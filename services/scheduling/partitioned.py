@@ -50,7 +50,7 @@ from events.base import Event
 from events.subjects import event_owner, leader_token, partner_token
 from services.domain.fairshare import association
 from services.domain.jobs import Job
-from services.domain.foreign import MOVED, ForeignJobs
+from services.domain.foreign import MOVED, MOVES, ForeignJobs
 from services.domain.leaders import ACCEPTED, JOB_EVENTS, peek
 from services.domain.protocol import Record
 from services.domain.queue import never, order
@@ -92,17 +92,25 @@ class PartitionedSchedulingCore(LedgerSchedulingCore):
         """Whether ``evolve`` would skip this record, read from its subject and a ``peek`` at its body
         (``services/domain/leaders.py``): a job of another partition that shares no limit with this
         leader's jobs, or any later event of a job not in its table. False when unsure. A record it skips
-        is kept as ``evolve`` keeps it (``_keep``: its job's outcome, ``services/domain/foreign.py``);
-        asking twice keeps nothing more."""
+        is kept as ``evolve`` keeps it (its job's outcome, ``services/domain/foreign.py``); asking twice
+        keeps nothing more."""
         found = peek(record)
         if found is None:
             return False
-        if found.type == ACCEPTED:
-            if self._tracks(state, found.spec) and found.job_id not in state.foreign.codes:  # type: ignore[attr-defined]
+        kind, job_id = found.type, found.job_id
+        foreign: ForeignJobs = state.foreign  # type: ignore[attr-defined]
+        if kind == ACCEPTED:
+            if self._tracks(state, found.spec) and job_id not in foreign.codes:
                 return False
-        elif found.job_id in state.jobs.jobs:
+            moved = foreign.accept(job_id, found.spec, record.seq, state.jobs)
+        elif job_id in state.jobs.jobs:
             return False
-        self._keep(state, found.type, found.job_id, found.spec if found.type == ACCEPTED else found, record.seq)
+        elif kind in MOVES:
+            moved = foreign.apply(kind, job_id, found)
+        else:
+            return True
+        if moved and (state.dependents or state.singletons.live):
+            self._moved(state, job_id, moved, record.seq)
         return True
 
     def _tracks(self, state: SchedulingState, spec: Any) -> bool:
@@ -118,37 +126,38 @@ class PartitionedSchedulingCore(LedgerSchedulingCore):
         job_id = getattr(event, "job_id", "")
         return bool(job_id) and event.event_type in JOB_EVENTS and job_id not in state.jobs.jobs
 
-    def _keep(self, state: SchedulingState, kind: str, job_id: str, event: Any, seq: int) -> None:
-        """What a skipped record says of its (foreign) job: its outcome, kept in ``state.foreign``; and,
-        when that moves, what one scheduler would redo for the jobs that wait on it: ask again whether
-        their dependencies can ever be met, and call for a cycle (``QueueFold._track``'s ``dirty_seq``)
-        when a job of this leader depends on it or is a singleton of its name."""
+    def _keep(self, state: SchedulingState, event: Event, seq: int) -> None:
+        """``skips``'s keeping, of a decoded event."""
         foreign: ForeignJobs = state.foreign  # type: ignore[attr-defined]
-        watched = state.singletons.live
-        if kind == ACCEPTED:
-            if state.jobs.known(job_id):
-                return  # a duplicate of a job it folds: the first acceptance holds
-            moved = foreign.accept(job_id, event, seq)
-            entry = foreign.live.get(job_id) if watched and moved else None
+        if isinstance(event, c.JobAccepted):
+            moved = foreign.accept(event.job_id, event.spec, seq, state.jobs)
+        elif event.event_type in MOVES:
+            moved = foreign.apply(event.event_type, event.job_id, event)  # type: ignore[attr-defined]
         else:
-            entry = foreign.live.get(job_id) if watched else None
-            moved = foreign.apply(kind, job_id, event)
-        if not moved:
             return
+        if moved and (state.dependents or state.singletons.live):
+            self._moved(state, event.job_id, moved, seq)  # type: ignore[attr-defined]
+
+    @staticmethod
+    def _moved(state: SchedulingState, job_id: str, moved: int, seq: int) -> None:
+        """A foreign job's outcome moved: what one scheduler would redo for the jobs that wait on it. Ask
+        again whether their dependencies can ever be met, and call for a cycle (``QueueFold._track``'s
+        ``dirty_seq``) when a job of this leader depends on it or is a singleton of its name."""
+        foreign: ForeignJobs = state.foreign  # type: ignore[attr-defined]
         dependents = state.dependents
-        if dependents:
-            array = foreign.task_array.get(job_id)
-            if job_id in dependents or (array is not None and array in dependents):
-                state.dirty_seq = seq  # (a first checkpoint too: after-checkpoint dependants may be ready)
-                never.recheck_dependants(state, job_id, array)
-        if entry is not None and moved == MOVED and state.singletons.foreign_moved(
-                job_id, entry[0], foreign.state_of(job_id), entry[1]):  # type: ignore[arg-type]
-            state.dirty_seq = seq  # a singleton of its name may start now, or must wait
+        array = foreign.task_array.get(job_id)
+        if job_id in dependents or (array is not None and array in dependents):
+            state.dirty_seq = seq  # (a first checkpoint too: after-checkpoint dependants may be ready)
+            never.recheck_dependants(state, job_id, array)
+        if moved == MOVED and state.singletons.live:
+            entry = foreign.key_of(job_id)
+            if entry is not None and state.singletons.foreign_moved(
+                    job_id, entry[0], foreign.state_of(job_id), entry[1]):  # type: ignore[arg-type]
+                state.dirty_seq = seq  # a singleton of its name may start now, or must wait
 
     def evolve(self, state: SchedulingState, event: Event, record: Record) -> SchedulingState:
         if self._foreign(state, event):
-            self._keep(state, event.event_type, event.job_id, event.spec if isinstance(event, c.JobAccepted)  # type: ignore[attr-defined]
-                       else event, record.seq)
+            self._keep(state, event, record.seq)
             return state
         if isinstance(event, _CYCLE_EVENTS):
             owner = event_owner(record.subject)
