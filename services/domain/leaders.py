@@ -4,22 +4,25 @@ A scheduling or placement leader of some partitions folds its partitions' jobs a
 others': a job of another partition is skipped at its ``JobAccepted`` (so it never enters the
 leader's table), and every later event about a job not in its table (``JOB_EVENTS``) is skipped
 too. The runner asks the core's ``skips`` before decoding a record, so a skipped record costs a
-split of its subject and a ``peek`` at its body (the job id and attempt; an acceptance's partition,
-account, licenses and the few fields ``services/domain/foreign.py`` keeps), a fraction of a whole decode
-(measured: 0.2-1 us against 1.5-4 us). What a skipped record says of its job's outcome is kept
-(``ForeignJobs``: the leader's own jobs may depend on it, or be singletons of its name). The cores run the
+split of its subject and a ``peek`` at its body (the job id; an acceptance's partition, account and
+licenses), a fraction of a whole decode (measured: 0.2-1 us against 1.5-4 us). A scheduling leader
+reads a little more (``peek_outcome``: the attempt and the few fields ``services/domain/foreign.py``
+keeps) and keeps what a skipped record says of its job's outcome: its own jobs may depend on that job,
+or be singletons of its name. The cores run the
 same test on decoded events in ``evolve`` (audit and the simulator decode every record once for all
 the cores they fold), so a live leader and its replay fold the same records.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from events import catalogue as c
 from services.domain.protocol import Record
 
-__all__ = ["JOB_EVENTS", "ACCEPTED", "Peek", "peek"]
+__all__ = ["JOB_EVENTS", "ACCEPTED", "OutcomePeek", "Peek", "peek", "peek_outcome"]
 
 ACCEPTED = "JobAccepted"
 # The events about a job once accepted (a JobRejected is folded whatever its job: a dependency on it ends).
@@ -32,8 +35,19 @@ class _SpecPeek(msgspec.Struct):
     partition: str = ""
     account: str = ""
     licenses: dict[str, int] = {}
-    # what a leader keeps of a job it skips (services/domain/foreign.py): its restart rules, array and
-    # singleton key (JobSpec's defaults)
+
+
+class Peek(msgspec.Struct):
+    """What ``peek`` reads of a record: the job it is about, and an acceptance's spec in part."""
+
+    type: str = ""
+    job_id: str = ""
+    spec: _SpecPeek | None = None
+
+
+class _OutcomeSpecPeek(_SpecPeek):
+    # what a scheduling leader keeps of a job it skips (services/domain/foreign.py): its restart rules,
+    # array and singleton key (JobSpec's defaults)
     tenant: str = ""
     user: str = ""
     name: str = ""
@@ -44,13 +58,13 @@ class _SpecPeek(msgspec.Struct):
     requeue: bool = True
 
 
-class Peek(msgspec.Struct):
-    """What ``peek`` reads of a record: the job it is about, an acceptance's spec in part, and the fields
-    of a later event that move a skipped job's outcome (``services/domain/foreign.py``)."""
+class OutcomePeek(msgspec.Struct):
+    """What ``peek_outcome`` reads: ``Peek``'s, and the fields that move a skipped job's outcome
+    (``services/domain/foreign.py``). Placement does not keep them, so it reads the lighter ``Peek``."""
 
     type: str = ""
     job_id: str = ""
-    spec: _SpecPeek | None = None
+    spec: _OutcomeSpecPeek | None = None
     attempt: int = 0
     node_lost: bool = False
     out_of_memory: bool = False
@@ -58,18 +72,24 @@ class Peek(msgspec.Struct):
 
 
 _decoder = msgspec.json.Decoder(Peek)
+_outcome_decoder = msgspec.json.Decoder(OutcomePeek)
 
 
-def peek(record: Record) -> Peek | None:
-    """The job event ``record`` holds, read in part; None for any other record or a body that does not
-    read (it is then decoded whole, and dead-lettered if it must be)."""
+def peek(record: Record, decoder: msgspec.json.Decoder[Any] = _decoder) -> Any:
+    """The job event ``record`` holds, read in part (a ``Peek``); None for any other record or a body that
+    does not read (it is then decoded whole, and dead-lettered if it must be)."""
     parts = record.subject.split(".", 4)
     if len(parts) < 4 or parts[1] != "evt" or (parts[3] not in JOB_EVENTS and parts[3] != ACCEPTED):
         return None
     try:
-        found = _decoder.decode(record.data)
+        found = decoder.decode(record.data)
     except msgspec.DecodeError:
         return None
     if found.type != parts[3] or not found.job_id or (found.type == ACCEPTED and found.spec is None):
         return None  # what the whole decode would refuse, or does not say: decoded whole
     return found
+
+
+def peek_outcome(record: Record) -> OutcomePeek | None:
+    """``peek``, reading an ``OutcomePeek``."""
+    return peek(record, _outcome_decoder)  # type: ignore[no-any-return]

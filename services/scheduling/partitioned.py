@@ -51,7 +51,7 @@ from events.subjects import event_owner, leader_token, partner_token
 from services.domain.fairshare import association
 from services.domain.jobs import Job
 from services.domain.foreign import MOVED, MOVES, ForeignJobs
-from services.domain.leaders import ACCEPTED, JOB_EVENTS, peek
+from services.domain.leaders import ACCEPTED, JOB_EVENTS, peek_outcome
 from services.domain.protocol import Record
 from services.domain.queue import never, order
 from services.domain.queue.state import SchedulingState
@@ -89,12 +89,12 @@ class PartitionedSchedulingCore(LedgerSchedulingCore):
         return state
 
     def skips(self, state: SchedulingState, record: Record) -> bool:
-        """Whether ``evolve`` would skip this record, read from its subject and a ``peek`` at its body
-        (``services/domain/leaders.py``): a job of another partition that shares no limit with this
+        """Whether ``evolve`` would skip this record, read from its subject and a peek at its body
+        (``services/domain/leaders.py``, ``peek_outcome``): a job of another partition that shares no limit with this
         leader's jobs, or any later event of a job not in its table. False when unsure. A record it skips
         is kept as ``evolve`` keeps it (its job's outcome, ``services/domain/foreign.py``); asking twice
         keeps nothing more."""
-        found = peek(record)
+        found = peek_outcome(record)
         if found is None:
             return False
         kind, job_id = found.type, found.job_id
