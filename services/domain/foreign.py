@@ -243,8 +243,9 @@ class ForeignJobs:
 
 def _requeue(code: int, ended: int, requeue_now: bool) -> int:
     """The code of a job that has just ended ``ended`` (FAILED, OUT_OF_MEMORY, SUCCEEDED, PREEMPTED): whether
-    its restart policy requeues it, as ``QueueFold._track`` decides (a lost node or a preemption requeues a
-    job of ``requeue`` without counting a retry; a failure, or a success under "always", takes a retry)."""
+    its restart policy requeues it, as ``QueueFold._track`` decides by ``services/domain/restart.py``'s rules
+    (a lost node or a preemption requeues a job of ``requeue`` without counting a retry; a failure, or a
+    success under "always", takes a retry while some are left), on the code's bits instead of a spec."""
     if not code & _RETRIES and not requeue_now:
         return code  # no retries left (or none asked): it has ended for good
     if requeue_now and code & _REQUEUE:
