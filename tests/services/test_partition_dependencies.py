@@ -23,6 +23,7 @@ import pytest
 
 from events import catalogue as c
 from services.runtime.consume import decode_record
+from services.domain.dependencies import dependency_status
 from services.domain.foreign import ForeignJobs
 from services.domain.protocol import fold_event
 from services.runtime.service import fold_record
@@ -326,3 +327,92 @@ async def test_dependencies_and_a_singleton_across_two_partition_pairs_and_the_a
     code, body = await audit_json(nats_server.url)
     assert code == 0 and body["mismatches"] == [], json.dumps(body["mismatches"][:2], indent=1)
     assert body["reproduced"] == body["decisions"] > 0 and "scheduling-a" in body["services"]
+
+
+KINDS = ("after", "after-ok", "after-not-ok", "after-any", "after-checkpoint")
+
+
+def random_foreign_log(seed: int) -> Feed:
+    """Three jobs of partition b with random restart rules, and events about them in a random order, stale
+    attempts among them; jobs of a depending on each (every kind), on b's array, and singletons of b's names."""
+    import random
+
+    rnd = random.Random(seed)
+    f = Feed(PartitionedSchedulingCore(partitions=("z",)))
+    cluster(f)
+    ids = ["b0", "b1", "arr_0", "arr_1"]
+    for j in ids:
+        extra = {"array": "arr", "array_index": int(j[-1])} if j.startswith("arr") else {}
+        f.evt("submission", accepted(j, gpus=1, partition="b", user="ann", name=rnd.choice(("x", "y")),
+                                     restart_policy=rnd.choice(("never", "on-failure", "always")),
+                                     max_retries=rnd.choice((0, 1, 2)), requeue=rnd.random() < 0.7,
+                                     hold=rnd.random() < 0.2, **extra))
+        if rnd.random() < 0.5:  # some dependants and singletons come before the jobs they wait on end
+            own(f, rnd, len(f.records))
+    attempt = dict.fromkeys(ids, 0)
+    for _ in range(60):
+        j = rnd.choice(ids)
+        a = max(1, attempt[j] + rnd.choice((0, 0, 0, 1, -1)))
+        kind = rnd.choices(("sched", "start", "ok", "fail", "lost", "oom", "preempt", "ckpt", "requeue", "cancel",
+                            "hold", "release", "unsched", "never"),
+                           (6, 6, 2, 2, 1, 1, 1, 2, 4, 0.5, 1, 2, 0.3, 0.3))[0]
+        if kind == "sched":
+            attempt[j] += 1
+            f.evt("placement-b", c.JobScheduled(job_id=j, attempt=attempt[j], basis_seq=f.seq,
+                                                allocations=[c.NodeAllocation(node="b1", device_ids=["gpu0"])]))
+            continue
+        event: c.Event = {
+            "start": c.JobStarted(job_id=j, attempt=a, node="b1"),
+            "ok": c.JobSucceeded(job_id=j, attempt=a),
+            "fail": c.JobFailed(job_id=j, attempt=a, exit_code=1),
+            "lost": c.JobFailed(job_id=j, attempt=a, node_lost=True),
+            "oom": c.JobFailed(job_id=j, attempt=a, out_of_memory=True),
+            "preempt": c.JobPreempted(job_id=j, attempt=a, checkpoint_ref=rnd.choice((None, "ck"))),
+            "ckpt": c.JobCheckpointed(job_id=j, attempt=a, checkpoint_ref="ck"),
+            "requeue": c.JobRequeued(job_id=j, attempt=a),
+            "cancel": c.JobCancelled(job_id=j, attempt=a),
+            "hold": c.JobHeld(job_id=j), "release": c.JobReleased(job_id=j),
+            "unsched": c.JobUnschedulable(job_id=j, reason="x"),
+            "never": c.JobDependencyNeverSatisfied(job_id=j, dependency=c.Dependency(job_id="q"), reason="x"),
+        }[kind]
+        f.evt("agent", event)
+        if rnd.random() < 0.1:
+            own(f, rnd, len(f.records))
+    return f
+
+
+def own(f: Feed, rnd: Any, n: int) -> None:
+    for target in ("b0", "b1", "arr"):
+        kind = rnd.choice(KINDS)
+        f.evt("submission", accepted(f"a{n}-{target}-{kind}", gpus=1, partition="a", dependencies=dep(kind, target)))
+    f.evt("submission", accepted(f"a{n}-single", gpus=1, partition="a", user="ann", name=rnd.choice(("x", "y")),
+                                 singleton=True))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_logs_of_another_partitions_jobs_give_the_same_answers_as_the_whole_fold(seed):
+    """After every record, for every job of a: the same dependency answers and reasons, the same singleton
+    blocker, the same jobs that can never start, and the same decisions, as a leader folding every record;
+    the evolve path and a snapshot restored there agree too."""
+    log = random_foreign_log(seed)
+    skip, whole = PartitionedSchedulingCore(partitions=("a",)), FoldsEverything(partitions=("a",))
+    st, all_, dec = skip.initial(), whole.initial(), skip.initial()
+    for r in log.records:
+        st = fold_record(skip, st, r)[0]
+        all_ = fold_record(whole, all_, r)[0]
+        dec = fold_event(skip, dec, r, decode_record(r))
+        assert st.never == all_.never, r.subject
+        for job_id, job in st.pending.items():
+            other = all_.pending[job_id]
+            for d in job.spec.dependencies:
+                assert dependency_status(d, st.jobs, st.to_requeue, st.foreign) == \
+                    dependency_status(d, all_.jobs, all_.to_requeue), (r.subject, job_id)
+            said, expected_why = skip.waiting(st, job), whole.waiting(all_, other)
+            if "dependency" in (said.kind, expected_why.kind):  # (the rest names the whole queue's head)
+                assert said == expected_why, (r.subject, job_id)
+            blocker, expected = st.singletons.blocker(job), all_.singletons.blocker(other)
+            assert (blocker and blocker.job_id) == (expected and expected.job_id), (r.subject, job_id)
+        assert skip.decide(st) == whole.decide(all_), r.subject
+        assert skip.dump(st) == skip.dump(dec)
+    restored = skip.load(skip.dump(st))
+    assert restored is not None and restored.never == st.never and members(restored) == members(st)
