@@ -15,6 +15,7 @@ the cores they fold), so a live leader and its replay fold the same records.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -71,25 +72,24 @@ class OutcomePeek(msgspec.Struct):
     checkpoint_ref: str | None = None
 
 
-_decoder = msgspec.json.Decoder(Peek)
-_outcome_decoder = msgspec.json.Decoder(OutcomePeek)
+def _peeker(decoder: msgspec.json.Decoder[Any]) -> Any:
+    def peek(record: Record) -> Any:
+        """The job event ``record`` holds, read in part; None for any other record or a body that does not
+        read (it is then decoded whole, and dead-lettered if it must be)."""
+        parts = record.subject.split(".", 4)
+        if len(parts) < 4 or parts[1] != "evt" or (parts[3] not in JOB_EVENTS and parts[3] != ACCEPTED):
+            return None
+        try:
+            found = decoder.decode(record.data)
+        except msgspec.DecodeError:
+            return None
+        if found.type != parts[3] or not found.job_id or (found.type == ACCEPTED and found.spec is None):
+            return None  # what the whole decode would refuse, or does not say: decoded whole
+        return found
+
+    return peek
 
 
-def peek(record: Record, decoder: msgspec.json.Decoder[Any] = _decoder) -> Any:
-    """The job event ``record`` holds, read in part (a ``Peek``); None for any other record or a body that
-    does not read (it is then decoded whole, and dead-lettered if it must be)."""
-    parts = record.subject.split(".", 4)
-    if len(parts) < 4 or parts[1] != "evt" or (parts[3] not in JOB_EVENTS and parts[3] != ACCEPTED):
-        return None
-    try:
-        found = decoder.decode(record.data)
-    except msgspec.DecodeError:
-        return None
-    if found.type != parts[3] or not found.job_id or (found.type == ACCEPTED and found.spec is None):
-        return None  # what the whole decode would refuse, or does not say: decoded whole
-    return found
-
-
-def peek_outcome(record: Record) -> OutcomePeek | None:
-    """``peek``, reading an ``OutcomePeek``."""
-    return peek(record, _outcome_decoder)  # type: ignore[no-any-return]
+peek: Callable[[Record], Peek | None] = _peeker(msgspec.json.Decoder(Peek))
+peek_outcome: Callable[[Record], OutcomePeek | None] = _peeker(msgspec.json.Decoder(OutcomePeek))
+peek_outcome.__doc__ = "``peek``, reading an ``OutcomePeek``."
