@@ -25,7 +25,7 @@ from services.domain.jobs import STATES, Job, JobTable
 
 T = TypeVar("T")
 
-__all__ = ["JobRow", "TableData", "node_data", "read_snapshot", "restore_nodes", "restore_rows", "restore_table", "rows",
+__all__ = ["JobColumns", "JobRow", "TableData", "columns", "node_data", "read_snapshot", "restore_columns", "restore_nodes", "restore_rows", "restore_table", "rows",
            "spec_fields", "table_data"]
 
 _NEVER = object()  # the "default" of a required field: unequal to every value
@@ -130,6 +130,97 @@ def restore_rows(table: JobTable, decoded: list[JobRow], settled: dict[str, int]
                 setattr(job, name, value)
         jobs[row.job_id] = job
     table.settled, table.arrays = settled, arrays
+
+
+class JobColumns(msgspec.Struct, array_like=True):
+    """A table's jobs as columns, their specs held once (``columns`` writes it as a plain array).
+
+    ``specs`` are the distinct specs of the jobs without their names (each a map of its fields that are
+    not their defaults, as a row's); per job, in the table's order: its id, the index of its spec in
+    ``specs`` (-1: none), its name (None: its id, what submission names a job by default), its
+    ``STATES`` index, accepted seq and time. ``rest``: by job index, the other fields of a job that
+    has any not at its default. A million queued jobs of a few kinds decode as a few specs and six
+    lists of plain values, instead of a million maps (``restore_columns``).
+    """
+
+    ids: list[str]
+    specs: list[c.JobSpec]
+    spec_of: list[int]
+    names: list[str | None]
+    states: list[int]
+    seqs: list[int]
+    times: list[float]
+    rest: dict[int, _Rest]  # type: ignore[valid-type]
+
+
+_encode = msgspec.msgpack.Encoder().encode
+
+
+def columns(jobs: dict[str, Job]) -> list[object]:
+    """The jobs as ``JobColumns``' layout, in the table's order; equal jobs give equal bytes."""
+    ids: list[str] = []
+    specs: list[msgspec.Raw] = []
+    known: dict[bytes, int] = {}  # a spec's bytes (without its name) -> its index in specs
+    by_object: dict[int, int] = {}  # id(spec) -> its index (specs held by several jobs are written once)
+    spec_of: list[int] = []
+    names: list[str | None] = []
+    states: list[int] = []
+    seqs: list[int] = []
+    times: list[float] = []
+    rest: dict[int, dict[str, object]] = {}
+    index = _INDEX
+    for i, job in enumerate(jobs.values()):
+        job_id, spec = job.job_id, job.spec
+        ids.append(job_id)
+        if spec is None:
+            spec_of.append(-1)
+            names.append(None)
+        else:
+            at = by_object.get(id(spec))
+            if at is None:
+                fields = spec_fields(spec)
+                fields.pop("name", None)
+                data = _encode(fields)
+                at = known.get(data)
+                if at is None:
+                    at = known[data] = len(specs)
+                    specs.append(msgspec.Raw(data))
+                by_object[id(spec)] = at
+            spec_of.append(at)
+            names.append(None if spec.name == job_id else spec.name)
+        states.append(index[job.state])
+        seqs.append(job.accepted_seq)
+        times.append(job.accepted_ts)
+        values = _rest_of(job)
+        if values != _REST_DEFAULTS:
+            rest[i] = {n: v for n, v, d in zip(_REST_NAMES, values, _REST_DEFAULTS) if v != d}
+    return [ids, specs, spec_of, names, states, seqs, times, rest]
+
+
+def restore_columns(table: JobTable, cols: JobColumns) -> list[c.JobSpec]:
+    """Fill an empty table's jobs from ``JobColumns``: each distinct spec shaped once (the table's
+    ``shape``), a job's own name put back on a copy of it. Returns the distinct specs as shaped, which
+    ``cols.spec_of`` indexes (what a caller may compute once per spec instead of once per job)."""
+    shape = table.shape
+    specs = [shape(spec) for spec in cols.specs]
+    replace = msgspec.structs.replace
+    states = STATES
+    rest = cols.rest
+    jobs = table.jobs
+    for i, (job_id, at, name, state, seq, ts) in enumerate(zip(
+            cols.ids, cols.spec_of, cols.names, cols.states, cols.seqs, cols.times)):
+        if at < 0:
+            job = Job(job_id, None, states[state], seq, ts)
+        else:
+            spec = specs[at]
+            if name is None:
+                name = job_id
+            job = Job(job_id, spec if spec.name == name else replace(spec, name=name), states[state], seq, ts)
+        if rest and i in rest:
+            for field, value in zip(_REST_NAMES, _astuple(rest[i])):
+                setattr(job, field, value)
+        jobs[job_id] = job
+    return specs
 
 
 class TableData(msgspec.Struct, array_like=True):

@@ -13,12 +13,11 @@ import msgspec
 
 from events import catalogue as c
 from services.domain.cluster import Node
-from services.domain.job_rows import (TableData, node_data, read_snapshot, restore_nodes, restore_table,
-                                      table_data)
+from services.domain.job_rows import JobColumns, columns, node_data, read_snapshot, restore_columns, restore_nodes
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 2  # 2: ended jobs settled (retries counted), specs as inventory reads them
+SNAPSHOT_FORMAT = 3  # 2: ended jobs settled (retries counted), specs as inventory reads them; 3: jobs as columns
 
 _FIELDS = frozenset({"seq", "now", "layout", "layout_seq", "relayed_seq", "jobs", "cluster", "commands",
                      "preemptions", "pressure", "retries"})
@@ -28,7 +27,8 @@ class _Snapshot(msgspec.Struct, array_like=True):
     format: int
     fingerprint: str
     counters: tuple[int, float, int, int, int]  # seq, now, layout, layout_seq, relayed_seq
-    table: TableData
+    jobs: JobColumns  # (inventory's table keeps no arrays nor checkpoints: services/inventory/jobs.py)
+    settled: dict[str, int]
     nodes: list[Node]
     commands: dict[int, c.NodeCommandIssued]
     preemptions: dict[str, int]
@@ -42,8 +42,8 @@ def dump(state: Any, fingerprint: str) -> bytes:  # an InventoryState (core.py i
     assert not unknown, f"inventory snapshot: InventoryState has fields it does not write: {sorted(unknown)}"
     return msgspec.msgpack.encode([
         SNAPSHOT_FORMAT, fingerprint, (state.seq, state.now, state.layout, state.layout_seq, state.relayed_seq),
-        table_data(state.jobs), node_data(state.cluster), state.commands, state.preemptions, state.pressure,
-        state.retries,
+        columns(state.jobs.jobs), state.jobs.settled, node_data(state.cluster), state.commands, state.preemptions,
+        state.pressure, state.retries,
     ])
 
 
@@ -54,7 +54,8 @@ def load(data: bytes, fingerprint: str, state: Any) -> Any:
     if snap is None:
         return None
     state.seq, state.now, state.layout, state.layout_seq, state.relayed_seq = snap.counters
-    restore_table(state.jobs, snap.table)
+    restore_columns(state.jobs, snap.jobs)
+    state.jobs.settled = snap.settled
     restore_nodes(state.cluster, snap.nodes)
     state.commands, state.preemptions, state.pressure = snap.commands, snap.preemptions, snap.pressure
     state.retries = snap.retries

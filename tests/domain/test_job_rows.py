@@ -1,4 +1,5 @@
-"""Job rows (services/domain/job_rows.py): a job's fields after the first five come from ``Job`` itself."""
+"""Job rows and columns (services/domain/job_rows.py): a job's fields after the first five come from ``Job``
+itself; columns hold each spec once and give back every job."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import dataclasses
 import msgspec
 
 from events import catalogue as c
-from services.domain.job_rows import JobRow, _Rest, restore_rows, rows
+from services.domain.job_rows import JobColumns, JobRow, _Rest, columns, restore_columns, restore_rows, rows
 from services.domain.jobs import Job, JobState, JobTable
+from services.domain.policy import POLICIES
+from services.domain.queue.index import QueueIndex
 
 
 def test_rest_has_jobs_fields_types_and_defaults():
@@ -29,3 +32,33 @@ def test_a_row_round_trips_every_field():
     table = JobTable()
     restore_rows(table, msgspec.msgpack.decode(data, type=list[JobRow]), {}, {})
     assert table.jobs == {"j1": job, "j2": plain}
+
+
+def test_columns_hold_each_spec_once_and_give_back_every_job():
+    base = c.JobSpec(tenant="t", gpus=1, command=("python", "train.py"))
+    jobs = {
+        "a": Job("a", msgspec.structs.replace(base, name="a"), JobState.PENDING, 1, 1.0),  # named by its id
+        "b": Job("b", msgspec.structs.replace(base, name="b"), JobState.PENDING, 2, 2.0),
+        "c": Job("c", base, JobState.HELD, 3, 3.0),  # no name
+        "d": Job("d", msgspec.structs.replace(base, name="sweep"), JobState.PENDING, 4, 4.0),
+        "e": Job("e", c.JobSpec(tenant="t", gpus=2, name="e"), JobState.RUNNING, 5, 5.0, attempt=1,
+                 allocations=(c.NodeAllocation(node="n0", device_ids=["gpu0", "gpu1"]),)),
+        "f": Job("f", None, JobState.REJECTED, reason="bad"),
+    }
+    data = msgspec.msgpack.encode(columns(jobs))
+    cols = msgspec.msgpack.decode(data, type=JobColumns)
+    assert len(cols.specs) == 2 and cols.spec_of == [0, 0, 0, 0, 1, -1]
+    assert cols.names == [None, None, "", "sweep", None, None] and sorted(cols.rest) == [4, 5]
+    table = JobTable()
+    specs = restore_columns(table, cols)
+    assert table.jobs == jobs and list(table.jobs) == list(jobs)
+    assert table.jobs["c"].spec is specs[0]  # a job without a name holds the one spec itself
+    assert msgspec.msgpack.encode(columns(table.jobs)) == data
+
+
+def test_a_policys_group_does_not_read_the_name():
+    spec = c.JobSpec(tenant="t", gpus=2, account="a", user="u", time_limit_s=60.0)
+    for policy in POLICIES:
+        index = QueueIndex(policy)
+        assert index.spec_group(spec) == index.spec_group(msgspec.structs.replace(spec, name="x"))
+        assert index.spec_group(spec) == index.group(Job("j", spec, JobState.PENDING))

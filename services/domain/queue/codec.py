@@ -12,8 +12,9 @@ import heapq
 
 import msgspec
 
+from events import catalogue as c
 from services.domain.fairshare import Account
-from services.domain.job_rows import JobRow, restore_rows, rows
+from services.domain.job_rows import JobColumns, columns, restore_columns
 from services.domain.jobs import HOLDS_RESOURCES, JobState
 from services.domain.licenses import Licenses
 from services.domain.partitions import Partitions, PartitionsData
@@ -24,9 +25,10 @@ from services.domain.quotas import Amount
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 6  # 2: settled jobs kept as outcomes, arrays written out; 3: wakeups due, not yet folded;
+SNAPSHOT_FORMAT = 7  # 2: settled jobs kept as outcomes, arrays written out; 3: wakeups due, not yet folded;
 # 4: partitions; 5: the log's layout (an older snapshot may have been folded past a marker its code ignored);
-# 6: jobs as rows, specs without their defaults (services/domain/job_rows.py: 1,233 -> ~140 B per queued job)
+# 6: jobs as rows, specs without their defaults (services/domain/job_rows.py: 1,233 -> ~140 B per queued job);
+# 7: jobs as columns, each distinct spec once (job_rows.JobColumns: a restart decodes a few specs, not 1M)
 
 
 
@@ -36,7 +38,7 @@ class _Snapshot(msgspec.Struct, array_like=True):
     seq: int
     now: float
     config: dict[str, object]
-    jobs: list[JobRow]
+    jobs: JobColumns
     settled: dict[str, int]
     arrays: dict[str, list[str]]
     accounts: list[Account]
@@ -81,7 +83,7 @@ def dump(state: SchedulingState, fingerprint: str) -> bytes:
         format=SNAPSHOT_FORMAT, fingerprint=fingerprint, seq=state.seq, now=state.now,
         config=msgspec.structs.asdict(state.config) if isinstance(state.config, msgspec.Struct)
         else dict(vars(state.config)),
-        jobs=rows(state.jobs.jobs), settled=_sorted(state.jobs.settled),  # type: ignore[arg-type]
+        jobs=columns(state.jobs.jobs), settled=_sorted(state.jobs.settled),  # type: ignore[arg-type]
         arrays=_sorted(state.jobs.arrays), accounts=list(fs.accounts.values()),
         fairshare={"half_life_s": fs.half_life_s, "gpu_weight": fs.gpu_weight, "cpu_weight": fs.cpu_weight,
                    "memory_weight": fs.memory_weight, "dominant_share": fs.dominant_share},
@@ -111,7 +113,8 @@ def load(data: bytes, fingerprint: str) -> SchedulingState | None:
     state.seq, state.now = snap.seq, snap.now
     if snap.layout:
         state.layout, state.layout_seq, state.relayed_seq = snap.layout
-    restore_rows(state.jobs, snap.jobs, snap.settled, snap.arrays)
+    specs = restore_columns(state.jobs, snap.jobs)
+    state.jobs.settled, state.jobs.arrays = snap.settled, snap.arrays
     state.jobs.checkpointed, state.datasets = set(snap.checkpointed), set(snap.datasets)
     state.reservation_ends = dict(snap.reservation_ends)
     fs = state.fairshare
@@ -129,7 +132,7 @@ def load(data: bytes, fingerprint: str) -> SchedulingState | None:
     state.deadlines, state.config_rejections = snap.deadlines, snap.config_rejections
     state.partitions = Partitions.from_data(snap.partitions)
     state.licenses = Licenses(snap.licenses)
-    _rebuild(state, set(snap.wakeups_due))
+    _rebuild(state, set(snap.wakeups_due), specs, snap.jobs.spec_of)
     return state
 
 def _wakeups_due(state: SchedulingState) -> list[str]:
@@ -141,37 +144,72 @@ def _wakeups_due(state: SchedulingState) -> list[str]:
             due.add(job_id)
     return sorted(due)
 
-def _rebuild(state: SchedulingState, wakeups_due: set[str]) -> None:
-    for job in state.jobs.jobs.values():
-        spec = job.spec
-        if spec is None:
+class _Kind:
+    """What ``_rebuild`` asks of a spec, asked once per distinct spec (``JobColumns``)."""
+
+    __slots__ = ("plain", "gated", "throttled", "licensed", "expiring", "elastic", "group")
+
+    def __init__(self, state: SchedulingState, spec: c.JobSpec) -> None:
+        self.gated = bool(spec.dependencies or spec.singleton or spec.after_datasets)
+        self.throttled = bool(spec.array_max_running)
+        self.licensed = bool(spec.licenses)
+        self.expiring = bool(spec.deadline_ts or (spec.dependency_timeout_s is not None
+                                                   and (spec.dependencies or spec.after_datasets)))
+        self.elastic = spec.elastic
+        # a job of a plain spec is pending, or holds resources, and that is all there is to it
+        self.plain = not (self.gated or self.throttled or self.licensed or self.expiring or self.elastic
+                          or spec.dependencies or spec.array is not None)
+        self.group = state.queue_index.spec_group(spec)  # (a policy's group never reads the name)
+
+
+def _rebuild(state: SchedulingState, wakeups_due: set[str], specs: list[c.JobSpec], spec_of: list[int]) -> None:
+    """The derived indexes from the jobs: ``specs`` (the distinct ones) and ``spec_of`` (each job's, in
+    the table's order) as ``job_rows.restore_columns`` returned them, so that what depends on the spec
+    alone is asked once per spec."""
+    kinds = [_Kind(state, spec) for spec in specs]
+    pending, charges, now = state.pending, state.charges, state.now
+    groups: list[tuple[object, ...]] = []
+    for job, at in zip(state.jobs.jobs.values(), spec_of):
+        if at < 0:
             continue
+        kind = kinds[at]
+        job_id = job.job_id
+        if kind.plain:
+            if job.state is JobState.PENDING:
+                pending[job_id] = job
+                groups.append(kind.group)
+                if job.not_before_ts > now or job_id in wakeups_due:
+                    state.wakeups.append((job.not_before_ts, job_id))
+            continue
+        spec = job.spec
+        assert spec is not None
         for dep in spec.dependencies:
-            state.dependents.setdefault(dep.job_id, set()).add(job.job_id)
+            state.dependents.setdefault(dep.job_id, set()).add(job_id)
         if job.state is JobState.PENDING:
-            state.pending[job.job_id] = job
-            if spec.dependencies or spec.singleton or spec.after_datasets:
-                state.gated.add(job.job_id)
-            if spec.array_max_running:
-                state.throttled.add(job.job_id)
-            if spec.licenses:
-                state.licensed.add(job.job_id)
-            if spec.deadline_ts or (spec.dependency_timeout_s is not None and (spec.dependencies or spec.after_datasets)):
-                state.expiring.add(job.job_id)
-                state.expiry_heap.append((never.expiry(job), job.job_id))
-            if job.not_before_ts > state.now or job.job_id in wakeups_due:
-                state.wakeups.append((job.not_before_ts, job.job_id))
-        if spec.elastic and job.state in HOLDS_RESOURCES and 0 < len(job.allocations) < spec.nodes:
-            state.growable.add(job.job_id)
-        if job.job_id in state.charges and spec.array is not None:
+            pending[job_id] = job
+            groups.append(kind.group)
+            if kind.gated:
+                state.gated.add(job_id)
+            if kind.throttled:
+                state.throttled.add(job_id)
+            if kind.licensed:
+                state.licensed.add(job_id)
+            if kind.expiring:
+                state.expiring.add(job_id)
+                state.expiry_heap.append((never.expiry(job), job_id))
+            if job.not_before_ts > now or job_id in wakeups_due:
+                state.wakeups.append((job.not_before_ts, job_id))
+        if kind.elastic and job.state in HOLDS_RESOURCES and 0 < len(job.allocations) < spec.nodes:
+            state.growable.add(job_id)
+        if job_id in charges and spec.array is not None:
             state.array_running[spec.array] = state.array_running.get(spec.array, 0) + 1
-        if job.job_id in state.charges and spec.licenses:
+        if job_id in charges and kind.licensed:
             state.licenses.charge(spec.licenses, +1)
     for job_id, deadline in state.deadlines.items():
-        if job_id in state.pending:
+        if job_id in pending:
             state.deadline_heap.append((deadline, job_id))
     state.singletons.rebuild(state.jobs)
-    state.queue_index.rebuild(state.pending.values(), state.config.policy)
+    state.queue_index.rebuild(pending.values(), state.config.policy, groups)
     never.rebuild(state)
     heapq.heapify(state.wakeups)
     heapq.heapify(state.deadline_heap)

@@ -30,8 +30,10 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable, Iterator
+from itertools import islice
 from operator import attrgetter
 
+from events import catalogue as c
 from services.domain.jobs import Job
 from services.domain.policy import Context, Policy, make_policy
 
@@ -137,6 +139,10 @@ class QueueIndex:
         assert spec is not None
         return (spec.partition, *self._policy.group(spec))
 
+    def spec_group(self, spec: c.JobSpec) -> tuple[object, ...]:
+        """The group of every job of ``spec`` (a policy's group reads neither the job nor its name)."""
+        return (spec.partition, *self._policy.group(spec))
+
     def add(self, job: Job) -> None:
         """``job`` has become pending (a job already in the index stays where it is)."""
         runs = self.groups.get(group := self.group(job))
@@ -177,33 +183,54 @@ class QueueIndex:
                         del self.groups[group]
                 return
 
-    def rebuild(self, jobs: Iterable[Job], policy: str | None = None) -> None:
-        """Index ``jobs`` afresh (after a snapshot is loaded, or for another policy)."""
+    def rebuild(self, jobs: Iterable[Job], policy: str | None = None,
+                groups: Iterable[tuple[object, ...]] | None = None) -> None:
+        """Index ``jobs`` afresh (after a snapshot is loaded, or for another policy). ``groups``: each
+        job's group, in the order of ``jobs``, when the caller has them (``codec.load``: once per spec)."""
         if policy is not None and policy != self.policy:
             self.policy, self._policy = policy, make_policy(policy)
         self.groups = {}
         by_group: dict[tuple[object, ...], list[Job]] = {}
-        for job in jobs:
-            by_group.setdefault(self.group(job), []).append(job)
+        if groups is None:
+            for job in jobs:
+                by_group.setdefault(self.group(job), []).append(job)
+        else:
+            last: tuple[object, ...] | None = None
+            members: list[Job] = []
+            for group, job in zip(groups, jobs, strict=True):
+                if group is not last:  # (consecutive jobs of one spec kind share the very tuple)
+                    members = by_group.setdefault(group, [])
+                    last = group
+                members.append(job)
         in_order = self._policy.in_order
         for group, members in by_group.items():
             members.sort(key=_AT)
-            lines: list[list[Job]] = []
-            for job in members:  # each job to the first run it extends in order
-                if len(lines) == 1 and in_order(lines[0][-1], job):
-                    lines[0].append(job)  # (the common case, without a generator per job)
-                    continue
-                line = next((line for line in lines if in_order(line[-1], job)), None)
-                if line is None:
-                    lines.append([job])
-                else:
-                    line.append(job)
+            if all(map(in_order, members, islice(members, 1, None))):
+                lines = [members]  # the usual case: one run (checked pair by pair in C's loop)
+            else:
+                lines = self._lines(members)
             runs = self.groups[group] = []
             for line in lines:
                 run = _Run()
                 run.chunks = [line[i:i + _LOAD] for i in range(0, len(line), _LOAD)]
                 run.lasts = [_at(chunk[-1]) for chunk in run.chunks]
                 runs.append(run)
+
+    def _lines(self, members: list[Job]) -> list[list[Job]]:
+        """Jobs of one group in ``(accepted_ts, accepted_seq)`` order as runs: each job to the first it
+        extends in order."""
+        in_order = self._policy.in_order
+        lines: list[list[Job]] = []
+        for job in members:
+            if len(lines) == 1 and in_order(lines[0][-1], job):
+                lines[0].append(job)  # (the common case, without a generator per job)
+                continue
+            line = next((line for line in lines if in_order(line[-1], job)), None)
+            if line is None:
+                lines.append([job])
+            else:
+                line.append(job)
+        return lines
 
     def runs(self, partitions: Collection[str | None] | None = None) -> Iterator[_Run]:
         """Every run (of the groups of ``partitions`` only, when given)."""
