@@ -9,7 +9,7 @@ cache; ``Capacity``'s node counts per shape, rebuilt from its nodes), and refuse
 fails the tests rather than a restart. What makes it compact:
 
 * a queued job is a row of its own values around a spec shared with the jobs alike
-  (``services/submission/job_snapshot.py``), and any other job a row as scheduling's, placement's
+  (``services/domain/backlog_rows.py``), and any other job a row as scheduling's, placement's
   and inventory's snapshots write it (``services/domain/job_rows.py``);
 * ``verdicts`` (every job and array id with its verdict in the log: a million ids at a million jobs)
   is written as its difference from the job table's ids: the ids with a verdict and no job (rejected
@@ -34,16 +34,16 @@ from events import catalogue as c
 from events.codec import decode, encode
 from events.vocabulary import TenantLimits
 from services.domain.fairshare import Account
+from services.domain.backlog_rows import TableData, restore_table, table_data
 from services.domain.job_rows import read_snapshot
 from services.domain.licenses import Licenses
 from services.domain.partitions import Partitions, PartitionsData
 from services.submission.capacity import Shape
-from services.submission.job_snapshot import TableData, restore_table, table_data
 from services.submission.state import Pending
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 2  # 2: queued jobs as rows of shared specs (job_snapshot.py)
+SNAPSHOT_FORMAT = 2  # 2: queued jobs as rows of shared specs (services/domain/backlog_rows.py)
 
 _FIELDS = frozenset({"seq", "now", "layout", "layout_seq", "relayed_seq", "jobs", "gpu_models", "capacity", "features",
                      "submissions", "requests", "verdicts", "referenced", "accounts", "class_limits",

@@ -6,8 +6,9 @@ scheduler's ``QueueFold`` besides its own job table and cluster: ~55 us a record
 1,000,000 queued jobs. With one it folds only the records after it.
 
 ``dump`` writes every field of ``PreemptionState``: the scheduler's view as the scheduling snapshot
-writes it (``QueueFold.dump``, ``services/domain/queue/codec.py``), the fold's own job table and
-nodes as rows (``services/domain/job_rows.py``), and the rest as it is; it refuses a state with a
+writes it (``QueueFold.dump``, ``services/domain/queue/codec.py``), the fold's own job table as
+submission's snapshot writes its own (``services/domain/backlog_rows.py``), its nodes as rows
+(``services/domain/job_rows.py``), and the rest as it is; it refuses a state with a
 field it does not know, so a field added without a line here fails the tests rather than a restart.
 Unlike the standing view's stored fold (``projections/fold_state.py``) it keeps every job the fold
 keeps, ended ones included, so that a restored state is the full replay's exactly. Maps keep the
@@ -27,13 +28,14 @@ import msgspec
 
 from events import catalogue as c
 from services.domain.cluster import Node
-from services.domain.job_rows import TableData, node_data, read_snapshot, restore_nodes, restore_table, table_data
+from services.domain.backlog_rows import TableData, restore_table, table_data
+from services.domain.job_rows import node_data, read_snapshot, restore_nodes
 from services.domain.preemption.state import PreemptionConfig, PreemptionState
 from services.domain.queue.fold import QueueFold
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2  # 2: its own table's queued jobs as rows of shared specs (services/domain/backlog_rows.py)
 
 _FIELDS = frozenset({"seq", "now", "layout", "layout_seq", "relayed_seq", "sched", "jobs", "cluster", "config",
                      "blocked", "preempted", "checkpoint_ts", "stopping", "no_cascade", "recent", "candidates",

@@ -1,18 +1,23 @@
-"""Submission's job table in its snapshots: queued jobs as rows of a shared spec. Pure.
+"""A job table in a snapshot, its queued jobs as rows of a shared spec (submission's and preemption's
+snapshots). Pure.
 
-Submission keeps every job it accepted, a million at a million queued, and a restart from a snapshot
-spends most of its time making them again. ``job_rows`` (scheduling's, placement's, inventory's)
-writes each job's spec as its fields that are not their defaults, and loading decodes and compacts
-(``JobTable.shape``) each one: measured at 1,000,000 queued jobs, 1.4 s to decode and 3.4 s to fill
-the table. But the jobs of a backlog are mostly alike: a tenant's workload, an array's tasks. Here a
-job whose fields besides its spec are their defaults (a job accepted and not started yet: nearly all
-of a backlog) is a row of its own values, ``[job_id, spec, name, number, array_index, array_number,
-state, accepted_seq, accepted_ts]``, where ``spec`` is the index of a shared spec (its fields but those
-four, written once, ``job_rows.spec_fields``) that loading decodes and compacts once and copies for
-each job with its own four values (``msgspec.structs.replace``). Any other job (one that ran, was
-requeued, holds anything) is a ``job_rows`` row, as the other snapshots write it. The table's order is
-kept (``others_at``: where those jobs are in it), so ``load(dump(table))`` is the same table and equal
-tables give equal bytes.
+Submission keeps every job it accepted, a million at a million queued (preemption's fold too), and a
+restart from a snapshot spends most of its time making them again. ``job_rows.rows`` writes each
+job's spec as its fields that are not their defaults, and loading decodes and compacts
+(``JobTable.shape``) each one: at 1,000,000 queued jobs, 1.4 s to decode and 3.4 s to fill the table
+(measured in process on a busy machine). The jobs of a backlog are mostly alike (a tenant's workload,
+an array's tasks) but for what submission gives each job: its name (by default its id), its number
+(Slurm's job id), an array task's index and its array's number. So sharing whole specs
+(``job_rows.JobColumns``, which keeps only the name apart) shares nothing in a log submission wrote.
+
+Here a job whose fields besides its spec are their defaults (accepted and not started yet: nearly
+all of a backlog) is a row of its own values, ``[job_id, spec, name, number, array_index,
+array_number, state, accepted_seq, accepted_ts]``, where ``spec`` indexes a shared spec (its fields
+but those four, as ``job_rows.spec_fields`` writes them) that loading decodes and compacts once and
+copies for each job with its own four values (``msgspec.structs.replace``). Any other job (one that
+ran, was requeued, holds anything) is a ``job_rows`` row. The table's order is kept (``others_at``:
+where those jobs are in it), so ``load(dump(table))`` is the same table and equal tables give equal
+bytes. At 200,000 queued jobs, in process, same run: 166 -> 43 bytes a job, load 0.9-1.3 -> 0.26 s.
 """
 
 from __future__ import annotations
