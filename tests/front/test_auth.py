@@ -459,15 +459,17 @@ async def test_horizon_service_connects_with_credentials(auth_server, admin_log,
     assert b"Violation" not in auth_server.log_file.read_bytes()  # type: ignore[union-attr]
 
 
-async def test_scheduling_keeps_and_prunes_its_snapshots_under_its_user(auth_server, admin_log) -> None:
+@pytest.mark.parametrize("service", ["submission", "scheduling", "placement", "preemption", "inventory"])
+async def test_a_service_keeps_and_prunes_its_snapshots_under_its_user(auth_server, admin_log, service) -> None:
     """The snapshot path (services/runtime/snapshots.py) needs more of the JetStream API than reading: chunks
-    and manifest, the latest manifest, pruning. Under its user: save twice, load the newest, the first pruned."""
-    log = await JetStreamLog.open(url(auth_server, "scheduling"), name="test-scheduling")
+    and manifest, the latest manifest, pruning. Under its user: save twice, load the newest, the first pruned.
+    Every decision service takes snapshots."""
+    log = await JetStreamLog.open(url(auth_server, service), name=f"test-{service}")
     try:
         first, second = os.urandom(700_000), os.urandom(300_000)
-        await log.save_snapshot("scheduling", 0, first)
-        await log.save_snapshot("scheduling", 0, second)
-        assert await log.load_snapshot("scheduling") == (0, second)
+        await log.save_snapshot(service, 0, first)
+        await log.save_snapshot(service, 0, second)
+        assert await log.load_snapshot(service) == (0, second)
         info = await admin_log.js.stream_info("HORIZON_SNAPSHOTS")
         assert info.state.messages == 2  # the second's one chunk and manifest: the first's two chunks and manifest pruned
     finally:

@@ -104,7 +104,8 @@ def _fencing(service: str) -> tuple[str, ...]:
 
 
 def _snapshots(name: str) -> tuple[str, ...]:
-    """Its own snapshots (scheduling, placement and inventory take them)."""
+    """Its own snapshots (every decision service takes them: submission, scheduling, placement, preemption,
+    inventory)."""
     return (f"horizon.snapshot.{name}.>", *_SNAPSHOT_API)
 
 
@@ -117,7 +118,7 @@ def service_permissions() -> dict[str, Permissions]:
     """What each user of the HORIZON account may publish and subscribe to.
 
     Every service publishes only its own events (and dead letters); no service deletes, purges
-    (but scheduling its own snapshots) or updates a stream. Client inputs (``horizon.in.>``) are
+    (but its own snapshots) or updates a stream. Client inputs (``horizon.in.>``) are
     written by the submission service's intake and by the operator only: a tenant's input reaches
     the log through the intake or not at all. Nobody, admin included, publishes a service's event.
     """
@@ -127,12 +128,12 @@ def service_permissions() -> dict[str, Permissions]:
         "admin": Permissions(publish=(">",), deny_publish=("horizon.evt.>",), subscribe=(">",)),
         # the intake (queue group `intake` on horizon.intake.>) stores tenants' inputs on horizon.in.>
         # and answers the requester with the PubAck; validation answers horizon.validate.<tenant>
-        "submission": Permissions(publish=(*service["submission"], "horizon.in.>"),
+        "submission": Permissions(publish=(*service["submission"], "horizon.in.>", *_snapshots("submission")),
                                   subscribe=("_INBOX.>", "horizon.intake.>", "horizon.validate.*"),
                                   allow_responses=True),
         "scheduling": Permissions(publish=(*service["scheduling"], *_snapshots("scheduling")), subscribe=("_INBOX.>",)),
         "placement": Permissions(publish=(*service["placement"], *_snapshots("placement")), subscribe=("_INBOX.>",)),
-        "preemption": Permissions(publish=service["preemption"], subscribe=("_INBOX.>",)),
+        "preemption": Permissions(publish=(*service["preemption"], *_snapshots("preemption")), subscribe=("_INBOX.>",)),
         # inventory also runs the log's clock and watches heartbeats (core NATS)
         "inventory": Permissions(publish=(*service["inventory"], "horizon.evt.clock.>", *_snapshots("inventory")),
                                  subscribe=("_INBOX.>", "horizon.hb.*")),
