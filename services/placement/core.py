@@ -70,6 +70,7 @@ from services.placement.lane import LaneLedger
 from services.placement.growth import Room, grow, track_elastic
 from services.placement.hetjob import place_hetjob
 from services.placement.place import Placed, gang_names, place_job
+from services.placement.specs import share_spec
 
 __all__ = ["PlacementCore", "PlacementState", "check_reservation", "ended_for_good"]
 
@@ -175,6 +176,8 @@ class PlacementCore:
         if tr is not None and tr.before is JobState.PENDING and state.held:
             release_room(state.held, tr.job.job_id)  # a preemptor that starts (or ends) releases its room
         if tr is not None:
+            if tr.before is None:
+                share_spec(tr.job)  # one spec for the jobs submitted alike (services/placement/specs.py)
             _remember_run(state, event, tr)
         if tr is not None and tr.job.spec is not None and tr.job.spec.affinity is not None \
                 and tr.job.spec.affinity.job_anti_affinity:
