@@ -154,6 +154,7 @@ class JobColumns(msgspec.Struct, array_like=True):
 
 
 _encode = msgspec.msgpack.Encoder().encode
+_NAME = _NAMES.index("name")
 
 
 def columns(jobs: dict[str, Job]) -> list[object]:
@@ -169,6 +170,8 @@ def columns(jobs: dict[str, Job]) -> list[object]:
     times: list[float] = []
     rest: dict[int, dict[str, object]] = {}
     index = _INDEX
+    last: tuple[object, ...] = ()  # the last spec's fields before and after its name, and its index
+    last_at = -1
     for i, job in enumerate(jobs.values()):
         job_id, spec = job.job_id, job.spec
         ids.append(job_id)
@@ -178,14 +181,19 @@ def columns(jobs: dict[str, Job]) -> list[object]:
         else:
             at = by_object.get(id(spec))
             if at is None:
-                fields = spec_fields(spec)
-                fields.pop("name", None)
-                data = _encode(fields)
-                at = known.get(data)
-                if at is None:
-                    at = known[data] = len(specs)
-                    specs.append(msgspec.Raw(data))
-                by_object[id(spec)] = at
+                values = _astuple(spec)
+                if values[:_NAME] == last[:_NAME] and values[_NAME + 1:] == last[_NAME + 1:]:
+                    at = last_at  # equal to the job before but for the name (an array, a sweep, a burst)
+                else:
+                    fields = spec_fields(spec)
+                    fields.pop("name", None)
+                    data = _encode(fields)
+                    at = known.get(data)
+                    if at is None:
+                        at = known[data] = len(specs)
+                        specs.append(msgspec.Raw(data))
+                    by_object[id(spec)] = at
+                last, last_at = values, at
             spec_of.append(at)
             names.append(None if spec.name == job_id else spec.name)
         states.append(index[job.state])
