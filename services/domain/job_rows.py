@@ -212,22 +212,16 @@ def restore_columns(table: JobTable, cols: JobColumns) -> list[c.JobSpec]:
     shape = table.shape
     specs = [shape(spec) for spec in cols.specs]
     replace = msgspec.structs.replace
-    states = STATES
-    rest = cols.rest
-    jobs = table.jobs
-    for i, (job_id, at, name, state, seq, ts) in enumerate(zip(
-            cols.ids, cols.spec_of, cols.names, cols.states, cols.seqs, cols.times)):
-        if at < 0:
-            job = Job(job_id, None, states[state], seq, ts)
-        else:
-            spec = specs[at]
-            if name is None:
-                name = job_id
-            job = Job(job_id, spec if spec.name == name else replace(spec, name=name), states[state], seq, ts)
-        if rest and i in rest:
-            for field, value in zip(_REST_NAMES, _astuple(rest[i])):
-                setattr(job, field, value)
-        jobs[job_id] = job
+    held = [*specs, None]  # spec_of -1: no spec
+    own = [spec if (spec := held[at]) is None or spec.name == (named := job_id if name is None else name)
+           else replace(spec, name=named)
+           for job_id, at, name in zip(cols.ids, cols.spec_of, cols.names)]
+    made = list(map(Job, cols.ids, own, map(STATES.__getitem__, cols.states), cols.seqs, cols.times))
+    for i, rest in cols.rest.items():
+        job = made[i]
+        for field, value in zip(_REST_NAMES, _astuple(rest)):
+            setattr(job, field, value)
+    table.jobs.update(zip(cols.ids, made))
     return specs
 
 

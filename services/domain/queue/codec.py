@@ -168,26 +168,21 @@ def _rebuild(state: SchedulingState, wakeups_due: set[str], specs: list[c.JobSpe
     alone is asked once per spec."""
     kinds = [_Kind(state, spec) for spec in specs]
     pending, charges, now = state.pending, state.charges, state.now
-    groups: list[tuple[object, ...]] = []
-    for job, at in zip(state.jobs.jobs.values(), spec_of):
-        if at < 0:
-            continue
-        kind = kinds[at]
-        job_id = job.job_id
-        if kind.plain:
-            if job.state is JobState.PENDING:
-                pending[job_id] = job
-                groups.append(kind.group)
-                if job.not_before_ts > now or job_id in wakeups_due:
-                    state.wakeups.append((job.not_before_ts, job_id))
-            continue
+    jobs = [(job, kinds[at]) for job, at in zip(state.jobs.jobs.values(), spec_of) if at >= 0]
+    waiting = [(job, kind) for job, kind in jobs if job.state is JobState.PENDING]  # in the table's order
+    pending.update([(job.job_id, job) for job, _ in waiting])
+    groups = [kind.group for _, kind in waiting]
+    state.wakeups.extend([(job.not_before_ts, job.job_id) for job, _ in waiting
+                          if job.not_before_ts > now or job.job_id in wakeups_due])
+    # the jobs of the other kinds (a plain one is pending, above, or holds resources, and that is all)
+    for job, kind in ([(job, kind) for job, kind in jobs if not kind.plain]
+                      if not all(kind.plain for kind in kinds) else ()):
         spec = job.spec
         assert spec is not None
+        job_id = job.job_id
         for dep in spec.dependencies:
             state.dependents.setdefault(dep.job_id, set()).add(job_id)
         if job.state is JobState.PENDING:
-            pending[job_id] = job
-            groups.append(kind.group)
             if kind.gated:
                 state.gated.add(job_id)
             if kind.throttled:
@@ -197,8 +192,6 @@ def _rebuild(state: SchedulingState, wakeups_due: set[str], specs: list[c.JobSpe
             if kind.expiring:
                 state.expiring.add(job_id)
                 state.expiry_heap.append((never.expiry(job), job_id))
-            if job.not_before_ts > now or job_id in wakeups_due:
-                state.wakeups.append((job.not_before_ts, job_id))
         if kind.elastic and job.state in HOLDS_RESOURCES and 0 < len(job.allocations) < spec.nodes:
             state.growable.add(job_id)
         if job_id in charges and spec.array is not None:
