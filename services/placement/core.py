@@ -56,6 +56,7 @@ from services.domain.config import config_rejected
 from services.domain.envelope import Decider, decision_id
 from services.domain.fit.context import Context, hold_room, release_room
 from services.domain.fit.cycle import AdvanceReservation, Overlay
+from services.domain.fit.node import Fit
 from services.domain.fit.profile import Profile, check_profile, profile_from
 from services.domain.fit.topology import Topology
 from services.domain.jobs import FAILURES, HOLDS_RESOURCES, TERMINAL, Job, JobState, JobTable, Transition
@@ -299,7 +300,8 @@ class PlacementCore:
             return place_hetjob(state.cluster, spec, cycle.overlay, ctx), ctx
         cacheable = not req.topological and not cycle.advance and cycle.topology is None and not state.held
         placed = (cycle.unfit.get(req) if cacheable else None) or place_job(state.cluster, req, cycle.overlay,
-                                                                          cycle.index, ctx)
+                                                                          cycle.index, ctx,
+                                                                          cycle.fits if cacheable else None)
         if placed.allocations is None and cacheable:
             cycle.unfit[req] = placed
         return placed, ctx
@@ -417,6 +419,9 @@ class _Cycle:
     # whose answer depends on the job's account and time).
     unfit: dict[Request, Placed] = field(default_factory=dict)
     unreservable: set[tuple[object, ...]] = field(default_factory=set)  # shapes without an earliest start (_reserve)
+    # Under the same conditions a request's fit on a kind of node is the same for every job: computed once a
+    # cycle per (request, group key) (``NodeIndex.evaluate``); a one-GPU backlog asks ~3 kinds a job
+    fits: dict[Request, dict[tuple[object, ...], Fit]] = field(default_factory=dict)
     stopped_by: str | None = None
     lanes: LaneLedger | None = None  # idle nodes, when a profile's mode keeps a short-job lane
     scheduled: int = 0

@@ -178,12 +178,30 @@ class NodeIndex:
         self._moved.add(name)
         self._refile(name)
 
-    def evaluate(self, req: Request, ctx: Context | None = None) -> Iterator[tuple[Fit, list[str]]]:
+    def evaluate(self, req: Request, ctx: Context | None = None,
+                 memo: dict[Request, dict[tuple[object, ...], Fit]] | None = None) -> Iterator[tuple[Fit, list[str]]]:
         """One ``Fit`` per group (computed on its first node), with the group's nodes; node by node
-        when the answer depends on the jobs around each node."""
+        when the answer depends on the jobs around each node.
+
+        ``memo``: the fits of earlier jobs of this decision by request and group key, for a caller
+        whose contexts tell no two jobs of one request apart (no advance reservation, held room or
+        inter-job affinity: the conditions of ``core._Cycle.unfit``). A group's key is everything its
+        nodes answer by but their names, so a request's fit on a key is the same whichever job asks
+        and whichever node of the group it is computed on (the scores the index ranks by leave the
+        name out; every allocation is made on the node chosen)."""
         ctx = ctx or self.ctx
         topo = ctx.topology
         one_by_one = topo is not None and (req.topological or topo.has_anti_affinity)
+        if memo is not None and not one_by_one and not req.named:
+            known = memo.setdefault(req, {})
+            fitter = None  # made only if some kind of node is new to this request
+            for key, members in self.groups.items():
+                found = known.get(key)
+                if found is None:
+                    fitter = fitter or Fitter(req, ctx)
+                    found = known[key] = fitter(self.cluster.nodes[members[0]], self.overlay)
+                yield found, members
+            return
         fit = Fitter(req, ctx)
         for members in self.groups.values():
             if one_by_one:

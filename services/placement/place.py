@@ -47,21 +47,22 @@ class Placed:
 
 
 def place_job(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex | None = None,
-              ctx: Context | None = None) -> Placed:
+              ctx: Context | None = None, memo: dict[Request, dict[tuple[object, ...], Fit]] | None = None) -> Placed:
     """Allocations for one job on the best nodes, or the reasons per node group.
 
     With an ``index`` (built on the same overlay), nodes are evaluated once per
-    kind; without one, one by one. Both give the same answer.
+    kind; without one, one by one. Both give the same answer. ``memo``: the
+    decision's fits per request and kind of node (``NodeIndex.evaluate``).
     """
     ctx = ctx or Context()
     if index is None:
         index = NodeIndex(cluster, overlay, ctx)
     if req.nodes > 1 and req.constraint and constraint_of(req.constraint).matching:
-        return _place_matching(cluster, req, overlay, index, ctx)
+        return _place_matching(cluster, req, overlay, index, ctx, memo)
     fitting: list[tuple[Fit, list[str]]] = []
     failures: dict[tuple[str, tuple[object, ...]], int] = {}
     usable: dict[str, int] = {}  # backend -> its nodes that could hold the job if they were empty (and ready)
-    for fit, members in index.evaluate(req, ctx):
+    for fit, members in index.evaluate(req, ctx, memo):
         if fit.devices is not None:
             fitting.append((fit, members))
         else:
@@ -106,13 +107,14 @@ def _apart(cluster: Cluster, fitting: list[tuple[Fit, list[str]]], usable: dict[
                                 f"that {what}, {each}", nodes=sum(counts.values()), filter="Gang")
 
 
-def _place_matching(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex, ctx: Context) -> Placed:
+def _place_matching(cluster: Cluster, req: Request, overlay: Overlay, index: NodeIndex, ctx: Context,
+                    memo: dict[Request, dict[tuple[object, ...], Fit]] | None) -> Placed:
     """A gang whose constraint has ``[a|b]``: all its nodes take one alternative, the first (in the
     order written) that places it now; else the reasons of the first alternative."""
     tried: list[Placed] = []
     for alternative in constraint_of(req.constraint).alternatives:
         placed = place_job(cluster, dataclasses.replace(req, constraint=formula_text(alternative)), overlay, index,
-                           ctx)
+                           ctx, memo)
         if placed.allocations is not None:
             return placed
         tried.append(placed)

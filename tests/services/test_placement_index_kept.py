@@ -21,6 +21,7 @@ from services.placement.index import NodeIndex
 from services.placement.partitioned import PartitionedPlacementCore
 from services.runtime.service import fold_record
 from tests.helpers import node
+from tests.services.test_placement_index import clusters, requests
 from tests.services.test_snapshot_scheduling import JOBS, NODES, PROPERTY, HandLog, action, pause
 
 
@@ -137,3 +138,27 @@ def test_a_cycle_on_a_kept_index_places_as_on_a_fresh_one():
         restored, _, _ = fold_record(core, restored, record)
     assert core.decide(state) == core.decide(restored)
     check_kept_index(state)
+
+
+@PROPERTY
+@given(cluster=clusters(), reqs=st.lists(requests, min_size=1, max_size=12))
+def test_fits_remembered_per_kind_of_node_place_as_fits_computed_anew(cluster, reqs):
+    """A decision remembers each request's fit per group key (``NodeIndex.evaluate``'s ``memo``): jobs placed
+    one after another, taking their nodes, land where they land when every fit is computed again."""
+    from services.placement.place import place_job
+
+    ctx = Context()
+    runs = []
+    for memo in (None, {}):
+        overlay = Overlay()
+        index = NodeIndex(cluster, overlay, ctx)
+        out = []
+        for req in reqs + reqs:
+            placed = place_job(cluster, req, overlay, index, ctx, memo)
+            out.append((None if placed.allocations is None else [(a.node, a.device_ids) for a in placed.allocations],
+                        placed.reasons, placed.fits_nowhere))
+            for alloc in placed.allocations or ():
+                overlay.take(alloc)
+                index.moved(alloc.node)
+        runs.append(out)
+    assert runs[0] == runs[1]
