@@ -109,7 +109,7 @@ class SubmissionCore:
     # (part.py). Without it the core writes the layout before the marker (the simulator, the core's tests).
     mark_layout: bool = False
     # Records between snapshots (0: never; services/submission/snapshot.py): a restart folds the log after
-    # the latest one instead of the whole log (~40 s at a million queued jobs).
+    # the latest one instead of the whole log (30-40 s at a million queued jobs).
     snapshot_every: int = 50_000
 
     def fingerprint(self) -> str:

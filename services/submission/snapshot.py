@@ -1,7 +1,7 @@
 """Submission's state as bytes and back: its snapshots (services/runtime/service.py reads them). Pure.
 
 Without a snapshot a restart folds the whole log: at 1,000,000 queued jobs about two million records
-(each job's submission and its verdict), ~40 s. With one it folds only the records after it.
+(each job's submission and its verdict), 30-40 s. With one it folds only the records after it.
 
 ``dump`` writes every field of ``SubmissionState`` but the derived ones (the per-partition capacity
 cache; ``Capacity``'s node counts per shape, rebuilt from its nodes), and refuses a state, a
