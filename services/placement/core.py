@@ -59,9 +59,10 @@ from services.domain.fit.cycle import AdvanceReservation, Overlay
 from services.domain.fit.node import Fit
 from services.domain.fit.profile import Profile, check_profile, profile_from
 from services.domain.fit.topology import Topology
-from services.domain.jobs import FAILURES, HOLDS_RESOURCES, TERMINAL, Job, JobState, JobTable, Transition
+from services.domain.jobs import HOLDS_RESOURCES, Job, JobState, JobTable, Transition
 from services.domain.partitions import Partitions
 from services.domain.protocol import CoreState, Record
+from services.domain.restart import ends_for_good
 from services.domain.runtime_prediction import RuntimeHistory, expected_run, history_key
 from services.domain.timestamps import at, when
 from services.placement import snapshot
@@ -73,7 +74,7 @@ from services.placement.hetjob import place_hetjob
 from services.placement.place import Placed, gang_names, place_job
 from services.placement.specs import share_spec
 
-__all__ = ["PlacementCore", "PlacementState", "check_reservation", "ended_for_good"]
+__all__ = ["PlacementCore", "PlacementState", "check_reservation"]
 
 _CONFIG_VERBS = {c.ProfileConfigured: "profile", c.ReservationConfigured: "reservation"}
 _PARTITION_EVENTS = (c.PartitionConfigured, c.PartitionPolicyConfigured, c.NodeRegistered, c.NodeRemoved,
@@ -98,6 +99,7 @@ class PlacementState(CoreState):
         self.history = RuntimeHistory()  # each user's last two run times (services/domain/runtime_prediction.py)
         self.predicted: dict[str, float] = {}  # job holding resources -> its JobScheduled.predicted_runtime_s
         self.elastic: set[str] = set()  # elastic jobs holding resources on fewer nodes than their most (growth.py)
+        self.retries: dict[str, int] = {}  # job -> retries its restart policy was granted, as scheduling counts them
         # Derived (never in a snapshot): the node index kept across decisions, built at the first one and
         # then told by the fold which nodes changed (services/placement/index.py)
         self.index: NodeIndex | None = None
@@ -184,8 +186,8 @@ class PlacementCore:
                 and tr.job.spec.affinity.job_anti_affinity:
             was, now = tr.before in HOLDS_RESOURCES, tr.after in HOLDS_RESOURCES
             state.anti_affinity_running += int(now) - int(was)
-        if tr is not None and tr.after in TERMINAL and ended_for_good(event, tr):
-            state.jobs.settle(tr.job.job_id)  # kept: its outcome only (the table does not grow with every job run)
+        if tr is not None and ends_for_good(tr, event, state.retries):
+            _settle(state, tr.job.job_id)
         return state
 
     def _configure(self, state: PlacementState, event: Event, record: Record) -> None:
@@ -491,33 +493,17 @@ def _touch(index: NodeIndex, state: PlacementState, event: Event, tr: Transition
                 index.touch(alloc.node)
 
 
-def ended_for_good(event: Event, tr: Transition) -> bool:
-    """Whether a job that has just ended can never be requeued, so placement may forget it (``JobTable.settle``:
-    its outcome kept, its spec and history dropped).
+def _settle(state: PlacementState, job_id: str) -> None:
+    """The job has ended and no ``JobRequeued`` can follow (``restart.ends_for_good``, scheduling's own rule
+    and retry count, so placement settles exactly the jobs scheduling settles): only its outcome is kept
+    (``JobTable.settle``), so the state does not grow with every job ever run.
 
-    Scheduling requeues (``JobRequeued``, the only event that brings an ended job back) a job that failed,
-    under a restart policy of ``on-failure`` or ``always`` (while retries are left), or that succeeded under
-    ``always``, or that was preempted or lost with its node, unless it said ``--no-requeue``
-    (services/domain/queue/fold.py, ``_may_retry`` and ``_requeues``); a cancelled, rejected, unschedulable
-    job, or one whose dependency can never be satisfied, is never requeued (the job table takes no
-    ``JobRequeued`` for it). Any ending that some rule could requeue is kept, whatever its retries left:
-    placement forgets a subset of what scheduling settles, so every job scheduling may offer again is
-    still here with its spec. The other events that name a job after its end change nothing here for a
-    forgotten job either (a stale attempt's report, a ``PlacementBlocked``, a ``JobResized``: none applies
-    to an ended attempt), but one: a ``PreemptionRequested`` that lands after its victim ended holds no
-    room for the preemptor (the room is free already; placement before it held the victim's old nodes)."""
-    spec = tr.job.spec
-    if spec is None:
-        return True  # rejected
-    after = tr.after
-    if after is JobState.SUCCEEDED:
-        return spec.restart_policy != "always"
-    if after in FAILURES:
-        lost = isinstance(event, c.JobFailed) and event.node_lost
-        return spec.restart_policy == "never" and not (lost and spec.requeue)
-    if after is JobState.PREEMPTED:
-        return not spec.requeue
-    return True
+    What else may name it later changes nothing for a forgotten job: a stale attempt's report, a
+    ``PlacementBlocked`` or a ``JobResized`` apply to no ended attempt, and scheduling offers it in no
+    cycle. One did: a ``PreemptionRequested`` that lands after its victim ended held the victim's old
+    nodes for the preemptor; now it holds none (the room is free already)."""
+    state.retries.pop(job_id, None)
+    state.jobs.settle(job_id)
 
 
 _RAN = (JobState.SUCCEEDED, JobState.FAILED, JobState.OUT_OF_MEMORY)  # a run that ended by itself

@@ -26,11 +26,11 @@ from services.placement.specs import share_spec
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 2  # 2: jobs ended for good are settled (core.ended_for_good), their outcome kept
+SNAPSHOT_FORMAT = 3  # 2: jobs ended for good settled; 3: their retries counted (restart.ends_for_good)
 
 _FIELDS = frozenset({"seq", "now", "layout", "layout_seq", "relayed_seq", "jobs", "cluster", "cycle", "candidates",
                      "borrowing", "done_cycle", "profiles", "advance", "config_rejections", "anti_affinity_running",
-                     "held", "partitions", "history", "predicted", "elastic"})
+                     "held", "partitions", "history", "predicted", "elastic", "retries"})
 _DERIVED = frozenset({"index"})  # built again from the rest (the node index: services/placement/index.py)
 
 
@@ -51,6 +51,7 @@ class _Snapshot(msgspec.Struct, array_like=True):
     history: dict[str, tuple[float, ...]]
     predicted: dict[str, float]
     elastic: list[str]
+    retries: dict[str, int]
 
 
 def dump(state: Any, fingerprint: str) -> bytes:  # a PlacementState (core.py imports this module)
@@ -65,7 +66,7 @@ def dump(state: Any, fingerprint: str) -> bytes:  # a PlacementState (core.py im
         table_data(state.jobs), node_data(state.cluster), state.candidates, sorted(state.borrowing),
         {name: _profile_data(p) for name, p in state.profiles.items()}, advance, state.config_rejections,
         {node: sorted(jobs) for node, jobs in state.held.items()}, state.partitions.data(), state.history.last,
-        state.predicted, sorted(state.elastic),
+        state.predicted, sorted(state.elastic), state.retries,
     ]
     return msgspec.msgpack.encode(snap)
 
@@ -96,7 +97,7 @@ def load(data: bytes, fingerprint: str, state: Any) -> Any:
     state.held = {node: frozenset(jobs) for node, jobs in snap.held.items()}
     restore_partitions(state.partitions, snap.partitions)
     state.history.last = snap.history
-    state.predicted, state.elastic = snap.predicted, set(snap.elastic)
+    state.predicted, state.elastic, state.retries = snap.predicted, set(snap.elastic), snap.retries
     return state
 
 

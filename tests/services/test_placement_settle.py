@@ -1,9 +1,9 @@
-"""Placement forgets a job that has ended for good (``core.ended_for_good``), and only such a job.
+"""Placement forgets a job that has ended for good (``restart.ends_for_good``), and only such a job.
 
 A forgotten job keeps its outcome (``JobTable.settle``); its spec and history go, so placement's
 state no longer grows with every job ever run. Every job scheduling may still requeue (the only way
-an ended job comes back) is kept: what placement forgets is a subset of what scheduling settles, at
-every record of logs the simulator writes with the real cores.
+an ended job comes back) is kept: placement settles exactly the jobs scheduling settles, at every
+record of logs the simulator writes with the real cores.
 """
 
 from __future__ import annotations
@@ -66,8 +66,16 @@ def test_a_job_that_can_never_come_back_is_forgotten_however_it_ended():
     f.evt("submission", accepted("c1"))
     f.evt("submission", c.JobCancelled(job_id="c1", reason="asked"))
     f.evt("submission", c.JobRejected(job_id="x1", tenant="acme", reason="bad"))
-    assert not ({"n1", "f1", "c1", "x1"} & f.state.jobs.jobs.keys())
-    assert {"n1", "f1", "c1", "x1"} <= f.state.jobs.settled.keys()
+    _run(f, "r2", 3, restart_policy="on-failure", max_retries=1)  # retried once, then out of retries
+    f.evt("agent", c.JobFailed(job_id="r2", attempt=1, node="n0", exit_code=1, reason="boom"))
+    assert "r2" in f.state.jobs.jobs and f.state.retries == {"r2": 1}
+    f.evt("scheduling", c.JobRequeued(job_id="r2", attempt=1, reason="retry"))
+    f.evt("scheduling", c.SchedulingCycleCompleted(cycle=4, candidates=["r2"], queued=1, basis_seq=f.seq))
+    f.settle()
+    f.evt("agent", c.JobStarted(job_id="r2", attempt=2, node="n0"))
+    f.evt("agent", c.JobFailed(job_id="r2", attempt=2, node="n0", exit_code=1, reason="boom"))
+    assert not ({"n1", "f1", "c1", "x1", "r2"} & f.state.jobs.jobs.keys()) and not f.state.retries
+    assert {"n1", "f1", "c1", "x1", "r2"} <= f.state.jobs.settled.keys()
 
 
 @PROPERTY
@@ -75,15 +83,12 @@ def test_a_job_that_can_never_come_back_is_forgotten_however_it_ended():
        deps=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11),
                                st.sampled_from(["after-ok", "after-any", "after-not-ok"])), max_size=4),
        policy=st.sampled_from(["fcfs", "multifactor"]), quotas=st.booleans())
-def test_placement_forgets_only_jobs_scheduling_has_settled(jobs, deps, policy, quotas):
+def test_placement_settles_exactly_the_jobs_scheduling_settles(jobs, deps, policy, quotas):
     records = simulated_log(trace(jobs, deps), policy, quotas)
     placement, scheduling = PlacementCore(virtual_time=True), SchedulingCore(policy=policy, virtual_time=True)
     p, s = placement.initial(), scheduling.initial()
     for record in records:
         p, _, _ = fold_record(placement, p, record)
         s, _, _ = fold_record(scheduling, s, record)
-        assert p.jobs.settled.keys() <= s.jobs.settled.keys(), f"at seq {record.seq}"
-    # what scheduling settled and placement kept: only endings some restart rule could have requeued
-    for job_id in s.jobs.settled.keys() - p.jobs.settled.keys():
-        job = p.jobs.jobs[job_id]
-        assert job.spec is not None and (job.spec.restart_policy != "never" or job.spec.requeue)
+        assert p.jobs.settled == s.jobs.settled, f"at seq {record.seq}"
+        assert p.retries == s.retries, f"at seq {record.seq}"
