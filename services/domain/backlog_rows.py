@@ -69,8 +69,14 @@ class TableData(msgspec.Struct, array_like=True):
     checkpointed: list[str]
 
 
-def table_data(table: JobTable) -> list[object]:
-    """The table as ``TableData``'s layout."""
+_LIKE = -1  # a row's spec: the very spec the same job holds in the other table (``like``)
+
+
+def table_data(table: JobTable, like: JobTable | None = None) -> list[object]:
+    """The table as ``TableData``'s layout. ``like``: another table of the same state whose jobs may hold
+    the very same spec objects (preemption's fold and its scheduler's view fold the same events): a
+    job whose spec is its job's there is written as that (``_LIKE``), and shares it again once loaded."""
+    other = like.jobs if like is not None else {}
     specs: list[dict[str, object]] = []
     known: dict[bytes, int] = {}
     queued: list[list[object]] = []
@@ -83,6 +89,10 @@ def table_data(table: JobTable) -> list[object]:
             others[job.job_id] = job
             others_at.append(at)
             continue
+        twin = other.get(job.job_id)
+        if twin is not None and twin.spec is spec:
+            queued.append([job.job_id, _LIKE, "", 0, None, 0, _INDEX[job.state], job.accepted_seq, job.accepted_ts])
+            continue
         key = encode(_shared_of(_astuple(spec)))
         index = known.get(key)
         if index is None:
@@ -93,8 +103,9 @@ def table_data(table: JobTable) -> list[object]:
     return [specs, queued, rows(others), others_at, table.settled, table.arrays, sorted(table.checkpointed)]
 
 
-def restore_table(table: JobTable, data: TableData) -> None:
-    """Fill an empty table from ``TableData``."""
+def restore_table(table: JobTable, data: TableData, like: JobTable | None = None) -> None:
+    """Fill an empty table from ``TableData`` (``like``: the other table ``table_data`` was given, restored)."""
+    other = like.jobs if like is not None else {}
     specs = [table.shape(spec) for spec in data.specs]
     apart = JobTable()
     restore_rows(apart, data.others, {}, {})
@@ -113,8 +124,11 @@ def restore_table(table: JobTable, data: TableData) -> None:
             at += 1
             taken += 1
             next_other = others_at[taken] if taken < len(others_at) else -1
-        spec = replace(specs[row.spec], name=row.name, number=row.number, array_index=row.array_index,
-                       array_number=row.array_number)
+        if row.spec == _LIKE:
+            spec = other[row.job_id].spec
+        else:
+            spec = replace(specs[row.spec], name=row.name, number=row.number, array_index=row.array_index,
+                           array_number=row.array_number)
         jobs[row.job_id] = Job(row.job_id, spec, states[row.state], row.accepted_seq, row.accepted_ts)
         at += 1
     for job in other_jobs:

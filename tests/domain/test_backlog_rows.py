@@ -44,3 +44,20 @@ def test_an_empty_table_and_one_of_others_only():
     table = JobTable()
     table.jobs["x"] = Job("x", None, JobState.FAILED, 1, 1.0)
     assert round_trip(table)[0].jobs == table.jobs
+
+
+def test_a_job_holding_the_very_spec_of_its_twin_in_another_table_shares_it_again():
+    """Preemption's fold and its scheduler's view hold the same spec objects (they fold the same events)."""
+    view, table = JobTable(), JobTable()
+    same = c.JobSpec(tenant="acme", gpus=2, name="a", number=7)
+    view.jobs["a"] = Job("a", same, JobState.PENDING, 1, 1.0)
+    table.jobs["a"] = Job("a", same, JobState.PENDING, 1, 1.0)
+    view.jobs["b"] = Job("b", c.JobSpec(tenant="acme", gpus=2, name="b", number=8), JobState.PENDING, 2, 2.0)
+    table.jobs["b"] = Job("b", c.JobSpec(tenant="acme", gpus=2, name="b", number=8), JobState.PENDING, 2, 2.0)  # equal, not it
+    data = msgspec.msgpack.encode(backlog_rows.table_data(table, like=view))
+    decoded = msgspec.msgpack.decode(data, type=backlog_rows.TableData)
+    assert [row.spec for row in decoded.queued] == [-1, 0]
+    back = JobTable()
+    backlog_rows.restore_table(back, decoded, like=view)
+    assert back.jobs == table.jobs and back.jobs["a"].spec is view.jobs["a"].spec
+    assert msgspec.msgpack.encode(backlog_rows.table_data(back, like=view)) == data

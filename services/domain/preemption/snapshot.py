@@ -7,7 +7,9 @@ scheduler's ``QueueFold`` besides its own job table and cluster: 24.6 s at 1,000
 
 ``dump`` writes every field of ``PreemptionState``: the scheduler's view as the scheduling snapshot
 writes it (``QueueFold.dump``, ``services/domain/queue/codec.py``), the fold's own job table as
-submission's snapshot writes its own (``services/domain/backlog_rows.py``), its nodes as rows
+submission's snapshot writes its own (``services/domain/backlog_rows.py``; a job whose spec is the
+very object the scheduler's view holds for it, as both fold the same event, is written as that and
+shares it again once loaded), its nodes as rows
 (``services/domain/job_rows.py``), and the rest as it is; it refuses a state with a
 field it does not know, so a field added without a line here fails the tests rather than a restart.
 Unlike the standing view's stored fold (``projections/fold_state.py``) it keeps every job the fold
@@ -35,7 +37,8 @@ from services.domain.queue.fold import QueueFold
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 2  # 2: its own table's queued jobs as rows of shared specs (services/domain/backlog_rows.py)
+SNAPSHOT_FORMAT = 3  # 2: its own table's queued jobs as rows of shared specs (services/domain/backlog_rows.py);
+# 3: a job holding the very spec its scheduler's view holds is written as that
 
 _FIELDS = frozenset({"seq", "now", "layout", "layout_seq", "relayed_seq", "sched", "jobs", "cluster", "config",
                      "blocked", "preempted", "checkpoint_ts", "stopping", "no_cascade", "recent", "candidates",
@@ -89,7 +92,7 @@ def dump(state: PreemptionState, queue: QueueFold, fingerprint: str) -> bytes:
     return msgspec.msgpack.encode([
         SNAPSHOT_FORMAT, fingerprint,
         (state.seq, state.now, state.layout, state.layout_seq, state.relayed_seq, state.borrowed_running),
-        queue.dump(state.sched), table_data(state.jobs), node_data(state.cluster),
+        queue.dump(state.sched), table_data(state.jobs, like=state.sched.jobs), node_data(state.cluster),
         [{k: tuple(v) for k, v in cfg.rules.items()}, cfg.victims, cfg.grace_period_s, cfg.max_preemptions,
          cfg.per_minute, cfg.per_account_per_minute],
         state.blocked, state.preempted, state.checkpoint_ts, state.stopping, sorted(state.no_cascade),
@@ -109,7 +112,7 @@ def load(data: bytes, queue: QueueFold, fingerprint: str) -> PreemptionState | N
     state = PreemptionState(sched)
     (state.seq, state.now, state.layout, state.layout_seq, state.relayed_seq,
      state.borrowed_running) = snap.counters
-    restore_table(state.jobs, snap.table)
+    restore_table(state.jobs, snap.table, like=sched.jobs)
     restore_nodes(state.cluster, snap.nodes)
     cfg = snap.config
     state.config = PreemptionConfig(
