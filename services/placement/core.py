@@ -265,7 +265,8 @@ class PlacementCore:
         state = cycle.state
         spec = job.spec
         assert spec is not None
-        req = request_of(spec)
+        known = cycle.requests.get(id(spec))  # jobs submitted alike share one spec (specs.py): one Request
+        req = known[1] if known is not None and known[0] is spec else cycle.request(spec)
         profile = state.profiles.get(spec.profile)
         placed, ctx = self._place(cycle, job.job_id, spec, req, profile)
         earliest: float | None = None
@@ -424,6 +425,7 @@ class _Cycle:
     # Under the same conditions a request's fit on a kind of node is the same for every job: computed once a
     # cycle per (request, group key) (``NodeIndex.evaluate``); a one-GPU backlog asks ~3 kinds a job
     fits: dict[Request, dict[tuple[object, ...], Fit]] = field(default_factory=dict)
+    requests: dict[int, tuple[c.JobSpec, Request]] = field(default_factory=dict)  # id(spec) -> (spec, its request)
     stopped_by: str | None = None
     lanes: LaneLedger | None = None  # idle nodes, when a profile's mode keeps a short-job lane
     scheduled: int = 0
@@ -442,6 +444,12 @@ class _Cycle:
         decide = Decider(by, ts=now, source=by,
                          causation_id=decision_id("scheduling", c.SchedulingCycleCompleted, state.cycle))
         return cls(state, state.cycle, now, advance, overlay, index, decide, out)
+
+    def request(self, spec: c.JobSpec) -> Request:
+        """``request_of(spec)``, remembered for this decision (the spec held with it, so its id stays its own)."""
+        req = request_of(spec)
+        self.requests[id(spec)] = (spec, req)
+        return req
 
     def take(self, job_id: str, spec: c.JobSpec, allocations: list[c.NodeAllocation], end: float) -> None:
         """A job placed in this cycle: its nodes are taken for the candidates after it."""
