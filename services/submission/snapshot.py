@@ -43,7 +43,7 @@ from services.submission.state import Pending
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 2  # 2: queued jobs as rows of shared specs (services/domain/backlog_rows.py)
+SNAPSHOT_FORMAT = 3  # 2: queued jobs as rows of shared specs (services/domain/backlog_rows.py); 3: as columns
 
 _FIELDS = frozenset({"seq", "now", "layout", "layout_seq", "relayed_seq", "jobs", "gpu_models", "capacity", "features",
                      "submissions", "requests", "verdicts", "referenced", "accounts", "class_limits",
