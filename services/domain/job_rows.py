@@ -15,7 +15,7 @@ import dataclasses
 import typing
 from typing import TypeVar
 
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 import msgspec
 
@@ -25,7 +25,7 @@ from services.domain.jobs import STATES, Job, JobTable
 
 T = TypeVar("T")
 
-__all__ = ["JobColumns", "JobRow", "TableData", "columns", "node_data", "read_snapshot", "restore_columns", "restore_nodes", "restore_rows", "restore_table", "rows",
+__all__ = ["OWN", "JobColumns", "JobRow", "TableData", "columns", "node_data", "read_snapshot", "restore_columns", "restore_nodes", "restore_rows", "restore_table", "rows",
            "spec_fields", "table_data"]
 
 _NEVER = object()  # the "default" of a required field: unequal to every value
@@ -135,87 +135,109 @@ def restore_rows(table: JobTable, decoded: list[JobRow], settled: dict[str, int]
 class JobColumns(msgspec.Struct, array_like=True):
     """A table's jobs as columns, their specs held once (``columns`` writes it as a plain array).
 
-    ``specs`` are the distinct specs of the jobs without their names (each a map of its fields that are
-    not their defaults, as a row's); per job, in the table's order: its id, the index of its spec in
-    ``specs`` (-1: none), its name (None: its id, what submission names a job by default), its
-    ``STATES`` index, accepted seq and time. ``rest``: by job index, the other fields of a job that
-    has any not at its default. A million queued jobs of a few kinds decode as a few specs and six
-    lists of plain values, instead of a million maps (``restore_columns``).
+    A backlog's jobs are mostly alike (a tenant's workload, an array's tasks) but for the values
+    submission gives each job: its name (by default its id), its number, an array task's index and its
+    array's number (``OWN``). ``specs`` are the distinct specs of the jobs without those (each a map of
+    its fields that are not their defaults, as a row's); per job, in the table's order: its id, the
+    index of its spec in ``specs`` (-1: none), its own values (a name of None: its id), its ``STATES``
+    index, accepted seq and time. ``rest``: by job index, the other fields of a job that has any not
+    at its default. A million queued jobs of a few kinds decode as a few specs and lists of plain
+    values, instead of a million maps (``restore_columns``).
     """
 
     ids: list[str]
     specs: list[c.JobSpec]
     spec_of: list[int]
     names: list[str | None]
+    numbers: list[int]
+    array_indexes: list[int | None]
+    array_numbers: list[int]
     states: list[int]
     seqs: list[int]
     times: list[float]
     rest: dict[int, _Rest]  # type: ignore[valid-type]
 
 
+OWN = ("name", "number", "array_index", "array_number")  # a job's own values; the rest of its spec is shared
 _encode = msgspec.msgpack.Encoder().encode
-_NAME = _NAMES.index("name")
+_AT_OWN = sorted(_NAMES.index(name) for name in OWN)
+# a spec's values -> the spans between its own ones (what jobs alike share), in one C call
+_shared_of = itemgetter(*(slice(lo, hi) for lo, hi in zip([0, *(p + 1 for p in _AT_OWN)], [*_AT_OWN, len(_NAMES)])))
+_own_of = attrgetter(*OWN)
 
 
 def columns(jobs: dict[str, Job]) -> list[object]:
     """The jobs as ``JobColumns``' layout, in the table's order; equal jobs give equal bytes."""
     ids: list[str] = []
     specs: list[msgspec.Raw] = []
-    known: dict[bytes, int] = {}  # a spec's bytes (without its name) -> its index in specs
+    known: dict[bytes, int] = {}  # a spec's bytes (without its own values) -> its index in specs
     by_object: dict[int, int] = {}  # id(spec) -> its index (specs held by several jobs are written once)
     spec_of: list[int] = []
     names: list[str | None] = []
+    numbers: list[int] = []
+    array_indexes: list[int | None] = []
+    array_numbers: list[int] = []
     states: list[int] = []
     seqs: list[int] = []
     times: list[float] = []
     rest: dict[int, dict[str, object]] = {}
     index = _INDEX
-    last: tuple[object, ...] = ()  # the last spec's fields before and after its name, and its index
+    last: tuple[object, ...] = ()  # the shared spans of the last spec written, and its index
     last_at = -1
     for i, job in enumerate(jobs.values()):
         job_id, spec = job.job_id, job.spec
         ids.append(job_id)
         if spec is None:
             spec_of.append(-1)
-            names.append(None)
+            name, number, array_index, array_number = None, 0, None, 0
         else:
             at = by_object.get(id(spec))
             if at is None:
-                values = _astuple(spec)
-                if values[:_NAME] == last[:_NAME] and values[_NAME + 1:] == last[_NAME + 1:]:
-                    at = last_at  # equal to the job before but for the name (an array, a sweep, a burst)
+                shared = _shared_of(_astuple(spec))
+                if shared == last:
+                    at = last_at  # equal to the job before but for its own values (an array, a burst)
                 else:
                     fields = spec_fields(spec)
-                    fields.pop("name", None)
+                    for own in OWN:
+                        fields.pop(own, None)
                     data = _encode(fields)
                     at = known.get(data)
                     if at is None:
                         at = known[data] = len(specs)
                         specs.append(msgspec.Raw(data))
                     by_object[id(spec)] = at
-                last, last_at = values, at
+                    last, last_at = shared, at
             spec_of.append(at)
-            names.append(None if spec.name == job_id else spec.name)
+            name, number, array_index, array_number = _own_of(spec)
+            if name == job_id:
+                name = None
+        names.append(name)
+        numbers.append(number)
+        array_indexes.append(array_index)
+        array_numbers.append(array_number)
         states.append(index[job.state])
         seqs.append(job.accepted_seq)
         times.append(job.accepted_ts)
         values = _rest_of(job)
         if values != _REST_DEFAULTS:
             rest[i] = {n: v for n, v, d in zip(_REST_NAMES, values, _REST_DEFAULTS) if v != d}
-    return [ids, specs, spec_of, names, states, seqs, times, rest]
+    return [ids, specs, spec_of, names, numbers, array_indexes, array_numbers, states, seqs, times, rest]
 
 
 def restore_columns(table: JobTable, cols: JobColumns) -> list[c.JobSpec]:
     """Fill an empty table's jobs from ``JobColumns``: each distinct spec shaped once (the table's
-    ``shape``), a job's own name put back on a copy of it. Returns the distinct specs as shaped, which
-    ``cols.spec_of`` indexes (what a caller may compute once per spec instead of once per job)."""
+    ``shape``), a job's own values put back on a copy of it (none needed when they are the shared
+    spec's). Returns the distinct specs as shaped, which ``cols.spec_of`` indexes (what a caller may
+    compute once per spec instead of once per job)."""
     shape = table.shape
     specs = [shape(spec) for spec in cols.specs]
     replace = msgspec.structs.replace
     held = [*specs, None]  # spec_of -1: no spec
-    own = [spec if (spec := held[at]) is None or spec.name == (named := job_id if name is None else name)
-           else replace(spec, name=named)
-           for job_id, at, name in zip(cols.ids, cols.spec_of, cols.names)]
+    own = [spec if (spec := held[at]) is None or _own_of(spec) == (
+               named := job_id if name is None else name, number, array_index, array_number)
+           else replace(spec, name=named, number=number, array_index=array_index, array_number=array_number)
+           for job_id, at, name, number, array_index, array_number in zip(
+               cols.ids, cols.spec_of, cols.names, cols.numbers, cols.array_indexes, cols.array_numbers)]
     made = list(map(Job, cols.ids, own, map(STATES.__getitem__, cols.states), cols.seqs, cols.times))
     for i, rest in cols.rest.items():
         job = made[i]

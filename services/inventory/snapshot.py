@@ -17,7 +17,8 @@ from services.domain.job_rows import JobColumns, columns, node_data, read_snapsh
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 3  # 2: ended jobs settled (retries counted), specs as inventory reads them; 3: jobs as columns
+SNAPSHOT_FORMAT = 4  # 2: ended jobs settled (retries counted), specs as inventory reads them; 3: jobs as columns;
+# 4: columns with each job's own number and array task
 
 _FIELDS = frozenset({"seq", "now", "layout", "layout_seq", "relayed_seq", "jobs", "cluster", "commands",
                      "preemptions", "pressure", "retries"})

@@ -36,11 +36,12 @@ def test_a_row_round_trips_every_field():
 
 def test_columns_hold_each_spec_once_and_give_back_every_job():
     base = c.JobSpec(tenant="t", gpus=1, command=("python", "train.py"))
-    jobs = {
-        "a": Job("a", msgspec.structs.replace(base, name="a"), JobState.PENDING, 1, 1.0),  # named by its id
-        "b": Job("b", msgspec.structs.replace(base, name="b"), JobState.PENDING, 2, 2.0),
+    jobs = {  # a and b numbered as submission numbers every job
+        "a": Job("a", msgspec.structs.replace(base, name="a", number=1), JobState.PENDING, 1, 1.0),  # named by its id
+        "b": Job("b", msgspec.structs.replace(base, name="b", number=2), JobState.PENDING, 2, 2.0),
         "c": Job("c", base, JobState.HELD, 3, 3.0),  # no name
-        "d": Job("d", msgspec.structs.replace(base, name="sweep"), JobState.PENDING, 4, 4.0),
+        "d": Job("d", msgspec.structs.replace(base, name="sweep", number=7, array_index=3, array_number=6),
+                 JobState.PENDING, 4, 4.0),
         "e": Job("e", c.JobSpec(tenant="t", gpus=2, name="e"), JobState.RUNNING, 5, 5.0, attempt=1,
                  allocations=(c.NodeAllocation(node="n0", device_ids=["gpu0", "gpu1"]),)),
         "f": Job("f", None, JobState.REJECTED, reason="bad"),
@@ -49,6 +50,7 @@ def test_columns_hold_each_spec_once_and_give_back_every_job():
     cols = msgspec.msgpack.decode(data, type=JobColumns)
     assert len(cols.specs) == 2 and cols.spec_of == [0, 0, 0, 0, 1, -1]
     assert cols.names == [None, None, "", "sweep", None, None] and sorted(cols.rest) == [4, 5]
+    assert cols.numbers == [1, 2, 0, 7, 0, 0] and cols.array_indexes[3] == 3 and cols.array_numbers[3] == 6
     table = JobTable()
     specs = restore_columns(table, cols)
     assert table.jobs == jobs and list(table.jobs) == list(jobs)

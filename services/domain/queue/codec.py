@@ -25,10 +25,11 @@ from services.domain.quotas import Amount
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 7  # 2: settled jobs kept as outcomes, arrays written out; 3: wakeups due, not yet folded;
+SNAPSHOT_FORMAT = 8  # 2: settled jobs kept as outcomes, arrays written out; 3: wakeups due, not yet folded;
 # 4: partitions; 5: the log's layout (an older snapshot may have been folded past a marker its code ignored);
 # 6: jobs as rows, specs without their defaults (services/domain/job_rows.py: 1,233 -> ~140 B per queued job);
-# 7: jobs as columns, each distinct spec once (job_rows.JobColumns: a restart decodes a few specs, not 1M)
+# 7: jobs as columns, each distinct spec once (job_rows.JobColumns: a restart decodes a few specs, not 1M);
+# 8: the columns keep each job's number and array task apart as well as its name
 
 
 
