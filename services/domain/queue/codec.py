@@ -202,7 +202,8 @@ def _rebuild(state: SchedulingState, wakeups_due: set[str], specs: list[c.JobSpe
     for job_id, deadline in state.deadlines.items():
         if job_id in pending:
             state.deadline_heap.append((deadline, job_id))
-    state.singletons.rebuild(state.jobs)
+    if any(spec.singleton for spec in specs):  # (a fresh state's singletons are empty: nothing to walk)
+        state.singletons.rebuild(state.jobs)
     state.queue_index.rebuild(pending.values(), state.config.policy, groups)
     never.rebuild(state)
     heapq.heapify(state.wakeups)
