@@ -1,24 +1,25 @@
-"""A job table in a snapshot, its queued jobs as rows of a shared spec (submission's and preemption's
-snapshots). Pure.
+"""A job table in a snapshot, its queued jobs as columns of their own values around shared specs, and
+those whose spec is the very object another table holds for them written as that: preemption's
+snapshot (services/domain/preemption/snapshot.py). Pure.
 
-Submission keeps every job it accepted, a million at a million queued (preemption's fold too), and a
-restart from a snapshot spends most of its time making them again. ``job_rows.rows`` writes each
-job's spec as its fields that are not their defaults, and loading decodes and compacts
-(``JobTable.shape``) each one: at 1,000,000 queued jobs, 1.4 s to decode and 3.4 s to fill the table
-(measured in process on a busy machine). The jobs of a backlog are mostly alike (a tenant's workload,
-an array's tasks) but for what submission gives each job: its name (by default its id), its number
-(Slurm's job id), an array task's index and its array's number. So sharing whole specs
-(``job_rows.JobColumns``, which keeps only the name apart) shares nothing in a log submission wrote.
+The jobs of a backlog are mostly alike (a tenant's workload, an array's tasks) but for what
+submission gives each job: its name (by default its id), its number (Slurm's job id), an array task's
+index and its array's number. A job whose fields besides its spec are their defaults (accepted and
+not started yet: nearly all of a backlog) is its own values in columns (a list per value, which
+decode as plain lists: ``ids``, ``spec_of``, ``names``, ``numbers``, ``array_indexes``,
+``array_numbers``, ``states``, ``seqs``, ``times``), where ``spec_of`` indexes a shared spec (its
+fields but those four, as ``job_rows.spec_fields`` writes them) that loading decodes and compacts once
+and copies for each job with its own four values; a name that is the job's id is None. Any other job
+(one that ran, was requeued, holds anything) is a ``job_rows`` row. The table's order is kept
+(``others_at``: where those jobs are in it), so ``load(dump(table))`` is the same table and equal
+tables give equal bytes.
 
-Here a job whose fields besides its spec are their defaults (accepted and not started yet: nearly
-all of a backlog) is its own values in columns (a list per value, which decode as plain lists:
-``ids``, ``spec_of``, ``names``, ``numbers``, ``array_indexes``, ``array_numbers``, ``states``,
-``seqs``, ``times``), where ``spec_of`` indexes a shared spec (its fields but those four, as
-``job_rows.spec_fields`` writes them) that loading decodes and compacts once and copies for each job
-with its own four values (``msgspec.structs.replace``); a name that is the job's id is None. Any other job (one that
-ran, was requeued, holds anything) is a ``job_rows`` row. The table's order is kept (``others_at``:
-where those jobs are in it), so ``load(dump(table))`` is the same table and equal tables give equal
-bytes. At 200,000 queued jobs, in process, same run: 166 -> 43 bytes a job, load 0.9-1.3 -> 0.26 s.
+``job_rows.JobColumns`` (scheduling's, inventory's and submission's snapshots) writes the same
+columns; what is here besides is ``like``: preemption's fold and its scheduler's view fold the same
+events, so each queued job of its own table holds the very spec object the view holds, and is written
+as that (``_LIKE``) and shares it again once loaded: at a million queued jobs nothing of its spec is
+decoded or copied twice, and the restored state holds one spec per job instead of two. (Were
+``JobColumns`` to take such a ``like``, this module could go.)
 """
 
 from __future__ import annotations

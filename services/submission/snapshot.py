@@ -8,9 +8,9 @@ cache; ``Capacity``'s node counts per shape, rebuilt from its nodes), and refuse
 ``Pending`` or a ``TenantBook`` with a field it does not know, so a field added without a line here
 fails the tests rather than a restart. What makes it compact:
 
-* a queued job is a row of its own values around a spec shared with the jobs alike
-  (``services/domain/backlog_rows.py``), and any other job a row as scheduling's, placement's
-  and inventory's snapshots write it (``services/domain/job_rows.py``);
+* the jobs are columns with each distinct spec written once, a job's own values (name, number,
+  array index and number) apart (``job_rows.JobColumns``, as scheduling's and inventory's
+  snapshots write them);
 * ``verdicts`` (every job and array id with its verdict in the log: a million ids at a million jobs)
   is written as its difference from the job table's ids: the ids with a verdict and no job (rejected
   jobs, arrays), and the jobs without a verdict (none in a log submission wrote; kept so that the
@@ -34,8 +34,7 @@ from events import catalogue as c
 from events.codec import decode, encode
 from events.vocabulary import TenantLimits
 from services.domain.fairshare import Account
-from services.domain.backlog_rows import TableData, restore_table, table_data
-from services.domain.job_rows import read_snapshot
+from services.domain.job_rows import JobColumns, columns, read_snapshot, restore_columns
 from services.domain.licenses import Licenses
 from services.domain.partitions import Partitions, PartitionsData
 from services.submission.capacity import Shape
@@ -43,7 +42,7 @@ from services.submission.state import Pending
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 3  # 2: queued jobs as rows of shared specs (services/domain/backlog_rows.py); 3: as columns
+SNAPSHOT_FORMAT = 4  # 2, 3: queued jobs as rows, then columns, of shared specs; 4: job_rows.JobColumns
 
 _FIELDS = frozenset({"seq", "now", "layout", "layout_seq", "relayed_seq", "jobs", "gpu_models", "capacity", "features",
                      "submissions", "requests", "verdicts", "referenced", "accounts", "class_limits",
@@ -85,7 +84,10 @@ class _Snapshot(msgspec.Struct, array_like=True):
     format: int
     fingerprint: str
     counters: tuple[int, float, int, int, int]  # seq, now, layout, layout_seq, relayed_seq
-    table: TableData
+    jobs: JobColumns
+    settled: dict[str, int]
+    arrays: dict[str, list[str]]
+    checkpointed: list[str]
     verdicts_without_job: list[str]  # verdicts - the table's ids
     jobs_without_verdict: list[str]  # the table's ids - verdicts
     gpu_models: list[tuple[str, str | None]]
@@ -136,7 +138,8 @@ def dump(state: Any, fingerprint: str) -> bytes:  # a SubmissionState (core.py i
     book = state.tenants
     return msgspec.msgpack.encode([
         SNAPSHOT_FORMAT, fingerprint, (state.seq, state.now, state.layout, state.layout_seq, state.relayed_seq),
-        table_data(table), sorted(verdicts.difference(table.jobs, table.settled)),
+        columns(table.jobs), table.settled, table.arrays, sorted(table.checkpointed),
+        sorted(verdicts.difference(table.jobs, table.settled)),
         sorted((table.jobs.keys() | table.settled.keys()) - verdicts),
         sorted(state.gpu_models, key=lambda m: (m[0], m[1] or "")), state.capacity.nodes,
         {node: sorted(features) for node, features in state.features.items()},
@@ -160,7 +163,8 @@ def load(data: bytes, fingerprint: str, state: Any) -> Any:
         return None
     state.seq, state.now, state.layout, state.layout_seq, state.relayed_seq = snap.counters
     table = state.jobs
-    restore_table(table, snap.table)
+    restore_columns(table, snap.jobs)
+    table.settled, table.arrays, table.checkpointed = snap.settled, snap.arrays, set(snap.checkpointed)
     verdicts = set(table.jobs)
     verdicts.update(table.settled, snap.verdicts_without_job)
     verdicts.difference_update(snap.jobs_without_verdict)

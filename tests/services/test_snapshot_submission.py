@@ -135,7 +135,7 @@ def test_another_configuration_or_format_is_refused(records):
     assert SubmissionCore(virtual_time=True).load(data) is None
     assert s.load(b"\x93not a snapshot") is None
     fields = msgspec.msgpack.decode(data)
-    assert fields[0] == 3  # the format
+    assert fields[0] == 4  # the format
     fields[0] = 99
     assert s.load(msgspec.msgpack.encode(fields)) is None
 
