@@ -171,7 +171,10 @@ def _rebuild(state: SchedulingState, wakeups_due: set[str], specs: list[c.JobSpe
     pending, charges, now = state.pending, state.charges, state.now
     jobs = [(job, kinds[at]) for job, at in zip(state.jobs.jobs.values(), spec_of) if at >= 0]
     waiting = [(job, kind) for job, kind in jobs if job.state is JobState.PENDING]  # in the table's order
-    pending.update([(job.job_id, job) for job, _ in waiting])
+    if len(waiting) == len(state.jobs.jobs):  # every job is waiting (a backlog): the table's map as it is
+        pending.update(state.jobs.jobs)
+    else:
+        pending.update([(job.job_id, job) for job, _ in waiting])
     groups = [kind.group for _, kind in waiting]
     state.wakeups.extend([(job.not_before_ts, job.job_id) for job, _ in waiting
                           if job.not_before_ts > now or job.job_id in wakeups_due])
