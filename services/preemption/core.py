@@ -46,7 +46,7 @@ class PreemptionCore(PreemptionPlanner):
     name: ClassVar[str] = PREEMPTION
     max_preemptors_per_round: int = 16
     # Records between snapshots (0: never; services/domain/preemption/snapshot.py): a restart folds the log
-    # after the latest one instead of the whole log (~25 s at a million queued jobs, in process).
+    # after the latest one instead of the whole log (20-37 s at a million queued jobs, in process).
     snapshot_every: int = 50_000
 
     def fingerprint(self) -> str:

@@ -2,7 +2,7 @@
 them). Pure.
 
 Without a snapshot a restart folds the whole log through the preemption fold, which folds the
-scheduler's ``QueueFold`` besides its own job table and cluster: 24.6 s at 1,000,000 queued jobs
+scheduler's ``QueueFold`` besides its own job table and cluster: 20-37 s at 1,000,000 queued jobs
 (in process, a busy 2-core machine). With one it folds only the records after it.
 
 ``dump`` writes every field of ``PreemptionState``: the scheduler's view as the scheduling snapshot
