@@ -50,7 +50,9 @@ def test_the_quick_scale_run_prints_every_contract_key(tmp_path: Path) -> None:
             assert value > 0, (section, key, value)
     scale = result["scale"]
     assert scale["nodes"] == 200 and scale["backlog"] == 5_000
-    assert set(scale["bytes_per_queued_job_by_service"]) == {"inventory", "scheduling", "placement"}
+    assert set(scale["bytes_per_queued_job_by_service"]) == {"inventory", "scheduling", "placement", "submission",
+                                                              "preemption"}
+    assert set(scale["restart_s_by_service"]) == set(scale["bytes_per_queued_job_by_service"])
     assert scale["bytes_per_queued_job"] == max(scale["bytes_per_queued_job_by_service"].values())
     assert scale["restart_s"] == max(r["restart_s"] for r in scale["restart_s_by_service"].values())
     assert scale["latency_p50_ms"] <= scale["latency_p99_ms"] <= scale["latency_p999_ms"] <= scale["latency_max_ms"]

@@ -2,16 +2,17 @@
 
 The loaded cluster (``ScaleSizes``: 12,500 nodes x 8 GPUs and a backlog of 1,000,000 one-GPU jobs by
 default; with ``--nodes``/``--backlog``, the grid's largest cell) runs on its own nats-server with
-inventory, scheduling and placement as processes (as ``bench_scheduling`` runs them), in phases:
+the five decision services as processes, in phases (``SERVICES``; the throughput phase runs the three a
+decision needs, inventory, scheduling and placement, as ``bench_scheduling`` does):
 
-1. **Empty log.** The three services start on an empty log; once each says it has caught up
+1. **Empty log.** The five services start on an empty log; once each says it has caught up
    (``READY=1`` on its notify socket, services/front/bench/processes.py), its resident memory
    (``VmRSS``, /proc/PID/status) is taken; they stop.
 2. **The backlog.** ``backlog`` ``JobAccepted`` are published, no node registered yet (so nothing
    is scheduled while memory is taken); the services start again and fold it (``catch_up_s``).
    Once each has caught up (``READY=1``, then 1 s for its first decision round to pass): its RSS
    again. ``bytes_per_queued_job`` = (RSS with the backlog - RSS on the empty log) / backlog, per
-   service; the largest of the three is the figure, each is in ``bytes_per_queued_job_by_service``.
+   service; the largest of the five is the figure, each is in ``bytes_per_queued_job_by_service``.
    A service that snapshots has just dumped its state (once caught up) and holds the dump while it
    uploads, which this RSS includes; ``bytes_per_queued_job_before_restart_by_service`` is the same
    taken again in phase 3, after the upload (what the allocator kept of it included).
@@ -26,8 +27,8 @@ inventory, scheduling and placement as processes (as ``bench_scheduling`` runs t
    ``JobScheduled`` per second from the first ``JobScheduled`` to the last (the stream's
    timestamps), until the whole backlog has been scheduled; ``cycle_p99_ms`` as in
    ``bench_scheduling`` (``SchedulingCycleCompleted`` to its ``PlacementCycleCompleted``).
-5. **Latency.** Once the backlog has drained, submission starts too (it folds the whole log
-   first); then ``latency_jobs`` jobs, one at a time: ``JobSubmitted`` published (acknowledged by
+5. **Latency.** Once the backlog has drained, submission starts again (from its snapshot of
+   phase 3, then it folds what phase 4 added); then ``latency_jobs`` jobs, one at a time: ``JobSubmitted`` published (acknowledged by
    the stream) to its ``JobScheduled`` read by the harness; ``latency_p99_ms``.
 
 The **curves**: decisions/s (sustained, as in 4) and cycle p99 for every cell of the grid
@@ -65,7 +66,8 @@ from services.runtime.natsserver import NatsServer
 
 __all__ = ["run_scale", "scale_budget", "CONTRACT", "SERVICES"]
 
-SERVICES = ("inventory", "scheduling", "placement")
+SERVICES = ("inventory", "scheduling", "placement", "submission", "preemption")  # memory and restart: all five
+DECIDING = ("inventory", "scheduling", "placement")  # what the throughput phase runs (as bench_scheduling)
 CONTRACT = ("nodes", "backlog", "jobs_per_s", "cycle_p99_ms", "bytes_per_queued_job", "restart_s", "latency_p99_ms")
 # Wall seconds per record while the three services fold a log on two cores (~50 us each, measured;
 # 250,000 took them 42-48 s on a busy machine)
@@ -85,9 +87,12 @@ def _snapshot_every(name: str) -> int:
     from services.domain.protocol import snapshot_interval
     from services.inventory.core import InventoryCore
     from services.placement.core import PlacementCore
+    from services.preemption.core import PreemptionCore
     from services.scheduling.core import SchedulingCore
+    from services.submission.core import SubmissionCore
 
-    core = {"inventory": InventoryCore, "scheduling": SchedulingCore, "placement": PlacementCore}[name]
+    core = {"inventory": InventoryCore, "scheduling": SchedulingCore, "placement": PlacementCore,
+            "submission": SubmissionCore, "preemption": PreemptionCore}[name]
     return snapshot_interval(core)
 
 
@@ -208,7 +213,8 @@ async def _loaded(url: str, ss: ScaleSizes) -> dict[str, Any]:
         per_job = {name: round((full[name] - empty[name]) / backlog) for name in SERVICES}
         restarts = await _restart(url, log, stage, procs, end)
         later = {name: restarts[name].pop("rss_bytes") for name in SERVICES}
-        # 4. throughput
+        # 4. throughput, with the three services a decision needs (submission comes back in phase 5)
+        stop_processes([procs.pop(name) for name in SERVICES if name not in DECIDING])
         agents = await Agents(log, node_names(n)).start(url)
         watch = await SchedulingWatch(log, agents).start(await log.last_seq() + 1)
         await publish_nodes(log, n)
