@@ -92,3 +92,15 @@ def test_placement_settles_exactly_the_jobs_scheduling_settles(jobs, deps, polic
         s, _, _ = fold_record(scheduling, s, record)
         assert p.jobs.settled == s.jobs.settled, f"at seq {record.seq}"
         assert p.retries == s.retries, f"at seq {record.seq}"
+
+
+def test_a_preemption_request_landing_after_its_victim_ended_holds_no_room():
+    """The one change settling makes to what placement does: the victim is forgotten when it ends, so a
+    ``PreemptionRequested`` decided while it ran and landing after its end holds nothing for the
+    preemptor (the room is free already; before, the victim's old node was held for it)."""
+    f = _cluster()
+    _run(f, "v1", 1)
+    f.evt("submission", accepted("p1", gpus=2))
+    f.evt("agent", c.JobSucceeded(job_id="v1", attempt=1, node="n0", exit_code=0))
+    f.evt("preemption", c.PreemptionRequested(job_id="v1", attempt=1, for_job="p1"))
+    assert not f.state.held
