@@ -74,7 +74,7 @@ from services.runtime.follow import LogFollow
 from services.runtime.layout import LayoutReader
 from services.domain.protocol import Core, CoreState, Record, fold_event, fold_undecodable, snapshot_interval
 from services.runtime.log import EventLog, Fence, LogConflict, Outgoing, PublishAck
-from services.runtime.snapshots import SnapshotUploader
+from services.runtime.snapshots import DumpPacer, SnapshotUploader
 
 if TYPE_CHECKING:
     from services.runtime.lease import Lease
@@ -220,6 +220,7 @@ class ServiceRunner(Generic[S]):
         self.snapshot_every = snapshot_interval(core) if snapshots else 0
         self._dumped_seq = 0  # seq of the last dump (or of the snapshot started from)
         self._uploader = SnapshotUploader(core.name, self._save_snapshot) if self.snapshot_every else None
+        self.pacer = DumpPacer()  # dumps take at most a tenth of its time (a big state dumps slowly)
 
     @property
     def name(self) -> str:
@@ -476,16 +477,17 @@ class ServiceRunner(Generic[S]):
         return seq
 
     def _maybe_snapshot(self) -> None:
-        """Dump the state once it is ``snapshot_every`` records past the last dump; upload in the background.
+        """Dump the state once ``snapshot_every`` records past the last dump, paced; upload in the background.
 
         Only the leader does: two writers of one service's snapshots would prune each other's chunks.
         """
-        if self._uploader is None or self.state.seq - self._dumped_seq < self.snapshot_every or not self.leading:
+        if self._uploader is None or self.state.seq - self._dumped_seq < self.snapshot_every or not self.leading \
+                or not self.pacer.ready():
             return
         self._dumped_seq = self.state.seq
         core: Any = self.core
         try:
-            data = core.dump(self.state)
+            data = self.pacer.timed(lambda: core.dump(self.state))
         except Exception:  # noqa: BLE001 - a snapshot is an optimisation; the service goes on without it
             log.exception("%s: dump of the state at seq %d failed", self.name, self.state.seq)
             self.stats.snapshot_failures += 1
@@ -570,9 +572,7 @@ class ServiceRunner(Generic[S]):
 
     async def stop(self) -> None:
         round_ = self._publishing
-        if round_ is not None and not round_.done():
-            # the round a stop interrupted: let it finish (bounded: a log that stopped answering
-            # cannot hold the stop up), and say what became of it
+        if round_ is not None and not round_.done():  # the round a stop interrupted: let it finish (bounded)
             done, _ = await asyncio.wait({round_}, timeout=ROUND_FINISH_S)
             if not done:
                 log.warning("%s: a decision round still publishing after %.0f s at stop; left cut", self.name,

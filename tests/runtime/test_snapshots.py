@@ -302,3 +302,23 @@ async def test_a_newer_dump_supersedes_a_queued_one():
     gate.set()
     await uploader.flush()
     assert stored == [10, 30] and uploader.superseded == 1 and uploader.saved_seq == 30
+
+
+def test_the_pacer_keeps_dumps_to_a_tenth_of_the_time():
+    from services.runtime.snapshots import DumpPacer
+
+    now = [100.0]
+    pacer = DumpPacer(rest=9.0, clock=lambda: now[0])
+    assert pacer.ready()  # the first dump waits for nothing
+
+    def dump() -> bytes:
+        now[0] += 2.0  # a dump of a big state: 2 s
+        return b"state"
+
+    assert pacer.timed(dump) == b"state" and pacer.last_s == 2.0
+    now[0] += 17.9
+    assert not pacer.ready()  # 9 x 2 s must pass after it ended
+    now[0] += 0.1
+    assert pacer.ready()
+    pacer.timed(lambda: b"small")  # a quick dump (0 s) lets the next come at once
+    assert pacer.ready()
