@@ -84,7 +84,9 @@ def dump(state: SchedulingState, fingerprint: str) -> bytes:
         format=SNAPSHOT_FORMAT, fingerprint=fingerprint, seq=state.seq, now=state.now,
         config=msgspec.structs.asdict(state.config) if isinstance(state.config, msgspec.Struct)
         else dict(vars(state.config)),
-        jobs=columns(state.jobs.jobs), settled=_sorted(state.jobs.settled),  # type: ignore[arg-type]
+        # settled in the order the fold settled the jobs (the log's, so a restore continues it as a full
+        # fold does): sorting a million ids took 0.5-2.7 s of every dump, most of a dump late in a burst
+        jobs=columns(state.jobs.jobs), settled=state.jobs.settled,  # type: ignore[arg-type]
         arrays=_sorted(state.jobs.arrays), accounts=list(fs.accounts.values()),
         fairshare={"half_life_s": fs.half_life_s, "gpu_weight": fs.gpu_weight, "cpu_weight": fs.cpu_weight,
                    "memory_weight": fs.memory_weight, "dominant_share": fs.dominant_share},
