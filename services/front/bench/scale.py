@@ -83,17 +83,11 @@ def _args(name: str) -> tuple[str, ...]:
 
 
 def _snapshot_every(name: str) -> int:
-    """Records between ``name``'s snapshots (0: its core takes none)."""
+    """Records between ``name``'s snapshots (0: its core takes none), as the service builds its core."""
     from services.domain.protocol import snapshot_interval
-    from services.inventory.core import InventoryCore
-    from services.placement.core import PlacementCore
-    from services.preemption.core import PreemptionCore
-    from services.scheduling.core import SchedulingCore
-    from services.submission.core import SubmissionCore
+    from services.front.registry import make_core
 
-    core = {"inventory": InventoryCore, "scheduling": SchedulingCore, "placement": PlacementCore,
-            "submission": SubmissionCore, "preemption": PreemptionCore}[name]
-    return snapshot_interval(core)
+    return snapshot_interval(make_core(name))
 
 
 async def _all_ready(stage: str, procs: dict[str, subprocess.Popen[bytes]], what: str, budget_s: float) -> dict[str, float]:
