@@ -85,6 +85,7 @@ from services.domain.jobs import JobState
 from services.domain.preemption.planner import PreemptionPlanner
 from services.domain.protocol import Record, fold_event
 from services.domain.queue.fold import QueueFold
+from services.runtime.cancel import cancel_and_wait
 from services.runtime.consume import readable
 from services.runtime.follow import LogFollow
 from services.runtime.log import READ_MODEL_LINGER_S, EventLog
@@ -477,9 +478,7 @@ class SchedulerView:
             if self._follower is not None:
                 await self._follower.stop()
             if self._flusher is not None:
-                self._flusher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._flusher
+                await cancel_and_wait(self._flusher)
             if self.store is not None and self.store.db is not None:
                 began = time.monotonic()
                 try:

@@ -38,6 +38,7 @@ from events.codec import encode
 from events.subjects import event_subject
 from services.domain.envelope import Decider
 from services.inventory.core import InventoryCore, InventoryState
+from services.runtime.cancel import cancel_and_wait
 from services.runtime.lease import Lease
 from services.runtime.log import EventLog
 from services.runtime.service import ServiceRunner
@@ -67,9 +68,7 @@ class HeartbeatWatch:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
@@ -151,9 +150,7 @@ class InventoryService:
             await self.runner.wait()
         finally:
             if ticking is not None:
-                ticking.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await ticking
+                await cancel_and_wait(ticking)
             if self.watch is not None:
                 await self.watch.stop()
             await self.runner.stop()

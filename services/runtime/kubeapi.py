@@ -39,6 +39,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from services.runtime.cancel import cancel_and_wait
 
 __all__ = ["KubeConfig", "load_kubeconfig", "in_cluster", "KubeAPI", "Mirror", "KubeError", "KubeNotFound",
            "KubeConflict", "KubeGone", "KubeUnavailable", "pods_path", "pod_path", "nodes_path", "quantity"]
@@ -428,9 +429,7 @@ class Mirror:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
 
     async def _run(self) -> None:
         version = ""

@@ -49,6 +49,7 @@ from typing import Any
 from nats.js import api
 
 from services.domain.protocol import Record
+from services.runtime.cancel import cancel_and_wait
 from services.runtime.receive import subscribe_fast, unsubscribe_fast
 
 __all__ = ["PullReader", "parse_ack_subject", "parse_delivery"]
@@ -290,9 +291,7 @@ class PullReader:
     async def stop(self) -> None:
         self._stopped = True
         if self._watchdog is not None:
-            self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watchdog
+            await cancel_and_wait(self._watchdog)
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await unsubscribe_fast(self.nc, self._sub)

@@ -68,11 +68,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from events.base import Event
 from events.codec import DecodeError, encode
 from events.subjects import event_subject
+from services.domain.protocol import Core, CoreState, Record, fold_event, fold_undecodable, snapshot_interval
 from services.runtime.cancel import cancel_and_wait
 from services.runtime.consume import decode_record
 from services.runtime.follow import LogFollow
 from services.runtime.layout import LayoutReader
-from services.domain.protocol import Core, CoreState, Record, fold_event, fold_undecodable, snapshot_interval
 from services.runtime.log import EventLog, Fence, LogConflict, Outgoing, PublishAck
 from services.runtime.snapshots import DumpPacer, SnapshotUploader
 
@@ -588,9 +588,7 @@ class ServiceRunner(Generic[S]):
             self.lease.abandon()
         for task in (self._takeover, self._lease_task):
             if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancel_and_wait(task)
         if self.lease is not None:
             # A graceful stop hands the lease over at once; a crash leaves it to lapse.
             with contextlib.suppress(Exception):

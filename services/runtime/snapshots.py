@@ -45,6 +45,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import msgspec
 
 from events.subjects import check_token
+from services.runtime.cancel import cancel_and_wait
 
 __all__ = [
     "DumpPacer",
@@ -276,8 +277,4 @@ class SnapshotUploader:
         except asyncio.TimeoutError:
             pass
         if not self._task.done():
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._task)

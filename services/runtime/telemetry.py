@@ -55,8 +55,9 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 from events.codec import decode_json
-from services.runtime.log import BatchHandler, EventLog, Fence, Follower, Outgoing, PublishAck
 from services.domain.protocol import MSG_ID, Record
+from services.runtime.cancel import cancel_and_wait
+from services.runtime.log import BatchHandler, EventLog, Fence, Follower, Outgoing, PublishAck
 
 __all__ = ["TracedLog", "TRACEPARENT", "traceparent", "parse_traceparent", "configure", "root_context"]
 
@@ -223,9 +224,7 @@ class TracedLog:
 
     async def close(self) -> None:
         if self._probe is not None:
-            self._probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._probe
+            await cancel_and_wait(self._probe)
             self._probe = None
         await self.inner.close()
 

@@ -108,3 +108,35 @@ async def test_consumer_lag_counts_what_other_parts_published(nats_server):
             await asyncio.wait_for(follower.stop(), 30)
         await traced.close()
         await writer.close()
+
+
+async def test_closing_ends_a_lag_probe_whose_cancellation_was_swallowed(nats_server):
+    """``horizon up`` once hung at Ctrl-C under load (CI at 2d90c07): the lag probe's stream-info
+    request answered in the same loop iteration as its cancellation, nats-py's ``asyncio.wait_for``
+    returned the answer and dropped the cancel (CPython gh-86296), and ``close`` awaited a probe that
+    went back to sleep for good. Here the request drops every cancellation as that race does."""
+    from services.runtime.jetstream import JetStreamLog
+    from services.runtime.telemetry import TracedLog
+
+    inner = await JetStreamLog.open(nats_server.url, name="probed")
+    asked, dropped = asyncio.Event(), []
+
+    async def last_seq_that_drops_a_cancel(subject=None):
+        asked.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            dropped.append(1)  # the answer "arrived" with the cancel: returned, the cancel lost
+        return 0
+
+    inner.last_seq = last_seq_that_drops_a_cancel
+    traced = TracedLog(inner, "inventory", TracerProvider(), MeterProvider(), lag_probe_s=3600.0)
+    follower = await traced.follow(lambda batch: asyncio.sleep(0))
+    await asyncio.wait_for(asked.wait(), 30)
+    await follower.stop()
+    closing = asyncio.ensure_future(traced.close())
+    done, _ = await asyncio.wait({closing}, timeout=30)  # before: for ever, the probe asleep for an hour
+    if not done:
+        closing.cancel()
+        await inner.close()
+    assert done and dropped == [1]

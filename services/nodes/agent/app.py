@@ -92,6 +92,7 @@ from services.nodes.backends.process.resize import world_of
 from services.nodes.backends.protocol import Execution, Executor, MemoryMeasured, Outcome, Resizable, ServesOutput
 from services.nodes.job_environment import job_environment
 from services.nodes.spec import NodeSpec
+from services.runtime.cancel import cancel_and_wait
 from services.runtime.consume import readable
 from services.runtime.follow import LogFollow
 from services.runtime.log import EventLog
@@ -199,19 +200,13 @@ class NodeAgent:
 
     async def stop(self) -> None:
         if self._memory_task is not None:
-            self._memory_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._memory_task
+            await cancel_and_wait(self._memory_task)
         if self._health_task is not None:
-            self._health_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._health_task
+            await cancel_and_wait(self._health_task)
         for health in self._health.values():
             health.stop()
         if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
+            await cancel_and_wait(self._heartbeat)
         if self._follow is not None:
             await self._follow.stop()
         if self._logs is not None:

@@ -78,6 +78,7 @@ from services.nodes.backends.process.identity import identity_for, may_enter
 from services.nodes.backends.process.node_share import NodeShare, RemoteSink, TaskSink, TaskSpec
 from services.nodes.backends.protocol import ProcessHost
 from services.nodes.job_environment import visible_devices
+from services.runtime.cancel import cancel_and_wait
 from services.runtime.command_shims import write_shims
 from services.runtime.log import EventLog
 
@@ -173,9 +174,7 @@ class StepService:
             # Reports already queued still go out (a step that ended just before the stop).
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._drain_reports(), 5.0)
-            self._reporter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reporter
+            await cancel_and_wait(self._reporter)
 
     async def _drain_reports(self) -> None:
         while not self._reports.empty():

@@ -47,6 +47,7 @@ from services.nodes.backends.node_book import NodeBook, held_devices, offer
 from services.nodes.spec import NodeSpec
 from services.runtime.kubeapi import (KubeAPI, KubeConflict, KubeError, KubeNotFound, Mirror, in_cluster,
                                       load_kubeconfig, nodes_path, pod_path, pods_path)
+from services.runtime.cancel import cancel_and_wait
 from services.runtime.log import EventLog
 
 __all__ = ["KubernetesSettings", "KubernetesBackend", "KubernetesUnavailable", "KUBERNETES_USER", "DEFAULT_IMAGE",
@@ -200,9 +201,7 @@ class KubernetesBackend:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
         if self.agent is not None:
             await self.agent.stop()
         await self._stop_mirrors()

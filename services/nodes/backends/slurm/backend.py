@@ -22,7 +22,6 @@ the nodes placement chose and follows it to its end (``executor.SlurmExecutor``)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import subprocess
@@ -32,13 +31,14 @@ from typing import Any
 
 
 from events import catalogue as c
+from services.domain.jobs import HOLDS_RESOURCES, JobState
 from services.nodes.agent.app import NodeAgent
 from services.nodes.backends import node_book
 from services.nodes.backends.node_book import NodeBook, held_devices, offer
-from services.nodes.spec import NodeSpec
 from services.nodes.backends.slurm import core
 from services.nodes.backends.slurm.executor import Slurm, SlurmError, SlurmExecutor, SlurmWatch
-from services.domain.jobs import HOLDS_RESOURCES, JobState
+from services.nodes.spec import NodeSpec
+from services.runtime.cancel import cancel_and_wait
 from services.runtime.log import EventLog
 
 __all__ = ["SlurmSettings", "SlurmBackend", "SlurmUnavailable", "SLURM_USER", "reachable", "installation"]
@@ -161,9 +161,7 @@ class SlurmBackend:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
         if self.agent is not None:
             await self.agent.stop()
         await self.watch.stop()

@@ -45,10 +45,11 @@ from events import catalogue as c
 from services.nodes.backends.protocol import Files, Outcome
 from services.nodes.backends.process.job_files import (default_spool, private_dir, read_checkpoint_ref, spool_name,
                                                        stderr_tail)
-from services.nodes.job_environment import job_environment
+from services.domain.output import expand, names_of, resolve
 from services.nodes.backends.process.identity import identity_for
 from services.nodes.backends.slurm import core
-from services.domain.output import expand, names_of, resolve
+from services.nodes.job_environment import job_environment
+from services.runtime.cancel import cancel_and_wait
 
 __all__ = ["Slurm", "SlurmWatch", "SlurmExecution", "SlurmExecutor", "SlurmError"]
 
@@ -149,9 +150,7 @@ class SlurmWatch:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
 
     async def _loop(self) -> None:
         while True:
