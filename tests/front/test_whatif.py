@@ -460,3 +460,16 @@ def test_a_placement_decided_before_an_end_it_could_not_see_is_a_known_cause():
     ends = [11, 20, 41]  # a missed 11; b saw it (basis 11) and 20 came after it; c's first attempt missed 11 and 20
     assert stale_basis(placed, ends, {"a": [1], "b": [1], "c": [1, 2]}) == {"a", "c"}
     assert stale_basis(placed, [], {"a": [1]}) == set()
+
+
+def test_a_placement_on_a_basis_that_took_in_several_ends_at_once_is_a_known_cause():
+    """A live cycle busy while two ends came folds both and decides once; the replay, ending jobs at their
+    replayed start plus runtime, may see them one at a time and place on the first node freed."""
+    from services.front.sim.whatif.workload import batched_ends
+
+    bases = [5, 12, 30, 40]  # placement's decisions (blocked or placed) were made on these bases
+    placed = {("a", 1): (12, 13), ("b", 1): (30, 31), ("c", 1): (40, 41), ("c", 2): (50, 51)}
+    ends = [8, 9, 20, 35, 45, 48]  # a took in 8 and 9 (since 5); b only 20 (since 12); c only 35 (since 30)
+    assert batched_ends(placed, ends, bases, {"a": [1], "b": [1], "c": [1, 2]}) == {"a"}
+    assert batched_ends({("d", 1): (50, 51)}, ends, bases, {"d": [1]}) == {"d"}  # 45 and 48 since 40
+    assert batched_ends(placed, [], bases, {"a": [1]}) == set()

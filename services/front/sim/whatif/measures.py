@@ -14,7 +14,7 @@ from events.base import Event
 from services.front.sim.whatif.workload import RecordedJob, Workload
 
 __all__ = ["measure", "fidelity", "moves", "capacity_of", "wait_of", "bounded_slowdown", "fairshare_distance",
-           "STALE_BASIS"]
+           "STALE_BASIS", "BATCHED_ENDS"]
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -167,6 +167,7 @@ def fairshare_distance(delivered: dict[str, float], targets: dict[str, float]) -
 
 
 STALE_BASIS = "placed live by a cycle that had not yet seen an end the log held before its decision"
+BATCHED_ENDS = "placed live by a cycle that saw several ends at once; the replay may see them one by one"
 
 
 def fidelity(workload: Workload, run: Any, tolerance_s: float) -> dict[str, Any]:
@@ -190,6 +191,8 @@ def fidelity(workload: Workload, run: Any, tolerance_s: float) -> dict[str, Any]
             why = [note for note, ids in sorted(workload.notes.items()) if job_id in ids]
             if job_id in workload.stale_basis:
                 why.append(STALE_BASIS)
+            if job_id in workload.batched_ends:
+                why.append(BATCHED_ENDS)
             diverged.append({"job_id": job_id, "recorded_start_s": info.start_s, "replayed_start_s": start,
                              "recorded_nodes": info.nodes, "replayed_nodes": sorted(r.allocation) if r else [],
                              "explained": bool(why), "why": why})

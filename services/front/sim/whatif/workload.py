@@ -18,7 +18,8 @@ from services.domain.protocol import Record
 from services.front.sim.traces import SimJob, TaskRun
 from services.front.sim.whatif.times import WhatIfError, iso
 
-__all__ = ["CONFIG_VERBS", "JOB_REQUESTS", "RecordedJob", "Workload", "workload_from_log", "stale_basis"]
+__all__ = ["CONFIG_VERBS", "JOB_REQUESTS", "RecordedJob", "Workload", "workload_from_log", "stale_basis",
+           "batched_ends"]
 
 CONFIG_VERBS = ("account", "fairshare", "policy", "profile", "preemption", "reservation", "partition",
                 "partition-policy", "dataset", "license")
@@ -73,6 +74,10 @@ class Workload:
     # end the log holds before the decision: the replay, ordered by time, may see that node free and choose
     # otherwise, a difference the live services' latency makes, not the policy (fidelity() says so)
     stale_basis: set[str] = field(default_factory=set)
+    # Jobs whose first placement was decided by a live cycle that folded two or more ends since placement's
+    # cycle before it (they came while it was busy): the replay, which ends each job at its replayed start
+    # plus its runtime, may order those ends otherwise or decide between them, and choose other nodes
+    batched_ends: set[str] = field(default_factory=set)
 
     def describe(self) -> dict[str, Any]:
         return {"from": iso(self.start_s), "to": iso(self.end_s), "first_seq": self.first_seq,
@@ -127,7 +132,8 @@ def workload_from_log(records: Sequence[Record], start_s: float, end_s: float,
     base_config = [e for s, e in timed if e.ts <= start_s and s.split(".")[3] in CONFIG_VERBS]
     return Workload(jobs.jobs, timed, jobs.recorded, jobs.measured, start_s, end_s, seen.first_seq, seen.last_seq,
                     sum(g for g, _ in capacity.values()), sum(cp for _, cp in capacity.values()), jobs.notes,
-                    base_config, jobs.dropped, stale_basis(seen.placed_seqs, seen.end_seqs, by_job))
+                    base_config, jobs.dropped, stale_basis(seen.placed_seqs, seen.end_seqs, by_job),
+                    batched_ends(seen.placed_seqs, seen.end_seqs, seen.placement_bases, by_job))
 
 
 @dataclass
@@ -143,6 +149,7 @@ class _Seen:
     decided: dict[tuple[str, int], float] = field(default_factory=dict)  # when placement allocated the attempt
     placed_seqs: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # its JobScheduled's (basis, seq)
     end_seqs: list[int] = field(default_factory=list)  # the seq of every attempt's end, in log order
+    placement_bases: list[int] = field(default_factory=list)  # the basis_seq of each of placement's decisions
     ended: dict[tuple[str, int], tuple[float, str]] = field(default_factory=dict)  # (job, attempt) -> (time, how)
     preempted: dict[str, int] = field(default_factory=dict)
     cancels: dict[str, float] = field(default_factory=dict)  # user's cancel request time
@@ -177,6 +184,8 @@ class _Seen:
                 self.cancels.setdefault(event.job_id, t)
 
     def _event(self, r: Record, service: str, event: Event, t: float) -> None:
+        if service == "placement" and getattr(event, "basis_seq", None):
+            self.placement_bases.append(event.basis_seq)
         if isinstance(event, c.JobAccepted):
             self.accepted[event.job_id] = event.spec
         elif isinstance(event, c.JobRejected):
@@ -310,6 +319,25 @@ def stale_basis(placed: dict[tuple[str, int], tuple[int, int]], end_seqs: list[i
         basis, seq = placed[(job_id, first)]
         i = bisect.bisect_right(ends, basis)
         if i < len(ends) and ends[i] < seq:
+            out.add(job_id)
+    return out
+
+
+def batched_ends(placed: dict[tuple[str, int], tuple[int, int]], end_seqs: list[int], placement_bases: list[int],
+                 by_job: dict[str, list[int]]) -> set[str]:
+    """Jobs whose first attempt a live cycle placed on a basis that took in two or more ends since the
+    basis of placement's decision before it: the live cycle saw those nodes come free together."""
+    ends = sorted(end_seqs)
+    bases = sorted(set(placement_bases))
+    out = set()
+    for job_id, attempts in by_job.items():
+        first = min((a for a in attempts if a > 0), default=None)
+        if first is None or (job_id, first) not in placed:
+            continue
+        basis, _seq = placed[(job_id, first)]
+        i = bisect.bisect_left(bases, basis)
+        before = bases[i - 1] if i > 0 else 0
+        if bisect.bisect_right(ends, basis) - bisect.bisect_right(ends, before) >= 2:
             out.add(job_id)
     return out
 
