@@ -164,7 +164,9 @@ class JobTable:
 
     def shape(self, spec: c.JobSpec) -> c.JobSpec:
         """The spec as the table holds it: ``compact`` (a table that reads only some of a spec's fields
-        may hold a smaller one, shared by the jobs that agree on them)."""
+        may hold a smaller one, shared by the jobs that agree on them: services/inventory/jobs.py; one
+        object for the jobs whose specs are equal: ``job_specs.SharedSpecJobs``). It must return a spec
+        equal to ``spec`` in every field the table's readers read, and never change a spec it returned."""
         return compact(spec)
 
     def get(self, job_id: str) -> Job | None:
@@ -197,8 +199,9 @@ class JobTable:
                     return None
                 held = self.shape(spec)  # (compact: the same spec, interned in place)
                 first = JobState.HELD if spec.hold else JobState.PENDING  # submitted held (Slurm's --hold)
+                begin = held.begin_ts if held.begin_ts == spec.begin_ts else spec.begin_ts  # (a shared spec's)
                 job = Job(job_id, held, first, accepted_seq=seq, accepted_ts=event.submitted_ts or time,
-                          not_before_ts=spec.begin_ts)  # --begin: waits like a restart's backoff
+                          not_before_ts=begin)  # --begin: waits like a restart's backoff
                 self.jobs[job_id] = job
                 if spec.array is not None and self.for_dependencies:
                     self.arrays.setdefault(spec.array, []).append(job_id)

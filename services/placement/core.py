@@ -59,7 +59,8 @@ from services.domain.fit.cycle import AdvanceReservation, Overlay
 from services.domain.fit.node import Fit
 from services.domain.fit.profile import Profile, check_profile, profile_from
 from services.domain.fit.topology import Topology
-from services.domain.jobs import HOLDS_RESOURCES, Job, JobState, JobTable, Transition
+from services.domain.job_specs import SharedSpecJobs
+from services.domain.jobs import HOLDS_RESOURCES, Job, JobState, Transition
 from services.domain.partitions import Partitions
 from services.domain.protocol import CoreState, Record
 from services.domain.restart import ends_for_good
@@ -72,7 +73,6 @@ from services.placement.lane import LaneLedger
 from services.placement.growth import Room, grow, track_elastic
 from services.placement.hetjob import place_hetjob
 from services.placement.place import Placed, gang_names, place_job
-from services.placement.specs import share_spec
 
 __all__ = ["PlacementCore", "PlacementState", "check_reservation"]
 
@@ -84,7 +84,7 @@ _PARTITION_EVENTS = (c.PartitionConfigured, c.PartitionPolicyConfigured, c.NodeR
 class PlacementState(CoreState):
     def __init__(self) -> None:
         super().__init__()
-        self.jobs = JobTable()
+        self.jobs = SharedSpecJobs()  # jobs submitted alike hold one spec (services/domain/job_specs.py)
         self.cluster = Cluster()
         self.cycle = 0
         self.candidates: list[str] = []
@@ -179,8 +179,6 @@ class PlacementCore:
         if tr is not None and tr.before is JobState.PENDING and state.held:
             release_room(state.held, tr.job.job_id)  # a preemptor that starts (or ends) releases its room
         if tr is not None:
-            if tr.before is None:
-                share_spec(tr.job)  # one spec for the jobs submitted alike (services/placement/specs.py)
             _remember_run(state, event, tr)
         if tr is not None and tr.job.spec is not None and tr.job.spec.affinity is not None \
                 and tr.job.spec.affinity.job_anti_affinity:

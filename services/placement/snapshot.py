@@ -22,7 +22,6 @@ from services.domain.fit.profile import Profile
 from services.domain.job_rows import (TableData, node_data, read_snapshot, restore_nodes, restore_table,
                                       table_data)
 from services.domain.partitions import Partitions, PartitionsData
-from services.placement.specs import share_spec
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
@@ -87,9 +86,7 @@ def load(data: bytes, fingerprint: str, state: Any) -> Any:
         return None
     (state.seq, state.now, state.layout, state.layout_seq, state.relayed_seq, state.cycle, state.done_cycle,
      state.anti_affinity_running) = snap.counters
-    restore_table(state.jobs, snap.table)
-    for job in state.jobs.jobs.values():
-        share_spec(job)  # as the fold shares them (services/placement/specs.py)
+    restore_table(state.jobs, snap.table)  # specs shared as the fold shares them (the table's shape)
     restore_nodes(state.cluster, snap.nodes)
     state.candidates, state.borrowing = snap.candidates, frozenset(snap.borrowing)
     state.profiles = {name: dataclasses.replace(p, weights=MappingProxyType(p.weights)) for name, p in snap.profiles.items()}

@@ -1,5 +1,6 @@
-"""Placement holds one spec for jobs whose specs are equal (services/placement/specs.py), never one for
-specs that differ, and a restored state shares them as the fold does."""
+"""A ``SharedSpecJobs`` table holds one spec for jobs whose specs are equal (services/domain/job_specs.py),
+never one for specs that differ, and a restored state shares them as the fold does: in placement,
+scheduling, submission and preemption."""
 
 from __future__ import annotations
 
@@ -25,3 +26,22 @@ def test_equal_specs_are_one_object_and_different_ones_stay_apart():
     assert jobs["a4"].spec == jobs["a1"].spec
     f.evt("submission", c.JobPriorityChanged(job_id="a2", priority_class="high", nice=0))
     assert jobs["a2"].spec.priority_class == "high" and jobs["a1"].spec.priority_class == "normal"
+
+
+def test_a_spec_with_a_payload_is_its_own():
+    from services.domain.job_specs import share_spec
+    from tests.helpers import spec
+
+    a, b = spec(gpus=1, payload={"x": 1}), spec(gpus=1, payload={"x": 1.0})
+    assert a == b and share_spec(a) is a and share_spec(b) is b  # 1 and 1.0: equal, written apart
+    first = share_spec(spec(gpus=1))
+    assert share_spec(spec(gpus=1)) is first  # without one, equal specs are one
+
+
+def test_an_accepted_job_waits_until_its_own_begin_time():
+    f = Feed(PlacementCore())
+    f.evt("submission", accepted("a1", gpus=1, begin_ts=5.0))
+    f.evt("submission", accepted("a2", gpus=1, begin_ts=5.0))
+    f.evt("submission", accepted("a3", gpus=1, begin_ts=7.0))
+    jobs = f.state.jobs.jobs
+    assert jobs["a1"].spec is jobs["a2"].spec and [jobs[j].not_before_ts for j in ("a1", "a2", "a3")] == [5.0, 5.0, 7.0]
