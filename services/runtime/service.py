@@ -50,8 +50,8 @@ runner loads the latest snapshot and catches up from its ``seq + 1`` instead
 of 1; the core's ``load`` returns None for a snapshot another version or
 configuration wrote (it embeds its own fingerprint), and the runner then
 folds the whole log. While following, once the state is K records past the
-last dump, it dumps synchronously (the next batch mutates the state) and
-uploads in the background (``SnapshotUploader``). A snapshot is a cache of a
+last dump, it dumps the state as at that record (in a forked child where it can,
+``services/runtime/dumper.py``, so the fold goes on) and uploads in the background. A snapshot is a cache of a
 fold, never a source of truth: any doubt about it means a full replay.
 """
 
@@ -71,6 +71,7 @@ from events.subjects import event_subject
 from services.domain.protocol import Core, CoreState, Record, fold_event, fold_undecodable, snapshot_interval
 from services.runtime.cancel import cancel_and_wait
 from services.runtime.consume import decode_record
+from services.runtime.dumper import SnapshotDumper
 from services.runtime.follow import LogFollow
 from services.runtime.layout import LayoutReader
 from services.runtime.log import EventLog, Fence, LogConflict, Outgoing, PublishAck
@@ -219,8 +220,11 @@ class ServiceRunner(Generic[S]):
         # Snapshots (``snapshots=False`` turns them off, e.g. to measure a full replay).
         self.snapshot_every = snapshot_interval(core) if snapshots else 0
         self._dumped_seq = 0  # seq of the last dump (or of the snapshot started from)
-        self._uploader = SnapshotUploader(core.name, self._save_snapshot) if self.snapshot_every else None
         self.pacer = DumpPacer()  # dumps take at most a tenth of its time (a big state dumps slowly)
+        # Dumps in a forked child where it can, else here (dumper.py); uploads in the background.
+        self.dumper = SnapshotDumper(core.name, getattr(core, "dump", bytes), SnapshotUploader(
+            core.name, self._save_snapshot), pacer=self.pacer, on_failure=self._dump_failed) \
+            if self.snapshot_every else None
 
     @property
     def name(self) -> str:
@@ -429,7 +433,7 @@ class ServiceRunner(Generic[S]):
         async with self._lock:
             await self._apply(batch)
             # The dump is of the state at a record boundary, before deciding: deciding awaits the
-            # log, and whoever sees this state applied must find its snapshot already offered.
+            # log, and whoever sees this state applied must find its dump under way (flush_snapshots).
             self._maybe_snapshot()
             await self._decide_or_rest()
             self.layout.after_batch()
@@ -481,18 +485,14 @@ class ServiceRunner(Generic[S]):
 
         Only the leader does: two writers of one service's snapshots would prune each other's chunks.
         """
-        if self._uploader is None or self.state.seq - self._dumped_seq < self.snapshot_every or not self.leading \
-                or not self.pacer.ready():
+        if self.dumper is None or self.state.seq - self._dumped_seq < self.snapshot_every or not self.leading \
+                or not self.dumper.ready():
             return
         self._dumped_seq = self.state.seq
-        core: Any = self.core
-        try:
-            data = self.pacer.timed(lambda: core.dump(self.state))
-        except Exception:  # noqa: BLE001 - a snapshot is an optimisation; the service goes on without it
-            log.exception("%s: dump of the state at seq %d failed", self.name, self.state.seq)
-            self.stats.snapshot_failures += 1
-            return
-        self._uploader.offer(self.state.seq, data)
+        self.dumper.dump(self.state, self.state.seq)
+
+    def _dump_failed(self) -> None:
+        self.stats.snapshot_failures += 1
 
     async def _save_snapshot(self, name: str, seq: int, data: bytes) -> None:
         try:
@@ -505,8 +505,9 @@ class ServiceRunner(Generic[S]):
 
     async def flush_snapshots(self) -> None:
         """Until the snapshot being uploaded, if any, is stored (tests, benchmarks, a graceful stop)."""
-        if self._uploader is not None:
-            await self._uploader.flush()
+        if self.dumper is not None:
+            await self.dumper.flush()
+            await self.dumper.uploader.flush()
 
     # ---------------------------------------------------------------- life cycle
 
@@ -593,5 +594,6 @@ class ServiceRunner(Generic[S]):
             # A graceful stop hands the lease over at once; a crash leaves it to lapse.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.lease.release(), 2.0)
-        if self._uploader is not None:
-            await self._uploader.close()
+        if self.dumper is not None:
+            await self.dumper.close()
+            await self.dumper.uploader.close()

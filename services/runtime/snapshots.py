@@ -193,7 +193,9 @@ class DumpPacer:
     burst on a big backlog, dumps every 50,000 records took most of a service's time (a
     million-job backlog scheduled at half the rate of a 50,000-job one). The price is a longer tail
     to fold at a restart after a crash: at most ``rest`` dumps' worth of records more. Wall time
-    paces an optimisation here; it decides nothing.
+    paces an optimisation here; it decides nothing. A dump in a forked child (services/runtime/dumper.py)
+    no longer stops the fold, but its encoding still takes a core (of two, on the machine measured):
+    ``d`` is then the child's encoding time, and the pacer is not ready while the child runs.
     """
 
     def __init__(self, rest: float = 9.0, clock: Callable[[], float] = time.monotonic) -> None:
@@ -205,21 +207,28 @@ class DumpPacer:
     def ready(self) -> bool:
         return self.clock() >= self.not_before
 
+    def busy(self) -> None:
+        """A dump is under way elsewhere (a forked child, services/runtime/dumper.py): not ready until ``record``."""
+        self.not_before = float("inf")
+
+    def record(self, seconds: float) -> None:
+        """A dump that took ``seconds`` has just ended."""
+        self.last_s = seconds
+        self.not_before = self.clock() + self.rest * seconds
+
     def timed(self, dump: Callable[[], bytes]) -> bytes:
         started = self.clock()
         try:
             return dump()
         finally:
-            ended = self.clock()
-            self.last_s = ended - started
-            self.not_before = ended + self.rest * self.last_s
+            self.record(self.clock() - started)
 
 
 class SnapshotUploader:
     """Uploads dumps in the background, one at a time; a newer dump supersedes one still queued.
 
-    The runner dumps the state synchronously (the next batch mutates it) and
-    hands the bytes over; uploading tens of MB must not hold up the fold.
+    The runner dumps the state as it is at a record boundary (in a forked child or synchronously,
+    ``services/runtime/dumper.py``) and hands the bytes over; uploading tens of MB must not hold up the fold.
     A failed upload is logged and counted, never raised: the previous
     snapshot, or a full replay, is still correct.
     """
