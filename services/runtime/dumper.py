@@ -171,8 +171,9 @@ class SnapshotDumper:
         self.last_blocked_s += reader.blocked_s
         why = reader.failure(self.timeout_s)
         status = await self._end(pid, kill=why is not None)
-        if why is None and status not in (None, 0):
-            why = f"it exited with status {status}"
+        if status not in (None, 0):
+            how = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
+            why = f"it ended with {how}" if why is None else f"{why} ({how})"
         elapsed = time.monotonic() - started
         if why is not None:
             self.pacer.record(elapsed)
