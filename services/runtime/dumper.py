@@ -109,6 +109,9 @@ class SnapshotDumper:
         if self.fork:
             started = time.perf_counter()
             try:
+                room = _memory_for_a_child()
+                if room is not None:
+                    raise OSError(room)
                 pid, fd = self._fork(state)
             except OSError as exc:  # no memory or processes left for a child: dump here this once
                 log.warning("%s: cannot fork to dump the state at seq %d (%s); dumping in process",
@@ -323,6 +326,23 @@ class _PipeReader:
         return None
 
 
+def _memory_for_a_child() -> str | None:
+    """Why a child could run out of memory, or None. The child copies, page by page, every object
+    ``dump`` reads (reading an object writes its reference count): up to the whole state, about the
+    parent's RSS. So it forks only while the kernel reports at least that much available
+    (``MemAvailable``, Linux; elsewhere it does not check)."""
+    try:
+        with open("/proc/meminfo", "rb") as fh:
+            available = next((int(line.split()[1]) * 1024 for line in fh if line.startswith(b"MemAvailable:")), None)
+        with open("/proc/self/statm", "rb") as fh:
+            resident = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+    if available is not None and available < resident:
+        return f"{available / 2**20:,.0f} MB available, a child may copy up to this process's {resident / 2**20:,.0f} MB"
+    return None
+
+
 def _kill(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
@@ -341,6 +361,10 @@ def _child(read_fd: int, write_fd: int, dump: Callable[[Any], bytes], state: Any
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the parent's to handle (it stops us)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        with contextlib.suppress(OSError):  # if memory runs out, the kernel kills the child rather than the service
+            adjust = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+            os.write(adjust, b"1000")
+            os.close(adjust)
         started = time.perf_counter()
         try:
             data = dump(state)
