@@ -58,7 +58,7 @@ log = logging.getLogger("horizon.snapshots")
 
 FORK_VARIABLE = "HORIZON_SNAPSHOT_FORK"  # "0" (or "off", "no", "false"): dump synchronously
 MAX_FORK_FAILURES = 3  # forked dumps failed in a row before a runner dumps synchronously again
-_HEADER = struct.Struct("<qd")  # the bytes that follow (-1: an error message follows), encode seconds
+_HEADER = struct.Struct("<qd")  # the bytes that follow (-1: an error message follows), encoding CPU seconds
 _READ_MAX = 4 << 20  # bytes read from the pipe in one turn of the event loop at most
 _PIPE_SIZE = 1 << 20  # Linux's default limit for an unprivileged pipe
 
@@ -99,7 +99,7 @@ class SnapshotDumper:
         self.failed_in_a_row = 0
         self.last_blocked_s = 0.0
         self.last_child_pid = 0
-        self.last_child_cpu_s = 0.0  # CPU seconds the last child took (user and system)
+        self.last_child_cpu_s = 0.0  # CPU seconds the last child took in all (user and system, its exit too)
 
     def ready(self) -> bool:
         """No dump under way, and the pacer lets the next one start."""
@@ -191,9 +191,9 @@ class SnapshotDumper:
                             self.name, self.failed_in_a_row)
             return
         self.failed_in_a_row = 0
-        # Paced by the child's CPU time (its encoding and its copy-on-write faults): its wall time
-        # also counts the waits for a core that the other processes on the machine make it do.
-        self.pacer.record(self.last_child_cpu_s if status is not None else reader.encode_s)
+        # Paced by the CPU time of the child's encoding (with its copy-on-write faults): its wall
+        # time also counts the waits for a core that the other processes on the machine make it do.
+        self.pacer.record(reader.encode_s)
         blocked = time.perf_counter()
         data = bytes(reader.body)
         reader.body = bytearray()
@@ -370,7 +370,7 @@ def _child(read_fd: int, write_fd: int, dump: Callable[[Any], bytes], state: Any
             adjust = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
             os.write(adjust, b"1000")
             os.close(adjust)
-        started = time.perf_counter()
+        started = time.process_time()
         try:
             data = dump(state)
         except BaseException as exc:  # noqa: BLE001 - told to the parent, which logs it
@@ -378,7 +378,7 @@ def _child(read_fd: int, write_fd: int, dump: Callable[[Any], bytes], state: Any
             _write_all(write_fd, _HEADER.pack(-1, 0.0) + message)
             status = 1
         else:
-            _write_all(write_fd, _HEADER.pack(len(data), time.perf_counter() - started))
+            _write_all(write_fd, _HEADER.pack(len(data), time.process_time() - started))
             _write_all(write_fd, data)
             status = 0
     except BaseException:  # noqa: BLE001 - the parent sees the status and the missing bytes
