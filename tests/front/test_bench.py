@@ -56,6 +56,10 @@ def test_the_quick_scale_run_prints_every_contract_key(tmp_path: Path) -> None:
     assert scale["bytes_per_queued_job"] == max(scale["bytes_per_queued_job_by_service"].values())
     assert scale["restart_s"] == max(r["restart_s"] for r in scale["restart_s_by_service"].values())
     assert scale["latency_p50_ms"] <= scale["latency_p99_ms"] <= scale["latency_p999_ms"] <= scale["latency_max_ms"]
+    hops = scale["latency_hops"]  # each latency job's three hops, from the log's own timestamps
+    assert hops["jobs"] == scale["latency_jobs"]
+    for hop in ("submission", "scheduling", "placement"):
+        assert 0 < hops[hop]["p50_ms"] <= hops[hop]["p99_ms"] <= hops[hop]["max_ms"] < scale["latency_max_ms"], hops
     cells = {(c["nodes"], c["backlog"]) for c in result["curves"]}
     assert cells == {(100, 2_000), (100, 5_000), (200, 2_000), (200, 5_000)}
     assert all(c["jobs_per_s"] > 0 and c["cycle_p99_ms"] is not None for c in result["curves"])

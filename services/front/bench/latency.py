@@ -16,9 +16,11 @@ from events import catalogue as c
 from events.codec import encode
 from events.subjects import input_subject
 from services.front.sim.metrics import percentile
+from services.front.bench.hops import latency_hops
 from services.front.bench.processes import HORIZON, profile
 from services.front.bench.sizes import Sizes
 from services.front.bench.stage import StageFailed, budget, close_within
+from services.runtime.jetstream import JetStreamLog
 
 __all__ = ["bench_latency"]
 
@@ -66,6 +68,11 @@ async def bench_latency(url_unused: str, sizes: Sizes) -> dict[str, Any]:
                     got.clear()
                 samples.append((arrived[job_id] - sent) * 1000)
             await close_within(nc.close())
+            log = await JetStreamLog.open(line, name="bench-latency", create=False)
+            try:
+                hops = await latency_hops(log, 1, "lat-")
+            finally:
+                await close_within(log.close())
         finally:
             up.send_signal(signal.SIGINT)
             try:
@@ -75,4 +82,5 @@ async def bench_latency(url_unused: str, sizes: Sizes) -> dict[str, Any]:
                 up.wait()
     # p99.9 is a nearest rank: with the full run's 2,000 jobs, the second slowest
     return {"p50_ms": round(percentile(samples, 50), 2), "p99_ms": round(percentile(samples, 99), 2),
-            "p999_ms": round(percentile(samples, 99.9), 2), "max_ms": round(max(samples), 2), "jobs": len(samples)}
+            "p999_ms": round(percentile(samples, 99.9), 2), "max_ms": round(max(samples), 2), "jobs": len(samples),
+            "hops": hops}

@@ -54,6 +54,7 @@ from typing import Any
 from events import catalogue as c
 from events.codec import encode
 from events.subjects import input_subject
+from services.front.bench.hops import latency_hops
 from services.front.bench.partitions import bench_partitions
 from services.front.bench.processes import is_ready, rss_bytes, spawn, stop_processes
 from services.front.bench.sizes import ScaleSizes
@@ -163,10 +164,12 @@ async def _restart(url: str, log: JetStreamLog, stage: str, procs: dict[str, sub
 
 
 async def _latency(url: str, log: JetStreamLog, stage: str, watch: SchedulingWatch, jobs: int,
-                   backlog: int) -> list[float]:
-    """Phase 5: submission started (it folds the log first), then ``jobs`` jobs one at a time."""
+                   backlog: int) -> tuple[list[float], dict[str, Any]]:
+    """Phase 5: submission started (it folds the log first), then ``jobs`` jobs one at a time; the
+    samples, and where their time went (``hops.latency_hops``)."""
     sub = spawn(url, "submission")
     await wait_for(stage, "submission to catch up", lambda: is_ready(sub), budget(60, FOLD_S, 3 * backlog))
+    first = await log.last_seq() + 1
     arrived: dict[str, float] = {}
     watch.on_job = lambda job_id: arrived.setdefault(job_id, time.perf_counter())
     samples: list[float] = []
@@ -182,7 +185,7 @@ async def _latency(url: str, log: JetStreamLog, stage: str, watch: SchedulingWat
     finally:
         watch.on_job = None
         stop_processes([sub])
-    return samples
+    return samples, await latency_hops(log, first, "lat-")
 
 
 async def _loaded(url: str, ss: ScaleSizes) -> dict[str, Any]:
@@ -218,7 +221,7 @@ async def _loaded(url: str, ss: ScaleSizes) -> dict[str, Any]:
         assert w.first is not None and w.last is not None
         sustained = w.last - w.first
         cycles = (len(w.cycle_ms), w.cycle_p(50), w.cycle_p(99))
-        samples = await _latency(url, log, stage, w, ss.latency_jobs, backlog)
+        samples, hops = await _latency(url, log, stage, w, ss.latency_jobs, backlog)
     finally:
         stop_processes(list(procs.values()))
         if agents is not None:
@@ -243,7 +246,7 @@ async def _loaded(url: str, ss: ScaleSizes) -> dict[str, Any]:
         "restart_s_by_service": restarts,
         "latency_p50_ms": round(percentile(samples, 50), 2), "latency_p999_ms": round(percentile(samples, 99.9), 2),
         "latency_max_ms": round(max(samples), 2),
-        "latency_jobs": len(samples),
+        "latency_jobs": len(samples), "latency_hops": hops,
     }
 
 
