@@ -219,7 +219,7 @@ class JobTable:
             case c.JobPriorityChanged(job_id=job_id, priority_class=pc, nice=nice):
                 job = self.jobs.get(job_id)
                 if job is not None and job.state in LIVE and job.spec is not None:
-                    job.spec = _with(job.spec, priority_class=pc, nice=nice)
+                    job.spec = self.shape(_with(job.spec, priority_class=pc, nice=nice))  # a new spec, shaped
                 return None
             case c.JobScheduled(job_id=job_id, attempt=attempt, allocations=allocs):
                 job = self.jobs.get(job_id)

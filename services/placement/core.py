@@ -263,7 +263,7 @@ class PlacementCore:
         state = cycle.state
         spec = job.spec
         assert spec is not None
-        known = cycle.requests.get(id(spec))  # jobs submitted alike share one spec (specs.py): one Request
+        known = cycle.requests.get(id(spec))  # jobs submitted alike share one spec (domain/job_specs.py): one Request
         req = known[1] if known is not None and known[0] is spec else cycle.request(spec)
         profile = state.profiles.get(spec.profile)
         placed, ctx = self._place(cycle, job.job_id, spec, req, profile)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from events import catalogue as c
 from events.base import Event
 from services.domain.fairshare import FairShare
+from services.domain.job_specs import SharedSpecJobs
 from services.domain.jobs import JobTable
 from services.domain.licenses import Licenses
 from services.domain.partitions import Partitions
@@ -56,7 +57,7 @@ class Pending:
 class SubmissionState(CoreState):
     def __init__(self) -> None:
         super().__init__()
-        self.jobs = JobTable()
+        self.jobs: JobTable = SharedSpecJobs()  # jobs submitted alike hold one spec (services/domain/job_specs.py)
         self.gpu_models: set[tuple[str, str | None]] = set()  # every model ever registered (a vocabulary)
         self.capacity = Capacity()  # what the registered nodes offer now
         self.features: dict[str, frozenset[str]] = {}  # node -> its features (a --constraint is judged on them)

@@ -4,8 +4,12 @@ scheduling, submission and preemption."""
 
 from __future__ import annotations
 
+import pytest
+
 from events import catalogue as c
+from services.front.registry import make_core
 from services.placement.core import PlacementCore
+from services.runtime.service import fold_record
 from tests.helpers import Feed, accepted
 
 
@@ -45,3 +49,43 @@ def test_an_accepted_job_waits_until_its_own_begin_time():
     f.evt("submission", accepted("a3", gpus=1, begin_ts=7.0))
     jobs = f.state.jobs.jobs
     assert jobs["a1"].spec is jobs["a2"].spec and [jobs[j].not_before_ts for j in ("a1", "a2", "a3")] == [5.0, 5.0, 7.0]
+
+
+def test_preemption_tables_hold_one_spec_after_a_priority_change_and_restore_as_replayed():
+    from services.preemption.core import PreemptionCore
+
+    f = Feed(PreemptionCore(virtual_time=True))
+    for j in ("a1", "a2", "a3"):
+        f.evt("submission", accepted(j, gpus=1))
+    f.evt("submission", c.JobPriorityChanged(job_id="a2", priority_class="high", nice=0))
+    state, core = f.state, f.core
+    view, own = state.sched.jobs.jobs, state.jobs.jobs
+    assert view["a1"].spec is own["a1"].spec is own["a3"].spec  # one spec in both tables
+    assert own["a2"].spec is view["a2"].spec and own["a2"].spec.priority_class == "high"  # the new one, shaped
+    assert own["a1"].spec.priority_class == "normal"
+    for k in range(len(f.records) + 1):  # a restart at every cut is a full replay, byte for byte
+        prefix = core.initial()
+        for r in f.records[:k]:
+            prefix, _, _ = fold_record(core, prefix, r)
+        resumed = core.load(core.dump(prefix))
+        for r in f.records[k:]:
+            resumed, _, _ = fold_record(core, resumed, r)
+        assert core.dump(resumed) == core.dump(state)
+    restored = core.load(core.dump(state))
+    assert restored.jobs.jobs["a2"].spec is restored.sched.jobs.jobs["a2"].spec
+
+
+@pytest.mark.parametrize("name", ["placement", "scheduling", "submission", "preemption"])
+def test_each_service_holds_one_spec_for_jobs_submitted_alike_folded_and_restored(name):
+    f = Feed(make_core(name))
+    for j in ("a1", "a2", "a3"):
+        f.evt("submission", accepted(j, gpus=1))
+    f.evt("submission", accepted("b1", gpus=1, nice=3))
+    restored = f.core.load(f.core.dump(f.state))
+    assert restored is not None and f.core.dump(restored) == f.core.dump(f.state)
+    for state in (f.state, restored):
+        tables = [state.jobs] + ([state.sched.jobs] if name == "preemption" else [])
+        for table in tables:
+            jobs = table.jobs
+            assert jobs["a1"].spec is jobs["a2"].spec is jobs["a3"].spec is tables[0].jobs["a1"].spec
+            assert jobs["b1"].spec.nice == 3 and jobs["a1"].spec.nice == 0

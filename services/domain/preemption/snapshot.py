@@ -37,8 +37,10 @@ from services.domain.queue.fold import QueueFold
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 4  # 2: its own table's queued jobs as rows of shared specs (services/domain/backlog_rows.py);
-# 3: a job holding the very spec its scheduler's view holds is written as that; 4: the rows as columns
+SNAPSHOT_FORMAT = 5  # 2: its own table's queued jobs as rows of shared specs (services/domain/backlog_rows.py);
+# 3: a job holding the very spec its scheduler's view holds is written as that; 4: the rows as columns;
+# 5: both tables share equal specs (job_specs.SharedSpecJobs), a priority change's new spec too, so a
+# changed job holds its view's very spec again (written as that: other bytes for the same state)
 
 _FIELDS = frozenset({"seq", "now", "layout", "layout_seq", "relayed_seq", "sched", "jobs", "cluster", "config",
                      "blocked", "preempted", "checkpoint_ts", "stopping", "no_cascade", "recent", "candidates",

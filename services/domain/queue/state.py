@@ -14,6 +14,7 @@ from events import catalogue as c
 
 from services.domain.fairshare import FairShare
 from services.domain.foreign import ForeignJobs
+from services.domain.job_specs import SharedSpecJobs
 from services.domain.jobs import Job, JobTable
 from services.domain.licenses import Licenses
 from services.domain.partitions import Partitions
@@ -38,7 +39,7 @@ class Charge:
 class SchedulingState(CoreState):
     def __init__(self, config: PolicyConfig | None = None) -> None:
         super().__init__()
-        self.jobs = JobTable()
+        self.jobs: JobTable = SharedSpecJobs()  # jobs submitted alike hold one spec (services/domain/job_specs.py)
         self.config = config or PolicyConfig()
         self.fairshare = FairShare()
         self.quotas = Quotas()
