@@ -1,6 +1,6 @@
 """Snapshot dumps that do not stop the fold: the state is encoded in a forked child.
 
-A runner's state is encoded by its core's ``dump`` (tens of MB at a million queued jobs, 1-2 s of
+A runner's state is encoded by its core's ``dump`` (tens of MB at a million queued jobs, seconds of
 CPU). Done in the runner, it stops the fold and the decisions for that long (the py-spy profile of
 the 1M-backlog scale run: ~20% of each service's CPU, docs/benchmarks.md §2). On POSIX the
 ``SnapshotDumper`` forks instead: the child inherits the state copy-on-write as it is at the record
@@ -27,6 +27,18 @@ bounded: a child that has not delivered within ``timeout_s`` is killed, one that
 its bytes is reported, both with a warning, and the service goes on with its last snapshot
 (after ``MAX_FORK_FAILURES`` in a row it dumps synchronously again).
 
+**What it costs.** The parent's event loop stops for the fork (copying the page tables: tens of ms
+for a GB) and for reading the bytes as they come; the encoding takes another core's time instead.
+Memory: reading an object in CPython writes its reference count, so the child copies every page
+that holds an object ``dump`` reads, about the whole state, for as long as it runs (measured: at a
+million queued jobs, 1.2 GB more for a 0.94 GB scheduler; docs/benchmarks.md §2, "Issue 35, third
+session"). So the runner forks only while the kernel reports at least its RSS available, and the
+child asks to be the first the kernel kills if memory runs out (``oom_score_adj``); otherwise it
+dumps in process that time.
+
+A runner has at most one child at a time (``ready`` is false while it runs, and the pacer then
+counts the child's encoding CPU); several runners in one process (``horizon up``) may each have one.
+
 Where fork is not available (not POSIX) or is turned off (``HORIZON_SNAPSHOT_FORK=0``, or
 ``fork=False``), the dump runs synchronously in the runner, as before.
 """
@@ -41,6 +53,7 @@ import os
 import signal
 import struct
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -114,7 +127,7 @@ class SnapshotDumper:
                 if room is not None:
                     raise OSError(room)
                 pid, fd = self._fork(state)
-            except OSError as exc:  # no memory or processes left for a child: dump here this once
+            except Exception as exc:  # noqa: BLE001 - no memory or processes for a child: dump here this once
                 log.warning("%s: cannot fork to dump the state at seq %d (%s); dumping in process",
                             self.name, seq, exc)
             else:
@@ -143,8 +156,10 @@ class SnapshotDumper:
         # Signals wait until the child has dropped the loop's wakeup descriptor (see the module's doc).
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         try:
-            pid = os.fork()
-        except OSError:
+            with warnings.catch_warnings():  # Python 3.12+ warns of any fork with threads: said why above
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except BaseException:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             os.close(read_fd)
             os.close(write_fd)
