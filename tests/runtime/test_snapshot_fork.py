@@ -170,6 +170,23 @@ async def test_a_close_kills_a_child_still_dumping(monkeypatch):
     assert_reaped(dumper.last_child_pid)
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="lists descriptors through /proc")
+async def test_the_child_holds_no_descriptor_of_the_parent_but_stdio(nats_server, js_log):
+    dumper, _ = make_dumper(Misbehaving("hang"))
+    dumper.dump(ToyState(), 1)  # the parent has a NATS connection open (js_log), and pytest's files
+    pid = dumper.last_child_pid
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        held = {int(fd) for fd in os.listdir(f"/proc/{pid}/fd")}
+        if len(held) <= 4:
+            break
+        await asyncio.sleep(0.02)
+    assert len(held) == 4 and {0, 1, 2} < held, held  # stdio and its end of the pipe
+    assert len(os.listdir("/proc/self/fd")) > 4
+    await dumper.close(grace_s=0)
+    assert_reaped(pid)
+
+
 class HangingToy(ToyCore):
     """The toy core of test_snapshots.py whose dump hangs in a forked child while ``hang`` is set."""
 
