@@ -37,7 +37,7 @@ child asks to be the first the kernel kills if memory runs out (``oom_score_adj`
 dumps in process that time.
 
 A runner has at most one child at a time (``ready`` is false while it runs, and the pacer then
-counts the child's encoding CPU); several runners in one process (``horizon up``) may each have one.
+counts the wall time of the child's encoding); several runners in one process (``horizon up``) may each have one.
 
 Where fork is not available (not POSIX) or is turned off (``HORIZON_SNAPSHOT_FORK=0``, or
 ``fork=False``), the dump runs synchronously in the runner, as before.
@@ -71,7 +71,7 @@ log = logging.getLogger("horizon.snapshots")
 
 FORK_VARIABLE = "HORIZON_SNAPSHOT_FORK"  # "0" (or "off", "no", "false"): dump synchronously
 MAX_FORK_FAILURES = 3  # forked dumps failed in a row before a runner dumps synchronously again
-_HEADER = struct.Struct("<qd")  # the bytes that follow (-1: an error message follows), encoding CPU seconds
+_HEADER = struct.Struct("<qd")  # the bytes that follow (-1: an error message follows), encoding seconds
 _READ_MAX = 4 << 20  # bytes read from the pipe in one turn of the event loop at most
 _PIPE_SIZE = 1 << 20  # Linux's default limit for an unprivileged pipe
 
@@ -210,8 +210,10 @@ class SnapshotDumper:
                             self.name, self.failed_in_a_row)
             return
         self.failed_in_a_row = 0
-        # Paced by the CPU time of the child's encoding (with its copy-on-write faults): its wall
-        # time also counts the waits for a core that the other processes on the machine make it do.
+        # Paced by the wall time of the child's encoding, as the synchronous dump was by its own: on a
+        # busy machine both stretch, and the dumps space out alike. (Its CPU time would let dumps come
+        # several times as often there, each costing more CPU than an in-process dump: the child's
+        # copy-on-write faults, the fork, its exit.)
         self.pacer.record(reader.encode_s)
         blocked = time.perf_counter()
         data = bytes(reader.body)
@@ -399,7 +401,7 @@ def _child(write_fd: int, dump: Callable[[Any], bytes], state: Any, mask: Any) -
             adjust = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
             os.write(adjust, b"1000")
             os.close(adjust)
-        started = time.process_time()
+        started = time.perf_counter()
         try:
             data = dump(state)
         except BaseException as exc:  # noqa: BLE001 - told to the parent, which logs it
@@ -407,7 +409,7 @@ def _child(write_fd: int, dump: Callable[[Any], bytes], state: Any, mask: Any) -
             _write_all(write_fd, _HEADER.pack(-1, 0.0) + message)
             status = 1
         else:
-            _write_all(write_fd, _HEADER.pack(len(data), time.process_time() - started))
+            _write_all(write_fd, _HEADER.pack(len(data), time.perf_counter() - started))
             _write_all(write_fd, data)
             status = 0
     except BaseException:  # noqa: BLE001 - the parent sees the status and the missing bytes

@@ -195,7 +195,7 @@ class DumpPacer:
     to fold at a restart after a crash: at most ``rest`` dumps' worth of records more. Wall time
     paces an optimisation here; it decides nothing. A dump in a forked child (services/runtime/dumper.py)
     no longer stops the fold, but its encoding still takes a core (of two, on the machine measured):
-    ``d`` is then the CPU time of the child's encoding, and the pacer is not ready while the child runs.
+    ``d`` is then the wall time of the child's encoding, and the pacer is not ready while the child runs.
     """
 
     def __init__(self, rest: float = 9.0, clock: Callable[[], float] = time.monotonic) -> None:

@@ -18,7 +18,7 @@ dump when synchronous; the fork, the pipe reads and the copy to ``bytes`` when f
 ``dump_call_ms``, the call that starts it (forked: the fork alone); ``max_stall_ms``, the longest
 stall the probe saw; the records folded while the dump ran; ``wall_ms``, until the bytes were in;
 ``child_cpu_ms``, the child's user and system CPU in all (``wait4``); ``encode_ms``, what the
-pacer counted (the synchronous dump's wall time; the CPU time of the child's encoding); and memory: ``parent_extra_rss_mb``, the parent's RSS at its
+pacer counted (the wall time of the synchronous dump, or of the child's encoding); and memory: ``parent_extra_rss_mb``, the parent's RSS at its
 peak during the dump over its RSS before, and ``extra_pss_mb``, the extra physical memory of
 parent and child together (the sum of their PSS at its peak over the parent's before: the pages
 copy-on-write copied, by either, the child's buffers, and what the fold added), sampled every
