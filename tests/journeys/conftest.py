@@ -1,6 +1,6 @@
 """Journeys: the README's and the docs' commands, run as written by a person on a fresh clone.
 
-``clone`` (once a session): the checkout's files as a fresh clone has them (tracked and new, not
+``clone`` (once a run, shared by its pytest-xdist workers): the checkout's files as a fresh clone has them (tracked and new, not
 ignored: no .venv, no .horizon) in a folder of its own, installed by the README's own install
 command read from the README (``python3 -m venv .venv && .venv/bin/pip install -e '.[dev]'``).
 Every journey's person has that clone's ``.venv/bin`` on PATH and a home folder of its own.
@@ -9,8 +9,12 @@ Every journey's person has that clone's ``.venv/bin`` on PATH and a home folder 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,9 +51,46 @@ def readme_install() -> tuple[str, str]:
     return first, install
 
 
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _users(folder: Path, change: int) -> int:
+    """The pytest workers using the clone now, after ``change`` (under ``_locked``)."""
+    path = folder / "users"
+    users = (int(path.read_text()) if path.exists() else 0) + change
+    path.write_text(str(users))
+    return users
+
+
 @pytest.fixture(scope="session")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clone]:
-    root = tmp_path_factory.mktemp("fresh") / "horizon"
+    """Made once a run: under pytest-xdist the workers share it (in the run's temporary folder; the first
+    one makes it while the others wait), and the last one done with it clears the jobs left in it."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.getbasetemp().parent / "fresh-clone"
+        folder.mkdir(exist_ok=True)
+    else:
+        folder = tmp_path_factory.mktemp("fresh")
+    root = folder / "horizon"
+    with _locked(folder):
+        if not (folder / "installed").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            _make_clone(root)
+            (folder / "installed").touch()
+        _users(folder, +1)
+    yield Clone(root)
+    with _locked(folder):
+        if _users(folder, -1) == 0:
+            from services.nodes.backends.process.executors import kill_attempts
+
+            kill_attempts(root)
+
+
+def _make_clone(root: Path) -> None:
     for name in _checkout_files():
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -58,10 +99,6 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clone]:
     _, install = readme_install()
     person = Person(root.parent / "installer", root / ".venv" / "bin", cwd=root)
     person.run(install, timeout=900)
-    yield Clone(root)
-    from services.nodes.backends.process.executors import kill_attempts
-
-    kill_attempts(root)
 
 
 @pytest.fixture
@@ -83,6 +120,18 @@ class Up:
     port_changed: bool
 
 
+@contextlib.contextmanager
+def _default_port_turn(command: str) -> Iterator[None]:
+    """Whoever takes the default port holds this lock (``flock``, machine-wide) from looking at it until
+    their ``up`` holds it: journeys on other pytest-xdist workers, or other runs, wait, then see it taken."""
+    if "--port" in command:
+        yield
+        return
+    with open(Path(tempfile.gettempdir()) / "horizon-journeys-default-port.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def start_up(person: Person, command: str, cwd: Path, timeout: float = 240.0) -> Up:
     """Start ``horizon up`` as the doc says. When the default port is taken (another Horizon on this
     machine) the person makes the one change anyone would: a free ``--port`` (before the line's
@@ -90,17 +139,18 @@ def start_up(person: Person, command: str, cwd: Path, timeout: float = 240.0) ->
     under ``--auth``, where that URL without credentials would stand in for the operator's, which
     the commands find in the data dir whatever the port (and a tenant's URL carries its port)."""
     changed = False
-    if "--port" not in command and not port_free(DEFAULT_PORT):
-        port = free_port()
-        line, hash_, comment = command.partition(" #")
-        command = f"{line.rstrip()} --port {port}" + (f"  #{comment}" if hash_ else "")
-        url = f"nats://127.0.0.1:{port}"
-        if "--auth" not in line.split():
-            person.env["HORIZON_NATS_URL"] = url
-        person.subs["nats://127.0.0.1:4222"] = url  # as written in the clients
-        changed = True
-    bg = person.start(command, cwd=cwd)
-    bg.wait_for(UP_READY, timeout=timeout)
+    with _default_port_turn(command):
+        if "--port" not in command and not port_free(DEFAULT_PORT):
+            port = free_port()
+            line, hash_, comment = command.partition(" #")
+            command = f"{line.rstrip()} --port {port}" + (f"  #{comment}" if hash_ else "")
+            url = f"nats://127.0.0.1:{port}"
+            if "--auth" not in line.split():
+                person.env["HORIZON_NATS_URL"] = url
+            person.subs["nats://127.0.0.1:4222"] = url  # as written in the clients
+            changed = True
+        bg = person.start(command, cwd=cwd)
+        bg.wait_for(UP_READY, timeout=timeout)
     url = bg.out.strip().splitlines()[0]
     dashboard = bg.wait_for(r"Dashboard: (\S+)").group(1)
     return Up(bg, url, dashboard, changed)

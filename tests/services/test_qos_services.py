@@ -125,8 +125,9 @@ async def test_real_cgroups_take_the_limits_and_memory_pressure_evicts_the_best_
     h = await running_horizon(nodes=local_nodes(1, gpus_per_node=0, cpus=2, memory_bytes=600 * MiB),
                               executor="process")
     url, tally = h.url, h.tally
-    limit_file = "/sys/fs/cgroup/memory/horizon/node-00/burst.1/memory.limit_in_bytes"
-    cpu_dir = "/sys/fs/cgroup/cpu/horizon/node-00/burst.1"
+    parent = probe().parent  # horizon (or this pytest-xdist worker's own: tests/conftest.py)
+    limit_file = f"/sys/fs/cgroup/memory/{parent}/node-00/burst.1/memory.limit_in_bytes"
+    cpu_dir = f"/sys/fs/cgroup/cpu/{parent}/node-00/burst.1"
     report = (f"x = b'\\x01' * (150 * 2**20); print(open('{limit_file}').read().strip()); "
               f"print(open('{cpu_dir}/cpu.cfs_quota_us').read().strip()); print(open('{cpu_dir}/cpu.shares').read().strip())")
     await _submit(url, "burst", "--cpus", "0.5", "--cpu-limit", "1.5", "--mem", "64M", "--mem-limit", "256M",

@@ -14,7 +14,10 @@
   unconfined, and the agent says so loudly at start.
 
 An attempt's cgroup is ``horizon/<node>/<job>.<attempt>`` under each
-controller's root (``JobCgroup``). ``Limits`` are what it gets: a memory limit
+controller's root (``JobCgroup``); ``HORIZON_CGROUP_PARENT`` names another
+top folder than ``horizon`` (the test suite gives each of its parallel workers
+its own, so that two tests' jobs of the same name on the same node name never
+share a cgroup). ``Limits`` are what it gets: a memory limit
 with no swap beyond it, a CPU quota (the job's CPU limit per period, so
 ``--cpus 1.5`` is 150 ms per 100 ms), a cpuset (whole cores, chosen by the
 agent near the job's GPUs, and the NUMA nodes of those cores), a pids limit,
@@ -39,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass, field
@@ -47,9 +51,10 @@ from pathlib import Path
 from services.domain.hostlist import number_ranges
 
 __all__ = ["Limits", "Hierarchy", "JobCgroup", "probe", "CONTROLLERS", "CPU_PERIOD_US", "cpu_list", "cpu_shares",
-           "cpu_weight"]
+           "cpu_weight", "parent_folder"]
 
 CONTROLLERS = ("memory", "cpu", "cpuset", "pids", "devices")
+PARENT = "horizon"
 CPU_PERIOD_US = 100_000
 ROOT = Path("/sys/fs/cgroup")
 
@@ -126,6 +131,7 @@ class Hierarchy:
     version: str
     roots: dict[str, Path] = field(default_factory=dict)
     problem: str = ""
+    parent: str = PARENT  # the top folder of Horizon's cgroups under each root
 
     @property
     def usable(self) -> bool:
@@ -137,15 +143,24 @@ class Hierarchy:
         return f"cgroup {self.version} ({' '.join(sorted(self.roots))})"
 
     def cgroup(self, node: str, job: str, attempt: int) -> "JobCgroup":
-        return JobCgroup(self, f"horizon/{node}/{job}.{attempt}")
+        return JobCgroup(self, f"{self.parent}/{node}/{job}.{attempt}")
 
     def to_json(self) -> dict[str, object]:
-        return {"version": self.version, "roots": {k: str(v) for k, v in self.roots.items()}, "problem": self.problem}
+        return {"version": self.version, "roots": {k: str(v) for k, v in self.roots.items()}, "problem": self.problem,
+                "parent": self.parent}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> "Hierarchy":
         roots = {k: Path(v) for k, v in dict(data.get("roots", {})).items()}  # type: ignore[arg-type]
-        return cls(str(data["version"]), roots, str(data.get("problem", "")))
+        return cls(str(data["version"]), roots, str(data.get("problem", "")), str(data.get("parent", PARENT)))
+
+
+def parent_folder() -> str:
+    """``HORIZON_CGROUP_PARENT`` if set (one folder name), else ``horizon``."""
+    name = os.environ.get("HORIZON_CGROUP_PARENT", "") or PARENT
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]*", name):
+        raise ValueError(f"HORIZON_CGROUP_PARENT must be one folder name (letters, digits, . _ -), not {name!r}")
+    return name
 
 
 def probe(root: Path = ROOT) -> Hierarchy:
@@ -157,7 +172,7 @@ def probe(root: Path = ROOT) -> Hierarchy:
         needed = {"memory", "cpu", "pids"}
         if needed <= available and os.access(unified, os.W_OK):
             roots = {name: unified for name in ("memory", "cpu", "cpuset", "pids") if name in available}
-            return Hierarchy("v2", roots)
+            return Hierarchy("v2", roots, parent=parent_folder())
         v2_problem = f"cgroup v2 at {unified} lacks {' '.join(sorted(needed - available)) or 'write access'}"
     roots = {}
     for name in CONTROLLERS:
@@ -165,7 +180,7 @@ def probe(root: Path = ROOT) -> Hierarchy:
         if (path / "cgroup.procs").exists() and os.access(path, os.W_OK):
             roots[name] = path
     if "memory" in roots:
-        return Hierarchy("v1", roots)
+        return Hierarchy("v1", roots, parent=parent_folder())
     why = v2_problem or f"no writable cgroup v1 memory controller at {root / 'memory'}"
     if os.geteuid() != 0:
         why += "; the agent is not root"
