@@ -172,7 +172,8 @@ def test_one_queue_over_the_agent_slurm_and_kubernetes(tmp_path: Path, slurm: Sl
         # more plain jobs than there are CPUs left
         acme = [up.submit_as("acme", *small, "--nodes", "2", *_gang_command(marks, slurm.conf)),
                 up.submit_as("acme", *small, "--node-selector", f"{SELECTOR}=kubernetes", *_command(marks, 20))]
-        acme += [up.submit_as("acme", *small, *_command(marks, 20)) for _ in range(13)]
+        # (40 s: still running after beta's 15 submissions below, which take 20 s and more on a loaded machine)
+        acme += [up.submit_as("acme", *small, *_command(marks, 40)) for _ in range(13)]
         # a gang of 3 no backend holds alone: it waits, saying why, and blocks no one
         wide = up.submit_as("acme", *small, "--nodes", "3", "--", "true")
         reason = up.until("the 3-node gang's reason", lambda: up.rows()[wide].get("reason"))
