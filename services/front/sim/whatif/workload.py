@@ -5,7 +5,7 @@ what the log cannot tell, noted per job (services/front/sim/whatif/__init__.py s
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -306,17 +306,22 @@ def _timed_inputs(inputs: list[tuple[float, int, str, Event]], end_s: float,
     return timed, capacity
 
 
+def _first_placements(placed: dict[tuple[str, int], tuple[int, int]],
+                      by_job: dict[str, list[int]]) -> Iterator[tuple[str, int, int]]:
+    """(job, basis_seq, seq) of each job's first placed attempt's ``JobScheduled``."""
+    for job_id, attempts in by_job.items():
+        first = min((a for a in attempts if a > 0), default=None)
+        if first is not None and (job_id, first) in placed:
+            yield job_id, *placed[(job_id, first)]
+
+
 def stale_basis(placed: dict[tuple[str, int], tuple[int, int]], end_seqs: list[int],
                  by_job: dict[str, list[int]]) -> set[str]:
     """Jobs whose first attempt a live cycle placed without an end the log already held: an end stored
     after the decision's basis_seq and before the decision itself (the cycle was deciding while it came)."""
     ends = sorted(end_seqs)
     out = set()
-    for job_id, attempts in by_job.items():
-        first = min((a for a in attempts if a > 0), default=None)
-        if first is None or (job_id, first) not in placed:
-            continue
-        basis, seq = placed[(job_id, first)]
+    for job_id, basis, seq in _first_placements(placed, by_job):
         i = bisect.bisect_right(ends, basis)
         if i < len(ends) and ends[i] < seq:
             out.add(job_id)
@@ -330,11 +335,7 @@ def batched_ends(placed: dict[tuple[str, int], tuple[int, int]], end_seqs: list[
     ends = sorted(end_seqs)
     bases = sorted(set(placement_bases))
     out = set()
-    for job_id, attempts in by_job.items():
-        first = min((a for a in attempts if a > 0), default=None)
-        if first is None or (job_id, first) not in placed:
-            continue
-        basis, _seq = placed[(job_id, first)]
+    for job_id, basis, _seq in _first_placements(placed, by_job):
         i = bisect.bisect_left(bases, basis)
         before = bases[i - 1] if i > 0 else 0
         if bisect.bisect_right(ends, basis) - bisect.bisect_right(ends, before) >= 2:
