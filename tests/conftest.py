@@ -31,7 +31,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     compile_tree()
 
 
-WORKERS = 3  # measured on 2 cores (docs/benchmarks.md, "The test suite's time"): 2 leaves time, 4 gains none
+# 2 cores (docs/benchmarks.md section 7): 3 workers 676-764 s against 1,283-1,386 s in one process; 4 took
+# 619 s once, but the README journey then timed out (120 s) and more timing-bound tests failed
+WORKERS = 3
 
 # Tests that use one thing of the machine's run one after another, on one worker. The Slurm and
 # Kubernetes test clusters: one group, since tests/nodes/test_backends_together.py runs both (a test
