@@ -110,11 +110,14 @@ class Together(Up):
             assert done.returncode == 0, f"horizon {command}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
 
 
-def _command(marks: Path, sleep_s: float) -> list[str]:
+def _command(marks: Path, sleep_s: float, held: bool = False) -> list[str]:
     """A job's command: its mark in ``marks`` where that folder is (this host: the agent's node and Slurm's,
-    not a pod's container), its words on stdout, then a while asleep."""
+    not a pod's container), its words on stdout, then a while asleep; ``held``: where ``marks`` is, until
+    the test writes ``marks/release`` (at most 300 s) instead, however long the test's steps take."""
+    wait = (f"if [ -d {marks} ]; then i=0; while [ ! -e {marks}/release ] && [ $i -lt 1500 ]; do sleep 0.2; "
+            f"i=$((i+1)); done; else sleep {sleep_s}; fi") if held else f"sleep {sleep_s}"
     return ["--", "sh", "-c", f'echo "ran $HORIZON_JOB_ID on $HORIZON_NODE"; '
-                              f'[ -d {marks} ] && echo "$HORIZON_JOB_ID $HORIZON_NODE" >> {marks}/ran; sleep {sleep_s}']
+                              f'[ -d {marks} ] && echo "$HORIZON_JOB_ID $HORIZON_NODE" >> {marks}/ran; {wait}']
 
 
 def _gang_command(marks: Path, conf: Path) -> list[str]:
@@ -172,8 +175,9 @@ def test_one_queue_over_the_agent_slurm_and_kubernetes(tmp_path: Path, slurm: Sl
         # more plain jobs than there are CPUs left
         acme = [up.submit_as("acme", *small, "--nodes", "2", *_gang_command(marks, slurm.conf)),
                 up.submit_as("acme", *small, "--node-selector", f"{SELECTOR}=kubernetes", *_command(marks, 20))]
-        # (40 s: still running after beta's 15 submissions below, which take 20 s and more on a loaded machine)
-        acme += [up.submit_as("acme", *small, *_command(marks, 40)) for _ in range(13)]
+        # held until beta's 15 submissions below are in (they took 45 s and more on a loaded machine, beside
+        # the suite's other workers: a fixed sleep ran out first); a pod's (no marks there) sleeps 40 s
+        acme += [up.submit_as("acme", *small, *_command(marks, 40, held=True)) for _ in range(13)]
         # a gang of 3 no backend holds alone: it waits, saying why, and blocks no one
         wide = up.submit_as("acme", *small, "--nodes", "3", "--", "true")
         reason = up.until("the 3-node gang's reason", lambda: up.rows()[wide].get("reason"))
@@ -186,6 +190,7 @@ def test_one_queue_over_the_agent_slurm_and_kubernetes(tmp_path: Path, slurm: Sl
         rows = up.rows()
         waiting = [j for j in acme if rows[j]["state"] == "PENDING"]
         assert waiting, f"acme's jobs should outnumber the cluster's CPUs: {up.cli('nodes').stdout}"
+        (marks / "release").touch()  # acme's running jobs end; beta's and acme's waiting ones follow
         jobs = acme + beta
         assert len(jobs) == 30
         for job in jobs:
