@@ -101,6 +101,10 @@ class PodOutput:
         pod = next((p for p in (pod_of(pods, self.install, node, key, asked) for key in keys) if p is not None), None)
         if pod is None or (tenant is not None and _tenant_of(pod) != tenant):
             return nothing
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            # Being deleted (a cancelled or preempted attempt): once its container is gone, the kubelet
+            # answers the log request with its own error text as if it were the log (seen under load).
+            return nothing
         number = (core.attempt_of(pod, self.install) or ("", asked))[1]
         try:
             data = await self._log(pod)
