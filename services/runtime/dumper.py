@@ -261,24 +261,28 @@ class SnapshotDumper:
             self._on_failure()
 
     async def flush(self) -> None:
-        """Until the dump under way, if any, has been offered to the uploader (or has failed)."""
+        """Until the dump under way, if any, has been offered to the uploader (or has failed), and the
+        uploader has stored what it holds."""
         while self._task is not None and not self._task.done():
             await asyncio.shield(self._task)
+        await self.uploader.flush()
 
     async def close(self, grace_s: float = 5.0) -> None:
-        """Give a dump under way ``grace_s`` to deliver, then kill its child (and reap it)."""
+        """Give a dump under way ``grace_s`` to deliver, then kill its child (and reap it); then close the
+        uploader (its own grace for an upload under way)."""
         task = self._task
         if task is None or task.done():
             self._reap_left_over()
-            return
-        await asyncio.wait({task}, timeout=grace_s)
-        if not task.done():
-            await cancel_and_wait(task)
-        for _ in range(100):  # a killed child exits within milliseconds, unless the kernel is busy
-            self._reap_left_over()
-            if not self._unreaped:
-                break
-            await asyncio.sleep(0.01)
+        else:
+            await asyncio.wait({task}, timeout=grace_s)
+            if not task.done():
+                await cancel_and_wait(task)
+            for _ in range(100):  # a killed child exits within milliseconds, unless the kernel is busy
+                self._reap_left_over()
+                if not self._unreaped:
+                    break
+                await asyncio.sleep(0.01)
+        await self.uploader.close()
 
 
 class _PipeReader:

@@ -222,7 +222,7 @@ class ServiceRunner(Generic[S]):
         self._dumped_seq = 0  # seq of the last dump (or of the snapshot started from)
         self.pacer = DumpPacer()  # dumps take at most a tenth of its time (a big state dumps slowly)
         # Dumps in a forked child where it can, else here (dumper.py); uploads in the background.
-        self.dumper = SnapshotDumper(core.name, getattr(core, "dump", bytes), SnapshotUploader(
+        self.dumper = SnapshotDumper(core.name, core.dump, SnapshotUploader(
             core.name, self._save_snapshot), pacer=self.pacer, on_failure=self._dump_failed) \
             if self.snapshot_every else None
 
@@ -507,7 +507,6 @@ class ServiceRunner(Generic[S]):
         """Until the snapshot being uploaded, if any, is stored (tests, benchmarks, a graceful stop)."""
         if self.dumper is not None:
             await self.dumper.flush()
-            await self.dumper.uploader.flush()
 
     # ---------------------------------------------------------------- life cycle
 
@@ -596,4 +595,3 @@ class ServiceRunner(Generic[S]):
                 await asyncio.wait_for(self.lease.release(), 2.0)
         if self.dumper is not None:
             await self.dumper.close()
-            await self.dumper.uploader.close()
