@@ -305,6 +305,7 @@ def restore_nodes(cluster: Cluster, nodes: list[Node]) -> None:
         node.kind = None
         node.unhealthy_gpus = sum(1 for d in node.gpus.values() if d.health)
         cluster.nodes[node.name] = node
+        cluster.track(node)
 
 
 def read_snapshot(data: bytes, kind: type[T], fmt: int, fingerprint: str) -> T | None:

@@ -152,7 +152,7 @@ class InventoryCore:
         base = {"ts": state.now, "source": self.name, "basis_seq": state.seq}
         decide = Decider(self.name, **base)
         shrunk: set[str] = set()  # elastic jobs shrunk off lost nodes (services/inventory/elastic.py)
-        for node in state.cluster.sorted_nodes():
+        for node in state.cluster.sorted_irregular():  # the others are ready, not lost, not removed
             if not node.removed and (not node.ready or node.lost) and node.registered_seq > node.lost_seq:
                 out.append(decide(c.NodeReady, node.name, node.registered_seq, correlation_id=node.name, node=node.name))
             if node.lost or node.removed:
@@ -175,10 +175,10 @@ class InventoryCore:
             asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested, c.JobResized))}
             out.extend(memory_evictions(state.cluster.nodes, state.jobs, state.pressure, asked, state.now, state.seq))
         # drains with migration or a deadline (services/inventory/drain.py)
-        drains = [n for n in state.cluster.nodes.values() if n.draining and (n.drain_migrate or n.drain_deadline_ts)]
+        drains = [n for n in state.cluster.sorted_irregular() if n.draining and (n.drain_migrate or n.drain_deadline_ts)]
         if drains:
             asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested, c.JobResized))}
-            out.extend(drain_stops(sorted(drains, key=lambda n: n.name), state.jobs, state.preemptions, asked,
+            out.extend(drain_stops(drains, state.jobs, state.preemptions, asked,
                                    state.now, state.seq, self.eviction_grace_s))
         taints: dict[str, list[c.Taint]] = {}  # this round's taint answers, so two commands compose
         datasets: dict[str, frozenset[str]] = {}  # and its dataset answers
@@ -202,7 +202,7 @@ class InventoryCore:
         out: list[Event] = []
         decide = Decider(self.name, ts=state.now, source=self.name, basis_seq=state.seq)
         asked = set(failing)
-        tainted = sorted((n for n in state.cluster.nodes.values() if n.taints), key=lambda n: n.name)
+        tainted = [n for n in state.cluster.sorted_irregular() if n.taints]  # NoExecute taints make a node irregular
         for node in tainted:
             if node.lost or node.removed or not node.jobs:
                 continue  # a lost or removed node's jobs are failed instead (above)
