@@ -54,7 +54,7 @@ import signal
 import struct
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from services.runtime.cancel import cancel_and_wait
@@ -108,6 +108,7 @@ class SnapshotDumper:
         self.fork = fork_dumps_enabled() if fork is None else fork and fork_dumps_enabled()
         self._on_failure = on_failure
         self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Task[None] | None = None  # when_ready's
         self._unreaped: set[int] = set()
         self.forks = 0
         self.failures = 0
@@ -119,6 +120,23 @@ class SnapshotDumper:
     def ready(self) -> bool:
         """No dump under way, and the pacer lets the next one start."""
         return (self._task is None or self._task.done()) and self.pacer.ready()
+
+    def when_ready(self, wake: Callable[[], Awaitable[None]]) -> None:
+        """Await ``wake()`` once, as soon as ``ready``: the child under way has ended and the pacer's rest
+        has passed. A dump that came due while not ready must not wait for the next record (a runner
+        that has gone idle gets none, and its last records would stay out of every snapshot: a longer
+        fold at its next restart). One wake at a time; ``close`` cancels it."""
+        if self._wake is None or self._wake.done():
+            self._wake = asyncio.create_task(self._when_ready(wake), name=f"horizon-dump-due-{self.name}")
+
+    async def _when_ready(self, wake: Callable[[], Awaitable[None]]) -> None:
+        while not self.ready():
+            if self._task is not None and not self._task.done():
+                await asyncio.wait({self._task})
+            else:
+                await asyncio.sleep(max(0.001, self.pacer.not_before - self.pacer.clock()))
+        self._wake = None  # so that ``wake`` may arm the next one
+        await wake()
 
     def dump(self, state: Any, seq: int) -> None:
         """Start a dump of ``state`` at ``seq`` (in a child, or here and now); never raises."""
@@ -269,7 +287,9 @@ class SnapshotDumper:
 
     async def close(self, grace_s: float = 5.0) -> None:
         """Give a dump under way ``grace_s`` to deliver, then kill its child (and reap it); then close the
-        uploader (its own grace for an upload under way)."""
+        uploader (its own grace for an upload under way). A pending ``when_ready`` is cancelled."""
+        if self._wake is not None:
+            await cancel_and_wait(self._wake)
         task = self._task
         if task is None or task.done():
             self._reap_left_over()

@@ -80,13 +80,7 @@ from services.runtime.snapshots import DumpPacer, SnapshotUploader
 if TYPE_CHECKING:
     from services.runtime.lease import Lease
 
-__all__ = [
-    "ServiceRunner",
-    "fold_record",
-    "RunnerStats",
-    "collector_paused",
-    "long_lived_heap",
-]
+__all__ = ["ServiceRunner", "fold_record", "RunnerStats", "collector_paused", "long_lived_heap"]
 
 log = logging.getLogger("horizon.service")
 
@@ -485,11 +479,17 @@ class ServiceRunner(Generic[S]):
 
         Only the leader does: two writers of one service's snapshots would prune each other's chunks.
         """
-        if self.dumper is None or self.state.seq - self._dumped_seq < self.snapshot_every or not self.leading \
-                or not self.dumper.ready():
+        if self.dumper is None or self.state.seq - self._dumped_seq < self.snapshot_every or not self.leading:
+            return
+        if not self.dumper.ready():  # due, but resting or a child still at work: then, record or not
+            self.dumper.when_ready(self._dump_due)
             return
         self._dumped_seq = self.state.seq
         self.dumper.dump(self.state, self.state.seq)
+
+    async def _dump_due(self) -> None:
+        async with self._lock:
+            self._maybe_snapshot()
 
     def _dump_failed(self) -> None:
         self.stats.snapshot_failures += 1

@@ -288,6 +288,28 @@ async def test_a_failed_upload_is_logged_and_the_service_goes_on(services, js_lo
     assert runner.stats.snapshots_saved == 1 and await js_log.load_snapshot("toy") is not None
 
 
+async def test_a_dump_the_pacer_held_back_is_taken_when_it_may_be_with_no_record_after(services, js_log):
+    saved: list[int] = []
+
+    async def spy(seq: int) -> None:
+        saved.append(seq)
+
+    await js_log.publish_many(submissions(0, 60))
+    runner = await services.start(ToyCore(snapshot_every=50), spy=spy)
+    await runner.flush_snapshots()
+    assert len(saved) == 1
+    now = [1000.0]  # the pacer's clock, frozen: resting for one more second after that dump
+    runner.pacer.clock, runner.pacer.not_before = (lambda: now[0]), 1001.0
+    await js_log.publish_many(submissions(60, 60))
+    await until(lambda: len(runner.state.submitted) == 120, "the tail")
+    await caught_up(runner, js_log)
+    await asyncio.sleep(0.3)
+    assert len(saved) == 1 and not runner.dumper.ready()  # due, held back; and no record is coming
+    now[0] = 1001.0  # the rest is over
+    await until(lambda: len(saved) == 2, "the held-back dump, with no record after it")
+    assert saved[-1] == runner.state.seq == await js_log.last_seq()
+
+
 async def test_a_newer_dump_supersedes_a_queued_one():
     gate = asyncio.Event()
     stored: list[int] = []
