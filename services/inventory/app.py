@@ -35,17 +35,20 @@ from typing import Any
 
 from events import catalogue as c
 from events.codec import encode
-from events.subjects import event_subject
+from events.subjects import event_subject, heartbeat_subject
 from services.domain.envelope import Decider
 from services.inventory.core import InventoryCore, InventoryState
 from services.runtime.cancel import cancel_and_wait
 from services.runtime.lease import Lease
 from services.runtime.log import EventLog
+from services.runtime.receive import subscribe_fast, unsubscribe_fast
 from services.runtime.service import ServiceRunner
 
 __all__ = ["HeartbeatWatch", "InventoryService", "Ticker"]
 
 log = logging.getLogger("horizon.inventory")
+
+_BEAT_PREFIX = len(heartbeat_subject(""))  # "horizon.hb.": the node follows
 
 
 class HeartbeatWatch:
@@ -60,10 +63,14 @@ class HeartbeatWatch:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        async def on_beat(msg: Any) -> None:
-            self.last_seen[msg.subject.rsplit(".", 1)[1]] = time.monotonic()
+        seen, clock = self.last_seen, time.monotonic
 
-        self._sub = await self.nc.subscribe("horizon.hb.*", cb=on_beat)
+        def on_beat(subject: str, _reply: str, _headers: Any, _data: bytes) -> None:
+            seen[subject[_BEAT_PREFIX:]] = clock()
+
+        # Straight from the lean parser where the connection has it (services/runtime/receive.py): 12,500
+        # nodes beat 12,500 times a second, and nats-py's Msg, queue and task per beat took a tenth of a core.
+        self._sub = await subscribe_fast(self.nc, "horizon.hb.*", on_beat)
         self._task = asyncio.create_task(self._watch(), name="inventory-heartbeats")
 
     async def stop(self) -> None:
@@ -71,7 +78,7 @@ class HeartbeatWatch:
             await cancel_and_wait(self._task)
         if self._sub is not None:
             with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
+                await unsubscribe_fast(self.nc, self._sub)
 
     async def _watch(self) -> None:
         while True:

@@ -288,6 +288,15 @@ class JetStreamLog(JetStreamSnapshots):
             raise LogUnavailable(f"last message on {subject}: {type(exc).__name__}") from None
         return int(msg.seq or 0)
 
+    async def next_seq(self, subject: str, after: int) -> int:
+        try:
+            msg = await self.js.get_msg(STREAM, seq=after + 1, subject=subject, next=True)
+        except nats.js.errors.NotFoundError:
+            return 0
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+            raise LogUnavailable(f"next message on {subject} after {after}: {type(exc).__name__}") from None
+        return int(msg.seq or 0)
+
     async def _reader(self, stream: str, from_seq: int, subjects: Sequence[str], batch: int = 1000) -> PullReader:
         reader = PullReader(self.nc, self.js, stream, from_seq, subjects, batch=batch)
         await reader.start()

@@ -187,6 +187,13 @@ class EventLog(Protocol):
 
     async def last_seq(self, subject: str | None = None) -> int: ...
 
+    async def next_seq(self, subject: str, after: int) -> int:
+        """The sequence of the first record matching ``subject`` (a filter) past ``after``; 0 if none. Cheap
+        on a big log where ``last_seq`` of a wide filter is not: JetStream finds the last record of a
+        filter by visiting every subject it matches (millions: one per job), the next one by reading
+        forward from ``after``."""
+        ...
+
     def read(
         self, from_seq: int = 1, *, subjects: Sequence[str] = WHOLE_LOG, until_seq: int | None = None
     ) -> AsyncIterator[list[Record]]: ...

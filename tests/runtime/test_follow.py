@@ -103,3 +103,15 @@ async def test_a_failing_handler_is_raised_by_wait():
         raise AssertionError("the handler's error was not raised")
     finally:
         await follow.stop()
+
+
+async def test_next_seq_is_the_first_record_of_a_filter_past_a_position(event_log):
+    """What the layout's probe asks instead of the filter's last record (a visit of every subject it
+    matches, on JetStream): is there an event past the state?"""
+    await _publish(event_log, 3)  # 1-3: events
+    await event_log.publish("horizon.in.acme.submit", encode(JobSubmitted(job_id="j", tenant="acme")), msg_id="j")
+    assert await event_log.next_seq("horizon.evt.>", 0) == 1
+    assert await event_log.next_seq("horizon.evt.>", 2) == 3
+    assert await event_log.next_seq("horizon.evt.>", 3) == 0  # only an input past it
+    assert await event_log.next_seq("horizon.in.>", 1) == 4
+    assert await event_log.next_seq("horizon.evt.>", 9) == 0  # past the end
