@@ -267,6 +267,8 @@ PUBLISHERS: dict[str, tuple[str, ...]] = {
     "NodeLost": ("inventory",),
     "NodeRemoved": ("inventory",),
     "ClockTicked": ("clock",),
+    # a leader's claim, by the runner of each service that runs under a lease (not a decision)
+    "LeadershipClaimed": DECISION_SERVICES,
 }
 
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")

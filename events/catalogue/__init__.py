@@ -32,6 +32,7 @@ One module per producer, all of them read through this package
 ``agents``      node agents' reports
 ``inventory``   inventory's decisions about nodes
 ``clock``       ``ClockTicked``
+``leases``      ``LeadershipClaimed``, a leader's claim (a runner's, not a decision)
 
 ``AnyEvent`` (the tagged union) and ``EVENT_TYPES`` (tag -> class) are here.
 """
@@ -50,6 +51,7 @@ from events.catalogue.preemption import *  # noqa: F403
 from events.catalogue.agents import *  # noqa: F403
 from events.catalogue.inventory import *  # noqa: F403
 from events.catalogue.clock import *  # noqa: F403
+from events.catalogue.leases import *  # noqa: F403
 
 
 AnyEvent = (
@@ -113,6 +115,7 @@ AnyEvent = (
     | NodeLost
     | NodeRemoved
     | ClockTicked
+    | LeadershipClaimed
 )
 
 EVENT_TYPES: dict[str, type[Event]] = {

@@ -18,7 +18,8 @@ another party's subject (``horizon.evt.agent.JobScheduled.x``), or any event
 naming a decision service as its ``source`` on another's subject.
 
 Not decisions, and not checked: inputs (``horizon.in.>``), the agents' reports
-and the clock (their subjects, their types), and the *observations* of
+and the clock (their subjects, their types), a leased runner's ``LeadershipClaimed`` (its
+fence, ``services/runtime/claim.py``: counted in ``claims``), and the *observations* of
 inventory's heartbeat watch, ``NodeLost`` and ``NodeReady`` with
 ``basis_seq`` 0 (each core names its own: ``observations``): they record wall-clock silence, which no
 replay of the log can reproduce; the log takes them as inputs.
@@ -63,6 +64,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from events import catalogue as c
 from events.base import Event
 from events.codec import DecodeError, decode, encode
 from events.subjects import DECISION_SERVICES, PUBLISHERS, parse_subject, service_of
@@ -89,6 +91,7 @@ def observations(cores: Sequence[Core[Any]]) -> frozenset[tuple[str, str]]:
 
 REPRODUCED = "reproduced"
 OBSERVATION = "observation"
+CLAIM = "leader-claim"  # a runner's LeadershipClaimed (services/runtime/claim.py): the fence, not a decision
 
 # mismatch kinds
 NOT_DECIDED = "not-decided"  # no replayed decision has its id: forged
@@ -120,6 +123,7 @@ class AuditReport:
     reproduced: int = 0
     mismatches: list[dict[str, Any]] = field(default_factory=list)
     observations: int = 0
+    claims: int = 0  # leaders' claims (LeadershipClaimed), counted apart from the decisions
     records: int = 0
     first_seq: int = 0
     last_seq: int = 0
@@ -253,6 +257,10 @@ class _Audit:
         if event.event_type != subject_type:
             self.claim_failed(UNDECODABLE, f"{event.event_type} published on a {subject_type} subject: no service "
                                            f"publishes that (each service folds it as undecodable)", owner, r, event)
+            return
+        if isinstance(event, c.LeadershipClaimed):
+            self.report.claims += 1
+            self.report.verdicts[r.seq] = CLAIM
             return
         basis = getattr(event, "basis_seq", 0) or 0
         if basis == 0:

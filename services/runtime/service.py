@@ -22,18 +22,17 @@ does all the I/O, reading the log through the one reading loop
 **Leases and fencing** (optional: ``lease=``; ``services/runtime/lease.py``).
 Any number of runners of one service may run; all fold the log, and only the
 holder of the service's lease decides (the others are hot standbys). A runner
-that takes the lease first waits until it has applied the log up to its end
-as read at the takeover, then decides. Every decision round is published
-fenced (all or none as an atomic batch; a round of up to ``CHAIN_MAX`` as a chain
-of single fenced messages, see ``_publish_fenced``): stored only if the last record on the
-service's own subjects (``horizon.evt.<service>.>``) is the one this runner has
-applied. A deposed leader's round (it was paused, its lease lapsed, a
-successor decided) is refused, since the successor's decisions moved the
-fence; so is a new leader's round if a decision of its predecessor landed
-after the takeover read. The refused runner waits until it has applied the log
-to its current end and, if it still holds the lease, decides again. A runner
-that loses its lease stays a standby: its state is a fold of the log like any
-other, and it takes the lease again if it is the one free.
+that takes the lease first claims the lead in the log (``LeadershipClaimed``,
+``services/runtime/claim.py``) and decides once it has applied the log up to its
+claim. Every decision round is published fenced (all or none as an atomic batch; a
+round of up to ``CHAIN_MAX`` as a chain of single fenced messages, see
+``_publish_fenced``): stored only while its claim is the last one on the service's
+claim subject. A deposed leader's round (it was paused, its lease lapsed, a successor
+claimed) is refused. The refused runner waits until it has applied the log to its
+current end (a later claim there supersedes its own) and, if it still holds the
+lease, claims again and decides again. A runner that loses its lease stays a standby:
+its state is a fold of the log like any other, and it takes the lease again if it is
+the one free.
 
 ``decide`` must never return a decision that the state already reflects
 (otherwise every batch would publish it again); each core's tests check
@@ -70,11 +69,12 @@ from events.codec import DecodeError, encode
 from events.subjects import event_subject
 from services.domain.protocol import Core, CoreState, Record, fold_event, fold_undecodable, snapshot_interval
 from services.runtime.cancel import cancel_and_wait
+from services.runtime.claim import LeaderClaim
 from services.runtime.consume import decode_record
 from services.runtime.dumper import SnapshotDumper
 from services.runtime.follow import LogFollow
 from services.runtime.layout import LayoutReader
-from services.runtime.log import EventLog, Fence, LogConflict, Outgoing, PublishAck
+from services.runtime.log import EventLog, LogConflict, Outgoing, PublishAck
 from services.runtime.snapshots import DumpPacer, SnapshotUploader
 
 if TYPE_CHECKING:
@@ -177,9 +177,7 @@ class ServiceRunner(Generic[S]):
         # Leader lease (None: this runner always decides, the single-instance shape of tests and
         # the simulator). With one, it decides only while it holds the lease, and fenced.
         self.lease = lease
-        self.fence_subjects = f"horizon.evt.{core.name}.>"
-        self._own_prefix = f"horizon.evt.{core.name}."
-        self.own_last_seq = 0  # the last applied record on this service's own subjects (the fence)
+        self.claim = LeaderClaim(core.name, lease.holder) if lease is not None else None  # the fence (claim.py)
         self._lease_task: asyncio.Task[None] | None = None
         self._takeover: asyncio.Task[None] | None = None
         self._stopping = False
@@ -232,11 +230,12 @@ class ServiceRunner(Generic[S]):
     async def _apply(self, batch: Sequence[Record]) -> None:
         # A shared reader decoded each record once for every part of the process (fanout.py).
         decoded: list[Event | DecodeError] | None = getattr(batch, "events", None)
+        claim = self.claim
         for i, record in enumerate(batch):
             if record.seq <= self.state.seq:
                 continue  # already folded (a reader restart may repeat the tail)
-            if record.subject.startswith(self._own_prefix):
-                self.own_last_seq = record.seq
+            if claim is not None:
+                claim.saw(record)
             own = self._own.pop(record.msg_id, None) if self._own and record.headers else None
             if own is not None and record.subject == event_subject(self.name, own):
                 self.state = fold_event(self.core, self.state, record, own)
@@ -269,6 +268,9 @@ class ServiceRunner(Generic[S]):
     async def decide_now(self) -> list[Event]:
         """One decision round, if the state is caught up with our own publications (and we lead)."""
         if self.state.seq < self.awaiting or not self.leading:
+            return []
+        if self.claim is not None and not self.claim.seq:  # claim the lead first; decide once it is applied
+            self.awaiting = max(self.awaiting, await self.claim.take(self.log) or await self._log_end())
             return []
         with self._round():
             decisions = self.core.decide(self.state)
@@ -326,7 +328,7 @@ class ServiceRunner(Generic[S]):
         if len(items) > 1 and len(items) <= CHAIN_MAX and not self.core.virtual_time:
             return await self._publish_chain(items)
         try:
-            return await self.log.publish_fenced(items, Fence(self.fence_subjects, self.own_last_seq))
+            return await self.log.publish_fenced(items, self.claim.fence())  # type: ignore[union-attr]
         except LogConflict as exc:
             return self._fenced_out(len(items), exc, await self._log_end())
 
@@ -355,15 +357,11 @@ class ServiceRunner(Generic[S]):
         (the caller then waits, as for a refused round, until it has read the log to its end:
         the part that was stored comes back through it like any record)."""
         acks: list[PublishAck] = []
-        last = self.own_last_seq
         for item in items:
             try:
-                ack = (await self.log.publish_fenced([item], Fence(self.fence_subjects, last)))[0]
+                acks.append((await self.log.publish_fenced([item], self.claim.fence()))[0])  # type: ignore[union-attr]
             except LogConflict as exc:
                 return self._fenced_out(len(items), exc, await self._log_end(), acks)
-            acks.append(ack)
-            if not ack.duplicate:
-                last = ack.seq
         return acks
 
     async def _log_end(self) -> int:
@@ -396,32 +394,18 @@ class ServiceRunner(Generic[S]):
             log.warning("%s: no longer the leader; following as a standby", self.name)
 
     async def _take_over(self) -> None:
-        """Decide once the log is applied up to its end as read now (the fence covers the rest).
-
-        A decision of the previous leader still on its way when we read the end either lands
-        before our first round, which the fence then refuses and we re-read; or after it, and
-        then the fence refuses that one.
-        """
+        """Claim the lead in the log, then decide once the claim is applied (``decide_now``, claim.py): a
+        decision of the previous leader stored before the claim is then in the state, and one after it is refused."""
         while self.leading:
             try:
-                # the end of what it reads: a filtered runner never reads an input past its last event
-                end = await self.log.last_seq(self.layout.subjects[0] if self.layout.filtered else None)
-                own = await self.log.last_seq(self.fence_subjects)
-                break
+                async with self._lock:
+                    self.claim.seq = 0  # type: ignore[union-attr] # a new term claims anew
+                    log.info("%s: leading (holder %s) from seq %d", self.name, self.lease.holder, self.state.seq)  # type: ignore[union-attr]
+                    await self._decide_or_rest()
+                return
             except Exception as exc:  # noqa: BLE001 - keep trying while we hold the lease
-                log.warning("%s: cannot read the log's end to take over (%s); retrying", self.name, exc)
+                log.warning("%s: cannot claim the lead (%s: %s); retrying", self.name, type(exc).__name__, exc)
                 await asyncio.sleep(0.5)
-        else:
-            return
-        async with self._lock:
-            # After a restore from a snapshot, our last own record may predate the snapshot;
-            # the log tells us which it is, and we take its word only for what we have applied.
-            if own <= self.state.seq:
-                self.own_last_seq = max(self.own_last_seq, own)
-            self.awaiting = max(self.awaiting, end)
-            log.info("%s: leading (holder %s) from seq %d once applied to %d", self.name,
-                     self.lease.holder if self.lease else "-", self.state.seq, end)
-            await self._decide_or_rest()
 
     async def _on_batch(self, batch: list[Record]) -> None:
         async with self._lock:

@@ -22,6 +22,7 @@ import pytest
 from events import catalogue as c
 from services.nodes.spec import local_nodes
 from services.front.host.check import check_log
+from services.runtime.claim import LeaderClaim
 from services.runtime.jetstream import JetStreamLog, StreamSettings
 from services.runtime.lease import Lease
 from services.runtime.log import FENCED_BATCH_MAX, Fence, LogConflict, Outgoing
@@ -347,3 +348,33 @@ async def test_a_deposed_leader_cannot_store_a_stale_decision(nats_server):
     assert not ack.duplicate
     await old_log.close()
     await new_log.close()
+
+
+async def test_a_successor_s_claim_fences_out_every_later_decision_of_the_leader_before_it(event_log):
+    """``LeaderClaim`` (services/runtime/claim.py): a claim is stored only on the last one it read; a
+    later claim refuses the earlier claimer's decisions at once, single or batched, and supersedes it
+    when applied. The fence is one literal subject, whatever the service's decisions are named."""
+    first, second = LeaderClaim("placement", "one"), LeaderClaim("placement", "two")
+    assert first.subject == "horizon.evt.placement.LeadershipClaimed.lease"
+    assert await first.take(event_log) == 1
+    decision = Outgoing("horizon.evt.placement.JobScheduled.j1", b"{}", "placement/JobScheduled/j1/1")
+    assert [a.seq for a in await event_log.publish_fenced([decision], first.fence())] == [2]
+    stale = LeaderClaim("placement", "three")
+    stale_last = await event_log.last_seq(stale.subject)
+    assert await second.take(event_log) == 3  # fenced on claim 1: stored
+    # a claim fenced on a claim that is no longer the last is refused
+    with pytest.raises(LogConflict):
+        await event_log.publish_fenced([Outgoing(stale.subject, b"{}", "late-claim")], Fence(stale.subject, stale_last))
+    late = [Outgoing(f"horizon.evt.placement.JobScheduled.j{i}", b"{}", f"placement/JobScheduled/j{i}/1") for i in (2, 3)]
+    for items in ([late[0]], late):  # one, and an atomic batch
+        with pytest.raises(LogConflict):
+            await event_log.publish_fenced(items, first.fence())
+    assert await event_log.last_seq() == 3
+    claims = [r for r in [r async for batch in event_log.read(1) for r in batch] if r.subject == first.subject]
+    assert [c_.seq for c_ in claims] == [1, 3]
+    first.saw(claims[0])
+    assert first.seq == 1  # its own claim
+    first.saw(claims[1])
+    assert first.seq == 0  # superseded: it must claim again before it decides
+    second.saw(claims[0])
+    assert second.seq == 3  # an earlier claim supersedes nothing

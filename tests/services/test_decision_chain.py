@@ -7,8 +7,8 @@ real nats-server, with a toy core that answers every submission with two
 decisions:
 
 1. the round is stored whole, in order, and the runner folds both back;
-2. a successor's decision landing between the chain's messages cuts the
-   chain: the part stored stays (a decision made at its basis), the rest is
+2. a successor's claim (services/runtime/claim.py) and decision landing between the chain's
+   messages cut the chain: the part stored stays (a decision made at its basis), the rest is
    refused by the fence, and the runner, once it has read the log, decides
    what the state still calls for, the missing decision included.
 """
@@ -25,6 +25,7 @@ from events.base import Event
 from events.codec import encode
 from events.subjects import WHOLE_LOG, event_subject, input_subject
 from services.domain.protocol import CoreState, Record
+from services.runtime.claim import LeaderClaim
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.lease import Lease
 from services.runtime.service import CHAIN_MAX, ServiceRunner
@@ -94,7 +95,7 @@ async def test_a_round_of_two_is_stored_whole_and_in_order(nats_server: Any) -> 
 
 
 class _Interloper:
-    """The runner's log, but after the chain's first message a successor's decision lands on its subjects."""
+    """The runner's log, but after the chain's first message a successor claims the lead and its decision lands."""
 
     def __init__(self, inner: JetStreamLog) -> None:
         self.inner = inner
@@ -107,6 +108,7 @@ class _Interloper:
         acks = await self.inner.publish_fenced(items, fence)
         if not self.cut and items[0].msg_id == "chain/a/j1":
             self.cut = True
+            assert await LeaderClaim("chain", "successor").take(self.inner)  # a successor claims, then decides
             other = c.JobRejected(id="chain/other/j0", correlation_id="j0", source="chain", job_id="j0", tenant="acme",
                                   reason="a successor's decision", basis_seq=1)
             await self.inner.publish(event_subject("chain", other), encode(other), msg_id=other.id)

@@ -15,7 +15,7 @@ from events.subjects import parse_subject
 from services.domain.protocol import Record
 from services.domain.qos import qos_class
 from services.front.audit.config import AuditConfig, audit_cores
-from services.runtime.replay import OBSERVATION, REPRODUCED, AuditReport, audit, concerns
+from services.runtime.replay import CLAIM, OBSERVATION, REPRODUCED, AuditReport, audit, concerns
 
 __all__ = ["story_line", "story_events", "job_story", "job_verdicts", "fmt_time"]
 
@@ -169,6 +169,8 @@ def _mark(verdict: str | None, record: Record, reasons: dict[int, str]) -> str:
         return "reproduced"
     if verdict == OBSERVATION:
         return "observation"
+    if verdict == CLAIM:
+        return "leader's claim"
     if verdict is not None:
         return f"NOT REPRODUCED: {reasons.get(record.seq, verdict)}"
     subject = parse_subject(record.subject)

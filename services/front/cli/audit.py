@@ -73,6 +73,8 @@ def _print_summary(report: AuditReport, url: str, config: AuditConfig, first: in
     if report.observations:
         click.echo(f"observations, not decisions (inventory's heartbeat watch: NodeLost/NodeReady): "
                    f"{report.observations}")
+    if report.claims:
+        click.echo(f"leaders' claims, not decisions (LeadershipClaimed, the fence of a leased service): {report.claims}")
     if report.ok:
         click.echo(f"OK: all {report.decisions} decisions reproduced exactly from their basis_seq.")
     else:
