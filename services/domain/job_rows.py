@@ -1,12 +1,15 @@
-"""A job table's jobs as compact rows, and a cluster's nodes, for snapshots (the scheduling, placement and
-inventory states). Pure.
+"""A job table's jobs as compact columns, and a cluster's nodes, for snapshots (the scheduling, placement,
+inventory and preemption states). Pure.
 
 A ``Job`` written as a dataclass is a map of 19 named fields around a spec that is a map of
-71; a queued job is nearly all defaults. A row is an array, ``[job_id, spec, state, accepted_seq,
-accepted_ts]`` and, only when one of the job's other fields is not its default, a sixth item: a map
-of those fields. The spec is a map of its fields that are not their defaults (a queued job of the
-memory benchmark: 6 of 71, 82 bytes against 940). Decoding fills the defaults back, so
-``load(dump(jobs))`` is the same jobs, and equal jobs give equal bytes (fields in declaration order).
+71; a queued job is nearly all defaults. ``JobColumns`` holds each field as a column: a job's state,
+sequence and time, and, only when one of the job's other fields is not its default, a map of those
+fields (``_Rest``); each distinct spec is written once, as a map of its fields that are not their
+defaults (a queued job of the memory benchmark: 6 of 71, 82 bytes against 940), and each job points
+at it with only its own values beside (``OWN``). Decoding fills the defaults back, so
+``restore_columns(columns(jobs))`` is the same jobs, and equal jobs give equal bytes (fields in
+declaration order). (Placement wrote a row per job, each with its spec, until its snapshot format 4:
+68 MB and a 5.4 s restart at a million queued jobs.)
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from services.domain.jobs import STATES, Job, JobTable
 
 T = TypeVar("T")
 
-__all__ = ["LIKE", "OWN", "JobColumns", "JobRow", "TableData", "columns", "node_data", "read_snapshot", "restore_columns", "restore_nodes", "restore_rows", "restore_table", "rows",
-           "spec_fields", "table_data"]
+__all__ = ["LIKE", "OWN", "JobColumns", "columns", "node_data", "read_snapshot", "restore_columns", "restore_nodes",
+           "spec_fields"]
 
 _NEVER = object()  # the "default" of a required field: unequal to every value
 
@@ -68,7 +71,7 @@ def _rest_struct() -> type[msgspec.Struct]:
     (derived from ``Job`` itself, so the two cannot drift apart)."""
     fields = dataclasses.fields(Job)
     assert [f.name for f in fields[:5]] == ["job_id", "spec", "state", "accepted_seq", "accepted_ts"], \
-        "job_rows: a row's first five items are no longer Job's first five fields"
+        "job_rows: the columns' first five are no longer Job's first five fields"
     hints = typing.get_type_hints(Job)
     rest = []
     for f in fields[5:]:
@@ -81,55 +84,10 @@ def _rest_struct() -> type[msgspec.Struct]:
 _Rest = _rest_struct()
 
 
-class JobRow(msgspec.Struct, array_like=True):
-    """How a row decodes (``rows`` writes plain arrays of this layout)."""
-
-    job_id: str
-    spec: c.JobSpec | None
-    state: int
-    accepted_seq: int
-    accepted_ts: float
-    rest: _Rest | None = None  # type: ignore[valid-type]
-
-
 _REST_NAMES: tuple[str, ...] = _Rest.__struct_fields__
 _REST_DEFAULTS = msgspec.structs.astuple(_Rest())
 _rest_of = attrgetter(*_REST_NAMES)
 _INDEX = {state: i for i, state in enumerate(STATES)}
-
-
-def rows(jobs: dict[str, Job]) -> list[list[object]]:
-    """The jobs as rows, in the table's order."""
-    out: list[list[object]] = []
-    index = _INDEX
-    for job in jobs.values():
-        spec = job.spec
-        row: list[object] = [job.job_id, None if spec is None else spec_fields(spec), index[job.state],
-                             job.accepted_seq, job.accepted_ts]
-        rest = _rest_of(job)
-        if rest != _REST_DEFAULTS:
-            row.append({n: v for n, v, d in zip(_REST_NAMES, rest, _REST_DEFAULTS) if v != d})
-        out.append(row)
-    return out
-
-
-def restore_rows(table: JobTable, decoded: list[JobRow], settled: dict[str, int],
-                 arrays: dict[str, list[str]]) -> None:
-    """Fill an empty table from rows, specs interned again (the table's ``shape``, as ``JobTable.restore``),
-    in one pass."""
-    jobs = table.jobs
-    states = STATES
-    shape = table.shape
-    for row in decoded:
-        spec = row.spec
-        job = Job(row.job_id, None if spec is None else shape(spec), states[row.state], row.accepted_seq,
-                  row.accepted_ts)
-        rest = row.rest
-        if rest is not None:
-            for name, value in zip(_REST_NAMES, _astuple(rest)):
-                setattr(job, name, value)
-        jobs[row.job_id] = job
-    table.settled, table.arrays = settled, arrays
 
 
 class JobColumns(msgspec.Struct, array_like=True):
@@ -263,26 +221,6 @@ def restore_columns(table: JobTable, cols: JobColumns, like: JobTable | None = N
             setattr(job, field, value)
     table.jobs.update(zip(cols.ids, made))
     return specs
-
-
-class TableData(msgspec.Struct, array_like=True):
-    """A whole job table as a snapshot carries it (``table_data`` writes it as a plain array)."""
-
-    jobs: list[JobRow]
-    settled: dict[str, int]
-    arrays: dict[str, list[str]]
-    checkpointed: list[str]
-
-
-def table_data(table: JobTable) -> list[object]:
-    """The table as ``TableData``'s layout; maps in the table's own order (the order it folded them in)."""
-    return [rows(table.jobs), table.settled, table.arrays, sorted(table.checkpointed)]
-
-
-def restore_table(table: JobTable, data: TableData) -> None:
-    """Fill an empty table from ``TableData``."""
-    restore_rows(table, data.jobs, data.settled, data.arrays)
-    table.checkpointed = set(data.checkpointed)
 
 
 _NODE_FIELDS = tuple(f.name for f in dataclasses.fields(Node) if f.name not in ("kind", "unhealthy_gpus"))
