@@ -227,8 +227,13 @@ async def test_a_service_whose_dump_child_hangs_goes_on_folding_and_deciding(nat
         core.hang = False  # the next dump is due after 50 more records, and works
         await js_log.publish_many(submissions(90, 60))
         await caught_up(runner, log_)
+        for _ in range(100):  # a dump that came due while the second child ran is taken when it ends (when_ready)
+            await runner.flush_snapshots()
+            await asyncio.sleep(0.1)
+            if runner.dumper.ready():
+                break
         await runner.flush_snapshots()
-        assert runner.stats.snapshots_saved == 1 and runner.dumper.forks == 2
+        assert runner.stats.snapshots_saved >= 1 and runner.dumper.forks >= 2 and runner.stats.snapshot_failures == 1
         found = await log_.load_snapshot("toy")
         assert found is not None and found[0] == runner.stats.snapshot_seq
         loaded = core.load(found[1])
