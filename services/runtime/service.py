@@ -180,6 +180,7 @@ class ServiceRunner(Generic[S]):
         self.claim = LeaderClaim(core.name, lease.holder) if lease is not None else None  # the fence (claim.py)
         self._lease_task: asyncio.Task[None] | None = None
         self._takeover: asyncio.Task[None] | None = None
+        self._claim_retry: asyncio.Task[None] | None = None
         self._stopping = False
         self._publishing: asyncio.Future[list[Event]] | None = None  # the decision round being published
         self.state: S = core.initial()
@@ -270,7 +271,7 @@ class ServiceRunner(Generic[S]):
         if self.state.seq < self.awaiting or not self.leading:
             return []
         if self.claim is not None and not self.claim.seq:  # claim the lead first; decide once it is applied
-            self.awaiting = max(self.awaiting, await self.claim.take(self.log) or await self._log_end())
+            await self._claim()
             return []
         with self._round():
             decisions = self.core.decide(self.state)
@@ -394,18 +395,30 @@ class ServiceRunner(Generic[S]):
             log.warning("%s: no longer the leader; following as a standby", self.name)
 
     async def _take_over(self) -> None:
-        """Claim the lead in the log, then decide once the claim is applied (``decide_now``, claim.py): a
-        decision of the previous leader stored before the claim is then in the state, and one after it is refused."""
-        while self.leading:
-            try:
-                async with self._lock:
-                    self.claim.seq = 0  # type: ignore[union-attr] # a new term claims anew
-                    log.info("%s: leading (holder %s) from seq %d", self.name, self.lease.holder, self.state.seq)  # type: ignore[union-attr]
-                    await self._decide_or_rest()
-                return
-            except Exception as exc:  # noqa: BLE001 - keep trying while we hold the lease
-                log.warning("%s: cannot claim the lead (%s: %s); retrying", self.name, type(exc).__name__, exc)
-                await asyncio.sleep(0.5)
+        """Claim the lead in the log, then decide once the claim is applied (``_claim``, claim.py): a decision
+        of the previous leader stored before the claim is then in the state, and one after it is refused."""
+        async with self._lock:
+            self.claim.seq = 0  # type: ignore[union-attr] # a new term claims anew
+            log.info("%s: leading (holder %s) from seq %d", self.name, self.lease.holder, self.state.seq)  # type: ignore[union-attr]
+            await self._decide_or_rest()
+
+    async def _claim(self) -> None:
+        """Claim the lead (claim.py): decide once the claim is applied, or, refused, once the log is applied to
+        its end. A log that cannot answer now (a server restarting) is asked again in half a second."""
+        try:
+            seq = await self.claim.take(self.log)  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - asked again while the lease says we lead
+            log.warning("%s: cannot claim the lead (%s: %s); retrying", self.name, type(exc).__name__, exc)
+            if self._claim_retry is None or self._claim_retry.done():
+                self._claim_retry = asyncio.create_task(self._claim_again(), name=f"horizon-{self.name}-claim")
+            return
+        self.awaiting = max(self.awaiting, seq or await self._log_end())
+
+    async def _claim_again(self) -> None:
+        await asyncio.sleep(0.5)
+        self._claim_retry = None  # so that a failure in this round arms the next
+        async with self._lock:
+            await self._decide_or_rest()
 
     async def _on_batch(self, batch: list[Record]) -> None:
         async with self._lock:
@@ -570,7 +583,7 @@ class ServiceRunner(Generic[S]):
         self._stopping = True
         if self.lease is not None:
             self.lease.abandon()
-        for task in (self._takeover, self._lease_task):
+        for task in (self._takeover, self._claim_retry, self._lease_task):
             if task is not None and not task.done():
                 await cancel_and_wait(task)
         if self.lease is not None:

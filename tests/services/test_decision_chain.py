@@ -28,6 +28,7 @@ from services.domain.protocol import CoreState, Record
 from services.runtime.claim import LeaderClaim
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.lease import Lease
+from services.runtime.log import LogUnavailable
 from services.runtime.service import CHAIN_MAX, ServiceRunner
 from tests.e2e import events_of, read_log, wait_until
 
@@ -126,6 +127,37 @@ async def test_a_chain_cut_by_a_successor_keeps_its_first_part_and_the_rest_is_d
         assert log.cut and runner.stats.fenced == 1
         # a/j1 was stored before the successor's decision; b/j1 was refused then, and decided again after it
         assert _answers(await read_log(nats_server.url)) == ["chain/a/j1", "chain/other/j0", "chain/b/j1"]
+    finally:
+        await runner.stop()
+        await inner.close()
+
+
+class _Unanswering:
+    """The runner's log, but the first two questions about the claim subject time out (a server restarting)."""
+
+    def __init__(self, inner: JetStreamLog) -> None:
+        self.inner = inner
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def last_seq(self, subject: str | None = None) -> int:
+        if subject is not None and subject.endswith(".LeadershipClaimed.lease") and self.refused < 2:
+            self.refused += 1
+            raise LogUnavailable(f"last message on {subject}: TimeoutError")
+        return await self.inner.last_seq(subject)
+
+
+async def test_a_claim_the_log_cannot_answer_is_asked_again_and_the_leader_decides(nats_server: Any) -> None:
+    inner = await JetStreamLog.open(nats_server.url, name="chain")
+    log = _Unanswering(inner)
+    runner = await _leader(nats_server.url, log)
+    try:
+        await _submit(inner, "j1")
+        await wait_until(lambda: {"chain/a/j1", "chain/b/j1"} <= runner.state.answered, 10, "both answers")
+        assert log.refused == 2 and runner.claim is not None and runner.claim.claims == 1
+        assert _answers(await read_log(nats_server.url)) == ["chain/a/j1", "chain/b/j1"]
     finally:
         await runner.stop()
         await inner.close()
