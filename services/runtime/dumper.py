@@ -126,7 +126,7 @@ class SnapshotDumper:
         has passed. A dump that came due while not ready must not wait for the next record (a runner
         that has gone idle gets none, and its last records would stay out of every snapshot: a longer
         fold at its next restart). One wake at a time; ``close`` cancels it."""
-        if self._wake is None or self._wake.done():
+        if self._wake is None or self._wake.done() or self._wake is asyncio.current_task():  # (from ``wake``)
             self._wake = asyncio.create_task(self._when_ready(wake), name=f"horizon-dump-due-{self.name}")
 
     async def _when_ready(self, wake: Callable[[], Awaitable[None]]) -> None:
@@ -135,8 +135,7 @@ class SnapshotDumper:
                 await asyncio.wait({self._task})
             else:
                 await asyncio.sleep(max(0.001, self.pacer.not_before - self.pacer.clock()))
-        self._wake = None  # so that ``wake`` may arm the next one
-        await wake()
+        await wake()  # still ``_wake`` meanwhile, so that ``close`` cancels it
 
     def dump(self, state: Any, seq: int) -> None:
         """Start a dump of ``state`` at ``seq`` (in a child, or here and now); never raises."""

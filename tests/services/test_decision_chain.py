@@ -16,6 +16,8 @@ decisions:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import pytest
@@ -116,20 +118,27 @@ class _Interloper:
         return acks
 
 
-async def test_a_chain_cut_by_a_successor_keeps_its_first_part_and_the_rest_is_decided_again(nats_server: Any) -> None:
-    inner = await JetStreamLog.open(nats_server.url, name="chain")
-    log = _Interloper(inner)
-    runner = await _leader(nats_server.url, log)
+@contextlib.asynccontextmanager
+async def _j1_answered(url: str, wrap: Any) -> AsyncIterator[tuple[Any, ServiceRunner[Any]]]:
+    """A leader on ``wrap(log)``, once it has answered a submission of j1 both ways."""
+    inner = await JetStreamLog.open(url, name="chain")
+    log = wrap(inner)
+    runner = await _leader(url, log)
     try:
         await _submit(inner, "j1")
         await wait_until(lambda: {"chain/a/j1", "chain/b/j1"} <= runner.state.answered, 10, "both answers")
+        yield log, runner
+    finally:
+        await runner.stop()
+        await inner.close()
+
+
+async def test_a_chain_cut_by_a_successor_keeps_its_first_part_and_the_rest_is_decided_again(nats_server: Any) -> None:
+    async with _j1_answered(nats_server.url, _Interloper) as (log, runner):
         await asyncio.sleep(0.2)
         assert log.cut and runner.stats.fenced == 1
         # a/j1 was stored before the successor's decision; b/j1 was refused then, and decided again after it
         assert _answers(await read_log(nats_server.url)) == ["chain/a/j1", "chain/other/j0", "chain/b/j1"]
-    finally:
-        await runner.stop()
-        await inner.close()
 
 
 class _Unanswering:
@@ -150,14 +159,6 @@ class _Unanswering:
 
 
 async def test_a_claim_the_log_cannot_answer_is_asked_again_and_the_leader_decides(nats_server: Any) -> None:
-    inner = await JetStreamLog.open(nats_server.url, name="chain")
-    log = _Unanswering(inner)
-    runner = await _leader(nats_server.url, log)
-    try:
-        await _submit(inner, "j1")
-        await wait_until(lambda: {"chain/a/j1", "chain/b/j1"} <= runner.state.answered, 10, "both answers")
+    async with _j1_answered(nats_server.url, _Unanswering) as (log, runner):
         assert log.refused == 2 and runner.claim is not None and runner.claim.claims == 1
         assert _answers(await read_log(nats_server.url)) == ["chain/a/j1", "chain/b/j1"]
-    finally:
-        await runner.stop()
-        await inner.close()
