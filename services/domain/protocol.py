@@ -192,6 +192,11 @@ def fold_event(core: Core[S], state: S, record: Record, event: Event) -> S:
                 record, event = carried
                 state.relayed_seq = max(state.relayed_seq, record.relayed_from)
     state.seq = record.seq
+    if type(event) is c.LeadershipClaimed:
+        # A leader's fence (services/runtime/claim.py), news to no core: only ``seq`` moves, not "now", so a
+        # claim landing among a run's records (a leader taking over, or starting up as the first jobs
+        # come) changes no decision, and a log replayed without it (``horizon whatif``) decides alike.
+        return state
     if type(event) is c.LogLayoutChanged:
         _layout(state, record, event)
     # "now": live, the time the log stored the record (neither a client's ts nor a

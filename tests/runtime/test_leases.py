@@ -378,3 +378,19 @@ async def test_a_successor_s_claim_fences_out_every_later_decision_of_the_leader
     assert first.seq == 0  # superseded: it must claim again before it decides
     second.saw(claims[0])
     assert second.seq == 3  # an earlier claim supersedes nothing
+
+
+def test_a_claim_moves_a_core_s_seq_and_not_its_now():
+    """A claim among a run's records changes no decision: only ``seq`` moves (services/domain/protocol.py),
+    so a replay of the log without the claims (``horizon whatif``) decides at the same times."""
+    from events.codec import encode
+    from services.domain.protocol import Record, fold_event
+
+    core = SubmissionCore()
+    state = core.initial()
+    state.now = 100.0
+    claim = c.LeadershipClaimed(id="submission/LeadershipClaimed/0/h", ts=500.0, source="submission",
+                                correlation_id=c.CLAIM_TOKEN, holder="h")
+    record = Record(7, LeaderClaim("submission", "h").subject, encode(claim), 500.0)
+    state = fold_event(core, state, record, claim)
+    assert state.seq == 7 and state.now == 100.0
