@@ -18,6 +18,9 @@ nats-server's CPU while the cluster sat idle, most of a submit-to-scheduled of 5
 (docs/benchmarks.md §2, "Issue 35, fourth session"). The claim's subject is literal: one lookup,
 whatever the size of the log.
 
+A core folds a claim as ``seq`` alone (``fold_event``: not "now", no news), so a claim landing among a
+run's records changes no decision, and a replay without it decides alike.
+
 A claim is superseded when the runner applies a later claim on its subject (``saw``); it then
 claims again before its next decision, if it still leads by its lease. Refused rounds wait, as
 before, until the runner has applied the log to its end, which holds the claim that refused them.
