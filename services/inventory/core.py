@@ -152,7 +152,8 @@ class InventoryCore:
         base = {"ts": state.now, "source": self.name, "basis_seq": state.seq}
         decide = Decider(self.name, **base)
         shrunk: set[str] = set()  # elastic jobs shrunk off lost nodes (services/inventory/elastic.py)
-        for node in state.cluster.sorted_irregular():  # the others are ready, not lost, not removed
+        irregular = state.cluster.sorted_irregular()  # the others are ready, not lost, not removed, not draining
+        for node in irregular:
             if not node.removed and (not node.ready or node.lost) and node.registered_seq > node.lost_seq:
                 out.append(decide(c.NodeReady, node.name, node.registered_seq, correlation_id=node.name, node=node.name))
             if node.lost or node.removed:
@@ -170,12 +171,12 @@ class InventoryCore:
                         c.JobFailed, job_id, job.attempt, correlation_id=job_id, job_id=job_id, attempt=job.attempt,
                         node=node.name, reason=f"node {node.name} {why}", node_lost=True,
                     ))
-        out.extend(self._evictions(state, {e.job_id for e in out if isinstance(e, c.JobFailed)} | shrunk))
+        out.extend(self._evictions(state, irregular, {e.job_id for e in out if isinstance(e, c.JobFailed)} | shrunk))
         if state.pressure:
             asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested, c.JobResized))}
             out.extend(memory_evictions(state.cluster.nodes, state.jobs, state.pressure, asked, state.now, state.seq))
         # drains with migration or a deadline (services/inventory/drain.py)
-        drains = [n for n in state.cluster.sorted_irregular() if n.draining and (n.drain_migrate or n.drain_deadline_ts)]
+        drains = [n for n in irregular if n.draining and (n.drain_migrate or n.drain_deadline_ts)]
         if drains:
             asked = {e.job_id for e in out if isinstance(e, (c.JobFailed, c.PreemptionRequested, c.JobResized))}
             out.extend(drain_stops(drains, state.jobs, state.preemptions, asked,
@@ -193,7 +194,7 @@ class InventoryCore:
                                       Decider(self.name, **base, causation_id=answer.causation_id), seq))
         return out
 
-    def _evictions(self, state: InventoryState, failing: set[str]) -> list[Event]:
+    def _evictions(self, state: InventoryState, irregular: list[Node], failing: set[str]) -> list[Event]:
         """``PreemptionRequested`` for each job on a node with a NoExecute taint it does not tolerate.
 
         Once per attempt: an attempt already asked to stop (by this core or by preemption) is left
@@ -202,7 +203,7 @@ class InventoryCore:
         out: list[Event] = []
         decide = Decider(self.name, ts=state.now, source=self.name, basis_seq=state.seq)
         asked = set(failing)
-        tainted = [n for n in state.cluster.sorted_irregular() if n.taints]  # NoExecute taints make a node irregular
+        tainted = [n for n in irregular if n.taints]  # a NoExecute taint makes a node irregular
         for node in tainted:
             if node.lost or node.removed or not node.jobs:
                 continue  # a lost or removed node's jobs are failed instead (above)

@@ -46,7 +46,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -280,21 +280,21 @@ class JetStreamLog(JetStreamSnapshots):
         if subject is None:
             info = await self.js.stream_info(STREAM)
             return int(info.state.last_seq)
-        try:
-            msg = await self.js.get_last_msg(STREAM, subject)
-        except nats.js.errors.NotFoundError:
-            return 0
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
-            raise LogUnavailable(f"last message on {subject}: {type(exc).__name__}") from None
-        return int(msg.seq or 0)
+        return await self._seq_of(self.js.get_last_msg(STREAM, subject), f"last message on {subject}")
 
     async def next_seq(self, subject: str, after: int) -> int:
+        return await self._seq_of(self.js.get_msg(STREAM, seq=after + 1, subject=subject, next=True),
+                                  f"next message on {subject} after {after}")
+
+    @staticmethod
+    async def _seq_of(get: Awaitable[Any], what: str) -> int:
+        """The sequence of the message ``get`` fetches; 0 if there is none."""
         try:
-            msg = await self.js.get_msg(STREAM, seq=after + 1, subject=subject, next=True)
+            msg = await get
         except nats.js.errors.NotFoundError:
             return 0
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
-            raise LogUnavailable(f"next message on {subject} after {after}: {type(exc).__name__}") from None
+            raise LogUnavailable(f"{what}: {type(exc).__name__}") from None
         return int(msg.seq or 0)
 
     async def _reader(self, stream: str, from_seq: int, subjects: Sequence[str], batch: int = 1000) -> PullReader:

@@ -208,7 +208,9 @@ class MemoryLog:
         return len(self._records) if subject is None else self._last_matching(subject)
 
     async def next_seq(self, subject: str, after: int) -> int:
-        return next((r.seq for r in self._records[max(after, 0):] if subject_matches(subject, r.subject)), 0)
+        records = self._records
+        return next((records[i].seq for i in range(max(after, 0), len(records))
+                     if subject_matches(subject, records[i].subject)), 0)
 
     async def read(
         self, from_seq: int = 1, *, subjects: Sequence[str] = WHOLE_LOG, until_seq: int | None = None
