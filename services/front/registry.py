@@ -7,22 +7,43 @@ special about it (``services/runtime/parts.py``).
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from events.subjects import partition_token
-from services.inventory.part import PART as INVENTORY
-from services.placement.part import PART as PLACEMENT
-from services.placement.part import partitioned as placement_leader
-from services.preemption.part import PART as PREEMPTION
 from services.runtime.parts import PartSettings, ServicePart
-from services.scheduling.part import PART as SCHEDULING
-from services.scheduling.part import partitioned as scheduling_leader
-from services.submission.part import PART as SUBMISSION
 
 __all__ = ["SERVICES", "PARTITIONED", "make_core", "service_part", "leader_cores"]
 
+
+class _Parts(Mapping[str, Any]):
+    """Service name -> ``services/<name>/part.py``'s ``attribute``, that module imported when first asked
+    for: a process running one service (``horizon service placement``) imports that service alone, not
+    all five (each brings its core, its fold and its apps: most of a second of a process's start)."""
+
+    def __init__(self, names: tuple[str, ...], attribute: str) -> None:
+        self._names = names
+        self._attribute = attribute
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._names:
+            raise KeyError(name)
+        return getattr(importlib.import_module(f"services.{name}.part"), self._attribute)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+
 # In start order (and the order `horizon up --processes` lists them).
-SERVICES: dict[str, ServicePart] = {p.name: p for p in (SUBMISSION, SCHEDULING, PLACEMENT, PREEMPTION, INVENTORY)}
+SERVICES: Mapping[str, ServicePart] = _Parts(("submission", "scheduling", "placement", "preemption", "inventory"),
+                                             "PART")
 
 
 def make_core(name: str, *, policy: str = "multifactor", backfill: str = "easy") -> Any:
@@ -33,7 +54,8 @@ def make_core(name: str, *, policy: str = "multifactor", backfill: str = "easy")
 
 
 # The services that may run one leader per partition (or group of partitions): docs/scaling.md.
-PARTITIONED = {"scheduling": scheduling_leader, "placement": placement_leader}
+PARTITIONED: Mapping[str, Callable[[tuple[str, ...]], ServicePart]] = _Parts(("scheduling", "placement"),
+                                                                             "partitioned")
 
 
 def service_part(name: str, partitions: tuple[str, ...] = ()) -> ServicePart:

@@ -392,8 +392,12 @@ async def test_a_live_stacks_log_is_reproduced_with_the_defaults_of_horizon_up(n
     records = await read_log(nats_server.url)
     code, body = await audit_json(nats_server.url)
     assert code == 0 and body["mismatches"] == [], body["mismatches"][:2]
-    # each leased service claimed the lead once (services/runtime/claim.py): counted apart, not decisions
-    assert body["leader_claims"] == len(DECISION_SERVICES)
+    # each leased service claimed the lead (services/runtime/claim.py), counted apart from decisions. Once
+    # each on a quiet machine; a loaded one (CI) can see a lease lapse and its new term claim again (and
+    # a claim whose ack timed out is retried, fenced on the stored one), so the count is the log's own.
+    claims = [r for r in records if r.subject.endswith(".LeadershipClaimed.lease")]
+    assert {r.subject.split(".")[2] for r in claims} == set(DECISION_SERVICES)
+    assert body["leader_claims"] == len(claims) >= len(DECISION_SERVICES)
     assert body["decisions"] == body["reproduced"] == (service_records(tuple(records)) - body["observations"]
                                                        - body["leader_claims"])
     assert body["config"] == {"policy": "multifactor", "backfill_mode": "easy", "virtual_time": False}

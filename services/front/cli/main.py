@@ -9,12 +9,13 @@ each command (``click_error``, ``speak_click``), so they read and exit as if the
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import os
 import signal
 import sys
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 import click
@@ -177,44 +178,65 @@ def schema(event_type: str | None, list_types: bool, asyncapi: bool) -> None:
     click.echo(json.dumps(doc, indent=2, sort_keys=True))
 
 
-def _register() -> None:
-    from services.front.cli import (
-        audit,
-        bench,
-        check,
-        jobs,
-        license,
-        logs,
-        nodes,
-        partition,
-        policy,
-        projections,
-        quota,
-        requests,
-        run,
-        sbatch,
-        scontrol,
-        show,
-        simulate,
-        slurm,
-        slurm_commands,
-        slurm_shims,
-        srun,
-        submit,
-        tenant,
-        ui,
-        user,
-        whatif,
-    )
-
-    for module in (audit, bench, check, jobs, license, logs, nodes, partition, policy, projections, quota, requests,
-                   run,
-                   sbatch, scontrol, slurm_shims, show, simulate, slurm, slurm_commands, srun, submit, tenant, ui, user, whatif):
-        module.register(cli)
-    speak_click(cli)
+# Which module of services/front/cli registers each command (its ``register(group)``). A command's module
+# is imported when the command is looked up, not when ``horizon`` starts: importing every command made
+# each ``horizon`` process (a service under systemd, a submit in a loop) spend ~1.5 CPU-seconds before
+# doing anything. tests/front/test_cli_lazy.py checks this table against every module's ``register``.
+COMMAND_MODULES: dict[str, str] = {
+    "account": "policy", "audit": "audit", "bench": "bench", "cancel": "requests", "check": "check",
+    "dataset": "policy", "fairshare": "policy", "hold": "requests", "jobs": "jobs", "license": "license",
+    "logs": "logs", "node": "nodes", "nodes": "nodes", "partition": "partition", "policy": "policy",
+    "preempt": "policy", "preemption": "policy", "profile": "policy", "projections": "projections",
+    "queue": "jobs", "quota": "quota", "release": "requests", "reservation": "policy", "sacct": "slurm",
+    "sbatch": "sbatch", "scancel": "slurm_commands", "scontrol": "scontrol", "service": "run",
+    "show": "show", "simulate": "simulate", "sinfo": "partition", "slurm-shims": "slurm_shims",
+    "squeue": "slurm_commands", "srun": "srun", "submit": "submit", "tenant": "tenant", "ui": "ui",
+    "up": "run", "update": "requests", "usage": "policy", "user": "user", "watch": "jobs", "whatif": "whatif",
+}
 
 
-_register()
+class LazyCommands(MutableMapping[str, click.Command]):
+    """A group's commands, each module imported the first time one of its commands is asked for (by name,
+    or by iterating: ``horizon --help`` lists them all). Commands added are made to speak click
+    (``speak_click``)."""
+
+    def __init__(self, group: click.Group, modules: dict[str, str]) -> None:
+        self._group = group
+        self._modules = modules
+        self._loaded: dict[str, click.Command] = {}
+        self._imported: set[str] = set()
+
+    def _load(self, name: str) -> None:
+        module = self._modules.get(name)
+        if name in self._loaded or module is None or module in self._imported:
+            return
+        self._imported.add(module)
+        importlib.import_module(f"services.front.cli.{module}").register(self._group)
+
+    def __getitem__(self, name: str) -> click.Command:
+        self._load(name)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        speak_click(command)
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._loaded or name in self._modules
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted({*self._loaded, *self._modules}))
+
+    def __len__(self) -> int:
+        return len({*self._loaded, *self._modules})
+
+
+cli.commands = LazyCommands(cli, COMMAND_MODULES)  # type: ignore[assignment]
+for _command in (nats, schema):  # this module's own
+    cli.commands[_command.name or ""] = _command
 
 
 def main() -> None:

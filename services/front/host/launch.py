@@ -27,7 +27,6 @@ from services.front.client.terminal import say
 from services.front.host.launch_backends import BACKENDS, parse_backends, shared_names
 from services.front.host.launch_kubernetes import describe as describe_kubernetes
 from services.front.host.launch_kubernetes import kubernetes_options, kubernetes_settings
-from services.front.host.launch_processes import up_processes
 from services.front.host.launch_web import (dashboard_line, http_server, metrics_line, metrics_tokens, ready_lines,
                                             telemetry, up_dashboard)
 from services.front.host.lock import DataDirBusy, DataDirLock
@@ -274,6 +273,8 @@ def launch_up(o: UpOptions) -> None:
         server = NatsServer(store_dir=data_dir / "nats", port=o.port, log_file=data_dir / "nats-server.log",
                             config=secured.config)
         if o.processes:
+            from services.front.host.launch_processes import up_processes  # (not in a `horizon service`'s start)
+
             common = ["--executor", o.executor, "--heartbeat-timeout", str(o.heartbeat_timeout), "--policy", o.policy,
                       "--backfill-mode", o.backfill_mode, "--otel", o.otel, "--metrics-port", "0",
                       *(["--verbose"] if o.verbose else [])]

@@ -23,15 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from projections.job_server import QueryServer
-from projections.jobs import JobsProjection
-from projections.scheduling import SchedulerView
-from projections.standing import StandingStore
-from services.nodes.agent.app import NodeAgent
-from services.nodes.backends.process.executors import ProcessExecutor, SimExecutor
 from services.nodes.backends.protocol import Executor
 from services.nodes.spec import NodeSpec
-from services.domain.queue.fold import QueueFold
 from services.front.host.lock import DataDirLock
 from services.front.registry import SERVICES, service_part
 from services.runtime.jetstream import JetStreamLog, StreamSettings
@@ -181,6 +174,13 @@ class Stack:
         return await self._launch(key, log_, obj, work, runner.ready)
 
     async def start_projection(self) -> Part:
+        # The read models' modules, imported by the process that runs them (a service's process does not)
+        from projections.job_server import QueryServer
+        from projections.jobs import JobsProjection
+        from projections.scheduling import SchedulerView
+        from projections.standing import StandingStore
+        from services.domain.queue.fold import QueueFold
+
         log_ = await self._connect("projections")
         projection = JobsProjection(log_, self.data_dir / "projections" / "jobs.sqlite")
         await projection.open()
@@ -204,6 +204,9 @@ class Stack:
         return await self._launch("projections", log_, projection, run(), projection.ready)
 
     async def start_agent(self) -> Part:
+        from services.nodes.agent.app import NodeAgent  # the agent's modules, in the process that runs it
+        from services.nodes.backends.process.executors import ProcessExecutor, SimExecutor
+
         log_ = await self._connect("agent")
         lock = None
         if self.executor == "sim":

@@ -31,10 +31,15 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+# ``cryptography`` is imported where certificates are made or read, not with this module: every
+# Horizon process reads ``TlsFiles`` (services/front/host/running.py), and x509 alone costs a service's
+# start ~70 ms.
 
 __all__ = ["TlsFiles", "ensure_machine_certificates", "ensure_client_certificate", "tenant_certificate"]
 
@@ -68,21 +73,33 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def _new_key() -> ec.EllipticCurvePrivateKey:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     return ec.generate_private_key(ec.SECP256R1())
 
 
 def _key_bytes(key: ec.EllipticCurvePrivateKey) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
 
 
 def _load(cert: Path, key: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     private = serialization.load_pem_private_key(key.read_bytes(), password=None)
     assert isinstance(private, ec.EllipticCurvePrivateKey)
     return x509.load_pem_x509_certificate(cert.read_bytes()), private
 
 
 def _ensure_ca(where: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import NameOID
+
     cert_path, key_path = where / "ca.pem", where / "ca.key"
     if cert_path.exists() and key_path.exists():
         return _load(cert_path, key_path)
@@ -110,6 +127,10 @@ def _issue(where: Path, stem: str, common_name: str, *, server: bool) -> TlsFile
     files = TlsFiles(where / "ca.pem", cert_path, key_path)
     if cert_path.exists() and key_path.exists():
         return files
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
     cert_path.parent.mkdir(parents=True, exist_ok=True)
     ca_cert, ca_key = _ensure_ca(where)
     key = _new_key()
