@@ -17,6 +17,9 @@ class SchedulingCycleCompleted(Event, tag="SchedulingCycleCompleted", kw_only=Tr
     candidates: list[JobId] = []
     queued: int = 0
     borrowing: list[JobId] = []  # the candidates admitted only by borrowing idle quota of sibling accounts
+    # The most candidates the scheduler offers a cycle, as it was configured: a cycle of exactly that many
+    # was cut there. 0 in logs written before the field, whose cap was 10,000 (100,000 simulated).
+    max_candidates: int = 0
 
 
 class UsageRow(msgspec.Struct, frozen=True, kw_only=True):

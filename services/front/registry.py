@@ -46,11 +46,13 @@ SERVICES: Mapping[str, ServicePart] = _Parts(("submission", "scheduling", "place
                                              "PART")
 
 
-def make_core(name: str, *, policy: str = "multifactor", backfill: str = "easy") -> Any:
-    """A service's core with the cluster's policy configuration (queue policy, backfill mode)."""
+def make_core(name: str, *, policy: str = "multifactor", backfill: str = "easy",
+              max_candidates: int | None = None) -> Any:
+    """A service's core with the cluster's policy configuration (queue policy, backfill mode, and the
+    scheduler's cap on a cycle's candidates: None for its default)."""
     if name not in SERVICES:
         raise ValueError(f"unknown service {name!r}; services: {', '.join(SERVICES)}")
-    return SERVICES[name].make_core(PartSettings(policy=policy, backfill=backfill))
+    return SERVICES[name].make_core(PartSettings(policy=policy, backfill=backfill, max_candidates=max_candidates))
 
 
 # The services that may run one leader per partition (or group of partitions): docs/scaling.md.
@@ -70,12 +72,12 @@ def service_part(name: str, partitions: tuple[str, ...] = ()) -> ServicePart:
 
 
 def leader_cores(owners: set[str], partitions: set[str], *, policy: str = "multifactor",
-                 backfill: str = "easy") -> list[Any]:
+                 backfill: str = "easy", max_candidates: int | None = None) -> list[Any]:
     """The cores of the partition leaders whose service tokens are among ``owners`` (the audit finds
     them in the log's subjects), given the partition names the log ever configured: ``scheduling-a-b``
     is the leader of partition ``a-b`` if there is one, else of ``a`` and ``b``. A name with dots is
     in a token as its ``partition_token`` (``test.q``: ``test_q_<8 hex>``)."""
-    settings = PartSettings(policy=policy, backfill=backfill)
+    settings = PartSettings(policy=policy, backfill=backfill, max_candidates=max_candidates)
     names = {partition_token(p): p for p in partitions}
     out = []
     for owner in sorted(owners):

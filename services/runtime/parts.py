@@ -41,6 +41,7 @@ class PartSettings:
     backfill: str = "easy"  # the default profile's backfill mode until a ProfileConfigured (placement)
     heartbeat_timeout_s: float = 10.0  # silence before a node is lost (inventory)
     tick_interval_s: float | None = 5.0  # the log's clock (inventory); None: no ticks
+    max_candidates: int | None = None  # jobs a cycle offers at most (scheduling); None: its default
 
 
 class Running(Protocol):

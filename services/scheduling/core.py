@@ -175,6 +175,7 @@ class SchedulingCore(QueueFold):
             out.append(decide(
                 c.SchedulingCycleCompleted, cycle, correlation_id=str(cycle), cycle=cycle,
                 candidates=[j.job_id for j in candidates], queued=len(state.pending), borrowing=borrowing,
+                max_candidates=self.max_candidates,
             ))
         return out
 

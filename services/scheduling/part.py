@@ -14,8 +14,12 @@ from services.scheduling.partitioned import PartitionedSchedulingCore
 __all__ = ["PART", "partitioned"]
 
 
+def _cap(settings: PartSettings) -> dict[str, Any]:
+    return {} if settings.max_candidates is None else {"max_candidates": settings.max_candidates}
+
+
 def _core(settings: PartSettings) -> SchedulingCore:
-    return SchedulingCore(policy=settings.policy)
+    return SchedulingCore(policy=settings.policy, **_cap(settings))
 
 
 PART = ServicePart("scheduling", _core)
@@ -25,7 +29,7 @@ def partitioned(partitions: tuple[str, ...]) -> ServicePart:
     """The scheduling leader of ``partitions``: its own token, lease, fence and snapshots."""
 
     def core(settings: PartSettings) -> PartitionedSchedulingCore:
-        return PartitionedSchedulingCore(policy=settings.policy, partitions=partitions)
+        return PartitionedSchedulingCore(policy=settings.policy, partitions=partitions, **_cap(settings))
 
     def runner(log_: Any, core_: Any, lease: Any, settings: PartSettings) -> PartitionedSchedulingRunner:
         return PartitionedSchedulingRunner(log_, core_, lease=lease)

@@ -338,6 +338,27 @@ def test_a_decision_written_before_fields_were_added_is_reproduced_and_only_that
         assert [(m["seq"], m["kind"]) for m in report.mismatches] == [(real.seq, "bytes")]
 
 
+def test_a_live_log_is_replayed_with_the_cap_its_cycles_say():
+    """The scheduler's cap on a cycle's candidates is in each cycle (``max_candidates``); the audit
+    configures the replayed scheduler with the first one, and a log from before the field (0) with the
+    cap of that time, 10,000: a cycle of 10,000 candidates was cut there, and so is its replay."""
+    from services.front.audit.config import AuditConfig, audit_cores, cycle_cap
+
+    def cycle(cap: int) -> Record:
+        event = c.SchedulingCycleCompleted(id="scheduling/SchedulingCycleCompleted/1", source="scheduling",
+                                           correlation_id="1", cycle=1, basis_seq=1, candidates=["j"],
+                                           max_candidates=cap)
+        return Record(2, event_subject("scheduling", event), encode(event), 1.0)
+
+    accepted = Record(1, "horizon.evt.submission.JobAccepted.j", b"{}", 1.0)
+    assert cycle_cap([accepted]) is None  # no cycle yet: the scheduler's default
+    assert cycle_cap([accepted, cycle(0)]) == 10_000
+    assert cycle_cap([accepted, cycle(5_000), cycle(7)]) == 5_000  # the first one
+    cores = {core.name: core for core in audit_cores(AuditConfig(), [accepted, cycle(0)])}
+    assert cores["scheduling"].max_candidates == 10_000
+    assert {core.name: core for core in audit_cores(AuditConfig(), [])}["scheduling"].max_candidates == 5_000
+
+
 # --------------------------------------------------------------------------- errors, and a live log
 
 

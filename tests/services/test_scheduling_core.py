@@ -48,6 +48,24 @@ def test_candidates_are_capped_and_a_capped_cycle_that_placed_something_continue
     assert nxt.candidates[0] == "j10" and len(nxt.candidates) == 10
 
 
+def test_a_cycle_says_its_cap_and_a_fold_reads_cut_cycles_by_the_cap_they_say():
+    assert SchedulingCore().max_candidates == 5_000  # the default (services/domain/queue/fold.py)
+    f = Feed(SchedulingCore(max_candidates=10))
+    for i in range(10):
+        f.evt("submission", accepted(f"j{i:02d}"))
+    [cycle] = f.settle()
+    assert cycle.max_candidates == 10 and len(cycle.candidates) == 10
+    assert f.state.cycle_truncated  # exactly the cap: cut there
+    # a cycle from a log before the field (max_candidates 0) was cut at its own scheduler's cap, not ours
+    wide = Feed(SchedulingCore(max_candidates=10))
+    wide.evt("scheduling", c.SchedulingCycleCompleted(cycle=1, basis_seq=1, candidates=[f"k{i}" for i in range(10)],
+                                                      max_candidates=20))
+    assert not wide.state.cycle_truncated
+    old = Feed(SchedulingCore(max_candidates=10))
+    old.evt("scheduling", c.SchedulingCycleCompleted(cycle=1, basis_seq=1, candidates=[f"k{i}" for i in range(10)]))
+    assert old.state.cycle_truncated
+
+
 def test_freed_capacity_triggers_a_cycle_and_failures_requeue_by_policy():
     f = Feed(SchedulingCore())
     f.evt("submission", accepted("retry", restart_policy="on-failure", max_retries=1))

@@ -11,7 +11,7 @@ from events import catalogue as c
 from events.codec import DecodeError, decode
 from services.domain.protocol import Record
 
-__all__ = ["POLICIES", "BACKFILL_MODES", "AuditConfig", "audit_cores", "partition_leaders"]
+__all__ = ["POLICIES", "BACKFILL_MODES", "AuditConfig", "audit_cores", "partition_leaders", "cycle_cap"]
 
 POLICIES = ["fcfs", "sjf", "f1", "multifactor"]
 BACKFILL_MODES = ["easy", "shadow", "greedy", "none"]
@@ -44,9 +44,28 @@ def audit_cores(config: AuditConfig, records: Sequence[Record] = ()) -> list[Any
         return make_cores(SimSettings(policy=config.policy, backfill=config.backfill))
     from services.front.registry import SERVICES, leader_cores, make_core
 
-    cores = [make_core(name, policy=config.policy, backfill=config.backfill) for name in SERVICES]
+    cap = cycle_cap(records)
+    cores = [make_core(name, policy=config.policy, backfill=config.backfill, max_candidates=cap) for name in SERVICES]
     owners, partitions = partition_leaders(records)
-    return cores + leader_cores(owners, partitions, policy=config.policy, backfill=config.backfill)
+    return cores + leader_cores(owners, partitions, policy=config.policy, backfill=config.backfill,
+                                max_candidates=cap)
+
+
+def cycle_cap(records: Sequence[Record]) -> int | None:
+    """The cap on a cycle's candidates the live scheduler ran with, as its first cycle in ``records`` says
+    (``SchedulingCycleCompleted.max_candidates``; a log from before the field: 10,000). None: no cycle."""
+    from services.domain.queue.fold import MAX_CANDIDATES_BEFORE_RECORDED
+
+    for r in records:
+        if ".SchedulingCycleCompleted." not in r.subject:
+            continue
+        try:
+            event = decode(r.data)
+        except DecodeError:
+            continue
+        if isinstance(event, c.SchedulingCycleCompleted):
+            return event.max_candidates or MAX_CANDIDATES_BEFORE_RECORDED
+    return None
 
 
 def partition_leaders(records: Sequence[Record]) -> tuple[set[str], set[str]]:
