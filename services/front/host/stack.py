@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import os
 import time
@@ -50,6 +51,22 @@ class Part:
     log: JetStreamLog
     obj: Any
     task: asyncio.Task[None]
+
+
+# The modules of every part ``Stack.start`` runs (the projections' and the agent's are imported by the
+# methods that start them, so that ``horizon service NAME`` imports only its own part).
+_WHOLE_STACK = ("projections.job_server", "projections.jobs", "projections.scheduling", "projections.standing",
+                "services.domain.queue.fold", "services.nodes.agent.app", "services.nodes.backends.process.executors")
+
+
+def _import_whole_stack() -> None:
+    """Import every part of the whole stack before any of them runs: an import inside the running event loop
+    stalls the parts already reading, and a part started behind them reads on its own until it catches up
+    with the shared reader."""
+    for name in SERVICES:
+        SERVICES[name]  # noqa: B018 - imports services/<name>/part.py
+    for module in _WHOLE_STACK:
+        importlib.import_module(module)
 
 
 @dataclass
@@ -99,6 +116,7 @@ class Stack:
         return self.urls.get(part.split("#", 1)[0], self.url)
 
     async def start(self) -> None:
+        _import_whole_stack()
         setup = await JetStreamLog.open(self.url_of("admin"), name="horizon-setup", settings=self.settings)
         await setup.close()
         await self.start_services(SERVICES)
