@@ -210,8 +210,8 @@ class LazyCommands(MutableMapping[str, click.Command]):
         module = self._modules.get(name)
         if name in self._loaded or module is None or module in self._imported:
             return
-        self._imported.add(module)
         importlib.import_module(f"services.front.cli.{module}").register(self._group)
+        self._imported.add(module)
 
     def __getitem__(self, name: str) -> click.Command:
         self._load(name)

@@ -151,6 +151,9 @@ class Stack:
     async def start_services(self, names: Sequence[str], *, partitions: tuple[str, ...] = ()) -> list[Part]:
         """Start services ``names``: with a shared reader all at once, so that they catch up together on
         its one consumer (from the earliest snapshot); without, one after the other."""
+        for name in names:  # each imported before any runs (``_import_whole_stack``)
+            if name in SERVICES:
+                SERVICES[name]  # noqa: B018 - imports services/<name>/part.py
         if not self.shared_reader or len(names) < 2:
             return [await self.start_service(name, partitions=partitions) for name in names]
         started = await asyncio.gather(*(self.start_service(name, partitions=partitions) for name in names),
