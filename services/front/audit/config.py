@@ -10,6 +10,7 @@ from typing import Any
 from events import catalogue as c
 from events.codec import DecodeError, decode
 from services.domain.protocol import Record
+from services.domain.queue.fold import MAX_CANDIDATES_BEFORE_RECORDED
 
 __all__ = ["POLICIES", "BACKFILL_MODES", "AuditConfig", "audit_cores", "partition_leaders", "cycle_cap"]
 
@@ -54,8 +55,6 @@ def audit_cores(config: AuditConfig, records: Sequence[Record] = ()) -> list[Any
 def cycle_cap(records: Sequence[Record]) -> int | None:
     """The cap on a cycle's candidates the live scheduler ran with, as its first cycle in ``records`` says
     (``SchedulingCycleCompleted.max_candidates``; a log from before the field: 10,000). None: no cycle."""
-    from services.domain.queue.fold import MAX_CANDIDATES_BEFORE_RECORDED
-
     for r in records:
         if ".SchedulingCycleCompleted." not in r.subject:
             continue

@@ -59,12 +59,18 @@ _WHOLE_STACK = ("projections.job_server", "projections.jobs", "projections.sched
                 "services.domain.queue.fold", "services.nodes.agent.app", "services.nodes.backends.process.executors")
 
 
+def _import_services(names: Sequence[str]) -> None:
+    """Import services ``names`` before any of them runs: an import inside the running event loop stalls the
+    parts already reading, and a part started behind them reads on its own until it catches up with the
+    shared reader."""
+    for name in names:
+        if name in SERVICES:
+            SERVICES[name]  # noqa: B018 - imports services/<name>/part.py
+
+
 def _import_whole_stack() -> None:
-    """Import every part of the whole stack before any of them runs: an import inside the running event loop
-    stalls the parts already reading, and a part started behind them reads on its own until it catches up
-    with the shared reader."""
-    for name in SERVICES:
-        SERVICES[name]  # noqa: B018 - imports services/<name>/part.py
+    """Every part of the whole stack imported before any of them runs (``_import_services``)."""
+    _import_services(tuple(SERVICES))
     for module in _WHOLE_STACK:
         importlib.import_module(module)
 
@@ -151,9 +157,7 @@ class Stack:
     async def start_services(self, names: Sequence[str], *, partitions: tuple[str, ...] = ()) -> list[Part]:
         """Start services ``names``: with a shared reader all at once, so that they catch up together on
         its one consumer (from the earliest snapshot); without, one after the other."""
-        for name in names:  # each imported before any runs (``_import_whole_stack``)
-            if name in SERVICES:
-                SERVICES[name]  # noqa: B018 - imports services/<name>/part.py
+        _import_services(names)
         if not self.shared_reader or len(names) < 2:
             return [await self.start_service(name, partitions=partitions) for name in names]
         started = await asyncio.gather(*(self.start_service(name, partitions=partitions) for name in names),
