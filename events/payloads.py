@@ -226,9 +226,35 @@ def _memory(*, positive: bool) -> Check:
 
 
 def _cpus(prop: Schema) -> None:
-    """Cores, or a string of cores or millicores (``events/resources.py``)."""
-    _bounds(prop, "number", above=0, maximum=MAX_CPUS_MILLI // 1000)
-    _pattern(prop, cpus_pattern(positive=True))
+    """Cores, or a string of cores or millicores (``events/resources.py``); 0 only with memory 0 (below)."""
+    _bounds(prop, "number", minimum=0, maximum=MAX_CPUS_MILLI // 1000)
+    _pattern(prop, cpus_pattern(positive=False))
+
+
+def _zero(json_type: str, any_pattern: str, positive_pattern: str) -> Schema:
+    """A value that is 0: a number at most 0, or a string the parser reads as 0 (one its pattern accepts,
+    its positive pattern does not)."""
+    return {"anyOf": [{"type": json_type, "maximum": 0},
+                      {"type": "string", "pattern": any_pattern, "not": {"pattern": positive_pattern}}]}
+
+
+def _best_effort_rules() -> dict[str, Schema]:
+    """Rules across fields, by struct: a request of no CPUs or no memory is a best-effort job, which requests
+    neither (``cpus`` 0 and ``memory`` 0, no GPUs: services/submission/asked.py); ``memory`` 0 alone is
+    also Slurm's ``--mem=0`` (``whole_node_memory``)."""
+    no_cpus = _zero("number", cpus_pattern(positive=False), cpus_pattern(positive=True))
+    no_memory = _zero("integer", memory_pattern(), memory_pattern(positive=True))
+    return {
+        "ResourceRequest": {"if": {"properties": {"cpus": no_cpus}, "required": ["cpus"]},
+                            "then": {"properties": {"memory": no_memory, "gpus": {"maximum": 0}},
+                                     "required": ["memory"]}},
+        "JobSubmitted": {"if": {"properties": {"resources": {"properties": {"memory": no_memory},
+                                                             "required": ["memory"]},
+                                               "whole_node_memory": {"const": False}},
+                                "required": ["resources"]},
+                         "then": {"properties": {"resources": {"properties": {"cpus": no_cpus},
+                                                               "required": ["cpus"]}}}},
+    }
 
 
 def _checks() -> dict[tuple[str, str], Check]:
@@ -269,7 +295,7 @@ def _checks() -> dict[tuple[str, str], Check]:
         ("JobSubmitted", "begin_ts"): _number(minimum=0),
         ("JobSubmitted", "licenses"): _licenses,
         ("ResourceRequest", "cpus"): _cpus,
-        ("ResourceRequest", "memory"): _memory(positive=True),
+        ("ResourceRequest", "memory"): _memory(positive=False),  # 0 only with cpus 0, or --mem=0 (below)
         ("ResourceRequest", "gpu_memory"): _memory(positive=False),
         ("ResourceRequest", "gpus"): _count(0, limits.max_gpus_per_job),
         ("ResourceRequest", "gpu_type"): _matching(f"^$|{GPU_MODEL_PATTERN}"),
@@ -364,4 +390,6 @@ def payload_schemas(ref: str = "#/components/schemas/{name}") -> dict[str, Schem
                 _describe(prop, words)
     if checks:  # a check of a field the catalogue no longer has
         raise KeyError(f"no such fields in the catalogue: {sorted(checks)}")
+    for name, rule in _best_effort_rules().items():
+        schemas[name].update(rule)
     return schemas

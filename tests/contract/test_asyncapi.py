@@ -228,13 +228,15 @@ def test_a_submission_refused_for_a_value_the_schema_states_is_invalid():
         {"resources": {"cpus": "500M"}}, {"resources": {"cpus": "-1"}}, {"resources": {"gpus": "two"}},
         {"resources": {"gpus": 513}}, {"resources": {"gpu_type": "a100-sxm4-80gb"}},
         {"resources": {"gpu_memory": "40 GiB"}}, {"tasks_per_node": 4097},
+        {"resources": {"cpus": 0, "memory": 0, "gpus": 1}}, {"resources": {"cpus": "0m", "memory": "1k"}},
     ]
     for change in bad:
         assert errors("JobSubmitted", {**ok, **change}), change
     for change in ({"resources": {"memory": "8 Gi", "cpus": "500m", "gpu_type": "H100-80GB", "gpu_memory": "40GB"}},
                    {"resources": {"memory": "16GB", "cpus": 0.5}}, {"array": "1,3,5-7", "v": 1},
                    {"tolerations": [{"operator": "Exists"}]}, {"cwd": "/home/ana"}, {"image": "localhost/a:1"},
-                   {"time_limit_s": 0}):
+                   {"time_limit_s": 0}, {"resources": {"cpus": 0, "memory": "0"}},  # best-effort
+                   {"resources": {"memory": 0}, "whole_node_memory": True}):  # Slurm's --mem=0
         assert not errors("JobSubmitted", {**ok, **change}), change
 
 
