@@ -14,10 +14,8 @@ What is written:
   fingerprint: ``services/scheduling/core.py``, docs/benchmarks.md §4);
 * the preemption state, field by field (the preemption core has no
   ``dump``): its inner scheduling state by the scheduling core's ``dump``
-  again, its job table with the jobs that have ended for good reduced to
-  their outcome (``JobTable.settle``; which ones, the inner scheduling state
-  knows: it settles by the same rule), the cluster nodes and ledger, its
-  configuration and its bookkeeping. Maps keep their order, so the loaded
+  again (with the one job table the preemption ledger follows too), the
+  cluster nodes and ledger, its configuration and its bookkeeping. Maps keep their order, so the loaded
   state iterates exactly as the folded one did;
 * what the view folds itself: the next hour of usage history to sample,
   rejected operator inputs, the tenants seen under each association.
@@ -48,11 +46,11 @@ from services.runtime.service import collector_paused
 from services.domain.queue.fold import QueueFold
 from services.domain.queue.state import SchedulingState
 from services.domain.cluster import Node
-from services.domain.jobs import TERMINAL, Job
+from services.domain.jobs import Job
 
 __all__ = ["FORMAT", "SHAPE", "supported", "ViewExtras", "dump_view", "load_view"]
 
-FORMAT = 2  # 2: the log's layout (services/domain/protocol.py CoreState)
+FORMAT = 3  # 2: the log's layout (services/domain/protocol.py CoreState); 3: preemption's table is its view's
 
 # Every attribute of a PreemptionState this module writes (and how, below). A new one makes
 # ``supported`` False until it is handled here.
@@ -119,10 +117,7 @@ class _Config(msgspec.Struct, array_like=True):
 class _Preemption(msgspec.Struct, array_like=True):
     seq: int
     now: float
-    sched: bytes
-    jobs: list[Job]
-    settled: dict[str, int]
-    arrays: dict[str, list[str]]
+    sched: bytes  # with the job table
     nodes: list[_Node]
     config: _Config
     blocked: dict[str, c.PlacementBlocked]
@@ -183,21 +178,9 @@ def dump_view(core: QueueFold, state: SchedulingState, preemption: PreemptionPla
 
 
 def _dump_preemption(core: PreemptionPlanner, state: PreemptionState) -> bytes:
-    sched = state.sched
-    table = state.jobs
-    # Jobs that ended for good are kept as their outcome only, as the scheduling core keeps
-    # them: the preemption core never looks past a job's state once it has ended.
-    gone = sched.jobs.settled
-    jobs, settled = [], dict(table.settled)
-    for job in table.jobs.values():
-        if job.job_id in gone and job.state in TERMINAL:
-            settled[job.job_id] = gone[job.job_id]
-        else:
-            jobs.append(job)
     cfg = state.config
     snap = _Preemption(
-        seq=state.seq, now=state.now, sched=_inner(core).dump(sched), jobs=jobs, settled=dict(sorted(settled.items())),
-        arrays=table.arrays,
+        seq=state.seq, now=state.now, sched=_inner(core).dump(state.sched),
         nodes=[_Node(name=n.name, cpus_milli=n.cpus_milli, memory_bytes=n.memory_bytes, gpus=list(n.gpus.values()),
                      labels=n.labels, taints=n.taints, seqs=(n.registered_seq, n.ready_seq, n.lost_seq),
                      flags=(n.ready, n.cordoned, n.draining, n.lost, n.removed), used_cpus_milli=n.used_cpus_milli,
@@ -252,7 +235,6 @@ def _load_preemption(core: PreemptionPlanner, data: bytes) -> PreemptionState | 
         return None
     state = PreemptionState(sched)
     state.seq, state.now = snap.seq, snap.now
-    state.jobs.restore(snap.jobs, snap.settled, snap.arrays)
     nodes = state.cluster.nodes
     for n in snap.nodes:
         node = Node(name=n.name, cpus_milli=n.cpus_milli, memory_bytes=n.memory_bytes, gpus={d.id: d for d in n.gpus},

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from dataclasses import dataclass, field
 
@@ -433,18 +434,23 @@ class Cluster:
         return problems
 
 
-def fold_cluster(cluster: Cluster, jobs: JobTable, event: c.Event, seq: int, now: float) -> Transition | None:
+def fold_cluster(cluster: Cluster, jobs: JobTable, event: c.Event, seq: int, now: float,
+                 owner: Callable[[], Transition | None] | None = None) -> Transition | None:
     """Fold one event into the cluster and the job table together, the ledger following the jobs.
 
-    Returns the job transition it caused (``None`` for node events and no-ops).
+    Returns the job transition it caused (``None`` for node events and no-ops). ``owner``: when another
+    fold owns ``jobs`` (the preemption fold shares its scheduler's view's table), that fold applied to
+    this event (every event, node events too), returning the transition it made in the table.
     """
     if cluster.apply(event, seq):
+        if owner is not None:
+            owner()
         return None
     # an elastic job's nodes changed (JobResized, no transition), or its backend chose other GPUs than
     # placement (JobStarted.devices): the ledger follows the job's new allocations
     job = jobs.jobs.get(event.job_id) if isinstance(event, (c.JobResized, c.JobStarted)) else None
     before = job.allocations if job is not None else ()
-    tr = jobs.apply(event, seq, now)
+    tr = jobs.apply(event, seq, now) if owner is None else owner()
     if job is not None and job.allocations is not before and job.state in HOLDS_RESOURCES:
         for alloc in before:
             cluster._give_back(job.job_id, alloc)

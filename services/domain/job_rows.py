@@ -28,7 +28,7 @@ from services.domain.jobs import STATES, Job, JobTable
 
 T = TypeVar("T")
 
-__all__ = ["LIKE", "OWN", "JobColumns", "columns", "node_data", "read_snapshot", "restore_columns", "restore_nodes",
+__all__ = ["OWN", "JobColumns", "columns", "node_data", "read_snapshot", "restore_columns", "restore_nodes",
            "spec_fields"]
 
 _NEVER = object()  # the "default" of a required field: unequal to every value
@@ -97,16 +97,10 @@ class JobColumns(msgspec.Struct, array_like=True):
     submission gives each job: its name (by default its id), its number, an array task's index and its
     array's number (``OWN``). ``specs`` are the distinct specs of the jobs without those (each a map of
     its fields that are not their defaults, as a row's); per job, in the table's order: its id, the
-    index of its spec in ``specs`` (-1: none; ``LIKE``: the very spec its twin holds in the ``like``
-    table), its own values (a name of None: its id), its ``STATES``
+    index of its spec in ``specs`` (-1: none), its own values (a name of None: its id), its ``STATES``
     index, accepted seq and time. ``rest``: by job index, the other fields of a job that has any not
     at its default. A million queued jobs of a few kinds decode as a few specs and lists of plain
     values, instead of a million maps (``restore_columns``).
-
-    ``like``: another table of the same state whose jobs may hold the very same spec objects (preemption's
-    own table and its scheduler's view fold the same events, so each queued job holds one spec in both):
-    a job whose spec is its twin's there is written as that (``LIKE``), nothing of its spec decoded or
-    copied at a restore, and it shares that spec again once loaded.
     """
 
     ids: list[str]
@@ -123,7 +117,6 @@ class JobColumns(msgspec.Struct, array_like=True):
 
 
 OWN = ("name", "number", "array_index", "array_number")  # a job's own values; the rest of its spec is shared
-LIKE = -2  # a job's spec_of: the very spec the same job holds in the ``like`` table
 _encode = msgspec.msgpack.Encoder().encode
 _AT_OWN = sorted(_NAMES.index(name) for name in OWN)
 # a spec's values -> the spans between its own ones (what jobs alike share), in one C call
@@ -131,9 +124,8 @@ _shared_of = itemgetter(*(slice(lo, hi) for lo, hi in zip([0, *(p + 1 for p in _
 _own_of = attrgetter(*OWN)
 
 
-def columns(jobs: dict[str, Job], like: JobTable | None = None) -> list[object]:
-    """The jobs as ``JobColumns``' layout, in the table's order; equal jobs give equal bytes (``like``: see
-    ``JobColumns``)."""
+def columns(jobs: dict[str, Job]) -> list[object]:
+    """The jobs as ``JobColumns``' layout, in the table's order; equal jobs give equal bytes."""
     ids: list[str] = []
     specs: list[msgspec.Raw] = []
     known: dict[bytes, int] = {}  # a spec's bytes (without its own values) -> its index in specs
@@ -150,7 +142,6 @@ def columns(jobs: dict[str, Job], like: JobTable | None = None) -> list[object]:
     index = _INDEX
     last: tuple[object, ...] = ()  # the shared spans of the last spec written, and its index
     last_at = -1
-    twins = like.jobs if like is not None else {}
     for i, job in enumerate(jobs.values()):
         job_id, spec = job.job_id, job.spec
         ids.append(job_id)
@@ -158,8 +149,7 @@ def columns(jobs: dict[str, Job], like: JobTable | None = None) -> list[object]:
             spec_of.append(-1)
             name, number, array_index, array_number = None, 0, None, 0
         else:
-            twin = twins.get(job_id) if twins else None
-            at = LIKE if twin is not None and twin.spec is spec else by_object.get(id(spec))
+            at = by_object.get(id(spec))
             if at is None:
                 shared = _shared_of(_astuple(spec))
                 if shared == last:
@@ -192,28 +182,21 @@ def columns(jobs: dict[str, Job], like: JobTable | None = None) -> list[object]:
     return [ids, specs, spec_of, names, numbers, array_indexes, array_numbers, states, seqs, times, rest]
 
 
-def restore_columns(table: JobTable, cols: JobColumns, like: JobTable | None = None) -> list[c.JobSpec]:
+def restore_columns(table: JobTable, cols: JobColumns) -> list[c.JobSpec]:
     """Fill an empty table's jobs from ``JobColumns``: each distinct spec shaped once (the table's
     ``shape``), a job's own values put back on a copy of it (none needed when they are the shared
-    spec's); a ``LIKE`` job holds its twin's spec in ``like`` (the table ``columns`` was given, restored).
+    spec's).
     Returns the distinct specs as shaped, which ``cols.spec_of`` indexes (what a caller may
     compute once per spec instead of once per job)."""
     shape = table.shape
     specs = [shape(spec) for spec in cols.specs]
     replace = msgspec.structs.replace
-    held = [*specs, None, None]  # spec_of -1: no spec; LIKE (-2): the twin's, below
+    held = [*specs, None]  # spec_of -1: no spec
     own = [spec if (spec := held[at]) is None or _own_of(spec) == (
                named := job_id if name is None else name, number, array_index, array_number)
            else replace(spec, name=named, number=number, array_index=array_index, array_number=array_number)
            for job_id, at, name, number, array_index, array_number in zip(
                cols.ids, cols.spec_of, cols.names, cols.numbers, cols.array_indexes, cols.array_numbers)]
-    if like is not None:  # its twin's spec, and its id, seq and time objects (as a fold's two tables hold the event's)
-        twins, ids, seqs, times = like.jobs, cols.ids, cols.seqs, cols.times
-        for i in [i for i, at in enumerate(cols.spec_of) if at == LIKE]:
-            twin = twins[ids[i]]
-            own[i], ids[i] = twin.spec, twin.job_id
-            if seqs[i] == twin.accepted_seq and times[i] == twin.accepted_ts:
-                seqs[i], times[i] = twin.accepted_seq, twin.accepted_ts
     made = list(map(Job, cols.ids, own, map(STATES.__getitem__, cols.states), cols.seqs, cols.times))
     for i, rest in cols.rest.items():
         job = made[i]

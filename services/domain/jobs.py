@@ -154,14 +154,6 @@ class JobTable:
         self.settled: dict[str, int] = {}  # job id -> STATES index * 2 + (1 if it ever started)
         self.checkpointed: set[str] = set()  # settled jobs that had recorded a checkpoint (after-checkpoint)
 
-    def restore(self, jobs: list[Job], settled: dict[str, int], arrays: dict[str, list[str]]) -> None:
-        """Fill an empty table from a dump (a snapshot, a stored fold), specs interned again."""
-        for job in jobs:
-            if job.spec is not None:
-                job.spec = self.shape(job.spec)
-            self.jobs[job.job_id] = job
-        self.settled, self.arrays = settled, arrays
-
     def shape(self, spec: c.JobSpec) -> c.JobSpec:
         """The spec as the table holds it: ``compact`` (a table that reads only some of a spec's fields
         may hold a smaller one, shared by the jobs that agree on them: services/inventory/jobs.py; one

@@ -8,7 +8,7 @@ import dataclasses
 import msgspec
 
 from events import catalogue as c
-from services.domain.job_rows import LIKE, JobColumns, _Rest, columns, restore_columns
+from services.domain.job_rows import JobColumns, _Rest, columns, restore_columns
 from services.domain.jobs import Job, JobState, JobTable
 from services.domain.policy import POLICIES
 from services.domain.queue.index import QueueIndex
@@ -67,10 +67,10 @@ def test_a_policys_group_does_not_read_the_name():
         assert index.spec_group(spec) == index.group(Job("j", spec, JobState.PENDING))
 
 
-def _round_trip(table: JobTable, like: JobTable | None = None) -> tuple[JobTable, bytes]:
-    data = msgspec.msgpack.encode(columns(table.jobs, like=like))
+def _round_trip(table: JobTable) -> tuple[JobTable, bytes]:
+    data = msgspec.msgpack.encode(columns(table.jobs))
     back = JobTable()
-    restore_columns(back, msgspec.msgpack.decode(data, type=JobColumns), like=like)
+    restore_columns(back, msgspec.msgpack.decode(data, type=JobColumns))
     return back, data
 
 
@@ -91,21 +91,3 @@ def test_a_backlog_shares_its_specs_and_keeps_each_jobs_own_values_and_the_order
     assert len(decoded.specs) == 6  # 3 sizes x array or not: the names, numbers and indexes are each job's
     assert sorted(decoded.rest) == [0, 52] and decoded.spec_of[51] == -1  # ran and late: fields of their own
     assert _round_trip(back)[1] == data  # equal tables, equal bytes
-
-
-def test_a_job_holding_the_very_spec_of_its_twin_in_another_table_shares_it_again():
-    """Preemption's fold and its scheduler's view hold the same spec objects (they fold the same events)."""
-    view, table = JobTable(), JobTable()
-    same = c.JobSpec(tenant="acme", gpus=2, name="a", number=7)
-    view.jobs["a"] = Job("a", same, JobState.PENDING, 1, 1.0)
-    table.jobs["a"] = Job("a", same, JobState.PENDING, 1, 1.0)
-    view.jobs["b"] = Job("b", c.JobSpec(tenant="acme", gpus=2, name="b", number=8), JobState.PENDING, 2, 2.0)
-    table.jobs["b"] = Job("b", c.JobSpec(tenant="acme", gpus=2, name="b", number=8), JobState.PENDING, 2, 2.0)  # equal, not it
-    table.jobs["c"] = Job("c", same, JobState.RUNNING, 3, 3.0, attempt=1)  # no twin: written as a spec
-    back, data = _round_trip(table, like=view)
-    decoded = msgspec.msgpack.decode(data, type=JobColumns)
-    assert decoded.spec_of == [LIKE, 0, 0] and len(decoded.specs) == 1  # b and c alike but for their own values
-    assert back.jobs == table.jobs and back.jobs["a"].spec is view.jobs["a"].spec
-    assert back.jobs["b"].spec is not view.jobs["b"].spec
-    assert msgspec.msgpack.encode(columns(back.jobs, like=view)) == data
-    assert msgspec.msgpack.encode(columns(table.jobs)) != data  # without like: a's spec written out

@@ -343,6 +343,7 @@ def test_a_live_log_is_replayed_with_the_cap_its_cycles_say():
     configures the replayed scheduler with the first one, and a log from before the field (0) with the
     cap of that time, 10,000: a cycle of 10,000 candidates was cut there, and so is its replay."""
     from services.front.audit.config import AuditConfig, audit_cores, cycle_cap
+    from services.domain.queue.fold import MAX_CANDIDATES
 
     def cycle(cap: int) -> Record:
         event = c.SchedulingCycleCompleted(id="scheduling/SchedulingCycleCompleted/1", source="scheduling",
@@ -356,7 +357,7 @@ def test_a_live_log_is_replayed_with_the_cap_its_cycles_say():
     assert cycle_cap([accepted, cycle(5_000), cycle(7)]) == 5_000  # the first one
     cores = {core.name: core for core in audit_cores(AuditConfig(), [accepted, cycle(0)])}
     assert cores["scheduling"].max_candidates == 10_000
-    assert {core.name: core for core in audit_cores(AuditConfig(), [])}["scheduling"].max_candidates == 5_000
+    assert {core.name: core for core in audit_cores(AuditConfig(), [])}["scheduling"].max_candidates == MAX_CANDIDATES
 
 
 # --------------------------------------------------------------------------- errors, and a live log

@@ -17,7 +17,7 @@ from services.front.host.check import check_log
 from services.front.sim.driver import SimSettings, make_cores, simulate
 from services.front.sim.buses import InProcessBus
 from services.front.sim.traces import SimJob
-from tests.helpers import Feed, accepted, node
+from tests.helpers import Feed, accepted, node, ready
 
 HOUR = 3600.0
 
@@ -408,3 +408,30 @@ def test_a_preemptor_asks_once_per_round_and_again_only_when_a_later_cycle_leave
     assert _requests(f.decide()) == []  # they stopped: the next placement cycle is to place it there
     _left_blocked(f, 3, "boss")  # it leaves it blocked: now it preempts again
     assert sorted(e.job_id for e in _requests(f.decide())) == ["l0", "l1"]
+
+
+def test_the_ledger_follows_its_views_one_table_and_holds_room_as_placement_does():
+    """Preemption folds one job table, its scheduler's view's: each event applied to it once, and a job
+    that ended for good settled as scheduling and placement settle it. So a ``PreemptionRequested`` that
+    lands after its victim ended holds none of the victim's old GPUs for the preemptor in preemption's
+    fold, as in placement's (which holds the room the preemptor then gets)."""
+    from services.front.registry import make_core
+
+    feeds = [Feed(PreemptionCore()), Feed(make_core("placement"))]
+    alloc = c.NodeAllocation(node="n1", device_ids=[f"gpu{i}" for i in range(8)], cpus_milli=8000,
+                             memory_bytes=2**30)
+    for f in feeds:
+        ready(f, node("n1"))
+        f.evt("submission", accepted("victim", gpus=8))
+        f.evt("placement", c.JobScheduled(job_id="victim", attempt=1, allocations=[alloc]))
+        f.evt("agent", c.JobStarted(job_id="victim", attempt=1, node="n1"))
+        f.evt("submission", accepted("urgent", gpus=8, priority_class="critical"))
+        f.evt("agent", c.JobSucceeded(job_id="victim", attempt=1, node="n1"))  # ends before the request lands
+        f.evt("preemption", c.PreemptionRequested(job_id="victim", attempt=1, for_job="urgent"))
+    pre, placed = feeds[0].state, feeds[1].state
+    assert pre.jobs is pre.sched.jobs
+    assert "victim" in pre.jobs.settled and "victim" not in pre.jobs.jobs
+    assert pre.jobs.settled == placed.jobs.settled and list(pre.jobs.jobs) == list(placed.jobs.jobs) == ["urgent"]
+    assert pre.held == placed.held == {}
+    assert pre.cluster.nodes["n1"].used_devices == placed.cluster.nodes["n1"].used_devices == {}
+    assert not pre.stopping

@@ -49,7 +49,7 @@ def test_candidates_are_capped_and_a_capped_cycle_that_placed_something_continue
 
 
 def test_a_cycle_says_its_cap_and_a_fold_reads_cut_cycles_by_the_cap_they_say():
-    assert SchedulingCore().max_candidates == 5_000  # the default (services/domain/queue/fold.py)
+    assert SchedulingCore().max_candidates == 2_500  # the default (services/domain/queue/fold.py)
     f = Feed(SchedulingCore(max_candidates=10))
     for i in range(10):
         f.evt("submission", accepted(f"j{i:02d}"))

@@ -1,8 +1,10 @@
 """The preemption fold: who is blocked, who is being stopped for whom, recent preemptions. Pure.
 
-``PreemptionFold`` folds, besides its own ledger (jobs and nodes), the
-scheduler's ``QueueFold`` (accounts, quotas, fair-share rates) at first come
-first served, since only the accounts matter here. ``PreemptionPlanner``
+``PreemptionFold`` folds, besides its own ledger of nodes, the scheduler's
+``QueueFold`` (jobs, accounts, quotas, fair-share rates) at first come first
+served, since only the accounts matter here. The ledger follows that view's
+job table: one table, each event applied to it once, jobs that ended for good
+settled as the scheduler and placement settle them. ``PreemptionPlanner``
 (``planner.py``) chooses victims from this state; the preemption service adds
 ``decide`` (``services/preemption/core.py``), the projections use the planner
 for ``horizon preempt --dry-run``.
@@ -47,19 +49,25 @@ class PreemptionFold:
 
     # ------------------------------------------------------------------ evolve
 
+    def _inner_only(self, state: PreemptionState, event: Event, record: Record) -> PreemptionState:
+        """An event that moves no job and changes no node in the ledger: the view alone folds it."""
+        self._sched.fold(state.sched, event, record)
+        return state
+
     def evolve(self, state: PreemptionState, event: Event, record: Record) -> PreemptionState:
         inner = state.sched
         inner.seq, inner.now = state.seq, state.now
-        self._sched.evolve(inner, event, record)
+        # The job table is the scheduler's view's (one table, folded once): what is read of a job below is
+        # read before the view applies the event, and the ledger follows the transition the view made.
         match event:
             case c.PlacementBlocked(job_id=job_id):
                 job = state.jobs.get(job_id)
                 if job is not None and job.state is JobState.PENDING:
                     state.blocked[job_id] = event
-                return state
+                return self._inner_only(state, event, record)
             case c.SchedulingCycleCompleted(cycle=cycle, candidates=candidates):
                 state.candidates[cycle] = list(candidates)
-                return state
+                return self._inner_only(state, event, record)
             case c.PlacementCycleCompleted(cycle=cycle):
                 for job_id in state.candidates.pop(cycle, ()):
                     job = state.jobs.get(job_id)
@@ -67,7 +75,7 @@ class PreemptionFold:
                         state.blocked_seq[job_id] = record.seq
                 for old in [k for k in state.candidates if k < cycle]:
                     del state.candidates[old]
-                return state
+                return self._inner_only(state, event, record)
             case c.PreemptionConfigured():
                 subject = parse_subject(record.subject)
                 why = "PreemptionConfigured is accepted only on horizon.in._admin.preemption" \
@@ -76,10 +84,10 @@ class PreemptionFold:
                     state.config = state.config.updated(event)
                 else:
                     state.config_rejections[record.input_seq] = why
-                return state
+                return self._inner_only(state, event, record)
             case c.ConfigRejected(request_seq=request_seq) if event.source == PREEMPTION:
                 state.config_rejections.pop(request_seq, None)
-                return state
+                return self._inner_only(state, event, record)
             case c.PreemptionRequested(job_id=victim, for_job=for_job):
                 job = state.jobs.get(victim)
                 pre = state.jobs.get(for_job) if for_job else None
@@ -89,7 +97,7 @@ class PreemptionFold:
                     state.stopping[victim] = for_job
                     if event.source == PREEMPTION and job.spec is not None:
                         state.recent.append((state.now, job.spec.account))
-                return state
+                return self._inner_only(state, event, record)
             case c.JobResized(job_id=victim, for_job=for_job) if for_job:
                 # A shrink for a preemptor: the nodes it gives back are held for it, and its round has
                 # ended (nothing is left stopping): it preempts more only if a cycle leaves it blocked again.
@@ -110,7 +118,8 @@ class PreemptionFold:
                     state.preempted[job_id] = state.preempted.get(job_id, 0) + 1
                     if for_job:
                         state.no_cascade.add(job_id)
-        tr = fold_cluster(state.cluster, state.jobs, event, record.seq, state.now)
+        tr = fold_cluster(state.cluster, state.jobs, event, record.seq, state.now,
+                          owner=lambda: self._sched.fold(inner, event, record))
         if tr is not None:
             job_id = tr.job.job_id
             if tr.before is JobState.PENDING and state.held:

@@ -2,21 +2,17 @@
 them). Pure.
 
 Without a snapshot a restart folds the whole log through the preemption fold, which folds the
-scheduler's ``QueueFold`` besides its own job table and cluster: 20-37 s at 1,000,000 queued jobs
-(in process, a busy 2-core machine). With one it folds only the records after it.
+scheduler's ``QueueFold`` and its cluster ledger: 20-37 s at 1,000,000 queued jobs (in process, a busy
+2-core machine, when it still kept a job table of its own). With one it folds only the records after it.
 
 ``dump`` writes every field of ``PreemptionState``: the scheduler's view as the scheduling snapshot
-writes it (``QueueFold.dump``, ``services/domain/queue/codec.py``), the fold's own job table as
-columns, as submission's snapshot writes its own (``job_rows.JobColumns``, given the view as ``like``:
-a job whose spec is the very object the scheduler's view holds for it, as both fold the same event,
-is written as that and shares it again once loaded), its nodes as rows
-(``services/domain/job_rows.py``), and the rest as it is; it refuses a state with a
-field it does not know, so a field added without a line here fails the tests rather than a restart.
-Unlike the standing view's stored fold (``projections/fold_state.py``) it keeps every job the fold
-keeps, ended ones included, so that a restored state is the full replay's exactly. Maps keep the
-order they were folded in and sets are written sorted, so equal states give equal bytes. ``load``
-returns None for another format or another configuration (the fingerprint: this format, the inner
-scheduling snapshot's, virtual time), and the runner then folds the whole log.
+writes it (``QueueFold.dump``, ``services/domain/queue/codec.py``), which holds the one job table the
+ledger follows too, its nodes as rows (``services/domain/job_rows.py``), and the rest as it is; it
+refuses a state with a field it does not know, so a field added without a line here fails the tests
+rather than a restart. Maps keep the order they were folded in and sets are written sorted, so equal
+states give equal bytes. ``load`` returns None for another format or another configuration (the
+fingerprint: this format, the inner scheduling snapshot's, virtual time), and the runner then folds
+the whole log.
 """
 
 from __future__ import annotations
@@ -30,17 +26,18 @@ import msgspec
 
 from events import catalogue as c
 from services.domain.cluster import Node
-from services.domain.job_rows import JobColumns, columns, node_data, read_snapshot, restore_columns, restore_nodes
+from services.domain.job_rows import node_data, read_snapshot, restore_nodes
 from services.domain.preemption.state import PreemptionConfig, PreemptionState
 from services.domain.queue.fold import QueueFold
 
 __all__ = ["SNAPSHOT_FORMAT", "dump", "load"]
 
-SNAPSHOT_FORMAT = 6  # 2: its own table's queued jobs as rows of shared specs (services/domain/backlog_rows.py);
+SNAPSHOT_FORMAT = 7  # 2: its own table's queued jobs as rows of shared specs (services/domain/backlog_rows.py);
 # 3: a job holding the very spec its scheduler's view holds is written as that; 4: the rows as columns;
 # 5: both tables share equal specs (job_specs.SharedSpecJobs), a priority change's new spec too, so a
 # changed job holds its view's very spec again (written as that: other bytes for the same state);
-# 6: the table as job_rows.JobColumns with ``like`` (backlog_rows merged into it)
+# 6: the table as job_rows.JobColumns with ``like`` (backlog_rows merged into it); 7: no table of its own
+# (the ledger follows the scheduler's view's table, written with the view)
 
 _FIELDS = frozenset({"seq", "now", "layout", "layout_seq", "relayed_seq", "sched", "jobs", "cluster", "config",
                      "blocked", "preempted", "checkpoint_ts", "stopping", "no_cascade", "recent", "candidates",
@@ -62,11 +59,7 @@ class _Snapshot(msgspec.Struct, array_like=True):
     format: int
     fingerprint: str
     counters: tuple[int, float, int, int, int, int]  # seq, now, layout, layout_seq, relayed_seq, borrowed_running
-    sched: bytes  # the scheduler's view, a scheduling snapshot
-    jobs: JobColumns  # its own table's jobs, ``like`` the view's
-    settled: dict[str, int]
-    arrays: dict[str, list[str]]
-    checkpointed: list[str]
+    sched: bytes  # the scheduler's view, a scheduling snapshot (the job table too)
     nodes: list[Node]
     config: _Config
     blocked: dict[str, c.PlacementBlocked]
@@ -97,8 +90,7 @@ def dump(state: PreemptionState, queue: QueueFold, fingerprint: str) -> bytes:
     return msgspec.msgpack.encode([
         SNAPSHOT_FORMAT, fingerprint,
         (state.seq, state.now, state.layout, state.layout_seq, state.relayed_seq, state.borrowed_running),
-        queue.dump(state.sched), columns(state.jobs.jobs, like=state.sched.jobs), state.jobs.settled,
-        state.jobs.arrays, sorted(state.jobs.checkpointed), node_data(state.cluster),
+        queue.dump(state.sched), node_data(state.cluster),
         [{k: tuple(v) for k, v in cfg.rules.items()}, cfg.victims, cfg.grace_period_s, cfg.max_preemptions,
          cfg.per_minute, cfg.per_account_per_minute],
         state.blocked, state.preempted, state.checkpoint_ts, state.stopping, sorted(state.no_cascade),
@@ -118,8 +110,6 @@ def load(data: bytes, queue: QueueFold, fingerprint: str) -> PreemptionState | N
     state = PreemptionState(sched)
     (state.seq, state.now, state.layout, state.layout_seq, state.relayed_seq,
      state.borrowed_running) = snap.counters
-    restore_columns(state.jobs, snap.jobs, like=sched.jobs)
-    state.jobs.settled, state.jobs.arrays, state.jobs.checkpointed = snap.settled, snap.arrays, set(snap.checkpointed)
     restore_nodes(state.cluster, snap.nodes)
     cfg = snap.config
     state.config = PreemptionConfig(

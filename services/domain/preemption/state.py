@@ -10,7 +10,6 @@ from typing import Mapping
 from events import catalogue as c
 from events.vocabulary import GRACE_PERIOD_MAX_S, VICTIM_ORDERS
 from services.domain.cluster import Cluster
-from services.domain.job_specs import SharedSpecJobs
 from services.domain.jobs import JobTable
 from services.domain.policy import CLASS_RANK
 from services.domain.protocol import CoreState
@@ -82,7 +81,7 @@ class PreemptionState(CoreState):
     def __init__(self, sched: SchedulingState) -> None:
         super().__init__()
         self.sched = sched  # the scheduler's view (jobs, accounts, quotas), folded alike
-        self.jobs: JobTable = SharedSpecJobs()  # the ledger's own table (jobs submitted alike: one spec)
+        self.jobs: JobTable = sched.jobs  # the view's table: the ledger follows its jobs (fold.py)
         self.cluster = Cluster()
         self.config = PreemptionConfig()
         self.blocked: dict[str, c.PlacementBlocked] = {}  # pending job -> latest explanation

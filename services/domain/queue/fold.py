@@ -91,9 +91,11 @@ def _requeues(job: Job) -> bool:
 
 
 # The most jobs a cycle offers (Slurm's ``default_queue_depth`` is the same kind of cap). A cycle's time
-# is placement's for its candidates; at 10,000, a cycle at 100k GPUs with a backlog of a million took
-# 1.5 s at its p99 (docs/benchmarks.md §2). The cap a cycle was cut at is in its event (``max_candidates``).
-MAX_CANDIDATES = 5_000
+# is placement's for its candidates: at 12,500 nodes and a backlog of 250,000 (docs/benchmarks.md §2) the
+# cycle's p99 was 2.6 s at 10,000, 1.5-1.7 s at 5,000 and 0.68-0.73 s at 2,500, all at the same rate;
+# at 1,000 the rate fell by a tenth (more cycles, each with its round trip). The cap a cycle was cut at
+# is in its event (``max_candidates``).
+MAX_CANDIDATES = 2_500
 MAX_CANDIDATES_BEFORE_RECORDED = 10_000  # the cap of logs whose cycles do not say theirs
 
 
@@ -116,6 +118,12 @@ class QueueFold:
     # ------------------------------------------------------------------ evolve
 
     def evolve(self, state: SchedulingState, event: Event, record: Record) -> SchedulingState:
+        self.fold(state, event, record)
+        return state
+
+    def fold(self, state: SchedulingState, event: Event, record: Record) -> Transition | None:
+        """``evolve``, returning the job's transition in the table, if the event caused one: a fold that
+        shares this state's job table (the preemption fold's ledger) follows the jobs by it."""
         seq = record.seq
         match event:
             case c.SchedulingCycleCompleted(cycle=cycle, basis_seq=basis):
@@ -123,7 +131,7 @@ class QueueFold:
                 state.cycle_basis = basis
                 state.cycle_truncated = len(event.candidates) >= (event.max_candidates or self.max_candidates)
                 state.cycle_candidates = list(event.candidates)
-                return state
+                return None
             case c.PlacementCycleCompleted(cycle=cycle, scheduled=scheduled, basis_seq=basis):
                 state.placed_cycle = max(state.placed_cycle, cycle)
                 if cycle == state.cycle:
@@ -136,7 +144,7 @@ class QueueFold:
                     state.cycle_candidates = []
                     if scheduled and state.cycle_truncated:
                         state.dirty_seq = seq
-                return state
+                return None
             case c.JobCheckpointed(job_id=job_id):
                 job = state.jobs.jobs.get(job_id)
                 if job is not None and job.checkpoint_ref is None and (
@@ -155,13 +163,13 @@ class QueueFold:
             case c.ClockTicked():
                 state.tick_seq = seq
                 self._wake(state, seq)
-                return state
+                return None
             case c.ConfigRejected(request_seq=request_seq) if event.source == SCHEDULER:
                 state.config_rejections.pop(request_seq, None)
-                return state
+                return None
             case c.AccountConfigured() | c.FairShareConfigured() | c.PolicyConfigured():
                 self._configure(state, event, record)
-                return state
+                return None
             case c.DatasetAvailable(dataset=name):
                 subject = parse_subject(record.subject)
                 if subject is None or subject.kind != "admin":
@@ -173,14 +181,14 @@ class QueueFold:
                 elif name not in state.datasets:
                     state.datasets.add(name)
                     state.dirty_seq = seq  # jobs waiting for it may be ready
-                return state
+                return None
             case c.LicenseConfigured():
                 why = state.licenses.apply(event, record.subject)
                 if why is not None:
                     state.config_rejections[record.input_seq] = ("license", why)
                 else:  # jobs waiting for it may start now (or never, until it is back)
                     state.dirty_seq = state.capacity_seq = seq
-                return state
+                return None
             case c.PartitionConfigured() | c.PartitionPolicyConfigured():
                 # Every fold of partitions applies the same check; the scheduler answers the operator.
                 why = state.partitions.apply(event, record.subject)
@@ -188,7 +196,7 @@ class QueueFold:
                     state.config_rejections[record.input_seq] = (_PARTITION_VERBS[type(event)], why)
                 else:  # which nodes a job may use, or the tiers' order, may have changed
                     state.dirty_seq = state.capacity_seq = state.nodes_seq = seq
-                return state
+                return None
             case c.JobFailed(job_id=job_id, node_lost=True):
                 job = state.jobs.get(job_id)
                 if job is not None and job.attempt == event.attempt and job.state in HOLDS_RESOURCES \
@@ -205,7 +213,7 @@ class QueueFold:
             state.dirty_seq = state.capacity_seq = state.nodes_seq = seq
             if isinstance(event, c.ReservationConfigured):
                 _reservation(state, event)
-            return state
+            return None
         moved = state.pending.get(event.job_id) if isinstance(event, c.JobPriorityChanged) else None
         if moved is not None:
             state.queue_index.remove(moved)  # its group may change with its class or nice
@@ -226,7 +234,7 @@ class QueueFold:
         if changed is not None:
             never.recheck(state, changed)  # whether the jobs depending on it can still start
         self._wake(state, seq)
-        return state
+        return tr
 
     def _wake(self, state: SchedulingState, seq: int) -> None:
         """A requeued job whose backoff is over joins the candidates again: that needs a cycle. So do
