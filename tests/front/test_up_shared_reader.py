@@ -37,13 +37,16 @@ async def test_up_reads_once_for_its_decision_services_and_every_decision_reprod
               f"j-{i:04d}") for i in range(600)]
     await publish_all(h.js, items)
     await wait_until(lambda: tally.count("JobSucceeded") == 600, 120, "600 jobs to finish")
-    # One consumer for the five decision services, the two read models and the agent (else eight).
-    consumers = await _consumers(h.url)
+    # One consumer for the five decision services, the two read models and the agent (else eight). A part
+    # that started behind the reader once another part followed live reads on its own until it reaches
+    # the reader, then joins it (services/runtime/fanout.py): on a loaded machine the last to start (the
+    # jobs view) may still be chasing the burst when it ends, and joins moments later.
     if shared:
-        assert stack.reader is not None and stack.reader.parts == 5 + 2 + 1
-        assert consumers == 1
+        await wait_until(lambda: stack.reader is not None and stack.reader.parts == 5 + 2 + 1, 10,
+                         "every part on the one reader")
+        assert await _consumers(h.url) == 1
     else:
-        assert stack.reader is None and consumers == 5 + 2 + 1
+        assert stack.reader is None and await _consumers(h.url) == 5 + 2 + 1
     # A part killed and restarted (a crash) joins the others again and decides on.
     await stack.kill("scheduling")
     await stack.restart("scheduling")
@@ -52,7 +55,8 @@ async def test_up_reads_once_for_its_decision_services_and_every_decision_reprod
     await publish_all(h.js, more)
     await wait_until(lambda: tally.count("JobSucceeded") == 700, 60, "100 more jobs to finish")
     if shared:
-        assert stack.reader is not None and stack.reader.parts == 5 + 2 + 1
+        await wait_until(lambda: stack.reader is not None and stack.reader.parts == 5 + 2 + 1, 10,
+                         "the restarted part back on the one reader")
         assert await _consumers(h.url) == 1
     assert stack.failed() == []
     await h.stop()
