@@ -15,8 +15,9 @@ What is written:
 * the preemption state, field by field (the preemption core has no
   ``dump``): its inner scheduling state by the scheduling core's ``dump``
   again (with the one job table the preemption ledger follows too), the
-  cluster nodes and ledger, its configuration and its bookkeeping. Maps keep their order, so the loaded
-  state iterates exactly as the folded one did;
+  cluster nodes and ledger, its configuration and its bookkeeping. Maps
+  keep their order, so the loaded state iterates exactly as the folded one
+  did;
 * what the view folds itself: the next hour of usage history to sample,
   rejected operator inputs, the tenants seen under each association.
 

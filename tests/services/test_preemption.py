@@ -14,6 +14,7 @@ from events.subjects import admin_subject
 from services.nodes.spec import local_nodes
 from services.preemption.core import PreemptionCore
 from services.front.host.check import check_log
+from services.front.registry import make_core
 from services.front.sim.driver import SimSettings, make_cores, simulate
 from services.front.sim.buses import InProcessBus
 from services.front.sim.traces import SimJob
@@ -415,8 +416,6 @@ def test_the_ledger_follows_its_views_one_table_and_holds_room_as_placement_does
     that ended for good settled as scheduling and placement settle it. So a ``PreemptionRequested`` that
     lands after its victim ended holds none of the victim's old GPUs for the preemptor in preemption's
     fold, as in placement's (which holds the room the preemptor then gets)."""
-    from services.front.registry import make_core
-
     feeds = [Feed(PreemptionCore()), Feed(make_core("placement"))]
     alloc = c.NodeAllocation(node="n1", device_ids=[f"gpu{i}" for i in range(8)], cpus_milli=8000,
                              memory_bytes=2**30)
