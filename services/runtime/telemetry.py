@@ -19,10 +19,15 @@ know it is there (tracing is I/O, never an input to a decision):
   candidate, so submission, scheduling, placement and the agent all appear
   in the job's trace.
 
-A decision round (the runner's ``decide`` and the publication of what it
-decided; ``decision_round``) is timed: ``horizon.decide.duration`` per part,
-and a scheduling cycle's span starts when its round started, so it covers the
-cycle's computation, not only its publication.
+A decision round that published (the runner's ``decide`` and the publication
+of what it decided; ``decision_round``) is timed: ``horizon.decide.duration``
+per part (every batch a part reads ends in a round, and most decide nothing:
+those are not timed), and a scheduling cycle's span starts when its round
+started, so it covers the cycle's computation, not only its publication.
+
+With tracing off (no tracer provider), no span is made and nothing is decoded
+for one; the ``traceparent`` is carried on all the same, and a part parses the
+header of a record it read only when it publishes about that aggregate.
 
 Metrics (the part's meter): ``horizon.events.published`` and
 ``horizon.events.applied`` (per part and event type), ``horizon.rejections``
@@ -48,9 +53,10 @@ import hashlib
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import msgspec
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
@@ -67,6 +73,16 @@ TRACEPARENT = "traceparent"
 # a meter -> the traced logs its lag gauge observes
 _LAGGING: weakref.WeakKeyDictionary[Any, weakref.WeakSet[TracedLog]] = weakref.WeakKeyDictionary()
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+
+class _ScheduledFlags(msgspec.Struct):
+    """What ``horizon.scheduled`` counts of a ``JobScheduled`` (the rest of its body is skipped unread)."""
+
+    backfilled: bool = False
+    borrowed: bool = False
+
+
+_SCHEDULED_FLAGS = msgspec.json.Decoder(_ScheduledFlags).decode
 
 
 def traceparent(ctx: SpanContext) -> str:
@@ -95,8 +111,8 @@ def root_context(aggregate: str) -> SpanContext:
                        is_remote=True, trace_flags=_SAMPLED)
 
 
-def _aggregate(record_subject: str, headers: Mapping[str, str] | None) -> str | None:
-    parts = record_subject.split(".")
+def _aggregate(parts: Sequence[str], headers: Mapping[str, str] | None) -> str | None:
+    """The aggregate of a record whose subject's tokens are ``parts``."""
     if len(parts) == 5 and parts[1] == "evt":
         return parts[4]
     if len(parts) == 4 and parts[1] == "in" and parts[3] == "submit" and headers:
@@ -112,7 +128,7 @@ class TracedLog:
         self.inner = inner
         self.part = part
         self.tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer("horizon", schema_url=None)
-        self.contexts: dict[str, SpanContext] = {}
+        self.contexts: dict[str, SpanContext | str] = {}  # aggregate -> its latest span (a traceparent as read)
         self.candidates_seen: set[str] = set()
         self.max_contexts = max_contexts
         self.applied_seq = 0
@@ -121,19 +137,20 @@ class TracedLog:
         self._probe: asyncio.Task[None] | None = None
         self._round_started_ns: int | None = None
         self.applied_counts: dict[str, int] = {}  # records read, by type (horizon.events.applied)
+        self.published_counts: dict[str, int] = {}  # events published, by type (horizon.events.published)
+        self.scheduled_counts: dict[tuple[bool, bool], int] = {}  # JobScheduled: (backfilled, borrowed)
+        self._round_published = False  # the round under way published (decision_round)
         self._meters(meter_provider)
 
     def _meters(self, meter_provider: Any) -> None:
         from opentelemetry import metrics
 
         meter = (meter_provider or metrics.get_meter_provider()).get_meter("horizon")
-        self.published = meter.create_counter("horizon.events.published", description="events a part published")
         self.rejections = meter.create_counter("horizon.rejections", description="JobRejected by field")
-        self.scheduled = meter.create_counter("horizon.scheduled", description="JobScheduled, backfilled or not")
         self.preemptions = meter.create_counter("horizon.preemptions", description="PreemptionRequested")
         self.preemptions.add(0, {"part": self.part})  # a series from the start: rate() needs its zero
         self.decide_ms = meter.create_histogram("horizon.decide.duration", unit="ms",
-                                                description="one decision round: decide and publish")
+                                                description="one decision round that published: decide and publish")
         # One gauge per meter, observing every traced log on it: a meter keeps the first callbacks
         # registered under a name, so the parts sharing a provider (``horizon up``) share the gauge.
         logs = _LAGGING.get(meter)
@@ -149,17 +166,33 @@ class TracedLog:
             meter.create_observable_gauge("horizon.consumer.lag", callbacks=[lag],
                                           description="records in the stream this part has not applied yet")
 
-            def applied(_options: Any, logs: weakref.WeakSet[TracedLog] = logs) -> list[Observation]:
-                totals: dict[tuple[str, str], int] = {}
+            def by_type(counts: str) -> Callable[[Any], list[Observation]]:
+                def observe(_options: Any, logs: weakref.WeakSet[TracedLog] = logs) -> list[Observation]:
+                    totals: dict[tuple[str, str], int] = {}
+                    for t in list(logs):
+                        for kind, n in getattr(t, counts).items():
+                            totals[(t.part, kind)] = totals.get((t.part, kind), 0) + n
+                    return [Observation(n, {"part": part, "type": kind})
+                            for (part, kind), n in sorted(totals.items())]
+                return observe
+
+            def scheduled(_options: Any, logs: weakref.WeakSet[TracedLog] = logs) -> list[Observation]:
+                totals: dict[tuple[bool, bool], int] = {}
                 for t in list(logs):
-                    for kind, n in t.applied_counts.items():
-                        totals[(t.part, kind)] = totals.get((t.part, kind), 0) + n
-                return [Observation(n, {"part": part, "type": kind}) for (part, kind), n in sorted(totals.items())]
+                    for flags, n in t.scheduled_counts.items():
+                        totals[flags] = totals.get(flags, 0) + n
+                return [Observation(n, {"backfilled": backfilled, "borrowed": borrowed})
+                        for (backfilled, borrowed), n in sorted(totals.items())]
 
             # Counted by the log itself and observed at collection: an add() per record and part
-            # cost ~10 us of the SDK's each, a tenth of an idle stack's time per job (issue 22).
-            meter.create_observable_counter("horizon.events.applied", callbacks=[applied],
+            # cost ~10 us of the SDK's each, a tenth of an idle stack's time per job (issue 22); so
+            # did one per event published, a ~20th (issue 35).
+            meter.create_observable_counter("horizon.events.applied", callbacks=[by_type("applied_counts")],
                                             description="records a part read")
+            meter.create_observable_counter("horizon.events.published", callbacks=[by_type("published_counts")],
+                                            description="events a part published")
+            meter.create_observable_counter("horizon.scheduled", callbacks=[scheduled],
+                                            description="JobScheduled, backfilled or not")
         logs.add(self)
 
     def __getattr__(self, name: str) -> Any:
@@ -169,22 +202,25 @@ class TracedLog:
 
     def _learn(self, batch: Sequence[Record]) -> None:
         counts = self.applied_counts
+        contexts = self.contexts
         for record in batch:
-            headers = record.headers
             subject = record.subject
-            kind = subject.split(".")[3] if subject.count(".") >= 3 else subject
+            tokens = subject.split(".")
+            kind = tokens[3] if len(tokens) > 3 else subject
             counts[kind] = counts.get(kind, 0) + 1
+            headers = record.headers
             if not headers:
                 continue
-            traceparent = headers.get(TRACEPARENT)
-            if traceparent is None:
+            value = headers.get(TRACEPARENT)
+            if value is None:
                 continue
-            ctx = parse_traceparent(traceparent)
-            aggregate = _aggregate(subject, headers)
-            if ctx is not None and aggregate:
-                if len(self.contexts) >= self.max_contexts and aggregate not in self.contexts:
-                    self.contexts.pop(next(iter(self.contexts)))  # forget the oldest trace first
-                self.contexts[aggregate] = ctx
+            aggregate = _aggregate(tokens, headers)
+            if aggregate:
+                if len(contexts) >= self.max_contexts and aggregate not in contexts:
+                    contexts.pop(next(iter(contexts)))  # forget the oldest trace first
+                # As read: parsed only if this part publishes about the aggregate (``_parent``); most
+                # parts never do, and a parse per record and part was a twentieth of an idle stack's time.
+                contexts[aggregate] = value
         if batch:
             self.applied_seq = max(self.applied_seq, batch[-1].seq)
             self.known_end = max(self.known_end, self.applied_seq)
@@ -235,16 +271,55 @@ class TracedLog:
         """Around one round of the runner's ``decide`` and its publication (the runner's hook)."""
         started = time.perf_counter()
         self._round_started_ns = time.time_ns()
+        self._round_published = False
         try:
             yield
         finally:
             self._round_started_ns = None
-            self.decide_ms.record((time.perf_counter() - started) * 1000.0, {"part": self.part})
+            # Only a round that published: most rounds decide nothing (every batch ends in one), and
+            # recording each cost the SDK ~17 us, more than such a round's ``decide``.
+            if self._round_published:
+                self.decide_ms.record((time.perf_counter() - started) * 1000.0, {"part": self.part})
 
     # ------------------------------------------------------------------ publishing
 
     def _parent(self, aggregate: str) -> SpanContext:
-        return self.contexts.get(aggregate) or root_context(aggregate)
+        ctx = self.contexts.get(aggregate)
+        if isinstance(ctx, str):  # as read: parsed once, when first needed
+            ctx = parse_traceparent(ctx)
+            if ctx is None:  # a client's malformed header: the trace its id derives
+                del self.contexts[aggregate]
+            else:
+                self.contexts[aggregate] = ctx
+        return ctx or root_context(aggregate)
+
+    def _recording(self) -> bool:
+        """True if spans go anywhere: a tracer provider was given, or one was installed globally since."""
+        if isinstance(self.tracer, trace.ProxyTracer):
+            return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        return not isinstance(self.tracer, trace.NoOpTracer)
+
+    def _count(self, event_type: str, data: bytes) -> None:
+        """The metrics of one event published."""
+        self.published_counts[event_type] = self.published_counts.get(event_type, 0) + 1
+        if event_type == "JobScheduled":
+            try:
+                flags = _SCHEDULED_FLAGS(data)
+            except msgspec.DecodeError:
+                return
+            key = (bool(flags.backfilled), bool(flags.borrowed))
+            self.scheduled_counts[key] = self.scheduled_counts.get(key, 0) + 1
+        elif event_type in ("JobRejected", "RequestRejected"):
+            try:
+                body = decode_json(data)
+            except ValueError:  # too deep included (events.codec.decode_json)
+                return
+            if event_type == "JobRejected":
+                self.rejections.add(1, {"event": "JobRejected", "field": body.get("field") or "other"})
+            else:
+                self.rejections.add(1, {"event": "RequestRejected", "verb": body.get("verb") or "other"})
+        elif event_type == "PreemptionRequested":
+            self.preemptions.add(1, {"part": self.part})
 
     def _traced(self, subject: str, data: bytes, headers: Mapping[str, str] | None) -> dict[str, str]:
         out = dict(headers or {})
@@ -252,17 +327,20 @@ class TracedLog:
         if len(parts) != 5 or parts[1] != "evt":
             return out
         event_type, aggregate = parts[3], parts[4]
-        self.published.add(1, {"part": self.part, "type": event_type})
+        self._count(event_type, data)
+        cycle = event_type == "SchedulingCycleCompleted"
+        parent = root_context(f"cycle-{aggregate}") if cycle else self._parent(aggregate)
+        if not self._recording():  # tracing off: no spans, but the trace is carried on all the same
+            out[TRACEPARENT] = traceparent(parent)
+            return out
         attributes: dict[str, Any] = {"horizon.part": self.part, "horizon.aggregate": aggregate,
                                       "messaging.destination": subject}
         links: list[Link] = []
-        body: dict[str, Any] | None = None
-        if event_type in ("SchedulingCycleCompleted", "JobRejected", "RequestRejected", "JobScheduled"):
+        if cycle:
             try:
                 body = decode_json(data)
             except ValueError:  # too deep included (events.codec.decode_json)
-                body = None
-        if event_type == "SchedulingCycleCompleted" and body is not None:
+                body = {}
             candidates = body.get("candidates") or []
             attributes["horizon.candidates"] = len(candidates)
             links = [Link(self._parent(j)) for j in candidates[:64]]
@@ -274,18 +352,8 @@ class TracedLog:
                                                                             "horizon.cycle": body.get("cycle", 0)})
                     span.end()
                     self.contexts[job_id] = span.get_span_context()
-        elif event_type == "JobRejected" and body is not None:
-            self.rejections.add(1, {"event": "JobRejected", "field": body.get("field") or "other"})
-        elif event_type == "RequestRejected" and body is not None:
-            self.rejections.add(1, {"event": "RequestRejected", "verb": body.get("verb") or "other"})
-        elif event_type == "JobScheduled" and body is not None:
-            self.scheduled.add(1, {"backfilled": bool(body.get("backfilled")), "borrowed": bool(body.get("borrowed"))})
-        elif event_type == "PreemptionRequested":
-            self.preemptions.add(1, {"part": self.part})
-        parent = self._parent(aggregate) if event_type != "SchedulingCycleCompleted" else root_context(
-            f"cycle-{aggregate}")
         # A cycle's span runs from the start of the round that decided it (its computation).
-        start = self._round_started_ns if event_type == "SchedulingCycleCompleted" else None
+        start = self._round_started_ns if cycle else None
         span = self.tracer.start_span(f"{self.part} {event_type}",
                                       context=trace.set_span_in_context(NonRecordingSpan(parent)),
                                       attributes=attributes, links=links, start_time=start)
@@ -294,7 +362,7 @@ class TracedLog:
         if ctx.is_valid:
             self.contexts[aggregate] = ctx
             out[TRACEPARENT] = traceparent(ctx)
-        else:  # tracing off: still carry the trace on
+        else:  # a provider that samples this trace out: still carry the trace on
             out[TRACEPARENT] = traceparent(parent)
         return out
 
@@ -305,6 +373,7 @@ class TracedLog:
                                        expected_last_subject_seq=expected_last_subject_seq,
                                        headers=self._traced(subject, data, headers))
         self.known_end = max(self.known_end, ack.seq)
+        self._round_published = True
         return ack
 
     async def publish_many(self, items: Sequence[Outgoing]) -> list[PublishAck]:
@@ -312,6 +381,7 @@ class TracedLog:
         acks = await self.inner.publish_many(traced)
         if acks:
             self.known_end = max(self.known_end, max(a.seq for a in acks))
+            self._round_published = True
         return acks
 
     async def publish_fenced(self, items: Sequence[Outgoing], fence: Fence) -> list[PublishAck]:
@@ -319,6 +389,7 @@ class TracedLog:
         acks = await self.inner.publish_fenced(traced, fence)
         if acks:
             self.known_end = max(self.known_end, max(a.seq for a in acks))
+            self._round_published = True
         return acks
 
 

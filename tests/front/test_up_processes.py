@@ -66,8 +66,9 @@ def every_part_in_one_scrape(up_err: Path) -> None:
             break
         time.sleep(0.3)
     assert parts == PARTS
+    # the rounds that published, each child's (preemption had nothing to decide: no round of its is timed)
     decided = {s.labels["part"] for s in families["horizon_decide_duration_milliseconds"].samples}
-    assert {"submission", "scheduling", "placement", "preemption", "inventory"} <= decided
+    assert {"submission", "scheduling", "placement", "inventory"} <= decided
     assert {s.labels["state"] for s in families["horizon_gpus_state"].samples} >= {"free", "busy"}
 
 

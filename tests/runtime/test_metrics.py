@@ -3,6 +3,7 @@ Grafana dashboard in ``deploy/grafana/`` queries only metrics a scrape has."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -11,11 +12,16 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from events.codec import encode
+from events.subjects import event_subject
+from services.runtime.jetstream import JetStreamLog
 from tests.front.test_cli_up import HORIZON, free_port, horizon, interrupt
+from tests.helpers import node
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -104,8 +110,10 @@ def test_up_serves_metrics_of_its_parts(scraped):
     assert _value(families, "horizon_job_wait_seconds_count", partition="main", priority_class="normal") == 1
     assert _value(families, "horizon_job_wait_seconds_bucket", partition="main", le="60.0") == 1
     assert _value(families, "horizon_rejections_total", event="JobRejected", field="resources.gpu_type") == 1
-    # every service timed its decision rounds, with buckets
-    for part in ("submission", "scheduling", "placement", "preemption", "inventory"):
+    # every service that decided something timed its rounds that published, with buckets (the agent's
+    # two nodes made inventory's NodeReady); preemption decided nothing here, and a round that
+    # publishes nothing is not timed
+    for part in ("submission", "scheduling", "placement", "inventory"):
         assert _value(families, "horizon_decide_duration_milliseconds_count", part=part) >= 1, part
         buckets = [s for s in families["horizon_decide_duration_milliseconds"].samples
                    if s.name.endswith("_bucket") and s.labels["part"] == part]
@@ -130,10 +138,19 @@ def test_grafana_dashboard_queries_metrics_that_exist(scraped):
         assert names <= samples, (expr, names - samples)
 
 
+async def _register(url: str, event: Any) -> None:
+    """A node's registration in the log, as its agent publishes it."""
+    log = await JetStreamLog.open(url, name="metrics-agent", create=False)
+    try:
+        await log.publish(event_subject("agent", event), encode(event), msg_id=f"agent/NodeRegistered/{event.node}")
+    finally:
+        await log.close()
+
+
 def test_a_service_alone_serves_its_metrics(nats_server, tmp_path):
     """``horizon service NAME --metrics-port 0`` (the distributed shape): the part's own metrics, the
-    port printed; projections has the read-model gauges, a service its decision rounds. Inventory's
-    with ``--metrics-token-file`` (as ``up --auth --processes`` runs its children): only for a bearer
+    port printed; projections has the read-model gauges, a service its decision rounds (inventory's
+    ``NodeReady`` for a node registered in the log). Inventory's with ``--metrics-token-file`` (as ``up --auth --processes`` runs its children): only for a bearer
     of that token."""
     procs, logs = {}, {}
     token = tmp_path / "metrics-token"
@@ -164,8 +181,9 @@ def test_a_service_alone_serves_its_metrics(nats_server, tmp_path):
         assert "horizon_decide_duration_milliseconds" not in families  # projections decides nothing
         assert _get(f"{bases['inventory']}/metrics")[0] == 401
         assert _get(f"{bases['inventory']}/metrics", "wrong")[0] == 401
+        asyncio.run(_register(nats_server.url, node("metrics-n1")))
         deadline = time.time() + 20
-        while time.time() < deadline:  # the inventory's first decision round once it holds its lease
+        while time.time() < deadline:  # the inventory's round that decides the node ready, once it holds its lease
             families = _families(_get(f"{bases['inventory']}/metrics", "s3cret-scrape")[2])
             if _value(families, "horizon_decide_duration_milliseconds_count", part="inventory") >= 1:
                 break
