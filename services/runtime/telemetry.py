@@ -294,10 +294,9 @@ class TracedLog:
         return ctx or root_context(aggregate)
 
     def _recording(self) -> bool:
-        """True if spans go anywhere: a tracer provider was given, or one was installed globally since."""
-        if isinstance(self.tracer, trace.ProxyTracer):
-            return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-        return not isinstance(self.tracer, trace.NoOpTracer)
+        """True if spans go anywhere: a tracer provider was given, or one was installed globally since
+        (the global tracer, a proxy, delegates to a no-op one until then)."""
+        return not isinstance(getattr(self.tracer, "_tracer", self.tracer), trace.NoOpTracer)
 
     def _count(self, event_type: str, data: bytes) -> None:
         """The metrics of one event published."""

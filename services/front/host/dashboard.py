@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+import msgspec
+
 from events.codec import decode_json
 from events.subjects import tenant_view, valid_token
 from services.front.client.accounts import TENANT_VIEWS  # answered per tenant (services/front/host/contract.py)
@@ -49,6 +51,23 @@ from services.front.host.http import HttpServer, Request, Response, json_respons
 from services.runtime.log import READ_MODEL_LINGER_S
 
 __all__ = ["Dashboard", "STATIC", "COOKIE"]
+
+
+class _Charted(msgspec.Struct):
+    """What the charts read of a record's body (``Series.event``); the rest is skipped unread, which
+    cost a whole JSON decode of every record (1.8% of an idle ``horizon up``'s time)."""
+
+    type: Any = None
+    source: Any = None
+    basis_seq: Any = None
+    job_id: Any = None
+    spec: Any = None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key, default)
+
+
+_charted = msgspec.json.Decoder(_Charted).decode
 
 log = logging.getLogger("horizon.dashboard")
 
@@ -217,11 +236,11 @@ class Dashboard:
             # Any body the intake stored reaches here as it was sent (a tenant's input on
             # horizon.in.>): what cannot be read, or charted, is skipped, never the end of the follower.
             try:
-                body = decode_json(record.data)
-                if isinstance(body, dict):
-                    self.series.event(body, record.time, record.subject)
-            except ValueError:
+                body = _charted(record.data)
+            except (msgspec.DecodeError, RecursionError):  # not a JSON object, or nested too deep to read
                 continue
+            try:
+                self.series.event(body, record.time, record.subject)
             except Exception:  # noqa: BLE001 - a chart misses one record
                 log.warning("dashboard: cannot chart seq %d on %s", record.seq, record.subject, exc_info=True)
         self._handled_seq = batch[-1].seq
