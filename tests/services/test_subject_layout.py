@@ -20,6 +20,7 @@ from events import catalogue as c
 from events.codec import decode, encode
 from events.subjects import EVENTS_ONLY, STREAM, WHOLE_LOG, admin_subject
 from services.front.registry import make_core
+from services.runtime.fanout import SharedReader
 from services.runtime.jetstream import JetStreamLog
 from services.runtime.replay import audit
 from services.runtime.service import ServiceRunner
@@ -40,8 +41,10 @@ class Services:
     """The five decision services, each a ``ServiceRunner`` on its own connection, as ``horizon service``
     runs one (``new``: this version's submission, which marks the layout; else the version before)."""
 
-    def __init__(self, url: str, new: bool = True) -> None:
+    def __init__(self, url: str, new: bool = True, shared: bool = False) -> None:
         self.url = url
+        self.shared = shared  # one reader for all five, as in horizon up (services/runtime/fanout.py)
+        self.reader: SharedReader | None = None
         self.cores = [make_core(name) for name in SERVICES]
         if not new:
             self.cores[0] = SubmissionCore()  # no marker: what the version before wrote
@@ -50,9 +53,15 @@ class Services:
         self.tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> Services:
+        if self.shared:
+            reader_log = await JetStreamLog.open(self.url, name="layout-reader")
+            self.logs.append(reader_log)
+            self.reader = SharedReader(reader_log)
         for core in self.cores:
             log = await JetStreamLog.open(self.url, name=f"layout-{core.name}")
             runner = ServiceRunner(log, core)
+            if self.reader is not None:
+                runner.make_follower = self.reader.follow
             self.logs.append(log)
             self.runners[core.name] = runner
             self.tasks.append(asyncio.create_task(runner.run()))
@@ -152,6 +161,33 @@ async def test_a_new_log_is_read_with_one_filter_and_each_configuration_applies_
                                         msg_id="garbage")).seq
         await services.quiet(js_log)
         assert all(r.idle_seq >= garbage for r in services.runners.values())
+    finally:
+        await services.stop()
+
+
+async def test_on_a_shared_reader_the_services_rest_past_trailing_inputs_without_asking_the_server(js_log,
+                                                                                                  nats_server):
+    """The probe of step 3 (services/runtime/layout.py) on a reader shared in the process: the reader
+    knows what it has read, so an input no event follows moves every filtered service's state to
+    the log's end without a request to the server (``next_seq``: none)."""
+    services = await Services(nats_server.url, shared=True).start()
+    try:
+        await _publish(js_log, "horizon.evt.agent.NodeRegistered.n1", _node("n1"), "n1")
+        await services.quiet(js_log)
+        asked: dict[str, int] = {}
+        for name, runner in services.runners.items():
+            def counted(subject: str, after: int, name: str = name, inner: Any = runner.log.next_seq) -> Any:
+                asked[name] = asked.get(name, 0) + 1
+                return inner(subject, after)
+            runner.log.next_seq = counted  # type: ignore[method-assign]
+        garbage = (await js_log.publish(admin_subject("account"), b'{"type": "AccountConfigured"}',
+                                        msg_id="garbage")).seq
+        await services.quiet(js_log)
+        assert all(r.idle_seq >= garbage for r in services.runners.values())
+        filtered = [name for name in SERVICES if name != "submission"]
+        assert all(services.runners[name].layout.filtered for name in filtered)
+        assert not any(asked.get(name) for name in filtered), asked
+        _audit_clean(await read_log(nats_server.url))
     finally:
         await services.stop()
 
