@@ -334,11 +334,9 @@ class SharedFollow:
         self.drained = asyncio.Event()
         self._threshold = 0  # caught up once the reader has handed out this far
         # Once caught up: every record up to ``through`` that this part reads has been handled (the reader
-        # handed out that far, and the handler returned); ``passed(seq)``, if set, hears of a stretch
-        # the reader read with nothing in it for this part (``services/runtime/layout.py``: a filtered
-        # runner learns there that only inputs lie past its state, without asking the server).
+        # handed out that far, and the handler returned). A filtered runner learns there that only inputs
+        # lie past its state, without asking the server (``services/runtime/layout.py``, step 3).
         self.through = 0
-        self.passed: Callable[[int], Any] | None = None
         self.failure: BaseException | None = None  # the reader's, if it failed
         self._learn: Callable[[Sequence[Record]], None] | None = getattr(part_log, "learn", None)
         self._task: asyncio.Task[None] | None = None
@@ -419,10 +417,7 @@ class SharedFollow:
                 self.position = max(self.position, self.end)
                 await self._caught_up()
             await self._deliver(self.on_batch, batch)
-            if reached > self.through:
-                self.through = reached
-                if not batch and self.passed is not None:
-                    self.passed(reached)
+            self.through = max(self.through, reached)
 
     async def until_caught_up(self) -> None:
         """Until caught up and following; the failure, if it failed first, is raised here."""

@@ -24,8 +24,8 @@ serves a consumer of one filter subject, and never two (docs/benchmarks.md secti
    ``state.seq``; so ``state.seq = L``, as a fold of the whole log would have it, and the runner
    decides (or rests) there. It runs when the runner rests and once a second while it is idle.
    On a reader shared in the process (``fanout.py``) it asks the server nothing: every record the
-   runner reads up to the follower's ``through`` is applied, so the state moves there; and the
-   follower says when it passes records that are not the runner's (``passed``), a probe then too.
+   runner reads up to the follower's ``through`` is applied, so the state moves there (an input the
+   reader reads after the runner rested is found by the probe a second later, or at the next rest).
 """
 
 from __future__ import annotations
@@ -98,7 +98,6 @@ class LayoutReader:
             await old.stop()
             runner._follower = runner.make_follower(runner.log, runner._on_batch, from_seq=runner.state.seq + 1,
                                                     subjects=self.subjects, name=f"horizon-{runner.name}")
-            self.watch(runner._follower)
         self.switches += 1
         log.info("%s: the log's layout is 2 from seq %d: reading %s alone from seq %d", runner.name,
                  runner.state.layout_seq, ", ".join(self.subjects), runner.state.seq + 1)
@@ -146,16 +145,6 @@ class LayoutReader:
             self._rested.clear()
             await self.probe()
             await asyncio.sleep(PROBE_GAP_S)
-
-    def watch(self, follower: Any) -> None:
-        """Hear from ``follower``, if it is a reader shared in this process (fanout.py), when it passes
-        records that are not the runner's: probe then, as when the runner rests."""
-        if hasattr(follower, "passed"):
-            follower.passed = self._passed
-
-    def _passed(self, _seq: int) -> None:
-        if self._probe is not None:
-            self._rested.set()
 
     async def probe(self) -> bool:
         """Move the state to the log's end if only inputs lie past it; True if it moved."""

@@ -516,7 +516,6 @@ class ServiceRunner(Generic[S]):
         self._follower = self.make_follower(self.log, self._on_batch, from_seq=from_seq, until_seq=end,
                                             subjects=self.layout.subjects, history=self._apply,
                                             on_caught_up=self._caught_up, name=f"horizon-{self.name}")
-        self.layout.watch(self._follower)
         await self._follower.start()
         await self._follower.until_caught_up()
         if self.lease is not None:
