@@ -69,6 +69,17 @@ def test_the_quick_scale_run_prints_every_contract_key(tmp_path: Path) -> None:
     print(f"--scale --quick took {took:.0f} s")
 
 
+def test_the_latency_stage_says_what_each_job_cost_the_stack() -> None:
+    """``--only latency`` (a ``horizon up`` of its own, one job at a time): the percentiles in order, each
+    job's three hops from the log, and the CPU time ``up`` spent per job (above zero: it read /proc)."""
+    out = _bench("--quick", "--only", "latency", "--json", timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    latency = json.loads(out.stdout)["latency"]
+    assert latency["jobs"] == latency["hops"]["jobs"] == 200
+    assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["p999_ms"] <= latency["max_ms"]
+    assert 0 < latency["cpu_ms_per_job"] < 1000, latency
+
+
 def test_a_stage_that_cannot_finish_fails_in_its_budget_and_the_next_still_runs() -> None:
     # a two-hundredth of the budgets: the scheduling stage's wait for 5,000 JobScheduled gets ~0.65 s, from
     # the three services' spawn (a hundredth, 1.3 s, was enough for them to finish once placement got faster)

@@ -1,4 +1,11 @@
-"""Benchmark 4 of ``horizon bench`` (services/front/bench/harness.py): one job at a time on an idle stack, submit to ``JobScheduled``."""
+"""Benchmark 4 of ``horizon bench`` (services/front/bench/harness.py): one job at a time on an idle stack, submit to ``JobScheduled``.
+
+With each job in flight alone, the stack is busy for the job and idle otherwise, so the latency
+follows the CPU time ``horizon up`` spends per job (``cpu_ms_per_job``: its user + system time over
+the jobs, ``/proc/<pid>/stat``, all of its threads; nats-server is a process of its own and not in
+it). On a noisy machine that figure moves less than the latency, so it is the one to compare two
+versions by, alternating runs (docs/benchmarks.md section 2).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from events.codec import encode
 from events.subjects import input_subject
 from services.front.sim.metrics import percentile
 from services.front.bench.hops import latency_hops
+from services.front.bench.partitions import cpu_seconds
 from services.front.bench.processes import HORIZON, profile
 from services.front.bench.sizes import Sizes
 from services.front.bench.stage import StageFailed, budget, close_within
@@ -51,6 +59,7 @@ async def bench_latency(url_unused: str, sizes: Sizes) -> dict[str, Any]:
 
             await nc.subscribe("horizon.evt.placement.JobScheduled.*", cb=on_scheduled)
             samples = []
+            cpu_before = cpu_seconds(up.pid)
             for i in range(sizes.latency_jobs):
                 job_id = f"lat-{i:05d}"
                 body = c.JobSubmitted(job_id=job_id, tenant="bench", resources=c.ResourceRequest(gpus=1),
@@ -67,6 +76,7 @@ async def bench_latency(url_unused: str, sizes: Sizes) -> dict[str, Any]:
                                           f"horizon up {'alive' if up.poll() is None else f'exited with {up.poll()}'}") from None
                     got.clear()
                 samples.append((arrived[job_id] - sent) * 1000)
+            cpu_ms_per_job = (cpu_seconds(up.pid) - cpu_before) * 1000 / len(samples)
             await close_within(nc.close())
             log = await JetStreamLog.open(line, name="bench-latency", create=False)
             try:
@@ -83,4 +93,4 @@ async def bench_latency(url_unused: str, sizes: Sizes) -> dict[str, Any]:
     # p99.9 is a nearest rank: with the full run's 2,000 jobs, the second slowest
     return {"p50_ms": round(percentile(samples, 50), 2), "p99_ms": round(percentile(samples, 99), 2),
             "p999_ms": round(percentile(samples, 99.9), 2), "max_ms": round(max(samples), 2), "jobs": len(samples),
-            "hops": hops}
+            "cpu_ms_per_job": round(cpu_ms_per_job, 2), "hops": hops}
