@@ -3,8 +3,8 @@
 With each job in flight alone, the stack is busy for the job and idle otherwise, so the latency
 follows the CPU time ``horizon up`` spends per job (``cpu_ms_per_job``: its user + system time over
 the jobs, ``/proc/<pid>/stat``, all of its threads; nats-server is a process of its own and not in
-it). On a noisy machine that figure moves less than the latency, so it is the one to compare two
-versions by, alternating runs (docs/benchmarks.md section 2).
+it): the figure a change to the code moves. The machine's speed moves it too, so two versions are
+compared by alternating runs (docs/benchmarks.md section 2).
 """
 
 from __future__ import annotations
