@@ -45,29 +45,12 @@ from events.codec import decode_json
 from events.subjects import tenant_view, valid_token
 from services.front.client.accounts import TENANT_VIEWS  # answered per tenant (services/front/host/contract.py)
 from services.front.client.output import output_tail
-from services.front.host.dashboard_charts import BUCKET_S, Series
+from services.front.host.dashboard_charts import BUCKET_S, Series, charted
 from services.front.host.dashboard_operator import OperatorPages
 from services.front.host.http import HttpServer, Request, Response, json_response as _json
 from services.runtime.log import READ_MODEL_LINGER_S
 
 __all__ = ["Dashboard", "STATIC", "COOKIE"]
-
-
-class _Charted(msgspec.Struct):
-    """What the charts read of a record's body (``Series.event``); the rest is skipped unread, which
-    cost a whole JSON decode of every record (1.8% of an idle ``horizon up``'s time)."""
-
-    type: Any = None
-    source: Any = None
-    basis_seq: Any = None
-    job_id: Any = None
-    spec: Any = None
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key, default)
-
-
-_charted = msgspec.json.Decoder(_Charted).decode
 
 log = logging.getLogger("horizon.dashboard")
 
@@ -237,7 +220,7 @@ class Dashboard:
             # Any body the intake stored reaches here as it was sent (a tenant's input on
             # horizon.in.>): what cannot be read, or charted, is skipped, never the end of the follower.
             try:
-                body = _charted(record.data)
+                body = charted(record.data)
             except (msgspec.DecodeError, RecursionError):  # not a JSON object, or nested too deep to read
                 continue
             try:
