@@ -149,18 +149,15 @@ class LayoutReader:
     async def probe(self) -> bool:
         """Move the state to the log's end if only inputs lie past it; True if it moved."""
         runner = self.runner
-        through = getattr(runner._follower, "through", None)
-        if through is not None and runner._follower.caught_up.is_set():
+        follower = runner._follower
+        if getattr(follower, "through", None) is not None and follower.caught_up.is_set():
             # A reader shared in this process knows what it has read: every record up to ``through`` that
             # the runner reads is applied, so the rest up to there are inputs. No request to the server
             # (two a probe, which cost an idle horizon up ~3% of its time).
             async with runner._lock:
-                if not (self.filtered and runner._follower is not None
-                        and runner.state.seq < runner._follower.through):
-                    return False
-                runner.state.seq = runner.stats.applied_seq = runner._follower.through
-                await runner._decide_or_rest()
-            return True
+                end = follower.through
+                return (self.filtered and runner._follower is follower and runner.state.seq < end
+                        and await self._rest_at(end))
         try:
             end = await runner.log.last_seq()
             if end <= runner.state.seq:
@@ -172,10 +169,14 @@ class LayoutReader:
         except Exception:  # noqa: BLE001 - the next probe, or the next event, will do
             return False
         async with runner._lock:
-            if not (self.filtered and (next_event == 0 or next_event > end) and runner.state.seq == seen < end):
-                return False
-            runner.state.seq = runner.stats.applied_seq = end
-            await runner._decide_or_rest()
+            return (self.filtered and (next_event == 0 or next_event > end) and runner.state.seq == seen < end
+                    and await self._rest_at(end))
+
+    async def _rest_at(self, end: int) -> bool:
+        """Under the runner's lock: the state moved to ``end`` (only inputs lay between), deciding there."""
+        runner = self.runner
+        runner.state.seq = runner.stats.applied_seq = end
+        await runner._decide_or_rest()
         return True
 
     async def stop(self) -> None:

@@ -53,7 +53,7 @@ import hashlib
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -166,31 +166,31 @@ class TracedLog:
             meter.create_observable_gauge("horizon.consumer.lag", callbacks=[lag],
                                           description="records in the stream this part has not applied yet")
 
-            def by_type(counts: str) -> Callable[[Any], list[Observation]]:
-                def observe(_options: Any, logs: weakref.WeakSet[TracedLog] = logs) -> list[Observation]:
-                    totals: dict[tuple[str, str], int] = {}
-                    for t in list(logs):
-                        for kind, n in getattr(t, counts).items():
-                            totals[(t.part, kind)] = totals.get((t.part, kind), 0) + n
-                    return [Observation(n, {"part": part, "type": kind})
-                            for (part, kind), n in sorted(totals.items())]
+            def summed(counts_of: Callable[[TracedLog], Iterable[tuple[Any, int]]]) -> list[tuple[Any, int]]:
+                """Each key's count over every traced log on this meter, in key order."""
+                totals: dict[Any, int] = {}
+                for t in list(logs):
+                    for key, n in counts_of(t):
+                        totals[key] = totals.get(key, 0) + n
+                return sorted(totals.items())
+
+            def by_type(counts: Callable[[TracedLog], dict[str, int]]) -> Callable[[Any], list[Observation]]:
+                def observe(_options: Any) -> list[Observation]:
+                    per_part = summed(lambda t: (((t.part, kind), n) for kind, n in counts(t).items()))
+                    return [Observation(n, {"part": part, "type": kind}) for (part, kind), n in per_part]
                 return observe
 
-            def scheduled(_options: Any, logs: weakref.WeakSet[TracedLog] = logs) -> list[Observation]:
-                totals: dict[tuple[bool, bool], int] = {}
-                for t in list(logs):
-                    for flags, n in t.scheduled_counts.items():
-                        totals[flags] = totals.get(flags, 0) + n
+            def scheduled(_options: Any) -> list[Observation]:
                 return [Observation(n, {"backfilled": backfilled, "borrowed": borrowed})
-                        for (backfilled, borrowed), n in sorted(totals.items())]
+                        for (backfilled, borrowed), n in summed(lambda t: t.scheduled_counts.items())]
 
             # Counted by the log itself and observed at collection: an add() per record and part
             # cost ~10 us of the SDK's each, a tenth of an idle stack's time per job (issue 22); so
             # did one per event published, a ~20th (issue 35).
-            meter.create_observable_counter("horizon.events.applied", callbacks=[by_type("applied_counts")],
-                                            description="records a part read")
-            meter.create_observable_counter("horizon.events.published", callbacks=[by_type("published_counts")],
-                                            description="events a part published")
+            meter.create_observable_counter("horizon.events.applied", description="records a part read",
+                                            callbacks=[by_type(lambda t: t.applied_counts)])
+            meter.create_observable_counter("horizon.events.published", description="events a part published",
+                                            callbacks=[by_type(lambda t: t.published_counts)])
             meter.create_observable_counter("horizon.scheduled", callbacks=[scheduled],
                                             description="JobScheduled, backfilled or not")
         logs.add(self)
