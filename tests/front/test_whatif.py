@@ -473,3 +473,33 @@ def test_a_placement_on_a_basis_that_took_in_several_ends_at_once_is_a_known_cau
     assert batched_ends(placed, ends, bases, {"a": [1], "b": [1], "c": [1, 2]}) == {"a"}
     assert batched_ends({("d", 1): (50, 51)}, ends, bases, {"d": [1]}) == {"d"}  # 45 and 48 since 40
     assert batched_ends(placed, [], bases, {"a": [1]}) == set()
+
+
+def test_a_job_on_nodes_an_earlier_divergence_swapped_follows_from_it():
+    """Seen in a full suite run: a live cycle that took in two ends at once put two array tasks on node-02 and
+    two on node-03, the replay the other way round; so node-03 came free first in one run and node-02 in
+    the other, and the job after them started on time on the other node, as did the gang after it. Those
+    follow from the first divergence; a job that moved to a node no earlier divergence touched, or one
+    placed in the same cycle as the first, does not."""
+    from types import SimpleNamespace
+
+    def job(submit: float, start: float, nodes: list[str]) -> SimpleNamespace:
+        return SimpleNamespace(submit_s=submit, start_s=start, nodes=nodes)
+
+    recorded = {"arr_4": job(1, 10.0, ["n2"]), "arr_6": job(1, 10.0, ["n3"]), "same": job(1, 10.0, ["n0"]),
+                "stopped": job(2, 12.0, ["n3"]), "gang": job(3, 13.0, ["n1", "n2"]), "far": job(4, 14.0, ["n4"]),
+                "late": job(5, 15.0, ["n2"])}
+    replayed = {"arr_4": (10.01, ["n3"]), "arr_6": (10.01, ["n2"]), "same": (10.0, ["n2"]),
+                "stopped": (12.0, ["n2"]), "gang": (13.0, ["n1", "n3"]), "far": (14.0, ["n5"]),
+                "late": (17.5, ["n3"])}
+    workload = SimpleNamespace(measured=set(recorded), recorded=recorded, notes={}, stale_basis=set(),
+                               batched_ends={"arr_4", "arr_6"})
+    run = SimpleNamespace(results={j: SimpleNamespace(start_s=t, allocation=n) for j, (t, n) in replayed.items()})
+    fid = measures.fidelity(workload, run, 1.0)
+    by_id = {d["job_id"]: d for d in fid["divergences"]}
+    assert [d["job_id"] for d in fid["divergences"]] == ["arr_4", "arr_6", "same", "stopped", "gang", "far", "late"]
+    assert by_id["stopped"]["why"] == [w.AFTER_DIVERGENCE] and by_id["stopped"]["after"] == ["arr_6", "same"]
+    assert by_id["gang"]["why"] == [w.AFTER_DIVERGENCE] and by_id["gang"]["after"] == ["stopped"]
+    # placed with the first ones, not after them; a node no divergence touched; started too late to be latency
+    assert not by_id["same"]["explained"] and not by_id["far"]["explained"] and not by_id["late"]["explained"]
+    assert fid["unexplained"] == 3 and fid["on_time_elsewhere"] == 4 and fid["reproduced"] == 0

@@ -44,12 +44,14 @@ def test_whatif_as_documented(cluster: Up, someone: Person) -> None:
         if "--json" in text:
             report = json.loads(result.out)
             fidelity = report["baseline"]["fidelity"]
-            assert fidelity["compared"] >= 12 and fidelity["reproduced"] == fidelity["compared"], fidelity
-            assert fidelity["unexplained"] == 0, fidelity
+            # every recorded start, but those the live services' latency put on other nodes at their time
+            assert fidelity["compared"] >= 12 and fidelity["unexplained"] == 0, fidelity
+            assert fidelity["reproduced"] + fidelity["on_time_elsewhere"] == fidelity["compared"], fidelity
             assert "mean_wait_s" in report["baseline"] and "mean_wait_s" in report["changed"], report
         else:
-            found = re.search(r"baseline reproduces (\d+) of (\d+)", result.out)
-            assert found and found.group(1) == found.group(2), result
+            found = re.search(r"baseline reproduces (\d+) of (\d+) recorded starts \(.*?\)"
+                              r"(?:; (\d+) more started on time on other nodes .*?)?; 0 differ without", result.out)
+            assert found and int(found.group(1)) + int(found.group(3) or 0) == int(found.group(2)), result
             waits = re.search(r"mean wait \(s\)\s+([\d.]+)\s+([\d.]+)", result.out)
             assert waits, result
             baseline, changed = float(waits.group(1)), float(waits.group(2))

@@ -41,8 +41,12 @@ def _print(out: dict[str, Any]) -> None:
     click.echo(f"span {span['from']} .. {span['to']} (seq {span['first_seq']}..{span['last_seq']}): "
                f"{span['jobs']:,} jobs ({span['carried_in']:,} more replayed from before it{rejected}), "
                f"{span['capacity_gpus']:,} GPUs, {span['capacity_cpus']:,.0f} cores")
+    elsewhere = fid.get("on_time_elsewhere", 0)
+    latency = (f"; {elsewhere:,} more started on time on other nodes (the live services' latency, "
+               f"see --json's divergences)") if elsewhere else ""
     click.echo(f"baseline reproduces {fid['reproduced']:,} of {fid['compared']:,} recorded starts "
-               f"(within {fid['tolerance_s']:g} s, same nodes); {fid['unexplained']:,} differ without a known cause")
+               f"(within {fid['tolerance_s']:g} s, same nodes){latency}; {fid['unexplained']:,} differ without a "
+               f"known cause")
     for why, n in fid["cannot_predict"].items():
         click.echo(f"  {n:,} {why}")
     click.echo("changes: " + ("; ".join(ch["changes"]) or "none"))

@@ -455,8 +455,9 @@ function renderWhatif(run) {
   body.append(el("div", { class: "card" },
     el("h2", { text: "Baseline against what happened" }),
     el("p", { id: "whatif-fidelity", text: `reproduces ${fmtNum(fid.reproduced)} of ${fmtNum(fid.compared)} recorded starts` +
-      ` (within ${fmtNum(fid.tolerance_s, 1)} s, same nodes)` + (fid.diverged ? `; ${fmtNum(fid.diverged)} differ, ` +
-      `${fmtNum(fid.unexplained)} without a known cause` : "") })));
+      ` (within ${fmtNum(fid.tolerance_s, 1)} s, same nodes)` + (fid.diverged ? `; ${fmtNum(fid.diverged)} differ` +
+      (fid.on_time_elsewhere ? ` (${fmtNum(fid.on_time_elsewhere)} on time on other nodes: the live services' latency)` : "") +
+      `, ${fmtNum(fid.unexplained)} without a known cause` : "") })));
   const table = el("table", { class: "grid", id: "whatif-table" },
     el("thead", {}, el("tr", {}, el("th", { text: "" }), el("th", { text: "baseline" }), el("th", { text: "changed" }))),
     el("tbody", {}, WHATIF_ROWS.map(([name, f]) => el("tr", {}, el("td", { text: name }), el("td", { text: f(baseline) }), el("td", { text: f(changed) })))));

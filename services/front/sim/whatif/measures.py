@@ -14,7 +14,7 @@ from events.base import Event
 from services.front.sim.whatif.workload import RecordedJob, Workload
 
 __all__ = ["measure", "fidelity", "moves", "capacity_of", "wait_of", "bounded_slowdown", "fairshare_distance",
-           "STALE_BASIS", "BATCHED_ENDS"]
+           "STALE_BASIS", "BATCHED_ENDS", "AFTER_DIVERGENCE", "LATENCY"]
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -168,16 +168,20 @@ def fairshare_distance(delivered: dict[str, float], targets: dict[str, float]) -
 
 STALE_BASIS = "placed live by a cycle that had not yet seen an end the log held before its decision"
 BATCHED_ENDS = "placed live by a cycle that saw several ends at once; the replay may see them one by one"
+AFTER_DIVERGENCE = "started on time, on nodes an earlier divergence had left otherwise in the replay"
+# the causes that are the live services' latency, not the policy: such a job starts at its recorded time
+LATENCY = (STALE_BASIS, BATCHED_ENDS, AFTER_DIVERGENCE)
 
 
 def fidelity(workload: Workload, run: Any, tolerance_s: float) -> dict[str, Any]:
     """The baseline against the log, job by job: a job is reproduced when it started in both on the same
     nodes within ``tolerance_s`` of its recorded start (the live services' reaction time), or started in
-    neither. Jobs whose course the log cannot tell (``Workload.notes``) are listed apart."""
+    neither. Jobs whose course the log cannot tell (``Workload.notes``) are listed apart; ``on_time_elsewhere``
+    counts the jobs that started at their recorded time on other nodes for a cause in ``LATENCY``."""
     reproduced = 0
     compared = 0
     diverged: list[dict[str, Any]] = []
-    for job_id in sorted(workload.measured, key=lambda j: workload.recorded[j].submit_s):
+    for job_id in sorted(workload.measured, key=lambda j: (workload.recorded[j].submit_s, j)):
         info = workload.recorded[job_id]
         r = run.results.get(job_id)
         start = r.start_s if r is not None else None
@@ -195,18 +199,60 @@ def fidelity(workload: Workload, run: Any, tolerance_s: float) -> dict[str, Any]
                 why.append(BATCHED_ENDS)
             diverged.append({"job_id": job_id, "recorded_start_s": info.start_s, "replayed_start_s": start,
                              "recorded_nodes": info.nodes, "replayed_nodes": sorted(r.allocation) if r else [],
-                             "explained": bool(why), "why": why})
+                             "explained": bool(why), "why": why, "after": []})
+    _after_divergences(diverged, tolerance_s)
     return {"compared": compared, "reproduced": reproduced, "tolerance_s": tolerance_s,
             "diverged": len(diverged), "unexplained": sum(1 for d in diverged if not d["explained"]),
+            "on_time_elsewhere": sum(1 for d in diverged if _on_time_elsewhere(d, tolerance_s)
+                                     and any(w in LATENCY for w in d["why"])),
             "divergences": diverged[:50],
             "cannot_predict": {why: len(ids) for why, ids in sorted(workload.notes.items())}}
+
+
+def _on_time_elsewhere(d: dict[str, Any], tolerance_s: float) -> bool:
+    rec, rep = d["recorded_start_s"], d["replayed_start_s"]
+    return rec is not None and rep is not None and abs(rep - rec) <= tolerance_s and d["recorded_nodes"] != d[
+        "replayed_nodes"]
+
+
+def _after_divergences(diverged: list[dict[str, Any]], tolerance_s: float) -> None:
+    """Mark the divergences that follow from earlier ones (``AFTER_DIVERGENCE``, with the earlier jobs in
+    ``after``): a job that started at its recorded time, on other nodes, where every node it was placed on
+    in one run and not in the other had been the recorded or replayed placement of a job that diverged
+    before it. Those nodes were not in the replay what they were live (one divergence that swaps two
+    nodes' jobs swaps which of them comes free first after), so which of them a later job gets says
+    nothing of the policy. Jobs placed at one moment are not each other's cause."""
+    def moment(d: dict[str, Any]) -> float:
+        return min(t for t in (d["recorded_start_s"], d["replayed_start_s"]) if t is not None)
+
+    placed = sorted((d for d in diverged if d["recorded_start_s"] is not None or d["replayed_start_s"] is not None),
+                    key=lambda d: (moment(d), d["job_id"]))
+    last_on: dict[str, str] = {}  # node -> the latest diverged job placed there (in either run)
+    i = 0
+    while i < len(placed):
+        j = i
+        while j < len(placed) and moment(placed[j]) == moment(placed[i]):
+            j += 1
+        group = placed[i:j]
+        for d in group:
+            if not _on_time_elsewhere(d, tolerance_s) or any(w in LATENCY for w in d["why"]):
+                continue
+            moved = set(d["recorded_nodes"]) ^ set(d["replayed_nodes"])
+            if moved and moved <= last_on.keys():
+                d["why"].append(AFTER_DIVERGENCE)
+                d["after"] = sorted({last_on[n] for n in moved})
+                d["explained"] = True
+        for d in group:
+            for node in (*d["recorded_nodes"], *d["replayed_nodes"]):
+                last_on[node] = d["job_id"]
+        i = j
 
 
 def moves(workload: Workload, base: Any, changed: Any, top: int = 10) -> dict[str, Any]:
     """Jobs that start earlier or later in the changed replay than in the baseline, and by how much."""
     shifts: list[tuple[float, str]] = []
     only_base = only_changed = 0
-    for job_id in workload.measured:
+    for job_id in sorted(workload.measured):
         a, b = base.results.get(job_id), changed.results.get(job_id)
         sa, sb = (a.start_s if a else None), (b.start_s if b else None)
         if sa is None and sb is None:
