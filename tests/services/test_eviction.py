@@ -264,6 +264,9 @@ async def test_a_job_that_ignores_sigterm_is_killed_when_the_grace_period_ends(j
                 assert asyncio.get_running_loop().time() < deadline, "no JobPreempted for deaf"
                 await asyncio.sleep(0.02)
         await wait_until(lambda: _gone(leader) and _gone(helper), 5, "the job's processes to die")
+        # the log can hold the report before the agent's publish has returned: until the agent lets the
+        # job go, its own stop below would stop it once more (the full suite at 286a3ee saw two stops)
+        await wait_until(lambda: "deaf" not in agent.running, 5, "the agent to let the job go")
     finally:
         await agent.stop()
     # SIGTERM did nothing: the agent waited the whole grace period, then SIGKILL ended the job
