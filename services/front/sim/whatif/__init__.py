@@ -35,7 +35,8 @@ applied at the span's start, after the configuration in force then.
 
 from services.front.sim.whatif.changes import (SET_KEYS, Changes, added_nodes, change_events, parse_add_nodes,
                                                parse_sets, remove_nodes)
-from services.front.sim.whatif.measures import AFTER_DIVERGENCE, BATCHED_ENDS, LATENCY, STALE_BASIS, capacity_of, fidelity, measure, moves
+from services.front.sim.whatif.measures import (AFTER_DIVERGENCE, BATCHED_ENDS, LATENCY, STALE_BASIS, capacity_of,
+                                                fidelity, measure, moves)
 from services.front.sim.whatif.replay import run_whatif, whatif_cores
 from services.front.sim.whatif.report import whatif_report
 from services.front.sim.whatif.times import DAY, WhatIfError, iso, parse_duration, parse_when
@@ -43,5 +44,5 @@ from services.front.sim.whatif.workload import RecordedJob, Workload, workload_f
 
 __all__ = ["Workload", "RecordedJob", "WhatIfError", "workload_from_log", "parse_sets", "change_events", "Changes",
            "parse_add_nodes", "added_nodes", "remove_nodes", "measure", "fidelity", "moves", "capacity_of",
-           "parse_when", "parse_duration", "iso", "DAY", "run_whatif", "SET_KEYS", "whatif_cores", "STALE_BASIS", "BATCHED_ENDS", "AFTER_DIVERGENCE", "LATENCY",
-           "whatif_report"]
+           "parse_when", "parse_duration", "iso", "DAY", "run_whatif", "SET_KEYS", "whatif_cores", "STALE_BASIS", "BATCHED_ENDS",
+           "AFTER_DIVERGENCE", "LATENCY", "whatif_report"]

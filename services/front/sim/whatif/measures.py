@@ -210,9 +210,11 @@ def fidelity(workload: Workload, run: Any, tolerance_s: float) -> dict[str, Any]
 
 
 def _on_time_elsewhere(d: dict[str, Any], tolerance_s: float) -> bool:
+    """Started in both runs within the tolerance, on other nodes."""
     rec, rep = d["recorded_start_s"], d["replayed_start_s"]
-    return rec is not None and rep is not None and abs(rep - rec) <= tolerance_s and d["recorded_nodes"] != d[
-        "replayed_nodes"]
+    if rec is None or rep is None or abs(rep - rec) > tolerance_s:
+        return False
+    return d["recorded_nodes"] != d["replayed_nodes"]
 
 
 def _after_divergences(diverged: list[dict[str, Any]], tolerance_s: float) -> None:
