@@ -41,7 +41,7 @@ def _print(out: dict[str, Any]) -> None:
     click.echo(f"span {span['from']} .. {span['to']} (seq {span['first_seq']}..{span['last_seq']}): "
                f"{span['jobs']:,} jobs ({span['carried_in']:,} more replayed from before it{rejected}), "
                f"{span['capacity_gpus']:,} GPUs, {span['capacity_cpus']:,.0f} cores")
-    elsewhere = fid.get("on_time_elsewhere", 0)
+    elsewhere = fid["on_time_elsewhere"]
     latency = (f"; {elsewhere:,} more started on time on other nodes (the live services' latency, "
                f"see --json's divergences)") if elsewhere else ""
     click.echo(f"baseline reproduces {fid['reproduced']:,} of {fid['compared']:,} recorded starts "

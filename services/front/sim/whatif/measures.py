@@ -4,6 +4,7 @@ other (``moves``)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -203,8 +204,7 @@ def fidelity(workload: Workload, run: Any, tolerance_s: float) -> dict[str, Any]
     _after_divergences(diverged, tolerance_s)
     return {"compared": compared, "reproduced": reproduced, "tolerance_s": tolerance_s,
             "diverged": len(diverged), "unexplained": sum(1 for d in diverged if not d["explained"]),
-            "on_time_elsewhere": sum(1 for d in diverged if _on_time_elsewhere(d, tolerance_s)
-                                     and any(w in LATENCY for w in d["why"])),
+            "on_time_elsewhere": sum(1 for d in diverged if _on_time_elsewhere(d, tolerance_s) and _latency(d)),
             "divergences": diverged[:50],
             "cannot_predict": {why: len(ids) for why, ids in sorted(workload.notes.items())}}
 
@@ -215,6 +215,11 @@ def _on_time_elsewhere(d: dict[str, Any], tolerance_s: float) -> bool:
     if rec is None or rep is None or abs(rep - rec) > tolerance_s:
         return False
     return d["recorded_nodes"] != d["replayed_nodes"]
+
+
+def _latency(d: dict[str, Any]) -> bool:
+    """A divergence with a cause in ``LATENCY``."""
+    return any(w in LATENCY for w in d["why"])
 
 
 def _after_divergences(diverged: list[dict[str, Any]], tolerance_s: float) -> None:
@@ -230,24 +235,17 @@ def _after_divergences(diverged: list[dict[str, Any]], tolerance_s: float) -> No
     placed = sorted((d for d in diverged if d["recorded_start_s"] is not None or d["replayed_start_s"] is not None),
                     key=lambda d: (moment(d), d["job_id"]))
     last_on: dict[str, str] = {}  # node -> the latest diverged job placed there (in either run)
-    i = 0
-    while i < len(placed):
-        j = i
-        while j < len(placed) and moment(placed[j]) == moment(placed[i]):
-            j += 1
-        group = placed[i:j]
+    for _, same_moment in itertools.groupby(placed, key=moment):
+        group = list(same_moment)
         for d in group:
-            if not _on_time_elsewhere(d, tolerance_s) or any(w in LATENCY for w in d["why"]):
-                continue
             moved = set(d["recorded_nodes"]) ^ set(d["replayed_nodes"])
-            if moved and moved <= last_on.keys():
+            if _on_time_elsewhere(d, tolerance_s) and not _latency(d) and moved and moved <= last_on.keys():
                 d["why"].append(AFTER_DIVERGENCE)
                 d["after"] = sorted({last_on[n] for n in moved})
                 d["explained"] = True
         for d in group:
             for node in (*d["recorded_nodes"], *d["replayed_nodes"]):
                 last_on[node] = d["job_id"]
-        i = j
 
 
 def moves(workload: Workload, base: Any, changed: Any, top: int = 10) -> dict[str, Any]:
